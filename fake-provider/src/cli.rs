@@ -1,0 +1,115 @@
+//! The `fake-provider` command line, shared by the standalone binary and by
+//! `turncut fake-provider`.
+//!
+//! Exit codes: 0 normal end (stdin closed), 2 bad input (arguments, script,
+//! fault points, cut-point environment), 3 runtime error (I/O, storage).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::faults::Faults;
+use crate::ledger::EffectArgs;
+use crate::script::Script;
+
+/// Faithful fake coding-agent providers with hang and kill points.
+#[derive(Debug, Parser)]
+#[command(name = "fake-provider", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// A fake Codex app-server on stdio (one JSON object per line).
+    Codex(ProviderArgs),
+    /// The tool command: append one line to the effect ledger.
+    Effect(EffectArgs),
+}
+
+/// Options shared by every fake provider.
+#[derive(Debug, clap::Args)]
+pub struct ProviderArgs {
+    /// Directory of the durable conversation store (created if missing).
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Journal file [default: <state-dir>/journal.jsonl].
+    #[arg(long)]
+    journal: Option<PathBuf>,
+    /// Effect ledger file [default: <state-dir>/ledger.jsonl].
+    #[arg(long)]
+    ledger: Option<PathBuf>,
+    /// Script of the fake model (TOML, `[[turn]]` tables); a built-in default
+    /// otherwise: one message, one command needing approval, a final message.
+    #[arg(long)]
+    script: Option<PathBuf>,
+    /// Stop answering forever at this point (`name` or `name#N`); repeatable.
+    #[arg(long = "hang", value_name = "POINT")]
+    hang: Vec<String>,
+    /// SIGKILL this process at this point (`name` or `name#N`); repeatable.
+    #[arg(long = "exit", value_name = "POINT")]
+    exit: Vec<String>,
+}
+
+/// Runs the command line `args` (including the program name). `self_cmd` is
+/// the command that reaches this CLI again (for tool commands). Returns the
+/// exit code.
+pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    match cli.command {
+        Command::Effect(args) => match crate::ledger::run_effect(&args) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("fake-provider effect: failed to append to {}: {e}", args.ledger.display());
+                3
+            }
+        },
+        Command::Codex(args) => {
+            let opts = match codex_options(args, self_cmd) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("fake-provider codex: {e:#}");
+                    return 2;
+                }
+            };
+            match crate::codex::serve(opts) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("fake-provider codex: {e:#}");
+                    3
+                }
+            }
+        }
+    }
+}
+
+fn codex_options(
+    args: ProviderArgs,
+    self_cmd: Vec<OsString>,
+) -> anyhow::Result<crate::codex::CodexOptions> {
+    cutpoint::init()?;
+    let script = match &args.script {
+        Some(p) => Script::load(p)?,
+        None => Script::builtin(),
+    };
+    let faults = Faults::new(&args.exit, &args.hang)?;
+    let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
+    let ledger = absolute(args.ledger.unwrap_or_else(|| args.state_dir.join("ledger.jsonl")));
+    let journal = absolute(args.journal.unwrap_or_else(|| args.state_dir.join("journal.jsonl")));
+    Ok(crate::codex::CodexOptions {
+        state_dir: args.state_dir,
+        journal: Some(journal),
+        ledger,
+        script,
+        faults,
+        self_cmd,
+    })
+}

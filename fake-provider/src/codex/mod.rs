@@ -1,0 +1,1009 @@
+//! `fake-provider codex`: a fake Codex app-server on stdio.
+//!
+//! What it simulates: the wire protocol of `codex app-server` (one JSON object
+//! per line, no `jsonrpc` field): the `initialize`/`initialized` handshake and
+//! the real "Not initialized" error; `thread/start`, `thread/resume`,
+//! `thread/read {includeTurns}`, `turn/start {clientUserMessageId}` and
+//! `turn/interrupt`; the notifications of a turn in the real order
+//! (`thread/started`, `turn/started`, `item/started`/`item/completed` for
+//! `userMessage`, `agentMessage` with `item/agentMessage/delta`,
+//! `commandExecution` with `item/commandExecution/outputDelta`, and
+//! `turn/completed` with status completed, interrupted or failed); the server
+//! request `item/commandExecution/requestApproval` with the decisions `accept`,
+//! `decline` and `cancel`, followed by `serverRequest/resolved`. Threads and turns
+//! are durable in `--state-dir` (a turn is recorded, with fsync, before the
+//! `turn/start` response), so a restarted fake answers `thread/read` and
+//! `thread/resume` like the real product, and a turn that was in progress when
+//! the process died reads back as `interrupted`.
+//!
+//! The model is the script (`crate::script`): a user turn plays the script turn
+//! for its message from the top, naively, so a replayed message re-runs its
+//! effects as a real model would. A continuation turn is a `turn/start` whose
+//! first text input starts with [`CONTINUE_MARKER`]; it continues the thread's
+//! latest user turn, reads the effect ledger first and skips the effects that
+//! turn's message already caused.
+//!
+//! What it deliberately does not simulate: models, reasoning, sandboxes,
+//! patches and file-change approvals, MCP, accounts, config, more than one
+//! client connection, and `turn/steer`. Methods outside the list above answer
+//! −32601 even though the real server knows them. A line that is not JSON gets
+//! an error with `id: null` (JSON-RPC 2.0), which the real server would only log.
+
+mod store;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
+use std::io::{BufRead as _, Write as _};
+use std::path::PathBuf;
+use std::sync::mpsc;
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+pub use store::{Store, ThreadRecord, TurnRecord, TurnStatus};
+
+use crate::faults::Faults;
+use crate::journal::{Journal, now_ms};
+use crate::ledger::{self, CREDENTIAL_VARS};
+use crate::script::{Script, ScriptTool};
+
+/// Text that marks a `turn/start` as a continuation of the thread's last user
+/// turn rather than a new user message. The runner sends it as the first text
+/// input of the continuation turn, never the original message.
+pub const CONTINUE_MARKER: &str = "[turncut:continue]";
+
+/// Longest accepted input line, in bytes. Longer lines are discarded whole and
+/// answered with an error.
+pub const LINE_BYTES_MAX: usize = 1 << 20;
+
+/// The version string this fake reports as its CLI version.
+pub const FAKE_CLI_VERSION: &str = "0.171.0";
+
+const PARSE_ERROR: i64 = -32700;
+const INVALID_REQUEST: i64 = -32600;
+const METHOD_NOT_FOUND: i64 = -32601;
+const INVALID_PARAMS: i64 = -32602;
+
+/// Everything `fake-provider codex` needs to run.
+#[derive(Debug)]
+pub struct CodexOptions {
+    /// Durable store directory.
+    pub state_dir: PathBuf,
+    /// Journal file.
+    pub journal: Option<PathBuf>,
+    /// Effect ledger file.
+    pub ledger: PathBuf,
+    /// The scripted model.
+    pub script: Script,
+    /// Armed `--exit`/`--hang` points.
+    pub faults: Faults,
+    /// The command line that reaches `fake-provider` (the standalone binary, or
+    /// `turncut fake-provider`); tool commands run `<this> effect …`.
+    pub self_cmd: Vec<OsString>,
+}
+
+enum Input {
+    Line(Vec<u8>),
+    Oversized(usize),
+    Eof,
+}
+
+/// Serves the protocol on stdin/stdout until stdin closes.
+pub fn serve(opts: CodexOptions) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&opts.state_dir)?;
+    let journal = Journal::open(opts.journal.as_deref())?;
+    let store = Store::open(&opts.state_dir)?;
+    journal.fact(
+        "process.started",
+        json!({ "pid": std::process::id(), "protocol": "codex" }),
+    );
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || read_lines(tx));
+    let mut server = Server {
+        opts,
+        journal,
+        store,
+        initialized: false,
+        next_request_id: 0,
+        loaded: HashSet::new(),
+        active: HashMap::new(),
+        pending: HashMap::new(),
+    };
+    // One loop owns all state; the reader thread only forwards lines.
+    loop {
+        let input = rx.recv().unwrap_or(Input::Eof);
+        let result = match input {
+            Input::Line(bytes) => server.on_line(&bytes),
+            Input::Oversized(n) => server.send_error(
+                Value::Null,
+                INVALID_REQUEST,
+                &format!("message of {n} bytes exceeds the {LINE_BYTES_MAX}-byte line limit"),
+            ),
+            Input::Eof => {
+                server.journal.fact("process.stdin_closed", json!({}));
+                return Ok(());
+            }
+        };
+        if let Err(Closed) = result {
+            return Ok(());
+        }
+    }
+}
+
+/// Stdout is gone: the client hung up, so the server stops.
+struct Closed;
+
+type Sent = Result<(), Closed>;
+
+fn read_lines(tx: mpsc::Sender<Input>) {
+    let stdin = std::io::stdin();
+    let mut reader = stdin.lock();
+    let mut line = Vec::new();
+    let mut oversized = 0usize;
+    loop {
+        let buf = match reader.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        if buf.is_empty() {
+            break;
+        }
+        let (chunk, newline) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..i], Some(i)),
+            None => (buf, None),
+        };
+        if oversized > 0 || line.len() + chunk.len() > LINE_BYTES_MAX {
+            oversized += line.len() + chunk.len();
+            line.clear();
+        } else {
+            line.extend_from_slice(chunk);
+        }
+        let used = newline.map_or(chunk.len(), |i| i + 1);
+        reader.consume(used);
+        if newline.is_some() {
+            let msg = if oversized > 0 {
+                Input::Oversized(std::mem::take(&mut oversized))
+            } else {
+                Input::Line(std::mem::take(&mut line))
+            };
+            if tx.send(msg).is_err() {
+                return;
+            }
+        }
+    }
+    let _ = tx.send(Input::Eof);
+}
+
+struct Server {
+    opts: CodexOptions,
+    journal: Journal,
+    store: Store,
+    initialized: bool,
+    next_request_id: i64,
+    /// Threads started or resumed by this process; others read as `notLoaded`.
+    loaded: HashSet<String>,
+    /// Active turns by thread id.
+    active: HashMap<String, ActiveTurn>,
+    /// Server requests awaiting the client's answer: request id → thread id.
+    pending: HashMap<i64, String>,
+}
+
+struct ActiveTurn {
+    turn_id: String,
+    steps: VecDeque<Step>,
+    waiting: Option<Waiting>,
+}
+
+struct Waiting {
+    request_id: i64,
+    item: Value,
+    tool: ScriptTool,
+}
+
+enum Step {
+    Say(String),
+    Tool(ScriptTool),
+    Complete,
+}
+
+/// Checked for shape only: the fake treats every client alike, but a client
+/// that sends a malformed `initialize` must hear about it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InitializeParams {
+    #[allow(dead_code)]
+    client_info: ClientInfo,
+}
+
+#[derive(Deserialize)]
+struct ClientInfo {
+    #[allow(dead_code)]
+    name: String,
+    #[allow(dead_code)]
+    version: String,
+}
+
+#[derive(Deserialize, Default)]
+struct ThreadStartParams {
+    cwd: Option<String>,
+    model: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ThreadIdParams {
+    thread_id: String,
+    #[serde(default)]
+    include_turns: bool,
+    #[serde(default)]
+    exclude_turns: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TurnStartParams {
+    thread_id: String,
+    input: Vec<Value>,
+    client_user_message_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct TurnInterruptParams {
+    thread_id: String,
+    turn_id: String,
+}
+
+/// The slug of a method in cut-point names, in snake case:
+/// `turn/start` → `turn_start`, `serverRequest/resolved` → `server_request_resolved`.
+pub fn slug(method: &str) -> String {
+    let mut out = String::with_capacity(method.len() + 4);
+    for c in method.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else {
+            out.push('_');
+        }
+    }
+    out
+}
+
+fn params<T: for<'de> Deserialize<'de>>(value: &Value) -> Result<T, String> {
+    let v = value.get("params").cloned().unwrap_or(Value::Null);
+    serde_json::from_value(v).map_err(|e| format!("Invalid params: {e}"))
+}
+
+fn now_s() -> i64 {
+    (now_ms() / 1000) as i64
+}
+
+impl Server {
+    fn point(&self, name: &str) {
+        self.opts.faults.point(name, &self.journal);
+    }
+
+    fn write(&self, msg: &Value) -> Sent {
+        let mut line = serde_json::to_vec(msg).expect("messages serialize");
+        line.push(b'\n');
+        let mut out = std::io::stdout().lock();
+        // The journal line goes first: if the process dies between the two, the
+        // journal over-reports a send, which the harness treats as uncertain
+        // delivery, never as a send that did not happen.
+        self.journal.message_out(msg);
+        out.write_all(&line).map_err(|_| Closed)?;
+        out.flush().map_err(|_| Closed)
+    }
+
+    fn respond(&self, id: &Value, method: &str, result: Value) -> Sent {
+        self.write(&json!({ "id": id, "result": result }))?;
+        self.point(&format!("codex.{}.responded", slug(method)));
+        Ok(())
+    }
+
+    fn send_error(&self, id: Value, code: i64, message: &str) -> Sent {
+        self.write(&json!({ "id": id, "error": { "code": code, "message": message } }))
+    }
+
+    fn notify(&self, method: &str, params: Value) -> Sent {
+        self.write(&json!({ "method": method, "params": params }))?;
+        self.point(&format!("codex.{}.notified", slug(method)));
+        Ok(())
+    }
+
+    fn on_line(&mut self, bytes: &[u8]) -> Sent {
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        let msg: Value = match serde_json::from_slice(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                self.journal.fact(
+                    "message.malformed",
+                    json!({ "error": e.to_string(), "bytes": bytes.len() }),
+                );
+                return self.send_error(Value::Null, PARSE_ERROR, &format!("Parse error: {e}"));
+            }
+        };
+        self.journal.message_in(&msg);
+        let Some(obj) = msg.as_object() else {
+            return self.send_error(
+                Value::Null,
+                INVALID_REQUEST,
+                "Invalid request: a message must be a JSON object",
+            );
+        };
+        let id = obj.get("id").cloned();
+        let valid_id = id.as_ref().is_some_and(|i| i.is_string() || i.is_i64());
+        if id.is_some() && !valid_id {
+            return self.send_error(
+                Value::Null,
+                INVALID_REQUEST,
+                "Invalid request: `id` must be a string or an integer",
+            );
+        }
+        match (obj.get("method"), id) {
+            (Some(Value::String(method)), Some(id)) => {
+                let method = method.clone();
+                self.point(&format!("codex.{}.received", slug(&method)));
+                self.on_request(&id, &method, &msg)
+            }
+            (Some(Value::String(method)), None) => {
+                let method = method.clone();
+                self.point(&format!("codex.{}.received", slug(&method)));
+                // Client notifications (`initialized`) need no answer.
+                Ok(())
+            }
+            (None, Some(id)) if obj.contains_key("result") || obj.contains_key("error") => {
+                self.on_response(&id, &msg)
+            }
+            (_, id) => self.send_error(
+                id.unwrap_or(Value::Null),
+                INVALID_REQUEST,
+                "Invalid request: expected a request, a notification or a response",
+            ),
+        }
+    }
+
+    fn on_request(&mut self, id: &Value, method: &str, msg: &Value) -> Sent {
+        if !self.initialized && method != "initialize" {
+            return self.send_error(id.clone(), INVALID_REQUEST, "Not initialized");
+        }
+        let outcome = match method {
+            "initialize" => self.initialize(id, msg),
+            "thread/start" => self.thread_start(id, msg),
+            "thread/resume" => self.thread_resume(id, msg),
+            "thread/read" => self.thread_read(id, msg),
+            "turn/start" => self.turn_start(id, msg),
+            "turn/interrupt" => self.turn_interrupt(id, msg),
+            _ => Err((METHOD_NOT_FOUND, format!("Method not found: {method}"))),
+        };
+        match outcome {
+            Ok(sent) => sent,
+            Err((code, message)) => self.send_error(id.clone(), code, &message),
+        }
+    }
+
+    fn initialize(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
+        if self.initialized {
+            return Err((INVALID_REQUEST, "Already initialized".to_owned()));
+        }
+        let _: InitializeParams = params(msg).map_err(|e| (INVALID_PARAMS, e))?;
+        self.initialized = true;
+        let home = std::path::absolute(&self.opts.state_dir)
+            .unwrap_or_else(|_| self.opts.state_dir.clone());
+        Ok(self.respond(
+            id,
+            "initialize",
+            json!({
+                "codexHome": home.display().to_string(),
+                "platformFamily": "unix",
+                "platformOs": std::env::consts::OS,
+                "userAgent": format!("codex_cli_rs/{FAKE_CLI_VERSION} (turncut fake-provider)"),
+            }),
+        ))
+    }
+
+    fn thread_start(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
+        let p: ThreadStartParams = if msg.get("params").is_some_and(|p| !p.is_null()) {
+            params(msg).map_err(|e| (INVALID_PARAMS, e))?
+        } else {
+            ThreadStartParams::default()
+        };
+        let cwd = match p.cwd {
+            Some(c) if std::path::Path::new(&c).is_absolute() => c,
+            Some(c) => return Err((INVALID_PARAMS, format!("cwd must be absolute: {c}"))),
+            None => std::env::current_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_else(|_| "/".to_owned()),
+        };
+        let now = now_s();
+        let thread = ThreadRecord {
+            v: store::STORE_VERSION,
+            id: uuid::Uuid::now_v7().to_string(),
+            session_id: uuid::Uuid::now_v7().to_string(),
+            created_at: now,
+            updated_at: now,
+            cwd,
+            model: p.model.unwrap_or_else(|| "fake-model".to_owned()),
+            preview: String::new(),
+            turns: Vec::new(),
+        };
+        let thread_id = thread.id.clone();
+        self.store.insert(thread).map_err(storage_error)?;
+        self.loaded.insert(thread_id.clone());
+        self.journal
+            .fact("thread.recorded", json!({ "thread": thread_id }));
+        self.point("codex.thread.recorded");
+        let response = self.session_response(&thread_id, false);
+        Ok(self
+            .respond(id, "thread/start", response)
+            .and_then(|()| {
+                self.notify(
+                    "thread/started",
+                    json!({ "thread": self.thread_json(&thread_id, false) }),
+                )
+            }))
+    }
+
+    fn thread_resume(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
+        let p: ThreadIdParams = params(msg).map_err(|e| (INVALID_PARAMS, e))?;
+        self.thread_exists(&p.thread_id)?;
+        self.loaded.insert(p.thread_id.clone());
+        let response = self.session_response(&p.thread_id, !p.exclude_turns);
+        Ok(self.respond(id, "thread/resume", response))
+    }
+
+    fn thread_read(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
+        let p: ThreadIdParams = params(msg).map_err(|e| (INVALID_PARAMS, e))?;
+        self.thread_exists(&p.thread_id)?;
+        let thread = self.thread_json(&p.thread_id, p.include_turns);
+        Ok(self.respond(id, "thread/read", json!({ "thread": thread })))
+    }
+
+    fn thread_exists(&self, thread_id: &str) -> Result<(), (i64, String)> {
+        match self.store.get(thread_id) {
+            Some(_) => Ok(()),
+            None => Err((INVALID_REQUEST, format!("thread not found: {thread_id}"))),
+        }
+    }
+
+    fn session_response(&self, thread_id: &str, include_turns: bool) -> Value {
+        let t = self.store.get(thread_id).expect("thread exists");
+        json!({
+            "approvalPolicy": "on-request",
+            "approvalsReviewer": "user",
+            "cwd": t.cwd,
+            "model": t.model,
+            "modelProvider": "openai",
+            "reasoningEffort": null,
+            "sandbox": { "type": "workspaceWrite", "writableRoots": [], "networkAccess": false },
+            "serviceTier": null,
+            "thread": self.thread_json(thread_id, include_turns),
+        })
+    }
+
+    fn thread_json(&self, thread_id: &str, include_turns: bool) -> Value {
+        let t = self.store.get(thread_id).expect("thread exists");
+        let status = match self.active.get(thread_id) {
+            Some(a) => {
+                let flags: Vec<&str> = if a.waiting.is_some() {
+                    vec!["waitingOnApproval"]
+                } else {
+                    vec![]
+                };
+                json!({ "type": "active", "activeFlags": flags })
+            }
+            None if self.loaded.contains(thread_id) => json!({ "type": "idle" }),
+            None => json!({ "type": "notLoaded" }),
+        };
+        let turns: Vec<Value> = if include_turns {
+            t.turns.iter().map(|turn| turn_json(turn, true)).collect()
+        } else {
+            Vec::new()
+        };
+        json!({
+            "id": t.id,
+            "sessionId": t.session_id,
+            "createdAt": t.created_at,
+            "updatedAt": t.updated_at,
+            "cwd": t.cwd,
+            "ephemeral": false,
+            "model": t.model,
+            "modelProvider": "openai",
+            "cliVersion": FAKE_CLI_VERSION,
+            "preview": t.preview,
+            "projectId": null,
+            "name": null,
+            "path": null,
+            "source": "appServer",
+            "status": status,
+            "turns": turns,
+        })
+    }
+
+    fn turn_start(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
+        let p: TurnStartParams = params(msg).map_err(|e| (INVALID_PARAMS, e))?;
+        self.thread_exists(&p.thread_id)?;
+        if self.active.contains_key(&p.thread_id) {
+            return Err((
+                INVALID_REQUEST,
+                format!("thread {} already has an active turn", p.thread_id),
+            ));
+        }
+        let text: String = p
+            .input
+            .iter()
+            .filter(|i| i.get("type").and_then(Value::as_str) == Some("text"))
+            .filter_map(|i| i.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let continuation = text.starts_with(CONTINUE_MARKER);
+        let turn_id = uuid::Uuid::now_v7().to_string();
+        let thread = self.store.get(&p.thread_id).expect("checked above");
+        let (authorized_by, script_index) = if continuation {
+            let Some(target) = thread.turns.iter().rev().find(|t| !t.continuation) else {
+                return Err((
+                    INVALID_REQUEST,
+                    format!("thread {} has no user turn to continue", p.thread_id),
+                ));
+            };
+            (target.authorized_by.clone(), target.script_index)
+        } else {
+            let by = p
+                .client_user_message_id
+                .clone()
+                .unwrap_or_else(|| turn_id.clone());
+            // The naive model: the same message plays the same script turn
+            // again; a new message plays the next one.
+            let mut seen: Vec<&str> = Vec::new();
+            for t in thread.turns.iter().filter(|t| !t.continuation) {
+                if !seen.contains(&t.authorized_by.as_str()) {
+                    seen.push(&t.authorized_by);
+                }
+            }
+            let index = seen.iter().position(|s| *s == by).unwrap_or(seen.len());
+            (by, index)
+        };
+        let script_turn = self.opts.script.turn(script_index).clone();
+        let mut steps: VecDeque<Step> = script_turn.say.into_iter().map(Step::Say).collect();
+        let done: HashSet<String> = if continuation {
+            ledger::read(&self.opts.ledger)
+                .map_err(|e| (INVALID_REQUEST, format!("failed to read ledger: {e}")))?
+                .into_iter()
+                .filter(|e| e.by == authorized_by)
+                .map(|e| e.key)
+                .collect()
+        } else {
+            HashSet::new()
+        };
+        for tool in script_turn.tools {
+            if done.contains(&tool.key) {
+                self.journal.fact(
+                    "effect.skipped",
+                    json!({ "key": tool.key, "by": authorized_by, "reason": "already in ledger" }),
+                );
+            } else {
+                steps.push_back(Step::Tool(tool));
+            }
+        }
+        steps.push_back(Step::Say(script_turn.final_message));
+        steps.push_back(Step::Complete);
+
+        let record = TurnRecord {
+            id: turn_id.clone(),
+            client_id: p.client_user_message_id.clone(),
+            input: p.input.clone(),
+            continuation,
+            authorized_by: authorized_by.clone(),
+            script_index,
+            status: TurnStatus::InProgress,
+            error: None,
+            items: Vec::new(),
+            started_at: now_s(),
+            completed_at: None,
+        };
+        {
+            let thread = self.store.get_mut(&p.thread_id).expect("checked above");
+            if thread.preview.is_empty() && !continuation {
+                thread.preview = text.chars().take(200).collect();
+            }
+            thread.updated_at = now_s();
+            thread.turns.push(record);
+        }
+        self.store.save(&p.thread_id).map_err(storage_error)?;
+        self.journal.fact(
+            "turn.recorded",
+            json!({
+                "thread": p.thread_id,
+                "turn": turn_id,
+                "client_id": p.client_user_message_id,
+                "continuation": continuation,
+                "authorized_by": authorized_by,
+            }),
+        );
+        self.point("codex.turn.recorded");
+        self.loaded.insert(p.thread_id.clone());
+        self.active.insert(
+            p.thread_id.clone(),
+            ActiveTurn {
+                turn_id: turn_id.clone(),
+                steps,
+                waiting: None,
+            },
+        );
+        let turn = turn_json(self.turn_record(&p.thread_id, &turn_id), false);
+        Ok(self.respond(id, "turn/start", json!({ "turn": turn })).and_then(|()| {
+            self.notify(
+                "turn/started",
+                json!({ "threadId": p.thread_id, "turn": turn }),
+            )?;
+            let item = json!({
+                "type": "userMessage",
+                "id": uuid::Uuid::now_v7().to_string(),
+                "content": p.input,
+                "clientId": p.client_user_message_id,
+            });
+            self.item_started(&p.thread_id, &turn_id, &item)?;
+            self.item_completed(&p.thread_id, &turn_id, item)?;
+            self.pump(&p.thread_id)
+        }))
+    }
+
+    fn turn_record(&self, thread_id: &str, turn_id: &str) -> &TurnRecord {
+        let thread = self.store.get(thread_id).expect("thread exists");
+        thread
+            .turns
+            .iter()
+            .find(|t| t.id == turn_id)
+            .expect("turn exists")
+    }
+
+    fn item_started(&self, thread_id: &str, turn_id: &str, item: &Value) -> Sent {
+        self.notify(
+            "item/started",
+            json!({ "threadId": thread_id, "turnId": turn_id, "item": item, "startedAtMs": now_ms() }),
+        )
+    }
+
+    fn item_completed(&mut self, thread_id: &str, turn_id: &str, item: Value) -> Sent {
+        if let Some(thread) = self.store.get_mut(thread_id)
+            && let Some(turn) = thread.turns.iter_mut().find(|t| t.id == turn_id)
+        {
+            turn.items.push(item.clone());
+        }
+        if let Err(e) = self.store.save(thread_id) {
+            self.fail_storage(&e);
+        }
+        self.point("codex.item.recorded");
+        self.notify(
+            "item/completed",
+            json!({ "threadId": thread_id, "turnId": turn_id, "item": item, "completedAtMs": now_ms() }),
+        )
+    }
+
+    /// Plays the active turn of `thread_id` until it completes or waits for the
+    /// client.
+    fn pump(&mut self, thread_id: &str) -> Sent {
+        loop {
+            let Some(active) = self.active.get_mut(thread_id) else {
+                return Ok(());
+            };
+            if active.waiting.is_some() {
+                return Ok(());
+            }
+            let turn_id = active.turn_id.clone();
+            let Some(step) = active.steps.pop_front() else {
+                return Ok(());
+            };
+            match step {
+                Step::Say(text) => self.agent_message(thread_id, &turn_id, &text)?,
+                Step::Tool(tool) => self.tool(thread_id, &turn_id, tool)?,
+                Step::Complete => {
+                    return self.finish_turn(thread_id, TurnStatus::Completed, None);
+                }
+            }
+        }
+    }
+
+    fn agent_message(&mut self, thread_id: &str, turn_id: &str, text: &str) -> Sent {
+        let item_id = uuid::Uuid::now_v7().to_string();
+        self.item_started(
+            thread_id,
+            turn_id,
+            &json!({ "type": "agentMessage", "id": item_id, "text": "" }),
+        )?;
+        self.notify(
+            "item/agentMessage/delta",
+            json!({ "threadId": thread_id, "turnId": turn_id, "itemId": item_id, "delta": text }),
+        )?;
+        self.item_completed(
+            thread_id,
+            turn_id,
+            json!({ "type": "agentMessage", "id": item_id, "text": text }),
+        )
+    }
+
+    fn effect_argv(&self, thread_id: &str, turn_id: &str, key: &str, by: &str) -> Vec<OsString> {
+        let mut argv = self.opts.self_cmd.clone();
+        for a in [
+            "effect",
+            "--ledger",
+            &self.opts.ledger.display().to_string(),
+            "--key",
+            key,
+            "--by",
+            by,
+            "--conversation",
+            thread_id,
+            "--turn",
+            turn_id,
+        ] {
+            argv.push(a.into());
+        }
+        argv
+    }
+
+    fn command_item(&self, thread_id: &str, turn_id: &str, item_id: &str, key: &str) -> Value {
+        let by = &self.turn_record(thread_id, turn_id).authorized_by;
+        let argv = self.effect_argv(thread_id, turn_id, key, by);
+        let command = argv
+            .iter()
+            .map(|a| shell_quote(&a.to_string_lossy()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let cwd = &self.store.get(thread_id).expect("thread exists").cwd;
+        json!({
+            "type": "commandExecution",
+            "id": item_id,
+            "command": command,
+            "commandActions": [{ "type": "unknown", "command": command }],
+            "cwd": cwd,
+            "status": "inProgress",
+            "aggregatedOutput": null,
+            "exitCode": null,
+            "durationMs": null,
+            "processId": null,
+            "source": "agent",
+        })
+    }
+
+    fn tool(&mut self, thread_id: &str, turn_id: &str, tool: ScriptTool) -> Sent {
+        let item_id = uuid::Uuid::now_v7().to_string();
+        let item = self.command_item(thread_id, turn_id, &item_id, &tool.key);
+        self.item_started(thread_id, turn_id, &item)?;
+        if !tool.approval {
+            return self.run_tool(thread_id, turn_id, item, &tool);
+        }
+        self.next_request_id += 1;
+        let request_id = self.next_request_id;
+        self.pending.insert(request_id, thread_id.to_owned());
+        let active = self.active.get_mut(thread_id).expect("turn is active");
+        active.waiting = Some(Waiting {
+            request_id,
+            item: item.clone(),
+            tool,
+        });
+        let method = "item/commandExecution/requestApproval";
+        self.write(&json!({
+            "id": request_id,
+            "method": method,
+            "params": {
+                "threadId": thread_id,
+                "turnId": turn_id,
+                "itemId": item_id,
+                "startedAtMs": now_ms(),
+                "command": item["command"],
+                "cwd": item["cwd"],
+                "reason": null,
+            },
+        }))?;
+        self.point(&format!("codex.{}.requested", slug(method)));
+        Ok(())
+    }
+
+    fn run_tool(&mut self, thread_id: &str, turn_id: &str, mut item: Value, tool: &ScriptTool) -> Sent {
+        let by = self.turn_record(thread_id, turn_id).authorized_by.clone();
+        let argv = self.effect_argv(thread_id, turn_id, &tool.key, &by);
+        self.point("codex.effect.starting");
+        let started = std::time::Instant::now();
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        // A careful provider never hands its credentials to a tool shell.
+        for var in CREDENTIAL_VARS {
+            cmd.env_remove(var);
+        }
+        for var in ["TURNCUT_CUT_SOCKET", "TURNCUT_CUT_ARM", "TURNCUT_CUT_TRACE"] {
+            cmd.env_remove(var);
+        }
+        let cwd = &self.store.get(thread_id).expect("thread exists").cwd;
+        if std::path::Path::new(cwd).is_dir() {
+            cmd.current_dir(cwd);
+        }
+        let (status, output) = match cmd.output() {
+            Ok(out) => {
+                let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+                text.push_str(&String::from_utf8_lossy(&out.stderr));
+                (out.status.code(), text)
+            }
+            Err(e) => (None, format!("failed to spawn tool: {e}")),
+        };
+        let ok = status == Some(0);
+        self.journal.fact(
+            "effect.exited",
+            json!({ "key": tool.key, "by": by, "thread": thread_id, "turn": turn_id, "exit_code": status }),
+        );
+        self.point("codex.effect.exited");
+        self.notify(
+            "item/commandExecution/outputDelta",
+            json!({ "threadId": thread_id, "turnId": turn_id, "itemId": item["id"], "delta": output }),
+        )?;
+        item["status"] = json!(if ok { "completed" } else { "failed" });
+        item["exitCode"] = json!(status);
+        item["aggregatedOutput"] = json!(output);
+        item["durationMs"] = json!(started.elapsed().as_millis() as i64);
+        self.item_completed(thread_id, turn_id, item)
+    }
+
+    fn on_response(&mut self, id: &Value, msg: &Value) -> Sent {
+        let Some(request_id) = id.as_i64() else {
+            self.journal
+                .fact("response.unexpected", json!({ "id": id }));
+            return Ok(());
+        };
+        let Some(thread_id) = self.pending.remove(&request_id) else {
+            self.journal
+                .fact("response.unexpected", json!({ "id": id }));
+            return Ok(());
+        };
+        self.point("codex.approval.received");
+        let Some(active) = self.active.get_mut(&thread_id) else {
+            return Ok(());
+        };
+        let Some(waiting) = active.waiting.take() else {
+            return Ok(());
+        };
+        debug_assert_eq!(waiting.request_id, request_id);
+        let turn_id = active.turn_id.clone();
+        // An error answer counts as a refusal, as in the real server.
+        let decision = match msg.pointer("/result/decision") {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Object(o)) if o.keys().any(|k| k.starts_with("accept")) => "accept".into(),
+            Some(Value::Object(_)) => "accept".into(),
+            _ => "decline".into(),
+        };
+        self.journal.fact(
+            "approval.decided",
+            json!({ "thread": thread_id, "turn": turn_id, "key": waiting.tool.key, "decision": decision }),
+        );
+        self.notify(
+            "serverRequest/resolved",
+            json!({ "threadId": thread_id, "requestId": request_id }),
+        )?;
+        match decision.as_str() {
+            "accept" | "acceptForSession" => {
+                self.run_tool(&thread_id, &turn_id, waiting.item, &waiting.tool)?;
+                self.pump(&thread_id)
+            }
+            "cancel" => {
+                let mut item = waiting.item;
+                item["status"] = json!("declined");
+                self.item_completed(&thread_id, &turn_id, item)?;
+                self.finish_turn(&thread_id, TurnStatus::Interrupted, Some("cancelled by the user"))
+            }
+            _ => {
+                let mut item = waiting.item;
+                item["status"] = json!("declined");
+                self.item_completed(&thread_id, &turn_id, item)?;
+                self.pump(&thread_id)
+            }
+        }
+    }
+
+    fn turn_interrupt(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
+        let p: TurnInterruptParams = params(msg).map_err(|e| (INVALID_PARAMS, e))?;
+        self.thread_exists(&p.thread_id)?;
+        match self.active.get(&p.thread_id) {
+            Some(a) if a.turn_id == p.turn_id => {}
+            _ => {
+                return Err((
+                    INVALID_REQUEST,
+                    format!("no active turn {} on thread {}", p.turn_id, p.thread_id),
+                ));
+            }
+        }
+        let pending = self
+            .active
+            .get_mut(&p.thread_id)
+            .and_then(|a| a.waiting.take());
+        Ok(self.respond(id, "turn/interrupt", json!({})).and_then(|()| {
+            if let Some(w) = pending {
+                self.pending.remove(&w.request_id);
+                self.notify(
+                    "serverRequest/resolved",
+                    json!({ "threadId": p.thread_id, "requestId": w.request_id }),
+                )?;
+            }
+            self.finish_turn(&p.thread_id, TurnStatus::Interrupted, Some("interrupted by the client"))
+        }))
+    }
+
+    fn finish_turn(&mut self, thread_id: &str, status: TurnStatus, error: Option<&str>) -> Sent {
+        let Some(active) = self.active.remove(thread_id) else {
+            return Ok(());
+        };
+        {
+            let thread = self.store.get_mut(thread_id).expect("thread exists");
+            thread.updated_at = now_s();
+            let turn = thread
+                .turns
+                .iter_mut()
+                .find(|t| t.id == active.turn_id)
+                .expect("turn exists");
+            turn.status = status;
+            turn.error = error.map(str::to_owned);
+            turn.completed_at = Some(now_s());
+        }
+        if let Err(e) = self.store.save(thread_id) {
+            self.fail_storage(&e);
+        }
+        self.journal.fact(
+            "turn.finished",
+            json!({ "thread": thread_id, "turn": active.turn_id, "status": status }),
+        );
+        self.point("codex.turn_completed.recorded");
+        let turn = turn_json(self.turn_record(thread_id, &active.turn_id), true);
+        self.notify(
+            "turn/completed",
+            json!({ "threadId": thread_id, "turn": turn }),
+        )
+    }
+
+    fn fail_storage(&self, e: &std::io::Error) -> ! {
+        // The store is the fake's durable truth; carrying on after a failed
+        // write would make it lie about what is recorded.
+        self.journal
+            .fact("storage.failed", json!({ "error": e.to_string() }));
+        eprintln!("fake-provider: failed to save thread store: {e}");
+        std::process::exit(3);
+    }
+}
+
+fn storage_error(e: std::io::Error) -> (i64, String) {
+    (INVALID_REQUEST, format!("failed to save thread: {e}"))
+}
+
+/// A turn in wire form.
+pub fn turn_json(turn: &TurnRecord, include_items: bool) -> Value {
+    let items = if include_items {
+        turn.items.clone()
+    } else {
+        Vec::new()
+    };
+    json!({
+        "id": turn.id,
+        "items": items,
+        "status": turn.status,
+        "error": turn.error.as_ref().map(|m| json!({ "message": m })),
+        "startedAt": turn.started_at,
+        "completedAt": turn.completed_at,
+        "durationMs": turn.completed_at.map(|c| (c - turn.started_at) * 1000),
+    })
+}
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty()
+        && s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@#".contains(c))
+    {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}

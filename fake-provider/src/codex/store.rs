@@ -1,0 +1,167 @@
+//! The fake Codex app-server's durable thread store.
+//!
+//! One JSON file per thread under `<state-dir>/threads/`, replaced atomically
+//! (write a temporary file, fsync it, rename, fsync the directory) on every
+//! change, so a SIGKILL at any instant leaves either the old or the new version.
+//! A turn is durable ("recorded") once `save` returns. On load, a turn that was
+//! still in progress becomes `interrupted`, as the real app-server reports a
+//! turn whose process died. Whole-thread rewrites are fine for a fake; the
+//! runner's store is the one that must not grow its cost with history.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Version of the stored thread format.
+pub const STORE_VERSION: u32 = 1;
+
+/// A stored thread.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ThreadRecord {
+    /// Format version.
+    pub v: u32,
+    /// Thread id (UUIDv7).
+    pub id: String,
+    /// Session id shared by the thread tree.
+    pub session_id: String,
+    /// Creation time, seconds since the epoch.
+    pub created_at: i64,
+    /// Last update, seconds since the epoch.
+    pub updated_at: i64,
+    /// Working directory captured at start.
+    pub cwd: String,
+    /// The model name reported back.
+    pub model: String,
+    /// First user message, if any.
+    pub preview: String,
+    /// Turns in order.
+    pub turns: Vec<TurnRecord>,
+}
+
+/// Status of a stored turn, with the wire names of `TurnStatus`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TurnStatus {
+    /// Running.
+    InProgress,
+    /// Finished normally.
+    Completed,
+    /// Stopped by `turn/interrupt`, a `cancel` decision, or the process dying.
+    Interrupted,
+    /// Failed.
+    Failed,
+}
+
+/// A stored turn.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// Turn id (UUIDv7).
+    pub id: String,
+    /// The client's `clientUserMessageId`, if given.
+    pub client_id: Option<String>,
+    /// The user input items as received.
+    pub input: Vec<Value>,
+    /// Whether this turn is a continuation (see `CONTINUE_MARKER`).
+    pub continuation: bool,
+    /// The message id that authorizes this turn's effects.
+    pub authorized_by: String,
+    /// Which script turn it plays.
+    pub script_index: usize,
+    /// Current status.
+    pub status: TurnStatus,
+    /// Error message for failed or interrupted turns.
+    pub error: Option<String>,
+    /// Completed thread items, in wire form.
+    pub items: Vec<Value>,
+    /// Start time, seconds.
+    pub started_at: i64,
+    /// Completion time, seconds.
+    pub completed_at: Option<i64>,
+}
+
+/// The durable store.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    threads: BTreeMap<String, ThreadRecord>,
+}
+
+impl Store {
+    /// Opens the store under `state_dir`, loading every thread and marking turns
+    /// that were in progress as interrupted.
+    pub fn open(state_dir: &Path) -> std::io::Result<Store> {
+        let dir = state_dir.join("threads");
+        fs::create_dir_all(&dir)?;
+        let mut store = Store {
+            dir,
+            threads: BTreeMap::new(),
+        };
+        let mut interrupted = Vec::new();
+        for entry in fs::read_dir(&store.dir)? {
+            let path = entry?.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("json") {
+                continue;
+            }
+            let text = fs::read_to_string(&path)?;
+            let mut thread: ThreadRecord = serde_json::from_str(&text).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: bad thread file: {e}", path.display()),
+                )
+            })?;
+            let mut changed = false;
+            for turn in &mut thread.turns {
+                if turn.status == TurnStatus::InProgress {
+                    turn.status = TurnStatus::Interrupted;
+                    turn.error = Some("the app-server restarted during this turn".to_owned());
+                    changed = true;
+                }
+            }
+            if changed {
+                interrupted.push(thread.id.clone());
+            }
+            store.threads.insert(thread.id.clone(), thread);
+        }
+        for id in interrupted {
+            store.save(&id)?;
+        }
+        Ok(store)
+    }
+
+    /// A thread by id.
+    pub fn get(&self, id: &str) -> Option<&ThreadRecord> {
+        self.threads.get(id)
+    }
+
+    /// A thread by id, for changing it; call [`Store::save`] afterwards.
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut ThreadRecord> {
+        self.threads.get_mut(id)
+    }
+
+    /// Inserts a new thread and saves it.
+    pub fn insert(&mut self, thread: ThreadRecord) -> std::io::Result<()> {
+        let id = thread.id.clone();
+        self.threads.insert(id.clone(), thread);
+        self.save(&id)
+    }
+
+    /// Makes the current state of thread `id` durable.
+    pub fn save(&self, id: &str) -> std::io::Result<()> {
+        let thread = &self.threads[id];
+        let path = self.dir.join(format!("{id}.json"));
+        let tmp = self.dir.join(format!("{id}.json.tmp"));
+        let bytes = serde_json::to_vec(thread).expect("threads serialize");
+        {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(&bytes)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, &path)?;
+        fs::File::open(&self.dir)?.sync_all()?;
+        Ok(())
+    }
+}

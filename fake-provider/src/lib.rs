@@ -1,0 +1,15 @@
+//! Protocol-faithful fakes of coding-agent providers, for restart-chaos tests.
+//!
+//! Each fake is a real process speaking a real wire protocol, driven by a
+//! scripted model (`script`), with a durable conversation store, an evidence
+//! `journal`, an effect `ledger` written by the tool command itself, and named
+//! fault points (`faults`) on top of the `cutpoint` crate. This crate knows
+//! nothing about scenarios, cells or oracles: it produces evidence, the harness
+//! judges it.
+
+pub mod cli;
+pub mod codex;
+pub mod faults;
+pub mod journal;
+pub mod ledger;
+pub mod script;

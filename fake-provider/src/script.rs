@@ -1,0 +1,216 @@
+//! The scripted model: what the fake says and which tools it calls, turn by turn.
+//!
+//! A script is a TOML file with `[[turn]]` tables (`say`, `tools`, `final`). The
+//! fakes pick a script turn for each user message and play it; they never look at
+//! the message text. This module only parses and validates scripts; it knows
+//! nothing about protocols, scenarios or the harness.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// A whole script: the model's behaviour for successive user messages.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Script {
+    /// One entry per user message, in order. The last one repeats for any
+    /// further messages.
+    #[serde(rename = "turn")]
+    pub turns: Vec<ScriptTurn>,
+}
+
+/// What the model does while answering one user message.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptTurn {
+    /// Message chunks said before the tools run, one agent message each.
+    #[serde(default)]
+    pub say: Vec<String>,
+    /// Tool calls, in order.
+    #[serde(default)]
+    pub tools: Vec<ScriptTool>,
+    /// The final assistant message of the turn.
+    #[serde(rename = "final", default = "default_final")]
+    pub final_message: String,
+}
+
+/// One side-effecting tool call requested by the model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptTool {
+    /// Stable effect key: the effect ledger records it, the oracles count it.
+    pub key: String,
+    /// What kind of tool call this is.
+    #[serde(default)]
+    pub kind: ToolKind,
+    /// Whether the provider asks the client for approval before running it.
+    #[serde(default)]
+    pub approval: bool,
+}
+
+/// The kinds of tool call the fakes can make. Every kind runs the `effect`
+/// command, so the ledger sees it whoever executes it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolKind {
+    /// A shell command (`commandExecution` in Codex).
+    #[default]
+    Command,
+}
+
+fn default_final() -> String {
+    "Done.".to_owned()
+}
+
+/// Errors from loading a script.
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    /// The file could not be read.
+    #[error("failed to read script {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The TOML is malformed or has unknown keys; the message carries line and column.
+    #[error("{path}: {message}")]
+    Parse { path: String, message: String },
+    /// The script parsed but cannot be played.
+    #[error("{path}: {message}")]
+    Invalid { path: String, message: String },
+}
+
+impl Script {
+    /// The built-in script used when no `--script` is given: one message, one
+    /// command that needs approval, a final message.
+    pub fn builtin() -> Script {
+        Script {
+            turns: vec![ScriptTurn {
+                say: vec!["Looking at the workspace.".to_owned()],
+                tools: vec![ScriptTool {
+                    key: "write-hello".to_owned(),
+                    kind: ToolKind::Command,
+                    approval: true,
+                }],
+                final_message: "Created hello.txt.".to_owned(),
+            }],
+        }
+    }
+
+    /// Loads and validates a script file.
+    pub fn load(path: &Path) -> Result<Script, ScriptError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ScriptError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Script::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates script text; `origin` names the source in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Script, ScriptError> {
+        let script: Script = toml::from_str(text).map_err(|e| ScriptError::Parse {
+            path: origin.to_owned(),
+            message: locate_toml_error(text, &e),
+        })?;
+        script.validate().map_err(|message| ScriptError::Invalid {
+            path: origin.to_owned(),
+            message,
+        })?;
+        Ok(script)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.turns.is_empty() {
+            return Err("a script needs at least one [[turn]]".to_owned());
+        }
+        for (i, turn) in self.turns.iter().enumerate() {
+            let mut seen = std::collections::HashSet::new();
+            for tool in &turn.tools {
+                if tool.key.is_empty() || tool.key.chars().any(char::is_whitespace) {
+                    return Err(format!(
+                        "turn {}: tool key {:?} must be non-empty and have no spaces",
+                        i + 1,
+                        tool.key
+                    ));
+                }
+                if !seen.insert(&tool.key) {
+                    return Err(format!(
+                        "turn {}: tool key {:?} appears twice; effect keys must be unique within a turn",
+                        i + 1,
+                        tool.key
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The script turn that answers the `index`-th distinct user message of a
+    /// conversation (0-based). The last turn repeats.
+    pub fn turn(&self, index: usize) -> &ScriptTurn {
+        &self.turns[index.min(self.turns.len() - 1)]
+    }
+}
+
+/// Renders a TOML error as `line:col: message`.
+pub fn locate_toml_error(text: &str, e: &toml::de::Error) -> String {
+    match e.span() {
+        Some(span) => {
+            let (line, col) = line_col(text, span.start);
+            format!("{line}:{col}: {}", e.message())
+        }
+        None => e.message().to_owned(),
+    }
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, col)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_script() {
+        let s = Script::parse(
+            r#"
+[[turn]]
+say = ["a", "b"]
+tools = [{ key = "k1", kind = "command", approval = true }, { key = "k2" }]
+final = "done"
+
+[[turn]]
+say = ["second"]
+"#,
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(s.turns.len(), 2);
+        assert_eq!(s.turns[0].tools[1].approval, false);
+        assert_eq!(s.turn(5).say, vec!["second".to_owned()]);
+        assert_eq!(s.turns[1].final_message, "Done.");
+    }
+
+    #[test]
+    fn errors_name_the_place() {
+        let e = Script::parse("[[turn]]\nsay = [\"a\"]\nbogus = 1\n", "s.toml").unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("s.toml: 3:1:"), "{msg}");
+        assert!(msg.contains("bogus"), "{msg}");
+
+        let e = Script::parse("turn = []\n", "s.toml").unwrap_err();
+        assert!(e.to_string().contains("at least one"), "{e}");
+
+        let e = Script::parse(
+            "[[turn]]\ntools = [{ key = \"a\" }, { key = \"a\" }]\n",
+            "s.toml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("appears twice"), "{e}");
+    }
+}

@@ -1,0 +1,38 @@
+//! `cutpoint-probe` is a stand-in for the runner in `cutpoint`'s own tests.
+//!
+//! It calls [`cutpoint::init`] (exiting with code 2 if the environment is
+//! malformed), then hits each point named on the command line in order and
+//! prints `passed <point>` after each one and `done` at the end, so a test can
+//! tell from stdout exactly how far the process got. A leading `--lazy` skips
+//! `init` so that tests can exercise the lazy first-hit path. It deliberately
+//! does nothing else: no work between hits, no signal handling.
+
+use std::io::{self, Write};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut points: Vec<String> = std::env::args().skip(1).collect();
+    let lazy = points.first().is_some_and(|first| first == "--lazy");
+    if lazy {
+        points.remove(0);
+    } else if let Err(e) = cutpoint::init() {
+        eprintln!("cutpoint-probe: {e}");
+        return ExitCode::from(2);
+    }
+    let mut out = io::stdout().lock();
+    for point in &points {
+        cutpoint::hit(point);
+        // Each line is flushed on its own so that a test reading the pipe
+        // sees progress up to the moment the process blocks or dies.
+        if writeln!(out, "passed {point}")
+            .and_then(|()| out.flush())
+            .is_err()
+        {
+            return ExitCode::FAILURE;
+        }
+    }
+    if writeln!(out, "done").and_then(|()| out.flush()).is_err() {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,374 @@
+//! The in-process side: [`hit`], [`init`] and the once-per-process configuration.
+//!
+//! The configuration is read from the environment exactly once, either eagerly
+//! by [`init`] or lazily by the first [`hit`], and is summarised in a single
+//! atomic state byte so that a disarmed process pays one relaxed load per hit.
+//! This module deliberately never re-reads the environment, never retries a
+//! failed connection to the harness and never exits the process itself: a
+//! harness that is unreachable or gone is logged once per hit to stderr and
+//! the hit continues, because the harness is expected to notice a missing hold
+//! through its own deadline.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use serde::Serialize;
+
+use crate::{Arm, ConfigError, ENV_ARM, ENV_ROLE, ENV_SOCKET, ENV_TRACE, Error, parse_arm};
+
+/// The environment has not been read yet.
+const UNINIT: u8 = 0;
+/// Neither a trace nor an arm is configured: hits do nothing.
+const DISARMED: u8 = 1;
+/// Hits are counted, and traced or held as configured.
+const ACTIVE: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: OnceLock<Result<Option<Runtime>, ConfigError>> = OnceLock::new();
+
+/// Marks the boundary `point`, e.g. `hit("runner.turn_intent.persisted")`.
+///
+/// Disarmed, this is one relaxed atomic load. With `TURNCUT_CUT_TRACE` set, the
+/// hit is appended to the trace file; when it is the armed occurrence, the
+/// process reports it to the harness and blocks until the harness replies
+/// `continue` or kills it.
+///
+/// # Panics
+///
+/// If this is the first hit of the process, [`init`] was not called and the
+/// `TURNCUT_*` environment is malformed: the harness set up the process wrongly,
+/// and carrying on would produce a run that silently never cuts.
+#[inline]
+pub fn hit(point: &str) {
+    // Relaxed is enough: the value only selects a path, and the active path
+    // reaches the configuration through `OnceLock`, which synchronises itself.
+    match STATE.load(Ordering::Relaxed) {
+        DISARMED => {}
+        ACTIVE => active_hit(point),
+        _ => first_hit(point),
+    }
+}
+
+/// Reads the `TURNCUT_*` environment now instead of at the first [`hit`].
+///
+/// Binaries call this at start and exit with code 2 on error, so that a
+/// malformed environment is reported before any work instead of as a panic in
+/// the middle of a turn. Calling it again returns the same outcome without
+/// reading the environment again.
+pub fn init() -> Result<(), Error> {
+    match RUNTIME.get_or_init(|| Runtime::from_lookup(|name| std::env::var_os(name))) {
+        Ok(runtime) => {
+            let state = if runtime.is_some() { ACTIVE } else { DISARMED };
+            STATE.store(state, Ordering::Release);
+            Ok(())
+        }
+        Err(e) => Err(Error::Config(e.clone())),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn first_hit(point: &str) {
+    if let Err(e) = init() {
+        panic!("cutpoint: {e}");
+    }
+    // `init` succeeded, so the state is now disarmed or active and this
+    // re-dispatch cannot come back here.
+    hit(point);
+}
+
+#[inline(never)]
+fn active_hit(point: &str) {
+    // The relaxed load in `hit` does not order us after the thread that
+    // stored the configuration, so reach it through `OnceLock`, whose fast
+    // path is a single acquire load and whose slow path waits for the writer.
+    if let Some(Ok(Some(runtime))) = RUNTIME.get() {
+        runtime.hit(point);
+    } else {
+        first_hit(point);
+    }
+}
+
+/// The wire form of a hit, borrowing instead of allocating on every hit.
+#[derive(Serialize)]
+struct HitLine<'a> {
+    role: &'a str,
+    pid: u32,
+    point: &'a str,
+    n: u64,
+}
+
+/// Where and at which occurrences to block.
+struct Armed {
+    socket: PathBuf,
+    arms: Vec<Arm>,
+}
+
+struct Trace {
+    path: PathBuf,
+    file: File,
+}
+
+/// The active configuration of a process plus its per-point counters.
+pub(crate) struct Runtime {
+    role: String,
+    armed: Option<Armed>,
+    trace: Option<Trace>,
+    counts: Mutex<HashMap<String, u64>>,
+}
+
+impl Runtime {
+    /// Builds the configuration from a variable lookup; `None` means disarmed.
+    ///
+    /// Empty variables count as unset so that a harness can disarm a child by
+    /// blanking a variable as well as by removing it.
+    pub(crate) fn from_lookup(
+        lookup: impl Fn(&str) -> Option<OsString>,
+    ) -> Result<Option<Runtime>, ConfigError> {
+        let var = |name: &'static str| -> Result<Option<String>, ConfigError> {
+            match lookup(name) {
+                None => Ok(None),
+                Some(value) => match value.into_string() {
+                    Ok(text) if text.trim().is_empty() => Ok(None),
+                    Ok(text) => Ok(Some(text)),
+                    Err(_) => Err(ConfigError::NotUnicode { var: name }),
+                },
+            }
+        };
+        let role = var(ENV_ROLE)?.unwrap_or_else(|| "unknown".to_owned());
+        let armed = match var(ENV_ARM)? {
+            None => None,
+            Some(spec) => {
+                let arms = parse_arm(&spec).map_err(|e| match e {
+                    Error::Config(config) => config,
+                    other => unreachable!("parse_arm only returns config errors, got {other}"),
+                })?;
+                let socket = var(ENV_SOCKET)?.ok_or(ConfigError::MissingSocket)?;
+                Some(Armed {
+                    socket: socket.into(),
+                    arms,
+                })
+            }
+        };
+        let trace = match var(ENV_TRACE)? {
+            None => None,
+            Some(path) => {
+                let path = PathBuf::from(path);
+                // O_APPEND makes each single write land whole at the end of
+                // the file, so lines from concurrent processes never tear.
+                let file = OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(&path)
+                    .map_err(|e| ConfigError::Trace {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                Some(Trace { path, file })
+            }
+        };
+        if armed.is_none() && trace.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(Runtime {
+            role,
+            armed,
+            trace,
+            counts: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    pub(crate) fn hit(&self, point: &str) {
+        // Counting and tracing happen under one lock so that the trace lists
+        // each point's occurrences in increasing order even across threads.
+        // The lock is released before blocking on the harness, so other
+        // threads keep running while one of them is held, as they would up to
+        // a real crash.
+        let held = {
+            let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = match counts.get_mut(point) {
+                Some(count) => {
+                    *count += 1;
+                    *count
+                }
+                None => {
+                    counts.insert(point.to_owned(), 1);
+                    1
+                }
+            };
+            let armed = self
+                .armed
+                .as_ref()
+                .filter(|armed| armed.arms.iter().any(|a| a.n == n && a.point == point));
+            if self.trace.is_none() && armed.is_none() {
+                return;
+            }
+            // The pid is taken per hit rather than cached so that a forked
+            // child reports itself.
+            let line = HitLine {
+                role: &self.role,
+                pid: std::process::id(),
+                point,
+                n,
+            };
+            let mut bytes = serde_json::to_vec(&line).expect("a hit always serialises");
+            bytes.push(b'\n');
+            if let Some(trace) = &self.trace {
+                trace.append(&bytes);
+            }
+            armed.map(|armed| (armed, bytes, n))
+        };
+        if let Some((armed, bytes, n)) = held {
+            armed.hold(&bytes, point, n);
+        }
+    }
+}
+
+impl Trace {
+    fn append(&self, line: &[u8]) {
+        // One write(2) per line: a second write to finish a short one could
+        // interleave with another process, so a short write is reported
+        // rather than completed.
+        let result = loop {
+            match (&self.file).write(line) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                other => break other,
+            }
+        };
+        match result {
+            Ok(written) if written == line.len() => {}
+            Ok(written) => eprintln!(
+                "cutpoint: short write to trace {} ({written} of {} bytes)",
+                self.path.display(),
+                line.len()
+            ),
+            Err(e) => eprintln!(
+                "cutpoint: cannot append to trace {}: {e}",
+                self.path.display()
+            ),
+        }
+    }
+}
+
+impl Armed {
+    /// Reports the armed hit and blocks until the harness answers.
+    fn hold(&self, line: &[u8], point: &str, n: u64) {
+        match exchange(&self.socket, line) {
+            Ok(reply) if reply.trim_end() == "continue" => {}
+            Ok(reply) if reply.is_empty() => eprintln!(
+                "cutpoint: harness closed the connection for {point}#{n} without replying; continuing"
+            ),
+            Ok(reply) => eprintln!(
+                "cutpoint: unexpected harness reply {:?} for {point}#{n}; continuing",
+                reply.trim_end()
+            ),
+            Err(e) => eprintln!(
+                "cutpoint: cannot reach harness at {} for {point}#{n}: {e}; continuing",
+                self.socket.display()
+            ),
+        }
+    }
+}
+
+/// Sends one line and returns the reply line, empty if the peer closed first.
+fn exchange(socket: &std::path::Path, line: &[u8]) -> io::Result<String> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.write_all(line)?;
+    let mut reply = String::new();
+    // `read_line` retries on EINTR, so only the harness (or a kill) ends this.
+    BufReader::new(stream).read_line(&mut reply)?;
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    fn runtime(vars: &[(&str, &str)]) -> Result<Option<Runtime>, ConfigError> {
+        let vars: BTreeMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), OsString::from(v)))
+            .collect();
+        Runtime::from_lookup(|name| vars.get(name).cloned())
+    }
+
+    #[test]
+    fn no_variables_means_disarmed() {
+        assert!(runtime(&[]).unwrap().is_none());
+        assert!(runtime(&[(ENV_ROLE, "runner")]).unwrap().is_none());
+        assert!(runtime(&[(ENV_SOCKET, "/tmp/x.sock")]).unwrap().is_none());
+        assert!(
+            runtime(&[(ENV_ARM, ""), (ENV_TRACE, " ")])
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn arm_without_socket_is_rejected() {
+        let err = runtime(&[(ENV_ARM, "a#1")]).err().unwrap();
+        assert_eq!(err, ConfigError::MissingSocket);
+        assert_eq!(
+            err.to_string(),
+            "missing TURNCUT_CUT_SOCKET while TURNCUT_CUT_ARM is set"
+        );
+    }
+
+    #[test]
+    fn unopenable_trace_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("missing-dir/trace.jsonl");
+        let err = runtime(&[(ENV_TRACE, path.to_str().unwrap())])
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .starts_with("cannot open TURNCUT_CUT_TRACE file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn counts_and_trace_order_agree_across_threads() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace.jsonl");
+        let runtime = Arc::new(
+            runtime(&[(ENV_TRACE, trace.to_str().unwrap()), (ENV_ROLE, "t")])
+                .unwrap()
+                .unwrap(),
+        );
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let runtime = Arc::clone(&runtime);
+                std::thread::spawn(move || {
+                    for _ in 0..500 {
+                        runtime.hit("shared.point.hit");
+                        runtime.hit(&format!("own.point.{t}"));
+                    }
+                })
+            })
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let hits = crate::trace_read(&trace).unwrap();
+        assert_eq!(hits.len(), 4000);
+        let mut last: HashMap<String, u64> = HashMap::new();
+        for hit in hits {
+            let previous = last.insert(hit.point.clone(), hit.n).unwrap_or(0);
+            assert_eq!(hit.n, previous + 1, "out of order: {hit}");
+            assert_eq!(hit.role, "t");
+            assert_eq!(hit.pid, std::process::id());
+        }
+        assert_eq!(last["shared.point.hit"], 2000);
+        assert_eq!(last["own.point.3"], 500);
+    }
+}

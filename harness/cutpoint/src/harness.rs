@@ -1,0 +1,349 @@
+//! The harness side: accept held hits on a unix socket and read trace files.
+//!
+//! It is synchronous and uses only std plus `poll(2)`, so the harness and the
+//! tests can share it without pulling in an async runtime. Every wait is
+//! bounded by a caller-supplied deadline and is driven by events (`poll`,
+//! socket read timeouts), never by sleeping. It deliberately does not decide
+//! what to do with a held process: the caller resumes it, keeps it held, or
+//! kills it by pid.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::{Error, Hit};
+
+/// A message longer than this is not a hit line, and reading on would let a
+/// confused peer grow the buffer without bound.
+const MAX_MESSAGE: usize = 64 * 1024;
+
+/// A unix stream socket on which armed processes report their hits.
+///
+/// The socket file is removed when the listener is dropped, unless something
+/// else has been bound at the same path in the meantime.
+#[derive(Debug)]
+pub struct Listener {
+    inner: UnixListener,
+    path: PathBuf,
+    identity: (u64, u64),
+}
+
+impl Listener {
+    /// Binds `path`, first removing a stale socket left there by a previous
+    /// run. Anything at `path` that is not a socket is left alone and makes
+    /// the bind fail.
+    pub fn bind(path: impl AsRef<Path>) -> io::Result<Listener> {
+        let path = path.as_ref();
+        match fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_socket() => match fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            },
+            _ => {}
+        }
+        let inner = UnixListener::bind(path)?;
+        // Non-blocking so that `accept_hit` can bound its wait with poll(2)
+        // and never get stuck in accept(2) after a spurious wake-up.
+        inner.set_nonblocking(true)?;
+        let meta = fs::symlink_metadata(path)?;
+        Ok(Listener {
+            inner,
+            path: path.to_owned(),
+            identity: (meta.dev(), meta.ino()),
+        })
+    }
+
+    /// The path the listener is bound to, for `TURNCUT_CUT_SOCKET`.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Waits up to `deadline` for one armed process to connect and send its
+    /// hit, and returns it held: the process stays blocked until the
+    /// [`HeldHit`] is resumed or dropped.
+    ///
+    /// The deadline covers both the connection and its message. A connection
+    /// already queued is returned even with a zero deadline.
+    pub fn accept_hit(&self, deadline: Duration) -> Result<HeldHit, Error> {
+        let start = Instant::now();
+        let timeout = |what| Error::Timeout {
+            what,
+            ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+        };
+        let remaining = || deadline.saturating_sub(start.elapsed());
+
+        let stream = loop {
+            match self.inner.accept() {
+                Ok((stream, _)) => break stream,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("cannot accept a cut-point connection", e)),
+            }
+            let left = remaining();
+            if left.is_zero() {
+                return Err(timeout("a cut-point connection"));
+            }
+            let mut fds = [PollFd::new(self.inner.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, poll_timeout(left)) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => return Err(Error::io("cannot poll the cut-point socket", e.into())),
+            }
+        };
+
+        let context = "cannot read a cut-point message";
+        // Accepted sockets do not inherit O_NONBLOCK on Linux, but say so
+        // explicitly because the read below relies on blocking with a timeout.
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| Error::io(context, e))?;
+        let mut line = Vec::new();
+        let mut chunk = [0u8; 512];
+        loop {
+            let left = remaining();
+            if left.is_zero() {
+                return Err(timeout("a cut-point message"));
+            }
+            stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| Error::io(context, e))?;
+            match (&stream).read(&mut chunk) {
+                Ok(0) => {
+                    return Err(Error::BadMessage {
+                        line: String::from_utf8_lossy(&line).into_owned(),
+                        reason: "connection closed before the end of the line".into(),
+                    });
+                }
+                Ok(read) => {
+                    line.extend_from_slice(&chunk[..read]);
+                    if let Some(end) = line.iter().position(|&b| b == b'\n') {
+                        line.truncate(end);
+                        break;
+                    }
+                    if line.len() > MAX_MESSAGE {
+                        return Err(Error::BadMessage {
+                            line: String::from_utf8_lossy(&line[..80]).into_owned(),
+                            reason: format!("no newline within {MAX_MESSAGE} bytes"),
+                        });
+                    }
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock
+                            | io::ErrorKind::TimedOut
+                            | io::ErrorKind::Interrupted
+                    ) => {}
+                Err(e) => return Err(Error::io(context, e)),
+            }
+        }
+        stream
+            .set_read_timeout(None)
+            .map_err(|e| Error::io(context, e))?;
+        let hit = serde_json::from_slice(&line).map_err(|e| Error::BadMessage {
+            line: String::from_utf8_lossy(&line).into_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(HeldHit { hit, stream })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // Only remove the file if it is still our socket: a newer listener
+        // may have replaced it, and its clients must keep finding it.
+        if let Ok(meta) = fs::symlink_metadata(&self.path)
+            && (meta.dev(), meta.ino()) == self.identity
+        {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Rounds up so that a sub-millisecond remainder still waits instead of
+/// spinning through zero-timeout polls until the deadline.
+fn poll_timeout(left: Duration) -> PollTimeout {
+    let ms = left.as_micros().div_ceil(1000);
+    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+}
+
+/// A process blocked at an armed cut point, waiting for the harness.
+///
+/// Dropping it closes the connection, which the process logs and then
+/// continues past, exactly as if [`HeldHit::resume`] had been called (apart
+/// from the log line). To keep the process blocked while doing other work,
+/// e.g. until it is killed, use [`HeldHit::hold_forever`].
+#[derive(Debug)]
+pub struct HeldHit {
+    pub hit: Hit,
+    stream: UnixStream,
+}
+
+impl HeldHit {
+    /// Lets the process continue past the cut point.
+    pub fn resume(self) -> io::Result<()> {
+        let mut stream = &self.stream;
+        stream.write_all(b"continue\n")?;
+        stream.flush()
+    }
+
+    /// Keeps the process blocked for as long as the returned guard lives.
+    ///
+    /// The process is never told to continue: it stays blocked until it is
+    /// killed, or until the guard is dropped, at which point it sees the
+    /// connection close, logs a line and continues. To hold it for the rest
+    /// of the harness's own life, `std::mem::forget` the guard.
+    pub fn hold_forever(self) -> Holding {
+        Holding {
+            hit: self.hit,
+            _stream: self.stream,
+        }
+    }
+}
+
+/// Keeps a held process blocked until dropped; see [`HeldHit::hold_forever`].
+#[derive(Debug)]
+#[must_use = "dropping the guard releases the held process at once"]
+pub struct Holding {
+    hit: Hit,
+    _stream: UnixStream,
+}
+
+impl Holding {
+    /// The hit being held.
+    pub fn hit(&self) -> &Hit {
+        &self.hit
+    }
+}
+
+/// Parses a `TURNCUT_CUT_TRACE` file into its hits, in file order.
+///
+/// Blank lines are skipped; any other line that is not a [`Hit`] is an error
+/// naming its 1-based line number, since lines are written whole and a bad
+/// one means the file is not a trace.
+pub fn trace_read(path: impl AsRef<Path>) -> Result<Vec<Hit>, Error> {
+    let path = path.as_ref();
+    let text = fs::read_to_string(path)
+        .map_err(|e| Error::io(format!("cannot read trace {}", path.display()), e))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(index, line)| {
+            serde_json::from_str(line).map_err(|e| Error::BadTrace {
+                path: path.to_owned(),
+                line_no: index + 1,
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_times_out_naming_the_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let err = listener
+            .accept_hit(Duration::from_millis(20))
+            .err()
+            .unwrap();
+        assert!(matches!(err, Error::Timeout { ms: 20, .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "timed out after 20 ms waiting for a cut-point connection"
+        );
+    }
+
+    #[test]
+    fn bind_replaces_a_stale_socket_and_drop_removes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.sock");
+        // A listener that is forgotten leaves its file behind, as a crashed
+        // harness would.
+        std::mem::forget(UnixListener::bind(&path).unwrap());
+        let listener = Listener::bind(&path).unwrap();
+        assert_eq!(listener.path(), path);
+        drop(listener);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn bind_refuses_to_remove_a_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("not-a-socket");
+        fs::write(&path, "keep me").unwrap();
+        assert!(Listener::bind(&path).is_err());
+        assert_eq!(fs::read_to_string(&path).unwrap(), "keep me");
+    }
+
+    #[test]
+    fn in_process_exchange() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let mut client = UnixStream::connect(listener.path()).unwrap();
+        client
+            .write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"a.b.c\",\"n\":2}\n")
+            .unwrap();
+        let held = listener.accept_hit(Duration::from_secs(10)).unwrap();
+        assert_eq!(
+            held.hit,
+            Hit {
+                role: "r".into(),
+                pid: 7,
+                point: "a.b.c".into(),
+                n: 2
+            }
+        );
+        held.resume().unwrap();
+        let mut reply = String::new();
+        client.read_to_string(&mut reply).unwrap();
+        assert_eq!(reply, "continue\n");
+    }
+
+    #[test]
+    fn garbage_message_is_rejected() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let mut client = UnixStream::connect(listener.path()).unwrap();
+        client.write_all(b"hello\n").unwrap();
+        let err = listener.accept_hit(Duration::from_secs(10)).err().unwrap();
+        assert!(matches!(err, Error::BadMessage { ref line, .. } if line == "hello"));
+    }
+
+    #[test]
+    fn silent_peer_times_out_on_the_message() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let _client = UnixStream::connect(listener.path()).unwrap();
+        let err = listener
+            .accept_hit(Duration::from_millis(50))
+            .err()
+            .unwrap();
+        assert_eq!(
+            err.to_string(),
+            "timed out after 50 ms waiting for a cut-point message"
+        );
+    }
+
+    #[test]
+    fn trace_read_names_the_bad_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.jsonl");
+        fs::write(
+            &path,
+            "{\"role\":\"r\",\"pid\":1,\"point\":\"a\",\"n\":1}\n\nnot json\n",
+        )
+        .unwrap();
+        let err = trace_read(&path).err().unwrap();
+        assert!(matches!(err, Error::BadTrace { line_no: 3, .. }), "{err:?}");
+    }
+}

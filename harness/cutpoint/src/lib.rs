@@ -1,0 +1,296 @@
+//! `cutpoint` lets the turncut harness stop a process at a named boundary.
+//!
+//! The runner and the fake providers link this crate and call
+//! [`hit`]`("runner.turn_intent.persisted")` at each boundary worth cutting at;
+//! names follow `<component>.<subject>.<moment>`. Whether a hit does anything is
+//! decided once per process from the `TURNCUT_*` environment variables (see
+//! [`ENV_SOCKET`], [`ENV_ARM`], [`ENV_TRACE`] and [`ENV_ROLE`]): a disarmed
+//! process pays one relaxed atomic load per hit, a traced one appends a JSON
+//! line per hit, and an armed one connects to the harness at the armed
+//! occurrence and blocks until told to continue or killed. The harness half of
+//! that exchange ([`Listener`], [`HeldHit`], [`trace_read`]) lives here too so
+//! that the harness and the tests share one implementation of the wire format.
+//! This crate deliberately does not kill processes, decide where to cut, or
+//! know anything about runners or providers; it only reports and waits.
+
+mod client;
+mod harness;
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use client::{hit, init};
+pub use harness::{HeldHit, Holding, Listener, trace_read};
+
+/// Path of the unix stream socket the harness listens on.
+pub const ENV_SOCKET: &str = "TURNCUT_CUT_SOCKET";
+/// Comma-separated `point#occurrence` entries at which to block (see [`parse_arm`]).
+pub const ENV_ARM: &str = "TURNCUT_CUT_ARM";
+/// File to which every hit is appended as one JSON line.
+pub const ENV_TRACE: &str = "TURNCUT_CUT_TRACE";
+/// Free-form role copied into every message, `unknown` when unset.
+pub const ENV_ROLE: &str = "TURNCUT_ROLE";
+
+/// One hit of a cut point: the message sent to the harness and the trace line.
+///
+/// `n` is the 1-based occurrence of `point` within the process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hit {
+    pub role: String,
+    pub pid: u32,
+    pub point: String,
+    pub n: u64,
+}
+
+impl fmt::Display for Hit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}#{} ({} pid {})",
+            self.point, self.n, self.role, self.pid
+        )
+    }
+}
+
+/// One armed occurrence: block at the `n`-th hit of `point`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Arm {
+    pub point: String,
+    pub n: u64,
+}
+
+impl fmt::Display for Arm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}#{}", self.point, self.n)
+    }
+}
+
+impl FromStr for Arm {
+    type Err = Error;
+
+    /// Parses a single `point#n` or bare `point` entry.
+    fn from_str(entry: &str) -> Result<Self, Self::Err> {
+        parse_entry(entry).map_err(Error::from)
+    }
+}
+
+/// Parses a `TURNCUT_CUT_ARM` value such as `a.b.c#2,d.e.f`.
+///
+/// Entries are separated by commas and may be padded with whitespace; a bare
+/// name means its first occurrence. Empty entries, empty names and
+/// occurrences that are not positive integers are rejected with an error
+/// naming the offending entry, because a typo here would otherwise silently
+/// turn a crash test into a run that never cuts.
+pub fn parse_arm(spec: &str) -> Result<Vec<Arm>, Error> {
+    spec.split(',')
+        .enumerate()
+        .map(|(index, entry)| {
+            if entry.trim().is_empty() {
+                Err(ConfigError::EmptyEntry {
+                    spec: spec.to_owned(),
+                    position: index + 1,
+                })
+            } else {
+                parse_entry(entry)
+            }
+        })
+        .collect::<Result<_, _>>()
+        .map_err(Error::from)
+}
+
+fn parse_entry(raw: &str) -> Result<Arm, ConfigError> {
+    let entry = raw.trim();
+    let (point, occurrence) = match entry.split_once('#') {
+        Some((point, occurrence)) => (point, Some(occurrence)),
+        None => (entry, None),
+    };
+    if point.is_empty() {
+        return Err(ConfigError::EmptyPoint {
+            entry: entry.to_owned(),
+        });
+    }
+    if point.chars().any(char::is_whitespace) {
+        return Err(ConfigError::BadPoint {
+            entry: entry.to_owned(),
+        });
+    }
+    let n = match occurrence {
+        None => 1,
+        // Only plain digits are accepted: `u64::from_str` would also take a
+        // leading `+`, which no harness writes on purpose.
+        Some(text) => text
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| text.parse::<u64>().ok())
+            .flatten()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| ConfigError::BadOccurrence {
+                entry: entry.to_owned(),
+                occurrence: text.to_owned(),
+            })?,
+    };
+    Ok(Arm {
+        point: point.to_owned(),
+        n,
+    })
+}
+
+/// A malformed cut-point environment.
+///
+/// It is `Clone` because the process-wide configuration is parsed once and
+/// every later [`init`] call reports the same error again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("empty entry {position} in TURNCUT_CUT_ARM \"{spec}\"")]
+    EmptyEntry { spec: String, position: usize },
+    #[error("empty point name in TURNCUT_CUT_ARM entry \"{entry}\"")]
+    EmptyPoint { entry: String },
+    #[error("whitespace inside the point name of TURNCUT_CUT_ARM entry \"{entry}\"")]
+    BadPoint { entry: String },
+    #[error(
+        "bad occurrence \"{occurrence}\" in TURNCUT_CUT_ARM entry \"{entry}\": expected a positive integer"
+    )]
+    BadOccurrence { entry: String, occurrence: String },
+    #[error("missing TURNCUT_CUT_SOCKET while TURNCUT_CUT_ARM is set")]
+    MissingSocket,
+    #[error("{var} is not valid unicode")]
+    NotUnicode { var: &'static str },
+    #[error("cannot open TURNCUT_CUT_TRACE file {path}: {reason}")]
+    Trace { path: PathBuf, reason: String },
+}
+
+/// Everything that can go wrong in this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The `TURNCUT_*` environment (or a spec given to [`parse_arm`]) is malformed.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Nothing arrived before the deadline; `ms` is the whole deadline.
+    #[error("timed out after {ms} ms waiting for {what}")]
+    Timeout { what: &'static str, ms: u64 },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The peer sent something that is not a [`Hit`] line.
+    #[error("bad cut-point message {line:?}: {reason}")]
+    BadMessage { line: String, reason: String },
+    /// A trace file line is not a [`Hit`].
+    #[error("bad line {line_no} in trace {path}: {reason}")]
+    BadTrace {
+        path: PathBuf,
+        line_no: usize,
+        reason: String,
+    },
+}
+
+impl Error {
+    fn io(context: impl Into<String>, source: io::Error) -> Self {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arms(spec: &str) -> Vec<Arm> {
+        parse_arm(spec).unwrap_or_else(|e| panic!("{spec:?} should parse: {e}"))
+    }
+
+    fn arm_error(spec: &str) -> String {
+        match parse_arm(spec) {
+            Ok(arms) => panic!("{spec:?} should be rejected, parsed as {arms:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn bare_name_means_first_occurrence() {
+        assert_eq!(
+            arms("runner.turn.start"),
+            vec![Arm {
+                point: "runner.turn.start".into(),
+                n: 1
+            }]
+        );
+    }
+
+    #[test]
+    fn parse_display_round_trip() {
+        for spec in [
+            "a.b.c#1",
+            "a.b.c#2,d.e.f#1",
+            "runner.turn_intent.persisted#18446744073709551615",
+            "x#3,x#3,y#10",
+        ] {
+            let parsed = arms(spec);
+            let shown = parsed
+                .iter()
+                .map(Arm::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            assert_eq!(shown, spec);
+            assert_eq!(arms(&shown), parsed);
+            for arm in &parsed {
+                assert_eq!(&arm.to_string().parse::<Arm>().unwrap(), arm);
+            }
+        }
+    }
+
+    #[test]
+    fn whitespace_around_entries_is_ignored() {
+        assert_eq!(arms(" a#2 , b "), arms("a#2,b#1"));
+    }
+
+    #[test]
+    fn malformed_entries_are_named() {
+        assert_eq!(
+            arm_error("a#x"),
+            r#"bad occurrence "x" in TURNCUT_CUT_ARM entry "a#x": expected a positive integer"#
+        );
+        assert_eq!(
+            arm_error("a#0"),
+            r#"bad occurrence "0" in TURNCUT_CUT_ARM entry "a#0": expected a positive integer"#
+        );
+        assert!(arm_error("b#1,a#+2").contains(r#"entry "a#+2""#));
+        assert!(arm_error("a#").contains(r#"entry "a#""#));
+        assert!(arm_error("a#1#2").contains(r#"entry "a#1#2""#));
+        assert!(arm_error("a#99999999999999999999").contains("expected a positive integer"));
+        assert_eq!(
+            arm_error("#3"),
+            r##"empty point name in TURNCUT_CUT_ARM entry "#3""##
+        );
+        assert_eq!(
+            arm_error("a,,b"),
+            r#"empty entry 2 in TURNCUT_CUT_ARM "a,,b""#
+        );
+        assert!(arm_error("a,").contains("empty entry 2"));
+        assert!(arm_error("").contains("empty entry 1"));
+        assert!(arm_error("a b#1").contains("whitespace"));
+    }
+
+    #[test]
+    fn hit_wire_format_is_stable() {
+        let hit = Hit {
+            role: "runner".into(),
+            pid: 42,
+            point: "a.b.c".into(),
+            n: 3,
+        };
+        let line = serde_json::to_string(&hit).unwrap();
+        assert_eq!(line, r#"{"role":"runner","pid":42,"point":"a.b.c","n":3}"#);
+        assert_eq!(serde_json::from_str::<Hit>(&line).unwrap(), hit);
+    }
+}
