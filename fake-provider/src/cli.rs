@@ -68,7 +68,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
         Command::Effect(args) => match crate::ledger::run_effect(&args) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("fake-provider effect: failed to append to {}: {e}", args.ledger.display());
+                eprintln!(
+                    "fake-provider effect: failed to append to {}: {e}",
+                    args.ledger.display()
+                );
                 3
             }
         },
@@ -102,8 +105,14 @@ fn codex_options(
     };
     let faults = Faults::new(&args.exit, &args.hang)?;
     let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
-    let ledger = absolute(args.ledger.unwrap_or_else(|| args.state_dir.join("ledger.jsonl")));
-    let journal = absolute(args.journal.unwrap_or_else(|| args.state_dir.join("journal.jsonl")));
+    let ledger = absolute(
+        args.ledger
+            .unwrap_or_else(|| args.state_dir.join("ledger.jsonl")),
+    );
+    let journal = absolute(
+        args.journal
+            .unwrap_or_else(|| args.state_dir.join("journal.jsonl")),
+    );
     Ok(crate::codex::CodexOptions {
         state_dir: args.state_dir,
         journal: Some(journal),

@@ -191,7 +191,7 @@ say = ["second"]
         )
         .unwrap();
         assert_eq!(s.turns.len(), 2);
-        assert_eq!(s.turns[0].tools[1].approval, false);
+        assert!(!s.turns[0].tools[1].approval);
         assert_eq!(s.turn(5).say, vec!["second".to_owned()]);
         assert_eq!(s.turns[1].final_message, "Done.");
     }

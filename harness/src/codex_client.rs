@@ -220,6 +220,11 @@ impl CodexClient {
         }
     }
 
+    /// Removes and returns the messages received but not yet consumed.
+    pub fn take_queued(&mut self) -> Vec<Value> {
+        self.inbox.drain(..).collect()
+    }
+
     /// Waits up to `window` for any message; `Ok(None)` when none came.
     pub fn expect_silence(&mut self, window: Duration) -> Result<Option<Value>, ClientError> {
         if let Some(m) = self.inbox.pop_front() {
@@ -296,9 +301,13 @@ impl CodexClient {
                     let decision = decide(&m);
                     self.send(json!({ "id": m["id"], "result": { "decision": decision } }))?;
                 }
-                "item/completed" if m.pointer("/params/item/type") == Some(&json!("agentMessage")) => {
+                "item/completed"
+                    if m.pointer("/params/item/type") == Some(&json!("agentMessage")) =>
+                {
                     let text = m.pointer("/params/item/text").and_then(Value::as_str);
-                    outcome.agent_messages.push(text.unwrap_or_default().to_owned());
+                    outcome
+                        .agent_messages
+                        .push(text.unwrap_or_default().to_owned());
                 }
                 "turn/completed" if m.pointer("/params/turn/id") == Some(&json!(turn_id)) => {
                     outcome.status = m

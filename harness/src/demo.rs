@@ -175,7 +175,9 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
 pub fn run(exe: &Path, keep: bool) -> anyhow::Result<bool> {
     let tmp = tempfile::Builder::new().prefix("turncut-demo-").tempdir()?;
     let work = tmp.path();
-    println!("turncut demo: a full Codex turn through the fake provider, then a SIGKILL at every boundary of it");
+    println!(
+        "turncut demo: a full Codex turn through the fake provider, then a SIGKILL at every boundary of it"
+    );
 
     let started = Instant::now();
     let fake = FakeCodex::via(exe, &work.join("clean"));
@@ -204,7 +206,10 @@ pub fn run(exe: &Path, keep: bool) -> anyhow::Result<bool> {
         rows.len(),
         started.elapsed().as_secs_f64() * 1e3 / rows.len().max(1) as f64
     );
-    println!("  {:<52} {:<12} {:>7}  verdict", "killed at", "after restart", "effects");
+    println!(
+        "  {:<52} {:<12} {:>7}  verdict",
+        "killed at", "after restart", "effects"
+    );
     let mut all_ok = true;
     for row in &rows {
         let ok = row.expected == row.observed && row.journal_agrees;
@@ -214,7 +219,11 @@ pub fn run(exe: &Path, keep: bool) -> anyhow::Result<bool> {
             row.point,
             row.status,
             row.observed.2,
-            if ok { "ok".to_owned() } else { format!("MISMATCH expected {:?}", row.expected) }
+            if ok {
+                "ok".to_owned()
+            } else {
+                format!("MISMATCH expected {:?}", row.expected)
+            }
         );
     }
     if keep {

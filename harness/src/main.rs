@@ -39,7 +39,8 @@ fn main() {
     // The fake providers parse their own arguments, so they are dispatched
     // before clap sees anything.
     if args.get(1).is_some_and(|a| a == "fake-provider") {
-        let forwarded = std::iter::once(OsString::from("fake-provider")).chain(args[2..].iter().cloned());
+        let forwarded =
+            std::iter::once(OsString::from("fake-provider")).chain(args[2..].iter().cloned());
         let self_cmd = vec![exe.into_os_string(), OsString::from("fake-provider")];
         std::process::exit(fake_provider::cli::main(forwarded, self_cmd));
     }

@@ -439,14 +439,12 @@ impl Server {
             .fact("thread.recorded", json!({ "thread": thread_id }));
         self.point("codex.thread.recorded");
         let response = self.session_response(&thread_id, false);
-        Ok(self
-            .respond(id, "thread/start", response)
-            .and_then(|()| {
-                self.notify(
-                    "thread/started",
-                    json!({ "thread": self.thread_json(&thread_id, false) }),
-                )
-            }))
+        Ok(self.respond(id, "thread/start", response).and_then(|()| {
+            self.notify(
+                "thread/started",
+                json!({ "thread": self.thread_json(&thread_id, false) }),
+            )
+        }))
     }
 
     fn thread_resume(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
@@ -636,21 +634,23 @@ impl Server {
             },
         );
         let turn = turn_json(self.turn_record(&p.thread_id, &turn_id), false);
-        Ok(self.respond(id, "turn/start", json!({ "turn": turn })).and_then(|()| {
-            self.notify(
-                "turn/started",
-                json!({ "threadId": p.thread_id, "turn": turn }),
-            )?;
-            let item = json!({
-                "type": "userMessage",
-                "id": uuid::Uuid::now_v7().to_string(),
-                "content": p.input,
-                "clientId": p.client_user_message_id,
-            });
-            self.item_started(&p.thread_id, &turn_id, &item)?;
-            self.item_completed(&p.thread_id, &turn_id, item)?;
-            self.pump(&p.thread_id)
-        }))
+        Ok(self
+            .respond(id, "turn/start", json!({ "turn": turn }))
+            .and_then(|()| {
+                self.notify(
+                    "turn/started",
+                    json!({ "threadId": p.thread_id, "turn": turn }),
+                )?;
+                let item = json!({
+                    "type": "userMessage",
+                    "id": uuid::Uuid::now_v7().to_string(),
+                    "content": p.input,
+                    "clientId": p.client_user_message_id,
+                });
+                self.item_started(&p.thread_id, &turn_id, &item)?;
+                self.item_completed(&p.thread_id, &turn_id, item)?;
+                self.pump(&p.thread_id)
+            }))
     }
 
     fn turn_record(&self, thread_id: &str, turn_id: &str) -> &TurnRecord {
@@ -805,7 +805,13 @@ impl Server {
         Ok(())
     }
 
-    fn run_tool(&mut self, thread_id: &str, turn_id: &str, mut item: Value, tool: &ScriptTool) -> Sent {
+    fn run_tool(
+        &mut self,
+        thread_id: &str,
+        turn_id: &str,
+        mut item: Value,
+        tool: &ScriptTool,
+    ) -> Sent {
         let by = self.turn_record(thread_id, turn_id).authorized_by.clone();
         let argv = self.effect_argv(thread_id, turn_id, &tool.key, &by);
         self.point("codex.effect.starting");
@@ -894,7 +900,11 @@ impl Server {
                 let mut item = waiting.item;
                 item["status"] = json!("declined");
                 self.item_completed(&thread_id, &turn_id, item)?;
-                self.finish_turn(&thread_id, TurnStatus::Interrupted, Some("cancelled by the user"))
+                self.finish_turn(
+                    &thread_id,
+                    TurnStatus::Interrupted,
+                    Some("cancelled by the user"),
+                )
             }
             _ => {
                 let mut item = waiting.item;
@@ -921,16 +931,22 @@ impl Server {
             .active
             .get_mut(&p.thread_id)
             .and_then(|a| a.waiting.take());
-        Ok(self.respond(id, "turn/interrupt", json!({})).and_then(|()| {
-            if let Some(w) = pending {
-                self.pending.remove(&w.request_id);
-                self.notify(
-                    "serverRequest/resolved",
-                    json!({ "threadId": p.thread_id, "requestId": w.request_id }),
-                )?;
-            }
-            self.finish_turn(&p.thread_id, TurnStatus::Interrupted, Some("interrupted by the client"))
-        }))
+        Ok(self
+            .respond(id, "turn/interrupt", json!({}))
+            .and_then(|()| {
+                if let Some(w) = pending {
+                    self.pending.remove(&w.request_id);
+                    self.notify(
+                        "serverRequest/resolved",
+                        json!({ "threadId": p.thread_id, "requestId": w.request_id }),
+                    )?;
+                }
+                self.finish_turn(
+                    &p.thread_id,
+                    TurnStatus::Interrupted,
+                    Some("interrupted by the client"),
+                )
+            }))
     }
 
     fn finish_turn(&mut self, thread_id: &str, status: TurnStatus, error: Option<&str>) -> Sent {
@@ -998,8 +1014,7 @@ pub fn turn_json(turn: &TurnRecord, include_items: bool) -> Value {
 
 fn shell_quote(s: &str) -> String {
     if !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-_./:=@#".contains(c))
     {
         s.to_owned()

@@ -124,8 +124,16 @@ pub fn codex() -> &'static CodexSchema {
 
 /// The four unions of the spec and the method tables each one fills.
 const UNIONS: [(&str, Direction, CallKind); 4] = [
-    ("ClientRequest", Direction::ClientToServer, CallKind::Request),
-    ("ServerRequest", Direction::ServerToClient, CallKind::Request),
+    (
+        "ClientRequest",
+        Direction::ClientToServer,
+        CallKind::Request,
+    ),
+    (
+        "ServerRequest",
+        Direction::ServerToClient,
+        CallKind::Request,
+    ),
     (
         "ServerNotification",
         Direction::ServerToClient,
@@ -197,12 +205,21 @@ impl CodexSchema {
     }
 
     /// What the spec says about `method` sent as a `kind` in `direction`, if it exists.
-    pub fn method(&self, direction: Direction, kind: CallKind, method: &str) -> Option<&MethodSpec> {
+    pub fn method(
+        &self,
+        direction: Direction,
+        kind: CallKind,
+        method: &str,
+    ) -> Option<&MethodSpec> {
         self.methods.get(&(direction, kind))?.get(method)
     }
 
     /// Every method of one kind in one direction, in name order.
-    pub fn methods(&self, direction: Direction, kind: CallKind) -> impl Iterator<Item = &MethodSpec> {
+    pub fn methods(
+        &self,
+        direction: Direction,
+        kind: CallKind,
+    ) -> impl Iterator<Item = &MethodSpec> {
         self.methods
             .get(&(direction, kind))
             .into_iter()
@@ -235,7 +252,8 @@ impl CodexSchema {
         let validator = self
             .document
             .validator_with(&key, || {
-                let mut all_of = vec![json!({ "$ref": self.document.absolute(&spec.message_schema) })];
+                let mut all_of =
+                    vec![json!({ "$ref": self.document.absolute(&spec.message_schema) })];
                 all_of.extend(
                     extras
                         .filter(|extras| extras.as_object().is_some_and(|o| !o.is_empty()))
@@ -250,7 +268,12 @@ impl CodexSchema {
 
     /// Validates `value` against a type of the spec, prefixing instance paths with
     /// `instance_prefix` so errors point into the enclosing message.
-    fn check_at(&self, pointer: &str, value: &Value, instance_prefix: &str) -> Result<(), Vec<String>> {
+    fn check_at(
+        &self,
+        pointer: &str,
+        value: &Value,
+        instance_prefix: &str,
+    ) -> Result<(), Vec<String>> {
         let validator = self
             .document
             .validator_at(pointer)

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use jsonschema::error::ValidationErrorKind;
 use jsonschema::{Draft, Registry, ValidationError, Validator};
 use serde_json::{Value, json};
 
@@ -50,7 +51,7 @@ impl SchemaDocument {
         let root = Arc::new(root);
         let index_error = |source| Error::Index {
             base_uri: base_uri.to_owned(),
-            source,
+            source: Box::new(source),
         };
         let registry = Registry::new()
             .draft(draft)
@@ -66,7 +67,6 @@ impl SchemaDocument {
             validators: Mutex::new(HashMap::new()),
         })
     }
-
 
     /// The part of the document at a fragment pointer such as `#/definitions/v2/Thread`.
     pub(crate) fn get(&self, pointer: &str) -> Option<&Value> {
@@ -135,21 +135,59 @@ impl SchemaDocument {
         if validator.is_valid(value) {
             return Ok(());
         }
-        let errors: Vec<String> = validator
-            .iter_errors(value)
-            .take(errors_max)
-            .map(|error| self.describe(&error, instance_prefix))
-            .collect();
+        let mut errors = Vec::new();
+        for error in validator.iter_errors(value) {
+            if errors.len() >= errors_max {
+                break;
+            }
+            self.explain(&error, instance_prefix, &mut errors);
+        }
+        errors.truncate(errors_max);
         if errors.is_empty() {
             // `is_valid` and `iter_errors` disagreeing would be a bug in the validator; a
             // message must not pass because of it.
-            Err(vec!["rejected by the schema without a reported error".to_owned()])
-        } else {
-            Err(errors)
+            errors.push("rejected by the schema without a reported error".to_owned());
         }
+        Err(errors)
     }
 
-    fn describe(&self, error: &ValidationError<'_>, instance_prefix: &str) -> String {
+    /// Describes one error, looking inside a failed `oneOf` or `anyOf`.
+    ///
+    /// The spec models tagged unions (`UserInput`, `ThreadItem`, approval decisions) as
+    /// `oneOf`, and "not valid under any of the schemas" says nothing about which field is
+    /// wrong. When exactly one alternative matches the value's shape (its type and any
+    /// tag such as `"type": "text"`), that alternative's own errors are the useful ones;
+    /// otherwise the reader needs to see what the alternatives were.
+    fn explain(&self, error: &ValidationError<'_>, instance_prefix: &str, out: &mut Vec<String>) {
+        let context = match error.kind() {
+            ValidationErrorKind::OneOfNotValid { context }
+            | ValidationErrorKind::AnyOf { context } => context,
+            _ => {
+                out.push(self.describe(error, instance_prefix, None));
+                return;
+            }
+        };
+        let at = error.instance_path().as_str();
+        let mut shaped = context
+            .iter()
+            .filter(|errors| !errors.iter().any(|error| mismatches_shape(error, at)));
+        if let (Some(only), None) = (shaped.next(), shaped.next())
+            && !only.is_empty()
+        {
+            for inner in only {
+                self.explain(inner, instance_prefix, out);
+            }
+            return;
+        }
+        out.push(self.describe(error, instance_prefix, self.alternatives(error)));
+    }
+
+    fn describe(
+        &self,
+        error: &ValidationError<'_>,
+        instance_prefix: &str,
+        expected: Option<String>,
+    ) -> String {
         let at = format!("{instance_prefix}{}", error.instance_path());
         let at = if at.is_empty() { "/" } else { at.as_str() };
         // A scalar is short and is exactly what the reader needs to see ("maybe" is not
@@ -159,14 +197,101 @@ impl SchemaDocument {
             _ => error.to_string(),
         };
         let message = truncate(&message, ERROR_MESSAGE_CHARS_MAX);
-        let keyword = match error.absolute_keyword_location() {
+        let expected = expected
+            .map(|e| format!("; expected {e}"))
+            .unwrap_or_default();
+        let keyword = self.keyword_location(error);
+        format!("at {at}: {message}{expected} (schema {keyword})")
+    }
+
+    /// The schema keyword that failed, as a pointer into this document when it is one.
+    fn keyword_location(&self, error: &ValidationError<'_>) -> String {
+        match error.absolute_keyword_location() {
             Some(uri) => {
                 let uri = uri.as_str();
                 uri.strip_prefix(&self.base_uri).unwrap_or(uri).to_owned()
             }
             None => error.schema_path().to_string(),
+        }
+    }
+
+    /// A short list of what the alternatives of a failed `oneOf` or `anyOf` accept, such as
+    /// `"accept", "decline", {"acceptWithExecpolicyAmendment": …}`.
+    fn alternatives(&self, error: &ValidationError<'_>) -> Option<String> {
+        let alternatives = self.get(&self.keyword_location(error))?.as_array()?;
+        let shapes: Vec<String> = alternatives
+            .iter()
+            .flat_map(|alternative| self.shapes(alternative))
+            .collect();
+        let listed = shapes.len().min(ALTERNATIVES_LISTED_MAX);
+        let mut text = format!("one of {}", shapes[..listed].join(", "));
+        if shapes.len() > listed {
+            text.push_str(&format!(" and {} more", shapes.len() - listed));
+        }
+        (!shapes.is_empty()).then_some(text)
+    }
+
+    /// What one alternative accepts, in the fewest words that tell it apart.
+    fn shapes(&self, alternative: &Value) -> Vec<String> {
+        let alternative = match alternative.get("$ref").and_then(Value::as_str) {
+            Some(reference) => {
+                let pointer = reference.strip_prefix(&self.base_uri).unwrap_or(reference);
+                self.get(pointer).unwrap_or(alternative)
+            }
+            None => alternative,
         };
-        format!("at {at}: {message} (schema {keyword})")
+        if let Some(values) = alternative.get("enum").and_then(Value::as_array) {
+            return values.iter().map(Value::to_string).collect();
+        }
+        if let Some(value) = alternative.get("const") {
+            return vec![value.to_string()];
+        }
+        let properties = alternative.get("properties").and_then(Value::as_object);
+        // A property fixed to one value is the union's tag, such as `"type": "text"`.
+        let tag = properties.into_iter().flatten().find_map(|(name, schema)| {
+            match schema.get("enum").and_then(Value::as_array)?.as_slice() {
+                [value] => Some(format!("{{\"{name}\": {value}, …}}")),
+                _ => None,
+            }
+        });
+        if let Some(tag) = tag {
+            return vec![tag];
+        }
+        let required = alternative.get("required").and_then(Value::as_array);
+        if let Some([only]) = required.map(Vec::as_slice)
+            && let Some(name) = only.as_str()
+        {
+            return vec![format!("{{\"{name}\": …}}")];
+        }
+        match alternative.get("type") {
+            Some(Value::String(kind)) if kind == "null" => vec!["null".to_owned()],
+            Some(Value::String(kind)) => vec![format!("a {kind}")],
+            _ => match alternative.get("title").and_then(Value::as_str) {
+                Some(title) => vec![title.to_owned()],
+                None => vec!["another shape".to_owned()],
+            },
+        }
+    }
+}
+
+/// How many alternatives a hint lists before summarizing the rest as a count.
+const ALTERNATIVES_LISTED_MAX: usize = 8;
+
+/// Whether `error`, raised inside one alternative of a union at instance path `at`, shows
+/// that the value is not of that alternative's shape at all: the wrong JSON type, or a tag
+/// property with a different value.
+fn mismatches_shape(error: &ValidationError<'_>, at: &str) -> bool {
+    let path = error.instance_path().as_str();
+    let is_tag = path
+        .strip_prefix(at)
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+    match error.kind() {
+        ValidationErrorKind::Type { .. } => path == at,
+        ValidationErrorKind::Enum { .. } | ValidationErrorKind::Constant { .. } => {
+            path == at || is_tag
+        }
+        _ => false,
     }
 }
 

@@ -39,7 +39,7 @@ pub enum Error {
     Index {
         base_uri: String,
         #[source]
-        source: jsonschema::ReferencingError,
+        source: Box<jsonschema::ReferencingError>,
     },
 
     /// A schema could not be compiled into a validator, for example because a `$ref` points

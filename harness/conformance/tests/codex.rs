@@ -6,9 +6,10 @@
 //! not start the fake provider or the real `codex app-server`, whose transcripts are
 //! checked by the crates that drive them.
 
+use std::path::Path;
 use std::time::Instant;
 
-use conformance::{CallKind, CodexSession, Direction, Violation, codex};
+use conformance::{CallKind, CodexSchema, CodexSession, Direction, Violation, codex};
 use serde_json::{Value, json};
 
 use Direction::{ClientToServer as C2S, ServerToClient as S2C};
@@ -57,7 +58,10 @@ fn valid_exchange() -> Vec<(Direction, Value)> {
                                        "platformOs": "linux", "userAgent": "x"}}),
         ),
         (C2S, json!({"method": "initialized"})),
-        (C2S, json!({"id": 2, "method": "thread/start", "params": {}})),
+        (
+            C2S,
+            json!({"id": 2, "method": "thread/start", "params": {}}),
+        ),
         (
             S2C,
             json!({"method": "thread/started", "params": {"thread": thread()}}),
@@ -120,7 +124,10 @@ fn check_rejected(prefix: &[(Direction, Value)], bad: (Direction, Value), expect
     let text = violation.to_string();
     println!("{text}");
     assert_eq!(violation.direction, direction);
-    assert!(!violation.errors.is_empty(), "a violation must say why:\n{text}");
+    assert!(
+        !violation.errors.is_empty(),
+        "a violation must say why:\n{text}"
+    );
     for needle in expected {
         assert!(
             text.contains(needle),
@@ -168,7 +175,26 @@ fn turn_start_without_thread_id() {
             json!({"id": 9, "method": "turn/start",
                    "params": {"input": [{"type": "text", "text": "hi", "text_elements": []}]}}),
         ),
-        &["request `turn/start` (id 9)", "at /params", "\"threadId\" is a required property"],
+        &[
+            "request `turn/start` (id 9)",
+            "at /params",
+            "\"threadId\" is a required property",
+        ],
+    );
+}
+
+#[test]
+fn turn_start_with_a_text_input_missing_its_text() {
+    // `UserInput` is a tagged `oneOf`; the violation must name the field the tagged
+    // alternative lacks rather than say that no alternative matched.
+    check_rejected(
+        &valid_exchange(),
+        (
+            C2S,
+            json!({"id": 9, "method": "turn/start",
+                   "params": {"threadId": "t", "input": [{"type": "text", "text_elements": []}]}}),
+        ),
+        &["at /params/input/0", "\"text\" is a required property"],
     );
 }
 
@@ -219,7 +245,10 @@ fn notification_with_an_unknown_method() {
     check_rejected(
         &valid_exchange(),
         (S2C, json!({"method": "thread/exploded", "params": {}})),
-        &["notification `thread/exploded`", "not a server→client notification"],
+        &[
+            "notification `thread/exploded`",
+            "not a server→client notification",
+        ],
     );
 }
 
@@ -231,7 +260,10 @@ fn notification_sent_the_wrong_way() {
             C2S,
             json!({"method": "thread/started", "params": {"thread": thread()}}),
         ),
-        &["not a client→server notification", "the spec has it as a server→client notification"],
+        &[
+            "not a client→server notification",
+            "the spec has it as a server→client notification",
+        ],
     );
 }
 
@@ -240,7 +272,12 @@ fn approval_response_with_an_unknown_decision() {
     check_rejected(
         &until_approval_request(),
         (C2S, json!({"id": 0, "result": {"decision": "maybe"}})),
-        &["to `item/commandExecution/requestApproval`", "at /result/decision", "\"maybe\""],
+        &[
+            "to `item/commandExecution/requestApproval`",
+            "at /result/decision",
+            "\"maybe\"",
+            "expected one of \"accept\", \"acceptForSession\"",
+        ],
     );
 }
 
@@ -253,7 +290,11 @@ fn thread_started_with_a_thread_missing_session_id() {
             json!({"method": "thread/started",
                    "params": {"thread": thread_without("sessionId")}}),
         ),
-        &["notification `thread/started`", "at /params/thread", "\"sessionId\" is a required property"],
+        &[
+            "notification `thread/started`",
+            "at /params/thread",
+            "\"sessionId\" is a required property",
+        ],
     );
 }
 
@@ -269,6 +310,19 @@ fn thread_start_response_with_a_thread_missing_session_id() {
 }
 
 #[test]
+fn notification_breaking_a_rule_of_the_whole_union() {
+    // `ServerNotification` declares `emittedAtMs` for every notification, next to its
+    // per-method alternatives.
+    let mut delta = json!({"method": "item/agentMessage/delta", "params": {
+        "threadId": "t", "turnId": "u", "itemId": "i", "delta": "x"
+    }});
+    delta["emittedAtMs"] = json!(1_767_225_600_000_u64);
+    CodexSession::new().check(S2C, &delta).unwrap();
+    delta["emittedAtMs"] = json!("yesterday");
+    check_rejected(&[], (S2C, delta), &["at /emittedAtMs", "\"yesterday\""]);
+}
+
+#[test]
 fn request_without_required_params() {
     check_rejected(
         &[],
@@ -281,14 +335,21 @@ fn request_without_required_params() {
 fn reused_request_id_while_pending() {
     check_rejected(
         &valid_exchange()[..1],
-        (C2S, json!({"id": 1, "method": "thread/start", "params": {}})),
+        (
+            C2S,
+            json!({"id": 1, "method": "thread/start", "params": {}}),
+        ),
         &["id 1 is already used"],
     );
 }
 
 #[test]
 fn message_that_is_no_json_rpc_shape() {
-    check_rejected(&[], (S2C, json!({"id": 1})), &["not a request, notification, response or error"]);
+    check_rejected(
+        &[],
+        (S2C, json!({"id": 1})),
+        &["not a request, notification, response or error"],
+    );
     check_rejected(&[], (S2C, json!([1, 2])), &["must be a JSON object"]);
 }
 
@@ -296,7 +357,10 @@ fn message_that_is_no_json_rpc_shape() {
 fn line_that_is_not_json() {
     let mut session = CodexSession::new();
     let violation = session.check_line(S2C, "{\"method\":").unwrap_err();
-    assert!(violation.to_string().contains("not one JSON value"), "{violation}");
+    assert!(
+        violation.to_string().contains("not one JSON value"),
+        "{violation}"
+    );
 }
 
 #[test]
@@ -314,13 +378,19 @@ fn error_responses() {
 
     check_rejected(
         &[],
-        (S2C, json!({"id": null, "error": {"code": "oops", "message": "x"}})),
+        (
+            S2C,
+            json!({"id": null, "error": {"code": "oops", "message": "x"}}),
+        ),
         &["at /error/code", "\"oops\""],
     );
     check_rejected(
         &[],
         (S2C, json!({"id": 5, "error": {"code": -1, "message": "x"}})),
-        &["error response (id 5)", "no client→server request with id 5"],
+        &[
+            "error response (id 5)",
+            "no client→server request with id 5",
+        ],
     );
 }
 
@@ -346,9 +416,25 @@ fn method_tables_come_from_the_spec() {
         response_of(S2C, "item/commandExecution/requestApproval").as_deref(),
         Some("#/definitions/CommandExecutionRequestApprovalResponse")
     );
-    assert!(schema.method(C2S, CallKind::Notification, "initialized").is_some());
-    assert!(schema.method(S2C, CallKind::Notification, "item/agentMessage/delta").is_some());
-    assert!(schema.method(C2S, CallKind::Request, "item/commandExecution/requestApproval").is_none());
+    assert!(
+        schema
+            .method(C2S, CallKind::Notification, "initialized")
+            .is_some()
+    );
+    assert!(
+        schema
+            .method(S2C, CallKind::Notification, "item/agentMessage/delta")
+            .is_some()
+    );
+    assert!(
+        schema
+            .method(
+                C2S,
+                CallKind::Request,
+                "item/commandExecution/requestApproval"
+            )
+            .is_none()
+    );
 
     for (direction, kind) in [
         (C2S, CallKind::Request),
@@ -357,7 +443,10 @@ fn method_tables_come_from_the_spec() {
         (C2S, CallKind::Notification),
     ] {
         let methods: Vec<_> = schema.methods(direction, kind).collect();
-        let typed = methods.iter().filter(|m| m.response_schema().is_some()).count();
+        let typed = methods
+            .iter()
+            .filter(|m| m.response_schema().is_some())
+            .count();
         println!(
             "{direction} {kind:?}: {} methods, {typed} with a result type",
             methods.len()
@@ -369,16 +458,41 @@ fn method_tables_come_from_the_spec() {
 #[test]
 fn validate_as_checks_one_type() {
     let schema = codex();
-    schema.validate_as("#/definitions/v2/Thread", &thread()).unwrap();
+    schema
+        .validate_as("#/definitions/v2/Thread", &thread())
+        .unwrap();
     schema.validate_as("v2/Thread", &thread()).unwrap();
 
     let errors = schema
         .validate_as("#/definitions/v2/Thread", &thread_without("sessionId"))
         .unwrap_err();
-    assert!(errors.iter().any(|e| e.contains("\"sessionId\" is a required property")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("\"sessionId\" is a required property")),
+        "{errors:?}"
+    );
 
-    let errors = schema.validate_as("#/definitions/v2/NoSuchType", &json!({})).unwrap_err();
-    assert!(errors[0].contains("no schema at this pointer"), "{errors:?}");
+    let errors = schema
+        .validate_as("#/definitions/v2/NoSuchType", &json!({}))
+        .unwrap_err();
+    assert!(
+        errors[0].contains("no schema at this pointer"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn missing_spec_file_is_a_typed_error() {
+    let error = CodexSchema::load_from(Path::new("/nonexistent/codex.schemas.json")).unwrap_err();
+    assert!(
+        matches!(error, conformance::Error::Read { .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "read spec file /nonexistent/codex.schemas.json"
+    );
 }
 
 #[test]
@@ -413,5 +527,8 @@ fn many_deltas_reuse_compiled_validators() {
             panic!("{violation}");
         }
     }
-    println!("validated 999 item/agentMessage/delta notifications in {:?}", started.elapsed());
+    println!(
+        "validated 999 item/agentMessage/delta notifications in {:?}",
+        started.elapsed()
+    );
 }

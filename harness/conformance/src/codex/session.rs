@@ -11,8 +11,8 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::{
-    CallKind, CodexSchema, ERROR_ENVELOPE, ERROR_OBJECT, NOTIFICATION_ENVELOPE,
-    REQUEST_ENVELOPE, RESPONSE_ENVELOPE, codex,
+    CallKind, CodexSchema, ERROR_ENVELOPE, ERROR_OBJECT, NOTIFICATION_ENVELOPE, REQUEST_ENVELOPE,
+    RESPONSE_ENVELOPE, codex,
 };
 use crate::{Direction, Violation};
 
@@ -85,7 +85,8 @@ impl<'s> CodexSession<'s> {
 
     /// Checks one message travelling in `direction`.
     pub fn check(&mut self, direction: Direction, message: &Value) -> Result<(), Violation> {
-        let violation = |summary: &str, errors: Vec<String>| Violation::new(direction, summary, errors);
+        let violation =
+            |summary: &str, errors: Vec<String>| Violation::new(direction, summary, errors);
         let Some(object) = message.as_object() else {
             return Err(violation(
                 "message",
@@ -102,7 +103,10 @@ impl<'s> CodexSession<'s> {
         if object.contains_key("jsonrpc") {
             return Err(violation(
                 &summary,
-                vec!["at /jsonrpc: the Codex app-server wire format has no `jsonrpc` field".to_owned()],
+                vec![
+                    "at /jsonrpc: the Codex app-server wire format has no `jsonrpc` field"
+                        .to_owned(),
+                ],
             ));
         }
         let Some(shape) = shape else {
@@ -141,8 +145,10 @@ impl<'s> CodexSession<'s> {
             .check_at(REQUEST_ENVELOPE, message, "")
             .map_err(violation)?;
         // The envelope guarantees both fields.
-        let (Some(id), Some(method)) = (object.get("id"), object.get("method").and_then(Value::as_str))
-        else {
+        let (Some(id), Some(method)) = (
+            object.get("id"),
+            object.get("method").and_then(Value::as_str),
+        ) else {
             unreachable!("JSONRPCRequest requires a string method and an id");
         };
         let key = (direction, id.to_string());
@@ -162,7 +168,11 @@ impl<'s> CodexSession<'s> {
             },
         );
         let Some(spec) = self.schema.method(direction, CallKind::Request, method) else {
-            return Err(violation(vec![self.unknown_method(direction, CallKind::Request, method)]));
+            return Err(violation(vec![self.unknown_method(
+                direction,
+                CallKind::Request,
+                method,
+            )]));
         };
         self.schema.check_call(spec, message).map_err(violation)
     }
@@ -181,8 +191,15 @@ impl<'s> CodexSession<'s> {
         let Some(method) = object.get("method").and_then(Value::as_str) else {
             unreachable!("JSONRPCNotification requires a string method");
         };
-        let Some(spec) = self.schema.method(direction, CallKind::Notification, method) else {
-            return Err(violation(vec![self.unknown_method(direction, CallKind::Notification, method)]));
+        let Some(spec) = self
+            .schema
+            .method(direction, CallKind::Notification, method)
+        else {
+            return Err(violation(vec![self.unknown_method(
+                direction,
+                CallKind::Notification,
+                method,
+            )]));
         };
         self.schema.check_call(spec, message).map_err(violation)
     }
@@ -230,7 +247,10 @@ impl<'s> CodexSession<'s> {
         // must still be well formed.
         if object.get("id") == Some(&Value::Null) {
             let error = object.get("error").unwrap_or(&Value::Null);
-            return self.schema.check_at(ERROR_OBJECT, error, "/error").map_err(violation);
+            return self
+                .schema
+                .check_at(ERROR_OBJECT, error, "/error")
+                .map_err(violation);
         }
         self.schema
             .check_at(ERROR_ENVELOPE, message, "")
@@ -243,7 +263,12 @@ impl<'s> CodexSession<'s> {
     }
 
     /// Removes and returns the request that a response travelling in `direction` answers.
-    fn answer(&mut self, direction: Direction, id: &Value, summary: &str) -> Result<PendingRequest, Violation> {
+    fn answer(
+        &mut self,
+        direction: Direction,
+        id: &Value,
+        summary: &str,
+    ) -> Result<PendingRequest, Violation> {
         let asker = direction.opposite();
         self.pending
             .remove(&(asker, id.to_string()))
@@ -278,7 +303,10 @@ impl<'s> CodexSession<'s> {
             kind_name(kind)
         );
         if !elsewhere.is_empty() {
-            message.push_str(&format!("; the spec has it as {}", elsewhere.join(" and as ")));
+            message.push_str(&format!(
+                "; the spec has it as {}",
+                elsewhere.join(" and as ")
+            ));
         }
         message
     }
