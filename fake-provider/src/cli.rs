@@ -103,7 +103,8 @@ fn codex_options(
         Some(p) => Script::load(p)?,
         None => Script::builtin(),
     };
-    let faults = Faults::new(&args.exit, &args.hang)?;
+    std::fs::create_dir_all(&args.state_dir)?;
+    let faults = Faults::new(&args.exit, &args.hang, Some(&args.state_dir))?;
     let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
     let ledger = absolute(
         args.ledger

@@ -7,8 +7,14 @@
 //! occurrence (default the first). An exit is a SIGKILL of the fake itself, so
 //! nothing after the point runs, not even buffered writes; a hang stops the
 //! fake's loop forever while the process stays alive.
+//!
+//! A fault fires once per state directory: before it fires it is written to
+//! `<state-dir>/faults.fired` (fsync), and a fake started again on the same
+//! state skips it. A runner that restarts its provider after a cut therefore
+//! meets a healthy provider, as it would after a real crash.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde_json::json;
@@ -21,11 +27,26 @@ pub struct Faults {
     exit: Vec<cutpoint::Arm>,
     hang: Vec<cutpoint::Arm>,
     counts: Mutex<HashMap<String, u64>>,
+    fired_file: Option<PathBuf>,
 }
 
+/// Name of the file, in the state directory, listing faults already fired.
+pub const FIRED_FILE: &str = "faults.fired";
+
 impl Faults {
-    /// Parses `--exit` and `--hang` values.
-    pub fn new(exit: &[String], hang: &[String]) -> Result<Faults, cutpoint::Error> {
+    /// Parses `--exit` and `--hang` values, dropping those already fired on
+    /// `state_dir`.
+    pub fn new(
+        exit: &[String],
+        hang: &[String],
+        state_dir: Option<&Path>,
+    ) -> Result<Faults, cutpoint::Error> {
+        let fired_file = state_dir.map(|d| d.join(FIRED_FILE));
+        let fired: Vec<String> = fired_file
+            .as_ref()
+            .and_then(|f| std::fs::read_to_string(f).ok())
+            .map(|t| t.lines().map(str::to_owned).collect())
+            .unwrap_or_default();
         let parse = |specs: &[String]| -> Result<Vec<cutpoint::Arm>, cutpoint::Error> {
             let mut arms = Vec::new();
             for spec in specs {
@@ -33,10 +54,16 @@ impl Faults {
             }
             Ok(arms)
         };
+        let live = |kind: &str, arms: Vec<cutpoint::Arm>| -> Vec<cutpoint::Arm> {
+            arms.into_iter()
+                .filter(|a| !fired.contains(&format!("{kind} {a}")))
+                .collect()
+        };
         Ok(Faults {
-            exit: parse(exit)?,
-            hang: parse(hang)?,
+            exit: live("exit", parse(exit)?),
+            hang: live("hang", parse(hang)?),
             counts: Mutex::new(HashMap::new()),
+            fired_file,
         })
     }
 
@@ -54,6 +81,7 @@ impl Faults {
         };
         let matches = |arms: &[cutpoint::Arm]| arms.iter().any(|a| a.point == name && a.n == n);
         if matches(&self.exit) {
+            self.mark_fired("exit", name, n);
             journal.fact("fault.exit", json!({ "point": name, "n": n }));
             // SIGKILL rather than exit(): nothing may be flushed or cleaned up,
             // exactly as when the harness kills the process.
@@ -61,10 +89,26 @@ impl Faults {
             unreachable!("SIGKILL returned");
         }
         if matches(&self.hang) {
+            self.mark_fired("hang", name, n);
             journal.fact("fault.hang", json!({ "point": name, "n": n }));
             loop {
                 std::thread::park();
             }
+        }
+    }
+
+    fn mark_fired(&self, kind: &str, name: &str, n: u64) {
+        let Some(path) = &self.fired_file else { return };
+        let line = format!("{kind} {name}#{n}\n");
+        let written = crate::journal::open_append(path).and_then(|f| {
+            crate::journal::append_once(&f, line.as_bytes())?;
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            // Firing without the mark would fire again after a restart and
+            // turn one fault into a crash loop; refusing is the honest choice.
+            eprintln!("fake-provider: failed to record fired fault in {}: {e}", path.display());
+            std::process::exit(3);
         }
     }
 }

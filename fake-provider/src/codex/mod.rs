@@ -255,22 +255,7 @@ struct TurnInterruptParams {
     turn_id: String,
 }
 
-/// The slug of a method in cut-point names, in snake case:
-/// `turn/start` → `turn_start`, `serverRequest/resolved` → `server_request_resolved`.
-pub fn slug(method: &str) -> String {
-    let mut out = String::with_capacity(method.len() + 4);
-    for c in method.chars() {
-        if c.is_ascii_uppercase() {
-            out.push('_');
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii_alphanumeric() {
-            out.push(c);
-        } else {
-            out.push('_');
-        }
-    }
-    out
-}
+pub use cutpoint::slug;
 
 fn params<T: for<'de> Deserialize<'de>>(value: &Value) -> Result<T, String> {
     let v = value.get("params").cloned().unwrap_or(Value::Null);

@@ -78,6 +78,23 @@ impl FromStr for Arm {
     }
 }
 
+/// The snake-case slug of a protocol method for cut-point names:
+/// `turn/start` → `turn_start`, `serverRequest/resolved` → `server_request_resolved`.
+pub fn slug(method: &str) -> String {
+    let mut out = String::with_capacity(method.len() + 4);
+    for c in method.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else {
+            out.push('_');
+        }
+    }
+    out
+}
+
 /// Parses a `TURNCUT_CUT_ARM` value such as `a.b.c#2,d.e.f`.
 ///
 /// Entries are separated by commas and may be padded with whitespace; a bare

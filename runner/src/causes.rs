@@ -1,0 +1,255 @@
+//! The closed set of causes, events and refusal reasons the runner reports.
+//!
+//! Every failure and refusal carries a [`Cause`] `{code, recoverable, message}`
+//! whose code comes from [`CauseCode`]; there is no catch-all. The same codes,
+//! with the recovery contract's rows, are listed in `docs/recovery-contract.md`,
+//! and a test fails when this file and that document disagree. Adding a code is
+//! a reviewed change to both. This module only names things; deciding which
+//! cause applies is the engine's job.
+
+use serde::{Deserialize, Serialize};
+
+/// Why a run failed or a task needs a human.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CauseCode {
+    /// An accepted turn was lost with its provider; one continuation follows.
+    ProviderTurnLostOnRestore,
+    /// The provider recorded a turn the runner never saw accepted.
+    AmbiguousTurnStart,
+    /// A turn waiting on an approval was lost; the approval cannot be replayed.
+    ActiveTurnRecoveryClosed,
+    /// The one continuation was itself cut.
+    ContinuationExhausted,
+    /// A previous provider process could not be proven stopped.
+    CleanupQuarantined,
+    /// The provider sent something the driver cannot use.
+    ProviderProtocolError,
+    /// The provider process could not be started or initialised.
+    ProviderStartFailed,
+    /// A durable write failed; nothing was sent after it.
+    StorageFailed,
+}
+
+impl CauseCode {
+    /// Every code, in documentation order.
+    pub const ALL: [CauseCode; 8] = [
+        CauseCode::ProviderTurnLostOnRestore,
+        CauseCode::AmbiguousTurnStart,
+        CauseCode::ActiveTurnRecoveryClosed,
+        CauseCode::ContinuationExhausted,
+        CauseCode::CleanupQuarantined,
+        CauseCode::ProviderProtocolError,
+        CauseCode::ProviderStartFailed,
+        CauseCode::StorageFailed,
+    ];
+
+    /// Whether the runner recovers by itself from this cause.
+    pub fn recoverable(self) -> bool {
+        matches!(self, CauseCode::ProviderTurnLostOnRestore)
+    }
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CauseCode::ProviderTurnLostOnRestore => "provider_turn_lost_on_restore",
+            CauseCode::AmbiguousTurnStart => "ambiguous_turn_start",
+            CauseCode::ActiveTurnRecoveryClosed => "active_turn_recovery_closed",
+            CauseCode::ContinuationExhausted => "continuation_exhausted",
+            CauseCode::CleanupQuarantined => "cleanup_quarantined",
+            CauseCode::ProviderProtocolError => "provider_protocol_error",
+            CauseCode::ProviderStartFailed => "provider_start_failed",
+            CauseCode::StorageFailed => "storage_failed",
+        }
+    }
+}
+
+/// A structured cause: never null, never generic.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cause {
+    /// The closed-set code.
+    pub code: CauseCode,
+    /// Whether the runner recovers by itself; always `code.recoverable()`.
+    pub recoverable: bool,
+    /// A sentence for a person.
+    pub message: String,
+}
+
+impl Cause {
+    /// A cause with the code's recoverable flag.
+    pub fn new(code: CauseCode, message: impl Into<String>) -> Cause {
+        Cause {
+            code,
+            recoverable: code.recoverable(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Server-authored run-log events that are part of the contract.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContractEvent {
+    /// The provider process exited while the run needed it.
+    ProviderExited,
+    /// The provider was silent past the idle timeout and was killed.
+    ProviderUnresponsive,
+    /// A runner-executed tool was `executing` at a crash; it is never re-run.
+    ToolOutcomeUncertain,
+    /// The previous owner's provider was proven stopped before a Retry.
+    StoppedConversationVerified,
+    /// A follow-up to a task that failed closed was refused.
+    PriorOwnerFenceRefused,
+}
+
+impl ContractEvent {
+    /// Every contract event, in documentation order.
+    pub const ALL: [ContractEvent; 5] = [
+        ContractEvent::ProviderExited,
+        ContractEvent::ProviderUnresponsive,
+        ContractEvent::ToolOutcomeUncertain,
+        ContractEvent::StoppedConversationVerified,
+        ContractEvent::PriorOwnerFenceRefused,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContractEvent::ProviderExited => "provider_exited",
+            ContractEvent::ProviderUnresponsive => "provider_unresponsive",
+            ContractEvent::ToolOutcomeUncertain => "tool_outcome_uncertain",
+            ContractEvent::StoppedConversationVerified => "stopped_conversation_verified",
+            ContractEvent::PriorOwnerFenceRefused => "prior_owner_fence_refused",
+        }
+    }
+}
+
+/// Why a Retry was refused (409 `{block_reason}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetryBlock {
+    /// A run of the task is still executing.
+    ExecutionActive,
+    /// The previous provider process is still running.
+    ProcessRunning,
+    /// The previous provider process could not be proven stopped.
+    CleanupQuarantined,
+    /// The task has not failed: there is nothing to retry.
+    NothingToRetry,
+}
+
+impl RetryBlock {
+    /// Every block reason, in documentation order.
+    pub const ALL: [RetryBlock; 4] = [
+        RetryBlock::ExecutionActive,
+        RetryBlock::ProcessRunning,
+        RetryBlock::CleanupQuarantined,
+        RetryBlock::NothingToRetry,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryBlock::ExecutionActive => "execution_active",
+            RetryBlock::ProcessRunning => "process_running",
+            RetryBlock::CleanupQuarantined => "cleanup_quarantined",
+            RetryBlock::NothingToRetry => "nothing_to_retry",
+        }
+    }
+}
+
+/// Why the API refused a request other than a Retry (409 `{reason}`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// A follow-up to a task that failed closed.
+    PriorOwnerFenceRefused,
+    /// An id was reused with different content (another prompt, profile or task).
+    IdConflict,
+    /// The profile is not configured.
+    UnknownProfile,
+}
+
+impl Refusal {
+    /// Every refusal reason, in documentation order.
+    pub const ALL: [Refusal; 3] = [
+        Refusal::PriorOwnerFenceRefused,
+        Refusal::IdConflict,
+        Refusal::UnknownProfile,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Refusal::PriorOwnerFenceRefused => "prior_owner_fence_refused",
+            Refusal::IdConflict => "id_conflict",
+            Refusal::UnknownProfile => "unknown_profile",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire names from serde and from `as_str` are the same strings.
+    #[test]
+    fn serde_names_match_as_str() {
+        for c in CauseCode::ALL {
+            assert_eq!(serde_json::to_value(c).unwrap(), c.as_str());
+        }
+        for e in ContractEvent::ALL {
+            assert_eq!(serde_json::to_value(e).unwrap(), e.as_str());
+        }
+        for r in RetryBlock::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+        for r in Refusal::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+    }
+
+    /// Every code, event and reason of this file is documented in
+    /// `docs/recovery-contract.md` with the same recoverable flag, and the
+    /// document names no code this file lacks.
+    #[test]
+    fn the_contract_document_and_the_enums_agree() {
+        let doc_path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/recovery-contract.md");
+        let doc = std::fs::read_to_string(doc_path).expect("docs/recovery-contract.md exists");
+        let table = |heading: &str| -> Vec<Vec<String>> {
+            let start = doc
+                .find(heading)
+                .unwrap_or_else(|| panic!("no {heading} section"));
+            doc[start..]
+                .lines()
+                .skip(1)
+                .skip_while(|l| !l.starts_with('|'))
+                .take_while(|l| l.starts_with('|'))
+                .skip(2)
+                .map(|l| {
+                    l.trim_matches('|')
+                        .split('|')
+                        .map(|c| c.trim().trim_matches('`').to_owned())
+                        .collect()
+                })
+                .collect()
+        };
+        let causes = table("## Causes");
+        let documented: Vec<(String, String)> = causes
+            .iter()
+            .map(|r| (r[0].clone(), r[1].clone()))
+            .collect();
+        let expected: Vec<(String, String)> = CauseCode::ALL
+            .iter()
+            .map(|c| (c.as_str().to_owned(), c.recoverable().to_string()))
+            .collect();
+        assert_eq!(documented, expected, "## Causes table");
+        let names = |h: &str| -> Vec<String> { table(h).into_iter().map(|r| r[0].clone()).collect() };
+        let events: Vec<String> = ContractEvent::ALL.iter().map(|e| e.as_str().to_owned()).collect();
+        assert_eq!(names("## Events"), events, "## Events table");
+        let blocks: Vec<String> = RetryBlock::ALL.iter().map(|e| e.as_str().to_owned()).collect();
+        assert_eq!(names("## Retry block reasons"), blocks, "## Retry block reasons table");
+        let refusals: Vec<String> = Refusal::ALL.iter().map(|e| e.as_str().to_owned()).collect();
+        assert_eq!(names("## Refusal reasons"), refusals, "## Refusal reasons table");
+    }
+}

@@ -1,0 +1,325 @@
+//! The Codex app-server driver: JSON-RPC over the provider's stdio, one JSON
+//! object per line without a `jsonrpc` field.
+//!
+//! It speaks to `codex app-server` and to `fake-provider codex` alike: the
+//! handshake, `thread/start`, `thread/resume`, `thread/read {includeTurns}` for
+//! the "was this turn recorded?" lookup (by `userMessage.clientId` or turn id),
+//! `turn/start` with `clientUserMessageId`, approval answers and
+//! `turn/interrupt`. Every wait on the provider is bounded by the idle timeout;
+//! a silent provider is reported as unresponsive, a closed stdout as exited.
+//! The driver keeps no durable state and makes no recovery decision: it reports
+//! what the provider says and the engine decides.
+
+use std::collections::{HashSet, VecDeque};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+
+use super::{DriverError, ProviderEvent, TurnLookup};
+
+/// Longest line accepted from the provider.
+const LINE_BYTES_MAX: usize = 8 << 20;
+
+enum Line {
+    Msg(Value),
+    Malformed(String),
+    Eof,
+}
+
+/// A live Codex app-server process and the client end of its stdio.
+pub struct CodexDriver {
+    stdin: ChildStdin,
+    lines: mpsc::UnboundedReceiver<Line>,
+    queue: VecDeque<Value>,
+    next_id: i64,
+    loaded: HashSet<String>,
+    idle: Duration,
+    exited: bool,
+}
+
+impl CodexDriver {
+    /// Takes over a spawned child's stdio (both must be piped).
+    pub fn attach(child: &mut Child, idle: Duration) -> CodexDriver {
+        let stdin = child.stdin.take().expect("provider stdin is piped");
+        let stdout = child.stdout.take().expect("provider stdout is piped");
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stdout);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match (&mut reader)
+                    .take(LINE_BYTES_MAX as u64 + 1)
+                    .read_until(b'\n', &mut buf)
+                    .await
+                {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                if buf.len() > LINE_BYTES_MAX {
+                    let _ = tx.send(Line::Malformed("a line longer than the limit".to_owned()));
+                    break;
+                }
+                let line = match serde_json::from_slice::<Value>(&buf) {
+                    Ok(v) if v.is_object() => Line::Msg(v),
+                    Ok(_) => Line::Malformed("a message that is not a JSON object".to_owned()),
+                    Err(e) if buf.iter().all(u8::is_ascii_whitespace) => {
+                        let _ = e;
+                        continue;
+                    }
+                    Err(e) => Line::Malformed(format!("a line that is not JSON ({e})")),
+                };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+            let _ = tx.send(Line::Eof);
+        });
+        CodexDriver {
+            stdin,
+            lines: rx,
+            queue: VecDeque::new(),
+            next_id: 0,
+            loaded: HashSet::new(),
+            idle,
+            exited: false,
+        }
+    }
+
+    async fn send(&mut self, msg: &Value) -> Result<(), DriverError> {
+        let mut line = serde_json::to_vec(msg).expect("messages serialize");
+        line.push(b'\n');
+        let write = async {
+            self.stdin.write_all(&line).await?;
+            self.stdin.flush().await
+        };
+        match tokio::time::timeout(self.idle, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(DriverError::Exited),
+            Err(_) => Err(DriverError::Unresponsive {
+                idle_ms: self.idle.as_millis() as u64,
+            }),
+        }
+    }
+
+    /// Receives the next message, bounded by the idle timeout.
+    async fn receive(&mut self) -> Result<Value, DriverError> {
+        if self.exited {
+            return Err(DriverError::Exited);
+        }
+        match tokio::time::timeout(self.idle, self.lines.recv()).await {
+            Ok(Some(Line::Msg(v))) => Ok(v),
+            Ok(Some(Line::Malformed(what))) => Err(DriverError::Protocol(format!(
+                "the provider sent {what}"
+            ))),
+            Ok(Some(Line::Eof)) | Ok(None) => {
+                self.exited = true;
+                Err(DriverError::Exited)
+            }
+            Err(_) => Err(DriverError::Unresponsive {
+                idle_ms: self.idle.as_millis() as u64,
+            }),
+        }
+    }
+
+    /// Sends a request and waits for its result; notifications that arrive
+    /// meanwhile are queued for [`CodexDriver::next_event`].
+    pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, DriverError> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({ "id": id, "method": method, "params": params }))
+            .await?;
+        loop {
+            let msg = self.receive().await?;
+            let is_response = msg.get("method").is_none()
+                && msg.get("id").and_then(Value::as_i64) == Some(id);
+            if !is_response {
+                self.queue.push_back(msg);
+                continue;
+            }
+            if let Some(err) = msg.get("error") {
+                return Err(DriverError::Rpc {
+                    method: method.to_owned(),
+                    code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
+                    message: err
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned(),
+                });
+            }
+            return msg.get("result").cloned().ok_or_else(|| {
+                DriverError::Protocol(format!("the response to {method} has no result"))
+            });
+        }
+    }
+
+    /// The handshake.
+    pub async fn initialize(&mut self) -> Result<(), DriverError> {
+        self.request(
+            "initialize",
+            json!({ "clientInfo": { "name": "runnerd", "title": null, "version": env!("CARGO_PKG_VERSION") } }),
+        )
+        .await?;
+        self.send(&json!({ "method": "initialized" })).await
+    }
+
+    /// Opens a fresh thread in `cwd`.
+    pub async fn open_conversation(&mut self, cwd: &str) -> Result<String, DriverError> {
+        let result = self.request("thread/start", json!({ "cwd": cwd })).await?;
+        let id = str_at(&result, "/thread/id", "thread/start")?;
+        self.loaded.insert(id.clone());
+        Ok(id)
+    }
+
+    /// Loads an existing thread into this process (no effect on the model).
+    pub async fn resume_conversation(&mut self, thread_id: &str) -> Result<(), DriverError> {
+        if self.loaded.contains(thread_id) {
+            return Ok(());
+        }
+        self.request(
+            "thread/resume",
+            json!({ "threadId": thread_id, "excludeTurns": true }),
+        )
+        .await?;
+        self.loaded.insert(thread_id.to_owned());
+        Ok(())
+    }
+
+    /// Starts a turn with `text` as the user input; returns the provider's turn id.
+    pub async fn start_turn(
+        &mut self,
+        thread_id: &str,
+        text: &str,
+        client_id: &str,
+    ) -> Result<String, DriverError> {
+        let result = self
+            .request(
+                "turn/start",
+                json!({
+                    "threadId": thread_id,
+                    "input": [{ "type": "text", "text": text, "text_elements": [] }],
+                    "clientUserMessageId": client_id,
+                }),
+            )
+            .await?;
+        str_at(&result, "/turn/id", "turn/start")
+    }
+
+    /// Was this turn recorded? Looks it up by client message id or turn id in
+    /// `thread/read {includeTurns: true}`.
+    pub async fn lookup_turn(
+        &mut self,
+        thread_id: &str,
+        by: &TurnLookup,
+    ) -> Result<Option<(String, String)>, DriverError> {
+        let result = self
+            .request(
+                "thread/read",
+                json!({ "threadId": thread_id, "includeTurns": true }),
+            )
+            .await?;
+        let turns = result
+            .pointer("/thread/turns")
+            .and_then(Value::as_array)
+            .ok_or_else(|| DriverError::Protocol("thread/read returned no turns".to_owned()))?;
+        for turn in turns {
+            let matches = match by {
+                TurnLookup::TurnId(id) => turn.get("id").and_then(Value::as_str) == Some(id),
+                TurnLookup::ClientId(cid) => turn
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .is_some_and(|items| {
+                        items.iter().any(|i| {
+                            i.get("type").and_then(Value::as_str) == Some("userMessage")
+                                && i.get("clientId").and_then(Value::as_str) == Some(cid)
+                        })
+                    }),
+            };
+            if matches {
+                let id = str_at(turn, "/id", "thread/read")?;
+                let status = str_at(turn, "/status", "thread/read")?;
+                return Ok(Some((id, status)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Answers a server request (an approval) with `decision`.
+    pub async fn answer(&mut self, request_id: &Value, decision: &str) -> Result<(), DriverError> {
+        self.send(&json!({ "id": request_id, "result": { "decision": decision } }))
+            .await
+    }
+
+    /// The next event of the turn in progress.
+    pub async fn next_event(&mut self) -> Result<ProviderEvent, DriverError> {
+        let msg = match self.queue.pop_front() {
+            Some(m) => m,
+            None => self.receive().await?,
+        };
+        let method = msg.get("method").and_then(Value::as_str).unwrap_or_default();
+        let params = msg.get("params").cloned().unwrap_or(Value::Null);
+        Ok(match (method, msg.get("id")) {
+            ("item/commandExecution/requestApproval", Some(id)) => ProviderEvent::Request {
+                request_id: id.clone(),
+                method: method.to_owned(),
+                turn_id: params
+                    .get("turnId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                summary: params.get("command").cloned().unwrap_or(Value::Null),
+            },
+            (m, Some(id)) if !m.is_empty() => ProviderEvent::UnsupportedRequest {
+                request_id: id.clone(),
+                method: m.to_owned(),
+            },
+            ("item/completed", None) => ProviderEvent::ItemCompleted {
+                turn_id: params
+                    .get("turnId")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+                item: summarize_item(params.get("item").unwrap_or(&Value::Null)),
+            },
+            ("turn/completed", None) => ProviderEvent::TurnCompleted {
+                turn_id: str_at(&params, "/turn/id", "turn/completed")?,
+                status: str_at(&params, "/turn/status", "turn/completed")?,
+            },
+            (m, None) if !m.is_empty() => ProviderEvent::Other(m.to_owned()),
+            _ => ProviderEvent::Other(String::new()),
+        })
+    }
+
+    /// Answers an unsupported server request with an error so the provider
+    /// does not wait forever.
+    pub async fn reject(&mut self, request_id: &Value, method: &str) -> Result<(), DriverError> {
+        self.send(&json!({
+            "id": request_id,
+            "error": { "code": -32601, "message": format!("runnerd does not handle {method}") },
+        }))
+        .await
+    }
+}
+
+/// The part of an item worth keeping in the run log: type, id, status, text
+/// or command, never the whole payload.
+fn summarize_item(item: &Value) -> Value {
+    let mut out = serde_json::Map::new();
+    for key in ["type", "id", "status", "text", "exitCode", "clientId"] {
+        if let Some(v) = item.get(key) {
+            out.insert(key.to_owned(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+fn str_at(v: &Value, pointer: &str, what: &str) -> Result<String, DriverError> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| DriverError::Protocol(format!("{what}: missing {pointer}")))
+}
