@@ -107,7 +107,10 @@ impl Faults {
         if let Err(e) = written {
             // Firing without the mark would fire again after a restart and
             // turn one fault into a crash loop; refusing is the honest choice.
-            eprintln!("fake-provider: failed to record fired fault in {}: {e}", path.display());
+            eprintln!(
+                "fake-provider: failed to record fired fault in {}: {e}",
+                path.display()
+            );
             std::process::exit(3);
         }
     }

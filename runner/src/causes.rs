@@ -244,12 +244,27 @@ mod tests {
             .map(|c| (c.as_str().to_owned(), c.recoverable().to_string()))
             .collect();
         assert_eq!(documented, expected, "## Causes table");
-        let names = |h: &str| -> Vec<String> { table(h).into_iter().map(|r| r[0].clone()).collect() };
-        let events: Vec<String> = ContractEvent::ALL.iter().map(|e| e.as_str().to_owned()).collect();
+        let names =
+            |h: &str| -> Vec<String> { table(h).into_iter().map(|r| r[0].clone()).collect() };
+        let events: Vec<String> = ContractEvent::ALL
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .collect();
         assert_eq!(names("## Events"), events, "## Events table");
-        let blocks: Vec<String> = RetryBlock::ALL.iter().map(|e| e.as_str().to_owned()).collect();
-        assert_eq!(names("## Retry block reasons"), blocks, "## Retry block reasons table");
+        let blocks: Vec<String> = RetryBlock::ALL
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .collect();
+        assert_eq!(
+            names("## Retry block reasons"),
+            blocks,
+            "## Retry block reasons table"
+        );
         let refusals: Vec<String> = Refusal::ALL.iter().map(|e| e.as_str().to_owned()).collect();
-        assert_eq!(names("## Refusal reasons"), refusals, "## Refusal reasons table");
+        assert_eq!(
+            names("## Refusal reasons"),
+            refusals,
+            "## Refusal reasons table"
+        );
     }
 }

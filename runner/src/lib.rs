@@ -1,8 +1,22 @@
 //! `runnerd`, the durable reference runner: the system under test.
 //!
-//! This crate is an empty shell until the runner issue lands: it links the
-//! `cutpoint` client so the workspace layout is fixed from the start. It has no
-//! binary yet, so nothing can mistake it for a working runner.
+//! It takes tasks from a controller over an HTTP API (`api`), drives a
+//! coding-agent provider through a protocol driver (`driver`), keeps every
+//! intent and outcome in SQLite (`store`) before acting on it, and applies the
+//! recovery contract after a restart or a lost provider (`engine`). Providers
+//! run as supervised processes whose stop can be proven (`supervisor`). Causes
+//! form a closed set (`causes`). It must survive a SIGKILL at any instant
+//! without replaying a turn or an effect. It knows nothing about the harness
+//! beyond the `cutpoint` calls at its boundaries.
+
+pub mod api;
+pub mod causes;
+pub mod cli;
+pub mod driver;
+pub mod engine;
+pub mod profiles;
+pub mod store;
+pub mod supervisor;
 
 /// The cut-point role this crate reports to the harness.
 pub const CUT_ROLE: &str = "runner";

@@ -123,6 +123,8 @@ pub struct Run {
     pub task_id: String,
     /// `initial`, `follow_up` or `retry`.
     pub kind: String,
+    /// The message that started the run.
+    pub trigger_message_id: String,
     /// `running`, `completed` or `failed`.
     pub status: String,
     pub cause: Option<Cause>,
@@ -337,7 +339,10 @@ impl Store {
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(io_err(format!("failed to create state dir {}", dir.display())))?;
+            .map_err(io_err(format!(
+                "failed to create state dir {}",
+                dir.display()
+            )))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(io_err(format!("failed to restrict {}", dir.display())))?;
         let path = dir.join("runner.sqlite3");
@@ -358,7 +363,11 @@ impl Store {
         let epoch: i64 = {
             let tx = conn.unchecked_transaction()?;
             let old: Option<String> = tx
-                .query_row("SELECT value FROM meta WHERE key = 'owner_epoch'", [], |r| r.get(0))
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'owner_epoch'",
+                    [],
+                    |r| r.get(0),
+                )
                 .optional()?;
             let epoch = old.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) + 1;
             tx.execute(
@@ -482,17 +491,19 @@ impl Db {
                 },
             )
             .optional()?;
-        row.map(|(task_id, profile, workspace, state, cause, current_run, created_ms)| {
-            Ok(Task {
-                task_id,
-                profile,
-                workspace,
-                state: TaskState::parse(&state)?,
-                cause: parse_cause(cause, "tasks")?,
-                current_run,
-                created_ms,
-            })
-        })
+        row.map(
+            |(task_id, profile, workspace, state, cause, current_run, created_ms)| {
+                Ok(Task {
+                    task_id,
+                    profile,
+                    workspace,
+                    state: TaskState::parse(&state)?,
+                    cause: parse_cause(cause, "tasks")?,
+                    current_run,
+                    created_ms,
+                })
+            },
+        )
         .transpose()
     }
 
@@ -501,7 +512,8 @@ impl Db {
         let row = self
             .conn
             .query_row(
-                "SELECT run_id, task_id, kind, status, cause, conversation_id, owner_epoch, created_ms
+                "SELECT run_id, task_id, kind, status, cause, conversation_id, owner_epoch, created_ms,
+                        trigger_message_id
                  FROM runs WHERE run_id = ?1",
                 params![run_id],
                 |r| {
@@ -514,16 +526,28 @@ impl Db {
                         r.get::<_, Option<String>>(5)?,
                         r.get::<_, i64>(6)?,
                         r.get::<_, i64>(7)?,
+                        r.get::<_, String>(8)?,
                     ))
                 },
             )
             .optional()?;
         row.map(
-            |(run_id, task_id, kind, status, cause, conversation_id, owner_epoch, created_ms)| {
+            |(
+                run_id,
+                task_id,
+                kind,
+                status,
+                cause,
+                conversation_id,
+                owner_epoch,
+                created_ms,
+                trigger_message_id,
+            )| {
                 Ok(Run {
                     run_id,
                     task_id,
                     kind,
+                    trigger_message_id,
                     status,
                     cause: parse_cause(cause, "runs")?,
                     conversation_id,
@@ -537,9 +561,9 @@ impl Db {
 
     /// All runs of a task, oldest first.
     pub fn runs(&self, task_id: &str) -> Result<Vec<Run>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT run_id FROM runs WHERE task_id = ?1 ORDER BY created_ms, rowid")?;
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT run_id FROM runs WHERE task_id = ?1 ORDER BY created_ms, rowid",
+        )?;
         let ids: Vec<String> = stmt
             .query_map(params![task_id], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
@@ -671,9 +695,9 @@ impl Db {
 
     /// Tasks whose state says a run is executing (to resume after a restart).
     pub fn unsettled_tasks(&self) -> Result<Vec<String>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT task_id FROM tasks WHERE state IN ('queued', 'running') ORDER BY created_ms")?;
+        let mut stmt = self.conn.prepare(
+            "SELECT task_id FROM tasks WHERE state IN ('queued', 'running') ORDER BY created_ms",
+        )?;
         let ids = stmt
             .query_map([], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
@@ -884,7 +908,11 @@ impl Db {
             None => None,
         };
         let reopen = task.state == TaskState::Completed;
-        let run_for_event = if reopen { Some(new_run_id) } else { task.current_run.as_deref() };
+        let run_for_event = if reopen {
+            Some(new_run_id)
+        } else {
+            task.current_run.as_deref()
+        };
         let run_for_event = run_for_event.map(str::to_owned);
         self.event_in(
             "follow_up",
@@ -963,13 +991,11 @@ impl Db {
             .optional()?;
         let text = match latest {
             Some(t) => t,
-            None => {
-                self.conn.query_row(
-                    "SELECT text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
-                    params![task_id],
-                    |r| r.get(0),
-                )?
-            }
+            None => self.conn.query_row(
+                "SELECT text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
+                params![task_id],
+                |r| r.get(0),
+            )?,
         };
         let now = now_ms();
         self.append(
@@ -1025,7 +1051,14 @@ impl Db {
                 tx.execute(
                     "INSERT INTO provider_procs(task_id, run_id, pid, pgid, start_time, spawned_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![task_id, run_id, id.pid, id.pgid, id.start_time as i64, now_ms()],
+                    params![
+                        task_id,
+                        run_id,
+                        id.pid,
+                        id.pgid,
+                        id.start_time as i64,
+                        now_ms()
+                    ],
                 )?;
                 row = tx.last_insert_rowid();
                 Ok(())
@@ -1224,7 +1257,11 @@ impl Db {
         state: TaskState,
         cause: Option<Cause>,
     ) -> Result<(), StoreError> {
-        let run_status = if state == TaskState::Completed { "completed" } else { "failed" };
+        let run_status = if state == TaskState::Completed {
+            "completed"
+        } else {
+            "failed"
+        };
         let cause_text = cause_json(&cause);
         self.event_in(
             "run_settled",

@@ -112,9 +112,9 @@ impl CodexDriver {
         }
         match tokio::time::timeout(self.idle, self.lines.recv()).await {
             Ok(Some(Line::Msg(v))) => Ok(v),
-            Ok(Some(Line::Malformed(what))) => Err(DriverError::Protocol(format!(
-                "the provider sent {what}"
-            ))),
+            Ok(Some(Line::Malformed(what))) => {
+                Err(DriverError::Protocol(format!("the provider sent {what}")))
+            }
             Ok(Some(Line::Eof)) | Ok(None) => {
                 self.exited = true;
                 Err(DriverError::Exited)
@@ -134,8 +134,8 @@ impl CodexDriver {
             .await?;
         loop {
             let msg = self.receive().await?;
-            let is_response = msg.get("method").is_none()
-                && msg.get("id").and_then(Value::as_i64) == Some(id);
+            let is_response =
+                msg.get("method").is_none() && msg.get("id").and_then(Value::as_i64) == Some(id);
             if !is_response {
                 self.queue.push_back(msg);
                 continue;
@@ -260,7 +260,10 @@ impl CodexDriver {
             Some(m) => m,
             None => self.receive().await?,
         };
-        let method = msg.get("method").and_then(Value::as_str).unwrap_or_default();
+        let method = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
         let params = msg.get("params").cloned().unwrap_or(Value::Null);
         Ok(match (method, msg.get("id")) {
             ("item/commandExecution/requestApproval", Some(id)) => ProviderEvent::Request {

@@ -1,0 +1,398 @@
+//! The control API (axum, loopback only, bearer token).
+//!
+//! | call | effect |
+//! |---|---|
+//! | `POST /v1/tasks` | admit a task; 201 `{task_id, run_id}`; the same ids again give the same answer |
+//! | `POST /v1/tasks/{id}/messages` | queue a follow-up; 202; 409 `{reason}` when refused |
+//! | `POST /v1/tasks/{id}/retry` | Retry; 201 `{run_id}` or 409 `{block_reason}` |
+//! | `GET /v1/tasks/{id}` | state, runs, cause |
+//! | `GET /v1/tasks/{id}/events?after=SEQ` | the run log as JSON lines, or SSE with `Accept: text/event-stream` |
+//! | `GET /v1/health` | liveness and owner epoch |
+//!
+//! Handlers only validate, write through the store (which checks bindings
+//! inside the write) and wake the task's actor; they never talk to providers.
+//! Errors are JSON `{error}` with 400 (bad request), 401 (token), 404 (unknown
+//! id) or 409 (`{reason}` / `{block_reason}` from the closed sets).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::causes::Refusal;
+use crate::engine::{Engine, RetryOutcome, new_id};
+use crate::store::{Admission, FollowUpOutcome, StoreError};
+
+/// Shared state of the handlers.
+pub struct ApiState {
+    /// The engine.
+    pub engine: Arc<Engine>,
+    /// The bearer token.
+    pub token: String,
+}
+
+/// The router.
+pub fn router(state: Arc<ApiState>) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/tasks", post(create_task))
+        .route("/v1/tasks/{id}", get(get_task))
+        .route("/v1/tasks/{id}/messages", post(follow_up))
+        .route("/v1/tasks/{id}/retry", post(retry))
+        .route("/v1/tasks/{id}/events", get(events))
+        .layer(middleware::from_fn_with_state(state.clone(), auth))
+        .with_state(state)
+}
+
+async fn auth(State(state): State<Arc<ApiState>>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), state.token.as_bytes()));
+    if !ok {
+        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+    }
+    next.run(request).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+fn storage(e: StoreError) -> Response {
+    tracing::error!("storage failed: {e}");
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        Json(json!({ "error": format!("storage failed: {e}"), "reason": "storage_failed" })),
+    )
+        .into_response()
+}
+
+fn refused(reason: Refusal, message: &str) -> Response {
+    (
+        StatusCode::CONFLICT,
+        Json(json!({ "reason": reason.as_str(), "error": message })),
+    )
+        .into_response()
+}
+
+/// Parses a JSON body, answering 400 with serde's sentence on failure.
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Response> {
+    serde_json::from_slice(body)
+        .map_err(|e| error(StatusCode::BAD_REQUEST, &format!("bad JSON body: {e}")))
+}
+
+fn check_id(what: &str, id: &str) -> Result<(), Response> {
+    if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_control()) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            &format!("{what} must be 1 to 200 characters without control characters"),
+        ));
+    }
+    Ok(())
+}
+
+async fn health(State(state): State<Arc<ApiState>>) -> Response {
+    Json(json!({ "ok": true, "owner_epoch": state.engine.epoch(), "pid": std::process::id() }))
+        .into_response()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTask {
+    task_id: String,
+    message_id: String,
+    prompt: String,
+    profile: String,
+    workspace: String,
+}
+
+async fn create_task(State(state): State<Arc<ApiState>>, body: axum::body::Bytes) -> Response {
+    let req: CreateTask = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    for (what, id) in [("task_id", &req.task_id), ("message_id", &req.message_id)] {
+        if let Err(e) = check_id(what, id) {
+            return e;
+        }
+    }
+    if !std::path::Path::new(&req.workspace).is_absolute() {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "workspace must be an absolute path",
+        );
+    }
+    if !state.engine.has_profile(&req.profile) {
+        return refused(
+            Refusal::UnknownProfile,
+            &format!("profile {} is not configured", req.profile),
+        );
+    }
+    let run_id = new_id("run");
+    let epoch = state.engine.epoch();
+    let task_id = req.task_id.clone();
+    let admitted = state
+        .engine
+        .store()
+        .call(move |db| {
+            db.admit(
+                &req.task_id,
+                &req.message_id,
+                &req.prompt,
+                &req.profile,
+                &req.workspace,
+                &run_id,
+                epoch,
+            )
+        })
+        .await;
+    match admitted {
+        Ok(Admission::Admitted { run_id }) => {
+            cutpoint::hit("runner.task_admitted.persisted");
+            state.engine.wake(&task_id);
+            (
+                StatusCode::CREATED,
+                Json(json!({ "task_id": task_id, "run_id": run_id })),
+            )
+                .into_response()
+        }
+        Ok(Admission::Conflict(m)) => refused(Refusal::IdConflict, &m),
+        Err(e) => storage(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FollowUp {
+    message_id: String,
+    text: String,
+}
+
+async fn follow_up(
+    State(state): State<Arc<ApiState>>,
+    Path(task_id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: FollowUp = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if let Err(e) = check_id("message_id", &req.message_id) {
+        return e;
+    }
+    let new_run = new_id("run");
+    let epoch = state.engine.epoch();
+    let tid = task_id.clone();
+    let outcome = state
+        .engine
+        .store()
+        .call(move |db| db.follow_up(&tid, &req.message_id, &req.text, &new_run, epoch))
+        .await;
+    match outcome {
+        Ok(FollowUpOutcome::Queued { new_run }) => {
+            cutpoint::hit("runner.follow_up.persisted");
+            state.engine.wake(&task_id);
+            (
+                StatusCode::ACCEPTED,
+                Json(json!({ "task_id": task_id, "queued": true, "new_run_id": new_run })),
+            )
+                .into_response()
+        }
+        Ok(FollowUpOutcome::Fenced) => refused(
+            Refusal::PriorOwnerFenceRefused,
+            "the task failed closed; a follow-up cannot reopen it, use Retry",
+        ),
+        Ok(FollowUpOutcome::Conflict(m)) => refused(Refusal::IdConflict, &m),
+        Ok(FollowUpOutcome::UnknownTask) => {
+            error(StatusCode::NOT_FOUND, &format!("no task {task_id}"))
+        }
+        Err(e) => storage(e),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Retry {
+    message_id: String,
+}
+
+async fn retry(
+    State(state): State<Arc<ApiState>>,
+    Path(task_id): Path<String>,
+    body: axum::body::Bytes,
+) -> Response {
+    let req: Retry = match parse(&body) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    if let Err(e) = check_id("message_id", &req.message_id) {
+        return e;
+    }
+    match state.engine.retry(&task_id, &req.message_id).await {
+        Ok(RetryOutcome::Admitted { run_id }) => (
+            StatusCode::CREATED,
+            Json(json!({ "task_id": task_id, "run_id": run_id })),
+        )
+            .into_response(),
+        Ok(RetryOutcome::Blocked(reason)) => (
+            StatusCode::CONFLICT,
+            Json(json!({ "block_reason": reason.as_str() })),
+        )
+            .into_response(),
+        Ok(RetryOutcome::UnknownTask) => {
+            error(StatusCode::NOT_FOUND, &format!("no task {task_id}"))
+        }
+        Err(e) => storage(e),
+    }
+}
+
+async fn get_task(State(state): State<Arc<ApiState>>, Path(task_id): Path<String>) -> Response {
+    let tid = task_id.clone();
+    let result = state
+        .engine
+        .store()
+        .call(move |db| {
+            let Some(task) = db.task(&tid)? else {
+                return Ok(None);
+            };
+            let runs = db.runs(&tid)?;
+            let mut runs_json = Vec::new();
+            for r in runs {
+                let turns = db.turns(&r.run_id)?;
+                let mut v = serde_json::to_value(&r).expect("runs serialize");
+                v["turns"] = serde_json::to_value(&turns).expect("turns serialize");
+                runs_json.push(v);
+            }
+            let queue = db.queue(&tid)?;
+            Ok(Some(json!({
+                "task_id": task.task_id,
+                "profile": task.profile,
+                "workspace": task.workspace,
+                "state": task.state,
+                "cause": task.cause,
+                "current_run": task.current_run,
+                "runs": runs_json,
+                "queued_messages": queue.iter().map(|m| &m.message_id).collect::<Vec<_>>(),
+            })))
+        })
+        .await;
+    match result {
+        Ok(Some(v)) => Json(v).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, &format!("no task {task_id}")),
+        Err(e) => storage(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct After {
+    #[serde(default)]
+    after: i64,
+}
+
+async fn events(
+    State(state): State<Arc<ApiState>>,
+    Path(task_id): Path<String>,
+    Query(q): Query<After>,
+    headers: HeaderMap,
+) -> Response {
+    let tid = task_id.clone();
+    let exists = state.engine.store().call(move |db| db.task(&tid)).await;
+    match exists {
+        Ok(Some(_)) => {}
+        Ok(None) => return error(StatusCode::NOT_FOUND, &format!("no task {task_id}")),
+        Err(e) => return storage(e),
+    }
+    let sse = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !sse {
+        let tid = task_id.clone();
+        let after = q.after;
+        return match state
+            .engine
+            .store()
+            .call(move |db| db.events(&tid, after, i64::MAX))
+            .await
+        {
+            Ok(evs) => {
+                let mut body = String::new();
+                for e in evs {
+                    body.push_str(&serde_json::to_string(&e).expect("events serialize"));
+                    body.push('\n');
+                }
+                ([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response()
+            }
+            Err(e) => storage(e),
+        };
+    }
+    let store = state.engine.store().clone();
+    // Subscribe before reading the backlog so nothing committed in between is missed.
+    let notes = store.subscribe();
+    Sse::new(event_stream(store, task_id, q.after, notes))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// The SSE stream: the backlog after `after`, then every new event as it is
+/// committed. A lagging subscriber re-reads from the store, so no event is
+/// skipped.
+fn event_stream(
+    store: crate::store::Store,
+    task_id: String,
+    after: i64,
+    mut notes: tokio::sync::broadcast::Receiver<(String, i64)>,
+) -> impl tokio_stream::Stream<Item = Result<SseEvent, std::convert::Infallible>> {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Value>(64);
+    tokio::spawn(async move {
+        let mut last = after;
+        loop {
+            let tid = task_id.clone();
+            let batch = match store.call(move |db| db.events(&tid, last, 500)).await {
+                Ok(b) => b,
+                Err(_) => return,
+            };
+            for e in &batch {
+                last = e.seq;
+                if tx
+                    .send(serde_json::to_value(e).expect("events serialize"))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            if batch.len() == 500 {
+                continue;
+            }
+            loop {
+                match notes.recv().await {
+                    Ok((t, seq)) if t == task_id && seq > last => break,
+                    Ok(_) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => break,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    use tokio_stream::StreamExt as _;
+    tokio_stream::wrappers::ReceiverStream::new(rx).map(|v| {
+        let seq = v.get("seq").and_then(Value::as_i64).unwrap_or(0);
+        Ok(SseEvent::default().id(seq.to_string()).data(v.to_string()))
+    })
+}

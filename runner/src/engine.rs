@@ -1,0 +1,952 @@
+//! The engine: one actor per task drives its runs and applies the recovery
+//! contract.
+//!
+//! Each task has one actor, a tokio task that owns the task's provider process
+//! and is the only code that advances the task. It decides every step from the
+//! durable snapshot (`Store::snapshot`), never from memory, so the code that
+//! runs after a restart is the code that runs every time: if the snapshot shows
+//! an unsettled turn, the turn's execution was cut (by a runner restart or a
+//! lost provider) and the actor classifies it by what both sides recorded
+//! (DESIGN §3.5). Every effectful provider request is preceded by a durable
+//! intent and followed by a durable record of its outcome, each followed by a
+//! cut point named `runner.<write>.persisted`. The engine never re-sends an
+//! input whose delivery is uncertain; it asks the provider instead.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use crate::causes::{Cause, CauseCode, ContractEvent, RetryBlock};
+use crate::driver::codex::CodexDriver;
+use crate::driver::{DriverError, ProviderEvent, TurnLookup};
+use crate::profiles::Profile;
+use crate::store::{Db, Run, Snapshot, Store, StoreError, TaskState, TurnRow};
+use crate::supervisor::{self, ProcessIdentity, StopOutcome};
+
+/// The text a continuation turn sends instead of the original message.
+pub const CONTINUE_TEXT: &str = "[turncut:continue] The previous turn was interrupted by a restart. Continue it; do not redo finished steps.";
+
+/// How many times one run may lose its provider in one runner process before
+/// the run fails instead of restarting the provider again.
+pub const PROVIDER_LOSSES_MAX: u32 = 4;
+
+/// Configuration of the engine.
+pub struct EngineOptions {
+    /// The runner's state directory (providers get subdirectories).
+    pub state_dir: PathBuf,
+    /// The owner epoch of this runner process.
+    pub epoch: i64,
+    /// A provider silent this long during a request or a turn is killed.
+    pub idle: Duration,
+    /// How long a provider gets after SIGTERM before SIGKILL.
+    pub term_grace: Duration,
+    /// How long to wait for death after SIGKILL.
+    pub kill_grace: Duration,
+    /// Configured profiles.
+    pub profiles: BTreeMap<String, Profile>,
+    /// The provider credential, if any; it only ever reaches a provider's environment.
+    pub credential: Option<Secret>,
+}
+
+/// A credential. Its `Debug` never shows the value.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a credential.
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// The engine: the store, the options and the task actors.
+pub struct Engine {
+    store: Store,
+    opts: EngineOptions,
+    actors: Mutex<HashMap<String, mpsc::UnboundedSender<()>>>,
+}
+
+/// A provider process owned by an actor.
+struct Live {
+    child: tokio::process::Child,
+    identity: ProcessIdentity,
+    proc_row: i64,
+    run_id: String,
+    driver: CodexDriver,
+}
+
+/// Why a step did not complete.
+enum StepError {
+    /// The run fails with this cause.
+    Fail(Cause),
+    /// The provider is gone or silent; recovery follows.
+    Lost(DriverError),
+    /// A durable write failed; nothing may be sent after it.
+    Storage(StoreError),
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepError::Fail(c) => write!(f, "{}: {}", c.code.as_str(), c.message),
+            StepError::Lost(e) => write!(f, "provider lost: {e}"),
+            StepError::Storage(e) => write!(f, "storage failed: {e}"),
+        }
+    }
+}
+
+impl From<StoreError> for StepError {
+    fn from(e: StoreError) -> Self {
+        StepError::Storage(e)
+    }
+}
+
+/// Maps a driver error during a turn or a request: loss is recoverable, the
+/// rest fails the run with `provider_protocol_error`.
+fn driver_err(e: DriverError) -> StepError {
+    match e {
+        DriverError::Exited | DriverError::Unresponsive { .. } => StepError::Lost(e),
+        DriverError::Protocol(_) | DriverError::Rpc { .. } => {
+            StepError::Fail(Cause::new(CauseCode::ProviderProtocolError, e.to_string()))
+        }
+    }
+}
+
+fn cut(write: &str) {
+    cutpoint::hit(&format!("runner.{write}.persisted"));
+}
+
+/// Outcome of a Retry request.
+pub enum RetryOutcome {
+    /// Admitted: the new run.
+    Admitted { run_id: String },
+    /// Refused with a listed reason.
+    Blocked(RetryBlock),
+    /// No such task.
+    UnknownTask,
+}
+
+impl Engine {
+    /// Creates the engine.
+    pub fn new(store: Store, opts: EngineOptions) -> Arc<Engine> {
+        Arc::new(Engine {
+            store,
+            opts,
+            actors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The owner epoch.
+    pub fn epoch(&self) -> i64 {
+        self.opts.epoch
+    }
+
+    /// Whether a profile exists.
+    pub fn has_profile(&self, name: &str) -> bool {
+        self.opts.profiles.contains_key(name)
+    }
+
+    /// Starts actors for every task that was executing when the runner stopped.
+    pub async fn recover_all(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let tasks = self.store.call(|db| db.unsettled_tasks()).await?;
+        for t in &tasks {
+            self.wake(t);
+        }
+        Ok(tasks.len())
+    }
+
+    /// Wakes the task's actor, starting it if needed.
+    pub fn wake(self: &Arc<Self>, task_id: &str) {
+        let mut actors = self.actors.lock().expect("actor table");
+        if let Some(tx) = actors.get(task_id)
+            && tx.send(()).is_ok()
+        {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        actors.insert(task_id.to_owned(), tx);
+        let engine = Arc::clone(self);
+        let task_id = task_id.to_owned();
+        tokio::spawn(async move { engine.actor(task_id, rx).await });
+    }
+
+    /// Handles a Retry: verifies that the previous owner's providers are
+    /// stopped, records the proof, and admits a fresh run.
+    pub async fn retry(
+        self: &Arc<Self>,
+        task_id: &str,
+        message_id: &str,
+    ) -> Result<RetryOutcome, StoreError> {
+        let tid = task_id.to_owned();
+        let Some(snap) = self.store.call(move |db| db.snapshot(&tid)).await? else {
+            return Ok(RetryOutcome::UnknownTask);
+        };
+        let mid = message_id.to_owned();
+        let tid = task_id.to_owned();
+        let existing = self.store.call(move |db| db.message(&tid, &mid)).await?;
+        if existing.is_none() {
+            match snap.task.state {
+                TaskState::Queued | TaskState::Running => {
+                    return Ok(RetryOutcome::Blocked(RetryBlock::ExecutionActive));
+                }
+                TaskState::Completed => {
+                    return Ok(RetryOutcome::Blocked(RetryBlock::NothingToRetry));
+                }
+                TaskState::Failed | TaskState::NeedsHuman => {}
+            }
+        }
+        // The stop proof: every provider process the task ever had is gone.
+        let mut proofs = Vec::new();
+        for p in &snap.live_procs {
+            match supervisor::stop(
+                &p.identity,
+                None,
+                self.opts.term_grace,
+                self.opts.kill_grace,
+            )
+            .await
+            {
+                StopOutcome::Stopped(proof) => {
+                    let proof = serde_json::to_value(&proof).expect("proofs serialize");
+                    let (tid, rid, row, pr) = (
+                        task_id.to_owned(),
+                        p.run_id.clone(),
+                        p.proc_row,
+                        proof.clone(),
+                    );
+                    self.store
+                        .call(move |db| db.record_stop(&tid, &rid, row, pr))
+                        .await?;
+                    proofs.push(proof);
+                }
+                StopOutcome::StillRunning { .. } => {
+                    return Ok(RetryOutcome::Blocked(RetryBlock::ProcessRunning));
+                }
+                StopOutcome::Unprovable { .. } => {
+                    return Ok(RetryOutcome::Blocked(RetryBlock::CleanupQuarantined));
+                }
+            }
+        }
+        let proof = json!({
+            "previous_run": snap.task.current_run,
+            "conversation_id": snap.run.as_ref().and_then(|r| r.conversation_id.clone()),
+            "stopped_now": proofs,
+            "verified": "every provider process of the task has a stop proof",
+        });
+        let run_id = new_id("run");
+        let (tid, mid, rid, epoch) = (
+            task_id.to_owned(),
+            message_id.to_owned(),
+            run_id,
+            self.opts.epoch,
+        );
+        let admitted = self
+            .store
+            .call(move |db| db.admit_retry(&tid, &mid, &rid, epoch, proof))
+            .await?;
+        cut("retry_admitted");
+        Ok(match admitted {
+            Ok(run_id) => {
+                self.wake(task_id);
+                RetryOutcome::Admitted { run_id }
+            }
+            Err(block) => RetryOutcome::Blocked(block),
+        })
+    }
+
+    async fn write<R: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Db) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StepError> {
+        let r = self.store.call(f).await?;
+        cut(name);
+        Ok(r)
+    }
+
+    async fn actor(self: Arc<Self>, task_id: String, mut wake: mpsc::UnboundedReceiver<()>) {
+        let mut live: Option<Live> = None;
+        let mut losses: HashMap<String, u32> = HashMap::new();
+        loop {
+            let tid = task_id.clone();
+            let snap = match self.store.call(move |db| db.snapshot(&tid)).await {
+                Ok(Some(s)) => s,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::error!(task = %task_id, "failed to read the task: {e}");
+                    return;
+                }
+            };
+            if snap.task.state.settled() {
+                if let Some(l) = live.take() {
+                    // A settled task keeps no provider; the proof is recorded.
+                    let _ = self.stop_live(&task_id, l).await;
+                }
+                if wake.recv().await.is_none() {
+                    return;
+                }
+                continue;
+            }
+            let Some(run) = snap.run.clone() else {
+                tracing::error!(task = %task_id, "a running task has no run");
+                return;
+            };
+            if live.as_ref().is_some_and(|l| l.run_id != run.run_id)
+                && let Some(l) = live.take()
+            {
+                let _ = self.stop_live(&task_id, l).await;
+            }
+            match self.step(&snap, &run, &mut live).await {
+                Ok(()) => {}
+                Err(StepError::Fail(cause)) => {
+                    if let Err(e) = self.fail(&task_id, &run, cause, &mut live).await {
+                        tracing::error!(task = %task_id, "failed to record a failure: {e}");
+                        return;
+                    }
+                }
+                Err(StepError::Lost(err)) => {
+                    let n = losses.entry(run.run_id.clone()).or_insert(0);
+                    *n += 1;
+                    let result = if *n > PROVIDER_LOSSES_MAX {
+                        let cause = Cause::new(
+                            CauseCode::ProviderStartFailed,
+                            format!("the provider was lost {n} times in this run; last: {err}"),
+                        );
+                        self.fail(&task_id, &run, cause, &mut live).await
+                    } else {
+                        self.provider_lost(&task_id, &run, err, &mut live).await
+                    };
+                    if let Err(e) = result {
+                        tracing::error!(task = %task_id, "failed to record a lost provider: {e}");
+                        return;
+                    }
+                }
+                Err(StepError::Storage(e)) => {
+                    tracing::error!(task = %task_id, "storage failed: {e}");
+                    let cause = Cause::new(
+                        CauseCode::StorageFailed,
+                        format!("a durable write failed ({e}); nothing was sent after it"),
+                    );
+                    if let Err(e) = self.fail(&task_id, &run, cause, &mut live).await {
+                        tracing::error!(task = %task_id, "failed to record storage_failed: {e}");
+                        if let Some(l) = live.take() {
+                            let _ = self.stop_live(&task_id, l).await;
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One step of a running task.
+    async fn step(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        live: &mut Option<Live>,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let Some(l) = live.as_mut() else {
+            *live = Some(self.start_provider(snap, run).await?);
+            return Ok(());
+        };
+        let Some(conversation) = run.conversation_id.clone() else {
+            let (tid, rid) = (task_id.clone(), run.run_id.clone());
+            self.write("conversation_intent", move |db| {
+                db.conversation_intent(&tid, &rid)
+            })
+            .await?;
+            let id = l
+                .driver
+                .open_conversation(&snap.task.workspace)
+                .await
+                .map_err(driver_err)?;
+            let (tid, rid) = (task_id.clone(), run.run_id.clone());
+            self.write("conversation", move |db| {
+                db.conversation_opened(&tid, &rid, &id)
+            })
+            .await?;
+            return Ok(());
+        };
+        l.driver
+            .resume_conversation(&conversation)
+            .await
+            .map_err(driver_err)?;
+        if let Some(turn) = snap.turns.last().filter(|t| t.unsettled()) {
+            return self.recover_turn(snap, run, &conversation, turn, l).await;
+        }
+        // The run's own trigger message goes first (a Retry's re-sent
+        // message), then the queue in admission order.
+        let next = snap
+            .queue
+            .iter()
+            .find(|m| m.message_id == run.trigger_message_id)
+            .or_else(|| snap.queue.first());
+        if let Some(message) = next.cloned() {
+            let (tid, rid, mid) = (
+                task_id.clone(),
+                run.run_id.clone(),
+                message.message_id.clone(),
+            );
+            let row = self
+                .write("turn_intent", move |db| {
+                    db.turn_intent(&tid, &rid, &mid, "primary", &mid)
+                })
+                .await?;
+            let turn = TurnRow {
+                turn_row: row,
+                run_id: run.run_id.clone(),
+                message_id: message.message_id.clone(),
+                kind: "primary".to_owned(),
+                client_id: message.message_id.clone(),
+                provider_turn_id: None,
+                status: "intent".to_owned(),
+            };
+            return self
+                .run_turn(snap, run, &conversation, &turn, &message.text, l)
+                .await;
+        }
+        let live_now = live.take().expect("checked above");
+        self.stop_live(task_id, live_now).await?;
+        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        self.write("run_settled", move |db| {
+            db.settle(&tid, &rid, TaskState::Completed, None)
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Old provider first, then a new one, recorded before use.
+    async fn start_provider(&self, snap: &Snapshot, run: &Run) -> Result<Live, StepError> {
+        let task_id = &snap.task.task_id;
+        for p in &snap.live_procs {
+            match supervisor::stop(
+                &p.identity,
+                None,
+                self.opts.term_grace,
+                self.opts.kill_grace,
+            )
+            .await
+            {
+                StopOutcome::Stopped(proof) => {
+                    let proof = serde_json::to_value(&proof).expect("proofs serialize");
+                    let (tid, rid, row) = (task_id.clone(), p.run_id.clone(), p.proc_row);
+                    self.write("provider_stop", move |db| {
+                        db.record_stop(&tid, &rid, row, proof)
+                    })
+                    .await?;
+                }
+                StopOutcome::StillRunning { identity } => {
+                    return Err(StepError::Fail(Cause::new(
+                        CauseCode::CleanupQuarantined,
+                        format!(
+                            "the previous provider (pid {}) survived SIGKILL",
+                            identity.pid
+                        ),
+                    )));
+                }
+                StopOutcome::Unprovable { identity, reason } => {
+                    return Err(StepError::Fail(Cause::new(
+                        CauseCode::CleanupQuarantined,
+                        format!(
+                            "the previous provider (pid {}) could not be proven stopped: {reason}",
+                            identity.pid
+                        ),
+                    )));
+                }
+            }
+        }
+        let Some(profile) = self.opts.profiles.get(&snap.task.profile) else {
+            return Err(StepError::Fail(Cause::new(
+                CauseCode::ProviderStartFailed,
+                format!(
+                    "profile {} is not configured in this runner",
+                    snap.task.profile
+                ),
+            )));
+        };
+        let provider_dir = self
+            .opts
+            .state_dir
+            .join("providers")
+            .join(sanitize(task_id));
+        std::fs::create_dir_all(&provider_dir).map_err(|e| {
+            StepError::Fail(Cause::new(
+                CauseCode::ProviderStartFailed,
+                format!("failed to create {}: {e}", provider_dir.display()),
+            ))
+        })?;
+        let argv = crate::profiles::expand(
+            &profile.command,
+            &provider_dir,
+            &snap.task.workspace,
+            task_id,
+        );
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .env(cutpoint::ENV_ROLE, "provider");
+        if std::path::Path::new(&snap.task.workspace).is_dir() {
+            cmd.current_dir(&snap.task.workspace);
+        }
+        if let Some(secret) = &self.opts.credential {
+            cmd.env(&profile.credential_env, &secret.0);
+        }
+        let (mut child, identity) = supervisor::spawn_provider(&mut cmd).map_err(|e| {
+            StepError::Fail(Cause::new(
+                CauseCode::ProviderStartFailed,
+                format!("failed to start {}: {e}", argv[0]),
+            ))
+        })?;
+        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        let proc_row = match self
+            .write("provider_identity", move |db| {
+                db.record_provider(&tid, &rid, identity)
+            })
+            .await
+        {
+            Ok(row) => row,
+            Err(e) => {
+                let _ = supervisor::stop(
+                    &identity,
+                    Some(&mut child),
+                    self.opts.term_grace,
+                    self.opts.kill_grace,
+                )
+                .await;
+                return Err(e);
+            }
+        };
+        let mut driver = CodexDriver::attach(&mut child, self.opts.idle);
+        let handshake = driver.initialize().await;
+        let live = Live {
+            child,
+            identity,
+            proc_row,
+            run_id: run.run_id.clone(),
+            driver,
+        };
+        if let Err(e) = handshake {
+            let _ = self.stop_live(task_id, live).await;
+            return Err(match e {
+                DriverError::Exited | DriverError::Unresponsive { .. } => StepError::Lost(e),
+                other => StepError::Fail(Cause::new(
+                    CauseCode::ProviderStartFailed,
+                    format!("the provider failed its handshake: {other}"),
+                )),
+            });
+        }
+        Ok(live)
+    }
+
+    /// Classifies a turn whose execution was cut (DESIGN §3.5) and acts.
+    async fn recover_turn(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        if turn.kind == "continuation" {
+            // One continuation only: adopt it if it completed, else exhausted.
+            let by = match &turn.provider_turn_id {
+                Some(id) => TurnLookup::TurnId(id.clone()),
+                None => TurnLookup::ClientId(turn.client_id.clone()),
+            };
+            if let Some((_, status)) = l
+                .driver
+                .lookup_turn(conversation, &by)
+                .await
+                .map_err(driver_err)?
+                && status == "completed"
+            {
+                return self.adopt(task_id, run, turn).await;
+            }
+            return Err(StepError::Fail(Cause::new(
+                CauseCode::ContinuationExhausted,
+                "the continuation of a lost turn was itself cut; the runner never continues twice",
+            )));
+        }
+        let Some(provider_turn) = &turn.provider_turn_id else {
+            // Only the intent is durable: ask the provider whether it recorded the turn.
+            let found = l
+                .driver
+                .lookup_turn(conversation, &TurnLookup::ClientId(turn.client_id.clone()))
+                .await
+                .map_err(driver_err)?;
+            if let Some((id, status)) = found {
+                return Err(StepError::Fail(Cause::new(
+                    CauseCode::AmbiguousTurnStart,
+                    format!(
+                        "the provider recorded turn {id} ({status}) for message {} but the runner never saw it accepted; it is neither replayed nor adopted",
+                        turn.message_id
+                    ),
+                )));
+            }
+            let (tid, rid, mid) = (task_id.clone(), run.run_id.clone(), turn.message_id.clone());
+            self.write("turn_absent", move |db| {
+                db.append(
+                    "turn_absent",
+                    &tid,
+                    Some(&rid),
+                    "turn.absent_at_provider",
+                    json!({ "message_id": mid, "action": "start the turn for the first time" }),
+                )
+            })
+            .await?;
+            let message = snap_message_text(&self.store, task_id, &turn.message_id).await?;
+            return self
+                .run_turn(snap, run, conversation, turn, &message, l)
+                .await;
+        };
+        let found = l
+            .driver
+            .lookup_turn(conversation, &TurnLookup::TurnId(provider_turn.clone()))
+            .await
+            .map_err(driver_err)?;
+        match found {
+            Some((_, status)) if status == "completed" => self.adopt(task_id, run, turn).await,
+            _ if snap.pending_requests > 0 => Err(StepError::Fail(Cause::new(
+                CauseCode::ActiveTurnRecoveryClosed,
+                format!(
+                    "turn {provider_turn} was lost while waiting for an approval; the approval cannot be replayed"
+                ),
+            ))),
+            Some((_, status)) => {
+                let cause = Cause::new(
+                    CauseCode::ProviderTurnLostOnRestore,
+                    format!(
+                        "turn {provider_turn} was {status} when its provider was lost; continuing once"
+                    ),
+                );
+                let (tid, rid, row) = (task_id.clone(), run.run_id.clone(), turn.turn_row);
+                let data = json!({ "cause": cause, "provider_turn_id": provider_turn });
+                self.write("turn_completed", move |db| {
+                    db.turn_finished(&tid, &rid, row, "interrupted", data)
+                })
+                .await?;
+                let client_id = format!("{}#continuation", turn.message_id);
+                let (tid, rid, mid, cid) = (
+                    task_id.clone(),
+                    run.run_id.clone(),
+                    turn.message_id.clone(),
+                    client_id.clone(),
+                );
+                let row = self
+                    .write("turn_intent", move |db| {
+                        db.turn_intent(&tid, &rid, &mid, "continuation", &cid)
+                    })
+                    .await?;
+                let cont = TurnRow {
+                    turn_row: row,
+                    run_id: run.run_id.clone(),
+                    message_id: turn.message_id.clone(),
+                    kind: "continuation".to_owned(),
+                    client_id,
+                    provider_turn_id: None,
+                    status: "intent".to_owned(),
+                };
+                self.run_turn(snap, run, conversation, &cont, CONTINUE_TEXT, l)
+                    .await
+            }
+            None => Err(StepError::Fail(Cause::new(
+                CauseCode::ActiveTurnRecoveryClosed,
+                format!("the provider has no record of accepted turn {provider_turn}"),
+            ))),
+        }
+    }
+
+    async fn adopt(&self, task_id: &str, run: &Run, turn: &TurnRow) -> Result<(), StepError> {
+        let (tid, rid, row) = (task_id.to_owned(), run.run_id.clone(), turn.turn_row);
+        self.write("turn_completed", move |db| {
+            db.turn_finished(&tid, &rid, row, "completed", json!({ "adopted": true }))
+        })
+        .await
+    }
+
+    /// Sends a turn and plays it to its end, persisting each output first.
+    async fn run_turn(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        text: &str,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let profile = self
+            .opts
+            .profiles
+            .get(&snap.task.profile)
+            .expect("checked when the provider started");
+        let provider_turn = l
+            .driver
+            .start_turn(conversation, text, &turn.client_id)
+            .await
+            .map_err(driver_err)?;
+        let (tid, rid, row, pt) = (
+            task_id.clone(),
+            run.run_id.clone(),
+            turn.turn_row,
+            provider_turn.clone(),
+        );
+        self.write("turn_accepted", move |db| {
+            db.turn_accepted(&tid, &rid, row, &pt)
+        })
+        .await?;
+        loop {
+            match l.driver.next_event().await.map_err(driver_err)? {
+                ProviderEvent::ItemCompleted { turn_id, item } if turn_id == provider_turn => {
+                    let (tid, rid) = (task_id.clone(), run.run_id.clone());
+                    self.write("item", move |db| {
+                        db.append(
+                            "item",
+                            &tid,
+                            Some(&rid),
+                            "item.completed",
+                            json!({ "turn_row": row, "item": item }),
+                        )
+                    })
+                    .await?;
+                }
+                ProviderEvent::Request {
+                    request_id,
+                    method,
+                    turn_id,
+                    summary,
+                } => {
+                    let _ = (turn_id, summary);
+                    let key = request_id.to_string();
+                    for (write, status, decision) in [
+                        ("approval_request", "requested", None),
+                        (
+                            "approval_intent",
+                            "answering",
+                            Some(profile.approval.clone()),
+                        ),
+                    ] {
+                        let (tid, rid, k, m) = (
+                            task_id.clone(),
+                            run.run_id.clone(),
+                            key.clone(),
+                            method.clone(),
+                        );
+                        self.write(write, move |db| {
+                            db.provider_request(
+                                write,
+                                &tid,
+                                &rid,
+                                row,
+                                &k,
+                                &m,
+                                status,
+                                decision.as_deref(),
+                            )
+                        })
+                        .await?;
+                    }
+                    l.driver
+                        .answer(&request_id, &profile.approval)
+                        .await
+                        .map_err(driver_err)?;
+                    let (tid, rid, k, m, d) = (
+                        task_id.clone(),
+                        run.run_id.clone(),
+                        key.clone(),
+                        method.clone(),
+                        profile.approval.clone(),
+                    );
+                    self.write("approval_answer", move |db| {
+                        db.provider_request(
+                            "approval_answer",
+                            &tid,
+                            &rid,
+                            row,
+                            &k,
+                            &m,
+                            "answered",
+                            Some(&d),
+                        )
+                    })
+                    .await?;
+                }
+                ProviderEvent::UnsupportedRequest { request_id, method } => {
+                    l.driver
+                        .reject(&request_id, &method)
+                        .await
+                        .map_err(driver_err)?;
+                }
+                ProviderEvent::TurnCompleted { turn_id, status } if turn_id == provider_turn => {
+                    let (tid, rid, st) = (task_id.clone(), run.run_id.clone(), status.clone());
+                    self.write("turn_completed", move |db| {
+                        db.turn_finished(
+                            &tid,
+                            &rid,
+                            row,
+                            &st,
+                            json!({ "provider_turn_id": turn_id }),
+                        )
+                    })
+                    .await?;
+                    if status == "completed" {
+                        return Ok(());
+                    }
+                    return Err(StepError::Fail(Cause::new(
+                        CauseCode::ProviderProtocolError,
+                        format!("the provider ended turn {provider_turn} with status {status}"),
+                    )));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Records the loss of a provider and stops what is left of it.
+    async fn provider_lost(
+        &self,
+        task_id: &str,
+        run: &Run,
+        err: DriverError,
+        live: &mut Option<Live>,
+    ) -> Result<(), StepError> {
+        let event = match err {
+            DriverError::Unresponsive { .. } => ContractEvent::ProviderUnresponsive,
+            _ => ContractEvent::ProviderExited,
+        };
+        let pid = live.as_ref().map(|l| l.identity.pid);
+        let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
+        let detail = err.to_string();
+        self.write("provider_event", move |db| {
+            db.append(
+                "provider_event",
+                &tid,
+                Some(&rid),
+                event.as_str(),
+                json!({ "pid": pid, "detail": detail }),
+            )
+        })
+        .await?;
+        if let Some(l) = live.take() {
+            self.stop_live(task_id, l).await?;
+        }
+        Ok(())
+    }
+
+    /// Fails the run: stops its provider (with proof), then settles.
+    async fn fail(
+        &self,
+        task_id: &str,
+        run: &Run,
+        cause: Cause,
+        live: &mut Option<Live>,
+    ) -> Result<(), StepError> {
+        if let Some(l) = live.take() {
+            // A provider that cannot be proven stopped turns any failure into
+            // a quarantine: a person must look before anything resumes.
+            if let Err(StepError::Fail(q)) = self.stop_live(task_id, l).await {
+                return self.settle_failed(task_id, run, q).await;
+            }
+        }
+        self.settle_failed(task_id, run, cause).await
+    }
+
+    async fn settle_failed(&self, task_id: &str, run: &Run, cause: Cause) -> Result<(), StepError> {
+        let state = if cause.code == CauseCode::CleanupQuarantined {
+            TaskState::NeedsHuman
+        } else {
+            TaskState::Failed
+        };
+        let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
+        self.write("run_settled", move |db| {
+            db.settle(&tid, &rid, state, Some(cause))
+        })
+        .await
+    }
+
+    /// Stops a live provider and records the proof.
+    async fn stop_live(&self, task_id: &str, mut l: Live) -> Result<(), StepError> {
+        // Closing stdin lets a well-behaved provider exit on its own first.
+        drop(l.driver);
+        match supervisor::stop(
+            &l.identity,
+            Some(&mut l.child),
+            self.opts.term_grace,
+            self.opts.kill_grace,
+        )
+        .await
+        {
+            StopOutcome::Stopped(proof) => {
+                let proof = serde_json::to_value(&proof).expect("proofs serialize");
+                let (tid, rid, row) = (task_id.to_owned(), l.run_id.clone(), l.proc_row);
+                self.write("provider_stop", move |db| {
+                    db.record_stop(&tid, &rid, row, proof)
+                })
+                .await
+            }
+            StopOutcome::StillRunning { identity } => Err(StepError::Fail(Cause::new(
+                CauseCode::CleanupQuarantined,
+                format!("provider pid {} survived SIGKILL", identity.pid),
+            ))),
+            StopOutcome::Unprovable { identity, reason } => Err(StepError::Fail(Cause::new(
+                CauseCode::CleanupQuarantined,
+                format!(
+                    "provider pid {} could not be proven stopped: {reason}",
+                    identity.pid
+                ),
+            ))),
+        }
+    }
+}
+
+async fn snap_message_text(
+    store: &Store,
+    task_id: &str,
+    message_id: &str,
+) -> Result<String, StepError> {
+    let (tid, mid) = (task_id.to_owned(), message_id.to_owned());
+    let m = store.call(move |db| db.message(&tid, &mid)).await?;
+    m.map(|m| m.text).ok_or_else(|| {
+        StepError::Storage(StoreError::Corrupt {
+            table: "messages",
+            detail: format!("turn for unknown message {message_id}"),
+        })
+    })
+}
+
+/// A fresh opaque id with a prefix.
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// A task id made safe as a directory name.
+fn sanitize(id: &str) -> String {
+    id.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}

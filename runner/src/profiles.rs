@@ -1,0 +1,137 @@
+//! Provider profiles: which driver talks to which command line.
+//!
+//! The built-in `runner-codex` runs the fake Codex app-server found beside the
+//! runner binary (the standalone `fake-provider`, or `turncut fake-provider`
+//! when runnerd is `turncut runnerd`). A TOML profiles file can define or
+//! override profiles with any command line, such as a real `codex app-server`.
+//! Placeholders in a command: `{provider_dir}` (a per-task state directory for
+//! the provider), `{workspace}`, `{task_id}`. This module only describes
+//! profiles; it never starts anything.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+/// The protocol a profile speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriverKind {
+    /// Codex app-server over stdio.
+    Codex,
+}
+
+/// One profile.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// The driver.
+    pub driver: DriverKind,
+    /// The provider command line, with placeholders.
+    pub command: Vec<String>,
+    /// The answer to approval requests: `accept` or `decline`.
+    #[serde(default = "default_approval")]
+    pub approval: String,
+    /// The environment variable that carries the credential to the provider.
+    #[serde(default = "default_credential_env")]
+    pub credential_env: String,
+}
+
+fn default_approval() -> String {
+    "accept".to_owned()
+}
+
+fn default_credential_env() -> String {
+    "TURNCUT_PROVIDER_API_KEY".to_owned()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfilesFile {
+    #[serde(default)]
+    profile: BTreeMap<String, Profile>,
+}
+
+/// The command that reaches `fake-provider` from this executable.
+pub fn fake_provider_command(exe: &Path) -> Vec<String> {
+    let name = exe.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    if name == "turncut" {
+        return vec![exe.display().to_string(), "fake-provider".to_owned()];
+    }
+    let beside = dir.join("fake-provider");
+    if beside.is_file() {
+        return vec![beside.display().to_string()];
+    }
+    vec![
+        dir.join("turncut").display().to_string(),
+        "fake-provider".to_owned(),
+    ]
+}
+
+/// The built-in profiles, plus those of `file` (which win).
+pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, Profile>> {
+    let mut profiles = BTreeMap::new();
+    let mut codex = fake_provider_command(exe);
+    codex.extend([
+        "codex".to_owned(),
+        "--state-dir".to_owned(),
+        "{provider_dir}".to_owned(),
+    ]);
+    profiles.insert(
+        "runner-codex".to_owned(),
+        Profile {
+            driver: DriverKind::Codex,
+            command: codex,
+            approval: default_approval(),
+            credential_env: default_credential_env(),
+        },
+    );
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("failed to read profiles file {}: {e}", path.display()))?;
+        let parsed: ProfilesFile = toml::from_str(&text).map_err(|e| {
+            let place = e
+                .span()
+                .map(|s| {
+                    let before = &text[..s.start.min(text.len())];
+                    let line = before.matches('\n').count() + 1;
+                    let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+                    format!("{}:{line}:{col}", path.display())
+                })
+                .unwrap_or_else(|| path.display().to_string());
+            anyhow::anyhow!("{place}: {}", e.message())
+        })?;
+        for (name, p) in parsed.profile {
+            if p.command.is_empty() {
+                anyhow::bail!("{}: profile {name} has an empty command", path.display());
+            }
+            if !matches!(p.approval.as_str(), "accept" | "decline") {
+                anyhow::bail!(
+                    "{}: profile {name}: approval must be \"accept\" or \"decline\", not {:?}",
+                    path.display(),
+                    p.approval
+                );
+            }
+            profiles.insert(name, p);
+        }
+    }
+    Ok(profiles)
+}
+
+/// Substitutes the placeholders of a command line.
+pub fn expand(
+    command: &[String],
+    provider_dir: &Path,
+    workspace: &str,
+    task_id: &str,
+) -> Vec<String> {
+    command
+        .iter()
+        .map(|a| {
+            a.replace("{provider_dir}", &provider_dir.display().to_string())
+                .replace("{workspace}", workspace)
+                .replace("{task_id}", task_id)
+        })
+        .collect()
+}
