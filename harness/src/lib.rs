@@ -8,4 +8,5 @@
 
 pub mod codex_client;
 pub mod demo;
+pub mod runner_client;
 pub mod supervisor;

@@ -1,5 +1,7 @@
 //! The `turncut` binary: the harness CLI, and a multi-call entry point so that
-//! `turncut fake-provider …` runs the fake providers from the same build.
+//! `turncut fake-provider …` and `turncut runnerd …` run the fakes and the
+//! runner from the same build. The dispatch calls only each program's `main`;
+//! the harness itself never uses runner internals.
 //!
 //! Exit codes: 0 all pass, 1 a check failed, 2 bad input, 3 harness error.
 
@@ -24,6 +26,13 @@ enum Command {
         #[arg(long)]
         keep: bool,
     },
+    /// Run the reference runner (same as the standalone `runnerd` binary).
+    #[command(name = "runnerd", disable_help_flag = true)]
+    Runnerd {
+        /// Arguments for `runnerd`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
     /// Run a fake provider (same as the standalone `fake-provider` binary).
     #[command(name = "fake-provider", disable_help_flag = true)]
     FakeProvider {
@@ -44,6 +53,10 @@ fn main() {
         let self_cmd = vec![exe.into_os_string(), OsString::from("fake-provider")];
         std::process::exit(fake_provider::cli::main(forwarded, self_cmd));
     }
+    if args.get(1).is_some_and(|a| a == "runnerd") {
+        let forwarded = std::iter::once(OsString::from("runnerd")).chain(args[2..].iter().cloned());
+        std::process::exit(runner::cli::main(forwarded));
+    }
     let cli = match Cli::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -60,7 +73,7 @@ fn main() {
                 3
             }
         },
-        Command::FakeProvider { .. } => unreachable!("dispatched above"),
+        Command::FakeProvider { .. } | Command::Runnerd { .. } => unreachable!("dispatched above"),
     };
     std::process::exit(code);
 }

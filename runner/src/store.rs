@@ -1197,20 +1197,18 @@ impl Db {
         let mut data = data;
         data["turn_row"] = serde_json::json!(turn_row);
         data["status"] = serde_json::json!(status);
-        self.event_in(
-            "turn_completed",
-            task_id,
-            Some(run_id),
-            "turn.finished",
-            data,
-            |tx| {
-                tx.execute(
-                    "UPDATE turns SET status = ?2 WHERE turn_row = ?1",
-                    params![turn_row, status],
-                )?;
-                Ok(())
-            },
-        )?;
+        let kind = if status == "completed" {
+            "turn.finished"
+        } else {
+            "turn.failed"
+        };
+        self.event_in("turn_completed", task_id, Some(run_id), kind, data, |tx| {
+            tx.execute(
+                "UPDATE turns SET status = ?2 WHERE turn_row = ?1",
+                params![turn_row, status],
+            )?;
+            Ok(())
+        })?;
         Ok(())
     }
 

@@ -576,6 +576,15 @@ impl Server {
         steps.push_back(Step::Say(script_turn.final_message));
         steps.push_back(Step::Complete);
 
+        // The user message is part of the turn from the moment it is recorded,
+        // as in the real rollout: a restarted server reads it back with its
+        // `clientId`, which is what "was this turn recorded?" asks.
+        let user_item = json!({
+            "type": "userMessage",
+            "id": uuid::Uuid::now_v7().to_string(),
+            "content": p.input,
+            "clientId": p.client_user_message_id,
+        });
         let record = TurnRecord {
             id: turn_id.clone(),
             client_id: p.client_user_message_id.clone(),
@@ -585,7 +594,7 @@ impl Server {
             script_index,
             status: TurnStatus::InProgress,
             error: None,
-            items: Vec::new(),
+            items: vec![user_item.clone()],
             started_at: now_s(),
             completed_at: None,
         };
@@ -626,14 +635,8 @@ impl Server {
                     "turn/started",
                     json!({ "threadId": p.thread_id, "turn": turn }),
                 )?;
-                let item = json!({
-                    "type": "userMessage",
-                    "id": uuid::Uuid::now_v7().to_string(),
-                    "content": p.input,
-                    "clientId": p.client_user_message_id,
-                });
-                self.item_started(&p.thread_id, &turn_id, &item)?;
-                self.item_completed(&p.thread_id, &turn_id, item)?;
+                self.item_started(&p.thread_id, &turn_id, &user_item)?;
+                self.notify_item_completed(&p.thread_id, &turn_id, user_item)?;
                 self.pump(&p.thread_id)
             }))
     }
@@ -664,6 +667,10 @@ impl Server {
             self.fail_storage(&e);
         }
         self.point("codex.item.recorded");
+        self.notify_item_completed(thread_id, turn_id, item)
+    }
+
+    fn notify_item_completed(&self, thread_id: &str, turn_id: &str, item: Value) -> Sent {
         self.notify(
             "item/completed",
             json!({ "threadId": thread_id, "turnId": turn_id, "item": item, "completedAtMs": now_ms() }),

@@ -1,0 +1,346 @@
+//! Starting a runner process and talking to its control API over HTTP.
+//!
+//! This is how the harness sees a runner: a process it starts (and kills with
+//! signals through `supervisor`) and the HTTP API of DESIGN §3.1. Nothing here
+//! links runner code, so any runner with the same API can be driven. Waits are
+//! on the run log's server-sent events, each with a deadline; nothing sleeps.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::supervisor::GroupChild;
+
+/// A running runner process.
+pub struct RunnerProcess {
+    child: GroupChild,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The bearer token.
+    pub token: String,
+}
+
+impl RunnerProcess {
+    /// Starts `cmd` (a runnerd command line, whose `--state-dir` is `state_dir`),
+    /// waits for its `listening on http://ADDR` line, and reads its token.
+    /// Standard error goes to `stderr_log` (appended).
+    pub fn start(
+        cmd: &mut Command,
+        state_dir: &Path,
+        stderr_log: &Path,
+        deadline: Duration,
+    ) -> anyhow::Result<RunnerProcess> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(stderr_log)?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        let mut child = GroupChild::spawn(cmd)?;
+        let stdout = child.inner().stdout.take().expect("stdout is piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let first = lines.next();
+            let _ = tx.send(first);
+            // Keep draining so the runner never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = match rx.recv_timeout(deadline) {
+            Ok(Some(Ok(line))) => line,
+            Ok(_) => {
+                let status = child.wait()?;
+                let log = std::fs::read_to_string(stderr_log).unwrap_or_default();
+                anyhow::bail!(
+                    "the runner exited ({status}) before listening: {}",
+                    tail(&log, 800)
+                );
+            }
+            Err(_) => anyhow::bail!(
+                "the runner did not print its listening line within {} ms",
+                deadline.as_millis()
+            ),
+        };
+        let base = line
+            .strip_prefix("listening on ")
+            .ok_or_else(|| anyhow::anyhow!("unexpected first line from the runner: {line:?}"))?
+            .trim()
+            .to_owned();
+        let token = std::fs::read_to_string(state_dir.join("token"))?
+            .trim()
+            .to_owned();
+        Ok(RunnerProcess { child, base, token })
+    }
+
+    /// The runner's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+
+    /// SIGKILLs the runner (its own process group only: providers live in
+    /// groups of their own and survive, as they would a real crash).
+    pub fn kill(mut self) -> std::io::Result<()> {
+        self.child.kill().map(|_| ())
+    }
+
+    /// A client for the API.
+    pub fn client(&self) -> RunnerClient {
+        RunnerClient::new(&self.base, &self.token)
+    }
+}
+
+fn tail(s: &str, n: usize) -> &str {
+    let start = s.len().saturating_sub(n);
+    let start = (start..s.len())
+        .find(|i| s.is_char_boundary(*i))
+        .unwrap_or(s.len());
+    &s[start..]
+}
+
+/// A client for the control API.
+#[derive(Clone)]
+pub struct RunnerClient {
+    base: String,
+    token: String,
+    agent: ureq::Agent,
+}
+
+/// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
+pub type Answer = (u16, Value);
+
+impl RunnerClient {
+    /// A client for `base` with `token`.
+    pub fn new(base: &str, token: &str) -> RunnerClient {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .proxy(None)
+            .timeout_global(Some(Duration::from_secs(30)))
+            .build()
+            .into();
+        RunnerClient {
+            base: base.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            agent,
+        }
+    }
+
+    fn auth(&self) -> String {
+        format!("Bearer {}", self.token)
+    }
+
+    fn answer(r: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> anyhow::Result<Answer> {
+        let mut r = r?;
+        let status = r.status().as_u16();
+        let text = r.body_mut().read_to_string()?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// POST a JSON body.
+    pub fn post(&self, path: &str, body: &Value) -> anyhow::Result<Answer> {
+        Self::answer(
+            self.agent
+                .post(format!("{}{path}", self.base))
+                .header("Authorization", &self.auth())
+                .send_json(body),
+        )
+    }
+
+    /// POST raw bytes (for bad-input tests).
+    pub fn post_raw(&self, path: &str, body: &str) -> anyhow::Result<Answer> {
+        Self::answer(
+            self.agent
+                .post(format!("{}{path}", self.base))
+                .header("Authorization", &self.auth())
+                .header("Content-Type", "application/json")
+                .send(body),
+        )
+    }
+
+    /// GET a JSON document.
+    pub fn get(&self, path: &str) -> anyhow::Result<Answer> {
+        Self::answer(
+            self.agent
+                .get(format!("{}{path}", self.base))
+                .header("Authorization", &self.auth())
+                .call(),
+        )
+    }
+
+    /// `POST /v1/tasks`.
+    pub fn create_task(
+        &self,
+        task_id: &str,
+        message_id: &str,
+        prompt: &str,
+        profile: &str,
+        workspace: &Path,
+    ) -> anyhow::Result<Answer> {
+        self.post(
+            "/v1/tasks",
+            &json!({
+                "task_id": task_id, "message_id": message_id, "prompt": prompt,
+                "profile": profile, "workspace": workspace.display().to_string(),
+            }),
+        )
+    }
+
+    /// `POST /v1/tasks/{id}/messages`.
+    pub fn follow_up(&self, task_id: &str, message_id: &str, text: &str) -> anyhow::Result<Answer> {
+        self.post(
+            &format!("/v1/tasks/{task_id}/messages"),
+            &json!({ "message_id": message_id, "text": text }),
+        )
+    }
+
+    /// `POST /v1/tasks/{id}/retry`.
+    pub fn retry(&self, task_id: &str, message_id: &str) -> anyhow::Result<Answer> {
+        self.post(
+            &format!("/v1/tasks/{task_id}/retry"),
+            &json!({ "message_id": message_id }),
+        )
+    }
+
+    /// `GET /v1/tasks/{id}`.
+    pub fn task(&self, task_id: &str) -> anyhow::Result<Answer> {
+        self.get(&format!("/v1/tasks/{task_id}"))
+    }
+
+    /// The whole run log after `after`.
+    pub fn events(&self, task_id: &str, after: i64) -> anyhow::Result<Vec<Value>> {
+        let mut r = self
+            .agent
+            .get(format!(
+                "{}/v1/tasks/{task_id}/events?after={after}",
+                self.base
+            ))
+            .header("Authorization", &self.auth())
+            .call()?;
+        anyhow::ensure!(r.status() == 200, "events answered {}", r.status());
+        let text = r.body_mut().read_to_string()?;
+        text.lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| Ok(serde_json::from_str(l)?))
+            .collect()
+    }
+
+    /// Waits until the task's state satisfies `pred`, woken by the run log's
+    /// event stream; fails at the deadline with the last state seen.
+    pub fn wait_task(
+        &self,
+        task_id: &str,
+        deadline: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Value> {
+        let until = Instant::now() + deadline;
+        let wake = self.subscribe(task_id)?;
+        loop {
+            let (status, task) = self.task(task_id)?;
+            if status == 200 && pred(&task) {
+                return Ok(task);
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                anyhow::bail!(
+                    "task {task_id} did not reach the expected state within {} ms; last: {task}",
+                    deadline.as_millis()
+                );
+            }
+            match wake.recv_timeout(left) {
+                Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    anyhow::bail!("the runner's event stream for {task_id} closed; last: {task}")
+                }
+            }
+        }
+    }
+
+    /// Waits until the task is settled (completed, failed or needs_human).
+    pub fn wait_settled(&self, task_id: &str, deadline: Duration) -> anyhow::Result<Value> {
+        self.wait_task(task_id, deadline, |t| {
+            matches!(
+                t["state"].as_str(),
+                Some("completed" | "failed" | "needs_human")
+            )
+        })
+    }
+
+    /// A channel that receives `()` for every run-log event of the task.
+    fn subscribe(&self, task_id: &str) -> anyhow::Result<mpsc::Receiver<()>> {
+        let r = self
+            .agent
+            .get(format!("{}/v1/tasks/{task_id}/events", self.base))
+            .header("Authorization", &self.auth())
+            .header("Accept", "text/event-stream")
+            .config()
+            .timeout_global(None)
+            .build()
+            .call()?;
+        anyhow::ensure!(r.status() == 200, "event stream answered {}", r.status());
+        let (tx, rx) = mpsc::channel();
+        let reader = BufReader::new(r.into_body().into_reader());
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { return };
+                if line.starts_with("data:") && tx.send(()).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
+    }
+}
+
+/// How to start runnerd from the `turncut` build.
+#[derive(Clone, Debug)]
+pub struct RunnerCommand {
+    /// Program and leading arguments that reach runnerd (`turncut runnerd`).
+    pub program: Vec<String>,
+}
+
+impl RunnerCommand {
+    /// runnerd reached through this very binary (`<exe> runnerd`).
+    pub fn via(exe: &Path) -> RunnerCommand {
+        RunnerCommand {
+            program: vec![exe.display().to_string(), "runnerd".to_owned()],
+        }
+    }
+
+    /// A command for `--state-dir state_dir` plus `extra`.
+    pub fn command(&self, state_dir: &Path, extra: &[String]) -> Command {
+        let mut cmd = Command::new(&self.program[0]);
+        cmd.args(&self.program[1..])
+            .arg("--state-dir")
+            .arg(state_dir)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .args(extra)
+            .env(cutpoint::ENV_ROLE, "runner");
+        cmd
+    }
+}
+
+/// Every regular file under `dir`, sorted (sockets and the like are skipped).
+pub fn state_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}

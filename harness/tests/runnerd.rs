@@ -1,0 +1,697 @@
+//! The recovery contract of runnerd, row by row, with real processes:
+//! `turncut runnerd` driving `turncut fake-provider codex`, cut with the
+//! fake's `--exit`/`--hang` points, or held at a cut point over the cut
+//! socket and SIGKILLed there. Each test checks the outcome, the cause, the
+//! provider journal (turn starts per message id, continuations) and the
+//! effect ledger (each key once per authorizing message). No fixed sleeps:
+//! every wait is on an event with a deadline.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fake_provider::journal::{Entry, EntryKind};
+use fake_provider::ledger::LedgerEntry;
+use harness::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_turncut"))
+}
+
+/// One runner with its fake provider in a temporary directory.
+struct Rig {
+    dir: tempfile::TempDir,
+    runner: Option<RunnerProcess>,
+    listener: cutpoint::Listener,
+    runner_extra: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+impl Rig {
+    fn new(provider_extra: &[&str]) -> Rig {
+        Rig::with_script(provider_extra, None)
+    }
+
+    fn with_script(provider_extra: &[&str], script: Option<&str>) -> Rig {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        let mut command: Vec<String> = vec![
+            exe().display().to_string(),
+            "fake-provider".into(),
+            "codex".into(),
+            "--state-dir".into(),
+            "{provider_dir}".into(),
+            "--journal".into(),
+            dir.path().join("journal.jsonl").display().to_string(),
+            "--ledger".into(),
+            dir.path().join("ledger.jsonl").display().to_string(),
+        ];
+        if let Some(script) = script {
+            let path = dir.path().join("script.toml");
+            std::fs::write(&path, script).unwrap();
+            command.extend(["--script".into(), path.display().to_string()]);
+        }
+        command.extend(provider_extra.iter().map(|s| s.to_string()));
+        let profiles = format!(
+            "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        );
+        std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
+        let listener = cutpoint::Listener::bind(dir.path().join("cut.sock")).unwrap();
+        Rig {
+            dir,
+            runner: None,
+            listener,
+            runner_extra: vec!["--provider-idle-timeout-ms".into(), "5000".into()],
+            env: Vec::new(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.path("ws")
+    }
+
+    /// Starts runnerd, armed at `arm` (cut points of the runner or, through
+    /// the inherited environment, of its provider).
+    fn start(&mut self, arm: Option<&str>) -> RunnerClient {
+        let mut extra = vec![
+            "--profiles".to_owned(),
+            self.path("profiles.toml").display().to_string(),
+        ];
+        extra.extend(self.runner_extra.iter().cloned());
+        let mut cmd = RunnerCommand::via(exe()).command(&self.path("state"), &extra);
+        cmd.env(cutpoint::ENV_SOCKET, self.listener.path())
+            .env_remove(cutpoint::ENV_ARM)
+            .env_remove("TURNCUT_PROVIDER_API_KEY");
+        if let Some(arm) = arm {
+            cmd.env(cutpoint::ENV_ARM, arm);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let runner = RunnerProcess::start(
+            &mut cmd,
+            &self.path("state"),
+            &self.path("runnerd.stderr"),
+            WAIT,
+        )
+        .unwrap();
+        let client = runner.client();
+        self.runner = Some(runner);
+        client
+    }
+
+    fn hold(&self) -> cutpoint::HeldHit {
+        self.listener
+            .accept_hit(WAIT)
+            .expect("the armed cut point is reached")
+    }
+
+    fn kill_runner(&mut self) {
+        self.runner
+            .take()
+            .expect("a runner is running")
+            .kill()
+            .unwrap();
+    }
+
+    fn journal(&self) -> Vec<Entry> {
+        fake_provider::journal::read(&self.path("journal.jsonl")).unwrap()
+    }
+
+    fn ledger(&self) -> Vec<LedgerEntry> {
+        fake_provider::ledger::read(&self.path("ledger.jsonl")).unwrap()
+    }
+
+    /// `turn/start` requests the provider received, by client message id.
+    fn turn_starts(&self, client_id: &str) -> usize {
+        self.journal()
+            .iter()
+            .filter(|e| e.kind == EntryKind::In && e.data["method"] == "turn/start")
+            .filter(|e| e.data.pointer("/params/clientUserMessageId") == Some(&json!(client_id)))
+            .count()
+    }
+
+    fn count_in(&self, method: &str) -> usize {
+        self.journal()
+            .iter()
+            .filter(|e| e.kind == EntryKind::In && e.data["method"] == method)
+            .count()
+    }
+
+    /// Continuation turns the provider recorded.
+    fn continuations(&self) -> usize {
+        self.journal()
+            .iter()
+            .filter(|e| {
+                e.fact.as_deref() == Some("turn.recorded") && e.data["continuation"] == true
+            })
+            .count()
+    }
+
+    /// Effects per (key, authorizing message): each must be 1.
+    fn assert_effects_once(&self) {
+        let ledger = self.ledger();
+        for e in &ledger {
+            let n = ledger
+                .iter()
+                .filter(|o| o.key == e.key && o.by == e.by)
+                .count();
+            assert_eq!(
+                n, 1,
+                "effect {} ran {n} times for {}: {ledger:?}",
+                e.key, e.by
+            );
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("runnerd.stderr")).unwrap_or_default()
+    }
+}
+
+fn submit(client: &RunnerClient, rig: &Rig, task: &str, message: &str) -> String {
+    let (status, body) = client
+        .create_task(task, message, "Create hello.txt", "runner-codex", &rig.ws())
+        .unwrap();
+    assert_eq!(status, 201, "{body}");
+    body["run_id"].as_str().unwrap().to_owned()
+}
+
+fn state(task: &Value) -> &str {
+    task["state"].as_str().unwrap_or_default()
+}
+
+fn cause(task: &Value) -> &str {
+    task.pointer("/cause/code")
+        .and_then(Value::as_str)
+        .unwrap_or("none")
+}
+
+fn event_kinds(client: &RunnerClient, task: &str) -> Vec<String> {
+    client
+        .events(task, 0)
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_clean_task_completes_with_one_turn_and_one_effect() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1);
+    assert_eq!(rig.ledger().len(), 1);
+    assert_eq!(rig.ledger()[0].by, "m1");
+    let events = client.events("t1", 0).unwrap();
+    let seqs: Vec<i64> = events.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as i64).collect::<Vec<_>>(),
+        "a gapless run log"
+    );
+}
+
+#[test]
+fn intent_only_and_turn_absent_starts_the_turn_once_after_a_restart() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("runner.turn_intent.persisted"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    assert_eq!(held.hit.point, "runner.turn_intent.persisted");
+    rig.kill_runner();
+    drop(held);
+    assert_eq!(rig.turn_starts("m1"), 0);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1);
+    assert_eq!(rig.continuations(), 0);
+    rig.assert_effects_once();
+    assert!(event_kinds(&client, "t1").contains(&"turn.absent_at_provider".to_owned()));
+}
+
+/// The seed scenario (background: codex-cut-turn-start-retry): the provider
+/// recorded `turn/start` but the runner died before persisting the acceptance.
+#[test]
+fn a_recorded_turn_never_seen_accepted_fails_closed_and_retry_works() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("codex.turn.recorded"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    assert_eq!(held.hit.role, "provider");
+    let orphan = held.hit.pid;
+    rig.kill_runner();
+    // The provider is alive, blocked at its cut: an orphan of the dead runner.
+    assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(orphan as i32), None).is_ok());
+
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    drop(held);
+    assert_eq!(state(&task), "failed", "{task}\n{}", rig.log());
+    assert_eq!(cause(&task), "ambiguous_turn_start");
+    assert_eq!(task.pointer("/cause/recoverable"), Some(&json!(false)));
+    assert_eq!(rig.turn_starts("m1"), 1, "never replayed");
+    assert!(rig.ledger().is_empty(), "never adopted");
+
+    // Old provider first: the orphan was stopped and proven gone before the
+    // new provider touched the conversation.
+    let events = client.events("t1", 0).unwrap();
+    let first = |kind: &str, pred: &dyn Fn(&Value) -> bool| {
+        events
+            .iter()
+            .position(|e| e["kind"] == kind && pred(e))
+            .unwrap_or_else(|| panic!("no {kind} event"))
+    };
+    let stopped = first("provider.stopped", &|e| {
+        e.pointer("/data/identity/pid") == Some(&json!(orphan))
+    });
+    let respawned = first("provider.spawned", &|e| {
+        e.pointer("/data/pid") != Some(&json!(orphan))
+    });
+    assert!(
+        stopped < respawned,
+        "the orphan is stopped before a new provider starts"
+    );
+    assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(orphan as i32), None).is_err());
+
+    // The fence: a follow-up is refused and launches nothing.
+    let threads_before = rig.count_in("thread/start");
+    let (status, body) = client.follow_up("t1", "f1", "also add a README").unwrap();
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["reason"], "prior_owner_fence_refused");
+    assert!(event_kinds(&client, "t1").contains(&"prior_owner_fence_refused".to_owned()));
+
+    // Retry: admitted after the stop proof, a fresh thread, one new turn.
+    let (status, body) = client.retry("t1", "r1").unwrap();
+    assert_eq!(status, 201, "{body}");
+    let retry_run = body["run_id"].as_str().unwrap().to_owned();
+    let (again, body2) = client.retry("t1", "r1").unwrap();
+    assert_eq!(
+        (again, body2["run_id"].as_str()),
+        (201, Some(retry_run.as_str())),
+        "idempotent"
+    );
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert!(event_kinds(&client, "t1").contains(&"stopped_conversation_verified".to_owned()));
+    assert_eq!(rig.count_in("thread/start"), threads_before + 1);
+    assert_eq!(rig.turn_starts("r1"), 1);
+    assert_eq!(
+        rig.turn_starts("f1"),
+        0,
+        "the refused follow-up launched nothing"
+    );
+    assert_eq!(rig.turn_starts("m1"), 1);
+    let runs = task["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_ne!(
+        runs[0]["conversation_id"], runs[1]["conversation_id"],
+        "a fresh conversation"
+    );
+    rig.assert_effects_once();
+}
+
+#[test]
+fn a_provider_exit_after_recording_fails_closed_too() {
+    let mut rig = Rig::new(&["--exit", "codex.turn.recorded"]);
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(
+        cause(&task),
+        "ambiguous_turn_start",
+        "{task}\n{}",
+        rig.log()
+    );
+    assert!(event_kinds(&client, "t1").contains(&"provider_exited".to_owned()));
+    assert_eq!(rig.turn_starts("m1"), 1);
+}
+
+#[test]
+fn an_accepted_turn_lost_with_the_runner_gets_exactly_one_continuation() {
+    let mut rig = Rig::new(&[]);
+    // Hold the provider right after its effect ran, then kill the runner.
+    let client = rig.start(Some("codex.effect.exited"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    drop(held);
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1, "the message is never re-sent");
+    assert_eq!(rig.continuations(), 1);
+    assert_eq!(
+        rig.ledger().len(),
+        1,
+        "the continuation skipped the done effect"
+    );
+    rig.assert_effects_once();
+    let events = client.events("t1", 0).unwrap();
+    let lost = events
+        .iter()
+        .find(|e| e.pointer("/data/cause/code") == Some(&json!("provider_turn_lost_on_restore")))
+        .expect("a turn.failed event with the recoverable cause");
+    assert_eq!(lost["kind"], "turn.failed");
+    assert_eq!(lost.pointer("/data/cause/recoverable"), Some(&json!(true)));
+}
+
+#[test]
+fn a_turn_completed_at_the_provider_is_adopted_without_a_new_turn() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("codex.turn_completed.recorded"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    drop(held);
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1);
+    assert_eq!(rig.continuations(), 0);
+    let events = client.events("t1", 0).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "turn.finished"
+                && e.pointer("/data/adopted") == Some(&json!(true)))
+    );
+    rig.assert_effects_once();
+}
+
+#[test]
+fn a_lost_turn_with_a_pending_approval_is_closed_and_retry_works() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("runner.approval_request.persisted"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(
+        cause(&task),
+        "active_turn_recovery_closed",
+        "{task}\n{}",
+        rig.log()
+    );
+    assert_eq!(task.pointer("/cause/recoverable"), Some(&json!(false)));
+    assert!(rig.ledger().is_empty());
+    let (status, body) = client.retry("t1", "r1").unwrap();
+    assert_eq!(status, 201, "{body}");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1);
+    assert_eq!(rig.turn_starts("r1"), 1);
+    rig.assert_effects_once();
+}
+
+#[test]
+fn a_persisted_completion_settles_after_a_restart_without_a_new_turn() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("runner.turn_completed.persisted"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1);
+    assert_eq!(rig.continuations(), 0);
+    assert_eq!(rig.ledger().len(), 1);
+}
+
+#[test]
+fn a_cut_continuation_ends_with_continuation_exhausted() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("runner.turn_accepted.persisted"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    // The first acceptance in the new runner is the continuation's.
+    let client = rig.start(Some("runner.turn_accepted.persisted"));
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    let _ = client;
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(
+        cause(&task),
+        "continuation_exhausted",
+        "{task}\n{}",
+        rig.log()
+    );
+    assert_eq!(rig.continuations(), 1, "never a second continuation");
+    assert_eq!(rig.turn_starts("m1"), 1);
+    let (status, _) = client.retry("t1", "r1").unwrap();
+    assert_eq!(status, 201);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}");
+}
+
+#[test]
+fn a_hung_provider_is_killed_as_unresponsive_and_the_turn_continues() {
+    let mut rig = Rig::new(&["--hang", "codex.turn_started.notified"]);
+    rig.runner_extra = vec!["--provider-idle-timeout-ms".into(), "300".into()];
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert!(event_kinds(&client, "t1").contains(&"provider_unresponsive".to_owned()));
+    assert_eq!(rig.turn_starts("m1"), 1);
+    assert_eq!(rig.continuations(), 1);
+    rig.assert_effects_once();
+}
+
+#[test]
+fn a_follow_up_queued_during_a_turn_survives_a_restart_and_is_consumed_once() {
+    let script = r#"
+[[turn]]
+say = ["Working."]
+tools = [{ key = "first", approval = true }]
+final = "First done."
+
+[[turn]]
+say = ["Follow-up."]
+tools = [{ key = "second" }]
+final = "Second done."
+"#;
+    let mut rig = Rig::with_script(&[], Some(script));
+    let client = rig.start(Some("codex.turn_started.notified"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
+    assert_eq!(status, 202, "{body}");
+    let (status, _) = client.follow_up("t1", "f1", "Also add a README").unwrap();
+    assert_eq!(status, 202, "the same follow-up again is the same answer");
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1);
+    assert_eq!(
+        rig.turn_starts("f1"),
+        1,
+        "the follow-up is consumed exactly once"
+    );
+    let keys: Vec<(String, String)> = rig.ledger().into_iter().map(|e| (e.key, e.by)).collect();
+    assert!(keys.contains(&("first".into(), "m1".into())), "{keys:?}");
+    assert!(keys.contains(&("second".into(), "f1".into())), "{keys:?}");
+    rig.assert_effects_once();
+}
+
+#[test]
+fn a_follow_up_to_a_completed_task_runs_in_the_same_conversation() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    client.wait_settled("t1", WAIT).unwrap();
+    let (status, body) = client.follow_up("t1", "f1", "one more thing").unwrap();
+    assert_eq!(status, 202, "{body}");
+    let task = client
+        .wait_task("t1", WAIT, |t| {
+            t["runs"].as_array().is_some_and(|r| r.len() == 2) && state(t) == "completed"
+        })
+        .unwrap();
+    let runs = task["runs"].as_array().unwrap();
+    assert_eq!(runs[0]["conversation_id"], runs[1]["conversation_id"]);
+    assert_eq!(rig.turn_starts("f1"), 1);
+    assert_eq!(rig.count_in("thread/start"), 1);
+}
+
+#[test]
+fn the_canary_credential_reaches_only_the_provider_environment() {
+    let canary = "turncut-canary-7f3a91";
+    let mut rig = Rig::new(&[]);
+    rig.env
+        .push(("TURNCUT_PROVIDER_API_KEY".into(), canary.into()));
+    rig.env.push(("RUST_LOG".into(), "trace".into()));
+    let client = rig.start(Some("codex.turn.recorded"));
+    submit(&client, &rig, "t1", "m1");
+    // Prove the provider really got it: its environment holds the canary.
+    let held = rig.hold();
+    let environ = std::fs::read(format!("/proc/{}/environ", held.hit.pid)).unwrap();
+    assert!(
+        String::from_utf8_lossy(&environ).contains(canary),
+        "the provider must receive the key"
+    );
+    held.resume().unwrap();
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}");
+    assert!(!rig.ledger().is_empty());
+    assert!(
+        rig.ledger().iter().all(|e| !e.saw_secret),
+        "no tool saw the credential"
+    );
+    for file in harness::runner_client::state_files(rig.dir.path()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(canary),
+            "the canary leaked into {}",
+            file.display()
+        );
+    }
+    let events = serde_json::to_string(&client.events("t1", 0).unwrap()).unwrap();
+    assert!(!events.contains(canary));
+}
+
+#[test]
+fn a_failed_write_is_storage_failed_before_any_side_effect() {
+    let mut rig = Rig::new(&[]);
+    rig.env
+        .push(("TURNCUT_RUNNER_FAIL_WRITE".into(), "turn_intent".into()));
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(cause(&task), "storage_failed", "{task}\n{}", rig.log());
+    assert_eq!(
+        rig.count_in("turn/start"),
+        0,
+        "nothing was sent after the failed write"
+    );
+    assert!(rig.ledger().is_empty());
+}
+
+#[test]
+fn malformed_provider_output_is_a_protocol_error_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("garbage.sh");
+    std::fs::write(
+        &script,
+        "read l; echo '{\"id\":1,\"result\":{}}'\nread l\nread l; echo '{\"id\":2,\"result\":{\"thread\":{\"id\":\"th-1\"}}}'\nread l; echo 'this is not json'\ncat >/dev/null\n",
+    )
+    .unwrap();
+    let mut rig = Rig::new(&[]);
+    let profiles = format!(
+        "[profile.runner-codex]\ndriver = \"codex\"\ncommand = [\"sh\", {:?}]\n",
+        script.display().to_string()
+    );
+    std::fs::write(rig.path("profiles.toml"), profiles).unwrap();
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(
+        cause(&task),
+        "provider_protocol_error",
+        "{task}\n{}",
+        rig.log()
+    );
+    assert!(!rig.log().contains("panicked"), "{}", rig.log());
+    let (status, _) = client.get("/v1/health").unwrap();
+    assert_eq!(status, 200, "the runner keeps serving");
+}
+
+#[test]
+fn the_api_is_idempotent_and_rejects_bad_input_clearly() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(None);
+    let run = submit(&client, &rig, "t1", "m1");
+    assert_eq!(
+        submit(&client, &rig, "t1", "m1"),
+        run,
+        "same ids, same answer"
+    );
+    let (status, body) = client
+        .create_task("t1", "m1", "another prompt", "runner-codex", &rig.ws())
+        .unwrap();
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (409, Some("id_conflict"))
+    );
+    let (status, body) = client.post_raw("/v1/tasks", "{not json").unwrap();
+    assert_eq!(status, 400);
+    assert!(
+        body["error"].as_str().unwrap().contains("bad JSON"),
+        "{body}"
+    );
+    let (status, body) = client
+        .create_task("t2", "m1", "x", "no-such-profile", &rig.ws())
+        .unwrap();
+    assert_eq!(
+        (status, body["reason"].as_str()),
+        (409, Some("unknown_profile"))
+    );
+    let (status, _) = client.task("nope").unwrap();
+    assert_eq!(status, 404);
+    let (status, _) = client.retry("nope", "r").unwrap();
+    assert_eq!(status, 404);
+    let (status, _) =
+        harness::runner_client::RunnerClient::new(&rig.runner.as_ref().unwrap().base, "wrong")
+            .get("/v1/health")
+            .unwrap();
+    assert_eq!(status, 401);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed");
+    let (status, body) = client.retry("t1", "r1").unwrap();
+    assert_eq!(
+        (status, body["block_reason"].as_str()),
+        (409, Some("nothing_to_retry"))
+    );
+    let (status, body) = client.get("/v1/health").unwrap();
+    assert_eq!(status, 200);
+    assert!(body["owner_epoch"].as_i64().unwrap() >= 1);
+}
+
+#[test]
+fn state_files_are_private() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    client.wait_settled("t1", WAIT).unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&rig.path("state")), 0o700);
+    assert_eq!(mode(&rig.path("state/token")), 0o600);
+    assert_eq!(mode(&rig.path("state/runner.sqlite3")), 0o600);
+}
+
+#[test]
+fn a_port_in_use_exits_2_with_a_clear_message() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(exe())
+        .args(["runnerd", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is in use"), "{stderr}");
+}
