@@ -220,6 +220,23 @@ fn a_clean_task_completes_with_one_turn_and_one_effect() {
         (1..=seqs.len() as i64).collect::<Vec<_>>(),
         "a gapless run log"
     );
+
+    // Every message between the runner's driver and the provider, both ways,
+    // conforms to the published Codex app-server schema.
+    let mut session = conformance::CodexSession::new();
+    let mut checked = 0;
+    for entry in rig.journal() {
+        let dir = match entry.kind {
+            EntryKind::In => conformance::Direction::ClientToServer,
+            EntryKind::Out => conformance::Direction::ServerToClient,
+            EntryKind::Fact => continue,
+        };
+        session
+            .check(dir, &entry.data)
+            .unwrap_or_else(|v| panic!("{v}\nmessage: {}", entry.data));
+        checked += 1;
+    }
+    assert!(checked > 20, "only {checked} messages");
 }
 
 #[test]

@@ -90,17 +90,15 @@ fn refused(reason: Refusal, message: &str) -> Response {
         .into_response()
 }
 
-/// Parses a JSON body, answering 400 with serde's sentence on failure.
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Response> {
-    serde_json::from_slice(body)
-        .map_err(|e| error(StatusCode::BAD_REQUEST, &format!("bad JSON body: {e}")))
+/// Parses a JSON body; the error is serde's sentence, for a 400.
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, String> {
+    serde_json::from_slice(body).map_err(|e| format!("bad JSON body: {e}"))
 }
 
-fn check_id(what: &str, id: &str) -> Result<(), Response> {
+fn check_id(what: &str, id: &str) -> Result<(), String> {
     if id.is_empty() || id.len() > 200 || id.chars().any(|c| c.is_control()) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            &format!("{what} must be 1 to 200 characters without control characters"),
+        return Err(format!(
+            "{what} must be 1 to 200 characters without control characters"
         ));
     }
     Ok(())
@@ -124,11 +122,11 @@ struct CreateTask {
 async fn create_task(State(state): State<Arc<ApiState>>, body: axum::body::Bytes) -> Response {
     let req: CreateTask = match parse(&body) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(m) => return error(StatusCode::BAD_REQUEST, &m),
     };
     for (what, id) in [("task_id", &req.task_id), ("message_id", &req.message_id)] {
-        if let Err(e) = check_id(what, id) {
-            return e;
+        if let Err(m) = check_id(what, id) {
+            return error(StatusCode::BAD_REQUEST, &m);
         }
     }
     if !std::path::Path::new(&req.workspace).is_absolute() {
@@ -190,10 +188,10 @@ async fn follow_up(
 ) -> Response {
     let req: FollowUp = match parse(&body) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(m) => return error(StatusCode::BAD_REQUEST, &m),
     };
-    if let Err(e) = check_id("message_id", &req.message_id) {
-        return e;
+    if let Err(m) = check_id("message_id", &req.message_id) {
+        return error(StatusCode::BAD_REQUEST, &m);
     }
     let new_run = new_id("run");
     let epoch = state.engine.epoch();
@@ -238,10 +236,10 @@ async fn retry(
 ) -> Response {
     let req: Retry = match parse(&body) {
         Ok(r) => r,
-        Err(e) => return e,
+        Err(m) => return error(StatusCode::BAD_REQUEST, &m),
     };
-    if let Err(e) = check_id("message_id", &req.message_id) {
-        return e;
+    if let Err(m) = check_id("message_id", &req.message_id) {
+        return error(StatusCode::BAD_REQUEST, &m);
     }
     match state.engine.retry(&task_id, &req.message_id).await {
         Ok(RetryOutcome::Admitted { run_id }) => (

@@ -199,16 +199,30 @@ impl Engine {
         let mid = message_id.to_owned();
         let tid = task_id.to_owned();
         let existing = self.store.call(move |db| db.message(&tid, &mid)).await?;
-        if existing.is_none() {
-            match snap.task.state {
-                TaskState::Queued | TaskState::Running => {
-                    return Ok(RetryOutcome::Blocked(RetryBlock::ExecutionActive));
-                }
-                TaskState::Completed => {
-                    return Ok(RetryOutcome::Blocked(RetryBlock::NothingToRetry));
-                }
-                TaskState::Failed | TaskState::NeedsHuman => {}
+        if existing.is_some() {
+            // The same Retry again (or a reused id): the store answers it
+            // without a new proof and without touching any process.
+            let (tid, mid, rid, epoch) = (
+                task_id.to_owned(),
+                message_id.to_owned(),
+                new_id("run"),
+                self.opts.epoch,
+            );
+            let again = self
+                .store
+                .call(move |db| db.admit_retry(&tid, &mid, &rid, epoch, json!(null)))
+                .await?;
+            return Ok(match again {
+                Ok(run_id) => RetryOutcome::Admitted { run_id },
+                Err(block) => RetryOutcome::Blocked(block),
+            });
+        }
+        match snap.task.state {
+            TaskState::Queued | TaskState::Running => {
+                return Ok(RetryOutcome::Blocked(RetryBlock::ExecutionActive));
             }
+            TaskState::Completed => return Ok(RetryOutcome::Blocked(RetryBlock::NothingToRetry)),
+            TaskState::Failed | TaskState::NeedsHuman => {}
         }
         // The stop proof: every provider process the task ever had is gone.
         let mut proofs = Vec::new();
