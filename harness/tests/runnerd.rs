@@ -176,6 +176,16 @@ impl Rig {
     }
 }
 
+/// Whether `pid` is gone or a zombie (dead, waiting for its new parent to reap it).
+fn dead(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
 fn submit(client: &RunnerClient, rig: &Rig, task: &str, message: &str) -> String {
     let (status, body) = client
         .create_task(task, message, "Create hello.txt", "runner-codex", &rig.ws())
@@ -300,7 +310,10 @@ fn a_recorded_turn_never_seen_accepted_fails_closed_and_retry_works() {
         stopped < respawned,
         "the orphan is stopped before a new provider starts"
     );
-    assert!(nix::sys::signal::kill(nix::unistd::Pid::from_raw(orphan as i32), None).is_err());
+    assert!(
+        dead(orphan),
+        "the orphan is gone (or a zombie awaiting its reaper)"
+    );
 
     // The fence: a follow-up is refused and launches nothing.
     let threads_before = rig.count_in("thread/start");
