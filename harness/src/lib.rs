@@ -8,5 +8,6 @@
 
 pub mod codex_client;
 pub mod demo;
+pub mod model;
 pub mod runner_client;
 pub mod supervisor;

@@ -1,0 +1,201 @@
+//! The harness's result model: faults, verdicts, oracle results, cells and
+//! waves, as stored in `wave.json` and rendered by every report.
+//!
+//! One history, many sinks: the terminal lines, `wave.json`, `summary.md`,
+//! `junit.xml`, `report.html` and the snapshots all render these types. The
+//! stored format carries a version and avoids `flatten` and `untagged`. This
+//! module holds data only; running and judging live elsewhere.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of `wave.json`.
+pub const WAVE_FORMAT_VERSION: u32 = 1;
+
+/// What the harness does at a cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fault {
+    /// SIGKILL the runner; its provider survives as an orphan.
+    KillRunner,
+    /// SIGKILL the provider's process group; the runner survives.
+    KillProvider,
+    /// SIGKILL both.
+    KillBoth,
+    /// SIGSTOP the provider's process group: it stops answering forever.
+    HangProvider,
+}
+
+impl Fault {
+    /// Every fault, in report order.
+    pub const ALL: [Fault; 4] = [
+        Fault::KillRunner,
+        Fault::KillProvider,
+        Fault::KillBoth,
+        Fault::HangProvider,
+    ];
+
+    /// The name used in scenario files, cell names and the CLI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::KillRunner => "kill-runner",
+            Fault::KillProvider => "kill-provider",
+            Fault::KillBoth => "kill-both",
+            Fault::HangProvider => "hang-provider",
+        }
+    }
+
+    /// Parses a fault name.
+    pub fn parse(s: &str) -> Option<Fault> {
+        Fault::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A verdict: `fail` > `unknown` > `pass`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The property held.
+    Pass,
+    /// The evidence cannot decide.
+    Unknown,
+    /// The property was violated.
+    Fail,
+}
+
+impl Verdict {
+    /// The lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Unknown => "unknown",
+            Verdict::Fail => "fail",
+        }
+    }
+}
+
+/// One oracle's judgement of one cell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OracleResult {
+    /// The oracle's name, e.g. `no-replay.turn`.
+    pub oracle: String,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// A sentence: why it failed or could not decide (empty on pass).
+    pub message: String,
+    /// Pointers into the evidence (`journal.jsonl:12`, `events#7`).
+    pub evidence: Vec<String>,
+}
+
+/// A cut: the `n`-th hit of `point`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Cut {
+    /// The cut-point name.
+    pub point: String,
+    /// The 1-based occurrence.
+    pub n: u64,
+}
+
+impl std::fmt::Display for Cut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}#{}", self.point, self.n)
+    }
+}
+
+/// What one cell is: a scenario, and a cut with a fault (or none: a clean run).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellSpec {
+    /// `t001`, `t002`, … within a wave.
+    pub cell_id: String,
+    /// `<suite>.<profile>.<location>.<case>`.
+    pub scenario_id: String,
+    /// The armed cut, if any.
+    pub cut: Option<Cut>,
+    /// The fault applied at the cut.
+    pub fault: Option<Fault>,
+    /// The cell's seed, derived from the wave seed and the cell id.
+    pub seed: u64,
+}
+
+impl CellSpec {
+    /// The JUnit test-case name: `<scenario-id>@<point>#<n>/<fault>`, or
+    /// `<scenario-id>@clean`.
+    pub fn name(&self) -> String {
+        match (&self.cut, self.fault) {
+            (Some(cut), Some(fault)) => format!("{}@{cut}/{fault}", self.scenario_id),
+            _ => format!("{}@clean", self.scenario_id),
+        }
+    }
+}
+
+/// How the cell's task ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Final task state (`completed`, `failed`, `needs_human`, `running`, or
+    /// `unknown` when the harness could not read it).
+    pub state: String,
+    /// The final cause code, if any.
+    pub cause: Option<String>,
+    /// Whether the armed cut was reached.
+    pub reached_cut: bool,
+    /// Runs of the task.
+    pub runs: usize,
+    /// Continuation turns the provider recorded.
+    pub continuations: usize,
+    /// Whether a Retry was issued, and its HTTP status.
+    pub retry_status: Option<u16>,
+}
+
+/// The result of one cell.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CellResult {
+    /// What ran.
+    pub spec: CellSpec,
+    /// The worst oracle verdict (or `unknown` on a harness error).
+    pub verdict: Verdict,
+    /// Every oracle's result, in a fixed order.
+    pub oracles: Vec<OracleResult>,
+    /// How the task ended.
+    pub outcome: Outcome,
+    /// Wall time of the cell.
+    pub duration_ms: u64,
+    /// The command that runs this cell again.
+    pub reproduce: String,
+    /// A harness error that stopped the cell, if any.
+    pub error: Option<String>,
+}
+
+/// A whole wave.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaveResult {
+    /// Format version, [`WAVE_FORMAT_VERSION`].
+    pub v: u32,
+    /// `w-<UTC yyyymmddThhmmss>-s<seed>`.
+    pub wave_id: String,
+    /// The wave seed.
+    pub seed: u64,
+    /// Shard `i/n`, if sharded.
+    pub shard: Option<(u32, u32)>,
+    /// Parallel cells.
+    pub jobs: usize,
+    /// Wall time.
+    pub duration_ms: u64,
+    /// Cells in id order.
+    pub cells: Vec<CellResult>,
+}
+
+impl WaveResult {
+    /// The worst verdict of all cells (`pass` for an empty wave).
+    pub fn verdict(&self) -> Verdict {
+        self.cells
+            .iter()
+            .map(|c| c.verdict)
+            .max()
+            .unwrap_or(Verdict::Pass)
+    }
+}
