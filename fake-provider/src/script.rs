@@ -119,7 +119,8 @@ impl Script {
         Ok(script)
     }
 
-    fn validate(&self) -> Result<(), String> {
+    /// Checks a parsed script; the error is a sentence.
+    pub fn validate(&self) -> Result<(), String> {
         if self.turns.is_empty() {
             return Err("a script needs at least one [[turn]]".to_owned());
         }

@@ -1,13 +1,24 @@
 //! turncut, the restart-chaos harness for AI-agent runners.
 //!
-//! This crate is the harness behind the `turncut` binary. Today it holds the
-//! process `supervisor`, a Codex app-server client (`codex_client`) and the
-//! `demo` that drives the fake Codex provider through a turn and a crash sweep;
-//! the scenario → cell → oracle pipeline grows here next. The harness never
-//! links runner internals: it sees a runner only through HTTP and signals.
+//! This crate is the harness behind the `turncut` binary: `scenario` (parse and
+//! validate) → `plan` (discover boundaries, expand cells) → `cell` (run one cut
+//! with one fault, applied by `nemesis`) → `evidence` → `oracles` → `report`,
+//! with `wave` running many cells and `mutants` running them against seeded
+//! bugs. The harness never links runner internals: it sees a runner only
+//! through HTTP (`runner_client`) and signals (`supervisor`, `nemesis`).
 
+pub mod cell;
 pub mod codex_client;
+pub mod contract;
 pub mod demo;
+pub mod evidence;
 pub mod model;
+pub mod mutants;
+pub mod nemesis;
+pub mod oracles;
+pub mod plan;
+pub mod report;
 pub mod runner_client;
+pub mod scenario;
 pub mod supervisor;
+pub mod wave;

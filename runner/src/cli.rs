@@ -4,7 +4,8 @@
 //! [--profiles FILE] [--token-file FILE] [--provider-key-file FILE]`. It prints
 //! one line `listening on http://ADDR` when ready. Exit codes: 0 after SIGTERM or
 //! SIGINT, 2 bad input (arguments, profiles, key file, address in use or not
-//! loopback), 3 runtime error (storage).
+//! loopback), 3 runtime error (storage). A build with the `seeded-bugs` feature
+//! also takes `--seeded-bug NAME` (`crate::seeded`); other builds reject it.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -46,6 +47,11 @@ pub struct Args {
     /// Provider credential file (mode 0600); default the TURNCUT_PROVIDER_API_KEY variable.
     #[arg(long)]
     pub provider_key_file: Option<PathBuf>,
+    /// Switch on one deliberate contract violation (mutation testing of the
+    /// harness only; docs/seeded-bugs.md).
+    #[cfg(feature = "seeded-bugs")]
+    #[arg(long, value_enum, value_name = "NAME")]
+    pub seeded_bug: Option<crate::seeded::SeededBug>,
 }
 
 /// Runs runnerd with `args` (including the program name); returns the exit code.
@@ -57,6 +63,14 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    #[cfg(feature = "seeded-bugs")]
+    if let Some(bug) = args.seeded_bug {
+        crate::seeded::activate(bug);
+        eprintln!(
+            "runnerd: seeded bug {} is active: this runner breaks its contract on purpose",
+            bug.as_str()
+        );
+    }
     if let Err(e) = cutpoint::init() {
         eprintln!("runnerd: {e}");
         return 2;
@@ -234,4 +248,36 @@ fn token(args: &Args) -> anyhow::Result<String> {
     f.sync_all()?;
     std::fs::rename(&tmp, &path)?;
     Ok(t)
+}
+
+/// Without the feature the `--seeded-bug` flag does not exist.
+#[cfg(all(test, not(feature = "seeded-bugs")))]
+mod tests {
+    use super::*;
+
+    /// Clap's unknown-argument error, exit 2.
+    #[test]
+    fn seeded_bug_is_an_unknown_argument_without_the_feature() {
+        let err = Args::try_parse_from([
+            "runnerd",
+            "--state-dir",
+            "/nonexistent",
+            "--seeded-bug",
+            "null-cause",
+        ])
+        .unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert_eq!(err.exit_code(), 2);
+        let code = main(
+            [
+                "runnerd",
+                "--state-dir",
+                "/nonexistent",
+                "--seeded-bug",
+                "null-cause",
+            ]
+            .map(OsString::from),
+        );
+        assert_eq!(code, 2);
+    }
 }

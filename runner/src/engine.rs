@@ -24,6 +24,8 @@ use crate::causes::{Cause, CauseCode, ContractEvent, RetryBlock};
 use crate::driver::codex::CodexDriver;
 use crate::driver::{DriverError, ProviderEvent, TurnLookup};
 use crate::profiles::Profile;
+#[cfg(feature = "seeded-bugs")]
+use crate::seeded::{self, SeededBug};
 use crate::store::{Db, Run, Snapshot, Store, StoreError, TaskState, TurnRow};
 use crate::supervisor::{self, ProcessIdentity, StopOutcome};
 
@@ -164,6 +166,12 @@ impl Engine {
     /// Starts actors for every task that was executing when the runner stopped.
     pub async fn recover_all(self: &Arc<Self>) -> Result<usize, StoreError> {
         let tasks = self.store.call(|db| db.unsettled_tasks()).await?;
+        #[cfg(feature = "seeded-bugs")]
+        if seeded::active(SeededBug::StuckAfterRestart) {
+            // SEEDED BUG stuck-after-restart: the tasks are counted (and
+            // logged as resumed) but no actor is woken for them.
+            return Ok(tasks.len());
+        }
         for t in &tasks {
             self.wake(t);
         }
@@ -412,6 +420,19 @@ impl Engine {
             .iter()
             .find(|m| m.message_id == run.trigger_message_id)
             .or_else(|| snap.queue.first());
+        #[cfg(feature = "seeded-bugs")]
+        let next = if seeded::active(SeededBug::LoseFollowUpOnRestart)
+            && run.owner_epoch != self.opts.epoch
+        {
+            // SEEDED BUG lose-follow-up-on-restart: a run inherited from a
+            // previous runner process only finishes its own trigger message;
+            // the follow-ups queued behind it are never consumed.
+            snap.queue
+                .iter()
+                .find(|m| m.message_id == run.trigger_message_id)
+        } else {
+            next
+        };
         if let Some(message) = next.cloned() {
             let (tid, rid, mid) = (
                 task_id.clone(),
@@ -450,6 +471,24 @@ impl Engine {
     async fn start_provider(&self, snap: &Snapshot, run: &Run) -> Result<Live, StepError> {
         let task_id = &snap.task.task_id;
         for p in &snap.live_procs {
+            #[cfg(feature = "seeded-bugs")]
+            if seeded::active(SeededBug::SkipStopProof) {
+                // SEEDED BUG skip-stop-proof: assumes the previous runner's
+                // providers died with it and records a stop it never proved.
+                let proof = supervisor::StopProof {
+                    identity: p.identity,
+                    method: "owner_restarted".to_owned(),
+                    signals: Vec::new(),
+                    group_gone: true,
+                };
+                let proof = serde_json::to_value(&proof).expect("proofs serialize");
+                let (tid, rid, row) = (task_id.clone(), p.run_id.clone(), p.proc_row);
+                self.write("provider_stop", move |db| {
+                    db.record_stop(&tid, &rid, row, proof)
+                })
+                .await?;
+                continue;
+            }
             match supervisor::stop(
                 &p.identity,
                 None,
@@ -530,8 +569,20 @@ impl Engine {
             ))
         })?;
         let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        #[cfg(feature = "seeded-bugs")]
+        let leaked = self
+            .opts
+            .credential
+            .clone()
+            .filter(|_| seeded::active(SeededBug::CredentialInStore));
         let proc_row = match self
             .write("provider_identity", move |db| {
+                #[cfg(feature = "seeded-bugs")]
+                if let Some(secret) = leaked {
+                    // SEEDED BUG credential-in-store: the spawned event records
+                    // the key the provider was started with.
+                    return db.record_provider_with_env(&tid, &rid, identity, &secret.0);
+                }
                 db.record_provider(&tid, &rid, identity)
             })
             .await
@@ -580,7 +631,14 @@ impl Engine {
         l: &mut Live,
     ) -> Result<(), StepError> {
         let task_id = &snap.task.task_id;
-        if turn.kind == "continuation" {
+        let continuation = turn.kind == "continuation";
+        // SEEDED BUG second-continuation: only a continuation that was never
+        // accepted is treated as one; an accepted continuation is classified
+        // like an accepted primary turn below, and continued again.
+        #[cfg(feature = "seeded-bugs")]
+        let continuation = continuation
+            && !(seeded::active(SeededBug::SecondContinuation) && turn.provider_turn_id.is_some());
+        if continuation {
             // One continuation only: adopt it if it completed, else exhausted.
             let by = match &turn.provider_turn_id {
                 Some(id) => TurnLookup::TurnId(id.clone()),
@@ -607,11 +665,33 @@ impl Engine {
                 .lookup_turn(conversation, &TurnLookup::ClientId(turn.client_id.clone()))
                 .await
                 .map_err(driver_err)?;
+            #[cfg(feature = "seeded-bugs")]
+            if found.is_some() && seeded::active(SeededBug::ResendAmbiguousTurn) {
+                // SEEDED BUG resend-ambiguous-turn: the runner never saw the
+                // turn accepted, so it "delivers" the message again.
+                let message = snap_message_text(&self.store, task_id, &turn.message_id).await?;
+                return self
+                    .run_turn(snap, run, conversation, turn, &message, l)
+                    .await;
+            }
             if let Some((id, status)) = found {
                 return Err(StepError::Fail(Cause::new(
                     CauseCode::AmbiguousTurnStart,
                     format!(
                         "the provider recorded turn {id} ({status}) for message {} but the runner never saw it accepted; it is neither replayed nor adopted",
+                        turn.message_id
+                    ),
+                )));
+            }
+            #[cfg(feature = "seeded-bugs")]
+            if seeded::active(SeededBug::FailClosedWhenAbsent) {
+                // SEEDED BUG fail-closed-when-absent: any turn without a
+                // durable acceptance is treated as ambiguous, even one the
+                // provider provably never recorded.
+                return Err(StepError::Fail(Cause::new(
+                    CauseCode::AmbiguousTurnStart,
+                    format!(
+                        "the runner never saw the turn for message {} accepted; it is neither replayed nor adopted",
                         turn.message_id
                     ),
                 )));
@@ -639,6 +719,14 @@ impl Engine {
             .map_err(driver_err)?;
         match found {
             Some((_, status)) if status == "completed" => self.adopt(task_id, run, turn).await,
+            // SEEDED BUG adopt-without-completion: an interrupted turn is
+            // treated as finished and adopted instead of continued.
+            #[cfg(feature = "seeded-bugs")]
+            Some((_, status))
+                if status == "interrupted" && seeded::active(SeededBug::AdoptWithoutCompletion) =>
+            {
+                self.adopt(task_id, run, turn).await
+            }
             _ if snap.pending_requests > 0 => Err(StepError::Fail(Cause::new(
                 CauseCode::ActiveTurnRecoveryClosed,
                 format!(
@@ -652,6 +740,17 @@ impl Engine {
                         "turn {provider_turn} was {status} when its provider was lost; continuing once"
                     ),
                 );
+                #[cfg(feature = "seeded-bugs")]
+                let cause = if seeded::active(SeededBug::WrongRecoverable) {
+                    // SEEDED BUG wrong-recoverable: the turn failed, so its
+                    // cause is written as not recoverable.
+                    Cause {
+                        recoverable: false,
+                        ..cause
+                    }
+                } else {
+                    cause
+                };
                 let (tid, rid, row) = (task_id.clone(), run.run_id.clone(), turn.turn_row);
                 let data = json!({ "cause": cause, "provider_turn_id": provider_turn });
                 self.write("turn_completed", move |db| {
@@ -679,6 +778,15 @@ impl Engine {
                     provider_turn_id: None,
                     status: "intent".to_owned(),
                 };
+                #[cfg(feature = "seeded-bugs")]
+                if seeded::active(SeededBug::ContinuationResendsMessage) {
+                    // SEEDED BUG continuation-resends-message: the continuation
+                    // "resumes" by sending the user's message again.
+                    let message = snap_message_text(&self.store, task_id, &turn.message_id).await?;
+                    return self
+                        .run_turn(snap, run, conversation, &cont, &message, l)
+                        .await;
+                }
                 self.run_turn(snap, run, conversation, &cont, CONTINUE_TEXT, l)
                     .await
             }
@@ -890,11 +998,17 @@ impl Engine {
         } else {
             TaskState::Failed
         };
+        let cause = Some(cause);
+        #[cfg(feature = "seeded-bugs")]
+        let cause = if seeded::active(SeededBug::NullCause) {
+            // SEEDED BUG null-cause: the failure is settled without its cause.
+            None
+        } else {
+            cause
+        };
         let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
-        self.write("run_settled", move |db| {
-            db.settle(&tid, &rid, state, Some(cause))
-        })
-        .await
+        self.write("run_settled", move |db| db.settle(&tid, &rid, state, cause))
+            .await
     }
 
     /// Stops a live provider and records the proof.

@@ -15,6 +15,8 @@ pub mod cli;
 pub mod driver;
 pub mod engine;
 pub mod profiles;
+#[cfg(feature = "seeded-bugs")]
+pub mod seeded;
 pub mod store;
 pub mod supervisor;
 

@@ -998,6 +998,15 @@ impl Db {
             )?,
         };
         let now = now_ms();
+        // SEEDED BUG retry-reuses-conversation: the Retry run is created like
+        // a follow-up's, with the previous run's conversation.
+        #[cfg(feature = "seeded-bugs")]
+        let reused = match &task.current_run {
+            Some(r) if crate::seeded::active(crate::seeded::SeededBug::RetryReusesConversation) => {
+                self.run(r)?.and_then(|r| r.conversation_id)
+            }
+            _ => None,
+        };
         self.append(
             "retry_proof",
             task_id,
@@ -1023,6 +1032,13 @@ impl Db {
                      VALUES (?1, ?2, 'retry', ?3, 'running', ?4, ?5)",
                     params![run_id, task_id, message_id, epoch, now],
                 )?;
+                #[cfg(feature = "seeded-bugs")]
+                if let Some(conversation) = &reused {
+                    tx.execute(
+                        "UPDATE runs SET conversation_id = ?2 WHERE run_id = ?1",
+                        params![run_id, conversation],
+                    )?;
+                }
                 tx.execute(
                     "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
                     params![task_id, run_id],
@@ -1040,13 +1056,41 @@ impl Db {
         run_id: &str,
         id: crate::supervisor::ProcessIdentity,
     ) -> Result<i64, StoreError> {
+        let data =
+            serde_json::json!({ "pid": id.pid, "pgid": id.pgid, "start_time": id.start_time });
+        self.record_provider_event(task_id, run_id, id, data)
+    }
+
+    /// SEEDED BUG credential-in-store: [`Db::record_provider`] with the
+    /// provider's key in the `provider.spawned` event.
+    #[cfg(feature = "seeded-bugs")]
+    pub fn record_provider_with_env(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        id: crate::supervisor::ProcessIdentity,
+        env_key: &str,
+    ) -> Result<i64, StoreError> {
+        let data = serde_json::json!({
+            "pid": id.pid, "pgid": id.pgid, "start_time": id.start_time, "env_key": env_key,
+        });
+        self.record_provider_event(task_id, run_id, id, data)
+    }
+
+    fn record_provider_event(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        id: crate::supervisor::ProcessIdentity,
+        data: Value,
+    ) -> Result<i64, StoreError> {
         let mut row = 0;
         self.event_in(
             "provider_identity",
             task_id,
             Some(run_id),
             "provider.spawned",
-            serde_json::json!({ "pid": id.pid, "pgid": id.pgid, "start_time": id.start_time }),
+            data,
             |tx| {
                 tx.execute(
                     "INSERT INTO provider_procs(task_id, run_id, pid, pgid, start_time, spawned_ms)

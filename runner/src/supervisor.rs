@@ -744,6 +744,15 @@ async fn stop_with(
             // to the sweep, which checks whose group that id now names.
             kill(Pid::from_raw(id.pid), signal)
         };
+        if signal == Signal::SIGTERM && sent.is_ok() {
+            // A stopped (SIGSTOP, hung) provider would keep SIGTERM pending
+            // forever; SIGCONT lets it act on it now.
+            let _ = if current_pgid == id.pgid && id.pgid != getpgrp().as_raw() {
+                killpg(Pid::from_raw(id.pgid), Signal::SIGCONT)
+            } else {
+                kill(Pid::from_raw(id.pid), Signal::SIGCONT)
+            };
+        }
         match sent {
             Ok(()) => signals.push(signal.as_str().to_owned()),
             // Everyone exited between the check and the signal; the wait

@@ -1,0 +1,823 @@
+//! One cell: an isolated run of a scenario with one cut and one fault.
+//!
+//! The cell gets its own temporary directory (runner state, provider journal
+//! and ledger, cut socket) and a runner on a free loopback port. It arms the
+//! cut through the runner's environment (which its providers inherit), drives
+//! the scenario's steps over HTTP, and when the armed point is reached the cut
+//! thread applies the fault (`nemesis`) and restarts what died. After a quiet
+//! recovery phase (every wait is an event with a deadline) it collects the
+//! evidence, kills what is left, records what survived, and hands the
+//! evidence to the oracles. The cell never judges anything itself.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::evidence::{Action, Evidence, Exchange};
+use crate::model::{CellResult, CellSpec, Cut, Outcome, Verdict};
+use crate::nemesis;
+use crate::runner_client::{RunnerClient, RunnerProcess};
+use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
+
+/// The task id every cell uses (cells are isolated, so one id is enough).
+pub const TASK_ID: &str = "task-1";
+
+/// How cells run: programs, bounds and options shared by a wave.
+#[derive(Clone, Debug)]
+pub struct CellEnv {
+    /// The `turncut` executable (runs the fakes).
+    pub turncut: PathBuf,
+    /// Program and leading arguments of the runner (`turncut runnerd`, or
+    /// `--runner-cmd`).
+    pub runner_cmd: Vec<String>,
+    /// Extra runner arguments (e.g. `--seeded-bug NAME`).
+    pub runner_extra: Vec<String>,
+    /// The runner's provider idle timeout.
+    pub idle_timeout_ms: u64,
+    /// Deadline for each wait of a cell.
+    pub wait_ms: u64,
+    /// Directory of the scenarios (for reproduce commands).
+    pub scenarios_dir: PathBuf,
+    /// Keep cell directories.
+    pub keep: bool,
+}
+
+impl CellEnv {
+    /// Defaults for the `turncut` at `exe`.
+    pub fn new(exe: &Path, scenarios_dir: &Path) -> CellEnv {
+        CellEnv {
+            turncut: exe.to_owned(),
+            runner_cmd: vec![exe.display().to_string(), "runnerd".to_owned()],
+            runner_extra: Vec::new(),
+            idle_timeout_ms: 300,
+            wait_ms: 15_000,
+            scenarios_dir: scenarios_dir.to_owned(),
+            keep: false,
+        }
+    }
+}
+
+/// A finished cell: its result, evidence and directory.
+pub struct CellRun {
+    /// The judged result.
+    pub result: CellResult,
+    /// The evidence.
+    pub evidence: Evidence,
+    /// The cell's directory (removed on drop unless kept).
+    pub dir: Option<tempfile::TempDir>,
+    /// Where the kept directory is, when kept.
+    pub kept: Option<PathBuf>,
+}
+
+/// State shared by the driver and the cut thread.
+struct Shared {
+    runner: Mutex<Option<RunnerProcess>>,
+    generation: Mutex<u64>,
+    changed: Condvar,
+    actions: Mutex<Vec<Action>>,
+    started: Instant,
+    reached: AtomicBool,
+    /// Index of the armed cut in the cut sequence (first cut, then recut).
+    stage: std::sync::atomic::AtomicUsize,
+    cut_role: Mutex<Option<String>>,
+    /// Faults applied so far (one per reached stage when done).
+    faults_applied: std::sync::atomic::AtomicUsize,
+    events_before: Mutex<Option<Vec<Value>>>,
+    pids: Mutex<Vec<(String, u32, Option<u64>)>>,
+    stop: AtomicBool,
+    error: Mutex<Option<String>>,
+    cut_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Shared {
+    fn act(&self, what: &str, detail: Value) {
+        let at_ms = self.started.elapsed().as_millis() as u64;
+        self.actions.lock().expect("actions").push(Action {
+            at_ms,
+            what: what.to_owned(),
+            detail,
+        });
+    }
+
+    fn client(&self) -> Option<(RunnerClient, u64)> {
+        let gen_now = *self.generation.lock().expect("generation");
+        self.runner
+            .lock()
+            .expect("runner")
+            .as_ref()
+            .map(|r| (r.client(), gen_now))
+    }
+
+    /// Waits until the runner generation moves past `seen`, or `until`.
+    fn wait_generation(&self, seen: u64, until: Instant) {
+        let mut g = self.generation.lock().expect("generation");
+        while *g == seen {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            g = self.changed.wait_timeout(g, left).expect("generation").0;
+        }
+    }
+}
+
+/// Files a cell writes for the fake and the runner.
+struct Layout {
+    dir: PathBuf,
+}
+
+impl Layout {
+    fn p(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// Runs one cell and judges it.
+pub fn run_cell(env: &CellEnv, scenario: &Scenario, profile: &str, spec: &CellSpec) -> CellRun {
+    run_cell_traced(env, scenario, profile, spec, None)
+}
+
+/// Runs one cell; with `trace`, every cut-point hit of the runner and its
+/// providers is appended there (discovery).
+pub fn run_cell_traced(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    spec: &CellSpec,
+    trace: Option<&Path>,
+) -> CellRun {
+    let started = Instant::now();
+    let tmp = match tempfile::Builder::new().prefix("turncut-cell-").tempdir() {
+        Ok(t) => t,
+        Err(e) => {
+            return harness_failure(
+                spec,
+                env,
+                started,
+                format!("failed to create a cell directory: {e}"),
+            );
+        }
+    };
+    let layout = Layout {
+        dir: tmp.path().to_owned(),
+    };
+    let canary = format!("turncut-canary-{:016x}", spec.seed);
+    let shared = Arc::new(Shared {
+        runner: Mutex::new(None),
+        generation: Mutex::new(0),
+        changed: Condvar::new(),
+        actions: Mutex::new(Vec::new()),
+        started,
+        reached: AtomicBool::new(false),
+        stage: std::sync::atomic::AtomicUsize::new(0),
+        cut_role: Mutex::new(None),
+        faults_applied: std::sync::atomic::AtomicUsize::new(0),
+        events_before: Mutex::new(None),
+        pids: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+        error: Mutex::new(None),
+        cut_thread: Mutex::new(None),
+    });
+    let mut ev = Evidence {
+        spec: Some(spec.clone()),
+        fault: spec.fault,
+        canary: canary.clone(),
+        expected_state: if spec.cut.is_none() {
+            scenario.expect.final_state.clone()
+        } else {
+            None
+        },
+        ..Evidence::default()
+    };
+    let outcome = drive(
+        env, scenario, profile, spec, &layout, &shared, &canary, trace, &mut ev,
+    );
+    if let Err(e) = outcome {
+        ev.harness_error = Some(format!("{e:#}"));
+    }
+    if let Some(e) = shared.error.lock().expect("error").take() {
+        ev.harness_error.get_or_insert(e);
+    }
+    teardown(&layout, &shared, &mut ev);
+    let oracles = crate::oracles::judge(&ev);
+    let mut verdict = crate::oracles::worst(&oracles);
+    if ev.harness_error.is_some() {
+        verdict = verdict.max(Verdict::Unknown);
+    }
+    let result = CellResult {
+        spec: spec.clone(),
+        verdict,
+        outcome: outcome_of(&ev),
+        oracles,
+        duration_ms: started.elapsed().as_millis() as u64,
+        reproduce: reproduce(env, spec),
+        error: ev.harness_error.clone(),
+    };
+    let (dir, kept) = if env.keep {
+        let path = tmp.keep();
+        (None, Some(path))
+    } else {
+        (Some(tmp), None)
+    };
+    CellRun {
+        result,
+        evidence: ev,
+        dir,
+        kept,
+    }
+}
+
+fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: String) -> CellRun {
+    CellRun {
+        result: CellResult {
+            spec: spec.clone(),
+            verdict: Verdict::Unknown,
+            oracles: Vec::new(),
+            outcome: Outcome {
+                state: "unknown".into(),
+                ..Outcome::default()
+            },
+            duration_ms: started.elapsed().as_millis() as u64,
+            reproduce: reproduce(env, spec),
+            error: Some(error.clone()),
+        },
+        evidence: Evidence {
+            harness_error: Some(error),
+            ..Evidence::default()
+        },
+        dir: None,
+        kept: None,
+    }
+}
+
+/// The command that runs this cell again.
+pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
+    let mut cmd = format!(
+        "turncut run {} --scenarios {}",
+        spec.scenario_id,
+        env.scenarios_dir.display()
+    );
+    if let (Some(cut), Some(fault)) = (&spec.cut, spec.fault) {
+        cmd.push_str(&format!(" --cut {cut} --fault {fault}"));
+    }
+    if !env.runner_extra.is_empty() {
+        cmd.push_str(&format!(
+            " --runner-arg={}",
+            env.runner_extra.join(" --runner-arg=")
+        ));
+    }
+    cmd
+}
+
+fn outcome_of(ev: &Evidence) -> Outcome {
+    Outcome {
+        state: ev.state().to_owned(),
+        cause: ev.cause_code().map(str::to_owned),
+        reached_cut: ev.reached_cut,
+        runs: ev.task["runs"].as_array().map_or(0, Vec::len),
+        continuations: ev
+            .facts("turn.recorded")
+            .iter()
+            .filter(|(_, d)| d["continuation"] == true)
+            .count(),
+        retry_status: ev
+            .exchanges
+            .iter()
+            .find(|x| x.kind == "retry")
+            .map(|x| x.status),
+    }
+}
+
+fn write_inputs(env: &CellEnv, scenario: &Scenario, layout: &Layout) -> anyhow::Result<()> {
+    let script = toml::to_string(&scenario.script)?;
+    std::fs::write(layout.p("script.toml"), script)?;
+    let command: Vec<String> = vec![
+        env.turncut.display().to_string(),
+        "fake-provider".into(),
+        "codex".into(),
+        "--state-dir".into(),
+        "{provider_dir}".into(),
+        "--journal".into(),
+        layout.p("journal.jsonl").display().to_string(),
+        "--ledger".into(),
+        layout.p("ledger.jsonl").display().to_string(),
+        "--script".into(),
+        layout.p("script.toml").display().to_string(),
+    ];
+    let profiles = format!(
+        "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\n",
+        serde_json::to_string(&command)?
+    );
+    std::fs::write(layout.p("profiles.toml"), profiles)?;
+    std::fs::create_dir_all(layout.p("ws"))?;
+    Ok(())
+}
+
+fn runner_command(
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    arm: Option<&Cut>,
+    trace: Option<&Path>,
+) -> Command {
+    let mut cmd = Command::new(&env.runner_cmd[0]);
+    cmd.args(&env.runner_cmd[1..])
+        .arg("--state-dir")
+        .arg(layout.p("state"))
+        .args(["--listen", "127.0.0.1:0"])
+        .arg("--profiles")
+        .arg(layout.p("profiles.toml"))
+        .args([
+            "--provider-idle-timeout-ms",
+            &env.idle_timeout_ms.to_string(),
+        ])
+        .args(["--provider-term-grace-ms", "100"])
+        .args(&env.runner_extra)
+        .env(cutpoint::ENV_SOCKET, layout.p("cut.sock"))
+        .env(cutpoint::ENV_ROLE, "runner")
+        .env("TURNCUT_PROVIDER_API_KEY", canary)
+        .env("RUST_LOG", "info")
+        .env_remove(cutpoint::ENV_ARM)
+        .env_remove(cutpoint::ENV_TRACE);
+    if let Some(cut) = arm {
+        cmd.env(cutpoint::ENV_ARM, cut.to_string());
+    }
+    if let Some(t) = trace {
+        cmd.env(cutpoint::ENV_TRACE, t);
+    }
+    cmd
+}
+
+fn start_runner(
+    env: &CellEnv,
+    layout: &Layout,
+    shared: &Shared,
+    canary: &str,
+    arm: Option<&Cut>,
+    trace: Option<&Path>,
+) -> anyhow::Result<()> {
+    let mut cmd = runner_command(env, layout, canary, arm, trace);
+    let runner = RunnerProcess::start(
+        &mut cmd,
+        &layout.p("state"),
+        &layout.p("runnerd.stderr"),
+        Duration::from_millis(env.wait_ms),
+    )?;
+    let pid = runner.pid();
+    shared
+        .pids
+        .lock()
+        .expect("pids")
+        .push(("runner".into(), pid, nemesis::start_time(pid)));
+    *shared.runner.lock().expect("runner") = Some(runner);
+    *shared.generation.lock().expect("generation") += 1;
+    shared.changed.notify_all();
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    env: &CellEnv,
+    scenario: &Scenario,
+    _profile: &str,
+    spec: &CellSpec,
+    layout: &Layout,
+    shared: &Arc<Shared>,
+    canary: &str,
+    trace: Option<&Path>,
+    ev: &mut Evidence,
+) -> anyhow::Result<()> {
+    write_inputs(env, scenario, layout)?;
+    let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
+    start_runner(env, layout, shared, canary, spec.cut.as_ref(), trace)?;
+    shared.act(
+        "runner.started",
+        json!({ "armed": spec.cut.as_ref().map(ToString::to_string) }),
+    );
+
+    let cut_thread = {
+        let shared = Arc::clone(shared);
+        let env = env.clone();
+        let layout = Layout {
+            dir: layout.dir.clone(),
+        };
+        let canary = canary.to_owned();
+        let cuts: Vec<Cut> = spec
+            .cut
+            .iter()
+            .cloned()
+            .chain(spec.cut.as_ref().and(scenario.recut.clone()))
+            .collect();
+        let fault = spec.fault;
+        std::thread::spawn(move || {
+            cut_loop(&listener, &shared, &env, &layout, &canary, &cuts, fault);
+        })
+    };
+
+    let until = Instant::now() + Duration::from_millis(env.wait_ms);
+    let result = run_steps(scenario, shared, &layout.p("ws"), until, ev);
+    // Quiet recovery phase: the armed cut was reached and its fault applied
+    // (the steps may finish before a late cut is even hit), no fault is in
+    // flight, and the task has settled with the runner that is now running.
+    loop {
+        if spec.cut.is_some() {
+            wait_until(shared, until, || {
+                let stage = shared.stage.load(Ordering::SeqCst);
+                stage >= 1 && shared.faults_applied.load(Ordering::SeqCst) >= stage
+            });
+        }
+        match wait_task(shared, until, settled) {
+            Ok(task) => ev.task = task,
+            Err(_) => {
+                ev.deadline_passed = true;
+                break;
+            }
+        }
+        let stage = shared.stage.load(Ordering::SeqCst);
+        if shared.faults_applied.load(Ordering::SeqCst) >= stage {
+            break;
+        }
+    }
+    // The cut thread keeps running until teardown has read the final
+    // evidence: a runner it restarted dies with it (PR_SET_PDEATHSIG follows
+    // the spawning thread).
+    *shared.cut_thread.lock().expect("cut thread") = Some(cut_thread);
+    result
+}
+
+/// Waits on the cell's condition variable until `done()` or the deadline.
+fn wait_until(shared: &Shared, until: Instant, done: impl Fn() -> bool) {
+    let mut g = shared.generation.lock().expect("generation");
+    while !done() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        g = shared.changed.wait_timeout(g, left).expect("generation").0;
+    }
+}
+
+fn settled(t: &Value) -> bool {
+    matches!(
+        t["state"].as_str(),
+        Some("completed" | "failed" | "needs_human")
+    )
+}
+
+/// Waits for the task to satisfy `pred` across runner restarts.
+fn wait_task(
+    shared: &Shared,
+    until: Instant,
+    pred: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    loop {
+        let Some((client, generation)) = shared.client() else {
+            anyhow::bail!("no runner is running");
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            anyhow::bail!("the deadline passed");
+        }
+        match client.wait_task(TASK_ID, left, &pred) {
+            Ok(v) => return Ok(v),
+            Err(e) => {
+                if Instant::now() >= until {
+                    return Err(e);
+                }
+                // The runner was probably killed: wait for the next one.
+                shared.wait_generation(generation, until);
+            }
+        }
+    }
+}
+
+/// POSTs with retries across runner restarts (the API is idempotent on ids).
+fn post(shared: &Shared, until: Instant, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+    loop {
+        let Some((client, generation)) = shared.client() else {
+            anyhow::bail!("no runner is running");
+        };
+        match client.post(path, body) {
+            Ok(answer) => return Ok(answer),
+            Err(e) => {
+                if Instant::now() >= until {
+                    return Err(e.context(format!("POST {path}")));
+                }
+                shared.wait_generation(generation, until);
+            }
+        }
+    }
+}
+
+fn run_steps(
+    scenario: &Scenario,
+    shared: &Shared,
+    workspace: &Path,
+    until: Instant,
+    ev: &mut Evidence,
+) -> anyhow::Result<()> {
+    for step in &scenario.steps {
+        match step {
+            Step::Submit { prompt, message_id } => {
+                let body = json!({
+                    "task_id": TASK_ID, "message_id": message_id, "prompt": prompt,
+                    "profile": "runner-codex", "workspace": workspace.display().to_string(),
+                });
+                let (status, answer) = post(shared, until, "/v1/tasks", &body)?;
+                shared.act(
+                    "submit",
+                    json!({ "message_id": message_id, "status": status }),
+                );
+                ev.exchanges.push(Exchange {
+                    kind: "submit".into(),
+                    message_id: message_id.clone(),
+                    text: prompt.clone(),
+                    status,
+                    body: answer,
+                });
+            }
+            Step::FollowUp {
+                text,
+                message_id,
+                when,
+            } => {
+                match when {
+                    FollowUpWhen::Now => {}
+                    FollowUpWhen::TurnActive => {
+                        let _ = wait_task(shared, until, |t| settled(t) || turn_active(t));
+                    }
+                    FollowUpWhen::Settled => {
+                        let _ = wait_task(shared, until, settled);
+                    }
+                }
+                let (status, answer) = post(
+                    shared,
+                    until,
+                    &format!("/v1/tasks/{TASK_ID}/messages"),
+                    &json!({ "message_id": message_id, "text": text }),
+                )?;
+                shared.act(
+                    "follow_up",
+                    json!({ "message_id": message_id, "status": status }),
+                );
+                ev.exchanges.push(Exchange {
+                    kind: "follow_up".into(),
+                    message_id: message_id.clone(),
+                    text: text.clone(),
+                    status,
+                    body: answer,
+                });
+            }
+            Step::Await(_) => {
+                wait_task(shared, until, settled)?;
+                shared.act("settled", json!({}));
+            }
+            Step::Retry { when, message_id } => {
+                let task = wait_task(shared, until, settled)?;
+                let failed = matches!(task["state"].as_str(), Some("failed" | "needs_human"));
+                if failed || *when == RetryWhen::Always {
+                    let (status, answer) = post(
+                        shared,
+                        until,
+                        &format!("/v1/tasks/{TASK_ID}/retry"),
+                        &json!({ "message_id": message_id }),
+                    )?;
+                    shared.act(
+                        "retry",
+                        json!({ "message_id": message_id, "status": status }),
+                    );
+                    ev.exchanges.push(Exchange {
+                        kind: "retry".into(),
+                        message_id: message_id.clone(),
+                        text: String::new(),
+                        status,
+                        body: answer,
+                    });
+                    if status == 201 {
+                        // The 201 follows the durable admission, so the task
+                        // reads `running` until the Retry run settles.
+                        wait_task(shared, until, settled)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn turn_active(t: &Value) -> bool {
+    t["runs"]
+        .as_array()
+        .and_then(|runs| runs.last())
+        .and_then(|r| r["turns"].as_array())
+        .and_then(|turns| turns.last())
+        .is_some_and(|turn| matches!(turn["status"].as_str(), Some("intent" | "accepted")))
+}
+
+fn cut_loop(
+    listener: &cutpoint::Listener,
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    cuts: &[Cut],
+    fault: Option<crate::model::Fault>,
+) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        let held = match listener.accept_hit(Duration::from_millis(100)) {
+            Ok(h) => h,
+            Err(cutpoint::Error::Timeout { .. }) => continue,
+            Err(e) => {
+                shared.act("cut.error", json!({ "error": e.to_string() }));
+                continue;
+            }
+        };
+        shared.pids.lock().expect("pids").push((
+            held.hit.role.clone(),
+            held.hit.pid,
+            nemesis::start_time(held.hit.pid),
+        ));
+        let stage = shared.stage.load(Ordering::SeqCst);
+        let is_armed = cuts
+            .get(stage)
+            .is_some_and(|c| c.point == held.hit.point && c.n == held.hit.n);
+        if !is_armed {
+            // A respawned provider inherited the arm: let it pass.
+            let _ = held.resume();
+            continue;
+        }
+        shared.stage.store(stage + 1, Ordering::SeqCst);
+        shared.reached.store(true, Ordering::SeqCst);
+        shared.act(
+            if stage == 0 { "cut.reached" } else { "recut.reached" },
+            json!({ "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid }),
+        );
+        if stage == 0 {
+            *shared.cut_role.lock().expect("cut role") = Some(held.hit.role.clone());
+        }
+        let Some(fault) = fault else {
+            let _ = held.resume();
+            shared.faults_applied.fetch_add(1, Ordering::SeqCst);
+            continue;
+        };
+        if let Err(e) = apply_fault(
+            shared,
+            env,
+            layout,
+            canary,
+            fault,
+            held,
+            cuts.get(stage + 1),
+        ) {
+            *shared.error.lock().expect("error") = Some(format!("failed to apply {fault}: {e:#}"));
+        }
+        shared.faults_applied.fetch_add(1, Ordering::SeqCst);
+        let _g = shared.generation.lock().expect("generation");
+        shared.changed.notify_all();
+    }
+}
+
+fn apply_fault(
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    fault: crate::model::Fault,
+    held: cutpoint::HeldHit,
+    next_arm: Option<&Cut>,
+) -> anyhow::Result<()> {
+    let client = shared.client().map(|(c, _)| c);
+    // What the controller could read before the fault: nothing of it may vanish.
+    if let Some(c) = &client
+        && let Ok(evs) = c.events(TASK_ID, 0)
+    {
+        *shared.events_before.lock().expect("events") = Some(evs);
+    }
+    let plan = nemesis::plan(fault);
+    let provider = if held.hit.role == "provider" {
+        Some(held.hit.pid)
+    } else if plan.provider_signal.is_some() {
+        client.as_ref().and_then(live_provider)
+    } else {
+        None
+    };
+    if plan.kill_runner {
+        let runner = shared.runner.lock().expect("runner").take();
+        if let Some(r) = runner {
+            let pid = r.pid();
+            r.kill()?;
+            shared.act("fault.kill-runner", json!({ "pid": pid }));
+        }
+    }
+    match (plan.provider_signal, provider) {
+        (Some(signal), Some(pid)) => {
+            nemesis::signal_group(pid, signal)?;
+            shared.act(
+                &format!("fault.{}", fault.as_str()),
+                json!({ "provider_pid": pid, "signal": signal.as_str() }),
+            );
+        }
+        (Some(_), None) => shared.act("fault.no-provider", json!({ "fault": fault.as_str() })),
+        (None, _) => {}
+    }
+    // The held process goes on (a provider the runner lost keeps running, as
+    // after a real crash); a dead one simply never reads the answer.
+    let _ = held.resume();
+    if plan.kill_runner {
+        start_runner(env, layout, shared, canary, next_arm, None)?;
+        shared.act(
+            "restart",
+            json!({ "armed": next_arm.map(ToString::to_string) }),
+        );
+    }
+    Ok(())
+}
+
+/// The provider process the runner currently has, from its run log.
+fn live_provider(client: &RunnerClient) -> Option<u32> {
+    let events = client.events(TASK_ID, 0).ok()?;
+    let mut live: Vec<u32> = Vec::new();
+    for e in events {
+        match e["kind"].as_str() {
+            Some("provider.spawned") => {
+                if let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64) {
+                    live.push(pid as u32);
+                }
+            }
+            Some("provider.stopped") => {
+                if let Some(pid) = e.pointer("/data/identity/pid").and_then(Value::as_u64) {
+                    live.retain(|p| *p != pid as u32);
+                }
+            }
+            _ => {}
+        }
+    }
+    live.last().copied()
+}
+
+fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
+    if let Some((client, _)) = shared.client() {
+        if ev.task.is_null()
+            && let Ok((200, t)) = client.task(TASK_ID)
+        {
+            ev.task = t;
+        }
+        match client.events(TASK_ID, 0) {
+            Ok(evs) => ev.events = evs,
+            Err(e) => {
+                ev.harness_error
+                    .get_or_insert(format!("failed to read the final run log: {e:#}"));
+            }
+        }
+    }
+    shared.stop.store(true, Ordering::SeqCst);
+    if let Some(t) = shared.cut_thread.lock().expect("cut thread").take() {
+        let _ = t.join();
+    }
+    if let Some(r) = shared.runner.lock().expect("runner").take() {
+        let _ = r.kill();
+    }
+    ev.reached_cut = shared.reached.load(Ordering::SeqCst);
+    ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
+    ev.events_before_fault = shared.events_before.lock().expect("events").take();
+    ev.journal = fake_provider::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
+    ev.ledger = fake_provider::ledger::read(&layout.p("ledger.jsonl")).unwrap_or_default();
+    ev.provider_turns = crate::evidence::read_provider_turns(&layout.p("state/providers"));
+    // Every process the cell knew of must be gone now that the runner is.
+    let mut known = shared.pids.lock().expect("pids").clone();
+    for e in &ev.events {
+        if e["kind"] == "provider.spawned"
+            && let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64)
+        {
+            let start = e.pointer("/data/start_time").and_then(Value::as_u64);
+            known.push(("provider".into(), pid as u32, start));
+        }
+    }
+    known.sort();
+    known.dedup();
+    for (role, pid, start) in &known {
+        if nemesis::alive_same(*pid, *start) {
+            ev.survivors.push(format!("{role} pid {pid}"));
+            // Record, then clean up: the cell must not leave orphans behind.
+            let _ = nemesis::signal_group(*pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    ev.actions = shared.actions.lock().expect("actions").clone();
+    // The canary must be nowhere in the cell's files.
+    for file in crate::runner_client::state_files(&layout.dir) {
+        let Ok(bytes) = std::fs::read(&file) else {
+            continue;
+        };
+        if bytes
+            .windows(ev.canary.len())
+            .any(|w| w == ev.canary.as_bytes())
+        {
+            let rel = file.strip_prefix(&layout.dir).unwrap_or(&file);
+            ev.canary_found_in.push(rel.display().to_string());
+        }
+    }
+}

@@ -1,0 +1,222 @@
+//! The evidence of one cell: one merged history of what the harness did, what
+//! the runner says (task, run log), what the provider recorded (journal), what
+//! really ran (effect ledger), and what was left behind (files, processes).
+//!
+//! The history is the only contract between running a cell (`cell`) and
+//! judging it (`oracles`): oracles read nothing else. Evidence can be written
+//! to a directory (for failing cells and `--keep`) and read back, so a cell can
+//! be judged again without running it.
+
+use std::path::Path;
+
+use fake_provider::journal::{Entry, EntryKind};
+use fake_provider::ledger::LedgerEntry;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::model::{CellSpec, Fault};
+
+/// One thing the harness did, with its time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Action {
+    /// Milliseconds since the cell started.
+    pub at_ms: u64,
+    /// `submit`, `follow_up`, `retry`, `cut.reached`, `fault.kill-runner`,
+    /// `restart`, `settled`, …
+    pub what: String,
+    /// Details (ids, statuses, pids).
+    pub detail: Value,
+}
+
+/// A request the harness sent and the runner's answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Exchange {
+    /// `submit`, `follow_up` or `retry`.
+    pub kind: String,
+    /// The message id the harness chose.
+    pub message_id: String,
+    /// The text sent (empty for a Retry, which re-sends a stored message).
+    pub text: String,
+    /// The HTTP status (0 when no answer came).
+    pub status: u16,
+    /// The JSON body.
+    pub body: Value,
+}
+
+/// A turn as the provider durably recorded it (its own store, read after the
+/// cell): the provider's truth, which the journal can lag by a write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderTurn {
+    /// The conversation.
+    pub thread: String,
+    /// The provider's turn id.
+    pub turn: String,
+    /// The client message id it was started with.
+    pub client_id: Option<String>,
+    /// `inProgress`, `completed`, `interrupted` or `failed`.
+    pub status: String,
+    /// Whether it is a continuation.
+    pub continuation: bool,
+    /// The message that authorizes its effects.
+    pub authorized_by: String,
+}
+
+/// Everything a cell leaves for the oracles.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Evidence {
+    /// The cell.
+    pub spec: Option<CellSpec>,
+    /// The fault, if any.
+    pub fault: Option<Fault>,
+    /// Whether the armed cut was reached.
+    pub reached_cut: bool,
+    /// Role of the process that reached it (`runner`/`provider`).
+    pub cut_role: Option<String>,
+    /// The harness's actions in order.
+    pub actions: Vec<Action>,
+    /// Requests and answers.
+    pub exchanges: Vec<Exchange>,
+    /// The task as the runner reports it at the end (`GET /v1/tasks/{id}`).
+    pub task: Value,
+    /// The run log at the end.
+    pub events: Vec<Value>,
+    /// The run log as read just before the fault (a prefix of `events`
+    /// unless something was lost).
+    pub events_before_fault: Option<Vec<Value>>,
+    /// The provider journal.
+    pub journal: Vec<Entry>,
+    /// The effect ledger.
+    pub ledger: Vec<LedgerEntry>,
+    /// Every turn in the provider's durable store at the end.
+    pub provider_turns: Vec<ProviderTurn>,
+    /// For a clean cell, the scenario's expected final state.
+    pub expected_state: Option<String>,
+    /// Whether the task was still unsettled at the deadline.
+    pub deadline_passed: bool,
+    /// The canary credential planted in the runner's environment.
+    pub canary: String,
+    /// Files (relative paths) in which the canary was found.
+    pub canary_found_in: Vec<String>,
+    /// Processes of the cell still alive after teardown (`role pid`).
+    pub survivors: Vec<String>,
+    /// A harness error that cut the cell short.
+    pub harness_error: Option<String>,
+}
+
+/// Reads the fake Codex store files (`threads/*.json`) under `dir`, at any depth.
+pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
+    let mut out = Vec::new();
+    for file in crate::runner_client::state_files(dir) {
+        let in_threads = file
+            .parent()
+            .and_then(|p| p.file_name())
+            .is_some_and(|n| n == "threads");
+        if !in_threads || file.extension().and_then(|e| e.to_str()) != Some("json") {
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue;
+        };
+        let Ok(v) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let thread = v["id"].as_str().unwrap_or_default().to_owned();
+        for t in v["turns"].as_array().into_iter().flatten() {
+            out.push(ProviderTurn {
+                thread: thread.clone(),
+                turn: t["id"].as_str().unwrap_or_default().to_owned(),
+                client_id: t["client_id"].as_str().map(str::to_owned),
+                status: t["status"].as_str().unwrap_or_default().to_owned(),
+                continuation: t["continuation"] == true,
+                authorized_by: t["authorized_by"].as_str().unwrap_or_default().to_owned(),
+            });
+        }
+    }
+    out
+}
+
+impl Evidence {
+    /// Message ids the harness issued (submit, follow-ups, Retry).
+    pub fn issued_ids(&self) -> Vec<String> {
+        self.exchanges
+            .iter()
+            .map(|e| e.message_id.clone())
+            .collect()
+    }
+
+    /// `turn/start` requests received by the provider, with the line number of
+    /// the journal entry (1-based).
+    pub fn turn_starts(&self) -> Vec<(usize, &Entry)> {
+        self.journal
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.kind == EntryKind::In && e.data["method"] == "turn/start")
+            .map(|(i, e)| (i + 1, e))
+            .collect()
+    }
+
+    /// The client message id of a `turn/start` entry.
+    pub fn client_id(entry: &Entry) -> Option<&str> {
+        entry
+            .data
+            .pointer("/params/clientUserMessageId")
+            .and_then(Value::as_str)
+    }
+
+    /// The text input of a `turn/start` entry.
+    pub fn input_text(entry: &Entry) -> String {
+        entry
+            .data
+            .pointer("/params/input")
+            .and_then(Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| i.get("text").and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    }
+
+    /// Journal facts by name, with line numbers.
+    pub fn facts(&self, name: &str) -> Vec<(usize, &Value)> {
+        self.journal
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.fact.as_deref() == Some(name))
+            .map(|(i, e)| (i + 1, &e.data))
+            .collect()
+    }
+
+    /// The final task state.
+    pub fn state(&self) -> &str {
+        self.task["state"].as_str().unwrap_or("unknown")
+    }
+
+    /// The final cause code.
+    pub fn cause_code(&self) -> Option<&str> {
+        self.task.pointer("/cause/code").and_then(Value::as_str)
+    }
+
+    /// Run-log events of a kind.
+    pub fn events_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        self.events.iter().filter(move |e| e["kind"] == kind)
+    }
+
+    /// Writes the evidence as `evidence.json` plus the raw journal and ledger.
+    pub fn write(&self, dir: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        let text = serde_json::to_string_pretty(self).expect("evidence serializes");
+        let tmp = dir.join("evidence.json.tmp");
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(tmp, dir.join("evidence.json"))
+    }
+
+    /// Reads `evidence.json` back.
+    pub fn read(dir: &Path) -> std::io::Result<Evidence> {
+        let text = std::fs::read_to_string(dir.join("evidence.json"))?;
+        serde_json::from_str(&text)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+    }
+}

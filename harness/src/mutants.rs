@@ -1,0 +1,196 @@
+//! `turncut mutants`: the default wave against every seeded bug of runnerd.
+//!
+//! It builds runnerd with the `seeded-bugs` feature into its own target
+//! directory (`target/seeded`, so the release `runnerd` never contains a bug),
+//! runs the wave once per bug with `--seeded-bug NAME`, and once with no bug as
+//! the control, and prints bug → oracles that caught it → failing cells. It
+//! exits 0 only when every bug is caught and the control passes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use crate::cell::CellEnv;
+use crate::model::Verdict;
+use crate::{plan, scenario, wave};
+
+/// The seeded bugs of runnerd (`docs/seeded-bugs.md`).
+pub const BUGS: &[&str] = &[
+    "resend-ambiguous-turn",
+    "second-continuation",
+    "continuation-resends-message",
+    "null-cause",
+    "wrong-recoverable",
+    "lose-follow-up-on-restart",
+    "retry-reuses-conversation",
+    "credential-in-store",
+    "skip-stop-proof",
+    "stuck-after-restart",
+    "fail-closed-when-absent",
+    "adopt-without-completion",
+];
+
+/// Builds the seeded runnerd and returns its path.
+pub fn build_seeded() -> anyhow::Result<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    anyhow::ensure!(
+        root.join("Cargo.toml").is_file(),
+        "turncut mutants builds runnerd with the seeded-bugs feature and needs the source tree at {}",
+        root.display()
+    );
+    let target = root.join("target/seeded");
+    eprintln!(
+        "building runnerd with --features seeded-bugs into {} …",
+        target.display()
+    );
+    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "runner",
+            "--features",
+            "seeded-bugs",
+            "--bin",
+            "runnerd",
+            "--target-dir",
+        ])
+        .arg(&target)
+        .status()?;
+    anyhow::ensure!(
+        status.success(),
+        "building the seeded runnerd failed ({status})"
+    );
+    Ok(target.join("release/runnerd"))
+}
+
+/// One row of the mutants table.
+pub struct Row {
+    /// The bug (`(none)` for the control).
+    pub bug: String,
+    /// Cells run.
+    pub cells: usize,
+    /// Oracle name → failing cells.
+    pub caught_by: BTreeMap<String, usize>,
+    /// Cells that did not pass.
+    pub failing: usize,
+    /// One failing cell's name.
+    pub example: Option<String>,
+}
+
+/// Runs the mutants and prints the table; returns the exit code.
+pub fn run(
+    exe: &Path,
+    scenarios_dir: &Option<PathBuf>,
+    jobs: usize,
+    only: Option<&str>,
+    budget: Option<usize>,
+) -> anyhow::Result<i32> {
+    let dir = scenarios_dir
+        .clone()
+        .unwrap_or_else(plan::default_scenarios_dir);
+    let scenarios = scenario::load_dir(&dir)?;
+    let bin = build_seeded()?;
+    let ids: Vec<String> = scenarios.iter().flat_map(|s| s.ids()).collect();
+    let selected: Vec<&str> = match only {
+        Some(list) => {
+            let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+            for w in &wanted {
+                anyhow::ensure!(
+                    BUGS.contains(w),
+                    "unknown bug {w}; bugs are {}",
+                    BUGS.join(", ")
+                );
+            }
+            wanted
+        }
+        None => BUGS.to_vec(),
+    };
+    let mut rows = Vec::new();
+    let started = Instant::now();
+    for bug in std::iter::once("(none)").chain(selected.iter().copied()) {
+        let mut env = CellEnv::new(exe, &dir);
+        env.runner_cmd = vec![bin.display().to_string()];
+        if bug != "(none)" {
+            env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
+        }
+        let seed = 7;
+        let cells = wave::plan_cells(&env, &scenarios, &ids, seed, true)?;
+        let cells = plan::sample(cells, budget, seed);
+        let finished = wave::run_cells(&env, &scenarios, &cells, jobs);
+        let mut row = Row {
+            bug: bug.to_owned(),
+            cells: finished.len(),
+            caught_by: BTreeMap::new(),
+            failing: 0,
+            example: None,
+        };
+        for f in &finished {
+            if f.result.verdict == Verdict::Pass {
+                continue;
+            }
+            row.failing += 1;
+            row.example.get_or_insert_with(|| f.result.spec.name());
+            for o in f
+                .result
+                .oracles
+                .iter()
+                .filter(|o| o.verdict == Verdict::Fail)
+            {
+                *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
+            }
+            if f.result.error.is_some() {
+                *row.caught_by.entry("harness-error".into()).or_default() += 1;
+            }
+        }
+        eprintln!(
+            "{bug}: {} of {} cells not passing ({:.0} s so far)",
+            row.failing,
+            row.cells,
+            started.elapsed().as_secs_f64()
+        );
+        rows.push(row);
+    }
+    println!("| bug | caught by (failing cells) | failing / cells | example |");
+    println!("|---|---|---|---|");
+    let mut ok = true;
+    for r in &rows {
+        let by: Vec<String> = r
+            .caught_by
+            .iter()
+            .map(|(o, n)| format!("{o} ({n})"))
+            .collect();
+        let caught = r.caught_by.keys().any(|k| k != "harness-error");
+        let good = if r.bug == "(none)" {
+            r.failing == 0
+        } else {
+            caught
+        };
+        ok &= good;
+        println!(
+            "| {}{} | {} | {} / {} | {} |",
+            r.bug,
+            if good { "" } else { " **NOT OK**" },
+            if by.is_empty() {
+                "—".to_owned()
+            } else {
+                by.join(", ")
+            },
+            r.failing,
+            r.cells,
+            r.example.as_deref().unwrap_or("—")
+        );
+    }
+    println!(
+        "mutants: {} in {:.0} s",
+        if ok {
+            "every bug caught, control clean"
+        } else {
+            "FAILED"
+        },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(if ok { 0 } else { 1 })
+}

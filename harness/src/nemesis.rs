@@ -1,0 +1,89 @@
+//! The nemesis: applies a fault at a cut, with real signals.
+//!
+//! `kill-runner` SIGKILLs the runner (its process group only: providers lead
+//! groups of their own and live on as orphans, as after a real crash);
+//! `kill-provider` SIGKILLs the provider's group; `kill-both` does both;
+//! `hang-provider` SIGSTOPs the provider's group, so it stops answering while
+//! staying alive. Together with `supervisor`, this is the only harness code
+//! that sends signals. It decides nothing about when to cut.
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::model::Fault;
+
+/// What a fault needs to do: whether the runner dies and what happens to the
+/// provider group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// SIGKILL the runner (and restart it).
+    pub kill_runner: bool,
+    /// The signal for the provider's group, if any.
+    pub provider_signal: Option<Signal>,
+}
+
+/// The plan of a fault.
+pub fn plan(fault: Fault) -> Plan {
+    match fault {
+        Fault::KillRunner => Plan {
+            kill_runner: true,
+            provider_signal: None,
+        },
+        Fault::KillProvider => Plan {
+            kill_runner: false,
+            provider_signal: Some(Signal::SIGKILL),
+        },
+        Fault::KillBoth => Plan {
+            kill_runner: true,
+            provider_signal: Some(Signal::SIGKILL),
+        },
+        Fault::HangProvider => Plan {
+            kill_runner: false,
+            provider_signal: Some(Signal::SIGSTOP),
+        },
+    }
+}
+
+/// Whether a fault targets the provider (and so needs a live one).
+pub fn needs_provider(fault: Fault) -> bool {
+    plan(fault).provider_signal.is_some()
+}
+
+/// Sends `signal` to the process group led by `pgid`. A group that is already
+/// gone is not an error.
+pub fn signal_group(pgid: u32, signal: Signal) -> std::io::Result<()> {
+    match killpg(Pid::from_raw(pgid as i32), signal) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether `pid` is alive: it exists and is not a zombie.
+pub fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => false,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
+    }
+}
+
+/// The start time (clock ticks since boot) of a live, non-zombie `pid`.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if matches!(fields.first(), Some(&("Z" | "X"))) {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Whether exactly this process (pid and start time) is still alive.
+pub fn alive_same(pid: u32, start: Option<u64>) -> bool {
+    match (start_time(pid), start) {
+        (Some(now), Some(then)) => now == then,
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}

@@ -1,0 +1,999 @@
+//! The oracles: each reads a cell's evidence and gives a named verdict.
+//!
+//! A verdict is pass, fail or unknown (fail > unknown > pass); a failure says
+//! what was violated and points into the evidence (`journal:12`, `events#7`,
+//! `ledger:3`). Oracles judge the runner against the provider's own record
+//! (journal), what really ran (ledger) and the contract tables in `contract`,
+//! never against the runner's claims alone. Every oracle has a test that shows
+//! it failing on deliberately broken evidence.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::Value;
+
+use crate::contract;
+use crate::evidence::Evidence;
+use crate::model::{OracleResult, Verdict};
+
+/// The oracles, in report order.
+pub const ORACLES: &[&str] = &[
+    "no-replay.turn",
+    "no-replay.effect",
+    "cause.structured",
+    "contract",
+    "retry.works",
+    "no-loss",
+    "liveness",
+    "secrecy",
+    "hygiene",
+    "vacuity",
+];
+
+/// Judges a cell: every oracle, in [`ORACLES`] order.
+pub fn judge(e: &Evidence) -> Vec<OracleResult> {
+    vec![
+        no_replay_turn(e),
+        no_replay_effect(e),
+        cause_structured(e),
+        contract_oracle(e),
+        retry_works(e),
+        no_loss(e),
+        liveness(e),
+        secrecy(e),
+        hygiene(e),
+        vacuity(e),
+    ]
+}
+
+/// The worst verdict of a list (`pass` when empty).
+pub fn worst(results: &[OracleResult]) -> Verdict {
+    results
+        .iter()
+        .map(|r| r.verdict)
+        .max()
+        .unwrap_or(Verdict::Pass)
+}
+
+/// Collects violations; no violation is a pass.
+struct Judgement {
+    oracle: &'static str,
+    problems: Vec<String>,
+    evidence: Vec<String>,
+    unknown: Option<String>,
+}
+
+impl Judgement {
+    fn new(oracle: &'static str) -> Judgement {
+        Judgement {
+            oracle,
+            problems: Vec::new(),
+            evidence: Vec::new(),
+            unknown: None,
+        }
+    }
+
+    fn fail(&mut self, problem: String, evidence: impl IntoIterator<Item = String>) {
+        self.problems.push(problem);
+        self.evidence.extend(evidence);
+    }
+
+    fn done(self) -> OracleResult {
+        let (verdict, message) = if !self.problems.is_empty() {
+            (Verdict::Fail, self.problems.join("; "))
+        } else if let Some(u) = self.unknown {
+            (Verdict::Unknown, u)
+        } else {
+            (Verdict::Pass, String::new())
+        };
+        OracleResult {
+            oracle: self.oracle.to_owned(),
+            verdict,
+            message,
+            evidence: self.evidence,
+        }
+    }
+}
+
+const CONTINUATION_SUFFIX: &str = "#continuation";
+const CONTINUE_MARKER: &str = "[turncut:continue]";
+
+/// A message id starts at most one primary turn; a lost turn gets at most one
+/// continuation; a continuation never re-sends the message; every turn carries
+/// a harness-issued message id.
+pub fn no_replay_turn(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("no-replay.turn");
+    let issued: HashSet<String> = e.issued_ids().into_iter().collect();
+    let texts: BTreeMap<&str, &str> = e
+        .exchanges
+        .iter()
+        .filter(|x| !x.text.is_empty())
+        .map(|x| (x.message_id.as_str(), x.text.as_str()))
+        .collect();
+    for (line, entry) in e.turn_starts() {
+        let Some(id) = Evidence::client_id(entry) else {
+            j.fail(
+                format!("a turn/start carries no client message id (journal:{line})"),
+                [format!("journal:{line}")],
+            );
+            continue;
+        };
+        if let Some(base) = id.strip_suffix(CONTINUATION_SUFFIX) {
+            if !issued.contains(base) {
+                j.fail(
+                    format!(
+                        "continuation {id:?} continues no harness-issued message (journal:{line})"
+                    ),
+                    [format!("journal:{line}")],
+                );
+            }
+            let text = Evidence::input_text(entry);
+            let resends = texts.get(base).is_some_and(|t| text.contains(t));
+            if resends || !text.starts_with(CONTINUE_MARKER) {
+                j.fail(
+                    format!("the continuation of {base} re-sends the message instead of continuing (journal:{line})"),
+                    [format!("journal:{line}")],
+                );
+            }
+        } else {
+            if !issued.contains(id) {
+                j.fail(
+                    format!("turn/start with message id {id:?}, which the harness never issued (journal:{line})"),
+                    [format!("journal:{line}")],
+                );
+            }
+        }
+    }
+    // A turn starts when the provider records it: a delivery it never
+    // recorded (it died first) was not a turn, and re-sending it is the
+    // contract's "start the turn once".
+    let mut started: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    let mut continued: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for t in &e.provider_turns {
+        if t.continuation {
+            continued
+                .entry(t.authorized_by.as_str())
+                .or_default()
+                .push(&t.turn);
+        } else if let Some(c) = &t.client_id {
+            started.entry(c.as_str()).or_default().push(&t.turn);
+        }
+    }
+    for (id, turns) in &started {
+        if turns.len() > 1 {
+            j.fail(
+                format!(
+                    "message {id} started {} primary turns (provider turns {turns:?})",
+                    turns.len()
+                ),
+                turns.iter().map(|t| format!("provider-turn:{t}")),
+            );
+        }
+    }
+    for (id, turns) in &continued {
+        if turns.len() > 1 {
+            j.fail(
+                format!(
+                    "the lost turn of {id} got {} continuations (provider turns {turns:?})",
+                    turns.len()
+                ),
+                turns.iter().map(|t| format!("provider-turn:{t}")),
+            );
+        }
+    }
+    j.done()
+}
+
+/// An effect key runs at most once per authorizing message.
+pub fn no_replay_effect(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("no-replay.effect");
+    let mut seen: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    for (i, entry) in e.ledger.iter().enumerate() {
+        seen.entry((entry.key.clone(), entry.by.clone()))
+            .or_default()
+            .push(i + 1);
+    }
+    for ((key, by), lines) in seen {
+        if lines.len() > 1 {
+            j.fail(
+                format!(
+                    "effect {key} ran {} times for message {by} (ledger lines {lines:?})",
+                    lines.len()
+                ),
+                lines.iter().map(|l| format!("ledger:{l}")),
+            );
+        }
+    }
+    j.done()
+}
+
+fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String) {
+    let Some(cause) = cause.filter(|c| !c.is_null()) else {
+        j.fail(format!("{what} has no cause"), [at]);
+        return;
+    };
+    let code = cause.get("code").and_then(Value::as_str);
+    let recoverable = cause.get("recoverable").and_then(Value::as_bool);
+    let message = cause
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    match code.and_then(|c| contract::recoverable(c).map(|r| (c, r))) {
+        None => j.fail(
+            format!("{what} has cause {code:?}, outside the closed set"),
+            [at],
+        ),
+        Some((c, expected)) => {
+            if recoverable != Some(expected) {
+                j.fail(
+                    format!(
+                        "{what}: cause {c} must have recoverable: {expected}, not {recoverable:?}"
+                    ),
+                    [at],
+                );
+            } else if message.trim().is_empty() {
+                j.fail(
+                    format!("{what}: cause {c} has no message for a person"),
+                    [at],
+                );
+            }
+        }
+    }
+}
+
+/// Every failed or refused run has a cause from the closed set with the right
+/// `recoverable` flag; every refusal names a listed reason.
+pub fn cause_structured(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("cause.structured");
+    if matches!(e.state(), "failed" | "needs_human") {
+        check_cause(
+            &mut j,
+            e.task.get("cause"),
+            "the failed task",
+            "task".to_owned(),
+        );
+    }
+    for run in e.task["runs"].as_array().into_iter().flatten() {
+        if run["status"] == "failed" {
+            let id = run["run_id"].as_str().unwrap_or("?");
+            check_cause(
+                &mut j,
+                run.get("cause"),
+                &format!("failed run {id}"),
+                format!("task.runs.{id}"),
+            );
+        }
+    }
+    for ev in &e.events {
+        let seq = ev["seq"].as_i64().unwrap_or(0);
+        let kind = ev["kind"].as_str().unwrap_or_default();
+        if kind == "turn.failed" && ev.pointer("/data/cause").is_some() {
+            check_cause(
+                &mut j,
+                ev.pointer("/data/cause"),
+                "a turn.failed event",
+                format!("events#{seq}"),
+            );
+        }
+        if kind == "run.settled" && ev.pointer("/data/state") != Some(&Value::from("completed")) {
+            check_cause(
+                &mut j,
+                ev.pointer("/data/cause"),
+                "a failed run.settled event",
+                format!("events#{seq}"),
+            );
+        }
+    }
+    for x in &e.exchanges {
+        if x.status == 409 {
+            let reason = x
+                .body
+                .get("reason")
+                .or_else(|| x.body.get("block_reason"))
+                .and_then(Value::as_str);
+            let listed = match x.kind.as_str() {
+                "retry" => reason.is_some_and(|r| contract::RETRY_BLOCKS.contains(&r)),
+                _ => reason.is_some_and(|r| contract::REFUSALS.contains(&r)),
+            };
+            if !listed {
+                j.fail(
+                    format!(
+                        "the {} of {} was refused without a listed reason: {}",
+                        x.kind, x.message_id, x.body
+                    ),
+                    [format!("exchange:{}", x.message_id)],
+                );
+            }
+        }
+    }
+    j.done()
+}
+
+/// The provider's durable turns by id: (final status, authorizing message, continuation).
+fn provider_turns(e: &Evidence) -> BTreeMap<String, (Option<String>, String, bool)> {
+    e.provider_turns
+        .iter()
+        .map(|t| {
+            (
+                t.turn.clone(),
+                (
+                    Some(t.status.clone()),
+                    t.authorized_by.clone(),
+                    t.continuation,
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The outcome is allowed by the contract for what both sides had recorded.
+pub fn contract_oracle(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("contract");
+    let recorded = provider_turns(e);
+    let recorded_client: HashSet<String> = e
+        .provider_turns
+        .iter()
+        .filter_map(|t| t.client_id.clone())
+        .collect();
+    let accepted_rows: HashSet<i64> = e
+        .events_of("turn.accepted")
+        .filter_map(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64))
+        .collect();
+    if let (Some(expected), None) = (&e.expected_state, &e.fault)
+        && e.state() != expected
+    {
+        j.fail(
+            format!(
+                "a clean run ended {} (cause {:?}), the scenario expects {expected}",
+                e.state(),
+                e.cause_code()
+            ),
+            ["task".to_owned()],
+        );
+    }
+    for run in e.task["runs"].as_array().into_iter().flatten() {
+        let run_id = run["run_id"].as_str().unwrap_or("?");
+        let turns: Vec<&Value> = run["turns"].as_array().into_iter().flatten().collect();
+        let last_primary = turns.iter().rev().find(|t| t["kind"] == "primary");
+        let has_continuation = turns.iter().any(|t| t["kind"] == "continuation");
+        if let Some(code) = run.pointer("/cause/code").and_then(Value::as_str) {
+            let at = format!("task.runs.{run_id}");
+            match code {
+                "ambiguous_turn_start" => {
+                    let Some(t) = last_primary else {
+                        j.fail(
+                            format!("run {run_id} failed ambiguous_turn_start without a turn"),
+                            [at],
+                        );
+                        continue;
+                    };
+                    let mid = t["message_id"].as_str().unwrap_or_default();
+                    let row = t["turn_row"].as_i64().unwrap_or(-1);
+                    if !recorded_client.contains(mid) {
+                        j.fail(
+                            format!("run {run_id} failed closed ambiguous_turn_start but the provider never recorded a turn for {mid}: starting it was provably safe"),
+                            [at.clone()],
+                        );
+                    }
+                    if accepted_rows.contains(&row) {
+                        j.fail(
+                            format!("run {run_id} failed ambiguous_turn_start for {mid} although the runner had persisted the acceptance: it should continue"),
+                            [at],
+                        );
+                    }
+                }
+                "active_turn_recovery_closed" => {
+                    let pending = e.events_of("provider_request").any(|ev| {
+                        ev.pointer("/data/status") != Some(&Value::from("answered"))
+                            && !e.events_of("provider_request").any(|o| {
+                                o.pointer("/data/request_id") == ev.pointer("/data/request_id")
+                                    && o.pointer("/data/turn_row") == ev.pointer("/data/turn_row")
+                                    && o.pointer("/data/status") == Some(&Value::from("answered"))
+                            })
+                    });
+                    if !pending {
+                        j.fail(
+                            format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending"),
+                            [at],
+                        );
+                    }
+                }
+                "continuation_exhausted" => {
+                    if !has_continuation {
+                        j.fail(
+                            format!(
+                                "run {run_id} failed continuation_exhausted without a continuation"
+                            ),
+                            [at],
+                        );
+                    }
+                }
+                other if e.fault.is_some() && !contract::FAIL_CLOSED.contains(&other) => {
+                    j.fail(
+                        format!(
+                            "run {run_id} failed with {other}, which no cut-and-restart justifies"
+                        ),
+                        [at],
+                    );
+                }
+                _ => {}
+            }
+        }
+        // A completed run answered every consumed message with a completed
+        // provider turn (its own or its continuation's).
+        if run["status"] == "completed" {
+            for t in turns.iter().filter(|t| t["kind"] == "primary") {
+                let mid = t["message_id"].as_str().unwrap_or_default();
+                let done = recorded
+                    .values()
+                    .any(|(status, by, _)| by == mid && status.as_deref() == Some("completed"));
+                if !done {
+                    j.fail(
+                        format!("run {run_id} completed but the provider never completed a turn for {mid}"),
+                        [format!("task.runs.{run_id}")],
+                    );
+                }
+            }
+        }
+    }
+    for ev in &e.events {
+        let seq = ev["seq"].as_i64().unwrap_or(0);
+        if ev["kind"] == "turn.finished" && ev.pointer("/data/adopted") == Some(&Value::Bool(true))
+        {
+            // Adoption is only right for a turn the provider completed.
+            let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
+            let turn = e
+                .events_of("turn.accepted")
+                .find(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
+                .and_then(|a| a.pointer("/data/provider_turn_id").and_then(Value::as_str));
+            let completed = turn.is_some_and(|t| {
+                recorded
+                    .get(t)
+                    .is_some_and(|(s, _, _)| s.as_deref() == Some("completed"))
+            });
+            if !completed {
+                j.fail(
+                    format!("the runner adopted turn {turn:?} as completed, but the provider did not complete it (events#{seq})"),
+                    [format!("events#{seq}")],
+                );
+            }
+        }
+        if ev["kind"] == "turn.failed"
+            && ev.pointer("/data/cause/code") == Some(&Value::from("provider_turn_lost_on_restore"))
+            && let Some(t) = ev.pointer("/data/provider_turn_id").and_then(Value::as_str)
+            && recorded
+                .get(t)
+                .is_some_and(|(s, _, _)| s.as_deref() == Some("completed"))
+        {
+            j.fail(
+                format!("turn {t} was continued although the provider had completed it: it should be adopted (events#{seq})"),
+                [format!("events#{seq}")],
+            );
+        }
+    }
+    j.done()
+}
+
+/// A failed-closed task's Retry is admitted with a run (or refused with a
+/// listed reason), and that run completes in a fresh conversation.
+pub fn retry_works(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("retry.works");
+    let runs: Vec<&Value> = e.task["runs"].as_array().into_iter().flatten().collect();
+    for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
+        match x.status {
+            201 => {
+                let Some(run_id) = x.body["run_id"].as_str() else {
+                    j.fail(
+                        format!("Retry {} answered 201 without a run", x.message_id),
+                        [format!("exchange:{}", x.message_id)],
+                    );
+                    continue;
+                };
+                let Some(pos) = runs.iter().position(|r| r["run_id"] == run_id) else {
+                    j.fail(
+                        format!("Retry run {run_id} is not among the task's runs"),
+                        ["task".to_owned()],
+                    );
+                    continue;
+                };
+                let run = runs[pos];
+                if run["status"] != "completed" {
+                    j.fail(
+                        format!(
+                            "Retry run {run_id} ended {} ({})",
+                            run["status"],
+                            run.pointer("/cause/code").unwrap_or(&Value::Null)
+                        ),
+                        [format!("task.runs.{run_id}")],
+                    );
+                }
+                let conv = &run["conversation_id"];
+                if conv.is_null() || runs[..pos].iter().any(|r| &r["conversation_id"] == conv) {
+                    j.fail(
+                        format!("Retry run {run_id} did not open a fresh conversation ({conv})"),
+                        [format!("task.runs.{run_id}")],
+                    );
+                }
+                if !e.events_of("stopped_conversation_verified").any(|_| true) {
+                    j.fail("Retry was admitted without a recorded stop proof (stopped_conversation_verified)".to_owned(), ["events".to_owned()]);
+                }
+            }
+            409 => {
+                let reason = x.body["block_reason"].as_str();
+                if !reason.is_some_and(|r| contract::RETRY_BLOCKS.contains(&r)) {
+                    j.fail(
+                        format!("Retry refused without a listed block reason: {}", x.body),
+                        [format!("exchange:{}", x.message_id)],
+                    );
+                }
+            }
+            other => j.fail(
+                format!("Retry answered {other}: {}", x.body),
+                [format!("exchange:{}", x.message_id)],
+            ),
+        }
+    }
+    j.done()
+}
+
+/// Nothing durable vanishes: the run log is gapless and keeps everything read
+/// before the fault; every accepted follow-up is consumed exactly once or is
+/// still queued.
+pub fn no_loss(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("no-loss");
+    for (i, ev) in e.events.iter().enumerate() {
+        let seq = ev["seq"].as_i64().unwrap_or(-1);
+        if seq != i as i64 + 1 {
+            j.fail(
+                format!("the run log has a gap: position {} holds seq {seq}", i + 1),
+                [format!("events#{seq}")],
+            );
+            break;
+        }
+    }
+    if let Some(before) = &e.events_before_fault {
+        for old in before {
+            let seq = old["seq"].as_i64().unwrap_or(-1);
+            let now = e.events.iter().find(|ev| ev["seq"] == seq);
+            if now.is_none_or(|n| n["kind"] != old["kind"] || n["data"] != old["data"]) {
+                j.fail(
+                    format!(
+                        "run-log event {seq} ({}) read before the fault is gone or changed",
+                        old["kind"]
+                    ),
+                    [format!("events#{seq}")],
+                );
+            }
+        }
+    }
+    let queued: Vec<&str> = e.task["queued_messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    for x in e
+        .exchanges
+        .iter()
+        .filter(|x| x.kind == "follow_up" && x.status == 202)
+    {
+        let starts = e
+            .turn_starts()
+            .into_iter()
+            .filter(|(_, en)| Evidence::client_id(en) == Some(x.message_id.as_str()))
+            .count();
+        let still_queued = queued.contains(&x.message_id.as_str());
+        if starts == 0 && !still_queued {
+            j.fail(
+                format!(
+                    "follow-up {} was accepted but never consumed and is no longer queued",
+                    x.message_id
+                ),
+                [format!("exchange:{}", x.message_id)],
+            );
+        }
+        if starts > 1 {
+            j.fail(
+                format!("follow-up {} was consumed {starts} times", x.message_id),
+                [format!("exchange:{}", x.message_id)],
+            );
+        }
+    }
+    j.done()
+}
+
+/// No task is still running after the cell's deadline.
+pub fn liveness(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("liveness");
+    if e.deadline_passed || matches!(e.state(), "running" | "queued") {
+        j.fail(
+            format!("the task is still {} after the cell's deadline", e.state()),
+            ["task".to_owned()],
+        );
+    }
+    if e.state() == "unknown" && e.harness_error.is_none() {
+        j.unknown = Some("the task's final state could not be read".to_owned());
+    }
+    j.done()
+}
+
+/// The canary credential appears nowhere: no state file, log, event, report or
+/// tool environment.
+pub fn secrecy(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("secrecy");
+    for f in &e.canary_found_in {
+        j.fail(format!("the canary credential is in {f}"), [f.clone()]);
+    }
+    let events = serde_json::to_string(&e.events).unwrap_or_default();
+    if !e.canary.is_empty() && events.contains(&e.canary) {
+        j.fail(
+            "the canary credential is in the run log".to_owned(),
+            ["events".to_owned()],
+        );
+    }
+    for (i, l) in e.ledger.iter().enumerate() {
+        if l.saw_secret {
+            j.fail(
+                format!("tool {} saw a credential in its environment", l.key),
+                [format!("ledger:{}", i + 1)],
+            );
+        }
+    }
+    j.done()
+}
+
+/// No process of the cell is alive after the cell.
+pub fn hygiene(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("hygiene");
+    for s in &e.survivors {
+        j.fail(format!("{s} is still alive after the cell"), [s.clone()]);
+    }
+    j.done()
+}
+
+/// The cell reached its armed cut: a pass that tested nothing is a failure.
+pub fn vacuity(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("vacuity");
+    let armed = e.spec.as_ref().is_some_and(|s| s.cut.is_some());
+    if armed && !e.reached_cut {
+        j.fail(
+            "the armed cut point was never reached: the cell tested nothing".to_owned(),
+            ["actions".to_owned()],
+        );
+    }
+    j.done()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::{Exchange, ProviderTurn};
+    use crate::model::{CellSpec, Cut, Fault};
+    use fake_provider::journal::{Entry, EntryKind};
+    use fake_provider::ledger::LedgerEntry;
+    use serde_json::json;
+
+    fn entry(kind: EntryKind, fact: Option<&str>, data: Value) -> Entry {
+        Entry {
+            v: 1,
+            generation: "g".into(),
+            seq: 0,
+            ts_ms: 0,
+            kind,
+            fact: fact.map(str::to_owned),
+            data,
+        }
+    }
+
+    fn turn_start(client: &str, text: &str) -> Entry {
+        entry(
+            EntryKind::In,
+            None,
+            json!({ "id": 3, "method": "turn/start", "params": { "threadId": "th", "clientUserMessageId": client, "input": [{ "type": "text", "text": text }] } }),
+        )
+    }
+
+    fn recorded(turn: &str, client: &str, by: &str, cont: bool) -> Entry {
+        entry(
+            EntryKind::Fact,
+            Some("turn.recorded"),
+            json!({ "thread": "th", "turn": turn, "client_id": client, "authorized_by": by, "continuation": cont }),
+        )
+    }
+
+    fn finished(turn: &str, status: &str) -> Entry {
+        entry(
+            EntryKind::Fact,
+            Some("turn.finished"),
+            json!({ "thread": "th", "turn": turn, "status": status }),
+        )
+    }
+
+    fn ledger(key: &str, by: &str) -> LedgerEntry {
+        LedgerEntry {
+            v: 1,
+            key: key.into(),
+            by: by.into(),
+            conversation: None,
+            turn: None,
+            pid: 1,
+            saw_secret: false,
+        }
+    }
+
+    fn pturn(turn: &str, client: &str, by: &str, status: &str, cont: bool) -> ProviderTurn {
+        ProviderTurn {
+            thread: "th".into(),
+            turn: turn.into(),
+            client_id: Some(client.into()),
+            status: status.into(),
+            continuation: cont,
+            authorized_by: by.into(),
+        }
+    }
+
+    fn event(seq: i64, kind: &str, data: Value) -> Value {
+        json!({ "seq": seq, "kind": kind, "data": data })
+    }
+
+    /// A healthy clean cell: one message, one turn, one effect, completed.
+    fn good() -> Evidence {
+        Evidence {
+            spec: Some(CellSpec {
+                cell_id: "t001".into(),
+                scenario_id: "s".into(),
+                cut: Some(Cut {
+                    point: "runner.turn_intent.persisted".into(),
+                    n: 1,
+                }),
+                fault: Some(Fault::KillRunner),
+                seed: 1,
+            }),
+            fault: Some(Fault::KillRunner),
+            reached_cut: true,
+            exchanges: vec![Exchange {
+                kind: "submit".into(),
+                message_id: "m1".into(),
+                text: "Create hello.txt".into(),
+                status: 201,
+                body: json!({ "run_id": "run-1" }),
+            }],
+            task: json!({
+                "state": "completed", "cause": null, "queued_messages": [],
+                "runs": [{ "run_id": "run-1", "status": "completed", "cause": null, "conversation_id": "th",
+                           "turns": [{ "turn_row": 1, "kind": "primary", "message_id": "m1", "status": "completed" }] }]
+            }),
+            events: vec![
+                event(1, "task.admitted", json!({})),
+                event(2, "turn.intent", json!({ "turn_row": 1 })),
+                event(
+                    3,
+                    "turn.accepted",
+                    json!({ "turn_row": 1, "provider_turn_id": "pt1" }),
+                ),
+                event(
+                    4,
+                    "turn.finished",
+                    json!({ "turn_row": 1, "status": "completed" }),
+                ),
+                event(
+                    5,
+                    "run.settled",
+                    json!({ "state": "completed", "cause": null }),
+                ),
+            ],
+            journal: vec![
+                turn_start("m1", "Create hello.txt"),
+                recorded("pt1", "m1", "m1", false),
+                finished("pt1", "completed"),
+            ],
+            ledger: vec![ledger("write-hello", "m1")],
+            provider_turns: vec![pturn("pt1", "m1", "m1", "completed", false)],
+            canary: "turncut-canary-1".into(),
+            ..Evidence::default()
+        }
+    }
+
+    fn verdict(results: &[OracleResult], name: &str) -> (Verdict, String) {
+        let r = results.iter().find(|r| r.oracle == name).unwrap();
+        (r.verdict, r.message.clone())
+    }
+
+    fn assert_only_fails(e: &Evidence, name: &str, needle: &str) {
+        let results = judge(e);
+        let (v, m) = verdict(&results, name);
+        assert_eq!(v, Verdict::Fail, "{name} must fail: {results:#?}");
+        assert!(m.contains(needle), "{name}: {m}");
+    }
+
+    #[test]
+    fn a_healthy_cell_passes_every_oracle() {
+        let results = judge(&good());
+        assert_eq!(worst(&results), Verdict::Pass, "{results:#?}");
+        assert_eq!(results.len(), ORACLES.len());
+    }
+
+    #[test]
+    fn no_replay_turn_catches_a_replayed_message() {
+        let mut e = good();
+        e.journal.push(turn_start("m1", "Create hello.txt"));
+        e.provider_turns
+            .push(pturn("pt2", "m1", "m1", "completed", false));
+        assert_only_fails(&e, "no-replay.turn", "started 2 primary turns");
+        // A delivery the provider never recorded is not a turn: re-sending
+        // it after the provider died is the contract's "start it once".
+        let mut e = good();
+        e.journal.push(turn_start("m1", "Create hello.txt"));
+        assert_eq!(verdict(&judge(&e), "no-replay.turn").0, Verdict::Pass);
+    }
+
+    #[test]
+    fn no_replay_turn_catches_a_second_continuation_and_a_resent_message() {
+        let mut e = good();
+        e.journal
+            .push(turn_start("m1#continuation", "[turncut:continue] go on"));
+        e.journal
+            .push(turn_start("m1#continuation", "[turncut:continue] go on"));
+        e.provider_turns
+            .push(pturn("pc1", "m1#continuation", "m1", "interrupted", true));
+        e.provider_turns
+            .push(pturn("pc2", "m1#continuation", "m1", "completed", true));
+        assert_only_fails(&e, "no-replay.turn", "2 continuations");
+        let mut e = good();
+        e.journal
+            .push(turn_start("m1#continuation", "Create hello.txt"));
+        assert_only_fails(&e, "no-replay.turn", "re-sends the message");
+        let mut e = good();
+        e.journal.push(turn_start("who-knows", "x"));
+        assert_only_fails(&e, "no-replay.turn", "never issued");
+    }
+
+    #[test]
+    fn no_replay_effect_catches_a_double_effect() {
+        let mut e = good();
+        e.ledger.push(ledger("write-hello", "m1"));
+        assert_only_fails(&e, "no-replay.effect", "ran 2 times");
+        // A Retry is a new authorization: the same key under r1 is fine.
+        let mut e = good();
+        e.ledger.push(ledger("write-hello", "r1"));
+        assert_eq!(verdict(&judge(&e), "no-replay.effect").0, Verdict::Pass);
+    }
+
+    #[test]
+    fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
+        let mut e = good();
+        e.task["state"] = json!("failed");
+        assert_only_fails(&e, "cause.structured", "has no cause");
+        e.task["cause"] =
+            json!({ "code": "something_went_wrong", "recoverable": false, "message": "x" });
+        assert_only_fails(&e, "cause.structured", "outside the closed set");
+        e.task["cause"] =
+            json!({ "code": "ambiguous_turn_start", "recoverable": true, "message": "x" });
+        assert_only_fails(&e, "cause.structured", "recoverable: false");
+        let mut e = good();
+        e.events.push(event(6, "turn.failed", json!({ "cause": { "code": "provider_turn_lost_on_restore", "recoverable": false, "message": "x" } })));
+        assert_only_fails(&e, "cause.structured", "recoverable: true");
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "follow_up".into(),
+            message_id: "f1".into(),
+            text: "x".into(),
+            status: 409,
+            body: json!({ "reason": "nope" }),
+        });
+        assert_only_fails(&e, "cause.structured", "without a listed reason");
+    }
+
+    #[test]
+    fn contract_catches_an_unjustified_fail_closed_and_a_false_adoption() {
+        let mut e = good();
+        e.journal.truncate(0);
+        e.provider_turns.clear();
+        e.task["state"] = json!("failed");
+        e.task["cause"] =
+            json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
+        e.task["runs"][0]["status"] = json!("failed");
+        e.task["runs"][0]["cause"] = e.task["cause"].clone();
+        e.events.retain(|ev| ev["kind"] != "turn.accepted");
+        e.ledger.clear();
+        assert_only_fails(&e, "contract", "provably safe");
+
+        let mut e = good();
+        e.provider_turns = vec![pturn("pt1", "m1", "m1", "interrupted", false)];
+        e.events.insert(
+            3,
+            event(
+                4,
+                "turn.finished",
+                json!({ "turn_row": 1, "status": "completed", "adopted": true }),
+            ),
+        );
+        assert_only_fails(&e, "contract", "did not complete it");
+
+        let mut e = good();
+        e.task["runs"][0]["status"] = json!("failed");
+        e.task["runs"][0]["cause"] =
+            json!({ "code": "continuation_exhausted", "recoverable": false, "message": "x" });
+        assert_only_fails(&e, "contract", "without a continuation");
+    }
+
+    #[test]
+    fn retry_works_catches_a_reused_conversation_and_a_reasonless_refusal() {
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "retry".into(),
+            message_id: "r1".into(),
+            text: String::new(),
+            status: 201,
+            body: json!({ "run_id": "run-2" }),
+        });
+        e.task["runs"].as_array_mut().unwrap().push(json!({ "run_id": "run-2", "status": "completed", "conversation_id": "th", "turns": [] }));
+        e.events
+            .push(event(6, "stopped_conversation_verified", json!({})));
+        assert_only_fails(&e, "retry.works", "fresh conversation");
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "retry".into(),
+            message_id: "r1".into(),
+            text: String::new(),
+            status: 201,
+            body: json!({}),
+        });
+        assert_only_fails(&e, "retry.works", "without a run");
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "retry".into(),
+            message_id: "r1".into(),
+            text: String::new(),
+            status: 500,
+            body: json!({}),
+        });
+        assert_only_fails(&e, "retry.works", "answered 500");
+    }
+
+    #[test]
+    fn no_loss_catches_a_gap_a_vanished_event_and_a_lost_follow_up() {
+        let mut e = good();
+        e.events.remove(2);
+        assert_only_fails(&e, "no-loss", "gap");
+        let mut e = good();
+        e.events_before_fault = Some(vec![event(6, "item.completed", json!({ "text": "gone" }))]);
+        assert_only_fails(&e, "no-loss", "gone or changed");
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "follow_up".into(),
+            message_id: "f1".into(),
+            text: "more".into(),
+            status: 202,
+            body: json!({}),
+        });
+        assert_only_fails(&e, "no-loss", "never consumed");
+        e.task["queued_messages"] = json!(["f1"]);
+        assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+    }
+
+    #[test]
+    fn liveness_secrecy_hygiene_and_vacuity_each_bite() {
+        let mut e = good();
+        e.task["state"] = json!("running");
+        assert_only_fails(&e, "liveness", "still running");
+        let mut e = good();
+        e.canary_found_in.push("state/runner.sqlite3".into());
+        assert_only_fails(&e, "secrecy", "runner.sqlite3");
+        let mut e = good();
+        e.ledger[0].saw_secret = true;
+        assert_only_fails(&e, "secrecy", "saw a credential");
+        let mut e = good();
+        e.events.push(event(
+            6,
+            "provider.spawned",
+            json!({ "env_key": "turncut-canary-1" }),
+        ));
+        assert_only_fails(&e, "secrecy", "run log");
+        let mut e = good();
+        e.survivors.push("provider pid 4242".into());
+        assert_only_fails(&e, "hygiene", "4242");
+        let mut e = good();
+        e.reached_cut = false;
+        assert_only_fails(&e, "vacuity", "never reached");
+    }
+}

@@ -1,0 +1,275 @@
+//! Planning: discover the cut points of a scenario from a clean traced run,
+//! then expand cells (point × occurrence × fault), seed them, sample them for
+//! a budget and split them into shards.
+//!
+//! Nothing is hand-listed: the boundaries are whatever the runner and its
+//! provider hit in a clean run. A provider fault is planned only at points
+//! where the trace shows a live provider (between `provider_identity` and
+//! `provider_stop` of the runner), so no cell fires a fault at nothing.
+
+use std::path::Path;
+
+use crate::cell::{CellEnv, run_cell_traced};
+use crate::model::{CellSpec, Cut, Fault, Verdict};
+use crate::nemesis;
+use crate::scenario::{CutSelection, Scenario};
+
+/// A boundary of a clean run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Boundary {
+    /// The cut.
+    pub cut: Cut,
+    /// `runner` or `provider`.
+    pub role: String,
+    /// Whether a provider process is alive when it is hit.
+    pub provider_alive: bool,
+}
+
+/// The result of discovery.
+pub struct Discovery {
+    /// Boundaries in the order of the clean run.
+    pub boundaries: Vec<Boundary>,
+    /// The clean run's final state, verdict and duration.
+    pub clean_state: String,
+    /// The clean run's verdict.
+    pub clean_verdict: Verdict,
+    /// Wall time of the clean run.
+    pub clean_ms: u64,
+}
+
+/// Runs `scenario` once, clean, with tracing, and lists its boundaries.
+pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Result<Discovery> {
+    let dir = tempfile::Builder::new()
+        .prefix("turncut-trace-")
+        .tempdir()?;
+    let trace = dir.path().join("trace.jsonl");
+    let spec = CellSpec {
+        cell_id: "discovery".into(),
+        scenario_id: scenario.id(profile),
+        cut: None,
+        fault: None,
+        seed: 0,
+    };
+    let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
+    if let Some(e) = &run.result.error {
+        anyhow::bail!("the clean traced run of {} failed: {e}", spec.scenario_id);
+    }
+    let hits = cutpoint::trace_read(&trace)?;
+    let mut boundaries: Vec<Boundary> = Vec::new();
+    let mut alive = 0i64;
+    for h in hits {
+        if h.role == "runner" {
+            match h.point.as_str() {
+                "runner.provider_identity.persisted" => alive += 1,
+                "runner.provider_stop.persisted" => alive -= 1,
+                _ => {}
+            }
+        }
+        let cut = Cut {
+            point: h.point.clone(),
+            n: h.n,
+        };
+        if boundaries.iter().any(|b| b.cut == cut) {
+            continue;
+        }
+        // A provider hit is by definition from a live provider; a runner hit
+        // has one only inside the identity/stop window.
+        let provider_alive = h.role == "provider" || alive > 0;
+        boundaries.push(Boundary {
+            cut,
+            role: h.role,
+            provider_alive,
+        });
+    }
+    Ok(Discovery {
+        boundaries,
+        clean_state: run.result.outcome.state.clone(),
+        clean_verdict: run.result.verdict,
+        clean_ms: run.result.duration_ms,
+    })
+}
+
+/// The cuts and faults of one scenario: the clean cell first, then every
+/// selected boundary × fault.
+pub fn expand(
+    scenario: &Scenario,
+    boundaries: &[Boundary],
+) -> anyhow::Result<Vec<(Option<Cut>, Option<Fault>)>> {
+    let mut out = vec![(None, None)];
+    let selected: Vec<&Boundary> = match &scenario.cut {
+        CutSelection::None => Vec::new(),
+        CutSelection::EveryBoundary => boundaries.iter().collect(),
+        CutSelection::Points(names) => {
+            for n in names {
+                if !boundaries.iter().any(|b| &b.cut.point == n) {
+                    anyhow::bail!(
+                        "{}: point {n} never happens in a clean run; `turncut boundaries` lists the points",
+                        scenario.path.display()
+                    );
+                }
+            }
+            boundaries
+                .iter()
+                .filter(|b| names.contains(&b.cut.point))
+                .collect()
+        }
+    };
+    for b in selected {
+        for &fault in &scenario.faults {
+            if nemesis::needs_provider(fault) && !b.provider_alive {
+                continue;
+            }
+            out.push((Some(b.cut.clone()), Some(fault)));
+        }
+    }
+    Ok(out)
+}
+
+/// SplitMix64: a small, well-known mixing function for deterministic seeds.
+pub fn mix(mut x: u64) -> u64 {
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The seed of a cell, from the wave seed and the cell's name.
+pub fn cell_seed(wave_seed: u64, name: &str) -> u64 {
+    let mut h = mix(wave_seed);
+    for b in name.bytes() {
+        h = mix(h ^ u64::from(b));
+    }
+    h
+}
+
+/// Numbers cells `t001…` in order and seeds them.
+pub fn number(wave_seed: u64, cells: Vec<(String, Option<Cut>, Option<Fault>)>) -> Vec<CellSpec> {
+    cells
+        .into_iter()
+        .enumerate()
+        .map(|(i, (scenario_id, cut, fault))| {
+            let mut spec = CellSpec {
+                cell_id: format!("t{:03}", i + 1),
+                scenario_id,
+                cut,
+                fault,
+                seed: 0,
+            };
+            spec.seed = cell_seed(wave_seed, &spec.name());
+            spec
+        })
+        .collect()
+}
+
+/// Keeps `budget` cells chosen by seed (all when the budget covers them),
+/// in their original order.
+pub fn sample(cells: Vec<CellSpec>, budget: Option<usize>, wave_seed: u64) -> Vec<CellSpec> {
+    let Some(budget) = budget.filter(|b| *b < cells.len()) else {
+        return cells;
+    };
+    let mut keyed: Vec<(u64, usize)> = cells
+        .iter()
+        .enumerate()
+        .map(|(i, c)| (cell_seed(wave_seed ^ 0x5eed, &c.name()), i))
+        .collect();
+    keyed.sort();
+    let mut keep: Vec<usize> = keyed.into_iter().take(budget).map(|(_, i)| i).collect();
+    keep.sort();
+    keep.into_iter().map(|i| cells[i].clone()).collect()
+}
+
+/// The cells of shard `index` (1-based) of `count`.
+pub fn shard(cells: Vec<CellSpec>, index: u32, count: u32) -> Vec<CellSpec> {
+    cells
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| (*i as u32) % count == index - 1)
+        .map(|(_, c)| c)
+        .collect()
+}
+
+/// Parses `P#N`.
+pub fn parse_cut(s: &str) -> anyhow::Result<Cut> {
+    let arms = cutpoint::parse_arm(s)?;
+    match arms.as_slice() {
+        [a] => Ok(Cut {
+            point: a.point.clone(),
+            n: a.n,
+        }),
+        _ => anyhow::bail!("--cut takes one point such as runner.turn_intent.persisted#1"),
+    }
+}
+
+/// Parses `I/N`.
+pub fn parse_shard(s: &str) -> anyhow::Result<(u32, u32)> {
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| anyhow::anyhow!("--shard takes I/N, e.g. 1/4"))?;
+    let (i, n): (u32, u32) = (i.trim().parse()?, n.trim().parse()?);
+    anyhow::ensure!(
+        n >= 1 && (1..=n).contains(&i),
+        "--shard {s}: I must be between 1 and N"
+    );
+    Ok((i, n))
+}
+
+/// Where the scenarios are by default: `./scenarios`, else the source tree's.
+pub fn default_scenarios_dir() -> std::path::PathBuf {
+    let local = Path::new("scenarios");
+    if local.is_dir() {
+        return local.to_owned();
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(n: usize) -> Vec<CellSpec> {
+        number(
+            7,
+            (0..n)
+                .map(|i| {
+                    (
+                        "s".to_owned(),
+                        Some(Cut {
+                            point: format!("p.{i}.x"),
+                            n: 1,
+                        }),
+                        Some(Fault::KillRunner),
+                    )
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn seeds_and_samples_are_deterministic() {
+        let a = specs(50);
+        let b = specs(50);
+        assert_eq!(a, b);
+        assert_eq!(a[0].cell_id, "t001");
+        let s1 = sample(a.clone(), Some(10), 7);
+        let s2 = sample(b, Some(10), 7);
+        assert_eq!(s1, s2);
+        assert_eq!(s1.len(), 10);
+        assert_ne!(
+            sample(a.clone(), Some(10), 8),
+            s1,
+            "another seed samples other cells"
+        );
+        assert_eq!(sample(a.clone(), Some(100), 7).len(), 50);
+    }
+
+    #[test]
+    fn shards_partition_the_cells() {
+        let all = specs(17);
+        let mut joined: Vec<CellSpec> = (1..=3).flat_map(|i| shard(all.clone(), i, 3)).collect();
+        joined.sort_by(|x, y| x.cell_id.cmp(&y.cell_id));
+        assert_eq!(joined, all);
+        assert!(parse_shard("0/3").is_err());
+        assert!(parse_shard("4/3").is_err());
+        assert_eq!(parse_shard("2/3").unwrap(), (2, 3));
+    }
+}

@@ -1,0 +1,707 @@
+//! Scenario files: parse, then validate, before anything runs.
+//!
+//! A scenario is one TOML file per case with a matrix of profiles inside
+//! (DESIGN §6.1): the fake model's script, the controller's steps, the chaos
+//! (which cut points, which faults) and expectations for a clean run. Each
+//! profile of a file is one scenario id `<suite>.<profile>.<location>.<case>`.
+//! Every problem is reported as `file:line:col: sentence`, and the CLI maps it
+//! to exit code 2. This module does not run anything.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::model::Fault;
+
+/// Profiles this harness can drive.
+pub const SUPPORTED_PROFILES: &[&str] = &["runner-codex"];
+
+/// Profiles the design names; listed in files, but not all runnable yet.
+pub const KNOWN_PROFILES: &[&str] = &[
+    "runner-codex",
+    "runner-acpx-claude",
+    "runner-opencode",
+    "runner-native-openai",
+];
+
+/// A problem in a scenario file, with its place.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}:{line}:{col}: {message}")]
+pub struct ScenarioError {
+    /// The file.
+    pub path: String,
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub col: usize,
+    /// A plain sentence with the fix.
+    pub message: String,
+}
+
+/// When a follow-up is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FollowUpWhen {
+    /// Right away.
+    Now,
+    /// Once a turn of the task is in flight (or the task settled).
+    TurnActive,
+    /// Once the task settled.
+    Settled,
+}
+
+/// When the harness issues its Retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetryWhen {
+    /// Only if the task ended failed or needs_human.
+    FailedClosed,
+    /// Always (a Retry of a completed task must be refused with a reason).
+    Always,
+}
+
+/// One controller step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Submit the task.
+    Submit { prompt: String, message_id: String },
+    /// Send a follow-up.
+    FollowUp {
+        text: String,
+        message_id: String,
+        when: FollowUpWhen,
+    },
+    /// Wait until the task settles.
+    Await(String),
+    /// Issue a Retry.
+    Retry { when: RetryWhen, message_id: String },
+}
+
+/// Which cut points a scenario cuts at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CutSelection {
+    /// Every boundary of a clean traced run.
+    EveryBoundary,
+    /// Only these point names (every occurrence).
+    Points(Vec<String>),
+    /// No cuts: only the clean run.
+    None,
+}
+
+/// Expectations for the clean run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Expect {
+    /// Follow-ups consumed by turns.
+    pub follow_ups_consumed: Option<usize>,
+    /// Final state of the clean run.
+    pub final_state: Option<String>,
+    /// Effects in the ledger after the clean run.
+    pub effects: Option<usize>,
+}
+
+/// A validated scenario file.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// The file.
+    pub path: PathBuf,
+    /// Suite name.
+    pub suite: String,
+    /// Case name.
+    pub case: String,
+    /// Location (`local`).
+    pub location: String,
+    /// Profiles, each a scenario id.
+    pub profiles: Vec<String>,
+    /// One line for people.
+    pub title: String,
+    /// The fake model's script.
+    pub script: fake_provider::script::Script,
+    /// Controller steps.
+    pub steps: Vec<Step>,
+    /// Cut points.
+    pub cut: CutSelection,
+    /// Faults.
+    pub faults: Vec<Fault>,
+    /// A second cut, armed in the runner restarted after the first fault
+    /// (a cut during recovery); the same fault is applied there.
+    pub recut: Option<crate::model::Cut>,
+    /// Clean-run expectations.
+    pub expect: Expect,
+}
+
+impl Scenario {
+    /// The scenario id for `profile`.
+    pub fn id(&self, profile: &str) -> String {
+        format!("{}.{profile}.{}.{}", self.suite, self.location, self.case)
+    }
+
+    /// Every scenario id of this file.
+    pub fn ids(&self) -> Vec<String> {
+        self.profiles.iter().map(|p| self.id(p)).collect()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawScenario {
+    suite: Spanned<String>,
+    case: Spanned<String>,
+    #[serde(default)]
+    location: Option<Spanned<String>>,
+    profiles: Spanned<Vec<Spanned<String>>>,
+    title: String,
+    #[serde(default)]
+    script: Option<Spanned<fake_provider::script::Script>>,
+    steps: Spanned<Vec<Spanned<RawStep>>>,
+    #[serde(default)]
+    chaos: Option<RawChaos>,
+    #[serde(default)]
+    expect: Option<RawExpect>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStep {
+    #[serde(default)]
+    submit: Option<RawSubmit>,
+    #[serde(default)]
+    follow_up: Option<RawFollowUp>,
+    #[serde(default, rename = "await")]
+    await_: Option<Spanned<String>>,
+    #[serde(default)]
+    retry: Option<RawRetry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSubmit {
+    prompt: String,
+    #[serde(default)]
+    message_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFollowUp {
+    text: String,
+    #[serde(default)]
+    when: Option<Spanned<String>>,
+    #[serde(default)]
+    message_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRetry {
+    #[serde(default)]
+    when: Option<Spanned<String>>,
+    #[serde(default)]
+    message_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawChaos {
+    #[serde(default)]
+    cut: Option<Spanned<toml::Value>>,
+    #[serde(default)]
+    faults: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    recut: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpect {
+    #[serde(default)]
+    follow_ups_consumed: Option<usize>,
+    #[serde(default)]
+    final_state: Option<Spanned<String>>,
+    #[serde(default)]
+    effects: Option<usize>,
+}
+
+struct Ctx<'a> {
+    path: &'a str,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ScenarioError {
+        let (line, col) = fake_provider::script::line_col(self.text, span.start);
+        ScenarioError {
+            path: self.path.to_owned(),
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+}
+
+fn check_name(ctx: &Ctx<'_>, what: &str, v: &Spanned<String>) -> Result<(), ScenarioError> {
+    let s = v.get_ref();
+    let ok = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(ctx.err(
+            v.span(),
+            format!("{what} {s:?} must be lowercase letters, digits and dashes (it becomes part of the scenario id)"),
+        ))
+    }
+}
+
+/// Parses and validates one scenario file's text.
+pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
+    let ctx = Ctx { path, text };
+    let raw: RawScenario = toml::from_str(text).map_err(|e| {
+        let span = e.span().unwrap_or(0..0);
+        ctx.err(span, e.message().trim_end().to_owned())
+    })?;
+    check_name(&ctx, "suite", &raw.suite)?;
+    check_name(&ctx, "case", &raw.case)?;
+    let location = match &raw.location {
+        Some(l) => {
+            check_name(&ctx, "location", l)?;
+            l.get_ref().clone()
+        }
+        None => "local".to_owned(),
+    };
+    if raw.profiles.get_ref().is_empty() {
+        return Err(ctx.err(
+            raw.profiles.span(),
+            "profiles is empty: list at least one, e.g. [\"runner-codex\"]",
+        ));
+    }
+    let mut profiles = Vec::new();
+    for p in raw.profiles.get_ref() {
+        let name = p.get_ref();
+        if !KNOWN_PROFILES.contains(&name.as_str()) {
+            return Err(ctx.err(
+                p.span(),
+                format!(
+                    "unknown profile {name:?}; known profiles: {}",
+                    KNOWN_PROFILES.join(", ")
+                ),
+            ));
+        }
+        if !SUPPORTED_PROFILES.contains(&name.as_str()) {
+            return Err(ctx.err(
+                p.span(),
+                format!(
+                    "profile {name:?} is not supported by this build yet; supported: {}",
+                    SUPPORTED_PROFILES.join(", ")
+                ),
+            ));
+        }
+        if profiles.contains(name) {
+            return Err(ctx.err(p.span(), format!("profile {name:?} is listed twice")));
+        }
+        profiles.push(name.clone());
+    }
+    let script = raw
+        .script
+        .map(Spanned::into_inner)
+        .unwrap_or_else(fake_provider::script::Script::builtin);
+    if let Err(m) = script.validate() {
+        return Err(ctx.err(0..0, format!("script: {m}")));
+    }
+
+    let mut steps = Vec::new();
+    let mut submitted = false;
+    let mut follow_ups = 0;
+    let mut retries = 0;
+    if raw.steps.get_ref().is_empty() {
+        return Err(ctx.err(
+            raw.steps.span(),
+            "steps is empty: start with [[steps]] submit = { prompt = \"…\" }",
+        ));
+    }
+    for step in raw.steps.get_ref() {
+        let span = step.span();
+        let s = step.get_ref();
+        let set = [
+            s.submit.is_some(),
+            s.follow_up.is_some(),
+            s.await_.is_some(),
+            s.retry.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count();
+        if set != 1 {
+            return Err(ctx.err(
+                span,
+                "each [[steps]] entry needs exactly one of submit, follow_up, await, retry",
+            ));
+        }
+        if let Some(sub) = &s.submit {
+            if submitted {
+                return Err(ctx.err(
+                    span,
+                    "a scenario submits its task once; use follow_up for more messages",
+                ));
+            }
+            submitted = true;
+            steps.push(Step::Submit {
+                prompt: sub.prompt.clone(),
+                message_id: sub.message_id.clone().unwrap_or_else(|| "m1".to_owned()),
+            });
+            continue;
+        }
+        if !submitted {
+            return Err(ctx.err(span, "the first step must submit the task"));
+        }
+        if let Some(f) = &s.follow_up {
+            follow_ups += 1;
+            let when = match f.when.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
+                None | Some(("now", _)) => FollowUpWhen::Now,
+                Some(("turn-active", _)) => FollowUpWhen::TurnActive,
+                Some(("settled", _)) => FollowUpWhen::Settled,
+                Some((other, sp)) => {
+                    return Err(ctx.err(
+                        sp,
+                        format!("follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\""),
+                    ));
+                }
+            };
+            steps.push(Step::FollowUp {
+                text: f.text.clone(),
+                message_id: f
+                    .message_id
+                    .clone()
+                    .unwrap_or_else(|| format!("f{follow_ups}")),
+                when,
+            });
+        } else if let Some(a) = &s.await_ {
+            let v = a.get_ref();
+            if !matches!(
+                v.as_str(),
+                "settled" | "completed" | "failed" | "needs_human"
+            ) {
+                return Err(ctx.err(
+                    a.span(),
+                    format!("await = {v:?} is not one of \"settled\", \"completed\", \"failed\", \"needs_human\""),
+                ));
+            }
+            steps.push(Step::Await(v.clone()));
+        } else if let Some(r) = &s.retry {
+            retries += 1;
+            let when = match r.when.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
+                None | Some(("failed-closed", _)) => RetryWhen::FailedClosed,
+                Some(("always", _)) => RetryWhen::Always,
+                Some((other, sp)) => {
+                    return Err(ctx.err(
+                        sp,
+                        format!(
+                            "retry when = {other:?} is not one of \"failed-closed\", \"always\""
+                        ),
+                    ));
+                }
+            };
+            steps.push(Step::Retry {
+                when,
+                message_id: r
+                    .message_id
+                    .clone()
+                    .unwrap_or_else(|| format!("r{retries}")),
+            });
+        }
+    }
+    if !submitted {
+        return Err(ctx.err(raw.steps.span(), "no step submits the task"));
+    }
+
+    let mut recut = None;
+    let (cut, faults) = match raw.chaos {
+        None => (CutSelection::EveryBoundary, Fault::ALL.to_vec()),
+        Some(ch) => {
+            if let Some(r) = &ch.recut {
+                let arms = cutpoint::parse_arm(r.get_ref())
+                    .map_err(|e| ctx.err(r.span(), format!("recut: {e}")))?;
+                match arms.as_slice() {
+                    [a] => {
+                        recut = Some(crate::model::Cut {
+                            point: a.point.clone(),
+                            n: a.n,
+                        })
+                    }
+                    _ => {
+                        return Err(ctx.err(
+                            r.span(),
+                            "recut takes one point such as \"runner.turn_accepted.persisted#1\"",
+                        ));
+                    }
+                }
+            }
+            let cut = match &ch.cut {
+                None => CutSelection::EveryBoundary,
+                Some(v) => match v.get_ref() {
+                    toml::Value::String(s) if s == "every-boundary" => CutSelection::EveryBoundary,
+                    toml::Value::String(s) if s == "none" => CutSelection::None,
+                    toml::Value::Array(items) => {
+                        let mut names = Vec::new();
+                        for it in items {
+                            match it.as_str() {
+                                Some(s) if s.contains('.') && !s.contains('#') => {
+                                    names.push(s.to_owned())
+                                }
+                                _ => {
+                                    return Err(ctx.err(
+                                        v.span(),
+                                        "cut lists point names such as \"runner.turn_intent.persisted\" (without #N: every occurrence is cut)",
+                                    ));
+                                }
+                            }
+                        }
+                        if names.is_empty() {
+                            return Err(ctx.err(
+                                v.span(),
+                                "cut = [] cuts nothing; write cut = \"none\" for a clean run only",
+                            ));
+                        }
+                        CutSelection::Points(names)
+                    }
+                    _ => {
+                        return Err(ctx.err(
+                            v.span(),
+                            "cut must be \"every-boundary\", \"none\" or a list of point names",
+                        ));
+                    }
+                },
+            };
+            let faults = match &ch.faults {
+                None => Fault::ALL.to_vec(),
+                Some(list) => {
+                    let mut out = Vec::new();
+                    for f in list.get_ref() {
+                        match Fault::parse(f.get_ref()) {
+                            Some(fault) if !out.contains(&fault) => out.push(fault),
+                            Some(_) => {
+                                return Err(ctx.err(
+                                    f.span(),
+                                    format!("fault {:?} is listed twice", f.get_ref()),
+                                ));
+                            }
+                            None => {
+                                return Err(ctx.err(
+                                    f.span(),
+                                    format!(
+                                        "unknown fault {:?}; faults are {}",
+                                        f.get_ref(),
+                                        Fault::ALL.map(Fault::as_str).join(", ")
+                                    ),
+                                ));
+                            }
+                        }
+                    }
+                    if out.is_empty() && cut != CutSelection::None {
+                        return Err(ctx.err(
+                            list.span(),
+                            "faults is empty; list at least one or set cut = \"none\"",
+                        ));
+                    }
+                    out
+                }
+            };
+            (cut, faults)
+        }
+    };
+    let expect = match raw.expect {
+        None => Expect::default(),
+        Some(e) => {
+            if let Some(s) = &e.final_state
+                && !matches!(s.get_ref().as_str(), "completed" | "failed" | "needs_human")
+            {
+                return Err(ctx.err(
+                    s.span(),
+                    format!("expect.final_state = {:?} is not one of \"completed\", \"failed\", \"needs_human\"", s.get_ref()),
+                ));
+            }
+            Expect {
+                follow_ups_consumed: e.follow_ups_consumed,
+                final_state: e.final_state.map(Spanned::into_inner),
+                effects: e.effects,
+            }
+        }
+    };
+    Ok(Scenario {
+        path: PathBuf::from(path),
+        suite: raw.suite.into_inner(),
+        case: raw.case.into_inner(),
+        location,
+        profiles,
+        title: raw.title,
+        script,
+        steps,
+        cut,
+        faults,
+        recut,
+        expect,
+    })
+}
+
+/// Loads every `*.toml` file of `dir` (sorted by name). Any bad file fails the
+/// whole load, and duplicate scenario ids are an error naming both files.
+pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, ScenarioError> {
+    let whole = |message: String| ScenarioError {
+        path: dir.display().to_string(),
+        line: 1,
+        col: 1,
+        message,
+    };
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        whole(format!(
+            "cannot read the scenario directory ({e}); pass --scenarios DIR"
+        ))
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("toml"))
+        .collect();
+    files.sort();
+    let mut out: Vec<Scenario> = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| ScenarioError {
+            path: f.display().to_string(),
+            line: 1,
+            col: 1,
+            message: format!("cannot read the file: {e}"),
+        })?;
+        let s = parse(&text, &f.display().to_string())?;
+        for id in s.ids() {
+            if let Some(other) = out.iter().find(|o| o.ids().contains(&id)) {
+                return Err(ScenarioError {
+                    path: f.display().to_string(),
+                    line: 1,
+                    col: 1,
+                    message: format!(
+                        "scenario id {id} is also declared by {}",
+                        other.path.display()
+                    ),
+                });
+            }
+        }
+        out.push(s);
+    }
+    if out.is_empty() {
+        return Err(whole(
+            "no *.toml scenario files here; pass --scenarios DIR".to_owned(),
+        ));
+    }
+    Ok(out)
+}
+
+/// Finds the scenario and profile of an id.
+pub fn find<'a>(scenarios: &'a [Scenario], id: &str) -> Option<(&'a Scenario, String)> {
+    scenarios.iter().find_map(|s| {
+        s.profiles
+            .iter()
+            .find(|p| s.id(p) == id)
+            .map(|p| (s, p.clone()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+suite = "everyday-workflows"
+case = "recover-controller"
+profiles = ["runner-codex"]
+title = "A follow-up queued during an active turn survives a controller restart"
+
+[[script.turn]]
+say = ["Looking."]
+tools = [{ key = "write-hello", kind = "command", approval = true }]
+final = "Created hello.txt."
+
+[[steps]]
+submit = { prompt = "Create hello.txt" }
+[[steps]]
+follow_up = { text = "Also add a README", when = "turn-active" }
+[[steps]]
+await = "settled"
+[[steps]]
+retry = { when = "failed-closed" }
+
+[chaos]
+cut = "every-boundary"
+faults = ["kill-runner", "kill-provider", "kill-both", "hang-provider"]
+
+[expect]
+follow_ups_consumed = 1
+"#;
+
+    fn check_err(text: &str, line: usize, needle: &str) {
+        let e = parse(text, "s.toml").unwrap_err();
+        assert_eq!(e.line, line, "{e}");
+        assert!(e.to_string().starts_with(&format!("s.toml:{line}:")), "{e}");
+        assert!(e.message.contains(needle), "{e}");
+    }
+
+    #[test]
+    fn a_full_scenario_parses() {
+        let s = parse(GOOD, "s.toml").unwrap();
+        assert_eq!(
+            s.ids(),
+            ["everyday-workflows.runner-codex.local.recover-controller"]
+        );
+        assert_eq!(s.steps.len(), 4);
+        assert_eq!(
+            s.steps[1],
+            Step::FollowUp {
+                text: "Also add a README".into(),
+                message_id: "f1".into(),
+                when: FollowUpWhen::TurnActive
+            }
+        );
+        assert_eq!(s.faults, Fault::ALL.to_vec());
+        assert_eq!(s.expect.follow_ups_consumed, Some(1));
+    }
+
+    #[test]
+    fn bad_files_name_the_place_and_the_fix() {
+        check_err(
+            &GOOD.replace("kill-both", "kill-all"),
+            23,
+            "unknown fault \"kill-all\"",
+        );
+        check_err(
+            &GOOD.replace("\"turn-active\"", "\"later\""),
+            15,
+            "not one of",
+        );
+        check_err(
+            &GOOD.replace("runner-codex", "runner-foo"),
+            4,
+            "unknown profile",
+        );
+        check_err(
+            &GOOD.replace("await = \"settled\"", "awaits = \"settled\""),
+            17,
+            "unknown field",
+        );
+        check_err(
+            &GOOD.replace("suite = \"everyday-workflows\"", "suite = \"Everyday\""),
+            2,
+            "lowercase",
+        );
+        check_err(
+            &GOOD.replace(
+                "[[steps]]\nsubmit",
+                "[[steps]]\nawait = \"settled\"\nsubmit",
+            ),
+            12,
+            "exactly one",
+        );
+        check_err("suite = \n", 1, "");
+        check_err(
+            &GOOD.replace("cut = \"every-boundary\"", "cut = 5"),
+            22,
+            "cut must be",
+        );
+    }
+}

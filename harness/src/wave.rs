@@ -1,0 +1,193 @@
+//! Running many cells: plan a set of scenarios, run the cells on `--jobs`
+//! worker threads, show progress, and collect one `WaveResult`.
+//!
+//! Progress is a bar on a terminal and one plain line per cell otherwise.
+//! Evidence is kept only for cells that did not pass, so a large wave stays
+//! small in memory. Writing reports is `report`'s job; this module only runs.
+
+use std::io::IsTerminal as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use crate::cell::{CellEnv, run_cell};
+use crate::evidence::Evidence;
+use crate::model::{CellResult, CellSpec, Verdict, WAVE_FORMAT_VERSION, WaveResult};
+use crate::plan;
+use crate::scenario::{self, Scenario};
+
+/// A finished cell kept for the report: its result and, unless it passed,
+/// its evidence.
+pub struct Finished {
+    /// The result.
+    pub result: CellResult,
+    /// Evidence of a cell that did not pass.
+    pub evidence: Option<Evidence>,
+}
+
+/// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
+/// boundaries with a clean traced run of each, then expands.
+pub fn plan_cells(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    ids: &[String],
+    wave_seed: u64,
+    quiet: bool,
+) -> anyhow::Result<Vec<CellSpec>> {
+    let mut all = Vec::new();
+    for id in ids {
+        let (s, profile) = scenario::find(scenarios, id).ok_or_else(|| {
+            anyhow::anyhow!("unknown scenario id {id}; `turncut list` shows the ids")
+        })?;
+        let d = plan::discover(env, s, &profile)?;
+        let cells = plan::expand(s, &d.boundaries)?;
+        if !quiet {
+            eprintln!(
+                "planned {id}: {} boundaries, {} cells (clean run {} in {} ms)",
+                d.boundaries.len(),
+                cells.len(),
+                d.clean_state,
+                d.clean_ms
+            );
+        }
+        all.extend(cells.into_iter().map(|(c, f)| (id.clone(), c, f)));
+    }
+    Ok(plan::number(wave_seed, all))
+}
+
+/// Runs `cells` on `jobs` threads.
+pub fn run_cells(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    cells: &[CellSpec],
+    jobs: usize,
+) -> Vec<Finished> {
+    let bar = if std::io::stderr().is_terminal() {
+        let pb = indicatif::ProgressBar::new(cells.len() as u64);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:40}] {pos}/{len} cells  {msg}",
+            )
+            .expect("a valid template")
+            .progress_chars("=> "),
+        );
+        Some(pb)
+    } else {
+        None
+    };
+    let next = AtomicUsize::new(0);
+    let failed = AtomicUsize::new(0);
+    let out: Mutex<Vec<Finished>> = Mutex::new(Vec::with_capacity(cells.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(spec) = cells.get(i) else { return };
+                    let finished = match scenario::find(scenarios, &spec.scenario_id) {
+                        Some((s, profile)) => {
+                            let run = run_cell(env, s, &profile, spec);
+                            let evidence =
+                                (run.result.verdict != Verdict::Pass).then_some(run.evidence);
+                            Finished {
+                                result: run.result,
+                                evidence,
+                            }
+                        }
+                        None => Finished {
+                            result: CellResult {
+                                spec: spec.clone(),
+                                verdict: Verdict::Unknown,
+                                oracles: Vec::new(),
+                                outcome: Default::default(),
+                                duration_ms: 0,
+                                reproduce: String::new(),
+                                error: Some(format!("unknown scenario id {}", spec.scenario_id)),
+                            },
+                            evidence: None,
+                        },
+                    };
+                    if finished.result.verdict != Verdict::Pass {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    match &bar {
+                        Some(pb) => {
+                            pb.inc(1);
+                            pb.set_message(format!(
+                                "{} not passing",
+                                failed.load(Ordering::SeqCst)
+                            ));
+                            if finished.result.verdict != Verdict::Pass {
+                                pb.println(crate::report::cell_line(&finished.result));
+                            }
+                        }
+                        None => eprintln!("{}", crate::report::cell_line(&finished.result)),
+                    }
+                    out.lock().expect("results").push(finished);
+                }
+            });
+        }
+    });
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    let mut v = out.into_inner().expect("results");
+    v.sort_by(|a, b| a.result.spec.cell_id.cmp(&b.result.spec.cell_id));
+    v
+}
+
+/// Assembles a wave.
+pub fn wave_result(
+    wave_id: &str,
+    seed: u64,
+    shard: Option<(u32, u32)>,
+    jobs: usize,
+    started: Instant,
+    finished: &[Finished],
+) -> WaveResult {
+    WaveResult {
+        v: WAVE_FORMAT_VERSION,
+        wave_id: wave_id.to_owned(),
+        seed,
+        shard,
+        jobs,
+        duration_ms: started.elapsed().as_millis() as u64,
+        cells: finished.iter().map(|f| f.result.clone()).collect(),
+    }
+}
+
+/// `w-<UTC yyyymmddThhmmss>-s<seed>`.
+pub fn wave_id(seed: u64) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil-from-days (Howard Hinnant's algorithm), proleptic Gregorian, UTC.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "w-{y:04}{m:02}{d:02}T{:02}{:02}{:02}-s{seed}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn wave_ids_have_the_documented_shape() {
+        let id = super::wave_id(7);
+        assert!(id.starts_with("w-20"), "{id}");
+        assert!(id.ends_with("-s7"), "{id}");
+        assert_eq!(id.len(), "w-20261130T012345-s7".len(), "{id}");
+        assert_eq!(&id[10..11], "T");
+    }
+}
