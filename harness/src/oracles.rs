@@ -397,15 +397,13 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
                         );
                     }
                 }
-                "continuation_exhausted" => {
-                    if !has_continuation {
-                        j.fail(
-                            format!(
-                                "run {run_id} failed continuation_exhausted without a continuation"
-                            ),
-                            [at],
-                        );
-                    }
+                "continuation_exhausted" if !has_continuation => {
+                    j.fail(
+                        format!(
+                            "run {run_id} failed continuation_exhausted without a continuation"
+                        ),
+                        [at],
+                    );
                 }
                 other if e.fault.is_some() && !contract::FAIL_CLOSED.contains(&other) => {
                     j.fail(
