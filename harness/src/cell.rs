@@ -91,6 +91,8 @@ struct Shared {
     stop: AtomicBool,
     error: Mutex<Option<String>>,
     cut_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Provider hits held until teardown (see `apply_fault`).
+    holds: Mutex<Vec<cutpoint::Holding>>,
 }
 
 impl Shared {
@@ -181,6 +183,7 @@ pub fn run_cell_traced(
         stop: AtomicBool::new(false),
         error: Mutex::new(None),
         cut_thread: Mutex::new(None),
+        holds: Mutex::new(Vec::new()),
     });
     let mut ev = Evidence {
         spec: Some(spec.clone()),
@@ -476,7 +479,14 @@ fn wait_task(
 ) -> anyhow::Result<Value> {
     loop {
         let Some((client, generation)) = shared.client() else {
-            anyhow::bail!("no runner is running");
+            // The nemesis is between killing the runner and restarting it.
+            anyhow::ensure!(
+                Instant::now() < until,
+                "no runner came back before the deadline"
+            );
+            let seen = *shared.generation.lock().expect("generation");
+            shared.wait_generation(seen, until);
+            continue;
         };
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -499,7 +509,13 @@ fn wait_task(
 fn post(shared: &Shared, until: Instant, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
     loop {
         let Some((client, generation)) = shared.client() else {
-            anyhow::bail!("no runner is running");
+            anyhow::ensure!(
+                Instant::now() < until,
+                "no runner came back before the deadline"
+            );
+            let seen = *shared.generation.lock().expect("generation");
+            shared.wait_generation(seen, until);
+            continue;
         };
         match client.post(path, body) {
             Ok(answer) => return Ok(answer),
@@ -724,9 +740,20 @@ fn apply_fault(
         (Some(_), None) => shared.act("fault.no-provider", json!({ "fault": fault.as_str() })),
         (None, _) => {}
     }
-    // The held process goes on (a provider the runner lost keeps running, as
-    // after a real crash); a dead one simply never reads the answer.
-    let _ = held.resume();
+    if plan.kill_runner && plan.provider_signal.is_none() && held.hit.role == "provider" {
+        // The provider stays busy at its cut while the runner restarts: the
+        // restarted runner must stop it (old provider first). Released only at
+        // teardown, after the survivors are counted, so a runner that skips
+        // the stop leaves a live orphan for the hygiene oracle.
+        shared
+            .holds
+            .lock()
+            .expect("holds")
+            .push(held.hold_forever());
+    } else {
+        // A runner hit goes on; a killed or stopped provider never reads it.
+        let _ = held.resume();
+    }
     if plan.kill_runner {
         start_runner(env, layout, shared, canary, next_arm, None)?;
         shared.act(
@@ -806,6 +833,7 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
             let _ = nemesis::signal_group(*pid, nix::sys::signal::Signal::SIGKILL);
         }
     }
+    shared.holds.lock().expect("holds").clear();
     ev.actions = shared.actions.lock().expect("actions").clone();
     // The canary must be nowhere in the cell's files.
     for file in crate::runner_client::state_files(&layout.dir) {

@@ -574,10 +574,11 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
         .iter()
         .filter(|x| x.kind == "follow_up" && x.status == 202)
     {
+        // Consumed means a turn the provider recorded for it.
         let starts = e
-            .turn_starts()
-            .into_iter()
-            .filter(|(_, en)| Evidence::client_id(en) == Some(x.message_id.as_str()))
+            .provider_turns
+            .iter()
+            .filter(|t| !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str()))
             .count();
         let still_queued = queued.contains(&x.message_id.as_str());
         if starts == 0 && !still_queued {
@@ -967,6 +968,12 @@ mod tests {
         assert_only_fails(&e, "no-loss", "never consumed");
         e.task["queued_messages"] = json!(["f1"]);
         assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+        e.task["queued_messages"] = json!([]);
+        e.provider_turns
+            .push(pturn("pf1", "f1", "f1", "completed", false));
+        e.provider_turns
+            .push(pturn("pf2", "f1", "f1", "completed", false));
+        assert_only_fails(&e, "no-loss", "consumed 2 times");
     }
 
     #[test]
