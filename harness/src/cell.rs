@@ -23,6 +23,10 @@ use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
 
+/// Where a `turn-active` follow-up is sent: with the runner held right after
+/// it persisted the turn's acceptance, so the turn is provably in flight.
+pub const SYNC_POINT: &str = "runner.turn_accepted.persisted";
+
 /// The task id every cell uses (cells are isolated, so one id is enough).
 pub const TASK_ID: &str = "task-1";
 
@@ -91,6 +95,12 @@ struct Shared {
     stop: AtomicBool,
     error: Mutex<Option<String>>,
     cut_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The sync point of a `turn-active` follow-up (the first turn acceptance).
+    sync: Option<Cut>,
+    /// The runner is held at the sync point.
+    sync_reached: AtomicBool,
+    /// The turn-active follow-up was sent (or given up on).
+    follow_up_sent: AtomicBool,
     /// Provider hits held until teardown (see `apply_fault`).
     holds: Mutex<Vec<cutpoint::Holding>>,
 }
@@ -184,6 +194,24 @@ pub fn run_cell_traced(
         error: Mutex::new(None),
         cut_thread: Mutex::new(None),
         holds: Mutex::new(Vec::new()),
+        sync: scenario
+            .steps
+            .iter()
+            .any(|st| {
+                matches!(
+                    st,
+                    Step::FollowUp {
+                        when: FollowUpWhen::TurnActive,
+                        ..
+                    }
+                )
+            })
+            .then(|| Cut {
+                point: SYNC_POINT.to_owned(),
+                n: 1,
+            }),
+        sync_reached: AtomicBool::new(false),
+        follow_up_sent: AtomicBool::new(false),
     });
     let mut ev = Evidence {
         spec: Some(spec.clone()),
@@ -325,6 +353,7 @@ fn runner_command(
     layout: &Layout,
     canary: &str,
     arm: Option<&Cut>,
+    sync: Option<&Cut>,
     trace: Option<&Path>,
 ) -> Command {
     let mut cmd = Command::new(&env.runner_cmd[0]);
@@ -346,8 +375,13 @@ fn runner_command(
         .env("RUST_LOG", "info")
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE);
-    if let Some(cut) = arm {
-        cmd.env(cutpoint::ENV_ARM, cut.to_string());
+    let arms: Vec<String> = arm
+        .into_iter()
+        .chain(sync)
+        .map(ToString::to_string)
+        .collect();
+    if !arms.is_empty() {
+        cmd.env(cutpoint::ENV_ARM, arms.join(","));
     }
     if let Some(t) = trace {
         cmd.env(cutpoint::ENV_TRACE, t);
@@ -363,7 +397,13 @@ fn start_runner(
     arm: Option<&Cut>,
     trace: Option<&Path>,
 ) -> anyhow::Result<()> {
-    let mut cmd = runner_command(env, layout, canary, arm, trace);
+    // While a turn-active follow-up is pending, the runner is also armed at
+    // the sync point so the follow-up lands while the turn is provably active.
+    let sync = shared
+        .sync
+        .as_ref()
+        .filter(|_| !shared.follow_up_sent.load(Ordering::SeqCst));
+    let mut cmd = runner_command(env, layout, canary, arm, sync, trace);
     let runner = RunnerProcess::start(
         &mut cmd,
         &layout.p("state"),
@@ -564,7 +604,15 @@ fn run_steps(
                 match when {
                     FollowUpWhen::Now => {}
                     FollowUpWhen::TurnActive => {
-                        let _ = wait_task(shared, until, |t| settled(t) || turn_active(t));
+                        // The runner is held at the sync point, unless a cut
+                        // came first; then the task state is the best signal.
+                        wait_until(shared, until, || {
+                            shared.sync_reached.load(Ordering::SeqCst)
+                                || shared.stage.load(Ordering::SeqCst) > 0
+                        });
+                        if !shared.sync_reached.load(Ordering::SeqCst) {
+                            let _ = wait_task(shared, until, |t| settled(t) || turn_active(t));
+                        }
                     }
                     FollowUpWhen::Settled => {
                         let _ = wait_task(shared, until, settled);
@@ -580,6 +628,10 @@ fn run_steps(
                     "follow_up",
                     json!({ "message_id": message_id, "status": status }),
                 );
+                if *when == FollowUpWhen::TurnActive {
+                    shared.follow_up_sent.store(true, Ordering::SeqCst);
+                    notify(shared);
+                }
                 ev.exchanges.push(Exchange {
                     kind: "follow_up".into(),
                     message_id: message_id.clone(),
@@ -636,7 +688,7 @@ fn turn_active(t: &Value) -> bool {
 
 fn cut_loop(
     listener: &cutpoint::Listener,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     env: &CellEnv,
     layout: &Layout,
     canary: &str,
@@ -657,10 +709,36 @@ fn cut_loop(
             held.hit.pid,
             nemesis::start_time(held.hit.pid),
         ));
+        let is_sync = shared
+            .sync
+            .as_ref()
+            .is_some_and(|c| c.point == held.hit.point && c.n == held.hit.n)
+            && held.hit.role == "runner"
+            && !shared.follow_up_sent.load(Ordering::SeqCst);
         let stage = shared.stage.load(Ordering::SeqCst);
         let is_armed = cuts
             .get(stage)
             .is_some_and(|c| c.point == held.hit.point && c.n == held.hit.n);
+        if is_sync {
+            // Hold the runner while the driver sends the follow-up. The
+            // follow-up's own request passes cut points too, so unless this
+            // hit is also the chaos cut, the hold waits on a thread of its
+            // own and this loop keeps answering.
+            shared.sync_reached.store(true, Ordering::SeqCst);
+            notify(shared);
+            let until = Instant::now() + Duration::from_millis(env.wait_ms);
+            if !is_armed {
+                let sh = Arc::clone(shared);
+                std::thread::spawn(move || {
+                    wait_until(&sh, until, || sh.follow_up_sent.load(Ordering::SeqCst));
+                    let _ = held.resume();
+                });
+                continue;
+            }
+            wait_until(shared, until, || {
+                shared.follow_up_sent.load(Ordering::SeqCst)
+            });
+        }
         if !is_armed {
             // A respawned provider inherited the arm: let it pass.
             let _ = held.resume();
@@ -692,9 +770,13 @@ fn cut_loop(
             *shared.error.lock().expect("error") = Some(format!("failed to apply {fault}: {e:#}"));
         }
         shared.faults_applied.fetch_add(1, Ordering::SeqCst);
-        let _g = shared.generation.lock().expect("generation");
-        shared.changed.notify_all();
+        notify(shared);
     }
+}
+
+fn notify(shared: &Shared) {
+    let _g = shared.generation.lock().expect("generation");
+    shared.changed.notify_all();
 }
 
 fn apply_fault(

@@ -112,6 +112,9 @@ pub fn run(
     let started = Instant::now();
     for bug in std::iter::once("(none)").chain(selected.iter().copied()) {
         let mut env = CellEnv::new(exe, &dir);
+        // A healthy cell settles in well under a second; a bug that strands
+        // a task should cost seconds, not the default wait.
+        env.wait_ms = 4_000;
         env.runner_cmd = vec![bin.display().to_string()];
         if bug != "(none)" {
             env.runner_extra = vec!["--seeded-bug".into(), bug.into()];

@@ -35,6 +35,9 @@ pub struct Discovery {
     pub clean_verdict: Verdict,
     /// Wall time of the clean run.
     pub clean_ms: u64,
+    /// The clean run's run-log event kinds, in order, without the events
+    /// whose place depends on when the harness acted (`message.queued`).
+    pub clean_timeline: Vec<String>,
 }
 
 /// Runs `scenario` once, clean, with tracing, and lists its boundaries.
@@ -86,6 +89,14 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
         clean_state: run.result.outcome.state.clone(),
         clean_verdict: run.result.verdict,
         clean_ms: run.result.duration_ms,
+        clean_timeline: run
+            .evidence
+            .events
+            .iter()
+            .filter_map(|e| e["kind"].as_str())
+            .filter(|k| *k != "message.queued")
+            .map(str::to_owned)
+            .collect(),
     })
 }
 

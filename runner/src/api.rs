@@ -161,7 +161,7 @@ async fn create_task(State(state): State<Arc<ApiState>>, body: axum::body::Bytes
         .await;
     match admitted {
         Ok(Admission::Admitted { run_id }) => {
-            cutpoint::hit("runner.task_admitted.persisted");
+            crate::engine::hit("runner.task_admitted.persisted");
             state.engine.wake(&task_id);
             (
                 StatusCode::CREATED,
@@ -203,7 +203,7 @@ async fn follow_up(
         .await;
     match outcome {
         Ok(FollowUpOutcome::Queued { new_run }) => {
-            cutpoint::hit("runner.follow_up.persisted");
+            crate::engine::hit("runner.follow_up.persisted");
             state.engine.wake(&task_id);
             (
                 StatusCode::ACCEPTED,

@@ -125,7 +125,16 @@ fn driver_err(e: DriverError) -> StepError {
 }
 
 fn cut(write: &str) {
-    cutpoint::hit(&format!("runner.{write}.persisted"));
+    hit(&format!("runner.{write}.persisted"));
+}
+
+/// Passes a cut point from async code. A held point blocks its thread, so it
+/// runs under `block_in_place`: the worker's other tasks (the HTTP API among
+/// them) move to another thread instead of waiting behind the hold.
+pub fn hit(point: &str) {
+    if cutpoint::active() {
+        tokio::task::block_in_place(|| cutpoint::hit(point));
+    }
 }
 
 /// Outcome of a Retry request.

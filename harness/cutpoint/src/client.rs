@@ -55,6 +55,18 @@ pub fn hit(point: &str) {
     }
 }
 
+/// Whether hits do anything in this process (tracing or arming is on).
+///
+/// One relaxed atomic load after initialisation. Async callers use it to move
+/// a possibly blocking [`hit`] off their executor's worker only when needed.
+pub fn active() -> bool {
+    match STATE.load(Ordering::Relaxed) {
+        DISARMED => false,
+        ACTIVE => true,
+        _ => init().is_ok() && STATE.load(Ordering::Relaxed) == ACTIVE,
+    }
+}
+
 /// Reads the `TURNCUT_*` environment now instead of at the first [`hit`].
 ///
 /// Binaries call this at start and exit with code 2 on error, so that a

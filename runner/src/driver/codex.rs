@@ -97,7 +97,10 @@ impl CodexDriver {
             self.stdin.flush().await
         };
         match tokio::time::timeout(self.idle, write).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                crate::engine::hit(&format!("runner.codex.{}.sent", kind_slug(msg)));
+                Ok(())
+            }
             Ok(Err(_)) => Err(DriverError::Exited),
             Err(_) => Err(DriverError::Unresponsive {
                 idle_ms: self.idle.as_millis() as u64,
@@ -111,7 +114,10 @@ impl CodexDriver {
             return Err(DriverError::Exited);
         }
         match tokio::time::timeout(self.idle, self.lines.recv()).await {
-            Ok(Some(Line::Msg(v))) => Ok(v),
+            Ok(Some(Line::Msg(v))) => {
+                crate::engine::hit(&format!("runner.codex.{}.received", kind_slug(&v)));
+                Ok(v)
+            }
             Ok(Some(Line::Malformed(what))) => {
                 Err(DriverError::Protocol(format!("the provider sent {what}")))
             }
@@ -305,6 +311,15 @@ impl CodexDriver {
             "error": { "code": -32601, "message": format!("runnerd does not handle {method}") },
         }))
         .await
+    }
+}
+
+/// The cut-point slug of a message: its method, or `response`/`error`.
+fn kind_slug(msg: &Value) -> String {
+    match msg.get("method").and_then(Value::as_str) {
+        Some(m) => cutpoint::slug(m),
+        None if msg.get("error").is_some() => "error".to_owned(),
+        None => "response".to_owned(),
     }
 }
 

@@ -1,0 +1,140 @@
+//! The `turncut` command line as a user runs it: real processes, real
+//! reports, documented exit codes.
+
+use std::path::Path;
+use std::process::Command;
+
+fn turncut() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_turncut"));
+    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    cmd
+}
+
+#[test]
+fn list_shows_the_built_in_scenario_ids() {
+    let out = turncut().arg("list").output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for id in [
+        "everyday-workflows.runner-codex.local.single-task",
+        "everyday-workflows.runner-codex.local.recover-controller",
+        "everyday-workflows.runner-codex.local.multi-tool-turn",
+        "restart-chaos.runner-codex.local.cut-turn-start-retry",
+        "restart-chaos.runner-codex.local.lost-active-turn",
+        "restart-chaos.runner-codex.local.pending-approval",
+        "restart-chaos.runner-codex.local.double-restart",
+    ] {
+        assert!(text.contains(id), "{id} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn a_sampled_wave_writes_its_reports_and_a_cell_replays_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("wave");
+    let status = turncut()
+        .args([
+            "wave", "--seed", "7", "--budget", "10", "--jobs", "2", "--out",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(0));
+    for f in ["wave.json", "summary.md", "junit.xml", "report.html"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let wave = harness::report::read_wave(&out.join("wave.json")).unwrap();
+    assert_eq!(wave.cells.len(), 10);
+    assert!(wave.wave_id.ends_with("-s7"));
+    let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
+    assert_eq!(
+        junit.matches("<testcase").count(),
+        10,
+        "one test case per cell"
+    );
+    let first = &wave.cells[0].spec.cell_id;
+    let replay = turncut()
+        .arg("replay")
+        .arg(out.join(first))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&replay.stdout);
+    assert_eq!(replay.status.code(), Some(0), "{text}");
+    assert!(text.contains("same result"), "{text}");
+}
+
+#[test]
+fn bad_input_exits_2_with_the_place() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "suite = \"s\"\ncase = \"c\"\nprofiles = [\"runner-codex\"]\ntitle = \"t\"\n[[steps]]\nsubmit = { prompt = \"x\" }\n[chaos]\nfaults = [\"kill-everything\"]\n",
+    )
+    .unwrap();
+    let out = turncut()
+        .args(["list", "--scenarios"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.toml:8:11: unknown fault \"kill-everything\""),
+        "{err}"
+    );
+
+    let out = turncut()
+        .args(["run", "no.such.scenario.id"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown scenario id"));
+
+    let out = turncut()
+        .args([
+            "run",
+            "everyday-workflows.runner-codex.local.single-task",
+            "--cut",
+            "runner.turn_intent.persisted#1",
+            "--fault",
+            "kill-everything",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn one_cell_runs_and_passes() {
+    let out = turncut()
+        .args([
+            "run",
+            "restart-chaos.runner-codex.local.cut-turn-start-retry",
+            "--cut",
+            "codex.turn.recorded#1",
+            "--fault",
+            "kill-runner",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("1 cells, 1 pass"), "{text}");
+}
+
+#[test]
+fn the_release_runner_has_no_seeded_bugs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = turncut()
+        .args(["runnerd", "--seeded-bug", "null-cause", "--state-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--seeded-bug"));
+}

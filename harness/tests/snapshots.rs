@@ -1,0 +1,188 @@
+//! Snapshot reports of the recovery behaviour, checked by `cargo test`.
+//!
+//! For every built-in scenario: the outcome matrix (cut point × fault → final
+//! task state and cause, and any oracle that did not pass) and the clean run's
+//! normalized timeline. Every cell runs for real (runner, fake provider,
+//! signals). What is snapshotted is what a correct runner decides
+//! deterministically: the recovery *path* (a continuation, or a fail-closed
+//! close followed by Retry) can legitimately depend on how far the runner got
+//! before the kill, so it is left out; the oracles judge it. A change in
+//! recovery behaviour is a snapshot diff, reviewed with `cargo insta review`
+//! (CI runs with `INSTA_UPDATE=no`).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use harness::cell::CellEnv;
+use harness::model::{Fault, Verdict};
+use harness::{plan, scenario, wave};
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_turncut"))
+}
+
+fn scenarios_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
+}
+
+/// Runs every cell of `case` and renders the snapshot text.
+fn check(case: &str) {
+    let dir = scenarios_dir();
+    let scenarios = scenario::load_dir(&dir).expect("the built-in scenarios load");
+    let s = scenarios
+        .iter()
+        .find(|s| s.case == case)
+        .unwrap_or_else(|| panic!("no built-in scenario {case}"));
+    let mut text = String::new();
+    for profile in &s.profiles {
+        let id = s.id(profile);
+        let env = CellEnv::new(exe(), &dir);
+        let d = plan::discover(&env, s, profile).expect("discovery runs");
+        assert_eq!(
+            d.clean_verdict,
+            Verdict::Pass,
+            "the clean run of {id} must pass"
+        );
+        let cells = plan::number(
+            7,
+            plan::expand(s, &d.boundaries)
+                .expect("cells expand")
+                .into_iter()
+                .map(|(c, f)| (id.clone(), c, f))
+                .collect(),
+        );
+        let finished = wave::run_cells(&env, &scenarios, &cells, 1);
+        let failing: Vec<String> = finished
+            .iter()
+            .filter(|f| f.result.verdict != Verdict::Pass)
+            .map(|f| {
+                format!(
+                    "{} {}: {}\n    {}",
+                    f.result.verdict.as_str(),
+                    f.result.spec.name(),
+                    f.result
+                        .oracles
+                        .iter()
+                        .filter(|o| o.verdict != Verdict::Pass)
+                        .map(|o| format!("{}: {}", o.oracle, o.message))
+                        .chain(f.result.error.clone())
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    f.result.reproduce
+                )
+            })
+            .collect();
+        assert!(
+            failing.is_empty(),
+            "cells of {id} did not pass:\n{}",
+            failing.join("\n")
+        );
+
+        text.push_str(&format!("# {id}\n# {}\n", s.title));
+        text.push_str(&format!("clean run: {}\n", d.clean_state));
+        text.push_str(&format!(
+            "boundaries: {}, cells: {}\n\n",
+            d.boundaries.len(),
+            cells.len()
+        ));
+        let mut matrix: BTreeMap<(usize, String), BTreeMap<Fault, String>> = BTreeMap::new();
+        for f in &finished {
+            let (Some(cut), Some(fault)) = (&f.result.spec.cut, f.result.spec.fault) else {
+                continue;
+            };
+            // Runner and provider hits interleave by timing; within one role
+            // the order is fixed, so rows go runner points first, then the
+            // provider's, each in the order of the clean run.
+            let order = d
+                .boundaries
+                .iter()
+                .filter(|b| &b.cut == cut)
+                .map(|b| {
+                    let rank = usize::from(b.role != "runner") * 100_000;
+                    rank + d
+                        .boundaries
+                        .iter()
+                        .filter(|o| o.role == b.role)
+                        .position(|o| o.cut == b.cut)
+                        .unwrap_or(0)
+                })
+                .next()
+                .unwrap_or(usize::MAX);
+            let o = &f.result.outcome;
+            let cell = match &o.cause {
+                Some(c) => format!("{} ({c})", o.state),
+                None => o.state.clone(),
+            };
+            matrix
+                .entry((order, cut.to_string()))
+                .or_default()
+                .insert(fault, cell);
+        }
+        let width = matrix
+            .keys()
+            .map(|(_, p)| p.len())
+            .max()
+            .unwrap_or(10)
+            .max(10);
+        text.push_str(&format!("{:<width$}", "cut point"));
+        for fault in Fault::ALL {
+            text.push_str(&format!("  {:<15}", fault.as_str()));
+        }
+        text.push('\n');
+        for ((_, point), row) in &matrix {
+            text.push_str(&format!("{point:<width$}"));
+            for fault in Fault::ALL {
+                let v = row.get(&fault).map_or("-", String::as_str);
+                text.push_str(&format!("  {v:<15}"));
+            }
+            text.push('\n');
+        }
+        text.push_str("\nclean timeline (run-log event kinds):\n");
+        for kind in &d.clean_timeline {
+            text.push_str(&format!("  {kind}\n"));
+        }
+        text.push('\n');
+    }
+    insta::with_settings!({
+        snapshot_path => "../../reports/snapshots",
+        prepend_module_to_snapshot => false,
+        omit_expression => true,
+    }, {
+        insta::assert_snapshot!(case, text);
+    });
+}
+
+#[test]
+fn single_task() {
+    check("single-task");
+}
+
+#[test]
+fn recover_controller() {
+    check("recover-controller");
+}
+
+#[test]
+fn multi_tool_turn() {
+    check("multi-tool-turn");
+}
+
+#[test]
+fn cut_turn_start_retry() {
+    check("cut-turn-start-retry");
+}
+
+#[test]
+fn lost_active_turn() {
+    check("lost-active-turn");
+}
+
+#[test]
+fn pending_approval() {
+    check("pending-approval");
+}
+
+#[test]
+fn double_restart() {
+    check("double-restart");
+}
