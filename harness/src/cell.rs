@@ -214,6 +214,7 @@ pub fn run_cell_traced(
         follow_up_sent: AtomicBool::new(false),
     });
     let mut ev = Evidence {
+        started_ms: fake_provider::journal::now_ms(),
         spec: Some(spec.clone()),
         fault: spec.fault,
         canary: canary.clone(),
@@ -294,6 +295,10 @@ pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
     );
     if let (Some(cut), Some(fault)) = (&spec.cut, spec.fault) {
         cmd.push_str(&format!(" --cut {cut} --fault {fault}"));
+    }
+    let default_runner = [env.turncut.display().to_string(), "runnerd".to_owned()];
+    if env.runner_cmd != default_runner {
+        cmd.push_str(&format!(" --runner-cmd '{}'", env.runner_cmd.join(" ")));
     }
     if !env.runner_extra.is_empty() {
         cmd.push_str(&format!(

@@ -68,6 +68,8 @@ pub struct Evidence {
     pub spec: Option<CellSpec>,
     /// The fault, if any.
     pub fault: Option<Fault>,
+    /// When the cell started, in milliseconds since the epoch.
+    pub started_ms: u64,
     /// Whether the armed cut was reached.
     pub reached_cut: bool,
     /// Role of the process that reached it (`runner`/`provider`).
@@ -101,6 +103,16 @@ pub struct Evidence {
     pub survivors: Vec<String>,
     /// A harness error that cut the cell short.
     pub harness_error: Option<String>,
+}
+
+fn summarize(msg: &Value) -> String {
+    match (msg.get("method").and_then(Value::as_str), msg.get("id")) {
+        (Some(m), Some(id)) => format!("request {m} (id {id})"),
+        (Some(m), None) => m.to_owned(),
+        (None, Some(id)) if msg.get("error").is_some() => format!("error (id {id})"),
+        (None, Some(id)) => format!("response (id {id})"),
+        _ => "?".to_owned(),
+    }
 }
 
 /// Reads the fake Codex store files (`threads/*.json`) under `dir`, at any depth.
@@ -202,6 +214,62 @@ impl Evidence {
     /// Run-log events of a kind.
     pub fn events_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
         self.events.iter().filter(move |e| e["kind"] == kind)
+    }
+
+    /// One merged history, in time order: harness actions (`H`), runner run
+    /// log (`R`), provider journal (`P`, messages in/out and facts) and
+    /// effects (`E`, in ledger order at the end). The cut is marked `>>`.
+    pub fn timeline(&self) -> String {
+        let mut rows: Vec<(u64, u8, String)> = Vec::new();
+        for a in &self.actions {
+            let mark = if a.what.ends_with("cut.reached") {
+                ">>"
+            } else {
+                "  "
+            };
+            rows.push((
+                self.started_ms + a.at_ms,
+                0,
+                format!("{mark} H {} {}", a.what, a.detail),
+            ));
+        }
+        for e in &self.events {
+            let ts = e["ts_ms"].as_u64().unwrap_or(0);
+            rows.push((
+                ts,
+                1,
+                format!(
+                    "   R #{} {} {}",
+                    e["seq"],
+                    e["kind"].as_str().unwrap_or("?"),
+                    e["data"]
+                ),
+            ));
+        }
+        for j in &self.journal {
+            let what = match j.kind {
+                EntryKind::In => format!("<- {}", summarize(&j.data)),
+                EntryKind::Out => format!("-> {}", summarize(&j.data)),
+                EntryKind::Fact => format!("{} {}", j.fact.as_deref().unwrap_or("?"), j.data),
+            };
+            rows.push((j.ts_ms, 2, format!("   P {what}")));
+        }
+        rows.sort_by_key(|(ts, lane, _)| (*ts, *lane));
+        let t0 = rows.first().map_or(0, |r| r.0);
+        let mut out = String::new();
+        for (ts, _, text) in rows {
+            let mut line = format!("{:>6} ms {text}", ts.saturating_sub(t0));
+            line.truncate(240);
+            out.push_str(&line);
+            out.push('\n');
+        }
+        for l in &self.ledger {
+            out.push_str(&format!(
+                "          E effect {} by {} (pid {})\n",
+                l.key, l.by, l.pid
+            ));
+        }
+        out
     }
 
     /// Writes the evidence as `evidence.json` plus the raw journal and ledger.

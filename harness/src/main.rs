@@ -396,12 +396,22 @@ fn run_and_report(
     let finished = wave::run_cells(env, scenarios, cells, jobs);
     let result = wave::wave_result(wave_id, seed, shard, jobs, started, &finished);
     if let Some(out) = out {
-        report::write_wave(out, &result).map_err(harness_err)?;
+        let timelines: report::Timelines = finished
+            .iter()
+            .filter_map(|f| {
+                f.evidence
+                    .as_ref()
+                    .map(|e| (f.result.spec.cell_id.clone(), e.timeline()))
+            })
+            .collect();
+        report::write_wave_with(out, &result, &timelines).map_err(harness_err)?;
         for f in &finished {
             if let Some(ev) = &f.evidence {
                 let dir = out.join("cells").join(&f.result.spec.cell_id);
                 ev.write(&dir)
                     .map_err(|e| harness_err(format!("failed to write {}: {e}", dir.display())))?;
+                std::fs::write(dir.join("timeline.txt"), ev.timeline())
+                    .map_err(|e| harness_err(format!("failed to write timeline.txt: {e}")))?;
                 let script = format!(
                     "#!/bin/sh\n# {}\n{}\n",
                     f.result.spec.name(),

@@ -144,10 +144,20 @@ pub enum ReportError {
 /// is written, and `wave.json` is written last: its presence means the whole
 /// set is there, which is what `report merge` relies on.
 pub fn write_wave(dir: &Path, wave: &WaveResult) -> Result<(), ReportError> {
+    write_wave_with(dir, wave, &Timelines::new())
+}
+
+/// Like [`write_wave`], with the timelines (sequence of what happened, cut
+/// marked) of the cells that have one, shown in `report.html`.
+pub fn write_wave_with(
+    dir: &Path,
+    wave: &WaveResult,
+    timelines: &Timelines,
+) -> Result<(), ReportError> {
     let json = serde_json::to_string_pretty(wave).map_err(ReportError::Json)?;
     let summary = summary_markdown(wave);
     let junit = junit_xml(wave)?;
-    let html = report_html(wave, &Timelines::new());
+    let html = report_html(wave, timelines);
 
     std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
         path: dir.to_path_buf(),
