@@ -516,12 +516,14 @@ fn settled(t: &Value) -> bool {
     )
 }
 
-/// Waits for the task to satisfy `pred` across runner restarts.
-fn wait_task(
+/// Calls `f` with the current runner's client until it succeeds, across
+/// runner restarts: a failed call waits for the next runner generation (the
+/// nemesis restarts a killed runner at once), until the deadline.
+fn with_runner<T>(
     shared: &Shared,
     until: Instant,
-    pred: impl Fn(&Value) -> bool,
-) -> anyhow::Result<Value> {
+    mut f: impl FnMut(&RunnerClient) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     loop {
         let Some((client, generation)) = shared.client() else {
             // The nemesis is between killing the runner and restarting it.
@@ -533,45 +535,34 @@ fn wait_task(
             shared.wait_generation(seen, until);
             continue;
         };
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            anyhow::bail!("the deadline passed");
-        }
-        match client.wait_task(TASK_ID, left, &pred) {
+        match f(&client) {
             Ok(v) => return Ok(v),
-            Err(e) => {
-                if Instant::now() >= until {
-                    return Err(e);
-                }
-                // The runner was probably killed: wait for the next one.
-                shared.wait_generation(generation, until);
-            }
+            Err(e) if Instant::now() >= until => return Err(e),
+            Err(_) => shared.wait_generation(generation, until),
         }
     }
 }
 
+/// Waits for the task to satisfy `pred` across runner restarts.
+fn wait_task(
+    shared: &Shared,
+    until: Instant,
+    pred: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    with_runner(shared, until, |client| {
+        let left = until.saturating_duration_since(Instant::now());
+        anyhow::ensure!(!left.is_zero(), "the deadline passed");
+        client.wait_task(TASK_ID, left, &pred)
+    })
+}
+
 /// POSTs with retries across runner restarts (the API is idempotent on ids).
 fn post(shared: &Shared, until: Instant, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
-    loop {
-        let Some((client, generation)) = shared.client() else {
-            anyhow::ensure!(
-                Instant::now() < until,
-                "no runner came back before the deadline"
-            );
-            let seen = *shared.generation.lock().expect("generation");
-            shared.wait_generation(seen, until);
-            continue;
-        };
-        match client.post(path, body) {
-            Ok(answer) => return Ok(answer),
-            Err(e) => {
-                if Instant::now() >= until {
-                    return Err(e.context(format!("POST {path}")));
-                }
-                shared.wait_generation(generation, until);
-            }
-        }
-    }
+    with_runner(shared, until, |client| {
+        client
+            .post(path, body)
+            .map_err(|e| e.context(format!("POST {path}")))
+    })
 }
 
 fn run_steps(

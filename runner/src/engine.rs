@@ -244,33 +244,12 @@ impl Engine {
         // The stop proof: every provider process the task ever had is gone.
         let mut proofs = Vec::new();
         for p in &snap.live_procs {
-            match supervisor::stop(
-                &p.identity,
-                None,
-                self.opts.term_grace,
-                self.opts.kill_grace,
-            )
-            .await
-            {
-                StopOutcome::Stopped(proof) => {
-                    let proof = serde_json::to_value(&proof).expect("proofs serialize");
-                    let (tid, rid, row, pr) = (
-                        task_id.to_owned(),
-                        p.run_id.clone(),
-                        p.proc_row,
-                        proof.clone(),
-                    );
-                    self.store
-                        .call(move |db| db.record_stop(&tid, &rid, row, pr))
-                        .await?;
-                    proofs.push(proof);
-                }
-                StopOutcome::StillRunning { .. } => {
+            match self.stop_old(task_id, p).await? {
+                Ok(proof) => proofs.push(proof),
+                Err(StopOutcome::StillRunning { .. }) => {
                     return Ok(RetryOutcome::Blocked(RetryBlock::ProcessRunning));
                 }
-                StopOutcome::Unprovable { .. } => {
-                    return Ok(RetryOutcome::Blocked(RetryBlock::CleanupQuarantined));
-                }
+                Err(_) => return Ok(RetryOutcome::Blocked(RetryBlock::CleanupQuarantined)),
             }
         }
         let proof = json!({
@@ -298,6 +277,40 @@ impl Engine {
             }
             Err(block) => RetryOutcome::Blocked(block),
         })
+    }
+
+    /// Stops an earlier provider process of the task (not a child of this
+    /// runner) and records the proof. `Err` carries the outcome that proved
+    /// nothing.
+    async fn stop_old(
+        &self,
+        task_id: &str,
+        p: &crate::store::ProviderProc,
+    ) -> Result<Result<serde_json::Value, StopOutcome>, StoreError> {
+        match supervisor::stop(
+            &p.identity,
+            None,
+            self.opts.term_grace,
+            self.opts.kill_grace,
+        )
+        .await
+        {
+            StopOutcome::Stopped(proof) => {
+                let proof = serde_json::to_value(&proof).expect("proofs serialize");
+                let (tid, rid, row, pr) = (
+                    task_id.to_owned(),
+                    p.run_id.clone(),
+                    p.proc_row,
+                    proof.clone(),
+                );
+                self.store
+                    .call(move |db| db.record_stop(&tid, &rid, row, pr))
+                    .await?;
+                cut("provider_stop");
+                Ok(Ok(proof))
+            }
+            other => Ok(Err(other)),
+        }
     }
 
     async fn write<R: Send + 'static>(
@@ -498,23 +511,9 @@ impl Engine {
                 .await?;
                 continue;
             }
-            match supervisor::stop(
-                &p.identity,
-                None,
-                self.opts.term_grace,
-                self.opts.kill_grace,
-            )
-            .await
-            {
-                StopOutcome::Stopped(proof) => {
-                    let proof = serde_json::to_value(&proof).expect("proofs serialize");
-                    let (tid, rid, row) = (task_id.clone(), p.run_id.clone(), p.proc_row);
-                    self.write("provider_stop", move |db| {
-                        db.record_stop(&tid, &rid, row, proof)
-                    })
-                    .await?;
-                }
-                StopOutcome::StillRunning { identity } => {
+            match self.stop_old(task_id, p).await? {
+                Ok(_) => {}
+                Err(StopOutcome::StillRunning { identity }) => {
                     return Err(StepError::Fail(Cause::new(
                         CauseCode::CleanupQuarantined,
                         format!(
@@ -523,7 +522,7 @@ impl Engine {
                         ),
                     )));
                 }
-                StopOutcome::Unprovable { identity, reason } => {
+                Err(StopOutcome::Unprovable { identity, reason }) => {
                     return Err(StepError::Fail(Cause::new(
                         CauseCode::CleanupQuarantined,
                         format!(
@@ -532,6 +531,7 @@ impl Engine {
                         ),
                     )));
                 }
+                Err(StopOutcome::Stopped(_)) => unreachable!("stop_old returns a proof as Ok"),
             }
         }
         let Some(profile) = self.opts.profiles.get(&snap.task.profile) else {
