@@ -581,6 +581,17 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
             .filter(|t| !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str()))
             .count();
         let still_queued = queued.contains(&x.message_id.as_str());
+        // A follow-up may wait in the queue of a task that failed closed (a
+        // Retry consumes it); in a completed task it is stranded for good.
+        if starts == 0 && still_queued && e.state() == "completed" {
+            j.fail(
+                format!(
+                    "follow-up {} was accepted but the task completed without consuming it",
+                    x.message_id
+                ),
+                [format!("exchange:{}", x.message_id)],
+            );
+        }
         if starts == 0 && !still_queued {
             j.fail(
                 format!(
@@ -967,7 +978,10 @@ mod tests {
         });
         assert_only_fails(&e, "no-loss", "never consumed");
         e.task["queued_messages"] = json!(["f1"]);
+        assert_only_fails(&e, "no-loss", "completed without consuming it");
+        e.task["state"] = json!("failed");
         assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+        e.task["state"] = json!("completed");
         e.task["queued_messages"] = json!([]);
         e.provider_turns
             .push(pturn("pf1", "f1", "f1", "completed", false));
