@@ -114,7 +114,7 @@ pub fn run(
         let mut env = CellEnv::new(exe, &dir);
         // A healthy cell settles in well under a second; a bug that strands
         // a task should cost seconds, not the default wait.
-        env.wait_ms = 4_000;
+        env.wait_ms = 2_000;
         env.runner_cmd = vec![bin.display().to_string()];
         if bug != "(none)" {
             env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
@@ -148,10 +148,20 @@ pub fn run(
                 *row.caught_by.entry("harness-error".into()).or_default() += 1;
             }
         }
+        let by: Vec<String> = row
+            .caught_by
+            .iter()
+            .map(|(o, n)| format!("{o} ({n})"))
+            .collect();
         eprintln!(
-            "{bug}: {} of {} cells not passing ({:.0} s so far)",
+            "{bug}: {} of {} cells not passing; caught by {} ({:.0} s so far)",
             row.failing,
             row.cells,
+            if by.is_empty() {
+                "nothing".to_owned()
+            } else {
+                by.join(", ")
+            },
             started.elapsed().as_secs_f64()
         );
         rows.push(row);
