@@ -57,7 +57,7 @@ impl CellEnv {
             turncut: exe.to_owned(),
             runner_cmd: vec![exe.display().to_string(), "runnerd".to_owned()],
             runner_extra: Vec::new(),
-            idle_timeout_ms: 300,
+            idle_timeout_ms: 500,
             wait_ms: 15_000,
             scenarios_dir: scenarios_dir.to_owned(),
             keep: false,

@@ -29,7 +29,7 @@ struct Common {
     #[arg(long = "runner-arg", global = true, allow_hyphen_values = true)]
     runner_args: Vec<String>,
     /// The runner's provider idle timeout in a cell.
-    #[arg(long, global = true, default_value_t = 300)]
+    #[arg(long, global = true, default_value_t = 500)]
     idle_timeout_ms: u64,
     /// Deadline of each wait in a cell.
     #[arg(long, global = true, default_value_t = 15_000)]
