@@ -565,6 +565,31 @@ fn post(shared: &Shared, until: Instant, path: &str, body: &Value) -> anyhow::Re
     })
 }
 
+/// Sends one controller request and records it as an action and an exchange;
+/// returns the HTTP status.
+#[allow(clippy::too_many_arguments)]
+fn send(
+    shared: &Shared,
+    until: Instant,
+    ev: &mut Evidence,
+    kind: &str,
+    path: &str,
+    body: &Value,
+    message_id: &str,
+    text: &str,
+) -> anyhow::Result<u16> {
+    let (status, answer) = post(shared, until, path, body)?;
+    shared.act(kind, json!({ "message_id": message_id, "status": status }));
+    ev.exchanges.push(Exchange {
+        kind: kind.to_owned(),
+        message_id: message_id.to_owned(),
+        text: text.to_owned(),
+        status,
+        body: answer,
+    });
+    Ok(status)
+}
+
 fn run_steps(
     scenario: &Scenario,
     shared: &Shared,
@@ -579,18 +604,16 @@ fn run_steps(
                     "task_id": TASK_ID, "message_id": message_id, "prompt": prompt,
                     "profile": "runner-codex", "workspace": workspace.display().to_string(),
                 });
-                let (status, answer) = post(shared, until, "/v1/tasks", &body)?;
-                shared.act(
+                send(
+                    shared,
+                    until,
+                    ev,
                     "submit",
-                    json!({ "message_id": message_id, "status": status }),
-                );
-                ev.exchanges.push(Exchange {
-                    kind: "submit".into(),
-                    message_id: message_id.clone(),
-                    text: prompt.clone(),
-                    status,
-                    body: answer,
-                });
+                    "/v1/tasks",
+                    &body,
+                    message_id,
+                    prompt,
+                )?;
             }
             Step::FollowUp {
                 text,
@@ -614,27 +637,22 @@ fn run_steps(
                         let _ = wait_task(shared, until, settled);
                     }
                 }
-                let (status, answer) = post(
+                let path = format!("/v1/tasks/{TASK_ID}/messages");
+                let body = json!({ "message_id": message_id, "text": text });
+                send(
                     shared,
                     until,
-                    &format!("/v1/tasks/{TASK_ID}/messages"),
-                    &json!({ "message_id": message_id, "text": text }),
-                )?;
-                shared.act(
+                    ev,
                     "follow_up",
-                    json!({ "message_id": message_id, "status": status }),
-                );
+                    &path,
+                    &body,
+                    message_id,
+                    text,
+                )?;
                 if *when == FollowUpWhen::TurnActive {
                     shared.follow_up_sent.store(true, Ordering::SeqCst);
                     notify(shared);
                 }
-                ev.exchanges.push(Exchange {
-                    kind: "follow_up".into(),
-                    message_id: message_id.clone(),
-                    text: text.clone(),
-                    status,
-                    body: answer,
-                });
             }
             Step::Await(_) => {
                 wait_task(shared, until, settled)?;
@@ -644,23 +662,9 @@ fn run_steps(
                 let task = wait_task(shared, until, settled)?;
                 let failed = matches!(task["state"].as_str(), Some("failed" | "needs_human"));
                 if failed || *when == RetryWhen::Always {
-                    let (status, answer) = post(
-                        shared,
-                        until,
-                        &format!("/v1/tasks/{TASK_ID}/retry"),
-                        &json!({ "message_id": message_id }),
-                    )?;
-                    shared.act(
-                        "retry",
-                        json!({ "message_id": message_id, "status": status }),
-                    );
-                    ev.exchanges.push(Exchange {
-                        kind: "retry".into(),
-                        message_id: message_id.clone(),
-                        text: String::new(),
-                        status,
-                        body: answer,
-                    });
+                    let path = format!("/v1/tasks/{TASK_ID}/retry");
+                    let body = json!({ "message_id": message_id });
+                    let status = send(shared, until, ev, "retry", &path, &body, message_id, "")?;
                     if status == 201 {
                         // The 201 follows the durable admission, so the task
                         // reads `running` until the Retry run settles.

@@ -264,13 +264,14 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         } => {
             let (env, scenarios) = env_for(exe, &common)?;
             let seed = 0;
+            // An unknown id is bad input, checked before anything runs.
+            scenario::find(&scenarios, &scenario_id).ok_or_else(|| {
+                bad(format!(
+                    "unknown scenario id {scenario_id}; `turncut list` shows the ids"
+                ))
+            })?;
             let cells = match (cut, fault) {
                 (Some(cut), Some(fault)) => {
-                    scenario::find(&scenarios, &scenario_id).ok_or_else(|| {
-                        bad(format!(
-                            "unknown scenario id {scenario_id}; `turncut list` shows the ids"
-                        ))
-                    })?;
                     let cut = plan::parse_cut(&cut).map_err(|e| bad(format!("{e:#}")))?;
                     let fault = Fault::parse(&fault).ok_or_else(|| {
                         bad(format!(
@@ -287,13 +288,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                     seed,
                     false,
                 )
-                .map_err(|e| {
-                    if e.to_string().contains("unknown scenario id") {
-                        bad(format!("{e:#}"))
-                    } else {
-                        harness_err(format!("{e:#}"))
-                    }
-                })?,
+                .map_err(|e| harness_err(format!("{e:#}")))?,
             };
             run_and_report(
                 &env,

@@ -58,16 +58,6 @@ pub fn signal_group(pgid: u32, signal: Signal) -> std::io::Result<()> {
     }
 }
 
-/// Whether `pid` is alive: it exists and is not a zombie.
-pub fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => false,
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| !matches!(rest.trim_start().chars().next(), Some('Z' | 'X'))),
-    }
-}
-
 /// The start time (clock ticks since boot) of a live, non-zombie `pid`.
 pub fn start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
