@@ -7,9 +7,12 @@
 //! nothing about scenarios, cells or oracles: it produces evidence, the harness
 //! judges it.
 
+pub mod acp;
 pub mod cli;
 pub mod codex;
 pub mod faults;
 pub mod journal;
 pub mod ledger;
+pub mod opencode;
+pub mod recorded;
 pub mod script;

@@ -328,13 +328,31 @@ fn outcome_of(ev: &Evidence) -> Outcome {
     }
 }
 
-fn write_inputs(env: &CellEnv, scenario: &Scenario, layout: &Layout) -> anyhow::Result<()> {
+/// The runner driver and the fake that serve a profile in cells.
+pub fn profile_fake(profile: &str) -> Option<(&'static str, &'static str, &'static [&'static str])> {
+    match profile {
+        "runner-codex" => Some(("codex", "codex", &[])),
+        "runner-acpx-claude" => Some(("acp", "acp", &[])),
+        "runner-opencode" => Some(("opencode", "opencode", &["--port", "0"])),
+        _ => None,
+    }
+}
+
+fn write_inputs(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    layout: &Layout,
+) -> anyhow::Result<()> {
     let script = toml::to_string(&scenario.script)?;
     std::fs::write(layout.p("script.toml"), script)?;
-    let command: Vec<String> = vec![
+    let Some((driver, fake, extra)) = profile_fake(profile) else {
+        anyhow::bail!("profile {profile} has no fake provider in this build");
+    };
+    let mut command: Vec<String> = vec![
         env.turncut.display().to_string(),
         "fake-provider".into(),
-        "codex".into(),
+        fake.into(),
         "--state-dir".into(),
         "{provider_dir}".into(),
         "--journal".into(),
@@ -344,8 +362,9 @@ fn write_inputs(env: &CellEnv, scenario: &Scenario, layout: &Layout) -> anyhow::
         "--script".into(),
         layout.p("script.toml").display().to_string(),
     ];
+    command.extend(extra.iter().map(|a| a.to_string()));
     let profiles = format!(
-        "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\n",
+        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
         serde_json::to_string(&command)?
     );
     std::fs::write(layout.p("profiles.toml"), profiles)?;
@@ -431,7 +450,7 @@ fn start_runner(
 fn drive(
     env: &CellEnv,
     scenario: &Scenario,
-    _profile: &str,
+    profile: &str,
     spec: &CellSpec,
     layout: &Layout,
     shared: &Arc<Shared>,
@@ -439,7 +458,7 @@ fn drive(
     trace: Option<&Path>,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
-    write_inputs(env, scenario, layout)?;
+    write_inputs(env, scenario, profile, layout)?;
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
     start_runner(env, layout, shared, canary, spec.cut.as_ref(), trace)?;
     shared.act(
@@ -467,7 +486,7 @@ fn drive(
     };
 
     let until = Instant::now() + Duration::from_millis(env.wait_ms);
-    let result = run_steps(scenario, shared, &layout.p("ws"), until, ev);
+    let result = run_steps(scenario, profile, shared, &layout.p("ws"), until, ev);
     // Quiet recovery phase: the armed cut was reached and its fault applied
     // (the steps may finish before a late cut is even hit), no fault is in
     // flight, and the task has settled with the runner that is now running.
@@ -592,6 +611,7 @@ fn send(
 
 fn run_steps(
     scenario: &Scenario,
+    profile: &str,
     shared: &Shared,
     workspace: &Path,
     until: Instant,
@@ -602,7 +622,7 @@ fn run_steps(
             Step::Submit { prompt, message_id } => {
                 let body = json!({
                     "task_id": TASK_ID, "message_id": message_id, "prompt": prompt,
-                    "profile": "runner-codex", "workspace": workspace.display().to_string(),
+                    "profile": profile, "workspace": workspace.display().to_string(),
                 });
                 send(
                     shared,
@@ -895,6 +915,9 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
     ev.journal = fake_provider::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
     ev.ledger = fake_provider::ledger::read(&layout.p("ledger.jsonl")).unwrap_or_default();
+    for l in &mut ev.ledger {
+        l.by = crate::evidence::controller_id(&l.by);
+    }
     ev.provider_turns = crate::evidence::read_provider_turns(&layout.p("state/providers"));
     // Every process the cell knew of must be gone now that the runner is.
     let mut known = shared.pids.lock().expect("pids").clone();

@@ -115,36 +115,89 @@ fn summarize(msg: &Value) -> String {
     }
 }
 
-/// Reads the fake Codex store files (`threads/*.json`) under `dir`, at any depth.
+/// The controller's message id inside a client id. The runner's OpenCode
+/// driver sends time-ordered ids that embed it (`msg_<16 hex>_<id>`, with
+/// `__continuation` for a continuation); Codex and ACP send it as is.
+pub fn controller_id(client_id: &str) -> String {
+    let Some(rest) = client_id.strip_prefix("msg_") else {
+        return client_id.to_owned();
+    };
+    let (hex, id) = match rest.split_once('_') {
+        Some(p) => p,
+        None => return client_id.to_owned(),
+    };
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return client_id.to_owned();
+    }
+    match id.strip_suffix("__continuation") {
+        Some(base) => format!("{base}#continuation"),
+        None => id.to_owned(),
+    }
+}
+
+/// Reads every fake's durable store under `dir` (Codex `threads/`, ACP
+/// `sessions/`, OpenCode `opencode/`), at any depth, with client ids and
+/// authorizing ids translated to controller message ids.
 pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
-    let mut out = Vec::new();
+    let mut roots: Vec<std::path::PathBuf> = Vec::new();
     for file in crate::runner_client::state_files(dir) {
-        let in_threads = file
-            .parent()
-            .and_then(|p| p.file_name())
-            .is_some_and(|n| n == "threads");
-        if !in_threads || file.extension().and_then(|e| e.to_str()) != Some("json") {
-            continue;
+        // A fake's state dir is the parent of its store directory.
+        let mut p = file.as_path();
+        while let Some(parent) = p.parent() {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if matches!(name, "threads" | "sessions" | "opencode") {
+                if !roots.iter().any(|r| r == parent) {
+                    roots.push(parent.to_path_buf());
+                }
+                break;
+            }
+            if parent == dir {
+                break;
+            }
+            p = parent;
         }
-        let Ok(text) = std::fs::read_to_string(&file) else {
-            continue;
-        };
-        let Ok(v) = serde_json::from_str::<Value>(&text) else {
-            continue;
-        };
-        let thread = v["id"].as_str().unwrap_or_default().to_owned();
-        for t in v["turns"].as_array().into_iter().flatten() {
+    }
+    let mut out = Vec::new();
+    for root in roots {
+        let turns = fake_provider::codex::store::recorded_turns(&root).into_iter();
+        // PENDING(acp, opencode): chained in once those fakes land.
+        for t in turns {
             out.push(ProviderTurn {
-                thread: thread.clone(),
-                turn: t["id"].as_str().unwrap_or_default().to_owned(),
-                client_id: t["client_id"].as_str().map(str::to_owned),
-                status: t["status"].as_str().unwrap_or_default().to_owned(),
-                continuation: t["continuation"] == true,
-                authorized_by: t["authorized_by"].as_str().unwrap_or_default().to_owned(),
+                thread: t.thread,
+                turn: t.turn,
+                client_id: t.client_id.as_deref().map(controller_id),
+                status: t.status,
+                continuation: t.continuation,
+                authorized_by: controller_id(&t.authorized_by),
             });
         }
     }
     out
+}
+
+/// A turn start the provider received, in any protocol.
+pub struct TurnStart<'a> {
+    /// 1-based journal line.
+    pub line: usize,
+    /// The journal entry.
+    pub entry: &'a Entry,
+    /// The controller message id it carries (translated), if any.
+    pub client_id: Option<String>,
+    /// Its text input.
+    pub text: String,
+}
+
+fn text_of(blocks: Option<&Value>) -> String {
+    blocks
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
 }
 
 impl Evidence {
@@ -156,39 +209,40 @@ impl Evidence {
             .collect()
     }
 
-    /// `turn/start` requests received by the provider, with the line number of
-    /// the journal entry (1-based).
-    pub fn turn_starts(&self) -> Vec<(usize, &Entry)> {
-        self.journal
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.kind == EntryKind::In && e.data["method"] == "turn/start")
-            .map(|(i, e)| (i + 1, e))
-            .collect()
-    }
-
-    /// The client message id of a `turn/start` entry.
-    pub fn client_id(entry: &Entry) -> Option<&str> {
-        entry
-            .data
-            .pointer("/params/clientUserMessageId")
-            .and_then(Value::as_str)
-    }
-
-    /// The text input of a `turn/start` entry.
-    pub fn input_text(entry: &Entry) -> String {
-        entry
-            .data
-            .pointer("/params/input")
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(|i| i.get("text").and_then(Value::as_str))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .unwrap_or_default()
+    /// Turn starts received by the provider: Codex `turn/start`, ACP
+    /// `session/prompt`, OpenCode `POST …/prompt_async`.
+    pub fn turn_starts(&self) -> Vec<TurnStart<'_>> {
+        let mut out = Vec::new();
+        for (i, e) in self.journal.iter().enumerate() {
+            if e.kind != EntryKind::In {
+                continue;
+            }
+            let d = &e.data;
+            let (cid, text) = if d["method"] == "turn/start" {
+                (
+                    d.pointer("/params/clientUserMessageId"),
+                    text_of(d.pointer("/params/input")),
+                )
+            } else if d["method"] == "session/prompt" {
+                (
+                    d.pointer("/params/_meta/messageId"),
+                    text_of(d.pointer("/params/prompt")),
+                )
+            } else if d["method"] == "POST"
+                && d["path"].as_str().is_some_and(|p| p.ends_with("/prompt_async"))
+            {
+                (d.pointer("/body/messageID"), text_of(d.pointer("/body/parts")))
+            } else {
+                continue;
+            };
+            out.push(TurnStart {
+                line: i + 1,
+                entry: e,
+                client_id: cid.and_then(Value::as_str).map(controller_id),
+                text,
+            });
+        }
+        out
     }
 
     /// Journal facts by name, with line numbers.

@@ -109,10 +109,11 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
         .filter(|x| !x.text.is_empty())
         .map(|x| (x.message_id.as_str(), x.text.as_str()))
         .collect();
-    for (line, entry) in e.turn_starts() {
-        let Some(id) = Evidence::client_id(entry) else {
+    for start in e.turn_starts() {
+        let line = start.line;
+        let Some(id) = start.client_id.as_deref() else {
             j.fail(
-                format!("a turn/start carries no client message id (journal:{line})"),
+                format!("a turn start carries no client message id (journal:{line})"),
                 [format!("journal:{line}")],
             );
             continue;
@@ -126,7 +127,7 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
                     [format!("journal:{line}")],
                 );
             }
-            let text = Evidence::input_text(entry);
+            let text = &start.text;
             let resends = texts.get(base).is_some_and(|t| text.contains(t));
             if resends || !text.starts_with(CONTINUE_MARKER) {
                 j.fail(
@@ -137,7 +138,7 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
         } else {
             if !issued.contains(id) {
                 j.fail(
-                    format!("turn/start with message id {id:?}, which the harness never issued (journal:{line})"),
+                    format!("a turn start with message id {id:?}, which the harness never issued (journal:{line})"),
                     [format!("journal:{line}")],
                 );
             }

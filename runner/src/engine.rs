@@ -13,16 +13,16 @@
 //! input whose delivery is uncertain; it asks the provider instead.
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::unix::process::ExitStatusExt as _;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::causes::{Cause, CauseCode, ContractEvent, RetryBlock};
-use crate::driver::codex::CodexDriver;
-use crate::driver::{DriverError, ProviderEvent, TurnLookup};
+use crate::driver::{ClientCall, Driver, DriverError, ProviderEvent, TurnLookup};
 use crate::profiles::Profile;
 #[cfg(feature = "seeded-bugs")]
 use crate::seeded::{self, SeededBug};
@@ -84,7 +84,17 @@ struct Live {
     identity: ProcessIdentity,
     proc_row: i64,
     run_id: String,
-    driver: CodexDriver,
+    driver: Driver,
+    /// Terminals of client-side tools (ACP), by terminal id.
+    terminals: HashMap<String, Terminal>,
+}
+
+/// A command the runner started for a client-side `terminal/create`.
+struct Terminal {
+    key: String,
+    child: Option<tokio::process::Child>,
+    output: String,
+    exit: Option<Value>,
 }
 
 /// Why a step did not complete.
@@ -429,7 +439,7 @@ impl Engine {
             return Ok(());
         };
         l.driver
-            .resume_conversation(&conversation)
+            .resume_conversation(&conversation, &snap.task.workspace)
             .await
             .map_err(driver_err)?;
         if let Some(turn) = snap.turns.last().filter(|t| t.unsettled()) {
@@ -456,14 +466,16 @@ impl Engine {
             next
         };
         if let Some(message) = next.cloned() {
-            let (tid, rid, mid) = (
+            let client_id = l.driver.client_id(&message.message_id, false);
+            let (tid, rid, mid, cid) = (
                 task_id.clone(),
                 run.run_id.clone(),
                 message.message_id.clone(),
+                client_id.clone(),
             );
             let row = self
                 .write("turn_intent", move |db| {
-                    db.turn_intent(&tid, &rid, &mid, "primary", &mid)
+                    db.turn_intent(&tid, &rid, &mid, "primary", &cid)
                 })
                 .await?;
             let turn = TurnRow {
@@ -471,7 +483,7 @@ impl Engine {
                 run_id: run.run_id.clone(),
                 message_id: message.message_id.clone(),
                 kind: "primary".to_owned(),
-                client_id: message.message_id.clone(),
+                client_id,
                 provider_turn_id: None,
                 status: "intent".to_owned(),
             };
@@ -608,7 +620,32 @@ impl Engine {
                 return Err(e);
             }
         };
-        let mut driver = CodexDriver::attach(&mut child, self.opts.idle);
+        let attached = Driver::attach(
+            profile.driver,
+            &mut child,
+            self.opts.idle,
+            &proc_row.to_string(),
+        )
+        .await;
+        let mut driver = match attached {
+            Ok(d) => d,
+            Err(e) => {
+                self.stop_proc(task_id, &run.run_id, proc_row, &identity, &mut child)
+                    .await?;
+                return Err(match e {
+                    DriverError::Exited | DriverError::Unresponsive { .. } => StepError::Lost(e),
+                    other => StepError::Fail(Cause::new(
+                        CauseCode::ProviderStartFailed,
+                        format!("the provider could not be reached: {other}"),
+                    )),
+                });
+            }
+        };
+        // A new provider process: client-side tools of this run that were
+        // executing when the last one was lost have no known outcome.
+        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        self.write("tool_uncertain", move |db| db.tools_uncertain(&tid, &rid))
+            .await?;
         let handshake = driver.initialize().await;
         let live = Live {
             child,
@@ -616,6 +653,7 @@ impl Engine {
             proc_row,
             run_id: run.run_id.clone(),
             driver,
+            terminals: HashMap::new(),
         };
         if let Err(e) = handshake {
             let _ = self.stop_live(task_id, live).await;
@@ -766,7 +804,7 @@ impl Engine {
                     db.turn_finished(&tid, &rid, row, "interrupted", data)
                 })
                 .await?;
-                let client_id = format!("{}#continuation", turn.message_id);
+                let client_id = l.driver.client_id(&turn.message_id, true);
                 let (tid, rid, mid, cid) = (
                     task_id.clone(),
                     run.run_id.clone(),
@@ -921,6 +959,19 @@ impl Engine {
                     })
                     .await?;
                 }
+                ProviderEvent::ClientTool {
+                    request_id,
+                    key,
+                    call,
+                } => {
+                    let result = self
+                        .client_tool(snap, run, row, &key, call, l)
+                        .await?;
+                    l.driver
+                        .respond_tool(&request_id, result)
+                        .await
+                        .map_err(driver_err)?;
+                }
                 ProviderEvent::UnsupportedRequest { request_id, method } => {
                     l.driver
                         .reject(&request_id, &method)
@@ -949,6 +1000,195 @@ impl Engine {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// Executes a client-side tool request (ACP `terminal/*`, `fs/*`) under
+    /// DESIGN §3.4 rule 4: a call with an effect is marked `executing` before
+    /// the effect and its outcome is persisted before the provider hears it;
+    /// a key the run has seen before is never executed again. Paths and
+    /// working directories are confined to the task workspace, and the
+    /// command's environment never carries the credential.
+    async fn client_tool(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        turn_row: i64,
+        key: &str,
+        call: ClientCall,
+        l: &mut Live,
+    ) -> Result<Result<Value, String>, StepError> {
+        let task_id = &snap.task.task_id;
+        let workspace = std::path::Path::new(&snap.task.workspace);
+        if call.has_effect() {
+            let kind = match &call {
+                ClientCall::TerminalCreate { .. } => "terminal",
+                _ => "write_text_file",
+            };
+            let detail = match &call {
+                ClientCall::TerminalCreate { command, args, .. } => {
+                    json!({ "command": command, "args": args.len() })
+                }
+                ClientCall::WriteTextFile { path, content } => {
+                    json!({ "path": path, "bytes": content.len() })
+                }
+                _ => Value::Null,
+            };
+            let (tid, rid, k) = (task_id.clone(), run.run_id.clone(), key.to_owned());
+            let fresh = self
+                .write("tool_executing", move |db| {
+                    db.tool_executing(&tid, &rid, turn_row, &k, kind, detail)
+                })
+                .await?;
+            if !fresh {
+                return Ok(Err(format!(
+                    "tool call {key} was already executed in this run; it is never run twice"
+                )));
+            }
+        }
+        let outcome = |status: &'static str, v: Value| {
+            let (tid, rid, k) = (task_id.clone(), run.run_id.clone(), key.to_owned());
+            self.write("tool_outcome", move |db| {
+                db.tool_outcome(&tid, &rid, &k, status, v)
+            })
+        };
+        match call {
+            ClientCall::TerminalCreate {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let dir = match cwd.as_deref().map(|c| confine(workspace, c)) {
+                    Some(Ok(d)) => d,
+                    Some(Err(e)) => {
+                        outcome("failed", json!({ "error": e })).await?;
+                        return Ok(Err(e));
+                    }
+                    None => workspace.to_path_buf(),
+                };
+                let profile = self.opts.profiles.get(&snap.task.profile);
+                let secret = self.opts.credential.as_ref().map(|s| s.0.as_str());
+                let mut cmd = tokio::process::Command::new(&command);
+                cmd.args(&args)
+                    .current_dir(&dir)
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .process_group(0)
+                    .kill_on_drop(true);
+                if let Some(p) = profile {
+                    cmd.env_remove(&p.credential_env);
+                }
+                for (name, value) in env {
+                    // The agent may ask for variables, never for the credential.
+                    if secret.is_some_and(|s| !s.is_empty() && value.contains(s)) {
+                        continue;
+                    }
+                    cmd.env(name, value);
+                }
+                match cmd.spawn() {
+                    Ok(child) => {
+                        hit("runner.tool.spawned");
+                        let id = format!("term-{key}");
+                        l.terminals.insert(
+                            id.clone(),
+                            Terminal {
+                                key: key.to_owned(),
+                                child: Some(child),
+                                output: String::new(),
+                                exit: None,
+                            },
+                        );
+                        Ok(Ok(json!({ "terminalId": id })))
+                    }
+                    Err(e) => {
+                        let msg = format!("failed to start {command}: {e}");
+                        outcome("failed", json!({ "error": msg })).await?;
+                        Ok(Err(msg))
+                    }
+                }
+            }
+            ClientCall::TerminalWait { terminal_id } => {
+                let Some(t) = l.terminals.get_mut(&terminal_id) else {
+                    return Ok(Err(format!("unknown terminal {terminal_id}")));
+                };
+                if let Some(child) = t.child.take() {
+                    let key = t.key.clone();
+                    let (exit, output) = match child.wait_with_output().await {
+                        Ok(o) => {
+                            let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
+                            text.push_str(&String::from_utf8_lossy(&o.stderr));
+                            (
+                                json!({ "exitCode": o.status.code(), "signal": o.status.signal().map(|s| s.to_string()) }),
+                                text,
+                            )
+                        }
+                        Err(e) => (json!({ "exitCode": null, "signal": null }), e.to_string()),
+                    };
+                    let status = if exit["exitCode"] == 0 { "completed" } else { "failed" };
+                    let (tid, rid) = (task_id.clone(), run.run_id.clone());
+                    let v = exit.clone();
+                    self.write("tool_outcome", move |db| {
+                        db.tool_outcome(&tid, &rid, &key, status, v)
+                    })
+                    .await?;
+                    let t = l.terminals.get_mut(&terminal_id).expect("present above");
+                    t.output = output;
+                    t.exit = Some(exit);
+                }
+                let t = &l.terminals[&terminal_id];
+                Ok(Ok(t.exit.clone().unwrap_or(Value::Null)))
+            }
+            ClientCall::TerminalOutput { terminal_id } => match l.terminals.get(&terminal_id) {
+                Some(t) => {
+                    let mut v = json!({ "output": t.output, "truncated": false });
+                    if let Some(e) = &t.exit {
+                        v["exitStatus"] = e.clone();
+                    }
+                    Ok(Ok(v))
+                }
+                None => Ok(Err(format!("unknown terminal {terminal_id}"))),
+            },
+            ClientCall::TerminalKill { terminal_id } | ClientCall::TerminalRelease { terminal_id } => {
+                let release = l.terminals.get(&terminal_id).is_some();
+                if let Some(t) = l.terminals.get_mut(&terminal_id)
+                    && let Some(c) = t.child.as_mut()
+                {
+                    let _ = c.start_kill();
+                }
+                if !release {
+                    return Ok(Err(format!("unknown terminal {terminal_id}")));
+                }
+                Ok(Ok(json!({})))
+            }
+            ClientCall::WriteTextFile { path, content } => {
+                let target = match confine(workspace, &path) {
+                    Ok(t) => t,
+                    Err(e) => {
+                        outcome("failed", json!({ "error": e })).await?;
+                        return Ok(Err(e));
+                    }
+                };
+                match std::fs::write(&target, content.as_bytes()) {
+                    Ok(()) => {
+                        outcome("completed", json!({ "bytes": content.len() })).await?;
+                        Ok(Ok(json!({})))
+                    }
+                    Err(e) => {
+                        let msg = format!("failed to write {}: {e}", target.display());
+                        outcome("failed", json!({ "error": msg })).await?;
+                        Ok(Err(msg))
+                    }
+                }
+            }
+            ClientCall::ReadTextFile { path } => match confine(workspace, &path) {
+                Ok(target) => match std::fs::read_to_string(&target) {
+                    Ok(content) => Ok(Ok(json!({ "content": content }))),
+                    Err(e) => Ok(Err(format!("failed to read {}: {e}", target.display()))),
+                },
+                Err(e) => Ok(Err(e)),
+            },
         }
     }
 
@@ -1024,9 +1264,28 @@ impl Engine {
     async fn stop_live(&self, task_id: &str, mut l: Live) -> Result<(), StepError> {
         // Closing stdin lets a well-behaved provider exit on its own first.
         drop(l.driver);
+        // Client-side terminals die with the provider that asked for them.
+        for t in l.terminals.values_mut() {
+            if let Some(c) = t.child.as_mut() {
+                let _ = c.start_kill();
+            }
+        }
+        self.stop_proc(task_id, &l.run_id, l.proc_row, &l.identity, &mut l.child)
+            .await
+    }
+
+    /// Stops a provider process and records the proof.
+    async fn stop_proc(
+        &self,
+        task_id: &str,
+        run_id: &str,
+        proc_row: i64,
+        identity: &ProcessIdentity,
+        child: &mut tokio::process::Child,
+    ) -> Result<(), StepError> {
         match supervisor::stop(
-            &l.identity,
-            Some(&mut l.child),
+            identity,
+            Some(child),
             self.opts.term_grace,
             self.opts.kill_grace,
         )
@@ -1034,7 +1293,7 @@ impl Engine {
         {
             StopOutcome::Stopped(proof) => {
                 let proof = serde_json::to_value(&proof).expect("proofs serialize");
-                let (tid, rid, row) = (task_id.to_owned(), l.run_id.clone(), l.proc_row);
+                let (tid, rid, row) = (task_id.to_owned(), run_id.to_owned(), proc_row);
                 self.write("provider_stop", move |db| {
                     db.record_stop(&tid, &rid, row, proof)
                 })
@@ -1068,6 +1327,44 @@ async fn snap_message_text(
             detail: format!("turn for unknown message {message_id}"),
         })
     })
+}
+
+/// Resolves `path` (absolute, or relative to the workspace) to a place inside
+/// the workspace: the nearest existing ancestor is canonicalized, so neither
+/// `..` nor a symlink can lead out.
+pub fn confine(workspace: &std::path::Path, path: &str) -> Result<PathBuf, String> {
+    let root = workspace
+        .canonicalize()
+        .map_err(|e| format!("the workspace {} is not usable: {e}", workspace.display()))?;
+    let joined = workspace.join(path);
+    let mut existing = joined.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(p), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = p;
+            }
+            _ => return Err(format!("{path} is outside the workspace")),
+        }
+    }
+    let mut real = existing
+        .canonicalize()
+        .map_err(|e| format!("{path}: {e}"))?;
+    for name in rest.iter().rev() {
+        if name == ".." || name == "." {
+            return Err(format!("{path} is outside the workspace"));
+        }
+        real.push(name);
+    }
+    if real.starts_with(&root) {
+        Ok(real)
+    } else {
+        Err(format!(
+            "{path} is outside the workspace {}",
+            workspace.display()
+        ))
+    }
 }
 
 /// A fresh opaque id with a prefix.

@@ -1,8 +1,10 @@
 //! Provider profiles: which driver talks to which command line.
 //!
-//! The built-in `runner-codex` runs the fake Codex app-server found beside the
-//! runner binary (the standalone `fake-provider`, or `turncut fake-provider`
-//! when runnerd is `turncut runnerd`). A TOML profiles file can define or
+//! The built-in profiles run the fakes found beside the runner binary (the
+//! standalone `fake-provider`, or `turncut fake-provider` when runnerd is
+//! `turncut runnerd`): `runner-codex` (`fake-provider codex`),
+//! `runner-acpx-claude` (`fake-provider acp`) and `runner-opencode`
+//! (`fake-provider opencode --port 0`). A TOML profiles file can define or
 //! override profiles with any command line, such as a real `codex app-server`.
 //! Placeholders in a command: `{provider_dir}` (a per-task state directory for
 //! the provider), `{workspace}`, `{task_id}`. This module only describes
@@ -19,6 +21,10 @@ use serde::Deserialize;
 pub enum DriverKind {
     /// Codex app-server over stdio.
     Codex,
+    /// Agent Client Protocol over stdio (ACPX-style agents).
+    Acp,
+    /// OpenCode server over HTTP + SSE.
+    Opencode,
 }
 
 /// One profile.
@@ -72,21 +78,29 @@ pub fn fake_provider_command(exe: &Path) -> Vec<String> {
 /// The built-in profiles, plus those of `file` (which win).
 pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, Profile>> {
     let mut profiles = BTreeMap::new();
-    let mut codex = fake_provider_command(exe);
-    codex.extend([
-        "codex".to_owned(),
-        "--state-dir".to_owned(),
-        "{provider_dir}".to_owned(),
-    ]);
-    profiles.insert(
-        "runner-codex".to_owned(),
-        Profile {
-            driver: DriverKind::Codex,
-            command: codex,
-            approval: default_approval(),
-            credential_env: default_credential_env(),
-        },
-    );
+    let builtin: [(&str, DriverKind, &str, &[&str]); 3] = [
+        ("runner-codex", DriverKind::Codex, "codex", &[]),
+        ("runner-acpx-claude", DriverKind::Acp, "acp", &[]),
+        ("runner-opencode", DriverKind::Opencode, "opencode", &["--port", "0"]),
+    ];
+    for (name, driver, fake, extra) in builtin {
+        let mut command = fake_provider_command(exe);
+        command.extend([
+            fake.to_owned(),
+            "--state-dir".to_owned(),
+            "{provider_dir}".to_owned(),
+        ]);
+        command.extend(extra.iter().map(|a| a.to_string()));
+        profiles.insert(
+            name.to_owned(),
+            Profile {
+                driver,
+                command,
+                approval: default_approval(),
+                credential_env: default_credential_env(),
+            },
+        );
+    }
     if let Some(path) = file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("failed to read profiles file {}: {e}", path.display()))?;

@@ -29,7 +29,7 @@
 //! −32601 even though the real server knows them. A line that is not JSON gets
 //! an error with `id: null` (JSON-RPC 2.0), which the real server would only log.
 
-mod store;
+pub mod store;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;

@@ -165,3 +165,41 @@ impl Store {
         Ok(())
     }
 }
+
+/// Every turn in the thread store of the fake whose state dir is `state_dir`
+/// (none if it has no `threads/`). Unreadable files are skipped: this is
+/// evidence, read after the fact.
+pub fn recorded_turns(state_dir: &Path) -> Vec<crate::recorded::RecordedTurn> {
+    let mut out = Vec::new();
+    let Ok(entries) = fs::read_dir(state_dir.join("threads")) else {
+        return out;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("json"))
+        .collect();
+    files.sort();
+    for file in files {
+        let Ok(text) = fs::read_to_string(&file) else {
+            continue;
+        };
+        let Ok(thread) = serde_json::from_str::<ThreadRecord>(&text) else {
+            continue;
+        };
+        for t in thread.turns {
+            let status = serde_json::to_value(t.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            out.push(crate::recorded::RecordedTurn {
+                thread: thread.id.clone(),
+                turn: t.id,
+                client_id: t.client_id,
+                status,
+                continuation: t.continuation,
+                authorized_by: t.authorized_by,
+            });
+        }
+    }
+    out
+}

@@ -14,20 +14,12 @@ use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, ChildStdin};
 use tokio::sync::mpsc;
 
+use super::stdio::Line;
 use super::{DriverError, ProviderEvent, TurnLookup};
-
-/// Longest line accepted from the provider.
-const LINE_BYTES_MAX: usize = 8 << 20;
-
-enum Line {
-    Msg(Value),
-    Malformed(String),
-    Eof,
-}
 
 /// A live Codex app-server process and the client end of its stdio.
 pub struct CodexDriver {
@@ -45,39 +37,7 @@ impl CodexDriver {
     pub fn attach(child: &mut Child, idle: Duration) -> CodexDriver {
         let stdin = child.stdin.take().expect("provider stdin is piped");
         let stdout = child.stdout.take().expect("provider stdout is piped");
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(async move {
-            let mut reader = BufReader::new(stdout);
-            let mut buf = Vec::new();
-            loop {
-                buf.clear();
-                match (&mut reader)
-                    .take(LINE_BYTES_MAX as u64 + 1)
-                    .read_until(b'\n', &mut buf)
-                    .await
-                {
-                    Ok(0) | Err(_) => break,
-                    Ok(_) => {}
-                }
-                if buf.len() > LINE_BYTES_MAX {
-                    let _ = tx.send(Line::Malformed("a line longer than the limit".to_owned()));
-                    break;
-                }
-                let line = match serde_json::from_slice::<Value>(&buf) {
-                    Ok(v) if v.is_object() => Line::Msg(v),
-                    Ok(_) => Line::Malformed("a message that is not a JSON object".to_owned()),
-                    Err(e) if buf.iter().all(u8::is_ascii_whitespace) => {
-                        let _ = e;
-                        continue;
-                    }
-                    Err(e) => Line::Malformed(format!("a line that is not JSON ({e})")),
-                };
-                if tx.send(line).is_err() {
-                    return;
-                }
-            }
-            let _ = tx.send(Line::Eof);
-        });
+        let rx = super::stdio::read_lines(stdout);
         CodexDriver {
             stdin,
             lines: rx,

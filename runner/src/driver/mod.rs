@@ -3,24 +3,44 @@
 //! A driver opens and resumes conversations, starts turns carrying the
 //! controller's message id, answers provider requests, reports the events of a
 //! turn, and answers "was this turn recorded?" from the provider's own store.
-//! Drivers hold no durable state and make no recovery decisions. Only Codex
-//! exists today; ACP and OpenCode join behind the same shapes.
+//! Drivers hold no durable state and make no recovery decisions.
+//!
+//! [`Driver`] is the one trait-like surface the engine sees. It is an enum
+//! over the protocol drivers (static dispatch, no boxed futures): Codex
+//! app-server (`codex`), ACP (`acp`) and OpenCode (`opencode`).
 
+pub mod acp;
 pub mod codex;
+pub mod opencode;
+pub mod stdio;
+
+use std::time::Duration;
 
 use serde_json::Value;
+use tokio::process::Child;
+
+use crate::profiles::DriverKind;
 
 /// What a driver reports from a turn in progress.
 #[derive(Clone, Debug)]
 pub enum ProviderEvent {
     /// An item finished (a message, a command); a summary for the run log.
     ItemCompleted { turn_id: String, item: Value },
-    /// The provider asks the client to decide (an approval).
+    /// The provider asks the client to decide (an approval or permission).
     Request {
         request_id: Value,
         method: String,
         turn_id: String,
         summary: Value,
+    },
+    /// The provider asks the client to run a tool on the client side (ACP
+    /// `terminal/*`, `fs/*`). `key` is unique per run: a provider restored
+    /// into a new process gets a per-process namespace, so its ids never
+    /// collide with ids answered before.
+    ClientTool {
+        request_id: Value,
+        key: String,
+        call: ClientCall,
     },
     /// A server request the runner does not handle.
     UnsupportedRequest { request_id: Value, method: String },
@@ -28,6 +48,40 @@ pub enum ProviderEvent {
     TurnCompleted { turn_id: String, status: String },
     /// Any other notification, by method.
     Other(String),
+}
+
+/// A client-side tool request (ACP).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientCall {
+    /// `terminal/create`: start a command (the side effect).
+    TerminalCreate {
+        command: String,
+        args: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+    },
+    /// `terminal/wait_for_exit`.
+    TerminalWait { terminal_id: String },
+    /// `terminal/output`.
+    TerminalOutput { terminal_id: String },
+    /// `terminal/kill`.
+    TerminalKill { terminal_id: String },
+    /// `terminal/release`.
+    TerminalRelease { terminal_id: String },
+    /// `fs/write_text_file` (the side effect).
+    WriteTextFile { path: String, content: String },
+    /// `fs/read_text_file`.
+    ReadTextFile { path: String },
+}
+
+impl ClientCall {
+    /// Whether running it changes the world (and so needs `executing` first).
+    pub fn has_effect(&self) -> bool {
+        matches!(
+            self,
+            ClientCall::TerminalCreate { .. } | ClientCall::WriteTextFile { .. }
+        )
+    }
 }
 
 /// How to find a turn in the provider's store.
@@ -58,4 +112,127 @@ pub enum DriverError {
         code: i64,
         message: String,
     },
+}
+
+/// A live provider connection, whatever its protocol.
+pub enum Driver {
+    /// Codex app-server.
+    Codex(codex::CodexDriver),
+    /// Agent Client Protocol.
+    Acp(acp::AcpDriver),
+    /// OpenCode server.
+    OpenCode(opencode::OpenCodeDriver),
+}
+
+macro_rules! each {
+    ($self:ident, $d:ident => $e:expr) => {
+        match $self {
+            Driver::Codex($d) => $e,
+            Driver::Acp($d) => $e,
+            Driver::OpenCode($d) => $e,
+        }
+    };
+}
+
+impl Driver {
+    /// Takes over a spawned child's stdio (both piped) and connects.
+    /// `namespace` is unique per provider process (ACP call-id namespacing).
+    pub async fn attach(
+        kind: DriverKind,
+        child: &mut Child,
+        idle: Duration,
+        namespace: &str,
+    ) -> Result<Driver, DriverError> {
+        Ok(match kind {
+            DriverKind::Codex => Driver::Codex(codex::CodexDriver::attach(child, idle)),
+            DriverKind::Acp => Driver::Acp(acp::AcpDriver::attach(child, idle, namespace)),
+            DriverKind::Opencode => {
+                Driver::OpenCode(opencode::OpenCodeDriver::attach(child, idle).await?)
+            }
+        })
+    }
+
+    /// The handshake.
+    pub async fn initialize(&mut self) -> Result<(), DriverError> {
+        each!(self, d => d.initialize().await)
+    }
+
+    /// The client id a turn for `message_id` carries (`continuation`: the one
+    /// continuation of a lost turn). Persisted with the turn intent, so a
+    /// lookup after a restart uses exactly what was sent.
+    pub fn client_id(&mut self, message_id: &str, continuation: bool) -> String {
+        match self {
+            Driver::OpenCode(d) => d.client_id(message_id, continuation),
+            _ if continuation => format!("{message_id}#continuation"),
+            _ => message_id.to_owned(),
+        }
+    }
+
+    /// Opens a fresh conversation in `cwd`; returns its id.
+    pub async fn open_conversation(&mut self, cwd: &str) -> Result<String, DriverError> {
+        each!(self, d => d.open_conversation(cwd).await)
+    }
+
+    /// Loads an existing conversation into this provider process.
+    pub async fn resume_conversation(&mut self, id: &str, cwd: &str) -> Result<(), DriverError> {
+        match self {
+            Driver::Codex(d) => d.resume_conversation(id).await,
+            Driver::Acp(d) => d.resume_conversation(id, cwd).await,
+            Driver::OpenCode(d) => d.resume_conversation(id).await,
+        }
+    }
+
+    /// Starts a turn; returns the provider's turn id once the provider has
+    /// acknowledged it (the runner persists it as accepted).
+    pub async fn start_turn(
+        &mut self,
+        conversation: &str,
+        text: &str,
+        client_id: &str,
+    ) -> Result<String, DriverError> {
+        each!(self, d => d.start_turn(conversation, text, client_id).await)
+    }
+
+    /// Was this turn recorded? `Some((turn id, status))` with status
+    /// `completed`, `interrupted`, `inProgress` or `failed`. A protocol that
+    /// cannot tell a completed turn from an interrupted one says `interrupted`
+    /// (the safe side: a continuation, never an adoption).
+    pub async fn lookup_turn(
+        &mut self,
+        conversation: &str,
+        by: &TurnLookup,
+    ) -> Result<Option<(String, String)>, DriverError> {
+        each!(self, d => d.lookup_turn(conversation, by).await)
+    }
+
+    /// The next event of the turn in progress.
+    pub async fn next_event(&mut self) -> Result<ProviderEvent, DriverError> {
+        each!(self, d => d.next_event().await)
+    }
+
+    /// Answers a provider request with the profile's decision (`accept` or
+    /// `decline`).
+    pub async fn answer(&mut self, request_id: &Value, decision: &str) -> Result<(), DriverError> {
+        each!(self, d => d.answer(request_id, decision).await)
+    }
+
+    /// Answers a client tool request with its result or an error message.
+    pub async fn respond_tool(
+        &mut self,
+        request_id: &Value,
+        result: Result<Value, String>,
+    ) -> Result<(), DriverError> {
+        match self {
+            Driver::Acp(d) => d.respond_tool(request_id, result).await,
+            _ => Err(DriverError::Protocol(
+                "this protocol has no client-side tools".to_owned(),
+            )),
+        }
+    }
+
+    /// Answers an unsupported request with an error so the provider does not
+    /// wait forever.
+    pub async fn reject(&mut self, request_id: &Value, method: &str) -> Result<(), DriverError> {
+        each!(self, d => d.reject(request_id, method).await)
+    }
 }

@@ -1,0 +1,556 @@
+//! The ACP driver: Agent Client Protocol v1, JSON-RPC 2.0 over the provider's
+//! stdio, one JSON object per line. The runner is the ACP *client*.
+//!
+//! - A turn is a `session/prompt` carrying the controller's id in
+//!   `_meta.messageId`. ACP has no turn ids and the prompt's response only
+//!   comes at the end of the turn, so the turn counts as accepted when the
+//!   agent echoes the user message (`user_message_chunk` with that
+//!   `messageId`); the provider turn id is the client id itself.
+//! - "Was this turn recorded?" is a `session/load`: the agent replays the
+//!   conversation, and the turn is recorded iff a replayed `user_message_chunk`
+//!   carries its id. The replay does not say whether the turn completed, so a
+//!   recorded turn is reported `interrupted`: the engine then continues once
+//!   instead of adopting (the safe side; see docs/recovery-contract.md).
+//! - Tools run on the client side: `terminal/*` and `fs/*` requests are
+//!   reported as [`ProviderEvent::ClientTool`] and the engine executes them
+//!   under the write-ahead rules. A provider process that restored a session
+//!   with `session/load` restarts its request ids, so keys from such a process
+//!   are prefixed with a per-process namespace (`r<proc>:<id>`): they can never
+//!   collide with ids answered before the restart. Fresh sessions keep raw ids.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt as _;
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+
+use super::stdio::Line;
+use super::{ClientCall, DriverError, ProviderEvent, TurnLookup};
+
+/// The ACP protocol version this driver speaks.
+pub const PROTOCOL_VERSION: u64 = 1;
+
+/// A live ACP agent process and the client end of its stdio.
+pub struct AcpDriver {
+    stdin: ChildStdin,
+    lines: mpsc::UnboundedReceiver<Line>,
+    queue: VecDeque<Value>,
+    next_id: i64,
+    idle: Duration,
+    exited: bool,
+    namespace: String,
+    /// Whether this process restored a session (its ids get the namespace).
+    restored: bool,
+    loaded: HashSet<String>,
+    /// The working directory each known session was opened or loaded with.
+    cwds: HashMap<String, String>,
+    /// The open `session/prompt`: its request id and client id.
+    active: Option<(i64, String)>,
+    /// Permission options by request id: (allow option, reject option).
+    permissions: HashMap<String, (Option<String>, Option<String>)>,
+}
+
+impl AcpDriver {
+    /// Takes over a spawned child's stdio (both must be piped).
+    pub fn attach(child: &mut Child, idle: Duration, namespace: &str) -> AcpDriver {
+        let stdin = child.stdin.take().expect("provider stdin is piped");
+        let stdout = child.stdout.take().expect("provider stdout is piped");
+        AcpDriver {
+            stdin,
+            lines: super::stdio::read_lines(stdout),
+            queue: VecDeque::new(),
+            next_id: 0,
+            idle,
+            exited: false,
+            namespace: namespace.to_owned(),
+            restored: false,
+            loaded: HashSet::new(),
+            cwds: HashMap::new(),
+            active: None,
+            permissions: HashMap::new(),
+        }
+    }
+
+    fn idle_err(&self) -> DriverError {
+        DriverError::Unresponsive {
+            idle_ms: self.idle.as_millis() as u64,
+        }
+    }
+
+    async fn send(&mut self, msg: &Value) -> Result<(), DriverError> {
+        let mut line = serde_json::to_vec(msg).expect("messages serialize");
+        line.push(b'\n');
+        let write = async {
+            self.stdin.write_all(&line).await?;
+            self.stdin.flush().await
+        };
+        match tokio::time::timeout(self.idle, write).await {
+            Ok(Ok(())) => {
+                crate::engine::hit(&format!("runner.acp.{}.sent", kind_slug(msg)));
+                Ok(())
+            }
+            Ok(Err(_)) => Err(DriverError::Exited),
+            Err(_) => Err(self.idle_err()),
+        }
+    }
+
+    async fn receive(&mut self) -> Result<Value, DriverError> {
+        if self.exited {
+            return Err(DriverError::Exited);
+        }
+        match tokio::time::timeout(self.idle, self.lines.recv()).await {
+            Ok(Some(Line::Msg(v))) => {
+                crate::engine::hit(&format!("runner.acp.{}.received", kind_slug(&v)));
+                Ok(v)
+            }
+            Ok(Some(Line::Malformed(what))) => {
+                Err(DriverError::Protocol(format!("the provider sent {what}")))
+            }
+            Ok(Some(Line::Eof)) | Ok(None) => {
+                self.exited = true;
+                Err(DriverError::Exited)
+            }
+            Err(_) => Err(self.idle_err()),
+        }
+    }
+
+    fn is_response_to(msg: &Value, id: i64) -> bool {
+        msg.get("method").is_none() && msg.get("id").and_then(Value::as_i64) == Some(id)
+    }
+
+    fn result_of(method: &str, msg: &Value) -> Result<Value, DriverError> {
+        if let Some(err) = msg.get("error") {
+            return Err(DriverError::Rpc {
+                method: method.to_owned(),
+                code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
+                message: err
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned(),
+            });
+        }
+        msg.get("result").cloned().ok_or_else(|| {
+            DriverError::Protocol(format!("the response to {method} has no result"))
+        })
+    }
+
+    async fn send_request(&mut self, method: &str, params: Value) -> Result<i64, DriverError> {
+        self.next_id += 1;
+        let id = self.next_id;
+        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
+            .await?;
+        Ok(id)
+    }
+
+    /// Sends a request and waits for its result. Messages that arrive
+    /// meanwhile are queued for [`AcpDriver::next_event`], except while
+    /// `replay` is given: then `session/update` notifications go there.
+    async fn request(
+        &mut self,
+        method: &str,
+        params: Value,
+        mut replay: Option<&mut Vec<Value>>,
+    ) -> Result<Value, DriverError> {
+        let id = self.send_request(method, params).await?;
+        loop {
+            let msg = self.receive().await?;
+            if Self::is_response_to(&msg, id) {
+                return Self::result_of(method, &msg);
+            }
+            match replay.as_deref_mut() {
+                Some(r) if msg.get("method").and_then(Value::as_str) == Some("session/update") => {
+                    r.push(msg);
+                }
+                _ => self.queue.push_back(msg),
+            }
+        }
+    }
+
+    /// The handshake; the agent must be able to load sessions.
+    pub async fn initialize(&mut self) -> Result<(), DriverError> {
+        let result = self
+            .request(
+                "initialize",
+                json!({
+                    "protocolVersion": PROTOCOL_VERSION,
+                    "clientCapabilities": {
+                        "fs": { "readTextFile": true, "writeTextFile": true },
+                        "terminal": true,
+                    },
+                    "clientInfo": { "name": "runnerd", "version": env!("CARGO_PKG_VERSION") },
+                }),
+                None,
+            )
+            .await?;
+        if result.pointer("/agentCapabilities/loadSession") != Some(&Value::Bool(true)) {
+            return Err(DriverError::Protocol(
+                "the agent cannot load sessions (agentCapabilities.loadSession), so a lost turn could never be looked up".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `session/new` in `cwd`.
+    pub async fn open_conversation(&mut self, cwd: &str) -> Result<String, DriverError> {
+        let result = self
+            .request(
+                "session/new",
+                json!({ "cwd": cwd, "mcpServers": [] }),
+                None,
+            )
+            .await?;
+        let id = result
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .ok_or_else(|| DriverError::Protocol("session/new: missing sessionId".to_owned()))?;
+        self.loaded.insert(id.clone());
+        self.cwds.insert(id.clone(), cwd.to_owned());
+        Ok(id)
+    }
+
+    async fn load(&mut self, session: &str, cwd: &str) -> Result<Vec<Value>, DriverError> {
+        let mut replay = Vec::new();
+        self.request(
+            "session/load",
+            json!({ "sessionId": session, "cwd": cwd, "mcpServers": [] }),
+            Some(&mut replay),
+        )
+        .await?;
+        self.loaded.insert(session.to_owned());
+        self.cwds.insert(session.to_owned(), cwd.to_owned());
+        self.restored = true;
+        Ok(replay)
+    }
+
+    /// `session/load` unless this process already has the session.
+    pub async fn resume_conversation(&mut self, session: &str, cwd: &str) -> Result<(), DriverError> {
+        if self.loaded.contains(session) {
+            return Ok(());
+        }
+        self.load(session, cwd).await.map(drop)
+    }
+
+    /// `session/prompt` with `_meta.messageId`; returns once the agent echoed
+    /// the user message.
+    pub async fn start_turn(
+        &mut self,
+        session: &str,
+        text: &str,
+        client_id: &str,
+    ) -> Result<String, DriverError> {
+        let id = self
+            .send_request(
+                "session/prompt",
+                json!({
+                    "sessionId": session,
+                    "prompt": [{ "type": "text", "text": text }],
+                    "_meta": { "messageId": client_id },
+                }),
+            )
+            .await?;
+        self.active = Some((id, client_id.to_owned()));
+        loop {
+            let msg = self.receive().await?;
+            if Self::is_response_to(&msg, id) {
+                // The turn ended (or was refused) before it was echoed.
+                self.active = None;
+                Self::result_of("session/prompt", &msg)?;
+                return Err(DriverError::Protocol(
+                    "session/prompt ended without echoing the user message".to_owned(),
+                ));
+            }
+            if user_message_id(&msg) == Some(client_id) {
+                return Ok(client_id.to_owned());
+            }
+            self.queue.push_back(msg);
+        }
+    }
+
+    /// Was the turn recorded? A fresh `session/load` replay, searched for the
+    /// user message id. Recorded turns are reported `interrupted`: a replay
+    /// cannot prove completion.
+    pub async fn lookup_turn(
+        &mut self,
+        session: &str,
+        by: &TurnLookup,
+    ) -> Result<Option<(String, String)>, DriverError> {
+        let id = match by {
+            TurnLookup::ClientId(id) | TurnLookup::TurnId(id) => id.clone(),
+        };
+        let cwd = match self.cwds.get(session) {
+            Some(c) => c.clone(),
+            None => std::env::current_dir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| "/".to_owned()),
+        };
+        let replay = self.load(session, &cwd).await?;
+        let found = replay
+            .iter()
+            .any(|m| user_message_id(m) == Some(id.as_str()));
+        Ok(found.then(|| (id, "interrupted".to_owned())))
+    }
+
+    fn key(&self, request_id: &Value) -> String {
+        let raw = match request_id {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        if self.restored {
+            format!("r{}:{raw}", self.namespace)
+        } else {
+            raw
+        }
+    }
+
+    /// The next event of the turn in progress.
+    pub async fn next_event(&mut self) -> Result<ProviderEvent, DriverError> {
+        let msg = match self.queue.pop_front() {
+            Some(m) => m,
+            None => self.receive().await?,
+        };
+        let method = msg
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let params = msg.get("params").cloned().unwrap_or(Value::Null);
+        let turn_id = self
+            .active
+            .as_ref()
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default();
+        if method.is_empty() {
+            if let Some((id, client)) = self.active.clone()
+                && Self::is_response_to(&msg, id)
+            {
+                self.active = None;
+                let result = Self::result_of("session/prompt", &msg)?;
+                let status = match result.get("stopReason").and_then(Value::as_str) {
+                    Some("end_turn") => "completed",
+                    Some("cancelled") => "interrupted",
+                    Some(_) => "failed",
+                    None => {
+                        return Err(DriverError::Protocol(
+                            "session/prompt: missing stopReason".to_owned(),
+                        ));
+                    }
+                };
+                return Ok(ProviderEvent::TurnCompleted {
+                    turn_id: client,
+                    status: status.to_owned(),
+                });
+            }
+            return Ok(ProviderEvent::Other(String::new()));
+        }
+        let Some(request_id) = msg.get("id").cloned() else {
+            if method == "session/update" {
+                let update = params.get("update").cloned().unwrap_or(Value::Null);
+                let kind = update
+                    .get("sessionUpdate")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                let done = matches!(
+                    update.get("status").and_then(Value::as_str),
+                    Some("completed" | "failed")
+                );
+                if kind == "tool_call_update" && done {
+                    let mut item = serde_json::Map::new();
+                    item.insert("type".into(), json!("toolCall"));
+                    for k in ["toolCallId", "status", "title"] {
+                        if let Some(v) = update.get(k) {
+                            item.insert(k.into(), v.clone());
+                        }
+                    }
+                    return Ok(ProviderEvent::ItemCompleted {
+                        turn_id,
+                        item: Value::Object(item),
+                    });
+                }
+                return Ok(ProviderEvent::Other(format!("session/update {kind}")));
+            }
+            return Ok(ProviderEvent::Other(method));
+        };
+        let s = |k: &str| {
+            params
+                .get(k)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_default()
+        };
+        let call = match method.as_str() {
+            "session/request_permission" => {
+                let options = params
+                    .get("options")
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default();
+                let pick = |kinds: &[&str]| {
+                    kinds.iter().find_map(|k| {
+                        options
+                            .iter()
+                            .find(|o| o.get("kind").and_then(Value::as_str) == Some(k))
+                            .and_then(|o| o.get("optionId").and_then(Value::as_str))
+                            .map(str::to_owned)
+                    })
+                };
+                let allow = pick(&["allow_once", "allow_always"]);
+                let reject = pick(&["reject_once", "reject_always"]);
+                self.permissions
+                    .insert(request_id.to_string(), (allow, reject));
+                let summary = params
+                    .pointer("/toolCall/title")
+                    .cloned()
+                    .or_else(|| params.pointer("/toolCall/toolCallId").cloned())
+                    .unwrap_or(Value::Null);
+                return Ok(ProviderEvent::Request {
+                    request_id,
+                    method,
+                    turn_id,
+                    summary,
+                });
+            }
+            "terminal/create" => ClientCall::TerminalCreate {
+                command: s("command"),
+                args: params
+                    .get("args")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .map(str::to_owned)
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                env: params
+                    .get("env")
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|e| {
+                                Some((
+                                    e.get("name")?.as_str()?.to_owned(),
+                                    e.get("value")?.as_str()?.to_owned(),
+                                ))
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                cwd: params
+                    .get("cwd")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            },
+            "terminal/wait_for_exit" => ClientCall::TerminalWait {
+                terminal_id: s("terminalId"),
+            },
+            "terminal/output" => ClientCall::TerminalOutput {
+                terminal_id: s("terminalId"),
+            },
+            "terminal/kill" => ClientCall::TerminalKill {
+                terminal_id: s("terminalId"),
+            },
+            "terminal/release" => ClientCall::TerminalRelease {
+                terminal_id: s("terminalId"),
+            },
+            "fs/write_text_file" => ClientCall::WriteTextFile {
+                path: s("path"),
+                content: s("content"),
+            },
+            "fs/read_text_file" => ClientCall::ReadTextFile { path: s("path") },
+            _ => return Ok(ProviderEvent::UnsupportedRequest { request_id, method }),
+        };
+        let key = self.key(&request_id);
+        Ok(ProviderEvent::ClientTool {
+            request_id,
+            key,
+            call,
+        })
+    }
+
+    /// Answers a permission request: `accept` picks the allow option,
+    /// `decline` the reject option.
+    pub async fn answer(&mut self, request_id: &Value, decision: &str) -> Result<(), DriverError> {
+        let (allow, reject) = self
+            .permissions
+            .remove(&request_id.to_string())
+            .unwrap_or_default();
+        let option = if decision == "accept" { allow } else { reject };
+        let outcome = match option {
+            Some(id) => json!({ "outcome": "selected", "optionId": id }),
+            None => json!({ "outcome": "cancelled" }),
+        };
+        self.send(&json!({ "jsonrpc": "2.0", "id": request_id, "result": { "outcome": outcome } }))
+            .await
+    }
+
+    /// Answers a client tool request.
+    pub async fn respond_tool(
+        &mut self,
+        request_id: &Value,
+        result: Result<Value, String>,
+    ) -> Result<(), DriverError> {
+        let msg = match result {
+            Ok(v) => json!({ "jsonrpc": "2.0", "id": request_id, "result": v }),
+            Err(message) => json!({
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "error": { "code": -32603, "message": message },
+            }),
+        };
+        self.send(&msg).await
+    }
+
+    /// Answers an unsupported request with `method not found`.
+    pub async fn reject(&mut self, request_id: &Value, method: &str) -> Result<(), DriverError> {
+        self.send(&json!({
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "error": { "code": -32601, "message": format!("runnerd does not handle {method}") },
+        }))
+        .await
+    }
+}
+
+/// The message id of a `user_message_chunk` update (`messageId`, or
+/// `_meta.messageId`), if `msg` is one.
+fn user_message_id(msg: &Value) -> Option<&str> {
+    if msg.get("method").and_then(Value::as_str) != Some("session/update") {
+        return None;
+    }
+    let update = msg.pointer("/params/update")?;
+    if update.get("sessionUpdate").and_then(Value::as_str) != Some("user_message_chunk") {
+        return None;
+    }
+    update
+        .get("messageId")
+        .and_then(Value::as_str)
+        .or_else(|| update.pointer("/_meta/messageId").and_then(Value::as_str))
+}
+
+/// The cut-point slug of a message: its method, or `response`/`error`.
+fn kind_slug(msg: &Value) -> String {
+    match msg.get("method").and_then(Value::as_str) {
+        Some(m) => cutpoint::slug(m),
+        None if msg.get("error").is_some() => "error".to_owned(),
+        None => "response".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_message_ids_are_read_from_either_place() {
+        let m = json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"x"},"messageId":"m1"}}});
+        assert_eq!(user_message_id(&m), Some("m1"));
+        let m = json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":"x"},"_meta":{"messageId":"m2"}}}});
+        assert_eq!(user_message_id(&m), Some("m2"));
+        let m = json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"messageId":"m1"}}});
+        assert_eq!(user_message_id(&m), None);
+    }
+}
