@@ -49,6 +49,16 @@ pub const FAIL_CLOSED: &[&str] = &[
     "continuation_exhausted",
 ];
 
+/// Whether a profile's "was this turn recorded?" lookup can tell a completed
+/// turn from an interrupted one. ACP cannot (a `session/load` replay shows the
+/// user message, not the turn's end), so its runner continues a recorded,
+/// accepted turn instead of adopting it; the continuation never re-sends the
+/// message and the provider skips effects already done. Unknown profiles are
+/// held to the precise rule.
+pub fn proves_completion(profile: &str) -> bool {
+    profile != "runner-acpx-claude"
+}
+
 /// The expected `recoverable` flag of a cause, or `None` outside the set.
 pub fn recoverable(code: &str) -> Option<bool> {
     CAUSES.iter().find(|(c, _)| *c == code).map(|(_, r)| *r)

@@ -255,6 +255,13 @@ impl Evidence {
             .collect()
     }
 
+    /// The profile of the cell (from its scenario id), if known.
+    pub fn profile(&self) -> Option<&str> {
+        self.spec
+            .as_ref()
+            .and_then(|s| s.scenario_id.split('.').nth(1))
+    }
+
     /// The final task state.
     pub fn state(&self) -> &str {
         self.task["state"].as_str().unwrap_or("unknown")

@@ -97,9 +97,16 @@ enum Command {
         /// Only these bugs (comma-separated).
         #[arg(long)]
         bugs: Option<String>,
-        /// Cells per bug (sampled by seed); all by default.
+        /// Cells per bug and profile (sampled by seed); all by default.
         #[arg(long)]
         budget: Option<usize>,
+        /// Only these profiles (comma-separated); all by default.
+        #[arg(long)]
+        profiles: Option<String>,
+        /// Run every cell for every bug (counts every failing cell) instead
+        /// of stopping at the first catch.
+        #[arg(long)]
+        full: bool,
     },
     /// Drive the fake Codex provider through a turn and a crash sweep.
     Demo,
@@ -362,10 +369,22 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             println!("{}", report::summary_markdown(&merged));
             Ok(exit_for(merged.verdict()))
         }
-        Command::Mutants { jobs, bugs, budget } => {
-            harness::mutants::run(exe, &common.scenarios, jobs, bugs.as_deref(), budget)
-                .map_err(|e| harness_err(format!("{e:#}")))
-        }
+        Command::Mutants {
+            jobs,
+            bugs,
+            budget,
+            profiles,
+            full,
+        } => harness::mutants::run(
+            exe,
+            &common.scenarios,
+            jobs,
+            bugs.as_deref(),
+            budget,
+            profiles.as_deref(),
+            full,
+        )
+        .map_err(|e| harness_err(format!("{e:#}"))),
     }
 }
 

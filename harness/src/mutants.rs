@@ -1,10 +1,14 @@
-//! `turncut mutants`: the default wave against every seeded bug of runnerd.
+//! `turncut mutants`: the default wave against every seeded bug of runnerd,
+//! per profile.
 //!
 //! It builds runnerd with the `seeded-bugs` feature into its own target
 //! directory (`target/seeded`, so the release `runnerd` never contains a bug),
-//! runs the wave once per bug with `--seeded-bug NAME`, and once with no bug as
-//! the control, and prints bug → oracles that caught it → failing cells. It
-//! exits 0 only when every bug is caught and the control passes.
+//! runs each profile's part of the wave once per bug with `--seeded-bug NAME`,
+//! and once with no bug as the control, and prints bug × profile → oracles
+//! that caught it → failing cells. A bug's run stops at its first caught cell
+//! unless `--full` asks for every cell (the control always runs in full). It
+//! exits 0 only when every bug is caught on every profile and the control
+//! passes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -70,6 +74,8 @@ pub fn build_seeded() -> anyhow::Result<PathBuf> {
 pub struct Row {
     /// The bug (`(none)` for the control).
     pub bug: String,
+    /// The profile.
+    pub profile: String,
     /// Cells run.
     pub cells: usize,
     /// Oracle name → failing cells.
@@ -87,13 +93,31 @@ pub fn run(
     jobs: usize,
     only: Option<&str>,
     budget: Option<usize>,
+    profiles: Option<&str>,
+    full: bool,
 ) -> anyhow::Result<i32> {
     let dir = scenarios_dir
         .clone()
         .unwrap_or_else(plan::default_scenarios_dir);
     let scenarios = scenario::load_dir(&dir)?;
     let bin = build_seeded()?;
-    let ids: Vec<String> = scenarios.iter().flat_map(|s| s.ids()).collect();
+    let mut by_profile: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for s in &scenarios {
+        for p in &s.profiles {
+            by_profile.entry(p.clone()).or_default().push(s.id(p));
+        }
+    }
+    if let Some(list) = profiles {
+        let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+        for w in &wanted {
+            anyhow::ensure!(
+                by_profile.contains_key(*w),
+                "no built-in scenario runs profile {w}; profiles are {}",
+                by_profile.keys().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        by_profile.retain(|p, _| wanted.contains(&p.as_str()));
+    }
     let selected: Vec<&str> = match only {
         Some(list) => {
             let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
@@ -111,63 +135,67 @@ pub fn run(
     let mut rows = Vec::new();
     let started = Instant::now();
     for bug in std::iter::once("(none)").chain(selected.iter().copied()) {
-        let mut env = CellEnv::new(exe, &dir);
-        // A healthy cell settles in well under a second; a bug that strands
-        // a task should cost seconds, not the default wait.
-        env.wait_ms = 2_000;
-        env.runner_cmd = vec![bin.display().to_string()];
-        if bug != "(none)" {
-            env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
-        }
-        let seed = 7;
-        let cells = wave::plan_cells(&env, &scenarios, &ids, seed, true)?;
-        let cells = plan::sample(cells, budget, seed);
-        let finished = wave::run_cells(&env, &scenarios, &cells, jobs);
-        let mut row = Row {
-            bug: bug.to_owned(),
-            cells: finished.len(),
-            caught_by: BTreeMap::new(),
-            failing: 0,
-            example: None,
-        };
-        for f in &finished {
-            if f.result.verdict == Verdict::Pass {
-                continue;
+        for (profile, ids) in &by_profile {
+            let mut env = CellEnv::new(exe, &dir);
+            // A healthy cell settles in well under a second; a bug that
+            // strands a task should cost seconds, not the default wait.
+            env.wait_ms = 2_000;
+            env.runner_cmd = vec![bin.display().to_string()];
+            if bug != "(none)" {
+                env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
             }
-            row.failing += 1;
-            row.example.get_or_insert_with(|| f.result.spec.name());
-            for o in f
-                .result
-                .oracles
+            let seed = 7;
+            let cells = wave::plan_cells(&env, &scenarios, ids, seed, true)?;
+            let cells = plan::sample(cells, budget, seed);
+            let stop = (bug != "(none)" && !full).then_some(1);
+            let finished = wave::run_cells_until(&env, &scenarios, &cells, jobs, stop);
+            let mut row = Row {
+                bug: bug.to_owned(),
+                profile: profile.clone(),
+                cells: finished.len(),
+                caught_by: BTreeMap::new(),
+                failing: 0,
+                example: None,
+            };
+            for f in &finished {
+                if f.result.verdict == Verdict::Pass {
+                    continue;
+                }
+                row.failing += 1;
+                row.example.get_or_insert_with(|| f.result.spec.name());
+                for o in f
+                    .result
+                    .oracles
+                    .iter()
+                    .filter(|o| o.verdict == Verdict::Fail)
+                {
+                    *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
+                }
+                if f.result.error.is_some() {
+                    *row.caught_by.entry("harness-error".into()).or_default() += 1;
+                }
+            }
+            let by: Vec<String> = row
+                .caught_by
                 .iter()
-                .filter(|o| o.verdict == Verdict::Fail)
-            {
-                *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
-            }
-            if f.result.error.is_some() {
-                *row.caught_by.entry("harness-error".into()).or_default() += 1;
-            }
+                .map(|(o, n)| format!("{o} ({n})"))
+                .collect();
+            eprintln!(
+                "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
+                row.failing,
+                row.cells,
+                if by.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    by.join(", ")
+                },
+                started.elapsed().as_secs_f64()
+            );
+            rows.push(row);
         }
-        let by: Vec<String> = row
-            .caught_by
-            .iter()
-            .map(|(o, n)| format!("{o} ({n})"))
-            .collect();
-        eprintln!(
-            "{bug}: {} of {} cells not passing; caught by {} ({:.0} s so far)",
-            row.failing,
-            row.cells,
-            if by.is_empty() {
-                "nothing".to_owned()
-            } else {
-                by.join(", ")
-            },
-            started.elapsed().as_secs_f64()
-        );
-        rows.push(row);
     }
-    println!("| bug | caught by (failing cells) | failing / cells | example |");
-    println!("|---|---|---|---|");
+    println!("| bug | profile | caught by (failing cells) | failing / cells run | example |");
+    println!("|---|---|---|---|---|");
     let mut ok = true;
     for r in &rows {
         let by: Vec<String> = r
@@ -183,9 +211,10 @@ pub fn run(
         };
         ok &= good;
         println!(
-            "| {}{} | {} | {} / {} | {} |",
+            "| {}{} | {} | {} | {} / {} | {} |",
             r.bug,
             if good { "" } else { " **NOT OK**" },
+            r.profile,
             if by.is_empty() {
                 "—".to_owned()
             } else {

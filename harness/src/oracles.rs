@@ -462,6 +462,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
             && recorded
                 .get(t)
                 .is_some_and(|(s, _, _)| s.as_deref() == Some("completed"))
+            && e.profile().is_none_or(contract::proves_completion)
         {
             j.fail(
                 format!("turn {t} was continued although the provider had completed it: it should be adopted (events#{seq})"),
@@ -927,6 +928,65 @@ mod tests {
         e.task["runs"][0]["cause"] =
             json!({ "code": "continuation_exhausted", "recoverable": false, "message": "x" });
         assert_only_fails(&e, "contract", "without a continuation");
+    }
+
+    #[test]
+    fn continuing_a_completed_turn_is_wrong_except_where_the_protocol_cannot_tell() {
+        // The runner continued turn pt1 although the provider completed it.
+        let continued = |profile: &str| {
+            let mut e = good();
+            e.spec.as_mut().unwrap().scenario_id = format!("everyday.{profile}.local.single");
+            e.events.insert(
+                3,
+                event(
+                    4,
+                    "turn.failed",
+                    json!({ "turn_row": 1, "provider_turn_id": "pt1", "cause": { "code": "provider_turn_lost_on_restore", "recoverable": true, "message": "x" } }),
+                ),
+            );
+            for (i, ev) in e.events.iter_mut().enumerate() {
+                ev["seq"] = json!(i + 1);
+            }
+            e
+        };
+        assert_only_fails(&continued("runner-codex"), "contract", "should be adopted");
+        assert_only_fails(&continued("runner-opencode"), "contract", "should be adopted");
+        // ACP's session/load replay cannot show completion: continuing is the
+        // documented safe side there.
+        let results = judge(&continued("runner-acpx-claude"));
+        assert_eq!(verdict(&results, "contract").0, Verdict::Pass, "{results:#?}");
+    }
+
+    #[test]
+    fn evidence_reads_turn_starts_of_every_protocol() {
+        let mut e = good();
+        e.journal = vec![
+            turn_start("m1", "Create hello.txt"),
+            entry(
+                EntryKind::In,
+                None,
+                json!({ "jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": { "sessionId": "s", "prompt": [{ "type": "text", "text": "hi" }], "_meta": { "messageId": "m2" } } }),
+            ),
+            entry(
+                EntryKind::In,
+                None,
+                json!({ "method": "POST", "path": "/session/ses_1/prompt_async", "body": { "messageID": "msg_0190a1b2c3d4e5f6_m3__continuation", "parts": [{ "type": "text", "text": "[turncut:continue] go" }] } }),
+            ),
+        ];
+        let starts: Vec<(Option<String>, String)> = e
+            .turn_starts()
+            .into_iter()
+            .map(|s| (s.client_id, s.text))
+            .collect();
+        assert_eq!(
+            starts,
+            vec![
+                (Some("m1".into()), "Create hello.txt".into()),
+                (Some("m2".into()), "hi".into()),
+                (Some("m3#continuation".into()), "[turncut:continue] go".into()),
+            ]
+        );
+        assert_eq!(crate::evidence::controller_id("msg_zz_m1"), "msg_zz_m1");
     }
 
     #[test]

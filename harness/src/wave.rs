@@ -62,6 +62,18 @@ pub fn run_cells(
     cells: &[CellSpec],
     jobs: usize,
 ) -> Vec<Finished> {
+    run_cells_until(env, scenarios, cells, jobs, None)
+}
+
+/// Like [`run_cells`], but stops taking new cells once `stop_after` cells
+/// did not pass (cells already running finish).
+pub fn run_cells_until(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    cells: &[CellSpec],
+    jobs: usize,
+    stop_after: Option<usize>,
+) -> Vec<Finished> {
     let bar = if std::io::stderr().is_terminal() {
         let pb = indicatif::ProgressBar::new(cells.len() as u64);
         pb.set_style(
@@ -82,6 +94,9 @@ pub fn run_cells(
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
                 loop {
+                    if stop_after.is_some_and(|n| failed.load(Ordering::SeqCst) >= n) {
+                        return;
+                    }
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(spec) = cells.get(i) else { return };
                     let finished = match scenario::find(scenarios, &spec.scenario_id) {

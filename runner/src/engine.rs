@@ -1077,6 +1077,17 @@ impl Engine {
                     .stderr(std::process::Stdio::piped())
                     .process_group(0)
                     .kill_on_drop(true);
+                // SAFETY: prctl is async-signal-safe and touches only the
+                // child. A tool dies with the runner: after a crash its
+                // outcome is uncertain and nothing of it keeps running.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
                 if let Some(p) = profile {
                     cmd.env_remove(&p.credential_env);
                 }

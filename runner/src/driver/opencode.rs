@@ -1,71 +1,663 @@
-//! The OpenCode driver (HTTP + SSE). Placeholder: replaced by the real driver.
+//! The OpenCode driver: HTTP and the `GET /event` SSE stream of an `opencode serve`
+//! process (or `fake-provider opencode`) on loopback.
+//!
+//! The provider prints `… listening on http://HOST:PORT` on stdout; [`OpenCodeDriver::attach`]
+//! reads that line, then keeps draining stdout, and every later call reports
+//! [`DriverError::Exited`] once stdout hits EOF (the process is gone). Every HTTP call and
+//! every wait for an event is bounded by the idle timeout ([`DriverError::Unresponsive`]);
+//! a refused or reset connection, or the end of the event stream, is `Exited`.
+//!
+//! Turns: `POST /session/{id}/prompt_async` with a client-chosen `messageID`; the message id
+//! is the provider's turn id, and "was this turn recorded?" is
+//! `GET /session/{id}/message/{messageID}`. A recorded turn is `completed` when the
+//! assistant message whose `parentID` is that message has `time.completed` and no `error`,
+//! and `interrupted` otherwise (no answer, an aborted one, or one left unfinished by a
+//! server that died), the safe side for the recovery contract.
+//!
+//! **Message id encoding** (the harness decodes it): [`OpenCodeDriver::client_id`] returns
+//! `msg_{hex:016x}_{message_id}` for a primary turn and
+//! `msg_{hex:016x}_{message_id}__continuation` for the one continuation of a lost turn,
+//! where `hex` is `(unix ms << 12) | counter`, strictly increasing within the runner process
+//! and greater than the hex of every `msg_<16 hex>…` id this driver has seen from the
+//! provider (resume, lookups, events). OpenCode ids are time-ordered and a message must
+//! sort after the session's existing ones, which the leading hex guarantees.
+//!
+//! Permissions (`permission.asked`) are the only provider requests; they are answered with
+//! `POST /permission/{id}/reply` (`once` or `reject`). HTTP has no unsupported server
+//! requests, so [`OpenCodeDriver::reject`] declines the permission. The driver keeps no
+//! durable state and makes no recovery decision.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Child;
+use tokio::sync::mpsc;
 
 use super::{DriverError, ProviderEvent, TurnLookup};
 
-/// A live OpenCode server.
-pub struct OpenCodeDriver {
-    _idle: Duration,
+/// Longest SSE event accepted from the provider.
+const EVENT_BYTES_MAX: usize = 8 << 20;
+
+/// Longest stdout line read while looking for the listening address.
+const LINE_BYTES_MAX: usize = 64 << 10;
+
+/// Suffix of the client id of a continuation turn.
+pub const CONTINUATION_SUFFIX: &str = "__continuation";
+
+/// The last hex value issued by [`OpenCodeDriver::client_id`] in this process.
+static LAST_ISSUED: AtomicU64 = AtomicU64::new(0);
+
+enum Sse {
+    Event(Value),
+    Malformed(String),
+    Eof,
 }
 
-fn todo() -> DriverError {
-    DriverError::Protocol("the opencode driver is not built yet".to_owned())
+struct ActiveTurn {
+    session: String,
+    message_id: String,
+}
+
+/// A live OpenCode server.
+pub struct OpenCodeDriver {
+    base: String,
+    http: reqwest::Client,
+    idle: Duration,
+    /// Set when the provider's stdout hits EOF.
+    exited: Arc<AtomicBool>,
+    events: Option<mpsc::UnboundedReceiver<Sse>>,
+    events_ended: bool,
+    active: Option<ActiveTurn>,
+    /// The largest `msg_<16 hex>` value seen from the provider.
+    max_seen: u64,
+    /// Assistant messages of the active session by `parentID`, from `message.updated`.
+    answers: HashMap<String, Value>,
+    /// The last `session.error` of the active session.
+    session_error: Option<Value>,
 }
 
 impl OpenCodeDriver {
-    /// Reads the listening address from the child's stdout and connects.
-    pub async fn attach(_child: &mut Child, idle: Duration) -> Result<OpenCodeDriver, DriverError> {
-        Err(DriverError::Protocol(format!(
-            "the opencode driver is not built yet ({idle:?})"
-        )))
+    /// Reads the listening address from the child's stdout (taken) and connects.
+    pub async fn attach(child: &mut Child, idle: Duration) -> Result<OpenCodeDriver, DriverError> {
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| DriverError::Protocol("the provider's stdout is not piped".into()))?;
+        let mut reader = BufReader::new(stdout);
+        let base = tokio::time::timeout(idle, async {
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = read_line_bounded(&mut reader, &mut line)
+                    .await
+                    .map_err(|_| DriverError::Exited)?;
+                if n == 0 {
+                    return Err(DriverError::Exited);
+                }
+                let text = String::from_utf8_lossy(&line);
+                if let Some(at) = text.find("listening on http://") {
+                    let url = text[at + "listening on ".len()..].trim();
+                    return Ok(url.trim_end_matches('/').to_owned());
+                }
+            }
+        })
+        .await
+        .map_err(|_| unresponsive(idle))??;
+        let exited = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&exited);
+        tokio::spawn(async move {
+            // Drain stdout so the provider never blocks on a full pipe; EOF means it died.
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut reader, &mut sink).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .map_err(|e| DriverError::Protocol(format!("failed to build the HTTP client: {e}")))?;
+        Ok(OpenCodeDriver {
+            base,
+            http,
+            idle,
+            exited,
+            events: None,
+            events_ended: false,
+            active: None,
+            max_seen: 0,
+            answers: HashMap::new(),
+            session_error: None,
+        })
     }
-    /// The handshake (health, event stream).
+
+    /// The handshake: `GET /global/health`, then the `GET /event` stream, up to
+    /// `server.connected`, before any prompt so no event of a turn is missed.
     pub async fn initialize(&mut self) -> Result<(), DriverError> {
-        Err(todo())
+        let (status, body) = self.call("health", Method::GET, "/global/health", None).await?;
+        if status != 200 || body.as_ref().and_then(|b| b.get("healthy")) != Some(&json!(true)) {
+            return Err(DriverError::Protocol(format!(
+                "GET /global/health answered {status}: {}",
+                body.unwrap_or(Value::Null)
+            )));
+        }
+        self.open_events().await?;
+        match self.receive().await? {
+            ev if ev["type"] == "server.connected" => Ok(()),
+            ev => Err(DriverError::Protocol(format!(
+                "the event stream began with {} instead of server.connected",
+                ev["type"]
+            ))),
+        }
     }
-    /// A time-ordered OpenCode message id carrying the controller's id.
+
+    /// A time-ordered OpenCode message id carrying the controller's id (see the module docs).
     pub fn client_id(&mut self, message_id: &str, continuation: bool) -> String {
-        format!("msg_{message_id}{continuation}")
+        let hex = next_hex(self.max_seen);
+        let suffix = if continuation { CONTINUATION_SUFFIX } else { "" };
+        format!("msg_{hex:016x}_{message_id}{suffix}")
     }
+
     /// `POST /session`.
     pub async fn open_conversation(&mut self, _cwd: &str) -> Result<String, DriverError> {
-        Err(todo())
+        let what = "POST /session";
+        let (status, body) = self
+            .call("session_create", Method::POST, "/session", Some(json!({})))
+            .await?;
+        let body = expect(what, status, 200, body)?;
+        str_at(&body, "/id", what)
     }
-    /// `GET /session/{id}`.
-    pub async fn resume_conversation(&mut self, _id: &str) -> Result<(), DriverError> {
-        Err(todo())
+
+    /// `GET /session/{id}`, then its messages, to learn the largest message id.
+    pub async fn resume_conversation(&mut self, id: &str) -> Result<(), DriverError> {
+        let path = format!("/session/{id}");
+        let (status, body) = self.call("session_get", Method::GET, &path, None).await?;
+        expect("GET /session/{sessionID}", status, 200, body)?;
+        self.messages(id).await?;
+        Ok(())
     }
-    /// `POST /session/{id}/prompt_async`.
+
+    /// `POST /session/{id}/prompt_async` with `messageID` = `client_id`; the message id is
+    /// the turn id.
     pub async fn start_turn(
         &mut self,
-        _conversation: &str,
-        _text: &str,
-        _client_id: &str,
+        conversation: &str,
+        text: &str,
+        client_id: &str,
     ) -> Result<String, DriverError> {
-        Err(todo())
+        let path = format!("/session/{conversation}/prompt_async");
+        let body = json!({ "messageID": client_id, "parts": [{ "type": "text", "text": text }] });
+        self.active = Some(ActiveTurn {
+            session: conversation.to_owned(),
+            message_id: client_id.to_owned(),
+        });
+        self.answers.clear();
+        self.session_error = None;
+        let (status, reply) = self
+            .call("prompt_async", Method::POST, &path, Some(body))
+            .await?;
+        if status != 204 {
+            self.active = None;
+            return Err(rpc("POST /session/{sessionID}/prompt_async", status, reply));
+        }
+        note_id(&mut self.max_seen, client_id);
+        Ok(client_id.to_owned())
     }
-    /// `GET /session/{id}/message/{messageID}`.
+
+    /// `GET /session/{id}/message/{messageID}` (404: not recorded), then the session's
+    /// messages for the status of its answer.
     pub async fn lookup_turn(
         &mut self,
-        _conversation: &str,
-        _by: &TurnLookup,
+        conversation: &str,
+        by: &TurnLookup,
     ) -> Result<Option<(String, String)>, DriverError> {
-        Err(todo())
+        let (TurnLookup::ClientId(id) | TurnLookup::TurnId(id)) = by;
+        if !id.starts_with("msg") {
+            // Not an OpenCode message id, so never one the provider recorded.
+            return Ok(None);
+        }
+        let path = format!("/session/{conversation}/message/{id}");
+        let (status, body) = self.call("message", Method::GET, &path, None).await?;
+        if status == 404 {
+            return Ok(None);
+        }
+        expect("GET /session/{sessionID}/message/{messageID}", status, 200, body)?;
+        let messages = self.messages(conversation).await?;
+        let answer = messages
+            .iter()
+            .map(|m| &m["info"])
+            .find(|i| i["role"] == "assistant" && i["parentID"] == id.as_str());
+        let status = match answer {
+            Some(info) => message_status(info, None),
+            None => "interrupted",
+        };
+        Ok(Some((id.clone(), status.to_owned())))
     }
-    /// The next SSE event of the turn.
+
+    /// The next event of the turn in progress, from the SSE stream.
     pub async fn next_event(&mut self) -> Result<ProviderEvent, DriverError> {
-        Err(todo())
+        let event = self.receive().await?;
+        let kind = event["type"].as_str().unwrap_or_default().to_owned();
+        let props = &event["properties"];
+        let session = props["sessionID"].as_str().unwrap_or_default();
+        let active = self
+            .active
+            .as_ref()
+            .filter(|a| a.session == session)
+            .map(|a| a.message_id.clone());
+        Ok(match (kind.as_str(), active) {
+            ("message.updated", Some(_)) => {
+                let info = &props["info"];
+                if info["role"] == "assistant"
+                    && let Some(parent) = info["parentID"].as_str()
+                {
+                    self.answers.insert(parent.to_owned(), info.clone());
+                }
+                ProviderEvent::Other(kind)
+            }
+            ("message.part.updated", Some(turn_id)) => {
+                let part = &props["part"];
+                let status = part["state"]["status"].as_str().unwrap_or_default();
+                if part["type"] == "tool" && matches!(status, "completed" | "error") {
+                    ProviderEvent::ItemCompleted {
+                        turn_id,
+                        item: summarize_tool(part),
+                    }
+                } else {
+                    ProviderEvent::Other(kind)
+                }
+            }
+            ("permission.asked", Some(turn_id)) => ProviderEvent::Request {
+                request_id: props["id"].clone(),
+                method: kind.clone(),
+                turn_id,
+                summary: json!({ "permission": props["permission"], "patterns": props["patterns"] }),
+            },
+            ("session.error", Some(_)) => {
+                self.session_error = Some(props["error"].clone());
+                ProviderEvent::Other(kind)
+            }
+            ("session.idle", Some(turn_id)) => {
+                let status = match self.answers.get(&turn_id) {
+                    Some(info) => message_status(info, self.session_error.as_ref()),
+                    None => match &self.session_error {
+                        Some(e) if e["name"] != "MessageAbortedError" => "failed",
+                        _ => "interrupted",
+                    },
+                };
+                self.active = None;
+                ProviderEvent::TurnCompleted {
+                    turn_id,
+                    status: status.to_owned(),
+                }
+            }
+            _ => ProviderEvent::Other(kind),
+        })
     }
-    /// `POST /permission/{id}/reply`.
-    pub async fn answer(&mut self, _request_id: &Value, _decision: &str) -> Result<(), DriverError> {
-        Err(todo())
+
+    /// `POST /permission/{id}/reply`: `accept` → `once`, `decline` → `reject`.
+    pub async fn answer(&mut self, request_id: &Value, decision: &str) -> Result<(), DriverError> {
+        let id = request_id
+            .as_str()
+            .ok_or_else(|| DriverError::Protocol(format!("permission id {request_id} is not a string")))?;
+        let reply = match decision {
+            "accept" => "once",
+            "acceptForSession" => "always",
+            "decline" | "cancel" => "reject",
+            other => {
+                return Err(DriverError::Protocol(format!(
+                    "no OpenCode permission reply for the decision {other:?}"
+                )));
+            }
+        };
+        let path = format!("/permission/{id}/reply");
+        let (status, body) = self
+            .call("permission_reply", Method::POST, &path, Some(json!({ "reply": reply })))
+            .await?;
+        expect("POST /permission/{requestID}/reply", status, 200, body).map(|_| ())
     }
-    /// Nothing to reject over HTTP.
-    pub async fn reject(&mut self, _request_id: &Value, _method: &str) -> Result<(), DriverError> {
-        Err(todo())
+
+    /// HTTP has no unsupported server requests; a request the runner will not handle is a
+    /// permission, and rejecting it declines it.
+    pub async fn reject(&mut self, request_id: &Value, _method: &str) -> Result<(), DriverError> {
+        self.answer(request_id, "decline").await
+    }
+
+    /// `GET /session/{id}/message`, noting every message id.
+    async fn messages(&mut self, session: &str) -> Result<Vec<Value>, DriverError> {
+        let what = "GET /session/{sessionID}/message";
+        let path = format!("/session/{session}/message");
+        let (status, body) = self.call("messages", Method::GET, &path, None).await?;
+        let body = expect(what, status, 200, body)?;
+        let Value::Array(list) = body else {
+            return Err(DriverError::Protocol(format!("{what} did not answer a list")));
+        };
+        for m in &list {
+            if let Some(id) = m["info"]["id"].as_str() {
+                note_id(&mut self.max_seen, id);
+            }
+        }
+        Ok(list)
+    }
+
+    /// One HTTP exchange, bounded by the idle timeout: `(status, JSON body or None)`.
+    /// Cut points: `runner.opencode.<slug>.sent` just before the request is written and
+    /// `runner.opencode.<slug>.received` once the whole response is in.
+    async fn call(
+        &mut self,
+        slug: &str,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Option<Value>), DriverError> {
+        if self.exited.load(Ordering::SeqCst) {
+            return Err(DriverError::Exited);
+        }
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(b) = &body {
+            request = request.json(b);
+        }
+        crate::engine::hit(&format!("runner.opencode.{slug}.sent"));
+        let exchange = async {
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            let bytes = response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, bytes))
+        };
+        let (status, bytes) = match tokio::time::timeout(self.idle, exchange).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) if e.is_timeout() => return Err(unresponsive(self.idle)),
+            Ok(Err(_)) => return Err(DriverError::Exited),
+            Err(_) => return Err(unresponsive(self.idle)),
+        };
+        let body = if bytes.iter().all(u8::is_ascii_whitespace) {
+            None
+        } else {
+            Some(serde_json::from_slice(&bytes).map_err(|e| {
+                DriverError::Protocol(format!("{path} answered {status} with a body that is not JSON ({e})"))
+            })?)
+        };
+        crate::engine::hit(&format!("runner.opencode.{slug}.received"));
+        Ok((status, body))
+    }
+
+    async fn open_events(&mut self) -> Result<(), DriverError> {
+        crate::engine::hit("runner.opencode.event.sent");
+        let request = self
+            .http
+            .get(format!("{}/event", self.base))
+            .header("accept", "text/event-stream")
+            .send();
+        let mut response = match tokio::time::timeout(self.idle, request).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => return Err(DriverError::Exited),
+            Err(_) => return Err(unresponsive(self.idle)),
+        };
+        if response.status() != 200 {
+            return Err(DriverError::Protocol(format!(
+                "GET /event answered {}",
+                response.status()
+            )));
+        }
+        crate::engine::hit("runner.opencode.event.received");
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            let mut buf: Vec<u8> = Vec::new();
+            loop {
+                let chunk = match response.chunk().await {
+                    Ok(Some(c)) => c,
+                    Ok(None) | Err(_) => break,
+                };
+                buf.extend_from_slice(&chunk);
+                while let Some(end) = find_blank_line(&buf) {
+                    let block: Vec<u8> = buf.drain(..end.1).collect();
+                    if let Some(sse) = parse_block(&block[..end.0]) {
+                        if tx.send(sse).is_err() {
+                            return;
+                        }
+                    }
+                }
+                if buf.len() > EVENT_BYTES_MAX {
+                    let _ = tx.send(Sse::Malformed("an event longer than the limit".into()));
+                    return;
+                }
+            }
+            let _ = tx.send(Sse::Eof);
+        });
+        self.events = Some(rx);
+        self.events_ended = false;
+        Ok(())
+    }
+
+    /// The next SSE event, bounded by the idle timeout; notes message ids it carries.
+    async fn receive(&mut self) -> Result<Value, DriverError> {
+        if self.events_ended {
+            return Err(DriverError::Exited);
+        }
+        let Some(events) = self.events.as_mut() else {
+            return Err(DriverError::Protocol("the event stream is not open; call initialize".into()));
+        };
+        let event = match tokio::time::timeout(self.idle, events.recv()).await {
+            Ok(Some(Sse::Event(v))) => v,
+            Ok(Some(Sse::Malformed(what))) => {
+                return Err(DriverError::Protocol(format!("the provider sent {what}")));
+            }
+            Ok(Some(Sse::Eof)) | Ok(None) => {
+                self.events_ended = true;
+                return Err(DriverError::Exited);
+            }
+            Err(_) => return Err(unresponsive(self.idle)),
+        };
+        let kind = event["type"].as_str().unwrap_or_default();
+        crate::engine::hit(&format!("runner.opencode.{}.received", cutpoint::slug(kind)));
+        for id in [
+            &event["properties"]["info"]["id"],
+            &event["properties"]["part"]["messageID"],
+        ] {
+            if let Some(id) = id.as_str() {
+                note_id(&mut self.max_seen, id);
+            }
+        }
+        Ok(event)
+    }
+}
+
+/// Reads one line of at most [`LINE_BYTES_MAX`] bytes (the rest of a longer line is
+/// dropped); returns the bytes consumed, 0 at EOF.
+async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(consumed);
+        }
+        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
+            Some(i) => (&buf[..=i], true),
+            None => (buf, false),
+        };
+        let room = LINE_BYTES_MAX.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let n = chunk.len();
+        reader.consume(n);
+        consumed += n;
+        if done {
+            return Ok(consumed);
+        }
+    }
+}
+
+/// The end of the first event block: (end of its text, end including the blank line).
+fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, i + 2));
+    let crlf = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|i| (i, i + 4));
+    match (lf, crlf) {
+        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The JSON of an SSE block's `data:` lines; `None` for a block without data (a comment).
+fn parse_block(block: &[u8]) -> Option<Sse> {
+    let text = String::from_utf8_lossy(block);
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        .collect();
+    if data.is_empty() {
+        return None;
+    }
+    Some(match serde_json::from_str::<Value>(&data.join("\n")) {
+        Ok(v) if v.is_object() && v["type"].is_string() => Sse::Event(v),
+        Ok(_) => Sse::Malformed("an event without a `type`".into()),
+        Err(e) => Sse::Malformed(format!("an event that is not JSON ({e})")),
+    })
+}
+
+/// The hex value of a `msg_<16 hex>…` id.
+fn id_hex(id: &str) -> Option<u64> {
+    let hex = id.strip_prefix("msg_")?.get(..16)?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
+fn note_id(max_seen: &mut u64, id: &str) {
+    if let Some(h) = id_hex(id) {
+        *max_seen = (*max_seen).max(h);
+    }
+}
+
+/// The next id value: `(unix ms << 12) | counter`, above everything issued in this process
+/// and above `floor`.
+fn next_hex(floor: u64) -> u64 {
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let now = now_ms << 12;
+    let mut issued = 0;
+    let _ = LAST_ISSUED.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |last| {
+        issued = now.max(last + 1).max(floor + 1);
+        Some(issued)
+    });
+    issued
+}
+
+/// `completed` for an answer with `time.completed` and no error; `interrupted` for an
+/// aborted or unfinished one; `failed` for any other error.
+fn message_status(info: &Value, session_error: Option<&Value>) -> &'static str {
+    let error = match &info["error"] {
+        Value::Null => session_error.cloned().unwrap_or(Value::Null),
+        e => e.clone(),
+    };
+    match (&error, info["time"]["completed"].is_null()) {
+        (Value::Null, false) => "completed",
+        (Value::Null, true) => "interrupted",
+        (e, _) if e["name"] == "MessageAbortedError" => "interrupted",
+        _ => "failed",
+    }
+}
+
+/// The part of a tool part worth keeping in the run log, never its whole output.
+fn summarize_tool(part: &Value) -> Value {
+    json!({
+        "type": "tool",
+        "id": part["id"],
+        "callID": part["callID"],
+        "tool": part["tool"],
+        "status": part["state"]["status"],
+    })
+}
+
+fn unresponsive(idle: Duration) -> DriverError {
+    DriverError::Unresponsive {
+        idle_ms: idle.as_millis() as u64,
+    }
+}
+
+fn rpc(what: &str, status: u16, body: Option<Value>) -> DriverError {
+    let body = body.unwrap_or(Value::Null);
+    let message = ["/message", "/data/message"]
+        .iter()
+        .find_map(|p| body.pointer(p).and_then(Value::as_str))
+        .map(str::to_owned)
+        .unwrap_or_else(|| body.to_string());
+    DriverError::Rpc {
+        method: what.to_owned(),
+        code: i64::from(status),
+        message,
+    }
+}
+
+fn expect(what: &str, status: u16, want: u16, body: Option<Value>) -> Result<Value, DriverError> {
+    if status != want {
+        return Err(rpc(what, status, body));
+    }
+    Ok(body.unwrap_or(Value::Null))
+}
+
+fn str_at(v: &Value, pointer: &str, what: &str) -> Result<String, DriverError> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| DriverError::Protocol(format!("{what}: missing {pointer}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_ids_are_time_ordered_and_embed_the_message_id() {
+        let a = next_hex(0);
+        let b = next_hex(0);
+        assert!(b > a);
+        let id = format!("msg_{a:016x}_m-1");
+        assert_eq!(id_hex(&id), Some(a));
+        let floor = u64::MAX / 2;
+        assert!(next_hex(floor) > floor);
+    }
+
+    #[test]
+    fn client_ids_sort_after_ids_seen() {
+        let seen = "msg_7fffffffffffff00_x";
+        let mut max = 0;
+        note_id(&mut max, seen);
+        note_id(&mut max, "msg_nothex");
+        let id = format!("msg_{:016x}_m-2{CONTINUATION_SUFFIX}", next_hex(max));
+        assert!(id.as_str() > seen, "{id} > {seen}");
+        assert!(id.ends_with("_m-2__continuation"), "{id}");
+    }
+
+    #[test]
+    fn sse_blocks_parse() {
+        let buf = b"data: {\"type\":\"a\",\"properties\":{}}\n\n: comment\n\ndata: x";
+        let (end, next) = find_blank_line(buf).unwrap();
+        assert!(matches!(parse_block(&buf[..end]), Some(Sse::Event(v)) if v["type"] == "a"));
+        let rest = &buf[next..];
+        let (end, _) = find_blank_line(rest).unwrap();
+        assert!(parse_block(&rest[..end]).is_none());
+        assert!(matches!(parse_block(b"data: {"), Some(Sse::Malformed(_))));
+    }
+
+    #[test]
+    fn statuses_come_from_the_answer() {
+        let done = json!({ "time": { "created": 1, "completed": 2 } });
+        assert_eq!(message_status(&done, None), "completed");
+        let cut = json!({ "time": { "created": 1 } });
+        assert_eq!(message_status(&cut, None), "interrupted");
+        let aborted = json!({ "time": { "created": 1, "completed": 2 },
+            "error": { "name": "MessageAbortedError", "data": { "message": "x" } } });
+        assert_eq!(message_status(&aborted, None), "interrupted");
+        let failed = json!({ "time": { "created": 1, "completed": 2 },
+            "error": { "name": "UnknownError", "data": { "message": "x" } } });
+        assert_eq!(message_status(&failed, None), "failed");
     }
 }

@@ -1,0 +1,309 @@
+//! The recovery contract for the ACP (`runner-acpx-claude`) and OpenCode
+//! (`runner-opencode`) profiles, with real processes: `turncut runnerd`
+//! driving `turncut fake-provider acp|opencode`, held at a cut point over the
+//! cut socket and SIGKILLed there. Among them, the flow of the ACPX/OpenCode
+//! restart-continuation fix (../shared/background): a runner restarted during
+//! an active turn with a follow-up queued continues once in the same
+//! conversation, consumes the follow-up and completes with no failure code.
+//! No fixed sleeps: every wait is on an event with a deadline.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fake_provider::ledger::LedgerEntry;
+use harness::evidence::Evidence;
+use harness::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_turncut"))
+}
+
+const TWO_TURNS: &str = r#"
+[[turn]]
+say = ["Working."]
+tools = [{ key = "first", approval = true }]
+final = "First done."
+
+[[turn]]
+say = ["Follow-up."]
+tools = [{ key = "second" }]
+final = "Second done."
+"#;
+
+/// One runner with one profile's fake provider in a temporary directory.
+struct Rig {
+    dir: tempfile::TempDir,
+    profile: &'static str,
+    runner: Option<RunnerProcess>,
+    listener: cutpoint::Listener,
+    env: Vec<(String, String)>,
+}
+
+impl Rig {
+    fn new(profile: &'static str, script: &str) -> Rig {
+        let (driver, fake, extra) =
+            harness::cell::profile_fake(profile).expect("a profile with a fake");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        let script_path = dir.path().join("script.toml");
+        std::fs::write(&script_path, script).unwrap();
+        let mut command: Vec<String> = vec![
+            exe().display().to_string(),
+            "fake-provider".into(),
+            fake.into(),
+            "--state-dir".into(),
+            "{provider_dir}".into(),
+            "--journal".into(),
+            dir.path().join("journal.jsonl").display().to_string(),
+            "--ledger".into(),
+            dir.path().join("ledger.jsonl").display().to_string(),
+            "--script".into(),
+            script_path.display().to_string(),
+        ];
+        command.extend(extra.iter().map(|s| s.to_string()));
+        let profiles = format!(
+            "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        );
+        std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
+        let listener = cutpoint::Listener::bind(dir.path().join("cut.sock")).unwrap();
+        Rig {
+            dir,
+            profile,
+            runner: None,
+            listener,
+            env: Vec::new(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn start(&mut self, arm: Option<&str>) -> RunnerClient {
+        let extra = vec![
+            "--profiles".to_owned(),
+            self.path("profiles.toml").display().to_string(),
+            "--provider-idle-timeout-ms".to_owned(),
+            "5000".to_owned(),
+        ];
+        let mut cmd = RunnerCommand::via(exe()).command(&self.path("state"), &extra);
+        cmd.env(cutpoint::ENV_SOCKET, self.listener.path())
+            .env_remove(cutpoint::ENV_ARM)
+            .env_remove("TURNCUT_PROVIDER_API_KEY");
+        if let Some(arm) = arm {
+            cmd.env(cutpoint::ENV_ARM, arm);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let runner = RunnerProcess::start(
+            &mut cmd,
+            &self.path("state"),
+            &self.path("runnerd.stderr"),
+            WAIT,
+        )
+        .unwrap();
+        let client = runner.client();
+        self.runner = Some(runner);
+        client
+    }
+
+    fn submit(&self, client: &RunnerClient, task: &str, message: &str) {
+        let ws = self.path("ws");
+        let (status, body) = client
+            .create_task(task, message, "Create hello.txt", self.profile, &ws)
+            .unwrap();
+        assert_eq!(status, 201, "{body}");
+    }
+
+    fn hold(&self) -> cutpoint::HeldHit {
+        self.listener
+            .accept_hit(WAIT)
+            .expect("the armed cut point is reached")
+    }
+
+    fn kill_runner(&mut self) {
+        self.runner.take().expect("a runner").kill().unwrap();
+    }
+
+    /// The journal and store as evidence, for protocol-neutral reading.
+    fn evidence(&self) -> Evidence {
+        Evidence {
+            journal: fake_provider::journal::read(&self.path("journal.jsonl")).unwrap(),
+            provider_turns: harness::evidence::read_provider_turns(&self.path("state/providers")),
+            ..Evidence::default()
+        }
+    }
+
+    /// Turn starts the provider received for a controller message id.
+    fn turn_starts(&self, id: &str) -> usize {
+        let ev = self.evidence();
+        ev.turn_starts()
+            .iter()
+            .filter(|s| s.client_id.as_deref() == Some(id))
+            .count()
+    }
+
+    fn continuations(&self) -> usize {
+        self.evidence()
+            .provider_turns
+            .iter()
+            .filter(|t| t.continuation)
+            .count()
+    }
+
+    fn ledger(&self) -> Vec<LedgerEntry> {
+        fake_provider::ledger::read(&self.path("ledger.jsonl")).unwrap_or_default()
+    }
+
+    fn assert_effects_once(&self) {
+        let ledger = self.ledger();
+        for e in &ledger {
+            let n = ledger
+                .iter()
+                .filter(|o| o.key == e.key && o.by == e.by)
+                .count();
+            assert_eq!(n, 1, "effect {} ran {n} times: {ledger:?}", e.key);
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("runnerd.stderr")).unwrap_or_default()
+    }
+}
+
+fn state(task: &Value) -> &str {
+    task["state"].as_str().unwrap_or_default()
+}
+
+/// The background document's flow: restart during an active turn with a
+/// follow-up queued.
+fn restart_during_an_active_turn_with_a_follow_up(profile: &'static str) {
+    let mut rig = Rig::new(profile, TWO_TURNS);
+    let client = rig.start(Some("runner.turn_accepted.persisted#1"));
+    rig.submit(&client, "t1", "m1");
+    let held = rig.hold();
+    let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
+    assert_eq!(status, 202, "{body}");
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert!(task["cause"].is_null(), "no failure code: {task}");
+    for run in task["runs"].as_array().unwrap() {
+        assert_eq!(run["status"], "completed", "no failed run: {task}");
+    }
+    assert_eq!(task["runs"].as_array().unwrap().len(), 1, "{task}");
+    assert_eq!(rig.turn_starts("m1"), 1, "the message is never re-sent");
+    assert_eq!(rig.turn_starts("f1"), 1, "the follow-up is consumed once");
+    assert_eq!(rig.continuations(), 1, "exactly one continuation");
+    // The continuation ran in the same conversation.
+    let threads: std::collections::BTreeSet<String> = rig
+        .evidence()
+        .provider_turns
+        .iter()
+        .map(|t| t.thread.clone())
+        .collect();
+    assert_eq!(threads.len(), 1, "one conversation: {threads:?}");
+    let events = client.events("t1", 0).unwrap();
+    let lost = events
+        .iter()
+        .find(|e| e.pointer("/data/cause/code") == Some(&json!("provider_turn_lost_on_restore")))
+        .expect("the lost turn is recorded with the recoverable cause");
+    assert_eq!(lost.pointer("/data/cause/recoverable"), Some(&json!(true)));
+    let keys: Vec<(String, String)> = rig
+        .ledger()
+        .into_iter()
+        .map(|e| (e.key, harness::evidence::controller_id(&e.by)))
+        .collect();
+    assert!(keys.contains(&("first".into(), "m1".into())), "{keys:?}");
+    assert!(keys.contains(&("second".into(), "f1".into())), "{keys:?}");
+    rig.assert_effects_once();
+}
+
+#[test]
+fn acpx_restart_during_an_active_turn_continues_once_and_consumes_the_follow_up() {
+    restart_during_an_active_turn_with_a_follow_up("runner-acpx-claude");
+}
+
+#[test]
+fn opencode_restart_during_an_active_turn_continues_once_and_consumes_the_follow_up() {
+    restart_during_an_active_turn_with_a_follow_up("runner-opencode");
+}
+
+/// ACP client-side tools: a runner killed after starting a tool command but
+/// before persisting its outcome leaves the call `uncertain`; it is never
+/// executed again, and calls of the restored provider are namespaced.
+#[test]
+fn an_acp_tool_cut_before_its_outcome_is_uncertain_and_never_rerun() {
+    let script = r#"
+[[turn]]
+say = ["Two steps."]
+tools = [{ key = "one" }, { key = "two" }]
+final = "Both done."
+"#;
+    let mut rig = Rig::new("runner-acpx-claude", script);
+    // The second tool's command was started; its outcome is not durable.
+    let client = rig.start(Some("runner.tool.spawned#2"));
+    rig.submit(&client, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let events = client.events("t1", 0).unwrap();
+    let uncertain: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool_outcome_uncertain")
+        .collect();
+    assert_eq!(uncertain.len(), 1, "{events:#?}");
+    let executing: Vec<String> = events
+        .iter()
+        .filter(|e| e["kind"] == "tool.executing")
+        .map(|e| e.pointer("/data/key").unwrap().as_str().unwrap().to_owned())
+        .collect();
+    let unique: std::collections::BTreeSet<&String> = executing.iter().collect();
+    assert_eq!(unique.len(), executing.len(), "no key executed twice: {executing:?}");
+    // The one persisted outcome (tool one) survives; its key is not reused.
+    let outcomes = events.iter().filter(|e| e["kind"] == "tool.outcome").count();
+    assert!(outcomes >= 1, "{events:#?}");
+    // Calls after the restore carry the provider process's namespace.
+    let restored: Vec<&String> = executing.iter().skip(2).collect();
+    assert!(
+        restored.iter().all(|k| k.starts_with('r') && k.contains(':')),
+        "{executing:?}"
+    );
+    rig.assert_effects_once();
+    assert_eq!(rig.turn_starts("m1"), 1);
+}
+
+/// The credential reaches the ACP provider's environment, never a tool the
+/// runner runs for it, never a state file.
+#[test]
+fn acp_tools_run_by_the_runner_never_see_the_credential() {
+    let canary = "turncut-canary-4b1d";
+    let mut rig = Rig::new("runner-acpx-claude", TWO_TURNS);
+    rig.env
+        .push(("TURNCUT_PROVIDER_API_KEY".into(), canary.into()));
+    let client = rig.start(None);
+    rig.submit(&client, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let ledger = rig.ledger();
+    assert!(!ledger.is_empty());
+    assert!(ledger.iter().all(|e| !e.saw_secret), "{ledger:?}");
+    for file in harness::runner_client::state_files(rig.dir.path()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(canary),
+            "the canary leaked into {}",
+            file.display()
+        );
+    }
+}
