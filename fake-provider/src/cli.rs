@@ -25,6 +25,10 @@ pub struct Cli {
 enum Command {
     /// A fake Codex app-server on stdio (one JSON object per line).
     Codex(ProviderArgs),
+    /// A fake OpenCode server (`opencode serve`): HTTP and SSE on loopback.
+    Opencode(OpencodeArgs),
+    /// A fake ACP (Agent Client Protocol v1) agent on stdio (JSON-RPC 2.0 lines).
+    Acp(ProviderArgs),
     /// The tool command: append one line to the effect ledger.
     Effect(EffectArgs),
 }
@@ -53,6 +57,19 @@ pub struct ProviderArgs {
     exit: Vec<String>,
 }
 
+/// Options of `fake-provider opencode`.
+#[derive(Debug, clap::Args)]
+pub struct OpencodeArgs {
+    #[command(flatten)]
+    provider: ProviderArgs,
+    /// TCP port to listen on; 0 picks a free one.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Address to listen on; loopback only.
+    #[arg(long, default_value = "127.0.0.1")]
+    hostname: String,
+}
+
 /// Runs the command line `args` (including the program name). `self_cmd` is
 /// the command that reaches this CLI again (for tool commands). Returns the
 /// exit code.
@@ -75,29 +92,88 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
                 3
             }
         },
-        Command::Codex(args) => {
-            let opts = match codex_options(args, self_cmd) {
-                Ok(o) => o,
+        Command::Codex(args) => run("codex", args, self_cmd, |o| {
+            crate::codex::serve(crate::codex::CodexOptions {
+                state_dir: o.state_dir,
+                journal: o.journal,
+                ledger: o.ledger,
+                script: o.script,
+                faults: o.faults,
+                self_cmd: o.self_cmd,
+            })
+        }),
+        Command::Opencode(args) => {
+            // A port in use is bad input (exit 2), found before anything starts.
+            let listener = match crate::opencode::bind(&args.hostname, args.port) {
+                Ok(l) => l,
                 Err(e) => {
-                    eprintln!("fake-provider codex: {e:#}");
+                    eprintln!("fake-provider opencode: {e}");
                     return 2;
                 }
             };
-            match crate::codex::serve(opts) {
-                Ok(()) => 0,
-                Err(e) => {
-                    eprintln!("fake-provider codex: {e:#}");
-                    3
-                }
-            }
+            run("opencode", args.provider, self_cmd, |o| {
+                crate::opencode::serve(crate::opencode::OpencodeOptions {
+                    state_dir: o.state_dir,
+                    journal: o.journal,
+                    ledger: o.ledger,
+                    script: o.script,
+                    faults: o.faults,
+                    self_cmd: o.self_cmd,
+                    listener,
+                })
+            })
+        }
+        Command::Acp(args) => run("acp", args, self_cmd, |o| {
+            crate::acp::serve(crate::acp::AcpOptions {
+                state_dir: o.state_dir,
+                journal: o.journal,
+                ledger: o.ledger,
+                script: o.script,
+                faults: o.faults,
+                self_cmd: o.self_cmd,
+            })
+        }),
+    }
+}
+
+/// Validated options of any fake provider.
+struct ProviderOptions {
+    state_dir: PathBuf,
+    journal: Option<PathBuf>,
+    ledger: PathBuf,
+    script: Script,
+    faults: Faults,
+    self_cmd: Vec<OsString>,
+}
+
+/// Validates `args` (exit 2 when they are bad), then serves (exit 3 on a
+/// runtime error, 0 when stdin closes).
+fn run(
+    name: &str,
+    args: ProviderArgs,
+    self_cmd: Vec<OsString>,
+    serve: impl FnOnce(ProviderOptions) -> anyhow::Result<()>,
+) -> i32 {
+    let opts = match provider_options(args, self_cmd) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("fake-provider {name}: {e:#}");
+            return 2;
+        }
+    };
+    match serve(opts) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("fake-provider {name}: {e:#}");
+            3
         }
     }
 }
 
-fn codex_options(
+fn provider_options(
     args: ProviderArgs,
     self_cmd: Vec<OsString>,
-) -> anyhow::Result<crate::codex::CodexOptions> {
+) -> anyhow::Result<ProviderOptions> {
     cutpoint::init()?;
     let script = match &args.script {
         Some(p) => Script::load(p)?,
@@ -114,7 +190,7 @@ fn codex_options(
         args.journal
             .unwrap_or_else(|| args.state_dir.join("journal.jsonl")),
     );
-    Ok(crate::codex::CodexOptions {
+    Ok(ProviderOptions {
         state_dir: args.state_dir,
         journal: Some(journal),
         ledger,

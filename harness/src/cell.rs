@@ -315,11 +315,7 @@ fn outcome_of(ev: &Evidence) -> Outcome {
         cause: ev.cause_code().map(str::to_owned),
         reached_cut: ev.reached_cut,
         runs: ev.task["runs"].as_array().map_or(0, Vec::len),
-        continuations: ev
-            .facts("turn.recorded")
-            .iter()
-            .filter(|(_, d)| d["continuation"] == true)
-            .count(),
+        continuations: ev.provider_turns.iter().filter(|t| t.continuation).count(),
         retry_status: ev
             .exchanges
             .iter()
@@ -329,7 +325,9 @@ fn outcome_of(ev: &Evidence) -> Outcome {
 }
 
 /// The runner driver and the fake that serve a profile in cells.
-pub fn profile_fake(profile: &str) -> Option<(&'static str, &'static str, &'static [&'static str])> {
+pub fn profile_fake(
+    profile: &str,
+) -> Option<(&'static str, &'static str, &'static [&'static str])> {
     match profile {
         "runner-codex" => Some(("codex", "codex", &[])),
         "runner-acpx-claude" => Some(("acp", "acp", &[])),

@@ -159,8 +159,10 @@ pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
     }
     let mut out = Vec::new();
     for root in roots {
-        let turns = fake_provider::codex::store::recorded_turns(&root).into_iter();
-        // PENDING(acp, opencode): chained in once those fakes land.
+        let turns = fake_provider::codex::store::recorded_turns(&root)
+            .into_iter()
+            .chain(fake_provider::acp::store::recorded_turns(&root))
+            .chain(fake_provider::opencode::store::recorded_turns(&root));
         for t in turns {
             out.push(ProviderTurn {
                 thread: t.thread,
@@ -229,9 +231,14 @@ impl Evidence {
                     text_of(d.pointer("/params/prompt")),
                 )
             } else if d["method"] == "POST"
-                && d["path"].as_str().is_some_and(|p| p.ends_with("/prompt_async"))
+                && d["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/prompt_async"))
             {
-                (d.pointer("/body/messageID"), text_of(d.pointer("/body/parts")))
+                (
+                    d.pointer("/body/messageID"),
+                    text_of(d.pointer("/body/parts")),
+                )
             } else {
                 continue;
             };

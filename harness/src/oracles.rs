@@ -950,11 +950,19 @@ mod tests {
             e
         };
         assert_only_fails(&continued("runner-codex"), "contract", "should be adopted");
-        assert_only_fails(&continued("runner-opencode"), "contract", "should be adopted");
+        assert_only_fails(
+            &continued("runner-opencode"),
+            "contract",
+            "should be adopted",
+        );
         // ACP's session/load replay cannot show completion: continuing is the
         // documented safe side there.
         let results = judge(&continued("runner-acpx-claude"));
-        assert_eq!(verdict(&results, "contract").0, Verdict::Pass, "{results:#?}");
+        assert_eq!(
+            verdict(&results, "contract").0,
+            Verdict::Pass,
+            "{results:#?}"
+        );
     }
 
     #[test]
@@ -983,7 +991,10 @@ mod tests {
             vec![
                 (Some("m1".into()), "Create hello.txt".into()),
                 (Some("m2".into()), "hi".into()),
-                (Some("m3#continuation".into()), "[turncut:continue] go".into()),
+                (
+                    Some("m3#continuation".into()),
+                    "[turncut:continue] go".into()
+                ),
             ]
         );
         assert_eq!(crate::evidence::controller_id("msg_zz_m1"), "msg_zz_m1");

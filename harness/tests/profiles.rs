@@ -269,14 +269,23 @@ final = "Both done."
         .map(|e| e.pointer("/data/key").unwrap().as_str().unwrap().to_owned())
         .collect();
     let unique: std::collections::BTreeSet<&String> = executing.iter().collect();
-    assert_eq!(unique.len(), executing.len(), "no key executed twice: {executing:?}");
+    assert_eq!(
+        unique.len(),
+        executing.len(),
+        "no key executed twice: {executing:?}"
+    );
     // The one persisted outcome (tool one) survives; its key is not reused.
-    let outcomes = events.iter().filter(|e| e["kind"] == "tool.outcome").count();
+    let outcomes = events
+        .iter()
+        .filter(|e| e["kind"] == "tool.outcome")
+        .count();
     assert!(outcomes >= 1, "{events:#?}");
     // Calls after the restore carry the provider process's namespace.
     let restored: Vec<&String> = executing.iter().skip(2).collect();
     assert!(
-        restored.iter().all(|k| k.starts_with('r') && k.contains(':')),
+        restored
+            .iter()
+            .all(|k| k.starts_with('r') && k.contains(':')),
         "{executing:?}"
     );
     rig.assert_effects_once();

@@ -964,9 +964,7 @@ impl Engine {
                     key,
                     call,
                 } => {
-                    let result = self
-                        .client_tool(snap, run, row, &key, call, l)
-                        .await?;
+                    let result = self.client_tool(snap, run, row, &key, call, l).await?;
                     l.driver
                         .respond_tool(&request_id, result)
                         .await
@@ -1137,7 +1135,11 @@ impl Engine {
                         }
                         Err(e) => (json!({ "exitCode": null, "signal": null }), e.to_string()),
                     };
-                    let status = if exit["exitCode"] == 0 { "completed" } else { "failed" };
+                    let status = if exit["exitCode"] == 0 {
+                        "completed"
+                    } else {
+                        "failed"
+                    };
                     let (tid, rid) = (task_id.clone(), run.run_id.clone());
                     let v = exit.clone();
                     self.write("tool_outcome", move |db| {
@@ -1161,15 +1163,35 @@ impl Engine {
                 }
                 None => Ok(Err(format!("unknown terminal {terminal_id}"))),
             },
-            ClientCall::TerminalKill { terminal_id } | ClientCall::TerminalRelease { terminal_id } => {
-                let release = l.terminals.get(&terminal_id).is_some();
-                if let Some(t) = l.terminals.get_mut(&terminal_id)
-                    && let Some(c) = t.child.as_mut()
-                {
-                    let _ = c.start_kill();
+            ClientCall::TerminalKill { terminal_id } => match l.terminals.get_mut(&terminal_id) {
+                Some(t) => {
+                    if let Some(c) = t.child.as_mut() {
+                        let _ = c.start_kill();
+                    }
+                    Ok(Ok(json!({})))
                 }
-                if !release {
+                None => Ok(Err(format!("unknown terminal {terminal_id}"))),
+            },
+            ClientCall::TerminalRelease { terminal_id } => {
+                let Some(mut t) = l.terminals.remove(&terminal_id) else {
                     return Ok(Err(format!("unknown terminal {terminal_id}")));
+                };
+                if let Some(mut c) = t.child.take() {
+                    // Released before its exit was awaited: killed, and its
+                    // outcome is a failure (it may have done part of its work).
+                    let _ = c.start_kill();
+                    let _ = c.wait().await;
+                    let (tid, rid, k) = (task_id.clone(), run.run_id.clone(), t.key.clone());
+                    self.write("tool_outcome", move |db| {
+                        db.tool_outcome(
+                            &tid,
+                            &rid,
+                            &k,
+                            "failed",
+                            json!({ "error": "released before it exited; killed" }),
+                        )
+                    })
+                    .await?;
                 }
                 Ok(Ok(json!({})))
             }

@@ -81,7 +81,12 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
     let builtin: [(&str, DriverKind, &str, &[&str]); 3] = [
         ("runner-codex", DriverKind::Codex, "codex", &[]),
         ("runner-acpx-claude", DriverKind::Acp, "acp", &[]),
-        ("runner-opencode", DriverKind::Opencode, "opencode", &["--port", "0"]),
+        (
+            "runner-opencode",
+            DriverKind::Opencode,
+            "opencode",
+            &["--port", "0"],
+        ),
     ];
     for (name, driver, fake, extra) in builtin {
         let mut command = fake_provider_command(exe);

@@ -1328,7 +1328,8 @@ impl Db {
         if self.tool_status(run_id, key)?.is_some() {
             return Ok(false);
         }
-        let data = serde_json::json!({ "turn_row": turn_row, "key": key, "kind": kind, "detail": detail });
+        let data =
+            serde_json::json!({ "turn_row": turn_row, "key": key, "kind": kind, "detail": detail });
         self.event_in("tool_executing", task_id, Some(run_id), "tool.executing", data, |tx| {
             tx.execute(
                 "INSERT INTO tool_calls(run_id, key, turn_row, kind, status) VALUES (?1, ?2, ?3, ?4, 'executing')",
@@ -1350,13 +1351,20 @@ impl Db {
     ) -> Result<(), StoreError> {
         let text = serde_json::to_string(&outcome).expect("outcomes serialize");
         let data = serde_json::json!({ "key": key, "status": status, "outcome": outcome });
-        self.event_in("tool_outcome", task_id, Some(run_id), "tool.outcome", data, |tx| {
-            tx.execute(
+        self.event_in(
+            "tool_outcome",
+            task_id,
+            Some(run_id),
+            "tool.outcome",
+            data,
+            |tx| {
+                tx.execute(
                 "UPDATE tool_calls SET status = ?3, outcome = ?4 WHERE run_id = ?1 AND key = ?2",
                 params![run_id, key, status, text],
             )?;
-            Ok(())
-        })?;
+                Ok(())
+            },
+        )?;
         Ok(())
     }
 
@@ -1372,16 +1380,24 @@ impl Db {
                 .collect::<Result<_, _>>()?
         };
         for (key, kind) in &keys {
-            let data = serde_json::json!({ "key": key, "kind": kind, "action": "never executed again" });
+            let data =
+                serde_json::json!({ "key": key, "kind": kind, "action": "never executed again" });
             let k = key.clone();
             let rid = run_id.to_owned();
-            self.event_in("tool_uncertain", task_id, Some(run_id), "tool_outcome_uncertain", data, move |tx| {
-                tx.execute(
-                    "UPDATE tool_calls SET status = 'uncertain' WHERE run_id = ?1 AND key = ?2",
-                    params![rid, k],
-                )?;
-                Ok(())
-            })?;
+            self.event_in(
+                "tool_uncertain",
+                task_id,
+                Some(run_id),
+                "tool_outcome_uncertain",
+                data,
+                move |tx| {
+                    tx.execute(
+                        "UPDATE tool_calls SET status = 'uncertain' WHERE run_id = ?1 AND key = ?2",
+                        params![rid, k],
+                    )?;
+                    Ok(())
+                },
+            )?;
         }
         Ok(keys.len())
     }

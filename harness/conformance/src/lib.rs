@@ -4,9 +4,10 @@
 //! drivers must send only what the real agents accept. This crate holds both sides to the
 //! published, machine-readable specs vendored under `specs/`: every message, in either
 //! direction, is validated against the real schema, and the tables of which methods exist
-//! are read from that schema rather than written by hand. Today it covers the Codex
-//! app-server ([`CodexSchema`], [`CodexSession`]); ACP and OpenCode will be sibling modules
-//! over the same [`Direction`] and [`Violation`]. It deliberately checks the wire format
+//! are read from that schema rather than written by hand. It covers the Codex app-server
+//! ([`CodexSchema`], [`CodexSession`]), ACP ([`AcpSchema`], [`AcpSession`]) and the OpenCode
+//! server API ([`OpenCodeSpec`]: bodies by route and status, `/event` events), sibling
+//! modules over the same [`Direction`] and [`Violation`]. It deliberately checks the wire format
 //! only: it does not run processes, read pipes or judge conversation order, which belong to
 //! the harness and its oracles.
 //!
@@ -21,16 +22,20 @@
 //! }
 //! ```
 
+pub mod acp;
 pub mod codex;
 mod document;
 mod error;
+pub mod opencode;
 pub mod specs;
 mod violation;
 
+pub use acp::{ACP_SCHEMA_FILE, AcpMethod, AcpSchema, AcpSession, acp};
 pub use codex::{
     CODEX_SCHEMA_FILE, CallKind, CodexSchema, CodexSession, MethodSpec, PendingRequest, codex,
 };
 pub use error::Error;
+pub use opencode::{OPENCODE_SPEC_FILE, OpenCodeSpec, opencode};
 pub use specs::{Drift, PROTOCOLS_DIR_ENV, shared_protocols_dir, spec_drift, specs_dir};
 pub use violation::{Direction, Violation};
 

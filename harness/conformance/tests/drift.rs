@@ -52,3 +52,43 @@ fn drift_is_reported_per_file() {
         ]
     );
 }
+
+/// The ACP schema is named explicitly, so that removing it from the shared folder cannot
+/// silently stop the copy the ACP checker reads from being compared.
+#[test]
+fn vendored_acp_schema_matches_the_shared_copy() {
+    let vendored = specs_dir().join(conformance::ACP_SCHEMA_FILE);
+    assert!(vendored.is_file(), "{} is missing", vendored.display());
+    let Some(shared) = shared_protocols_dir() else {
+        println!("skipped: no shared/protocols folder next to the workspace");
+        return;
+    };
+    let shared = shared.join(conformance::ACP_SCHEMA_FILE);
+    assert_eq!(
+        std::fs::read(&shared).unwrap(),
+        std::fs::read(&vendored).unwrap(),
+        "{} differs from {}; re-vendor it with `cp`",
+        vendored.display(),
+        shared.display()
+    );
+}
+
+/// The OpenCode spec is named explicitly for the same reason: `conformance::opencode`
+/// reads the vendored copy, which must stay the shared one byte for byte.
+#[test]
+fn vendored_opencode_spec_matches_the_shared_copy() {
+    let vendored = specs_dir().join(conformance::OPENCODE_SPEC_FILE);
+    assert!(vendored.is_file(), "{} is missing", vendored.display());
+    let Some(shared) = shared_protocols_dir() else {
+        println!("skipped: no shared/protocols folder next to the workspace");
+        return;
+    };
+    let shared = shared.join(conformance::OPENCODE_SPEC_FILE);
+    assert_eq!(
+        std::fs::read(&shared).unwrap(),
+        std::fs::read(&vendored).unwrap(),
+        "{} differs from {}; re-vendor it with `cp`",
+        vendored.display(),
+        shared.display()
+    );
+}

@@ -132,9 +132,9 @@ impl AcpDriver {
                     .to_owned(),
             });
         }
-        msg.get("result").cloned().ok_or_else(|| {
-            DriverError::Protocol(format!("the response to {method} has no result"))
-        })
+        msg.get("result")
+            .cloned()
+            .ok_or_else(|| DriverError::Protocol(format!("the response to {method} has no result")))
     }
 
     async fn send_request(&mut self, method: &str, params: Value) -> Result<i64, DriverError> {
@@ -196,11 +196,7 @@ impl AcpDriver {
     /// `session/new` in `cwd`.
     pub async fn open_conversation(&mut self, cwd: &str) -> Result<String, DriverError> {
         let result = self
-            .request(
-                "session/new",
-                json!({ "cwd": cwd, "mcpServers": [] }),
-                None,
-            )
+            .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }), None)
             .await?;
         let id = result
             .get("sessionId")
@@ -227,7 +223,11 @@ impl AcpDriver {
     }
 
     /// `session/load` unless this process already has the session.
-    pub async fn resume_conversation(&mut self, session: &str, cwd: &str) -> Result<(), DriverError> {
+    pub async fn resume_conversation(
+        &mut self,
+        session: &str,
+        cwd: &str,
+    ) -> Result<(), DriverError> {
         if self.loaded.contains(session) {
             return Ok(());
         }
@@ -439,10 +439,7 @@ impl AcpDriver {
                             .collect()
                     })
                     .unwrap_or_default(),
-                cwd: params
-                    .get("cwd")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned),
+                cwd: params.get("cwd").and_then(Value::as_str).map(str::to_owned),
             },
             "terminal/wait_for_exit" => ClientCall::TerminalWait {
                 terminal_id: s("terminalId"),

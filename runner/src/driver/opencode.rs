@@ -137,7 +137,9 @@ impl OpenCodeDriver {
     /// The handshake: `GET /global/health`, then the `GET /event` stream, up to
     /// `server.connected`, before any prompt so no event of a turn is missed.
     pub async fn initialize(&mut self) -> Result<(), DriverError> {
-        let (status, body) = self.call("health", Method::GET, "/global/health", None).await?;
+        let (status, body) = self
+            .call("health", Method::GET, "/global/health", None)
+            .await?;
         if status != 200 || body.as_ref().and_then(|b| b.get("healthy")) != Some(&json!(true)) {
             return Err(DriverError::Protocol(format!(
                 "GET /global/health answered {status}: {}",
@@ -157,7 +159,11 @@ impl OpenCodeDriver {
     /// A time-ordered OpenCode message id carrying the controller's id (see the module docs).
     pub fn client_id(&mut self, message_id: &str, continuation: bool) -> String {
         let hex = next_hex(self.max_seen);
-        let suffix = if continuation { CONTINUATION_SUFFIX } else { "" };
+        let suffix = if continuation {
+            CONTINUATION_SUFFIX
+        } else {
+            ""
+        };
         format!("msg_{hex:016x}_{message_id}{suffix}")
     }
 
@@ -224,7 +230,12 @@ impl OpenCodeDriver {
         if status == 404 {
             return Ok(None);
         }
-        expect("GET /session/{sessionID}/message/{messageID}", status, 200, body)?;
+        expect(
+            "GET /session/{sessionID}/message/{messageID}",
+            status,
+            200,
+            body,
+        )?;
         let messages = self.messages(conversation).await?;
         let answer = messages
             .iter()
@@ -300,9 +311,9 @@ impl OpenCodeDriver {
 
     /// `POST /permission/{id}/reply`: `accept` → `once`, `decline` → `reject`.
     pub async fn answer(&mut self, request_id: &Value, decision: &str) -> Result<(), DriverError> {
-        let id = request_id
-            .as_str()
-            .ok_or_else(|| DriverError::Protocol(format!("permission id {request_id} is not a string")))?;
+        let id = request_id.as_str().ok_or_else(|| {
+            DriverError::Protocol(format!("permission id {request_id} is not a string"))
+        })?;
         let reply = match decision {
             "accept" => "once",
             "acceptForSession" => "always",
@@ -315,7 +326,12 @@ impl OpenCodeDriver {
         };
         let path = format!("/permission/{id}/reply");
         let (status, body) = self
-            .call("permission_reply", Method::POST, &path, Some(json!({ "reply": reply })))
+            .call(
+                "permission_reply",
+                Method::POST,
+                &path,
+                Some(json!({ "reply": reply })),
+            )
             .await?;
         expect("POST /permission/{requestID}/reply", status, 200, body).map(|_| ())
     }
@@ -333,7 +349,9 @@ impl OpenCodeDriver {
         let (status, body) = self.call("messages", Method::GET, &path, None).await?;
         let body = expect(what, status, 200, body)?;
         let Value::Array(list) = body else {
-            return Err(DriverError::Protocol(format!("{what} did not answer a list")));
+            return Err(DriverError::Protocol(format!(
+                "{what} did not answer a list"
+            )));
         };
         for m in &list {
             if let Some(id) = m["info"]["id"].as_str() {
@@ -377,7 +395,9 @@ impl OpenCodeDriver {
             None
         } else {
             Some(serde_json::from_slice(&bytes).map_err(|e| {
-                DriverError::Protocol(format!("{path} answered {status} with a body that is not JSON ({e})"))
+                DriverError::Protocol(format!(
+                    "{path} answered {status} with a body that is not JSON ({e})"
+                ))
             })?)
         };
         crate::engine::hit(&format!("runner.opencode.{slug}.received"));
@@ -414,10 +434,10 @@ impl OpenCodeDriver {
                 buf.extend_from_slice(&chunk);
                 while let Some(end) = find_blank_line(&buf) {
                     let block: Vec<u8> = buf.drain(..end.1).collect();
-                    if let Some(sse) = parse_block(&block[..end.0]) {
-                        if tx.send(sse).is_err() {
-                            return;
-                        }
+                    if let Some(sse) = parse_block(&block[..end.0])
+                        && tx.send(sse).is_err()
+                    {
+                        return;
                     }
                 }
                 if buf.len() > EVENT_BYTES_MAX {
@@ -438,7 +458,9 @@ impl OpenCodeDriver {
             return Err(DriverError::Exited);
         }
         let Some(events) = self.events.as_mut() else {
-            return Err(DriverError::Protocol("the event stream is not open; call initialize".into()));
+            return Err(DriverError::Protocol(
+                "the event stream is not open; call initialize".into(),
+            ));
         };
         let event = match tokio::time::timeout(self.idle, events.recv()).await {
             Ok(Some(Sse::Event(v))) => v,
@@ -452,7 +474,10 @@ impl OpenCodeDriver {
             Err(_) => return Err(unresponsive(self.idle)),
         };
         let kind = event["type"].as_str().unwrap_or_default();
-        crate::engine::hit(&format!("runner.opencode.{}.received", cutpoint::slug(kind)));
+        crate::engine::hit(&format!(
+            "runner.opencode.{}.received",
+            cutpoint::slug(kind)
+        ));
         for id in [
             &event["properties"]["info"]["id"],
             &event["properties"]["part"]["messageID"],
@@ -494,7 +519,10 @@ async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
 
 /// The end of the first event block: (end of its text, end including the blank line).
 fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| (i, i + 2));
+    let lf = buf
+        .windows(2)
+        .position(|w| w == b"\n\n")
+        .map(|i| (i, i + 2));
     let crlf = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

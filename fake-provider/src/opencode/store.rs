@@ -1,0 +1,445 @@
+//! The fake OpenCode server's durable store: sessions, messages and parts as
+//! JSON files under `<state-dir>/opencode/`.
+//!
+//! Layout: `sessions/<sessionID>.json`, `messages/<sessionID>/<messageID>.json`
+//! and `parts/<messageID>/<partID>.json`, each replaced atomically (temporary
+//! file, fsync, rename, fsync of the directory) and only when it changed, so a
+//! SIGKILL at any instant leaves either the old or the new version of one
+//! object. Unlike the Codex store, nothing is rewritten on open: an assistant
+//! message whose process died stays without `time.completed`, exactly as the
+//! real server leaves it. `live.json` names the process currently serving the
+//! directory, so [`recorded_turns`] can tell a turn that is running from one
+//! that was cut. This module knows the wire shapes it stores, not the HTTP
+//! routes or the script.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::recorded::RecordedTurn;
+
+/// Version of the stored formats.
+pub const STORE_VERSION: u32 = 1;
+
+/// A stored session: the wire `Session` object.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// Format version.
+    pub v: u32,
+    /// The `Session` as served.
+    pub info: Value,
+}
+
+/// What the fake keeps about a user message besides its wire form.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UserMeta {
+    /// Whether the prompt text started with the continue marker.
+    pub continuation: bool,
+    /// The message id whose authority its effects run under.
+    pub authorized_by: String,
+    /// Which script turn it plays.
+    pub script_index: usize,
+}
+
+/// A stored message: the wire `Message` plus the fake's own bookkeeping.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MessageRecord {
+    /// Format version.
+    pub v: u32,
+    /// The `UserMessage` or `AssistantMessage` as served.
+    pub info: Value,
+    /// For user messages, the turn bookkeeping; absent for assistant messages.
+    #[serde(default)]
+    pub user: Option<UserMeta>,
+    /// The process generation that wrote it last.
+    pub generation: String,
+}
+
+impl MessageRecord {
+    /// `info.id`.
+    pub fn id(&self) -> &str {
+        self.info["id"].as_str().unwrap_or_default()
+    }
+
+    /// Whether this is an assistant message.
+    pub fn is_assistant(&self) -> bool {
+        self.info["role"] == "assistant"
+    }
+}
+
+/// Which process serves a state directory, for telling running turns from cut ones.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LiveProcess {
+    /// Format version.
+    pub v: u32,
+    /// The journal generation of the process.
+    pub generation: String,
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time in clock ticks (`/proc/<pid>/stat` field 22), so a reused
+    /// pid is never taken for it.
+    pub start_ticks: Option<u64>,
+}
+
+/// The store, loaded in memory and written through.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    generation: String,
+    sessions: BTreeMap<String, SessionRecord>,
+    /// Messages per session, by id (ids sort in time order).
+    messages: BTreeMap<String, BTreeMap<String, MessageRecord>>,
+    /// Parts per message, by id, in creation order.
+    parts: BTreeMap<String, BTreeMap<String, Value>>,
+}
+
+impl Store {
+    /// Opens the store under `state_dir` and records this process as the live one.
+    pub fn open(state_dir: &Path, generation: &str) -> std::io::Result<Store> {
+        let dir = state_dir.join("opencode");
+        for sub in ["sessions", "messages", "parts"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        let mut store = Store {
+            dir: dir.clone(),
+            generation: generation.to_owned(),
+            sessions: BTreeMap::new(),
+            messages: BTreeMap::new(),
+            parts: BTreeMap::new(),
+        };
+        for path in json_files(&dir.join("sessions"))? {
+            let s: SessionRecord = read_json(&path)?;
+            let id = s.info["id"].as_str().unwrap_or_default().to_owned();
+            store.messages.entry(id.clone()).or_default();
+            store.sessions.insert(id, s);
+        }
+        for session in store.sessions.keys().cloned().collect::<Vec<_>>() {
+            for path in json_files(&dir.join("messages").join(&session))? {
+                let m: MessageRecord = read_json(&path)?;
+                let id = m.id().to_owned();
+                let mut parts = BTreeMap::new();
+                for p in json_files(&dir.join("parts").join(&id))? {
+                    let part: Value = read_json(&p)?;
+                    let pid = part["id"].as_str().unwrap_or_default().to_owned();
+                    parts.insert(pid, part);
+                }
+                store.parts.insert(id.clone(), parts);
+                store
+                    .messages
+                    .entry(session.clone())
+                    .or_default()
+                    .insert(id, m);
+            }
+        }
+        let live = LiveProcess {
+            v: STORE_VERSION,
+            generation: generation.to_owned(),
+            pid: std::process::id(),
+            start_ticks: start_ticks(std::process::id()),
+        };
+        write_atomic(
+            &dir,
+            "live.json",
+            &serde_json::to_vec(&live).expect("serializes"),
+        )?;
+        Ok(store)
+    }
+
+    /// This process's generation.
+    pub fn generation(&self) -> &str {
+        &self.generation
+    }
+
+    /// A session's wire form.
+    pub fn session(&self, id: &str) -> Option<&Value> {
+        self.sessions.get(id).map(|s| &s.info)
+    }
+
+    /// Inserts or replaces a session, durably.
+    pub fn put_session(&mut self, info: Value) -> std::io::Result<()> {
+        let id = info["id"].as_str().unwrap_or_default().to_owned();
+        let record = SessionRecord {
+            v: STORE_VERSION,
+            info,
+        };
+        write_atomic(
+            &self.dir.join("sessions"),
+            &format!("{id}.json"),
+            &serde_json::to_vec(&record).expect("serializes"),
+        )?;
+        self.messages.entry(id.clone()).or_default();
+        self.sessions.insert(id, record);
+        Ok(())
+    }
+
+    /// The messages of a session in id order.
+    pub fn messages(&self, session: &str) -> impl Iterator<Item = &MessageRecord> {
+        self.messages
+            .get(session)
+            .into_iter()
+            .flat_map(|m| m.values())
+    }
+
+    /// One message.
+    pub fn message(&self, session: &str, id: &str) -> Option<&MessageRecord> {
+        self.messages.get(session)?.get(id)
+    }
+
+    /// The largest message id of a session.
+    pub fn last_message_id(&self, session: &str) -> Option<&str> {
+        self.messages
+            .get(session)?
+            .keys()
+            .next_back()
+            .map(String::as_str)
+    }
+
+    /// Inserts or replaces a message, durably.
+    pub fn put_message(
+        &mut self,
+        session: &str,
+        info: Value,
+        user: Option<UserMeta>,
+    ) -> std::io::Result<()> {
+        let record = MessageRecord {
+            v: STORE_VERSION,
+            info,
+            user,
+            generation: self.generation.clone(),
+        };
+        let id = record.id().to_owned();
+        let dir = self.dir.join("messages").join(session);
+        fs::create_dir_all(&dir)?;
+        write_atomic(
+            &dir,
+            &format!("{id}.json"),
+            &serde_json::to_vec(&record).expect("serializes"),
+        )?;
+        self.parts.entry(id.clone()).or_default();
+        self.messages
+            .entry(session.to_owned())
+            .or_default()
+            .insert(id, record);
+        Ok(())
+    }
+
+    /// The parts of a message in id order.
+    pub fn parts(&self, message: &str) -> Vec<Value> {
+        self.parts
+            .get(message)
+            .map(|p| p.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Inserts or replaces a part, durably.
+    pub fn put_part(&mut self, part: Value) -> std::io::Result<()> {
+        let id = part["id"].as_str().unwrap_or_default().to_owned();
+        let message = part["messageID"].as_str().unwrap_or_default().to_owned();
+        let dir = self.dir.join("parts").join(&message);
+        fs::create_dir_all(&dir)?;
+        write_atomic(
+            &dir,
+            &format!("{id}.json"),
+            &serde_json::to_vec(&part).expect("serializes"),
+        )?;
+        self.parts.entry(message).or_default().insert(id, part);
+        Ok(())
+    }
+
+    /// The assistant message answering user message `parent`, if any.
+    pub fn answer_to(&self, session: &str, parent: &str) -> Option<&MessageRecord> {
+        self.messages(session)
+            .find(|m| m.is_assistant() && m.info["parentID"] == parent)
+    }
+}
+
+/// Every user message of the store under `state_dir`, as a turn: thread is the
+/// session id, turn and client id the message id. A turn is `completed` when
+/// its assistant message has `time.completed` and no error, `inProgress` when
+/// the process that recorded it is still the live one and it is not finished,
+/// and `interrupted` otherwise (no answer, an aborted answer, or an answer left
+/// unfinished by a process that is gone). An unreadable store reads as empty.
+pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
+    let dir = state_dir.join("opencode");
+    let live: Option<LiveProcess> = read_json(&dir.join("live.json")).ok();
+    let live_generation = live
+        .filter(|l| {
+            let alive = Path::new(&format!("/proc/{}", l.pid)).exists();
+            alive && start_ticks(l.pid) == l.start_ticks
+        })
+        .map(|l| l.generation);
+    let Ok(sessions) = json_files(&dir.join("sessions")) else {
+        return Vec::new();
+    };
+    let mut turns = Vec::new();
+    for path in sessions {
+        let Some(session) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        let Ok(files) = json_files(&dir.join("messages").join(session)) else {
+            continue;
+        };
+        let messages: Vec<MessageRecord> = files.iter().filter_map(|f| read_json(f).ok()).collect();
+        for m in &messages {
+            let Some(user) = &m.user else { continue };
+            let answer = messages
+                .iter()
+                .find(|a| a.is_assistant() && a.info["parentID"] == m.info["id"]);
+            let finished = answer.is_some_and(|a| !a.info["time"]["completed"].is_null());
+            let errored = answer.is_some_and(|a| !a.info["error"].is_null());
+            let live = live_generation.as_deref().is_some_and(|g| {
+                let writer = answer.map_or(&m.generation, |a| &a.generation);
+                writer == g
+            });
+            let status = match (finished, errored) {
+                (true, false) => "completed",
+                (false, _) if live => "inProgress",
+                _ => "interrupted",
+            };
+            turns.push(RecordedTurn {
+                thread: session.to_owned(),
+                turn: m.id().to_owned(),
+                client_id: Some(m.id().to_owned()),
+                status: status.to_owned(),
+                continuation: user.continuation,
+                authorized_by: user.authorized_by.clone(),
+            });
+        }
+    }
+    turns
+}
+
+fn json_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    match fs::read_dir(dir) {
+        Ok(entries) => {
+            for entry in entries {
+                let path = entry?.path();
+                if path.extension().and_then(|e| e.to_str()) == Some("json") {
+                    out.push(path);
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<T> {
+    let text = fs::read_to_string(path)?;
+    serde_json::from_str(&text).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: bad store file: {e}", path.display()),
+        )
+    })
+}
+
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(name))?;
+    fs::File::open(dir)?.sync_all()
+}
+
+/// A process's start time in clock ticks, from `/proc/<pid>/stat`.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses; fields resume after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn user(id: &str) -> Value {
+        json!({ "id": id, "sessionID": "ses_1", "role": "user", "time": { "created": 1 } })
+    }
+
+    fn answer(parent: &str, completed: bool, error: bool) -> Value {
+        let mut info = json!({
+            "id": format!("{parent}a"), "sessionID": "ses_1", "role": "assistant",
+            "parentID": parent, "time": { "created": 2 },
+        });
+        if completed {
+            info["time"]["completed"] = json!(3);
+        }
+        if error {
+            info["error"] = json!({ "name": "MessageAbortedError", "data": { "message": "x" } });
+        }
+        info
+    }
+
+    fn meta(by: &str) -> Option<UserMeta> {
+        Some(UserMeta {
+            continuation: false,
+            authorized_by: by.to_owned(),
+            script_index: 0,
+        })
+    }
+
+    fn statuses(dir: &Path) -> Vec<(String, String)> {
+        recorded_turns(dir)
+            .into_iter()
+            .map(|t| (t.turn, t.status))
+            .collect()
+    }
+
+    #[test]
+    fn turns_read_back_with_their_status_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path(), "g1").unwrap();
+        store.put_session(json!({ "id": "ses_1" })).unwrap();
+        for m in ["msg_1", "msg_2", "msg_3", "msg_4"] {
+            store.put_message("ses_1", user(m), meta(m)).unwrap();
+        }
+        store
+            .put_message("ses_1", answer("msg_1", true, false), None)
+            .unwrap();
+        store
+            .put_message("ses_1", answer("msg_2", true, true), None)
+            .unwrap();
+        store
+            .put_message("ses_1", answer("msg_3", false, false), None)
+            .unwrap();
+        let s = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            statuses(dir.path()),
+            [
+                s("msg_1", "completed"),
+                s("msg_2", "interrupted"),
+                s("msg_3", "inProgress"),
+                s("msg_4", "inProgress"),
+            ]
+        );
+
+        // A new process on the same state: what the old one left running was cut.
+        let store = Store::open(dir.path(), "g2").unwrap();
+        assert_eq!(store.messages("ses_1").count(), 7);
+        assert_eq!(store.last_message_id("ses_1"), Some("msg_4"));
+        assert_eq!(
+            statuses(dir.path()),
+            [
+                s("msg_1", "completed"),
+                s("msg_2", "interrupted"),
+                s("msg_3", "interrupted"),
+                s("msg_4", "interrupted"),
+            ]
+        );
+        assert!(recorded_turns(&dir.path().join("missing")).is_empty());
+    }
+}
