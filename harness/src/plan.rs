@@ -100,6 +100,9 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
     })
 }
 
+/// The components whose cut points a scenario may name.
+pub const POINT_FAMILIES: &[&str] = &["runner", "codex", "acp", "opencode", "model"];
+
 /// The cuts and faults of one scenario: the clean cell first, then every
 /// selected boundary × fault.
 pub fn expand(
@@ -111,8 +114,30 @@ pub fn expand(
         CutSelection::None => Vec::new(),
         CutSelection::EveryBoundary => boundaries.iter().collect(),
         CutSelection::Points(names) => {
+            // A scenario names provider points of every protocol it runs on
+            // (`codex.turn.recorded`, `acp.turn.recorded`, …); a point of a
+            // provider family this profile does not run is not for it. A
+            // point of its own family that never happens is a mistake.
+            let families: std::collections::HashSet<&str> = boundaries
+                .iter()
+                .filter_map(|b| b.cut.point.split('.').next())
+                .collect();
             for n in names {
-                if !boundaries.iter().any(|b| &b.cut.point == n) {
+                let family = n.split('.').next().unwrap_or_default();
+                if !POINT_FAMILIES.contains(&family) {
+                    anyhow::bail!(
+                        "{}: point {n} belongs to no component; points start with one of {}",
+                        scenario.path.display(),
+                        POINT_FAMILIES.join(", ")
+                    );
+                }
+            }
+            let names: Vec<&String> = names
+                .iter()
+                .filter(|n| n.split('.').next().is_some_and(|f| families.contains(f)))
+                .collect();
+            for n in &names {
+                if !boundaries.iter().any(|b| &&b.cut.point == n) {
                     anyhow::bail!(
                         "{}: point {n} never happens in a clean run; `turncut boundaries` lists the points",
                         scenario.path.display()
@@ -121,7 +146,7 @@ pub fn expand(
             }
             boundaries
                 .iter()
-                .filter(|b| names.contains(&b.cut.point))
+                .filter(|b| names.contains(&&b.cut.point))
                 .collect()
         }
     };

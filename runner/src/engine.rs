@@ -644,8 +644,13 @@ impl Engine {
         // A new provider process: client-side tools of this run that were
         // executing when the last one was lost have no known outcome.
         let (tid, rid) = (task_id.clone(), run.run_id.clone());
-        self.write("tool_uncertain", move |db| db.tools_uncertain(&tid, &rid))
+        let uncertain = self
+            .store
+            .call(move |db| db.tools_uncertain(&tid, &rid))
             .await?;
+        if uncertain > 0 {
+            cut("tool_uncertain");
+        }
         let handshake = driver.initialize().await;
         let live = Live {
             child,
