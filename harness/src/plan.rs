@@ -100,6 +100,21 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
     })
 }
 
+/// The listed cut points of `scenario` that never happen in this clean run
+/// (`boundaries`): points of other protocols, or runner points of another
+/// driver. A point in no profile's list is a mistake; the snapshot tests
+/// check the built-in scenarios for it.
+pub fn unmatched_points(scenario: &Scenario, boundaries: &[Boundary]) -> Vec<String> {
+    match &scenario.cut {
+        CutSelection::Points(names) => names
+            .iter()
+            .filter(|n| !boundaries.iter().any(|b| &b.cut.point == *n))
+            .cloned()
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The components whose cut points a scenario may name.
 pub const POINT_FAMILIES: &[&str] = &["runner", "codex", "acp", "opencode", "model"];
 
@@ -132,9 +147,15 @@ pub fn expand(
                     );
                 }
             }
+            // Runner points can belong to one driver (`runner.tool_*` exist
+            // only where the runner executes tools): absent ones are skipped
+            // here and listed by `unmatched_points`.
             let names: Vec<&String> = names
                 .iter()
                 .filter(|n| n.split('.').next().is_some_and(|f| families.contains(f)))
+                .filter(|n| {
+                    !n.starts_with("runner.") || boundaries.iter().any(|b| &b.cut.point == *n)
+                })
                 .collect();
             for n in &names {
                 if !boundaries.iter().any(|b| &&b.cut.point == n) {

@@ -34,10 +34,18 @@ fn check(case: &str) {
         .find(|s| s.case == case)
         .unwrap_or_else(|| panic!("no built-in scenario {case}"));
     let mut text = String::new();
+    // Every listed cut point happens in the clean run of some profile.
+    let mut unmatched: Option<std::collections::BTreeSet<String>> = None;
     for profile in &s.profiles {
         let id = s.id(profile);
         let env = CellEnv::new(exe(), &dir);
         let d = plan::discover(&env, s, profile).expect("discovery runs");
+        let here: std::collections::BTreeSet<String> =
+            plan::unmatched_points(s, &d.boundaries).into_iter().collect();
+        unmatched = Some(match unmatched {
+            None => here,
+            Some(u) => u.intersection(&here).cloned().collect(),
+        });
         assert_eq!(
             d.clean_verdict,
             Verdict::Pass,
@@ -143,6 +151,11 @@ fn check(case: &str) {
         }
         text.push('\n');
     }
+    let unmatched = unmatched.unwrap_or_default();
+    assert!(
+        unmatched.is_empty(),
+        "{case}: cut points that happen in no profile's clean run: {unmatched:?}"
+    );
     insta::with_settings!({
         snapshot_path => "../../reports/snapshots",
         prepend_module_to_snapshot => false,
