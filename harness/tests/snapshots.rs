@@ -40,8 +40,9 @@ fn check(case: &str) {
         let id = s.id(profile);
         let env = CellEnv::new(exe(), &dir);
         let d = plan::discover(&env, s, profile).expect("discovery runs");
-        let here: std::collections::BTreeSet<String> =
-            plan::unmatched_points(s, &d.boundaries).into_iter().collect();
+        let here: std::collections::BTreeSet<String> = plan::unmatched_points(s, &d.boundaries)
+            .into_iter()
+            .collect();
         unmatched = Some(match unmatched {
             None => here,
             Some(u) => u.intersection(&here).cloned().collect(),
