@@ -29,6 +29,8 @@ enum Command {
     Opencode(OpencodeArgs),
     /// A fake ACP (Agent Client Protocol v1) agent on stdio (JSON-RPC 2.0 lines).
     Acp(ProviderArgs),
+    /// A fake OpenAI-Responses-compatible model API (`POST /v1/responses`, SSE) on loopback.
+    ModelApi(ModelApiArgs),
     /// The tool command: append one line to the effect ledger.
     Effect(EffectArgs),
 }
@@ -68,6 +70,16 @@ pub struct OpencodeArgs {
     /// Address to listen on; loopback only.
     #[arg(long, default_value = "127.0.0.1")]
     hostname: String,
+}
+
+/// Options of `fake-provider model-api`.
+#[derive(Debug, clap::Args)]
+pub struct ModelApiArgs {
+    #[command(flatten)]
+    provider: ProviderArgs,
+    /// TCP port to listen on (127.0.0.1); 0 picks a free one.
+    #[arg(long, default_value_t = 0)]
+    port: u16,
 }
 
 /// Runs the command line `args` (including the program name). `self_cmd` is
@@ -113,6 +125,27 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
             };
             run("opencode", args.provider, self_cmd, |o| {
                 crate::opencode::serve(crate::opencode::OpencodeOptions {
+                    state_dir: o.state_dir,
+                    journal: o.journal,
+                    ledger: o.ledger,
+                    script: o.script,
+                    faults: o.faults,
+                    self_cmd: o.self_cmd,
+                    listener,
+                })
+            })
+        }
+        Command::ModelApi(args) => {
+            // A port in use is bad input (exit 2), found before anything starts.
+            let listener = match crate::model_api::bind(args.port) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("fake-provider model-api: {e}");
+                    return 2;
+                }
+            };
+            run("model-api", args.provider, self_cmd, |o| {
+                crate::model_api::serve(crate::model_api::ModelApiOptions {
                     state_dir: o.state_dir,
                     journal: o.journal,
                     ledger: o.ledger,

@@ -13,6 +13,7 @@ pub mod codex;
 pub mod faults;
 pub mod journal;
 pub mod ledger;
+pub mod model_api;
 pub mod opencode;
 pub mod recorded;
 pub mod script;

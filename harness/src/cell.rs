@@ -248,6 +248,7 @@ pub fn run_cell_traced(
         duration_ms: started.elapsed().as_millis() as u64,
         reproduce: reproduce(env, spec),
         error: ev.harness_error.clone(),
+        retried: None,
     };
     let (dir, kept) = if env.keep {
         let path = tmp.keep();
@@ -276,6 +277,7 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
             duration_ms: started.elapsed().as_millis() as u64,
             reproduce: reproduce(env, spec),
             error: Some(error.clone()),
+            retried: None,
         },
         evidence: Evidence {
             harness_error: Some(error),
@@ -332,6 +334,7 @@ pub fn profile_fake(
         "runner-codex" => Some(("codex", "codex", &[])),
         "runner-acpx-claude" => Some(("acp", "acp", &[])),
         "runner-opencode" => Some(("opencode", "opencode", &["--port", "0"])),
+        "runner-native-openai" => Some(("native", "model-api", &["--port", "0"])),
         _ => None,
     }
 }

@@ -168,6 +168,10 @@ pub struct CellResult {
     pub reproduce: String,
     /// A harness error that stopped the cell, if any.
     pub error: Option<String>,
+    /// Why the cell was run a second time (its armed cut was not reached on
+    /// the first attempt); the result is the second attempt's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retried: Option<String>,
 }
 
 /// A whole wave.

@@ -285,6 +285,12 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
     if let Some((i, n)) = wave.shard {
         facts.push(format!("shard {i}/{n}"));
     }
+    let retried = wave.cells.iter().filter(|c| c.retried.is_some()).count();
+    if retried > 0 {
+        facts.push(format!(
+            "{retried} cells ran twice (armed cut not reached at first)"
+        ));
+    }
     let _ = writeln!(out, "{}\n", facts.join(" · "));
 
     if wave.cells.is_empty() {
@@ -1112,6 +1118,7 @@ mod tests {
             duration_ms: 143,
             reproduce: format!("turncut replay reports/out/w/{id}"),
             error: None,
+            retried: None,
         }
     }
 

@@ -14,6 +14,7 @@ pub mod causes;
 pub mod cli;
 pub mod driver;
 pub mod engine;
+pub mod native;
 pub mod profiles;
 #[cfg(feature = "seeded-bugs")]
 pub mod seeded;

@@ -25,6 +25,8 @@ pub enum DriverKind {
     Acp,
     /// OpenCode server over HTTP + SSE.
     Opencode,
+    /// An OpenAI-Responses model API; the runner runs the tools itself.
+    Native,
 }
 
 /// One profile.
@@ -41,6 +43,13 @@ pub struct Profile {
     /// The environment variable that carries the credential to the provider.
     #[serde(default = "default_credential_env")]
     pub credential_env: String,
+    /// The model a native profile asks for.
+    #[serde(default = "default_model")]
+    pub model: String,
+}
+
+fn default_model() -> String {
+    "gpt-5-codex".to_owned()
 }
 
 fn default_approval() -> String {
@@ -78,7 +87,13 @@ pub fn fake_provider_command(exe: &Path) -> Vec<String> {
 /// The built-in profiles, plus those of `file` (which win).
 pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, Profile>> {
     let mut profiles = BTreeMap::new();
-    let builtin: [(&str, DriverKind, &str, &[&str]); 3] = [
+    let builtin: [(&str, DriverKind, &str, &[&str]); 4] = [
+        (
+            "runner-native-openai",
+            DriverKind::Native,
+            "model-api",
+            &["--port", "0"],
+        ),
         ("runner-codex", DriverKind::Codex, "codex", &[]),
         ("runner-acpx-claude", DriverKind::Acp, "acp", &[]),
         (
@@ -103,6 +118,7 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
                 command,
                 approval: default_approval(),
                 credential_env: default_credential_env(),
+                model: default_model(),
             },
         );
     }

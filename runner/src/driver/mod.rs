@@ -11,6 +11,7 @@
 
 pub mod acp;
 pub mod codex;
+pub mod native;
 pub mod opencode;
 pub mod stdio;
 
@@ -122,6 +123,14 @@ pub enum Driver {
     Acp(acp::AcpDriver),
     /// OpenCode server.
     OpenCode(opencode::OpenCodeDriver),
+    /// An OpenAI-Responses model API; the runner is the agent loop.
+    Native(native::NativeDriver),
+}
+
+fn native_has_no(what: &str) -> DriverError {
+    DriverError::Protocol(format!(
+        "the native driver has no {what}: the runner is the agent loop"
+    ))
 }
 
 macro_rules! each {
@@ -130,6 +139,7 @@ macro_rules! each {
             Driver::Codex($d) => $e,
             Driver::Acp($d) => $e,
             Driver::OpenCode($d) => $e,
+            Driver::Native(_) => Err(native_has_no("provider turns")),
         }
     };
 }
@@ -149,12 +159,24 @@ impl Driver {
             DriverKind::Opencode => {
                 Driver::OpenCode(opencode::OpenCodeDriver::attach(child, idle).await?)
             }
+            DriverKind::Native => Driver::Native(native::NativeDriver::attach(child, idle).await?),
         })
     }
 
     /// The handshake.
     pub async fn initialize(&mut self) -> Result<(), DriverError> {
-        each!(self, d => d.initialize().await)
+        match self {
+            Driver::Native(d) => d.initialize().await,
+            _ => each!(self, d => d.initialize().await),
+        }
+    }
+
+    /// The native model client, if this is the native driver.
+    pub fn native(&mut self) -> Option<&mut native::NativeDriver> {
+        match self {
+            Driver::Native(d) => Some(d),
+            _ => None,
+        }
     }
 
     /// The client id a turn for `message_id` carries (`continuation`: the one
@@ -170,7 +192,11 @@ impl Driver {
 
     /// Opens a fresh conversation in `cwd`; returns its id.
     pub async fn open_conversation(&mut self, cwd: &str) -> Result<String, DriverError> {
-        each!(self, d => d.open_conversation(cwd).await)
+        match self {
+            // The conversation lives in the runner's own store.
+            Driver::Native(_) => Ok(crate::engine::new_id("conv")),
+            _ => each!(self, d => d.open_conversation(cwd).await),
+        }
     }
 
     /// Loads an existing conversation into this provider process.
@@ -179,6 +205,7 @@ impl Driver {
             Driver::Codex(d) => d.resume_conversation(id).await,
             Driver::Acp(d) => d.resume_conversation(id, cwd).await,
             Driver::OpenCode(d) => d.resume_conversation(id).await,
+            Driver::Native(_) => Ok(()),
         }
     }
 

@@ -52,7 +52,7 @@ pub const CONTINUATION_SUFFIX: &str = "__continuation";
 /// The last hex value issued by [`OpenCodeDriver::client_id`] in this process.
 static LAST_ISSUED: AtomicU64 = AtomicU64::new(0);
 
-enum Sse {
+pub(super) enum Sse {
     Event(Value),
     Malformed(String),
     Eof,
@@ -492,7 +492,7 @@ impl OpenCodeDriver {
 
 /// Reads one line of at most [`LINE_BYTES_MAX`] bytes (the rest of a longer line is
 /// dropped); returns the bytes consumed, 0 at EOF.
-async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
+pub(super) async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
     reader: &mut R,
     line: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
@@ -518,7 +518,7 @@ async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
 }
 
 /// The end of the first event block: (end of its text, end including the blank line).
-fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
+pub(super) fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
     let lf = buf
         .windows(2)
         .position(|w| w == b"\n\n")
@@ -534,7 +534,7 @@ fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
 }
 
 /// The JSON of an SSE block's `data:` lines; `None` for a block without data (a comment).
-fn parse_block(block: &[u8]) -> Option<Sse> {
+pub(super) fn parse_block(block: &[u8]) -> Option<Sse> {
     let text = String::from_utf8_lossy(block);
     let data: Vec<&str> = text
         .lines()

@@ -1,0 +1,290 @@
+//! The fake model API's durable store: one record per (conversation, message
+//! id) in `<state-dir>/model-api/turns.json`.
+//!
+//! The whole file is replaced atomically (temporary file, fsync, rename, fsync
+//! of the directory) on every change, so a SIGKILL at any instant leaves
+//! either the old or the new version. `live.json` names the process serving
+//! the directory (pid, start time, generation), so [`recorded_turns`] can tell
+//! a turn a live process is still on from one whose process died: records are
+//! never rewritten on open. This module knows nothing about HTTP or the
+//! Responses wire format.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::recorded::RecordedTurn;
+
+/// Version of the stored formats.
+pub const STORE_VERSION: u32 = 1;
+
+/// A turn's status as stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TurnStatus {
+    /// Recorded; the final answer was not streamed yet.
+    InProgress,
+    /// The final answer was streamed.
+    Completed,
+}
+
+/// One function call the fake issued for a turn.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallRecord {
+    /// The `call_id` sent to the client.
+    pub call_id: String,
+    /// The script effect key it runs.
+    pub key: String,
+}
+
+/// One turn: a user message of a conversation and what the fake did for it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    /// The conversation (`metadata.turncut_conversation`, `prompt_cache_key` or `default`).
+    pub conversation: String,
+    /// The turn's message id (`metadata.turncut_message_id` or a hash of the message).
+    pub message_id: String,
+    /// Which script turn it plays (0-based).
+    pub script_index: usize,
+    /// In progress or completed.
+    pub status: TurnStatus,
+    /// How many `POST /v1/responses` requests answered it.
+    pub requests: u64,
+    /// The generation of the process that wrote it last.
+    pub generation: String,
+    /// The function calls issued, oldest first.
+    #[serde(default)]
+    pub calls: Vec<CallRecord>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct TurnsFile {
+    v: u32,
+    turns: Vec<TurnRecord>,
+}
+
+/// Which process serves a state directory.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct LiveProcess {
+    v: u32,
+    generation: String,
+    pid: u32,
+    /// Start time in clock ticks (`/proc/<pid>/stat` field 22), so a reused
+    /// pid is never taken for the process.
+    start_ticks: Option<u64>,
+}
+
+/// The store, loaded in memory and written through.
+#[derive(Debug)]
+pub struct Store {
+    dir: PathBuf,
+    generation: String,
+    turns: Vec<TurnRecord>,
+}
+
+impl Store {
+    /// Opens the store under `state_dir` and records this process as the live one.
+    pub fn open(state_dir: &Path, generation: &str) -> std::io::Result<Store> {
+        let dir = state_dir.join("model-api");
+        fs::create_dir_all(&dir)?;
+        let turns = match fs::read_to_string(dir.join("turns.json")) {
+            Ok(text) => {
+                serde_json::from_str::<TurnsFile>(&text)
+                    .map_err(|e| {
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("{}: bad store file: {e}", dir.join("turns.json").display()),
+                        )
+                    })?
+                    .turns
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let live = LiveProcess {
+            v: STORE_VERSION,
+            generation: generation.to_owned(),
+            pid: std::process::id(),
+            start_ticks: start_ticks(std::process::id()),
+        };
+        write_atomic(
+            &dir,
+            "live.json",
+            &serde_json::to_vec(&live).expect("serializes"),
+        )?;
+        Ok(Store {
+            dir,
+            generation: generation.to_owned(),
+            turns,
+        })
+    }
+
+    /// The record of a turn.
+    pub fn turn(&self, conversation: &str, message_id: &str) -> Option<&TurnRecord> {
+        self.turns
+            .iter()
+            .find(|t| t.conversation == conversation && t.message_id == message_id)
+    }
+
+    /// How many distinct message ids the conversation has recorded.
+    pub fn turn_count(&self, conversation: &str) -> usize {
+        self.turns
+            .iter()
+            .filter(|t| t.conversation == conversation)
+            .count()
+    }
+
+    /// Inserts or replaces the record of `(conversation, message_id)`, stamped
+    /// with this process's generation, durably.
+    pub fn put(&mut self, mut record: TurnRecord) -> std::io::Result<()> {
+        record.generation = self.generation.clone();
+        let mut turns = self.turns.clone();
+        match turns
+            .iter_mut()
+            .find(|t| t.conversation == record.conversation && t.message_id == record.message_id)
+        {
+            Some(t) => *t = record,
+            None => turns.push(record),
+        }
+        let file = TurnsFile {
+            v: STORE_VERSION,
+            turns,
+        };
+        write_atomic(
+            &self.dir,
+            "turns.json",
+            &serde_json::to_vec_pretty(&file).expect("serializes"),
+        )?;
+        // Memory follows the disk only once the disk has it.
+        self.turns = file.turns;
+        Ok(())
+    }
+}
+
+/// Every turn of the store under `state_dir`: thread is the conversation, turn
+/// and client id the message id. `completed` once its final answer was
+/// streamed; `inProgress` while the live process last wrote it; `interrupted`
+/// when the process that last wrote it is gone. An unreadable store reads as empty.
+pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
+    let dir = state_dir.join("model-api");
+    let Ok(text) = fs::read_to_string(dir.join("turns.json")) else {
+        return Vec::new();
+    };
+    let Ok(file) = serde_json::from_str::<TurnsFile>(&text) else {
+        return Vec::new();
+    };
+    let live_generation = fs::read_to_string(dir.join("live.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<LiveProcess>(&t).ok())
+        .filter(|l| {
+            let alive = Path::new(&format!("/proc/{}", l.pid)).exists();
+            alive && start_ticks(l.pid) == l.start_ticks
+        })
+        .map(|l| l.generation);
+    file.turns
+        .into_iter()
+        .map(|t| {
+            let status = match t.status {
+                TurnStatus::Completed => "completed",
+                TurnStatus::InProgress if live_generation.as_deref() == Some(&t.generation) => {
+                    "inProgress"
+                }
+                TurnStatus::InProgress => "interrupted",
+            };
+            RecordedTurn {
+                thread: t.conversation,
+                turn: t.message_id.clone(),
+                client_id: Some(t.message_id.clone()),
+                status: status.to_owned(),
+                continuation: false,
+                authorized_by: t.message_id,
+            }
+        })
+        .collect()
+}
+
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(name))?;
+    fs::File::open(dir)?.sync_all()
+}
+
+/// A process's start time in clock ticks, from `/proc/<pid>/stat`.
+fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses; fields resume after the last `)`.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(conversation: &str, id: &str, status: TurnStatus) -> TurnRecord {
+        TurnRecord {
+            conversation: conversation.to_owned(),
+            message_id: id.to_owned(),
+            script_index: 0,
+            status,
+            requests: 1,
+            generation: String::new(),
+            calls: Vec::new(),
+        }
+    }
+
+    fn statuses(dir: &Path) -> Vec<(String, String)> {
+        recorded_turns(dir)
+            .into_iter()
+            .map(|t| (t.turn, t.status))
+            .collect()
+    }
+
+    #[test]
+    fn turns_read_back_with_their_status_across_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Store::open(dir.path(), "g1").unwrap();
+        store.put(record("c", "m1", TurnStatus::Completed)).unwrap();
+        store
+            .put(record("c", "m2", TurnStatus::InProgress))
+            .unwrap();
+        store
+            .put(record("d", "m1", TurnStatus::InProgress))
+            .unwrap();
+        assert_eq!(store.turn_count("c"), 2);
+        let s = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            statuses(dir.path()),
+            [
+                s("m1", "completed"),
+                s("m2", "inProgress"),
+                s("m1", "inProgress")
+            ]
+        );
+
+        // A new process on the same state: what the old one left running was cut,
+        // until the new one takes the turn up again.
+        let mut store = Store::open(dir.path(), "g2").unwrap();
+        assert_eq!(store.turn("c", "m2").unwrap().generation, "g1");
+        assert_eq!(
+            statuses(dir.path()),
+            [
+                s("m1", "completed"),
+                s("m2", "interrupted"),
+                s("m1", "interrupted")
+            ]
+        );
+        store
+            .put(record("c", "m2", TurnStatus::InProgress))
+            .unwrap();
+        assert_eq!(statuses(dir.path())[1], s("m2", "inProgress"));
+        assert!(recorded_turns(&dir.path().join("missing")).is_empty());
+    }
+}

@@ -1,0 +1,211 @@
+//! The native driver: the runner is the agent loop and this driver is only
+//! its model client. It calls an OpenAI-Responses-compatible API
+//! (`POST /v1/responses` with `stream: true`) and returns the model's output
+//! items; the engine persists them before any side effect, executes the
+//! tools itself (`crate::native::tools`) and persists each outcome before it
+//! asks the model again. A model request has no side effects, so after a
+//! crash or a lost stream it is simply issued again.
+//!
+//! In cells the API is `fake-provider model-api`, started as the profile's
+//! provider process (so it can be killed and hung like any provider); the
+//! driver reads its `listening on http://…` line like the OpenCode driver.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::io::BufReader;
+use tokio::process::Child;
+
+use super::DriverError;
+use super::opencode::{Sse, find_blank_line, parse_block, read_line_bounded};
+
+/// Largest SSE event accepted.
+const EVENT_BYTES_MAX: usize = 8 << 20;
+
+/// A model API reachable over HTTP.
+pub struct NativeDriver {
+    base: String,
+    http: reqwest::Client,
+    idle: Duration,
+    exited: Arc<AtomicBool>,
+}
+
+/// One model response: its output items (messages, function calls).
+#[derive(Debug)]
+pub struct ModelOutput {
+    /// The response id.
+    pub id: String,
+    /// Output items as the API returned them.
+    pub items: Vec<Value>,
+}
+
+impl NativeDriver {
+    /// Reads the listening address from the child's stdout (taken).
+    pub async fn attach(child: &mut Child, idle: Duration) -> Result<NativeDriver, DriverError> {
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| DriverError::Protocol("the provider's stdout is not piped".into()))?;
+        let mut reader = BufReader::new(stdout);
+        let base = tokio::time::timeout(idle, async {
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                let n = read_line_bounded(&mut reader, &mut line)
+                    .await
+                    .map_err(|_| DriverError::Exited)?;
+                if n == 0 {
+                    return Err(DriverError::Exited);
+                }
+                let text = String::from_utf8_lossy(&line);
+                if let Some(at) = text.find("listening on http://") {
+                    let url = text[at + "listening on ".len()..].trim();
+                    return Ok(url.trim_end_matches('/').to_owned());
+                }
+            }
+        })
+        .await
+        .map_err(|_| unresponsive(idle))??;
+        let exited = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&exited);
+        tokio::spawn(async move {
+            let mut sink = tokio::io::sink();
+            let _ = tokio::io::copy(&mut reader, &mut sink).await;
+            flag.store(true, Ordering::SeqCst);
+        });
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .build()
+            .map_err(|e| DriverError::Protocol(format!("failed to build the HTTP client: {e}")))?;
+        Ok(NativeDriver {
+            base,
+            http,
+            idle,
+            exited,
+        })
+    }
+
+    /// Nothing to shake hands with: the first request is the check.
+    pub async fn initialize(&mut self) -> Result<(), DriverError> {
+        Ok(())
+    }
+
+    /// Asks the model. `input` is the whole conversation as Responses input
+    /// items; `metadata` carries the conversation and message ids. Returns
+    /// the output items of `response.completed`.
+    pub async fn respond(
+        &mut self,
+        model: &str,
+        input: Vec<Value>,
+        tools: Value,
+        metadata: Value,
+    ) -> Result<ModelOutput, DriverError> {
+        if self.exited.load(Ordering::SeqCst) {
+            return Err(DriverError::Exited);
+        }
+        let body = json!({
+            "model": model,
+            "input": input,
+            "tools": tools,
+            "stream": true,
+            "store": false,
+            "metadata": metadata,
+        });
+        crate::engine::hit("runner.native.responses.sent");
+        let request = self
+            .http
+            .post(format!("{}/v1/responses", self.base))
+            .header("accept", "text/event-stream")
+            .json(&body)
+            .send();
+        let mut response = match tokio::time::timeout(self.idle, request).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => return Err(DriverError::Exited),
+            Err(_) => return Err(unresponsive(self.idle)),
+        };
+        let status = response.status().as_u16();
+        if status != 200 {
+            let text = tokio::time::timeout(self.idle, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            let message = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| v.pointer("/error/message").and_then(Value::as_str).map(str::to_owned))
+                .unwrap_or(text);
+            return Err(DriverError::Rpc {
+                method: "POST /v1/responses".into(),
+                code: i64::from(status),
+                message,
+            });
+        }
+        let mut buf: Vec<u8> = Vec::new();
+        let mut done_items: Vec<Value> = Vec::new();
+        loop {
+            // An event that ends the buffer's first block, if any.
+            if let Some(end) = find_blank_line(&buf) {
+                let block: Vec<u8> = buf.drain(..end.1).collect();
+                let Some(sse) = parse_block(&block[..end.0]) else {
+                    continue;
+                };
+                let event = match sse {
+                    Sse::Event(v) => v,
+                    Sse::Malformed(what) => {
+                        return Err(DriverError::Protocol(format!("the model API sent {what}")));
+                    }
+                    Sse::Eof => return Err(DriverError::Exited),
+                };
+                let kind = event["type"].as_str().unwrap_or_default().to_owned();
+                crate::engine::hit(&format!("runner.native.{}.received", cutpoint::slug(&kind)));
+                match kind.as_str() {
+                    "response.output_item.done" => {
+                        if let Some(item) = event.get("item") {
+                            done_items.push(item.clone());
+                        }
+                    }
+                    "response.completed" => {
+                        let r = &event["response"];
+                        let items = r["output"]
+                            .as_array()
+                            .cloned()
+                            .filter(|o| !o.is_empty())
+                            .unwrap_or(done_items);
+                        return Ok(ModelOutput {
+                            id: r["id"].as_str().unwrap_or_default().to_owned(),
+                            items,
+                        });
+                    }
+                    "response.failed" | "response.incomplete" | "error" => {
+                        return Err(DriverError::Protocol(format!(
+                            "the model API ended the response with {kind}: {}",
+                            event.pointer("/response/error").unwrap_or(&event)
+                        )));
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            if buf.len() > EVENT_BYTES_MAX {
+                return Err(DriverError::Protocol(
+                    "the model API sent an event longer than the limit".into(),
+                ));
+            }
+            match tokio::time::timeout(self.idle, response.chunk()).await {
+                Ok(Ok(Some(chunk))) => buf.extend_from_slice(&chunk),
+                // The stream ended before `response.completed`: the provider
+                // died or cut it; the request is re-issued on a new one.
+                Ok(Ok(None)) | Ok(Err(_)) => return Err(DriverError::Exited),
+                Err(_) => return Err(unresponsive(self.idle)),
+            }
+        }
+    }
+}
+
+fn unresponsive(idle: Duration) -> DriverError {
+    DriverError::Unresponsive {
+        idle_ms: idle.as_millis() as u64,
+    }
+}
