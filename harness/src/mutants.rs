@@ -33,6 +33,8 @@ pub const BUGS: &[&str] = &[
     "stuck-after-restart",
     "fail-closed-when-absent",
     "adopt-without-completion",
+    "rerun-executing-tool",
+    "continue-before-outcome",
 ];
 
 /// Builds the seeded runnerd and returns its path.

@@ -470,6 +470,33 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
             );
         }
     }
+    // Write-ahead for tools the runner executes (ACP client tools, native
+    // tools): a call's outcome, or its uncertainty, is durable before the
+    // runner moves on to another call or asks the model again.
+    let mut open: Option<(String, i64)> = None;
+    for ev in &e.events {
+        let seq = ev["seq"].as_i64().unwrap_or(0);
+        let key = ev
+            .pointer("/data/key")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match ev["kind"].as_str().unwrap_or_default() {
+            "tool.executing" | "model.output" => {
+                if let Some((k, at)) = open.take() {
+                    j.fail(
+                        format!("the runner went on (events#{seq}) before persisting the outcome of tool call {k} (executing since events#{at})"),
+                        [format!("events#{at}"), format!("events#{seq}")],
+                    );
+                }
+                if ev["kind"] == "tool.executing" {
+                    open = Some((key.to_owned(), seq));
+                }
+            }
+            "tool.outcome" if open.as_ref().is_some_and(|(k, _)| k == key) => open = None,
+            "tool_outcome_uncertain" => open = None,
+            _ => {}
+        }
+    }
     j.done()
 }
 
@@ -962,6 +989,48 @@ mod tests {
             verdict(&results, "contract").0,
             Verdict::Pass,
             "{results:#?}"
+        );
+    }
+
+    #[test]
+    fn contract_catches_a_tool_outcome_not_persisted_before_moving_on() {
+        let tool = |seq: i64, kind: &str, key: &str| {
+            event(seq, kind, json!({ "turn_row": 1, "key": key }))
+        };
+        let mut e = good();
+        e.events.truncate(3);
+        e.events.extend([
+            tool(4, "tool.executing", "call_a"),
+            tool(5, "tool.outcome", "call_a"),
+            tool(6, "tool.executing", "call_b"),
+            tool(7, "tool_outcome_uncertain", "call_b"),
+            tool(8, "model.output", ""),
+            event(
+                9,
+                "turn.finished",
+                json!({ "turn_row": 1, "status": "completed" }),
+            ),
+            event(
+                10,
+                "run.settled",
+                json!({ "state": "completed", "cause": null }),
+            ),
+        ]);
+        let results = judge(&e);
+        assert_eq!(
+            verdict(&results, "contract").0,
+            Verdict::Pass,
+            "{results:#?}"
+        );
+        // B starts before A's outcome is durable.
+        e.events.remove(4);
+        for (i, ev) in e.events.iter_mut().enumerate() {
+            ev["seq"] = json!(i + 1);
+        }
+        assert_only_fails(
+            &e,
+            "contract",
+            "before persisting the outcome of tool call call_a",
         );
     }
 

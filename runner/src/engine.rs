@@ -23,11 +23,16 @@ use tokio::sync::mpsc;
 
 use crate::causes::{Cause, CauseCode, ContractEvent, RetryBlock};
 use crate::driver::{ClientCall, Driver, DriverError, ProviderEvent, TurnLookup};
+use crate::native::checkpoint::{CallStatus, Checkpoint};
+use crate::native::tools::{self, Limits, Tool, ToolOutput, Workspace};
 use crate::profiles::Profile;
 #[cfg(feature = "seeded-bugs")]
 use crate::seeded::{self, SeededBug};
 use crate::store::{Db, Run, Snapshot, Store, StoreError, TaskState, TurnRow};
 use crate::supervisor::{self, ProcessIdentity, StopOutcome};
+
+/// How many model responses one native turn may take.
+pub const NATIVE_MODEL_CALLS_MAX: u32 = 32;
 
 /// The text a continuation turn sends instead of the original message.
 pub const CONTINUE_TEXT: &str = "[turncut:continue] The previous turn was interrupted by a restart. Continue it; do not redo finished steps.";
@@ -683,6 +688,14 @@ impl Engine {
         l: &mut Live,
     ) -> Result<(), StepError> {
         let task_id = &snap.task.task_id;
+        if l.driver.native().is_some() {
+            // The runner is the agent: its own checkpoint is the provider's
+            // record, so a cut native turn resumes from it (DESIGN §3.4 rules
+            // 4 and 5) instead of being classified against a provider.
+            return self
+                .native_turn(snap, run, conversation, turn, None, l)
+                .await;
+        }
         let continuation = turn.kind == "continuation";
         // SEEDED BUG second-continuation: only a continuation that was never
         // accepted is treated as one; an accepted continuation is classified
@@ -868,6 +881,11 @@ impl Engine {
         l: &mut Live,
     ) -> Result<(), StepError> {
         let task_id = &snap.task.task_id;
+        if l.driver.native().is_some() {
+            return self
+                .native_turn(snap, run, conversation, turn, Some(text), l)
+                .await;
+        }
         let profile = self
             .opts
             .profiles
@@ -1227,6 +1245,252 @@ impl Engine {
                 },
                 Err(e) => Ok(Err(e)),
             },
+        }
+    }
+
+    /// Persists a native checkpoint with its run-log event; the write's cut
+    /// point follows.
+    #[allow(clippy::too_many_arguments)]
+    async fn native_save(
+        &self,
+        write: &'static str,
+        snap: &Snapshot,
+        run: &Run,
+        turn_row: i64,
+        cp: &Checkpoint,
+        kind: &'static str,
+        data: Value,
+    ) -> Result<(), StepError> {
+        let (tid, rid, conv) = (
+            snap.task.task_id.clone(),
+            run.run_id.clone(),
+            cp.conversation.clone(),
+        );
+        let json = cp.to_json();
+        self.write(write, move |db| {
+            db.native_save(write, &tid, &rid, turn_row, &conv, json, kind, data)
+        })
+        .await
+    }
+
+    /// The native agent loop for one turn: the runner asks the model, persists
+    /// its output before any side effect, executes each tool call itself
+    /// (`executing` before the effect, the outcome before going on), and asks
+    /// again until the model answers without calls. With `text: None` the
+    /// turn resumes from its durable checkpoint: calls cut while executing
+    /// become `uncertain` and are never run again, and the model request is
+    /// simply issued again (it has no side effects).
+    async fn native_turn(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        text: Option<&str>,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let row = turn.turn_row;
+        let profile = self
+            .opts
+            .profiles
+            .get(&snap.task.profile)
+            .expect("checked when the provider started")
+            .clone();
+        let corrupt = |e: String| {
+            StepError::Storage(StoreError::Corrupt {
+                table: "native_checkpoints",
+                detail: e,
+            })
+        };
+        let stored = self.store.call(move |db| db.native_checkpoint(row)).await?;
+        let mut cp = match stored {
+            Some(v) => Checkpoint::from_json(&v).map_err(|e| corrupt(e.to_string()))?,
+            None => {
+                let text = match text {
+                    Some(t) => t.to_owned(),
+                    None => snap_message_text(&self.store, task_id, &turn.message_id).await?,
+                };
+                if turn.provider_turn_id.is_none() {
+                    let (tid, rid, cid) =
+                        (task_id.clone(), run.run_id.clone(), turn.client_id.clone());
+                    self.write("turn_accepted", move |db| {
+                        db.turn_accepted(&tid, &rid, row, &cid)
+                    })
+                    .await?;
+                }
+                let cp = Checkpoint::new(&profile.model, conversation, &turn.message_id, &text);
+                self.native_save(
+                    "native_checkpoint",
+                    snap,
+                    run,
+                    row,
+                    &cp,
+                    "native.checkpoint",
+                    json!({ "turn_row": row }),
+                )
+                .await?;
+                cp
+            }
+        };
+        if text.is_none() {
+            #[cfg(feature = "seeded-bugs")]
+            if seeded::active(SeededBug::RerunExecutingTool) {
+                // SEEDED BUG rerun-executing-tool: a call cut while it ran is
+                // treated as never started, and runs again.
+                for c in &mut cp.pending_calls {
+                    if c.status == CallStatus::Executing {
+                        c.status = CallStatus::Pending;
+                    }
+                }
+            }
+            let cut_calls: Vec<String> = cp
+                .pending_calls
+                .iter()
+                .filter(|c| c.status == CallStatus::Executing)
+                .map(|c| c.call_id.clone())
+                .collect();
+            if cp.recover() > 0 {
+                self.native_save(
+                    "tool_uncertain",
+                    snap,
+                    run,
+                    row,
+                    &cp,
+                    "tool_outcome_uncertain",
+                    json!({ "turn_row": row, "keys": cut_calls, "action": "never executed again; the model is told" }),
+                )
+                .await?;
+            }
+        }
+        let ws = Workspace::new(&snap.task.workspace).map_err(|e| {
+            StepError::Fail(Cause::new(
+                CauseCode::ProviderStartFailed,
+                format!("the task workspace is not usable: {e}"),
+            ))
+        })?;
+        let limits = Limits::default();
+        let secret = self.opts.credential.as_ref().map(|s| s.0.clone());
+        let mut scrub: Vec<String> = vec![profile.credential_env.clone()];
+        scrub.extend(secret);
+        let scrub_refs: Vec<&str> = scrub.iter().map(String::as_str).collect();
+        loop {
+            // Execute the model's calls in order.
+            while let Some(i) = cp
+                .pending_calls
+                .iter()
+                .position(|c| c.status == CallStatus::Pending)
+            {
+                let call = cp.pending_calls[i].clone();
+                let output = match Tool::parse(&call.name, &call.arguments) {
+                    Err(e) => ToolOutput::from(e),
+                    Ok(tool) => {
+                        if tool.has_effect() {
+                            cp.pending_calls[i].status = CallStatus::Executing;
+                            self.native_save(
+                                "tool_executing",
+                                snap,
+                                run,
+                                row,
+                                &cp,
+                                "tool.executing",
+                                json!({ "turn_row": row, "key": call.call_id, "kind": call.name }),
+                            )
+                            .await?;
+                        }
+                        let out = tool.execute(&ws, &limits, &scrub_refs).await;
+                        hit("runner.tool.executed");
+                        out
+                    }
+                };
+                cp.pending_calls[i].status = CallStatus::Completed {
+                    output: output.output,
+                    ok: output.ok,
+                };
+                let more = cp
+                    .pending_calls
+                    .iter()
+                    .any(|c| c.status == CallStatus::Pending);
+                #[cfg(not(feature = "seeded-bugs"))]
+                let skip = {
+                    let _ = more;
+                    false
+                };
+                // SEEDED BUG continue-before-outcome: the outcome of a call
+                // is only written with the next call's intent.
+                #[cfg(feature = "seeded-bugs")]
+                let skip = more && seeded::active(SeededBug::ContinueBeforeOutcome);
+                if !skip {
+                    self.native_save(
+                        "tool_outcome",
+                        snap,
+                        run,
+                        row,
+                        &cp,
+                        "tool.outcome",
+                        json!({ "turn_row": row, "key": call.call_id, "ok": output.ok }),
+                    )
+                    .await?;
+                }
+            }
+            if cp.model_calls >= NATIVE_MODEL_CALLS_MAX {
+                return Err(StepError::Fail(Cause::new(
+                    CauseCode::ProviderProtocolError,
+                    format!(
+                        "the model was asked {} times in one turn without a final answer",
+                        cp.model_calls
+                    ),
+                )));
+            }
+            // Ask the model: the conversation so far, then this turn.
+            let (conv, r) = (conversation.to_owned(), row);
+            let earlier = self
+                .store
+                .call(move |db| db.native_checkpoints_before(&conv, r))
+                .await?;
+            let mut input = Vec::new();
+            for v in &earlier {
+                let prev = Checkpoint::from_json(v).map_err(|e| corrupt(e.to_string()))?;
+                input.extend(prev.model_input());
+            }
+            input.extend(cp.model_input());
+            let metadata = json!({
+                "turncut_message_id": turn.message_id,
+                "turncut_conversation": conversation,
+            });
+            let native = l.driver.native().expect("checked by the caller");
+            let out = native
+                .respond(&profile.model, input, tools::definitions(), metadata)
+                .await
+                .map_err(driver_err)?;
+            let calls = cp.record_response(out.items).map_err(|e| {
+                StepError::Fail(Cause::new(CauseCode::ProviderProtocolError, e.to_string()))
+            })?;
+            self.native_save(
+                "model_output",
+                snap,
+                run,
+                row,
+                &cp,
+                "model.output",
+                json!({ "turn_row": row, "response_id": out.id, "calls": calls }),
+            )
+            .await?;
+            if calls == 0 {
+                let (tid, rid) = (task_id.clone(), run.run_id.clone());
+                let pt = turn.client_id.clone();
+                return self
+                    .write("turn_completed", move |db| {
+                        db.turn_finished(
+                            &tid,
+                            &rid,
+                            row,
+                            "completed",
+                            json!({ "provider_turn_id": pt }),
+                        )
+                    })
+                    .await;
+            }
         }
     }
 

@@ -39,11 +39,15 @@ pub enum SeededBug {
     FailClosedWhenAbsent,
     /// Adopt an accepted turn the provider has `interrupted` as completed.
     AdoptWithoutCompletion,
+    /// Native: after a restart, run a tool call that was `executing` again.
+    RerunExecutingTool,
+    /// Native: go on to the next tool call before persisting the last one's outcome.
+    ContinueBeforeOutcome,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 12] = [
+    pub const ALL: [SeededBug; 14] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -56,6 +60,8 @@ impl SeededBug {
         SeededBug::StuckAfterRestart,
         SeededBug::FailClosedWhenAbsent,
         SeededBug::AdoptWithoutCompletion,
+        SeededBug::RerunExecutingTool,
+        SeededBug::ContinueBeforeOutcome,
     ];
 
     /// The name on the command line.
@@ -73,6 +79,8 @@ impl SeededBug {
             SeededBug::StuckAfterRestart => "stuck-after-restart",
             SeededBug::FailClosedWhenAbsent => "fail-closed-when-absent",
             SeededBug::AdoptWithoutCompletion => "adopt-without-completion",
+            SeededBug::RerunExecutingTool => "rerun-executing-tool",
+            SeededBug::ContinueBeforeOutcome => "continue-before-outcome",
         }
     }
 }

@@ -134,7 +134,11 @@ impl NativeDriver {
                 .unwrap_or_default();
             let message = serde_json::from_str::<Value>(&text)
                 .ok()
-                .and_then(|v| v.pointer("/error/message").and_then(Value::as_str).map(str::to_owned))
+                .and_then(|v| {
+                    v.pointer("/error/message")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                })
                 .unwrap_or(text);
             return Err(DriverError::Rpc {
                 method: "POST /v1/responses".into(),
