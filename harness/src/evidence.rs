@@ -136,7 +136,7 @@ pub fn controller_id(client_id: &str) -> String {
 }
 
 /// Reads every fake's durable store under `dir` (Codex `threads/`, ACP
-/// `sessions/`, OpenCode `opencode/`), at any depth, with client ids and
+/// `sessions/`, OpenCode `opencode/`, model API `model-api/`), at any depth, with client ids and
 /// authorizing ids translated to controller message ids.
 pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
     let mut roots: Vec<std::path::PathBuf> = Vec::new();
@@ -145,7 +145,7 @@ pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
         let mut p = file.as_path();
         while let Some(parent) = p.parent() {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if matches!(name, "threads" | "sessions" | "opencode") {
+            if matches!(name, "threads" | "sessions" | "opencode" | "model-api") {
                 if !roots.iter().any(|r| r == parent) {
                     roots.push(parent.to_path_buf());
                 }
@@ -162,7 +162,8 @@ pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
         let turns = fake_provider::codex::store::recorded_turns(&root)
             .into_iter()
             .chain(fake_provider::acp::store::recorded_turns(&root))
-            .chain(fake_provider::opencode::store::recorded_turns(&root));
+            .chain(fake_provider::opencode::store::recorded_turns(&root))
+            .chain(fake_provider::model_api::store::recorded_turns(&root));
         for t in turns {
             out.push(ProviderTurn {
                 thread: t.thread,

@@ -15,7 +15,12 @@ use toml::Spanned;
 use crate::model::Fault;
 
 /// Profiles this harness can drive.
-pub const SUPPORTED_PROFILES: &[&str] = &["runner-codex", "runner-acpx-claude", "runner-opencode"];
+pub const SUPPORTED_PROFILES: &[&str] = &[
+    "runner-codex",
+    "runner-acpx-claude",
+    "runner-opencode",
+    "runner-native-openai",
+];
 
 /// Profiles the design names; listed in files, but not all runnable yet.
 pub const KNOWN_PROFILES: &[&str] = &[

@@ -316,3 +316,161 @@ fn acp_tools_run_by_the_runner_never_see_the_credential() {
         );
     }
 }
+
+/// Requests the fake model API received (`POST /v1/responses` bodies).
+fn model_requests(rig: &Rig) -> Vec<Value> {
+    fake_provider::journal::read(&rig.path("journal.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            e.kind == fake_provider::journal::EntryKind::In && e.data["path"] == "/v1/responses"
+        })
+        .map(|e| e.data["body"].clone())
+        .collect()
+}
+
+fn events_of<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["kind"] == kind).collect()
+}
+
+#[test]
+fn native_turn_runs_tools_in_the_runner_with_a_scrubbed_environment() {
+    let canary = "turncut-canary-9e2c";
+    let mut rig = Rig::new("runner-native-openai", TWO_TURNS);
+    rig.env
+        .push(("TURNCUT_PROVIDER_API_KEY".into(), canary.into()));
+    let client = rig.start(None);
+    rig.submit(&client, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let ledger = rig.ledger();
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert!(ledger.iter().all(|e| !e.saw_secret), "{ledger:?}");
+    let events = client.events("t1", 0).unwrap();
+    // Model output persisted before the tool ran, the outcome before the
+    // model was asked again.
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| e["kind"].as_str())
+        .filter(|k| k.starts_with("model.") || k.starts_with("tool."))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "model.output",
+            "tool.executing",
+            "tool.outcome",
+            "model.output"
+        ],
+        "{events:#?}"
+    );
+    for file in harness::runner_client::state_files(rig.dir.path()) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(canary),
+            "the canary leaked into {}",
+            file.display()
+        );
+    }
+}
+
+/// A turn with two tool calls cut after the second ran and before its outcome
+/// was persisted: the first call's persisted outcome survives, the second is
+/// `uncertain`, neither runs again, and the model is told.
+#[test]
+fn native_multi_tool_turn_recovers_partially_without_rerunning_anything() {
+    let script = r#"
+[[turn]]
+say = ["Two steps."]
+tools = [{ key = "one" }, { key = "two" }]
+final = "Both done."
+"#;
+    let mut rig = Rig::new("runner-native-openai", script);
+    let client = rig.start(Some("runner.tool.executed#2"));
+    rig.submit(&client, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert!(task["cause"].is_null(), "{task}");
+    let events = client.events("t1", 0).unwrap();
+    let executing = events_of(&events, "tool.executing");
+    let outcomes = events_of(&events, "tool.outcome");
+    let uncertain = events_of(&events, "tool_outcome_uncertain");
+    assert_eq!(executing.len(), 2, "neither call runs again: {events:#?}");
+    assert_eq!(outcomes.len(), 1, "only the first outcome was persisted");
+    assert_eq!(uncertain.len(), 1);
+    let b = executing[1]["data"]["key"].clone();
+    assert_eq!(uncertain[0]["data"]["keys"], json!([b]));
+    assert_eq!(outcomes[0]["data"]["key"], executing[0]["data"]["key"]);
+    // The effects ran once each (the second one did run before the cut).
+    rig.assert_effects_once();
+    assert_eq!(rig.ledger().len(), 2);
+    // The model was asked again with A's output and B's uncertainty.
+    let requests = model_requests(&rig);
+    let last = requests.last().expect("requests");
+    let outputs: Vec<&Value> = last["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "function_call_output")
+        .collect();
+    assert_eq!(outputs.len(), 2, "{last:#}");
+    assert!(
+        outputs[1]["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("uncertain:"),
+        "{last:#}"
+    );
+    assert!(
+        !outputs[0]["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("uncertain:"),
+        "{last:#}"
+    );
+}
+
+/// A runner killed while waiting for the model: the model request has no
+/// side effects and is simply issued again; nothing runs twice.
+#[test]
+fn native_model_request_cut_by_a_restart_is_issued_again() {
+    let mut rig = Rig::new("runner-native-openai", TWO_TURNS);
+    let client = rig.start(Some("model.turn.recorded#1"));
+    rig.submit(&client, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert!(
+        model_requests(&rig).len() >= 3,
+        "the first request was re-issued"
+    );
+    rig.assert_effects_once();
+    assert_eq!(rig.ledger().len(), 1);
+}
+
+#[test]
+fn native_restart_during_an_active_turn_consumes_the_follow_up_once() {
+    let mut rig = Rig::new("runner-native-openai", TWO_TURNS);
+    let client = rig.start(Some("runner.turn_accepted.persisted#1"));
+    rig.submit(&client, "t1", "m1");
+    let held = rig.hold();
+    let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
+    assert_eq!(status, 202, "{body}");
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert!(task["cause"].is_null(), "{task}");
+    let keys: Vec<(String, String)> = rig.ledger().into_iter().map(|e| (e.key, e.by)).collect();
+    assert!(keys.contains(&("first".into(), "m1".into())), "{keys:?}");
+    assert!(keys.contains(&("second".into(), "f1".into())), "{keys:?}");
+    rig.assert_effects_once();
+}

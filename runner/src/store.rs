@@ -1515,3 +1515,36 @@ impl Db {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_active_turn_in_one_run_is_rejected_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        let first = store
+            .call_blocking(|db| db.turn_intent("t1", "run-1", "m1", "primary", "m1"))
+            .unwrap();
+        let events_before = store.call_blocking(|db| db.events("t1", 0, 100)).unwrap();
+        // A concurrent turn on the same run: refused by the store itself.
+        let second = store.call_blocking(|db| db.turn_intent("t1", "run-1", "f1", "primary", "f1"));
+        assert!(second.is_err(), "{second:?}");
+        let events_after = store.call_blocking(|db| db.events("t1", 0, 100)).unwrap();
+        assert_eq!(
+            events_before.len(),
+            events_after.len(),
+            "no event for a refused turn"
+        );
+        // Once the first turn ends, the next one is admitted.
+        store
+            .call_blocking(move |db| {
+                db.turn_finished("t1", "run-1", first, "completed", serde_json::json!({}))
+            })
+            .unwrap();
+        store
+            .call_blocking(|db| db.turn_intent("t1", "run-1", "f1", "primary", "f1"))
+            .unwrap();
+    }
+}
