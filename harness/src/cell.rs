@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::evidence::{Action, Evidence, Exchange};
-use crate::model::{CellResult, CellSpec, Cut, Outcome, Verdict};
+use crate::model::{CellResult, CellSpec, Cut, Fault, Outcome, Verdict};
 use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
@@ -42,6 +42,9 @@ pub struct CellEnv {
     pub runner_extra: Vec<String>,
     /// The runner's provider idle timeout.
     pub idle_timeout_ms: u64,
+    /// The idle timeout in `hang-provider` cells (at most `idle_timeout_ms`):
+    /// a hung provider is detected only by it, so it sets those cells' cost.
+    pub hang_idle_timeout_ms: u64,
     /// Deadline for each wait of a cell.
     pub wait_ms: u64,
     /// Directory of the scenarios (for reproduce commands).
@@ -58,6 +61,7 @@ impl CellEnv {
             runner_cmd: vec![exe.display().to_string(), "runnerd".to_owned()],
             runner_extra: Vec::new(),
             idle_timeout_ms: 500,
+            hang_idle_timeout_ms: 250,
             wait_ms: 15_000,
             scenarios_dir: scenarios_dir.to_owned(),
             keep: false,
@@ -163,6 +167,16 @@ pub fn run_cell_traced(
     trace: Option<&Path>,
 ) -> CellRun {
     let started = Instant::now();
+    let hang_env;
+    let env = if spec.fault == Some(Fault::HangProvider) {
+        hang_env = CellEnv {
+            idle_timeout_ms: env.hang_idle_timeout_ms.min(env.idle_timeout_ms),
+            ..env.clone()
+        };
+        &hang_env
+    } else {
+        env
+    };
     let tmp = match tempfile::Builder::new().prefix("turncut-cell-").tempdir() {
         Ok(t) => t,
         Err(e) => {

@@ -31,6 +31,10 @@ struct Common {
     /// The runner's provider idle timeout in a cell.
     #[arg(long, global = true, default_value_t = 500)]
     idle_timeout_ms: u64,
+    /// The idle timeout in hang-provider cells (a hung provider is found
+    /// only by it); capped at --idle-timeout-ms.
+    #[arg(long, global = true, default_value_t = 250)]
+    hang_idle_timeout_ms: u64,
     /// Deadline of each wait in a cell.
     #[arg(long, global = true, default_value_t = 15_000)]
     cell_wait_ms: u64,
@@ -203,6 +207,7 @@ fn env_for(exe: &Path, common: &Common) -> Result<(CellEnv, Vec<scenario::Scenar
     }
     env.runner_extra = common.runner_args.clone();
     env.idle_timeout_ms = common.idle_timeout_ms;
+    env.hang_idle_timeout_ms = common.hang_idle_timeout_ms;
     env.wait_ms = common.cell_wait_ms;
     env.keep = common.keep;
     Ok((env, scenarios))
