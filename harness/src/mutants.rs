@@ -37,6 +37,28 @@ pub const BUGS: &[&str] = &[
     "continue-before-outcome",
 ];
 
+/// Whether a seeded bug can fire for a profile. The native profile has no
+/// provider turn to look up, continue or adopt and never fails closed (so no
+/// Retry and no failure cause); the native bugs live only in its loop.
+pub fn applies(bug: &str, profile: &str) -> bool {
+    const NATIVE_ONLY: &[&str] = &["rerun-executing-tool", "continue-before-outcome"];
+    const NOT_NATIVE: &[&str] = &[
+        "resend-ambiguous-turn",
+        "second-continuation",
+        "continuation-resends-message",
+        "null-cause",
+        "wrong-recoverable",
+        "retry-reuses-conversation",
+        "fail-closed-when-absent",
+        "adopt-without-completion",
+    ];
+    let native = profile == "runner-native-openai";
+    if NATIVE_ONLY.contains(&bug) {
+        return native;
+    }
+    !(native && NOT_NATIVE.contains(&bug))
+}
+
 /// Builds the seeded runnerd and returns its path.
 pub fn build_seeded() -> anyhow::Result<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -138,6 +160,9 @@ pub fn run(
     let started = Instant::now();
     for bug in std::iter::once("(none)").chain(selected.iter().copied()) {
         for (profile, ids) in &by_profile {
+            if bug != "(none)" && !applies(bug, profile) {
+                continue;
+            }
             let mut env = CellEnv::new(exe, &dir);
             // A healthy cell settles in well under a second; a bug that
             // strands a task should cost seconds, not the default wait.

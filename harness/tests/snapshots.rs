@@ -19,7 +19,7 @@ use harness::model::{Fault, Verdict};
 use harness::{plan, scenario, wave};
 
 /// Cells snapshotted per scenario and profile (sampled by seed 7).
-const CELLS_PER_PROFILE: usize = 120;
+const CELLS_PER_PROFILE: usize = 80;
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_turncut"))
