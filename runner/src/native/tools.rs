@@ -1143,11 +1143,14 @@ mod tests {
             assert!(d["description"].as_str().is_some_and(|s| !s.is_empty()));
             let params = &d["parameters"];
             assert_eq!(params["additionalProperties"], false);
-            let props: Vec<&String> = params["properties"]
+            // Key order depends on serde_json's `preserve_order`, which other
+            // crates of the workspace switch on: compare as sorted sets.
+            let mut props: Vec<&String> = params["properties"]
                 .as_object()
                 .expect("props")
                 .keys()
                 .collect();
+            props.sort();
             let required: Vec<&str> = params["required"]
                 .as_array()
                 .expect("required")
