@@ -474,3 +474,93 @@ fn native_restart_during_an_active_turn_consumes_the_follow_up_once() {
     assert!(keys.contains(&("second".into(), "f1".into())), "{keys:?}");
     rig.assert_effects_once();
 }
+
+/// Every message between runnerd's ACP driver and the fake agent — a full
+/// turn with a permission and client-side terminal calls, then a restart
+/// with `session/load` and a continuation — validates against the ACP schema
+/// both ways (from the fake's journal, in order).
+#[test]
+fn every_acp_message_between_runnerd_and_the_agent_conforms_both_ways() {
+    let mut rig = Rig::new("runner-acpx-claude", TWO_TURNS);
+    let client = rig.start(Some("runner.turn_accepted.persisted#1"));
+    rig.submit(&client, "t1", "m1");
+    let held = rig.hold();
+    client.follow_up("t1", "f1", "Also add a README").unwrap();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let journal = fake_provider::journal::read(&rig.path("journal.jsonl")).unwrap();
+    // One checker per provider process: request ids restart with each.
+    let mut sessions: std::collections::BTreeMap<String, conformance::AcpSession> =
+        std::collections::BTreeMap::new();
+    let mut checked = 0;
+    for e in &journal {
+        let direction = match e.kind {
+            fake_provider::journal::EntryKind::In => conformance::Direction::ClientToServer,
+            fake_provider::journal::EntryKind::Out => conformance::Direction::ServerToClient,
+            fake_provider::journal::EntryKind::Fact => continue,
+        };
+        let session = sessions.entry(e.generation.clone()).or_default();
+        if let Err(v) = session.check(direction, &e.data) {
+            panic!("not ACP: {v}\nmessage: {}", e.data);
+        }
+        checked += 1;
+    }
+    assert!(checked > 20, "only {checked} messages");
+    assert!(sessions.len() >= 2, "a restored provider process too");
+}
+
+/// Every request runnerd's OpenCode driver sent and every response and
+/// event the fake server gave it validates against the OpenAPI document.
+#[test]
+fn every_opencode_exchange_between_runnerd_and_the_server_conforms() {
+    let mut rig = Rig::new("runner-opencode", TWO_TURNS);
+    let client = rig.start(Some("runner.turn_accepted.persisted#1"));
+    rig.submit(&client, "t1", "m1");
+    let held = rig.hold();
+    client.follow_up("t1", "f1", "Also add a README").unwrap();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let spec = conformance::opencode();
+    let journal = fake_provider::journal::read(&rig.path("journal.jsonl")).unwrap();
+    let mut checked = 0;
+    for e in &journal {
+        let d = &e.data;
+        let result = match e.kind {
+            fake_provider::journal::EntryKind::In => {
+                let body = (!d["body"].is_null()).then_some(&d["body"]);
+                spec.check_request(
+                    d["method"].as_str().unwrap_or_default(),
+                    d["path"].as_str().unwrap_or_default(),
+                    body,
+                )
+            }
+            fake_provider::journal::EntryKind::Out if d.get("event").is_some() => {
+                spec.check_event(&d["event"])
+            }
+            fake_provider::journal::EntryKind::Out => {
+                let (method, path) = (
+                    d["method"].as_str().unwrap_or_default(),
+                    d["path"].as_str().unwrap_or_default(),
+                );
+                if spec.route(method, path).is_none() {
+                    continue;
+                }
+                let body = (!d["body"].is_null()).then_some(&d["body"]);
+                let status = d["status"].as_u64().unwrap_or_default() as u16;
+                spec.check_response(method, path, status, body)
+            }
+            fake_provider::journal::EntryKind::Fact => continue,
+        };
+        if let Err(v) = result {
+            panic!("not OpenCode: {v}\nentry: {d}");
+        }
+        checked += 1;
+    }
+    assert!(checked > 20, "only {checked} exchanges");
+}
