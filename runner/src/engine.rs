@@ -1147,7 +1147,21 @@ impl Engine {
                 };
                 if let Some(child) = t.child.take() {
                     let key = t.key.clone();
-                    let (exit, output) = match child.wait_with_output().await {
+                    // Bounded like a native Bash call: a command that does not
+                    // end is killed (the future's drop kills the child) and
+                    // the call fails.
+                    let waited = tokio::time::timeout(
+                        Limits::default().bash_timeout,
+                        child.wait_with_output(),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the command timed out and was killed",
+                        ))
+                    });
+                    let (exit, output) = match waited {
                         Ok(o) => {
                             let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
                             text.push_str(&String::from_utf8_lossy(&o.stderr));

@@ -770,8 +770,10 @@ impl Server {
         if !tool.approval {
             return self.run_tool(thread_id, turn_id, item, &tool);
         }
-        self.next_request_id += 1;
+        let reason = format!("The script asks to run the effect {}.", tool.key);
+        // Server request ids start at 0, as in the real app-server.
         let request_id = self.next_request_id;
+        self.next_request_id += 1;
         self.pending.insert(request_id, thread_id.to_owned());
         let active = self.active.get_mut(thread_id).expect("turn is active");
         active.waiting = Some(Waiting {
@@ -790,7 +792,9 @@ impl Server {
                 "startedAtMs": now_ms(),
                 "command": item["command"],
                 "cwd": item["cwd"],
-                "reason": null,
+                "kind": "command",
+                "environmentId": "local",
+                "reason": reason,
             },
         }))?;
         self.point(&format!("codex.{}.requested", slug(method)));

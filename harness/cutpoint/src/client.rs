@@ -30,6 +30,17 @@ const DISARMED: u8 = 1;
 const ACTIVE: u8 = 2;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+/// Hits of this process currently blocked on the harness.
+static HELD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Whether a thread of this process is blocked at an armed hit right now.
+///
+/// A process held at a cut is frozen at that boundary, as if it had crashed
+/// there; multi-threaded fakes use this to stay frozen (not exit on a closed
+/// stdin, for one) until the harness lets the hit go.
+pub fn held() -> bool {
+    HELD.load(Ordering::SeqCst) > 0
+}
 static RUNTIME: OnceLock<Result<Option<Runtime>, ConfigError>> = OnceLock::new();
 
 /// Marks the boundary `point`, e.g. `hit("runner.turn_intent.persisted")`.
@@ -237,7 +248,9 @@ impl Runtime {
             armed.map(|armed| (armed, bytes, n))
         };
         if let Some((armed, bytes, n)) = held {
+            HELD.fetch_add(1, Ordering::SeqCst);
             armed.hold(&bytes, point, n);
+            HELD.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }

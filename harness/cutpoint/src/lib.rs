@@ -23,7 +23,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{active, hit, init};
+pub use client::{active, held, hit, init};
 pub use harness::{HeldHit, Holding, Listener, trace_read};
 
 /// Path of the unix stream socket the harness listens on.
