@@ -15,11 +15,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::BufReader;
 use tokio::process::Child;
 
 use super::DriverError;
-use super::opencode::{Sse, find_blank_line, parse_block, read_line_bounded};
+use super::opencode::{Sse, find_blank_line, parse_block};
 
 /// Largest SSE event accepted.
 const EVENT_BYTES_MAX: usize = 8 << 20;
@@ -44,37 +43,7 @@ pub struct ModelOutput {
 impl NativeDriver {
     /// Reads the listening address from the child's stdout (taken).
     pub async fn attach(child: &mut Child, idle: Duration) -> Result<NativeDriver, DriverError> {
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| DriverError::Protocol("the provider's stdout is not piped".into()))?;
-        let mut reader = BufReader::new(stdout);
-        let base = tokio::time::timeout(idle, async {
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = read_line_bounded(&mut reader, &mut line)
-                    .await
-                    .map_err(|_| DriverError::Exited)?;
-                if n == 0 {
-                    return Err(DriverError::Exited);
-                }
-                let text = String::from_utf8_lossy(&line);
-                if let Some(at) = text.find("listening on http://") {
-                    let url = text[at + "listening on ".len()..].trim();
-                    return Ok(url.trim_end_matches('/').to_owned());
-                }
-            }
-        })
-        .await
-        .map_err(|_| unresponsive(idle))??;
-        let exited = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&exited);
-        tokio::spawn(async move {
-            let mut sink = tokio::io::sink();
-            let _ = tokio::io::copy(&mut reader, &mut sink).await;
-            flag.store(true, Ordering::SeqCst);
-        });
+        let (base, exited) = super::opencode::listen_address(child, idle).await?;
         let http = reqwest::Client::builder()
             .no_proxy()
             .build()

@@ -84,38 +84,7 @@ pub struct OpenCodeDriver {
 impl OpenCodeDriver {
     /// Reads the listening address from the child's stdout (taken) and connects.
     pub async fn attach(child: &mut Child, idle: Duration) -> Result<OpenCodeDriver, DriverError> {
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| DriverError::Protocol("the provider's stdout is not piped".into()))?;
-        let mut reader = BufReader::new(stdout);
-        let base = tokio::time::timeout(idle, async {
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                let n = read_line_bounded(&mut reader, &mut line)
-                    .await
-                    .map_err(|_| DriverError::Exited)?;
-                if n == 0 {
-                    return Err(DriverError::Exited);
-                }
-                let text = String::from_utf8_lossy(&line);
-                if let Some(at) = text.find("listening on http://") {
-                    let url = text[at + "listening on ".len()..].trim();
-                    return Ok(url.trim_end_matches('/').to_owned());
-                }
-            }
-        })
-        .await
-        .map_err(|_| unresponsive(idle))??;
-        let exited = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&exited);
-        tokio::spawn(async move {
-            // Drain stdout so the provider never blocks on a full pipe; EOF means it died.
-            let mut sink = tokio::io::sink();
-            let _ = tokio::io::copy(&mut reader, &mut sink).await;
-            flag.store(true, Ordering::SeqCst);
-        });
+        let (base, exited) = listen_address(child, idle).await?;
         let http = reqwest::Client::builder()
             .no_proxy()
             .build()
@@ -488,6 +457,49 @@ impl OpenCodeDriver {
         }
         Ok(event)
     }
+}
+
+/// Reads the `… listening on http://ADDR` line from a spawned HTTP provider's
+/// stdout (taken), bounded by `idle`, then drains the rest on a task; the
+/// flag turns true when stdout hits EOF (the process died). Shared by the
+/// OpenCode and native drivers.
+pub(super) async fn listen_address(
+    child: &mut Child,
+    idle: Duration,
+) -> Result<(String, Arc<AtomicBool>), DriverError> {
+    let stdout = child
+        .stdout
+        .take()
+        .ok_or_else(|| DriverError::Protocol("the provider's stdout is not piped".into()))?;
+    let mut reader = BufReader::new(stdout);
+    let base = tokio::time::timeout(idle, async {
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = read_line_bounded(&mut reader, &mut line)
+                .await
+                .map_err(|_| DriverError::Exited)?;
+            if n == 0 {
+                return Err(DriverError::Exited);
+            }
+            let text = String::from_utf8_lossy(&line);
+            if let Some(at) = text.find("listening on http://") {
+                let url = text[at + "listening on ".len()..].trim();
+                return Ok(url.trim_end_matches('/').to_owned());
+            }
+        }
+    })
+    .await
+    .map_err(|_| unresponsive(idle))??;
+    let exited = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&exited);
+    tokio::spawn(async move {
+        // Drain stdout so the provider never blocks on a full pipe; EOF means it died.
+        let mut sink = tokio::io::sink();
+        let _ = tokio::io::copy(&mut reader, &mut sink).await;
+        flag.store(true, Ordering::SeqCst);
+    });
+    Ok((base, exited))
 }
 
 /// Reads one line of at most [`LINE_BYTES_MAX`] bytes (the rest of a longer line is
