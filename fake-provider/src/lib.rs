@@ -17,3 +17,4 @@ pub mod model_api;
 pub mod opencode;
 pub mod recorded;
 pub mod script;
+mod stdio;

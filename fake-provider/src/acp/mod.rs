@@ -36,7 +36,7 @@ pub mod store;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
-use std::io::{BufRead as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
@@ -50,6 +50,7 @@ use crate::faults::Faults;
 use crate::journal::{Journal, now_ms};
 use crate::ledger;
 use crate::script::{Script, ScriptTool};
+use crate::stdio::{Input, read_lines};
 use cutpoint::slug;
 
 /// The ACP protocol version this fake speaks.
@@ -131,12 +132,6 @@ pub fn serve(opts: AcpOptions) -> anyhow::Result<()> {
     }
 }
 
-enum Input {
-    Line(Vec<u8>),
-    Oversized(usize),
-    Eof,
-}
-
 /// Stdout is gone: the client hung up, so the agent stops.
 struct Closed;
 
@@ -144,46 +139,6 @@ type Sent = Result<(), Closed>;
 
 /// A request's failure: JSON-RPC error code and message.
 type Refusal = (i64, String);
-
-fn read_lines(tx: mpsc::Sender<Input>) {
-    let stdin = std::io::stdin();
-    let mut reader = stdin.lock();
-    let mut line = Vec::new();
-    let mut oversized = 0usize;
-    loop {
-        let buf = match reader.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        if buf.is_empty() {
-            break;
-        }
-        let (chunk, newline) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], Some(i)),
-            None => (buf, None),
-        };
-        if oversized > 0 || line.len() + chunk.len() > LINE_BYTES_MAX {
-            oversized += line.len() + chunk.len();
-            line.clear();
-        } else {
-            line.extend_from_slice(chunk);
-        }
-        let used = newline.map_or(chunk.len(), |i| i + 1);
-        reader.consume(used);
-        if newline.is_some() {
-            let msg = if oversized > 0 {
-                Input::Oversized(std::mem::take(&mut oversized))
-            } else {
-                Input::Line(std::mem::take(&mut line))
-            };
-            if tx.send(msg).is_err() {
-                return;
-            }
-        }
-    }
-    let _ = tx.send(Input::Eof);
-}
 
 struct Server {
     opts: AcpOptions,

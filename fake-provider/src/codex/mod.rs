@@ -33,7 +33,7 @@ pub mod store;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
-use std::io::{BufRead as _, Write as _};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::sync::mpsc;
 
@@ -46,6 +46,7 @@ use crate::faults::Faults;
 use crate::journal::{Journal, now_ms};
 use crate::ledger::{self, CREDENTIAL_VARS};
 use crate::script::{Script, ScriptTool};
+use crate::stdio::{Input, read_lines};
 
 /// Text that marks a `turn/start` as a continuation of the thread's last user
 /// turn rather than a new user message. The runner sends it as the first text
@@ -80,12 +81,6 @@ pub struct CodexOptions {
     /// The command line that reaches `fake-provider` (the standalone binary, or
     /// `turncut fake-provider`); tool commands run `<this> effect …`.
     pub self_cmd: Vec<OsString>,
-}
-
-enum Input {
-    Line(Vec<u8>),
-    Oversized(usize),
-    Eof,
 }
 
 /// Serves the protocol on stdin/stdout until stdin closes.
@@ -134,46 +129,6 @@ pub fn serve(opts: CodexOptions) -> anyhow::Result<()> {
 struct Closed;
 
 type Sent = Result<(), Closed>;
-
-fn read_lines(tx: mpsc::Sender<Input>) {
-    let stdin = std::io::stdin();
-    let mut reader = stdin.lock();
-    let mut line = Vec::new();
-    let mut oversized = 0usize;
-    loop {
-        let buf = match reader.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        };
-        if buf.is_empty() {
-            break;
-        }
-        let (chunk, newline) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..i], Some(i)),
-            None => (buf, None),
-        };
-        if oversized > 0 || line.len() + chunk.len() > LINE_BYTES_MAX {
-            oversized += line.len() + chunk.len();
-            line.clear();
-        } else {
-            line.extend_from_slice(chunk);
-        }
-        let used = newline.map_or(chunk.len(), |i| i + 1);
-        reader.consume(used);
-        if newline.is_some() {
-            let msg = if oversized > 0 {
-                Input::Oversized(std::mem::take(&mut oversized))
-            } else {
-                Input::Line(std::mem::take(&mut line))
-            };
-            if tx.send(msg).is_err() {
-                return;
-            }
-        }
-    }
-    let _ = tx.send(Input::Eof);
-}
 
 struct Server {
     opts: CodexOptions,

@@ -105,17 +105,8 @@ pub fn serve(opts: ModelApiOptions) -> anyhow::Result<()> {
         opts,
     });
     let stdin_shared = Arc::clone(&shared);
-    std::thread::spawn(move || {
-        // The parent keeps our stdin open; EOF means it is gone.
-        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut std::io::sink());
-        // A process held at a cut point is frozen there, like the
-        // single-threaded Codex fake: its orphan stays until someone stops
-        // it (the restarted runner, or the harness letting the hit go).
-        while cutpoint::held() {
-            std::thread::park_timeout(std::time::Duration::from_millis(20));
-        }
+    crate::stdio::exit_when_stdin_closes(move || {
         stdin_shared.journal.fact("process.stdin_closed", json!({}));
-        std::process::exit(0);
     });
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)?;
