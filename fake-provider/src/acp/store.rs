@@ -12,7 +12,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -134,17 +133,8 @@ impl Store {
                 format!("no session {id} in memory"),
             ));
         };
-        let path = self.dir.join(format!("{id}.json"));
-        let tmp = self.dir.join(format!("{id}.json.tmp"));
         let bytes = serde_json::to_vec(session).expect("sessions serialize");
-        {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &path)?;
-        fs::File::open(&self.dir)?.sync_all()?;
-        Ok(())
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes)
     }
 }
 

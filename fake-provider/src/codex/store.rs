@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -152,17 +151,8 @@ impl Store {
     /// Makes the current state of thread `id` durable.
     pub fn save(&self, id: &str) -> std::io::Result<()> {
         let thread = &self.threads[id];
-        let path = self.dir.join(format!("{id}.json"));
-        let tmp = self.dir.join(format!("{id}.json.tmp"));
         let bytes = serde_json::to_vec(thread).expect("threads serialize");
-        {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &path)?;
-        fs::File::open(&self.dir)?.sync_all()?;
-        Ok(())
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes)
     }
 }
 

@@ -14,13 +14,12 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::recorded::RecordedTurn;
+use crate::recorded::{RecordedTurn, write_atomic};
 
 /// Version of the stored formats.
 pub const STORE_VERSION: u32 = 1;
@@ -339,17 +338,6 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<T> {
             format!("{}: bad store file: {e}", path.display()),
         )
     })
-}
-
-fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    {
-        let mut f = fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(name))?;
-    fs::File::open(dir)?.sync_all()
 }
 
 /// A process's start time in clock ticks, from `/proc/<pid>/stat`.
