@@ -371,9 +371,22 @@ impl HttpBody for GuardBody {
 
 /// Waits (off the runtime) until a guarded response is taken over, then passes `point`.
 fn after_response(shared: Arc<Shared>, done: mpsc::Receiver<()>, point: String) {
+    after_response_then(shared, done, point, || {});
+}
+
+/// As [`after_response`], then runs `then`: what the request set in motion
+/// starts only once its response is out, so the order of the fake's
+/// boundaries does not depend on thread timing.
+fn after_response_then(
+    shared: Arc<Shared>,
+    done: mpsc::Receiver<()>,
+    point: String,
+    then: impl FnOnce() + Send + 'static,
+) {
     std::thread::spawn(move || {
         let _ = done.recv();
         shared.point(&point);
+        then();
     });
 }
 
@@ -596,29 +609,31 @@ async fn permission_reply(
             );
         }
     };
-    let delivered = {
+    // The turn hears the reply once the response is written (below), so the
+    // `permission.responded` boundary always precedes what the reply starts.
+    let control = {
         let mut st = s.state();
         match st.permissions.remove(&request) {
-            Some(session) => st
-                .active
-                .get(&session)
-                .is_some_and(|a| a.control.send(Control::Reply(reply)).is_ok()),
-            None => false,
+            Some(session) => st.active.get(&session).map(|a| a.control.clone()),
+            None => None,
         }
     };
-    if !delivered {
+    let Some(control) = control else {
         let e = json!({
             "_tag": "PermissionNotFoundError",
             "requestID": request,
             "message": format!("Permission request not found: {request}"),
         });
         return s.respond(&method, &uri, StatusCode::NOT_FOUND, Some(e), None);
-    }
+    };
     let (done, responded) = mpsc::channel();
-    after_response(
+    after_response_then(
         Arc::clone(&s),
         responded,
         "opencode.permission.responded".to_owned(),
+        move || {
+            let _ = control.send(Control::Reply(reply));
+        },
     );
     s.respond(&method, &uri, StatusCode::OK, Some(json!(true)), Some(done))
 }
