@@ -17,4 +17,5 @@ pub mod model_api;
 pub mod opencode;
 pub mod recorded;
 pub mod script;
+pub mod shell;
 mod stdio;

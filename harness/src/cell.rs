@@ -107,6 +107,8 @@ struct Shared {
     follow_up_sent: AtomicBool,
     /// Provider hits held until teardown (see `apply_fault`).
     holds: Mutex<Vec<cutpoint::Holding>>,
+    /// Ends the cut thread's wait for hits at teardown.
+    waker: Mutex<Option<cutpoint::Waker>>,
 }
 
 impl Shared {
@@ -208,6 +210,7 @@ pub fn run_cell_traced(
         error: Mutex::new(None),
         cut_thread: Mutex::new(None),
         holds: Mutex::new(Vec::new()),
+        waker: Mutex::new(None),
         sync: scenario
             .steps
             .iter()
@@ -475,6 +478,7 @@ fn drive(
 ) -> anyhow::Result<()> {
     write_inputs(env, scenario, profile, layout)?;
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
+    *shared.waker.lock().expect("waker") = Some(listener.waker()?);
     start_runner(env, layout, shared, canary, spec.cut.as_ref(), trace)?;
     shared.act(
         "runner.started",
@@ -731,9 +735,10 @@ fn cut_loop(
     fault: Option<crate::model::Fault>,
 ) {
     while !shared.stop.load(Ordering::SeqCst) {
+        // Teardown wakes the listener; the deadline only bounds a missed wake.
         let held = match listener.accept_hit(Duration::from_millis(100)) {
             Ok(h) => h,
-            Err(cutpoint::Error::Timeout { .. }) => continue,
+            Err(cutpoint::Error::Timeout { .. } | cutpoint::Error::Woken) => continue,
             Err(e) => {
                 shared.act("cut.error", json!({ "error": e.to_string() }));
                 continue;
@@ -919,6 +924,9 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
         }
     }
     shared.stop.store(true, Ordering::SeqCst);
+    if let Some(w) = shared.waker.lock().expect("waker").as_ref() {
+        w.wake();
+    }
     if let Some(t) = shared.cut_thread.lock().expect("cut thread").take() {
         let _ = t.join();
     }

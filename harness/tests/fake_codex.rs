@@ -89,7 +89,25 @@ fn full_turn_with_approval_conforms_to_the_schema_both_ways() {
     assert_eq!(items[0]["clientId"], "m-1");
     assert_eq!(items[2]["status"], "completed");
 
-    // The notifications come in the real order.
+    // Model items carry model-style ids; the command is reported as Codex
+    // reports it, around the line the model wrote.
+    assert!(items[1]["id"].as_str().unwrap().starts_with("msg_"));
+    let call = items[2]["id"].as_str().unwrap();
+    assert!(call.starts_with("call_"), "{call}");
+    let line = items[2].pointer("/commandActions/0/command").unwrap();
+    assert_eq!(
+        items[2]["command"],
+        fake_provider::codex::shell_command(line.as_str().unwrap())
+    );
+    assert!(
+        items[2]["command"]
+            .as_str()
+            .unwrap()
+            .starts_with("/bin/bash -lc '")
+    );
+
+    // The notifications come in the real order (harness/tests/real_codex.rs
+    // compares them with the real server's).
     let methods: Vec<&str> = client
         .transcript
         .iter()
@@ -98,23 +116,44 @@ fn full_turn_with_approval_conforms_to_the_schema_both_ways() {
         .collect();
     let expected = [
         "thread/started",
+        "thread/status/changed",
         "turn/started",
         "item/started",
         "item/completed",
         "item/started",
         "item/agentMessage/delta",
         "item/completed",
+        "thread/status/changed",
         "item/started",
         "item/commandExecution/requestApproval",
         "serverRequest/resolved",
+        "thread/status/changed",
         "item/commandExecution/outputDelta",
         "item/completed",
+        "thread/tokenUsage/updated",
         "item/started",
         "item/agentMessage/delta",
         "item/completed",
+        "thread/tokenUsage/updated",
+        "thread/status/changed",
         "turn/completed",
     ];
     assert_eq!(methods, expected);
+    let statuses: Vec<&Value> = client
+        .transcript
+        .iter()
+        .filter(|(_, m)| m["method"] == "thread/status/changed")
+        .map(|(_, m)| &m["params"]["status"])
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            &json!({ "type": "active", "activeFlags": [] }),
+            &json!({ "type": "active", "activeFlags": ["waitingOnApproval"] }),
+            &json!({ "type": "active", "activeFlags": [] }),
+            &json!({ "type": "idle" }),
+        ]
+    );
     assert_conformant(&client);
     client.close().unwrap();
 
@@ -262,7 +301,30 @@ fn decline_goes_on_and_cancel_interrupts() {
         )
         .unwrap();
     let turns = read.pointer("/thread/turns").unwrap().as_array().unwrap();
-    assert_eq!(turns[0]["items"][2]["status"], "declined");
+    // The declined command was announced, but as in the real server it is
+    // not part of the turn's history.
+    let declined: Vec<&Value> = client
+        .transcript
+        .iter()
+        .filter(|(_, m)| m["method"] == "item/completed")
+        .map(|(_, m)| &m["params"]["item"])
+        .filter(|i| i["type"] == "commandExecution")
+        .collect();
+    assert_eq!(declined.len(), 2);
+    assert!(declined.iter().all(|i| i["status"] == "declined"));
+    let kinds = |turn: &Value| -> Vec<String> {
+        turn["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        kinds(&turns[0]),
+        ["userMessage", "agentMessage", "agentMessage"]
+    );
+    assert_eq!(kinds(&turns[1]), ["userMessage", "agentMessage"]);
     assert_eq!(turns[1]["status"], "interrupted");
     assert_conformant(&client);
     client.close().unwrap();
@@ -303,6 +365,24 @@ fn turn_interrupt_ends_a_turn_waiting_for_approval() {
     assert_eq!(
         done.pointer("/params/turn/status"),
         Some(&json!("interrupted"))
+    );
+    // As the real server: the waiting request is dropped, not resolved, and
+    // the command item never completes.
+    let after: Vec<&str> = client
+        .transcript
+        .iter()
+        .skip_while(|(_, m)| m["method"] != "item/commandExecution/requestApproval")
+        .filter(|(d, _)| *d == Dir::Received)
+        .filter_map(|(_, m)| m["method"].as_str())
+        .collect();
+    assert_eq!(
+        after,
+        [
+            "item/commandExecution/requestApproval",
+            "thread/tokenUsage/updated",
+            "thread/status/changed",
+            "turn/completed"
+        ]
     );
     assert_conformant(&client);
     client.close().unwrap();

@@ -4,17 +4,21 @@
 //! per line, no `jsonrpc` field): the `initialize`/`initialized` handshake and
 //! the real "Not initialized" error; `thread/start`, `thread/resume`,
 //! `thread/read {includeTurns}`, `turn/start {clientUserMessageId}` and
-//! `turn/interrupt`; the notifications of a turn in the real order
-//! (`thread/started`, `turn/started`, `item/started`/`item/completed` for
-//! `userMessage`, `agentMessage` with `item/agentMessage/delta`,
-//! `commandExecution` with `item/commandExecution/outputDelta`, and
-//! `turn/completed` with status completed, interrupted or failed); the server
-//! request `item/commandExecution/requestApproval` with the decisions `accept`,
-//! `decline` and `cancel`, followed by `serverRequest/resolved`. Threads and turns
-//! are durable in `--state-dir` (a turn is recorded, with fsync, before the
-//! `turn/start` response), so a restarted fake answers `thread/read` and
-//! `thread/resume` like the real product, and a turn that was in progress when
-//! the process died reads back as `interrupted`.
+//! `turn/interrupt`; the notifications of a turn in the order Codex 0.171.0
+//! sends them (`thread/started`, `thread/status/changed`, `turn/started`,
+//! `item/started`/`item/completed` for `userMessage`, `agentMessage` with
+//! `item/agentMessage/delta`, `commandExecution` with
+//! `item/commandExecution/outputDelta`, `thread/tokenUsage/updated` after each
+//! model response, and `turn/completed` with status completed, interrupted or
+//! failed); the server request `item/commandExecution/requestApproval` with the
+//! decisions `accept`, `decline` and `cancel`, followed by
+//! `serverRequest/resolved`. Model items carry model-style ids (`msg_…`,
+//! `call_…`) and commands read `/bin/bash -lc '<line>'`, as Codex reports them.
+//! `harness/tests/real_codex.rs` compares all this with the real server.
+//! Threads and turns are durable in `--state-dir` (a turn is recorded, with
+//! fsync, before the `turn/start` response), so a restarted fake answers
+//! `thread/read` and `thread/resume` like the real product, and a turn that was
+//! in progress when the process died reads back as `interrupted`.
 //!
 //! The model is the script (`crate::script`): a user turn plays the script turn
 //! for its message from the top, naively, so a replayed message re-runs its
@@ -23,9 +27,12 @@
 //! latest user turn, reads the effect ledger first and skips the effects that
 //! turn's message already caused.
 //!
-//! What it deliberately does not simulate: models, reasoning, sandboxes,
-//! patches and file-change approvals, MCP, accounts, config, more than one
-//! client connection, and `turn/steer`. Methods outside the list above answer
+//! What it deliberately does not simulate: models, reasoning, tokenization
+//! (token usage is a byte estimate), sandboxes, exec policies, patches and
+//! file-change approvals, MCP, accounts, config, more than one client
+//! connection, and `turn/steer`; so it never sends the account and config
+//! notifications (`account/rateLimits/updated`, `warning`, `configWarning`,
+//! `remoteControl/status/changed`). Methods outside the list above answer
 //! −32601 even though the real server knows them. A line that is not JSON gets
 //! an error with `id: null` (JSON-RPC 2.0), which the real server would only log.
 
@@ -59,6 +66,10 @@ pub const LINE_BYTES_MAX: usize = 1 << 20;
 
 /// The version string this fake reports as its CLI version.
 pub const FAKE_CLI_VERSION: &str = "0.171.0";
+
+/// `modelContextWindow` of the token usage: what Codex 0.171.0 reports for a
+/// model it has no metadata for (95% of its 272,000-token fallback).
+pub const MODEL_CONTEXT_WINDOW: i64 = 258_400;
 
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -103,6 +114,7 @@ pub fn serve(opts: CodexOptions) -> anyhow::Result<()> {
         loaded: HashSet::new(),
         active: HashMap::new(),
         pending: HashMap::new(),
+        usage: HashMap::new(),
     };
     // One loop owns all state; the reader thread only forwards lines.
     loop {
@@ -142,12 +154,19 @@ struct Server {
     active: HashMap<String, ActiveTurn>,
     /// Server requests awaiting the client's answer: request id → thread id.
     pending: HashMap<i64, String>,
+    /// Token usage per thread since this process started (not durable).
+    usage: HashMap<String, Tokens>,
 }
 
 struct ActiveTurn {
     turn_id: String,
     steps: VecDeque<Step>,
     waiting: Option<Waiting>,
+    /// Model items (agent messages, tool calls) begun so far: the ordinal of
+    /// the next one's id (see [`model_item_id`]).
+    items: u32,
+    /// Bytes the model produced since the last `thread/tokenUsage/updated`.
+    output_bytes: usize,
 }
 
 struct Waiting {
@@ -159,7 +178,29 @@ struct Waiting {
 enum Step {
     Say(String),
     Tool(ScriptTool),
+    /// The end of one model response: `thread/tokenUsage/updated`.
+    Usage,
     Complete,
+}
+
+/// Token counts of one model response, or of the thread so far.
+#[derive(Clone, Copy, Default)]
+struct Tokens {
+    input: i64,
+    output: i64,
+}
+
+impl Tokens {
+    fn json(self) -> Value {
+        json!({
+            "totalTokens": self.input + self.output,
+            "inputTokens": self.input,
+            "cachedInputTokens": 0,
+            "cacheWriteInputTokens": 0,
+            "outputTokens": self.output,
+            "reasoningOutputTokens": 0,
+        })
+    }
 }
 
 /// Checked for shape only: the fake treats every client alike, but a client
@@ -424,9 +465,10 @@ impl Server {
         })
     }
 
-    fn thread_json(&self, thread_id: &str, include_turns: bool) -> Value {
-        let t = self.store.get(thread_id).expect("thread exists");
-        let status = match self.active.get(thread_id) {
+    /// The thread's `ThreadStatus`: `active` (waiting on an approval or not)
+    /// while a turn runs, `idle` once loaded, else `notLoaded`.
+    fn thread_status(&self, thread_id: &str) -> Value {
+        match self.active.get(thread_id) {
             Some(a) => {
                 let flags: Vec<&str> = if a.waiting.is_some() {
                     vec!["waitingOnApproval"]
@@ -437,9 +479,28 @@ impl Server {
             }
             None if self.loaded.contains(thread_id) => json!({ "type": "idle" }),
             None => json!({ "type": "notLoaded" }),
-        };
+        }
+    }
+
+    /// `thread/status/changed` with the thread's current status. The real
+    /// server sends it when a turn starts (`active`), when an approval is
+    /// asked (`waitingOnApproval`) and answered, and before `turn/completed`
+    /// (`idle`).
+    fn status_changed(&self, thread_id: &str) -> Sent {
+        self.notify(
+            "thread/status/changed",
+            json!({ "threadId": thread_id, "status": self.thread_status(thread_id) }),
+        )
+    }
+
+    fn thread_json(&self, thread_id: &str, include_turns: bool) -> Value {
+        let t = self.store.get(thread_id).expect("thread exists");
+        let status = self.thread_status(thread_id);
         let turns: Vec<Value> = if include_turns {
-            t.turns.iter().map(|turn| turn_json(turn, true)).collect()
+            t.turns
+                .iter()
+                .map(|turn| turn_json(turn, ItemsView::Full))
+                .collect()
         } else {
             Vec::new()
         };
@@ -518,6 +579,7 @@ impl Server {
         } else {
             HashSet::new()
         };
+        let mut tools = false;
         for tool in script_turn.tools {
             if done.contains(&tool.key) {
                 self.journal.fact(
@@ -526,9 +588,18 @@ impl Server {
                 );
             } else {
                 steps.push_back(Step::Tool(tool));
+                tools = true;
             }
         }
+        // The model's responses, as Codex samples them from a model that calls
+        // every tool of a turn in one response (`parallel_tool_calls`): the
+        // `say` messages and the tool calls, then the final message. Codex
+        // reports each response's token usage once its tool calls are settled.
+        if tools {
+            steps.push_back(Step::Usage);
+        }
         steps.push_back(Step::Say(script_turn.final_message));
+        steps.push_back(Step::Usage);
         steps.push_back(Step::Complete);
 
         // The user message is part of the turn from the moment it is recorded,
@@ -580,12 +651,18 @@ impl Server {
                 turn_id: turn_id.clone(),
                 steps,
                 waiting: None,
+                items: 0,
+                output_bytes: 0,
             },
         );
-        let turn = turn_json(self.turn_record(&p.thread_id, &turn_id), false);
+        let turn = turn_json(
+            self.turn_record(&p.thread_id, &turn_id),
+            ItemsView::NotLoaded,
+        );
         Ok(self
             .respond(id, "turn/start", json!({ "turn": turn }))
             .and_then(|()| {
+                self.status_changed(&p.thread_id)?;
                 self.notify(
                     "turn/started",
                     json!({ "threadId": p.thread_id, "turn": turn }),
@@ -649,6 +726,7 @@ impl Server {
             match step {
                 Step::Say(text) => self.agent_message(thread_id, &turn_id, &text)?,
                 Step::Tool(tool) => self.tool(thread_id, &turn_id, tool)?,
+                Step::Usage => self.token_usage(thread_id, &turn_id)?,
                 Step::Complete => {
                     return self.finish_turn(thread_id, TurnStatus::Completed, None);
                 }
@@ -656,8 +734,59 @@ impl Server {
         }
     }
 
+    /// The id of the active turn's next model item (`msg_…` or `call_…`),
+    /// counting the turn's model items; `output` is what the model wrote for
+    /// it (for the token usage).
+    fn next_item_id(&mut self, thread_id: &str, prefix: &str, output: &str) -> String {
+        let active = self.active.get_mut(thread_id).expect("turn is active");
+        let n = active.items;
+        active.items += 1;
+        active.output_bytes += output.len();
+        model_item_id(prefix, &active.turn_id, n)
+    }
+
+    /// `thread/tokenUsage/updated` for the model response that just ended:
+    /// byte estimates (four bytes a token), the input being every item of
+    /// the thread so far and the output what the response produced.
+    fn token_usage(&mut self, thread_id: &str, turn_id: &str) -> Sent {
+        let output = self
+            .active
+            .get_mut(thread_id)
+            .map(|a| std::mem::take(&mut a.output_bytes))
+            .unwrap_or_default();
+        let context: usize = self
+            .store
+            .get(thread_id)
+            .expect("thread exists")
+            .turns
+            .iter()
+            .flat_map(|t| &t.items)
+            .map(|i| i.to_string().len())
+            .sum();
+        let last = Tokens {
+            input: context.div_ceil(4) as i64,
+            output: output.div_ceil(4) as i64,
+        };
+        let total = self.usage.entry(thread_id.to_owned()).or_default();
+        total.input += last.input;
+        total.output += last.output;
+        let total = *total;
+        self.notify(
+            "thread/tokenUsage/updated",
+            json!({
+                "threadId": thread_id,
+                "turnId": turn_id,
+                "tokenUsage": {
+                    "total": total.json(),
+                    "last": last.json(),
+                    "modelContextWindow": MODEL_CONTEXT_WINDOW,
+                },
+            }),
+        )
+    }
+
     fn agent_message(&mut self, thread_id: &str, turn_id: &str, text: &str) -> Sent {
-        let item_id = uuid::Uuid::now_v7().to_string();
+        let item_id = self.next_item_id(thread_id, "msg", text);
         self.item_started(
             thread_id,
             turn_id,
@@ -694,20 +823,25 @@ impl Server {
         argv
     }
 
-    fn command_item(&self, thread_id: &str, turn_id: &str, item_id: &str, key: &str) -> Value {
+    /// The tool's command line as the model would write it: the effect argv,
+    /// shell-quoted.
+    fn tool_line(&self, thread_id: &str, turn_id: &str, key: &str) -> String {
         let by = &self.turn_record(thread_id, turn_id).authorized_by;
         let argv = self.effect_argv(thread_id, turn_id, key, by);
-        let command = argv
+        let words: Vec<String> = argv
             .iter()
-            .map(|a| shell_quote(&a.to_string_lossy()))
-            .collect::<Vec<_>>()
-            .join(" ");
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        crate::shell::join(words.iter().map(String::as_str))
+    }
+
+    fn command_item(&self, thread_id: &str, item_id: &str, line: &str) -> Value {
         let cwd = &self.store.get(thread_id).expect("thread exists").cwd;
         json!({
             "type": "commandExecution",
             "id": item_id,
-            "command": command,
-            "commandActions": [{ "type": "unknown", "command": command }],
+            "command": shell_command(line),
+            "commandActions": [{ "type": "unknown", "command": line }],
             "cwd": cwd,
             "status": "inProgress",
             "aggregatedOutput": null,
@@ -719,10 +853,11 @@ impl Server {
     }
 
     fn tool(&mut self, thread_id: &str, turn_id: &str, tool: ScriptTool) -> Sent {
-        let item_id = uuid::Uuid::now_v7().to_string();
-        let item = self.command_item(thread_id, turn_id, &item_id, &tool.key);
-        self.item_started(thread_id, turn_id, &item)?;
+        let line = self.tool_line(thread_id, turn_id, &tool.key);
+        let item_id = self.next_item_id(thread_id, "call", &line);
+        let item = self.command_item(thread_id, &item_id, &line);
         if !tool.approval {
+            self.item_started(thread_id, turn_id, &item)?;
             return self.run_tool(thread_id, turn_id, item, &tool);
         }
         let reason = format!("The script asks to run the effect {}.", tool.key);
@@ -736,6 +871,9 @@ impl Server {
             item: item.clone(),
             tool,
         });
+        // The real order: the thread waits on the approval before the item starts.
+        self.status_changed(thread_id)?;
+        self.item_started(thread_id, turn_id, &item)?;
         let method = "item/commandExecution/requestApproval";
         self.write(&json!({
             "id": request_id,
@@ -747,6 +885,7 @@ impl Server {
                 "startedAtMs": now_ms(),
                 "command": item["command"],
                 "cwd": item["cwd"],
+                "commandActions": item["commandActions"],
                 "kind": "command",
                 "environmentId": "local",
                 "reason": reason,
@@ -842,15 +981,21 @@ impl Server {
             "serverRequest/resolved",
             json!({ "threadId": thread_id, "requestId": request_id }),
         )?;
+        // As the real server: an accepted command's thread is active again
+        // before the command runs; a refused one is declined first, and is
+        // not part of the turn's history (`thread/read` leaves it out).
         match decision.as_str() {
             "accept" | "acceptForSession" => {
+                self.status_changed(&thread_id)?;
                 self.run_tool(&thread_id, &turn_id, waiting.item, &waiting.tool)?;
                 self.pump(&thread_id)
             }
             "cancel" => {
                 let mut item = waiting.item;
                 item["status"] = json!("declined");
-                self.item_completed(&thread_id, &turn_id, item)?;
+                self.notify_item_completed(&thread_id, &turn_id, item)?;
+                self.status_changed(&thread_id)?;
+                self.token_usage(&thread_id, &turn_id)?;
                 self.finish_turn(
                     &thread_id,
                     TurnStatus::Interrupted,
@@ -860,7 +1005,8 @@ impl Server {
             _ => {
                 let mut item = waiting.item;
                 item["status"] = json!("declined");
-                self.item_completed(&thread_id, &turn_id, item)?;
+                self.notify_item_completed(&thread_id, &turn_id, item)?;
+                self.status_changed(&thread_id)?;
                 self.pump(&thread_id)
             }
         }
@@ -882,22 +1028,37 @@ impl Server {
             .active
             .get_mut(&p.thread_id)
             .and_then(|a| a.waiting.take());
-        Ok(self
-            .respond(id, "turn/interrupt", json!({}))
-            .and_then(|()| {
-                if let Some(w) = pending {
-                    self.pending.remove(&w.request_id);
-                    self.notify(
-                        "serverRequest/resolved",
-                        json!({ "threadId": p.thread_id, "requestId": w.request_id }),
-                    )?;
-                }
-                self.finish_turn(
-                    &p.thread_id,
-                    TurnStatus::Interrupted,
-                    Some("interrupted by the client"),
-                )
-            }))
+        Ok(self.interrupt(id, &p.thread_id, &p.turn_id, pending))
+    }
+
+    /// Ends a turn the client interrupted. As the real server: the model
+    /// response whose tool call waited is over (its token usage comes first),
+    /// the command item is never completed, and the pending approval request
+    /// is resolved only after `turn/completed`.
+    fn interrupt(
+        &mut self,
+        id: &Value,
+        thread_id: &str,
+        turn_id: &str,
+        pending: Option<Waiting>,
+    ) -> Sent {
+        if let Some(w) = &pending {
+            self.pending.remove(&w.request_id);
+            self.token_usage(thread_id, turn_id)?;
+        }
+        self.respond(id, "turn/interrupt", json!({}))?;
+        self.finish_turn(
+            thread_id,
+            TurnStatus::Interrupted,
+            Some("interrupted by the client"),
+        )?;
+        if let Some(w) = pending {
+            self.notify(
+                "serverRequest/resolved",
+                json!({ "threadId": thread_id, "requestId": w.request_id }),
+            )?;
+        }
+        Ok(())
     }
 
     fn finish_turn(&mut self, thread_id: &str, status: TurnStatus, error: Option<&str>) -> Sent {
@@ -924,7 +1085,13 @@ impl Server {
             json!({ "thread": thread_id, "turn": active.turn_id, "status": status }),
         );
         self.point("codex.turn_completed.recorded");
-        let turn = turn_json(self.turn_record(thread_id, &active.turn_id), true);
+        self.status_changed(thread_id)?;
+        let view = if status == TurnStatus::Completed {
+            ItemsView::Summary
+        } else {
+            ItemsView::NotLoaded
+        };
+        let turn = turn_json(self.turn_record(thread_id, &active.turn_id), view);
         self.notify(
             "turn/completed",
             json!({ "threadId": thread_id, "turn": turn }),
@@ -945,16 +1112,37 @@ fn storage_error(e: std::io::Error) -> (i64, String) {
     (INVALID_REQUEST, format!("failed to save thread: {e}"))
 }
 
-/// A turn in wire form.
-pub fn turn_json(turn: &TurnRecord, include_items: bool) -> Value {
-    let items = if include_items {
-        turn.items.clone()
-    } else {
-        Vec::new()
+/// How much of a turn's items a turn in wire form carries (`TurnItemsView`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemsView {
+    /// None (`turn/start`, `turn/started`, and `turn/completed` of a turn that
+    /// did not complete).
+    NotLoaded,
+    /// The last agent message (`turn/completed` of a completed turn).
+    Summary,
+    /// Every stored item (`thread/read`, `thread/resume`).
+    Full,
+}
+
+/// A turn in wire form, with the items `view` asks for, as the real server
+/// sends it.
+pub fn turn_json(turn: &TurnRecord, view: ItemsView) -> Value {
+    let (items, view) = match view {
+        ItemsView::Full => (turn.items.clone(), "full"),
+        ItemsView::Summary => {
+            let last = turn
+                .items
+                .iter()
+                .rev()
+                .find(|i| i["type"] == "agentMessage");
+            (last.into_iter().cloned().collect(), "summary")
+        }
+        ItemsView::NotLoaded => (Vec::new(), "notLoaded"),
     };
     json!({
         "id": turn.id,
         "items": items,
+        "itemsView": view,
         "status": turn.status,
         "error": turn.error.as_ref().map(|m| json!({ "message": m })),
         "startedAt": turn.started_at,
@@ -963,13 +1151,82 @@ pub fn turn_json(turn: &TurnRecord, include_items: bool) -> Value {
     })
 }
 
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@#".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
+/// The id of a turn's `n`th model item: `<prefix>_<32 hex>`, the form of the
+/// model's own ids that Codex reports (`call_…` is a tool call's `call_id`,
+/// `msg_…` a message's id). The fake has no model, so the hex is a hash of the
+/// turn id and `n`: deterministic, unique within a thread (turn ids are), and
+/// never reused by a restarted fake.
+pub fn model_item_id(prefix: &str, turn_id: &str, n: u32) -> String {
+    // 128-bit FNV-1a.
+    let mut h: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for b in format!("{turn_id}/{n}").bytes() {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    format!("{prefix}_{h:032x}")
+}
+
+/// A command line as Codex reports it: its shell's `-lc` around the line
+/// the model wrote (`/bin/bash -lc '<line>'`), joined like Codex's `shlex`.
+pub fn shell_command(line: &str) -> String {
+    crate::shell::bash_lc(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_are_quoted_like_shlex() {
+        // Pairs from the shlex crate's own tests, plus the form Codex showed
+        // for a path with a quote and a dollar sign.
+        for (word, quoted) in [
+            ("", "''"),
+            ("foobar", "foobar"),
+            ("foo bar", "'foo bar'"),
+            ("\"foo bar'\"", r#""\"foo bar'\"""#),
+            ("'foo bar'", r#""'foo bar'""#),
+            ("\"", r#"'"'"#),
+            ("\"'", r#""\"'""#),
+            ("hello!world", "'hello!world'"),
+            ("'hello!world", r#""'hello"'!world'"#),
+            ("'hello!", r#""'hello"'!'"#),
+            ("hello ^ world", "'hello ''^ world'"),
+            ("hello^", "hello'^'"),
+            ("!world'", r#"'!world'"'""#),
+            ("{a, b}", "'{a, b}'"),
+            ("\n", "'\n'"),
+            ("^", "'^'"),
+            ("foo^bar", "foo'^bar'"),
+            ("\nx^", "'\nx''^'"),
+            ("\n^x", "'\n''^x'"),
+            ("a=b", "'a=b'"),
+            ("caf\u{e9}", "'caf\u{e9}'"),
+            ("x\\y", r#""x\\y""#),
+            (
+                "--ledger '/tmp/it'\\''s $x/l'",
+                r#""--ledger '/tmp/it'\\''s "'$x/l'"'""#,
+            ),
+        ] {
+            assert_eq!(crate::shell::join([word]), quoted, "{word:?}");
+        }
+        assert_eq!(
+            shell_command("fake-provider effect --key k"),
+            "/bin/bash -lc 'fake-provider effect --key k'"
+        );
+    }
+
+    #[test]
+    fn model_item_ids_are_deterministic_and_distinct() {
+        let a = model_item_id("call", "turn-a", 1);
+        assert_eq!(a, model_item_id("call", "turn-a", 1));
+        assert!(a.starts_with("call_") && a.len() == 5 + 32, "{a}");
+        assert!(a[5..].bytes().all(|b| b.is_ascii_hexdigit()));
+        let mut all = std::collections::HashSet::new();
+        for turn in ["turn-a", "turn-b"] {
+            for n in 0..100 {
+                assert!(all.insert(model_item_id("call", turn, n)));
+            }
+        }
     }
 }

@@ -888,10 +888,7 @@ fn effect_command(s: &Shared, req: &Request, key: &str) -> String {
         ]
         .map(str::to_owned),
     );
-    argv.iter()
-        .map(|a| shell_quote(a))
-        .collect::<Vec<_>>()
-        .join(" ")
+    crate::shell::join(argv.iter().map(String::as_str))
 }
 
 /// Records the turn `completed`, durably, and passes `model.turn_completed.recorded`.
@@ -978,17 +975,6 @@ fn fnv1a(text: &str) -> u64 {
 
 fn random_hex() -> String {
     uuid::Uuid::now_v7().simple().to_string()
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@#".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
 }
 
 #[cfg(test)]

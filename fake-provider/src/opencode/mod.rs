@@ -1082,11 +1082,11 @@ impl Turn {
     fn tool(&self, message_id: &str, tool: &ScriptTool) -> Outcome {
         let s = Arc::clone(&self.shared);
         let argv = self.effect_argv(&tool.key);
-        let command = argv
+        let words: Vec<String> = argv
             .iter()
-            .map(|a| shell_quote(&a.to_string_lossy()))
-            .collect::<Vec<_>>()
-            .join(" ");
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let command = crate::shell::join(words.iter().map(String::as_str));
         let input = json!({ "command": command, "description": format!("effect {}", tool.key) });
         let call_id = format!("call_{}", &s.ids.next("x")[2..]);
         let mut part = json!({
@@ -1205,17 +1205,6 @@ impl Turn {
 
 fn aborted_error() -> Value {
     json!({ "name": "MessageAbortedError", "data": { "message": "The operation was aborted." } })
-}
-
-fn shell_quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=@#".contains(c))
-    {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
 }
 
 #[cfg(test)]

@@ -33,6 +33,27 @@ pub struct Listener {
     inner: UnixListener,
     path: PathBuf,
     identity: (u64, u64),
+    /// Read end of the wake-up pair: readable once any [`Waker`] has woken.
+    woken: UnixStream,
+    /// Write end, cloned into each [`Waker`].
+    wake: UnixStream,
+}
+
+/// Ends a [`Listener`]'s waits from another thread: after [`Waker::wake`],
+/// every `accept_hit` returns [`Error::Woken`] at once (a connection already
+/// queued is still returned first). Waking is permanent.
+#[derive(Debug)]
+pub struct Waker {
+    wake: UnixStream,
+}
+
+impl Waker {
+    /// Wakes the listener's current and future waits.
+    pub fn wake(&self) {
+        // One byte is enough and is never drained; a full buffer (it cannot
+        // fill, but) or a closed listener both leave it woken or moot.
+        let _ = (&self.wake).write(&[1]);
+    }
 }
 
 impl Listener {
@@ -53,10 +74,21 @@ impl Listener {
         // and never get stuck in accept(2) after a spurious wake-up.
         inner.set_nonblocking(true)?;
         let meta = fs::symlink_metadata(path)?;
+        let (woken, wake) = UnixStream::pair()?;
+        wake.set_nonblocking(true)?;
         Ok(Listener {
             inner,
             path: path.to_owned(),
             identity: (meta.dev(), meta.ino()),
+            woken,
+            wake,
+        })
+    }
+
+    /// A handle that ends this listener's waits (see [`Waker`]).
+    pub fn waker(&self) -> io::Result<Waker> {
+        Ok(Waker {
+            wake: self.wake.try_clone()?,
         })
     }
 
@@ -70,7 +102,8 @@ impl Listener {
     /// [`HeldHit`] is resumed or dropped.
     ///
     /// The deadline covers both the connection and its message. A connection
-    /// already queued is returned even with a zero deadline.
+    /// already queued is returned even with a zero deadline. Once a [`Waker`]
+    /// has woken, it returns [`Error::Woken`] instead of waiting.
     pub fn accept_hit(&self, deadline: Duration) -> Result<HeldHit, Error> {
         let start = Instant::now();
         let timeout = |what| Error::Timeout {
@@ -90,10 +123,23 @@ impl Listener {
             if left.is_zero() {
                 return Err(timeout("a cut-point connection"));
             }
-            let mut fds = [PollFd::new(self.inner.as_fd(), PollFlags::POLLIN)];
+            let mut fds = [
+                PollFd::new(self.inner.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.woken.as_fd(), PollFlags::POLLIN),
+            ];
             match poll(&mut fds, poll_timeout(left)) {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(e) => return Err(Error::io("cannot poll the cut-point socket", e.into())),
+            }
+            let woken = fds[1]
+                .revents()
+                .is_some_and(|r| r.intersects(PollFlags::POLLIN | PollFlags::POLLHUP));
+            if woken
+                && !fds[0]
+                    .revents()
+                    .is_some_and(|r| r.contains(PollFlags::POLLIN))
+            {
+                return Err(Error::Woken);
             }
         };
 
@@ -261,6 +307,34 @@ mod tests {
             err.to_string(),
             "timed out after 20 ms waiting for a cut-point connection"
         );
+    }
+
+    #[test]
+    fn a_waker_ends_a_wait_at_once_and_for_good() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let waker = listener.waker().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                // Would wait a minute; the waker must end it.
+                let r = listener.accept_hit(Duration::from_secs(60));
+                tx.send(r.err()).unwrap();
+            });
+            waker.wake();
+            let err = rx.recv_timeout(Duration::from_secs(10)).expect("woken");
+            assert!(matches!(err, Some(Error::Woken)), "{err:?}");
+        });
+        // Waking is permanent ...
+        let err = listener.accept_hit(Duration::from_secs(60)).err().unwrap();
+        assert!(matches!(err, Error::Woken), "{err:?}");
+        // ... but a hit already queued is still delivered first.
+        let mut client = UnixStream::connect(listener.path()).unwrap();
+        client
+            .write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"a.b.c\",\"n\":1}\n")
+            .unwrap();
+        let held = listener.accept_hit(Duration::from_secs(10)).unwrap();
+        assert_eq!(held.hit.point, "a.b.c");
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use client::{active, held, hit, init};
-pub use harness::{HeldHit, Holding, Listener, trace_read};
+pub use harness::{HeldHit, Holding, Listener, Waker, trace_read};
 
 /// Path of the unix stream socket the harness listens on.
 pub const ENV_SOCKET: &str = "TURNCUT_CUT_SOCKET";
@@ -197,6 +197,9 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// A [`Waker`] ended the wait.
+    #[error("the cut-point listener was woken to stop")]
+    Woken,
     /// The peer sent something that is not a [`Hit`] line.
     #[error("bad cut-point message {line:?}: {reason}")]
     BadMessage { line: String, reason: String },
