@@ -181,6 +181,10 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
                 _ = tokio::signal::ctrl_c() => {}
             }
         };
+        // No Nagle delay on small answers and event pages.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         match axum::serve(listener, crate::api::router(state))
             .with_graceful_shutdown(shutdown)
             .await

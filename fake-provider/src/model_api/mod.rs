@@ -32,6 +32,7 @@
 
 pub mod store;
 
+use axum::serve::ListenerExt as _;
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::ffi::OsString;
@@ -121,7 +122,10 @@ pub fn serve(opts: ModelApiOptions) -> anyhow::Result<()> {
         drop(out);
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         tokio::select! {
-            r = axum::serve(listener, app) => r?,
+            // Events are small writes: without TCP_NODELAY, Nagle's algorithm
+            // holds each one back until the previous is acknowledged (a
+            // delayed ACK: ~40 ms a stall).
+            r = axum::serve(listener.tap_io(|tcp| { let _ = tcp.set_nodelay(true); }), app) => r?,
             _ = term.recv() => {
                 shared.journal.fact("process.sigterm", json!({}));
             }
