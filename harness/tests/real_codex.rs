@@ -138,7 +138,12 @@ fn codex_command(codex: &Path, codex_home: &Path, model_url: &str) -> Vec<String
     let mut cmd: Vec<String> = vec![
         "env".into(),
         format!("CODEX_HOME={}", codex_home.display()),
-        "OPENAI_API_KEY=sk-turncut-fake-model".into(),
+        // A canary value: the effect reports it if it reaches a shell under
+        // any name.
+        format!(
+            "OPENAI_API_KEY={}real-codex",
+            fake_provider::ledger::CANARY_PREFIX
+        ),
         codex.display().to_string(),
         "app-server".into(),
     ];
@@ -148,6 +153,12 @@ fn codex_command(codex: &Path, codex_home: &Path, model_url: &str) -> Vec<String
         "model=\"turncut-fake-model\"",
         "approval_policy=\"on-request\"",
         "sandbox_mode=\"read-only\"",
+        // Codex hands its whole environment, provider key included, to the
+        // commands it runs unless told otherwise (`ignore_default_excludes`
+        // defaults to true): a core environment without `*KEY*`, `*SECRET*`
+        // and `*TOKEN*` variables keeps the credential out of tool shells.
+        "shell_environment_policy.inherit=\"core\"",
+        "shell_environment_policy.ignore_default_excludes=false",
     ] {
         cmd.extend(["-c".to_owned(), config.to_owned()]);
     }
@@ -231,11 +242,10 @@ fn the_real_codex_app_server_completes_a_task_through_the_runner() {
     let ledger = fake_provider::ledger::read(&dir.path().join("ledger.jsonl")).unwrap();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(ledger[0].key, "write-hello");
-    if ledger[0].saw_secret {
-        // Codex hands its environment, provider key included, to an escalated
-        // command; recorded, not failed: it is Codex's policy, not the runner's.
-        eprintln!("note: the effect saw a credential variable in its environment");
-    }
+    assert!(
+        !ledger[0].saw_secret,
+        "the approved command saw the provider credential in its environment"
+    );
 
     // Every model request and every event Codex was sent is in the journal: a
     // request that played the tool and one that answered after its output.
