@@ -11,6 +11,7 @@ pub mod acp;
 pub mod cli;
 pub mod codex;
 pub mod faults;
+mod http;
 pub mod journal;
 pub mod ledger;
 pub mod model_api;

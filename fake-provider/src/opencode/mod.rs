@@ -34,7 +34,6 @@
 
 pub mod store;
 
-use axum::serve::ListenerExt as _;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::ffi::OsString;
@@ -141,24 +140,8 @@ pub fn serve(opts: OpencodeOptions) -> anyhow::Result<()> {
         stdin_shared.journal.fact("process.stdin_closed", json!({}));
     });
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
         let app = router(Arc::clone(&shared));
-        use std::io::Write as _;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "opencode server listening on http://{addr}")?;
-        out.flush()?;
-        drop(out);
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        tokio::select! {
-            // Events are small writes: without TCP_NODELAY, Nagle's algorithm
-            // holds each one back until the previous is acknowledged (a
-            // delayed ACK: ~40 ms a stall).
-            r = axum::serve(listener.tap_io(|tcp| { let _ = tcp.set_nodelay(true); }), app) => r?,
-            _ = term.recv() => {
-                shared.journal.fact("process.sigterm", json!({}));
-            }
-        }
-        anyhow::Ok(())
+        crate::http::serve(listener, app, "opencode server", &shared.journal).await
     })?;
     std::process::exit(0);
 }
