@@ -1,7 +1,8 @@
 //! Snapshot reports of the recovery behaviour, checked by `cargo test`.
 //!
 //! For every built-in scenario and each of its profiles: the outcome matrix
-//! (cut point × fault → final task state and cause) of a fixed sample of at
+//! (cut point × fault → final task state and cause; rows sorted by point name
+//! and occurrence, runner first) of a fixed sample of at
 //! most [`CELLS_PER_PROFILE`] cells (seed 7; the wave runs them all), every
 //! one of which must pass every oracle, and the clean run's normalized
 //! timeline. Every cell runs for real (runner, fake provider, signals). What is snapshotted is what a correct runner decides
@@ -101,42 +102,34 @@ fn check(case: &str) {
             d.boundaries.len(),
             cells.len()
         ));
-        let mut matrix: BTreeMap<(usize, String), BTreeMap<Fault, String>> = BTreeMap::new();
+        // (provider?, point, n) → fault → outcome.
+        let mut matrix: BTreeMap<(bool, String, u64), BTreeMap<Fault, String>> = BTreeMap::new();
         for f in &finished {
             let (Some(cut), Some(fault)) = (&f.result.spec.cut, f.result.spec.fault) else {
                 continue;
             };
-            // Runner and provider hits interleave by timing; within one role
-            // the order is fixed, so rows go runner points first, then the
-            // provider's, each in the order of the clean run.
-            let order = d
+            // Rows go runner points first, then the provider's, each sorted
+            // by point name and occurrence. Not in the clean run's order:
+            // threads of one process (an HTTP fake's handlers and its turn)
+            // interleave their hits by timing, and the snapshot must not.
+            let provider = d
                 .boundaries
                 .iter()
-                .filter(|b| &b.cut == cut)
-                .map(|b| {
-                    let rank = usize::from(b.role != "runner") * 100_000;
-                    rank + d
-                        .boundaries
-                        .iter()
-                        .filter(|o| o.role == b.role)
-                        .position(|o| o.cut == b.cut)
-                        .unwrap_or(0)
-                })
-                .next()
-                .unwrap_or(usize::MAX);
+                .find(|b| &b.cut == cut)
+                .is_some_and(|b| b.role != "runner");
             let o = &f.result.outcome;
             let cell = match &o.cause {
                 Some(c) => format!("{} ({c})", o.state),
                 None => o.state.clone(),
             };
             matrix
-                .entry((order, cut.to_string()))
+                .entry((provider, cut.point.clone(), cut.n))
                 .or_default()
                 .insert(fault, cell);
         }
         let width = matrix
             .keys()
-            .map(|(_, p)| p.len())
+            .map(|(_, p, n)| format!("{p}#{n}").len())
             .max()
             .unwrap_or(10)
             .max(10);
@@ -145,8 +138,8 @@ fn check(case: &str) {
             text.push_str(&format!("  {:<15}", fault.as_str()));
         }
         text.push('\n');
-        for ((_, point), row) in &matrix {
-            text.push_str(&format!("{point:<width$}"));
+        for ((_, point, n), row) in &matrix {
+            text.push_str(&format!("{:<width$}", format!("{point}#{n}")));
             for fault in Fault::ALL {
                 let v = row.get(&fault).map_or("-", String::as_str);
                 text.push_str(&format!("  {v:<15}"));
