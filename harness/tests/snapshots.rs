@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::{Condvar, Mutex, PoisonError};
 
 use harness::cell::CellEnv;
 use harness::model::{Fault, Verdict};
@@ -30,8 +31,40 @@ fn scenarios_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
 }
 
+/// Scenarios whose cells run at once. The tests of this file run in
+/// parallel, one per scenario; on a 2-core CI machine seven debug-build cells
+/// at a time (each a runner, a fake and its tools) stretch a cell's waits
+/// toward its idle timeouts, and the throughput is the same with two.
+const SCENARIOS_AT_ONCE: usize = 2;
+
+static RUNNING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// A slot among [`SCENARIOS_AT_ONCE`], released on drop (also on panic).
+struct Slot;
+
+impl Slot {
+    fn take() -> Slot {
+        let (count, freed) = &RUNNING;
+        let mut n = count.lock().unwrap_or_else(PoisonError::into_inner);
+        while *n >= SCENARIOS_AT_ONCE {
+            n = freed.wait(n).unwrap_or_else(PoisonError::into_inner);
+        }
+        *n += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (count, freed) = &RUNNING;
+        *count.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
+        freed.notify_one();
+    }
+}
+
 /// Runs every cell of `case` and renders the snapshot text.
 fn check(case: &str) {
+    let _slot = Slot::take();
     let dir = scenarios_dir();
     let scenarios = scenario::load_dir(&dir).expect("the built-in scenarios load");
     let s = scenarios
