@@ -180,9 +180,11 @@ fn state(task: &Value) -> &str {
     task["state"].as_str().unwrap_or_default()
 }
 
-/// The background document's flow: restart during an active turn with a
-/// follow-up queued.
-fn restart_during_an_active_turn_with_a_follow_up(profile: &'static str) {
+/// The background document's flow up to its end: a turn accepted, a
+/// follow-up queued while it runs, the runner SIGKILLed there and restarted;
+/// the task must settle `completed`. Returns the rig, the restarted runner's
+/// client and the settled task.
+fn restart_with_a_follow_up_queued(profile: &'static str) -> (Rig, RunnerClient, Value) {
     let mut rig = Rig::new(profile, TWO_TURNS);
     let client = rig.start(Some("runner.turn_accepted.persisted#1"));
     rig.submit(&client, "t1", "m1");
@@ -194,6 +196,13 @@ fn restart_during_an_active_turn_with_a_follow_up(profile: &'static str) {
     let client = rig.start(None);
     let task = client.wait_settled("t1", WAIT).unwrap();
     assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    (rig, client, task)
+}
+
+/// The background document's flow: restart during an active turn with a
+/// follow-up queued.
+fn restart_during_an_active_turn_with_a_follow_up(profile: &'static str) {
+    let (rig, client, task) = restart_with_a_follow_up_queued(profile);
     assert!(task["cause"].is_null(), "no failure code: {task}");
     for run in task["runs"].as_array().unwrap() {
         assert_eq!(run["status"], "completed", "no failed run: {task}");
@@ -457,17 +466,7 @@ fn native_model_request_cut_by_a_restart_is_issued_again() {
 
 #[test]
 fn native_restart_during_an_active_turn_consumes_the_follow_up_once() {
-    let mut rig = Rig::new("runner-native-openai", TWO_TURNS);
-    let client = rig.start(Some("runner.turn_accepted.persisted#1"));
-    rig.submit(&client, "t1", "m1");
-    let held = rig.hold();
-    let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
-    assert_eq!(status, 202, "{body}");
-    rig.kill_runner();
-    drop(held);
-    let client = rig.start(None);
-    let task = client.wait_settled("t1", WAIT).unwrap();
-    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let (rig, _client, task) = restart_with_a_follow_up_queued("runner-native-openai");
     assert!(task["cause"].is_null(), "{task}");
     let keys: Vec<(String, String)> = rig.ledger().into_iter().map(|e| (e.key, e.by)).collect();
     assert!(keys.contains(&("first".into(), "m1".into())), "{keys:?}");
@@ -481,16 +480,7 @@ fn native_restart_during_an_active_turn_consumes_the_follow_up_once() {
 /// both ways (from the fake's journal, in order).
 #[test]
 fn every_acp_message_between_runnerd_and_the_agent_conforms_both_ways() {
-    let mut rig = Rig::new("runner-acpx-claude", TWO_TURNS);
-    let client = rig.start(Some("runner.turn_accepted.persisted#1"));
-    rig.submit(&client, "t1", "m1");
-    let held = rig.hold();
-    client.follow_up("t1", "f1", "Also add a README").unwrap();
-    rig.kill_runner();
-    drop(held);
-    let client = rig.start(None);
-    let task = client.wait_settled("t1", WAIT).unwrap();
-    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let (rig, _client, _task) = restart_with_a_follow_up_queued("runner-acpx-claude");
     let journal = fake_provider::journal::read(&rig.path("journal.jsonl")).unwrap();
     // One checker per provider process: request ids restart with each.
     let mut sessions: std::collections::BTreeMap<String, conformance::AcpSession> =
@@ -516,16 +506,7 @@ fn every_acp_message_between_runnerd_and_the_agent_conforms_both_ways() {
 /// event the fake server gave it validates against the OpenAPI document.
 #[test]
 fn every_opencode_exchange_between_runnerd_and_the_server_conforms() {
-    let mut rig = Rig::new("runner-opencode", TWO_TURNS);
-    let client = rig.start(Some("runner.turn_accepted.persisted#1"));
-    rig.submit(&client, "t1", "m1");
-    let held = rig.hold();
-    client.follow_up("t1", "f1", "Also add a README").unwrap();
-    rig.kill_runner();
-    drop(held);
-    let client = rig.start(None);
-    let task = client.wait_settled("t1", WAIT).unwrap();
-    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let (rig, _client, _task) = restart_with_a_follow_up_queued("runner-opencode");
     let spec = conformance::opencode();
     let journal = fake_provider::journal::read(&rig.path("journal.jsonl")).unwrap();
     let mut checked = 0;

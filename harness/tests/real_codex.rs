@@ -165,14 +165,17 @@ fn codex_command(codex: &Path, codex_home: &Path, model_url: &str) -> Vec<String
     cmd
 }
 
+/// The codex binary, or `None` after printing why the test skips.
+fn codex_or_skip() -> Option<PathBuf> {
+    find_codex()
+        .map_err(|reason| println!("skipped: {reason}"))
+        .ok()
+}
+
 #[test]
 fn the_real_codex_app_server_completes_a_task_through_the_runner() {
-    let codex = match find_codex() {
-        Ok(p) => p,
-        Err(reason) => {
-            println!("skipped: {reason}");
-            return;
-        }
+    let Some(codex) = codex_or_skip() else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
@@ -547,12 +550,8 @@ fn violations(transcript: &[(Dir, Value)]) -> Vec<String> {
 
 #[test]
 fn the_fake_codex_drives_a_client_like_the_real_codex_app_server() {
-    let codex = match find_codex() {
-        Ok(p) => p,
-        Err(reason) => {
-            println!("skipped: {reason}");
-            return;
-        }
+    let Some(codex) = codex_or_skip() else {
+        return;
     };
     // A directory name that needs quoting (a space, a quote, a dollar sign):
     // the effect's command line carries paths under it, so the quoting of
