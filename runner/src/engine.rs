@@ -88,10 +88,21 @@ struct Live {
     child: tokio::process::Child,
     identity: ProcessIdentity,
     proc_row: i64,
+    /// The spawn marker in the provider's environment.
+    marker: String,
     run_id: String,
     driver: Driver,
     /// Terminals of client-side tools (ACP), by terminal id.
     terminals: HashMap<String, Terminal>,
+}
+
+/// A provider process of this runner, as [`Engine::stop_proc`] needs it.
+#[derive(Clone, Copy)]
+struct ProcRef<'a> {
+    run_id: &'a str,
+    proc_row: i64,
+    identity: &'a ProcessIdentity,
+    marker: &'a str,
 }
 
 /// A command the runner started for a client-side `terminal/create`.
@@ -302,9 +313,10 @@ impl Engine {
         task_id: &str,
         p: &crate::store::ProviderProc,
     ) -> Result<Result<serde_json::Value, StopOutcome>, StoreError> {
-        match supervisor::stop(
+        match supervisor::stop_marked(
             &p.identity,
             None,
+            p.marker.as_deref(),
             self.opts.term_grace,
             self.opts.kill_grace,
         )
@@ -352,9 +364,13 @@ impl Engine {
                 }
             };
             if snap.task.state.settled() {
-                if let Some(l) = live.take() {
+                if let Some(l) = live.take()
+                    && let Err(e) = self.stop_live(&task_id, l).await
+                {
                     // A settled task keeps no provider; the proof is recorded.
-                    let _ = self.stop_live(&task_id, l).await;
+                    // Without one, its process stays in the store unproven
+                    // and blocks a Retry until a later stop proves it.
+                    tracing::warn!(task = %task_id, "a settled task's provider: {e}");
                 }
                 if wake.recv().await.is_none() {
                     return;
@@ -370,45 +386,70 @@ impl Engine {
             {
                 let _ = self.stop_live(&task_id, l).await;
             }
-            match self.step(&snap, &run, &mut live).await {
-                Ok(()) => {}
-                Err(StepError::Fail(cause)) => {
-                    if let Err(e) = self.fail(&task_id, &run, cause, &mut live).await {
-                        tracing::error!(task = %task_id, "failed to record a failure: {e}");
-                        return;
-                    }
-                }
-                Err(StepError::Lost(err)) => {
-                    let n = losses.entry(run.run_id.clone()).or_insert(0);
-                    *n += 1;
-                    let result = if *n > PROVIDER_LOSSES_MAX {
-                        let cause = Cause::new(
-                            CauseCode::ProviderStartFailed,
-                            format!("the provider was lost {n} times in this run; last: {err}"),
-                        );
-                        self.fail(&task_id, &run, cause, &mut live).await
-                    } else {
-                        self.provider_lost(&task_id, &run, err, &mut live).await
-                    };
-                    if let Err(e) = result {
-                        tracing::error!(task = %task_id, "failed to record a lost provider: {e}");
-                        return;
-                    }
-                }
-                Err(StepError::Storage(e)) => {
-                    tracing::error!(task = %task_id, "storage failed: {e}");
+            let outcome = self.step(&snap, &run, &mut live).await;
+            if !self
+                .settle_step_error(&task_id, &run, outcome, &mut live, &mut losses)
+                .await
+            {
+                return;
+            }
+        }
+    }
+
+    /// Applies a step's error to the run: a failure settles it, a lost
+    /// provider is recorded and replaced (or fails the run past
+    /// [`PROVIDER_LOSSES_MAX`]), a failed write is `storage_failed`. A
+    /// provider that cannot be proven stopped while any of that is recorded
+    /// settles the task `needs_human` with the quarantine's cause, never
+    /// leaving it `running` without an actor. Returns false when the actor
+    /// must end (the store itself failed).
+    async fn settle_step_error(
+        &self,
+        task_id: &str,
+        run: &Run,
+        outcome: Result<(), StepError>,
+        live: &mut Option<Live>,
+        losses: &mut HashMap<String, u32>,
+    ) -> bool {
+        let recorded = match outcome {
+            Ok(()) => return true,
+            Err(StepError::Fail(cause)) => self.fail(task_id, run, cause, live).await,
+            Err(StepError::Lost(err)) => {
+                let n = losses.entry(run.run_id.clone()).or_insert(0);
+                *n += 1;
+                if *n > PROVIDER_LOSSES_MAX {
                     let cause = Cause::new(
-                        CauseCode::StorageFailed,
-                        format!("a durable write failed ({e}); nothing was sent after it"),
+                        CauseCode::ProviderStartFailed,
+                        format!("the provider was lost {n} times in this run; last: {err}"),
                     );
-                    if let Err(e) = self.fail(&task_id, &run, cause, &mut live).await {
-                        tracing::error!(task = %task_id, "failed to record storage_failed: {e}");
-                        if let Some(l) = live.take() {
-                            let _ = self.stop_live(&task_id, l).await;
-                        }
-                        return;
-                    }
+                    self.fail(task_id, run, cause, live).await
+                } else {
+                    self.provider_lost(task_id, run, err, live).await
                 }
+            }
+            Err(StepError::Storage(e)) => {
+                tracing::error!(task = %task_id, "storage failed: {e}");
+                let cause = Cause::new(
+                    CauseCode::StorageFailed,
+                    format!("a durable write failed ({e}); nothing was sent after it"),
+                );
+                self.fail(task_id, run, cause, live).await
+            }
+        };
+        let settled = match recorded {
+            Ok(()) => return true,
+            // A quarantine raised while recording: a person must look.
+            Err(StepError::Fail(q)) => self.settle_failed(task_id, run, q).await,
+            Err(e) => Err(e),
+        };
+        match settled {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(task = %task_id, "failed to record the run's outcome: {e}");
+                if let Some(l) = live.take() {
+                    let _ = self.stop_live(task_id, l).await;
+                }
+                false
             }
         }
     }
@@ -519,6 +560,7 @@ impl Engine {
                     method: "owner_restarted".to_owned(),
                     signals: Vec::new(),
                     group_gone: true,
+                    marked: None,
                 };
                 let proof = serde_json::to_value(&proof).expect("proofs serialize");
                 let (tid, rid, row) = (task_id.clone(), p.run_id.clone(), p.proc_row);
@@ -551,6 +593,9 @@ impl Engine {
                 Err(StopOutcome::Stopped(_)) => unreachable!("stop_old returns a proof as Ok"),
             }
         }
+        for spawn in &snap.open_spawns {
+            self.sweep_spawn(task_id, spawn).await?;
+        }
         let Some(profile) = self.opts.profiles.get(&snap.task.profile) else {
             return Err(StepError::Fail(Cause::new(
                 CauseCode::ProviderStartFailed,
@@ -577,11 +622,22 @@ impl Engine {
             &snap.task.workspace,
             task_id,
         );
+        // Write-ahead spawn: the marker is durable before the process
+        // exists, so a runner killed before the identity is recorded leaves
+        // the next one a way to find and stop it (and whatever it started).
+        let marker = new_id("spawn");
+        let (tid, rid, m) = (task_id.clone(), run.run_id.clone(), marker.clone());
+        let spawn_row = self
+            .write("provider_spawn_intent", move |db| {
+                db.spawn_intent(&tid, &rid, &m)
+            })
+            .await?;
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .env(cutpoint::ENV_ROLE, "provider");
+            .env(cutpoint::ENV_ROLE, "provider")
+            .env(supervisor::MARKER_ENV, &marker);
         if std::path::Path::new(&snap.task.workspace).is_dir() {
             cmd.current_dir(&snap.task.workspace);
         }
@@ -594,6 +650,8 @@ impl Engine {
                 format!("failed to start {}: {e}", argv[0]),
             ))
         })?;
+        // The window between the spawn and the durable identity.
+        hit("runner.provider.spawned");
         let (tid, rid) = (task_id.clone(), run.run_id.clone());
         #[cfg(feature = "seeded-bugs")]
         let leaked = self
@@ -607,17 +665,18 @@ impl Engine {
                 if let Some(secret) = leaked {
                     // SEEDED BUG credential-in-store: the spawned event records
                     // the key the provider was started with.
-                    return db.record_provider_with_env(&tid, &rid, identity, &secret.0);
+                    return db.record_provider_with_env(&tid, &rid, spawn_row, identity, &secret.0);
                 }
-                db.record_provider(&tid, &rid, identity)
+                db.record_provider(&tid, &rid, spawn_row, identity)
             })
             .await
         {
             Ok(row) => row,
             Err(e) => {
-                let _ = supervisor::stop(
+                let _ = supervisor::stop_marked(
                     &identity,
                     Some(&mut child),
+                    Some(&marker),
                     self.opts.term_grace,
                     self.opts.kill_grace,
                 )
@@ -635,8 +694,13 @@ impl Engine {
         let mut driver = match attached {
             Ok(d) => d,
             Err(e) => {
-                self.stop_proc(task_id, &run.run_id, proc_row, &identity, &mut child)
-                    .await?;
+                let proc = ProcRef {
+                    run_id: &run.run_id,
+                    proc_row,
+                    identity: &identity,
+                    marker: &marker,
+                };
+                self.stop_proc(task_id, proc, &mut child).await?;
                 return Err(match e {
                     DriverError::Exited | DriverError::Unresponsive { .. } => StepError::Lost(e),
                     other => StepError::Fail(Cause::new(
@@ -661,6 +725,7 @@ impl Engine {
             child,
             identity,
             proc_row,
+            marker,
             run_id: run.run_id.clone(),
             driver,
             terminals: HashMap::new(),
@@ -1586,22 +1651,55 @@ impl Engine {
                 let _ = c.start_kill();
             }
         }
-        self.stop_proc(task_id, &l.run_id, l.proc_row, &l.identity, &mut l.child)
-            .await
+        let proc = ProcRef {
+            run_id: &l.run_id,
+            proc_row: l.proc_row,
+            identity: &l.identity,
+            marker: &l.marker,
+        };
+        self.stop_proc(task_id, proc, &mut l.child).await
     }
 
-    /// Stops a provider process and records the proof.
+    /// Sweeps the marker of a spawn intent whose identity was never recorded
+    /// and records what it found; processes that cannot be proven stopped
+    /// quarantine the task.
+    async fn sweep_spawn(
+        &self,
+        task_id: &str,
+        spawn: &crate::store::SpawnIntent,
+    ) -> Result<(), StepError> {
+        let sweep = supervisor::sweep_marker(&spawn.marker, self.opts.kill_grace).await;
+        if !sweep.gone {
+            return Err(StepError::Fail(Cause::new(
+                CauseCode::CleanupQuarantined,
+                format!(
+                    "{} process(es) of a provider spawned before its identity was recorded \
+                     could not be proven stopped",
+                    sweep.killed.len()
+                ),
+            )));
+        }
+        let proof = serde_json::to_value(&sweep).expect("sweeps serialize");
+        let (tid, rid, row) = (task_id.to_owned(), spawn.run_id.clone(), spawn.spawn_row);
+        self.write("provider_stop", move |db| {
+            db.record_spawn_swept(&tid, &rid, row, proof)
+        })
+        .await
+    }
+
+    /// Stops a provider process (and every process carrying its marker) and
+    /// records the proof.
     async fn stop_proc(
         &self,
         task_id: &str,
-        run_id: &str,
-        proc_row: i64,
-        identity: &ProcessIdentity,
+        proc: ProcRef<'_>,
         child: &mut tokio::process::Child,
     ) -> Result<(), StepError> {
-        match supervisor::stop(
+        let identity = proc.identity;
+        match supervisor::stop_marked(
             identity,
             Some(child),
+            Some(proc.marker),
             self.opts.term_grace,
             self.opts.kill_grace,
         )
@@ -1609,7 +1707,7 @@ impl Engine {
         {
             StopOutcome::Stopped(proof) => {
                 let proof = serde_json::to_value(&proof).expect("proofs serialize");
-                let (tid, rid, row) = (task_id.to_owned(), run_id.to_owned(), proc_row);
+                let (tid, rid, row) = (task_id.to_owned(), proc.run_id.to_owned(), proc.proc_row);
                 self.write("provider_stop", move |db| {
                     db.record_stop(&tid, &rid, row, proof)
                 })

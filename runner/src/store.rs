@@ -171,6 +171,19 @@ pub struct ProviderProc {
     pub run_id: String,
     pub identity: crate::supervisor::ProcessIdentity,
     pub stopped: bool,
+    /// The spawn marker in the process's environment (absent for processes
+    /// recorded before spawn intents existed).
+    pub marker: Option<String>,
+}
+
+/// A durable spawn intent whose process identity was never recorded: the
+/// runner stopped between writing the intent and recording the identity, so
+/// whatever runs with its marker is unknown to the store.
+#[derive(Clone, Debug, Serialize)]
+pub struct SpawnIntent {
+    pub spawn_row: i64,
+    pub run_id: String,
+    pub marker: String,
 }
 
 /// One run-log event.
@@ -198,6 +211,8 @@ pub struct Snapshot {
     pub queue: Vec<Message>,
     /// Provider processes of the task not yet proven stopped.
     pub live_procs: Vec<ProviderProc>,
+    /// Spawn intents of the task with no recorded identity and no sweep.
+    pub open_spawns: Vec<SpawnIntent>,
     /// Provider requests of the current run's latest turn still unanswered.
     pub pending_requests: usize,
 }
@@ -324,6 +339,16 @@ CREATE TABLE IF NOT EXISTS provider_procs (
     stop_proof TEXT
 );
 CREATE INDEX IF NOT EXISTS procs_by_task ON provider_procs(task_id) WHERE stop_proof IS NULL;
+CREATE TABLE IF NOT EXISTS provider_spawns (
+    spawn_row INTEGER PRIMARY KEY AUTOINCREMENT,
+    task_id TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    marker TEXT NOT NULL UNIQUE,
+    proc_row INTEGER,
+    sweep_proof TEXT,
+    created_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS spawns_open ON provider_spawns(task_id) WHERE proc_row IS NULL AND sweep_proof IS NULL;
 CREATE TABLE IF NOT EXISTS events (
     task_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -652,8 +677,9 @@ impl Db {
     /// Provider processes of a task not yet proven stopped.
     pub fn live_procs(&self, task_id: &str) -> Result<Vec<ProviderProc>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
-            "SELECT proc_row, run_id, pid, pgid, start_time FROM provider_procs
-             WHERE task_id = ?1 AND stop_proof IS NULL ORDER BY proc_row",
+            "SELECT p.proc_row, p.run_id, p.pid, p.pgid, p.start_time, s.marker
+             FROM provider_procs p LEFT JOIN provider_spawns s ON s.proc_row = p.proc_row
+             WHERE p.task_id = ?1 AND p.stop_proof IS NULL ORDER BY p.proc_row",
         )?;
         let rows = stmt
             .query_map(params![task_id], |r| {
@@ -666,6 +692,26 @@ impl Db {
                         start_time: r.get::<_, i64>(4)? as u64,
                     },
                     stopped: false,
+                    marker: r.get(5)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+
+    /// Spawn intents of a task whose identity was never recorded and whose
+    /// marker was never swept.
+    pub fn open_spawns(&self, task_id: &str) -> Result<Vec<SpawnIntent>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT spawn_row, run_id, marker FROM provider_spawns
+             WHERE task_id = ?1 AND proc_row IS NULL AND sweep_proof IS NULL ORDER BY spawn_row",
+        )?;
+        let rows = stmt
+            .query_map(params![task_id], |r| {
+                Ok(SpawnIntent {
+                    spawn_row: r.get(0)?,
+                    run_id: r.get(1)?,
+                    marker: r.get(2)?,
                 })
             })?
             .collect::<Result<_, _>>()?;
@@ -702,6 +748,7 @@ impl Db {
         Ok(Some(Snapshot {
             queue: self.queue(task_id)?,
             live_procs: self.live_procs(task_id)?,
+            open_spawns: self.open_spawns(task_id)?,
             task,
             run,
             turns,
@@ -1065,16 +1112,74 @@ impl Db {
         Ok(Ok(run_id.to_owned()))
     }
 
-    /// Records a spawned provider process before it is used.
+    /// Records the intent to spawn a provider process carrying `marker` in
+    /// its environment, before the spawn: a runner that dies before the
+    /// identity is recorded leaves the marker for the next one to find.
+    pub fn spawn_intent(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        marker: &str,
+    ) -> Result<i64, StoreError> {
+        let mut row = 0;
+        self.event_in(
+            "provider_spawn_intent",
+            task_id,
+            Some(run_id),
+            "provider.spawn_intent",
+            serde_json::json!({ "marker": marker }),
+            |tx| {
+                tx.execute(
+                    "INSERT INTO provider_spawns(task_id, run_id, marker, created_ms)
+                     VALUES (?1, ?2, ?3, ?4)",
+                    params![task_id, run_id, marker, now_ms()],
+                )?;
+                row = tx.last_insert_rowid();
+                Ok(())
+            },
+        )?;
+        Ok(row)
+    }
+
+    /// Records that no process of a spawn intent whose identity was never
+    /// recorded is left (`proof` lists what was found and stopped).
+    pub fn record_spawn_swept(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        spawn_row: i64,
+        proof: Value,
+    ) -> Result<(), StoreError> {
+        let text = proof.to_string();
+        self.event_in(
+            "provider_stop",
+            task_id,
+            Some(run_id),
+            "provider.spawn_swept",
+            proof,
+            |tx| {
+                tx.execute(
+                    "UPDATE provider_spawns SET sweep_proof = ?2 WHERE spawn_row = ?1",
+                    params![spawn_row, text],
+                )?;
+                Ok(())
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Records a spawned provider process (of spawn intent `spawn_row`)
+    /// before it is used.
     pub fn record_provider(
         &mut self,
         task_id: &str,
         run_id: &str,
+        spawn_row: i64,
         id: crate::supervisor::ProcessIdentity,
     ) -> Result<i64, StoreError> {
         let data =
             serde_json::json!({ "pid": id.pid, "pgid": id.pgid, "start_time": id.start_time });
-        self.record_provider_event(task_id, run_id, id, data)
+        self.record_provider_event(task_id, run_id, spawn_row, id, data)
     }
 
     /// SEEDED BUG credential-in-store: [`Db::record_provider`] with the
@@ -1084,19 +1189,21 @@ impl Db {
         &mut self,
         task_id: &str,
         run_id: &str,
+        spawn_row: i64,
         id: crate::supervisor::ProcessIdentity,
         env_key: &str,
     ) -> Result<i64, StoreError> {
         let data = serde_json::json!({
             "pid": id.pid, "pgid": id.pgid, "start_time": id.start_time, "env_key": env_key,
         });
-        self.record_provider_event(task_id, run_id, id, data)
+        self.record_provider_event(task_id, run_id, spawn_row, id, data)
     }
 
     fn record_provider_event(
         &mut self,
         task_id: &str,
         run_id: &str,
+        spawn_row: i64,
         id: crate::supervisor::ProcessIdentity,
         data: Value,
     ) -> Result<i64, StoreError> {
@@ -1121,6 +1228,10 @@ impl Db {
                     ],
                 )?;
                 row = tx.last_insert_rowid();
+                tx.execute(
+                    "UPDATE provider_spawns SET proc_row = ?2 WHERE spawn_row = ?1",
+                    params![spawn_row, row],
+                )?;
                 Ok(())
             },
         )?;
