@@ -179,7 +179,7 @@ pub fn run_cell_traced(
     } else {
         env
     };
-    let tmp = match tempfile::Builder::new().prefix("turncut-cell-").tempdir() {
+    let tmp = match crate::tempdirs::tempdir("cell") {
         Ok(t) => t,
         Err(e) => {
             return harness_failure(
@@ -269,6 +269,7 @@ pub fn run_cell_traced(
     };
     let (dir, kept) = if env.keep {
         let path = tmp.keep();
+        let _ = crate::tempdirs::mark_kept(&path);
         (None, Some(path))
     } else {
         (Some(tmp), None)

@@ -176,7 +176,7 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
 
 /// Runs the demo, printing as it goes. Returns whether every row matched.
 pub fn run(exe: &Path, keep: bool) -> anyhow::Result<bool> {
-    let tmp = tempfile::Builder::new().prefix("turncut-demo-").tempdir()?;
+    let tmp = crate::tempdirs::tempdir("demo")?;
     let work = tmp.path();
     println!(
         "turncut demo: a full Codex turn through the fake provider, then a SIGKILL at every boundary of it"

@@ -21,4 +21,5 @@ pub mod report;
 pub mod runner_client;
 pub mod scenario;
 pub mod supervisor;
+pub mod tempdirs;
 pub mod wave;

@@ -193,6 +193,12 @@ fn main() {
 }
 
 fn env_for(exe: &Path, common: &Common) -> Result<(CellEnv, Vec<scenario::Scenario>), Exit> {
+    // Cell directories of harness processes that were killed (SIGKILL skips
+    // their cleanup) go before new ones are made.
+    let swept = harness::tempdirs::sweep_stale();
+    if swept > 0 {
+        eprintln!("turncut: removed {swept} cell directories left by killed turncut runs");
+    }
     let dir = common
         .scenarios
         .clone()

@@ -42,9 +42,7 @@ pub struct Discovery {
 
 /// Runs `scenario` once, clean, with tracing, and lists its boundaries.
 pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Result<Discovery> {
-    let dir = tempfile::Builder::new()
-        .prefix("turncut-trace-")
-        .tempdir()?;
+    let dir = crate::tempdirs::tempdir("trace")?;
     let trace = dir.path().join("trace.jsonl");
     let spec = CellSpec {
         cell_id: "discovery".into(),

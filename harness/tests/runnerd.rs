@@ -790,7 +790,11 @@ fn a_provider_spawned_before_its_identity_was_recorded_is_found_and_stopped() {
     rig.kill_runner();
     drop(held);
     let orphans = wait_count(&tag, 2);
-    assert_eq!(orphans.len(), 2, "the provider's children outlive the runner");
+    assert_eq!(
+        orphans.len(),
+        2,
+        "the provider's children outlive the runner"
+    );
     let client = rig.start(None);
     let task = client.wait_settled("t1", WAIT).unwrap();
     assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
@@ -801,7 +805,11 @@ fn a_provider_spawned_before_its_identity_was_recorded_is_found_and_stopped() {
         .iter()
         .find(|e| e["kind"] == "provider.spawn_swept")
         .expect("the restarted runner sweeps the intent's marker");
-    let killed: Vec<i64> = swept.pointer("/data/killed").unwrap().as_array().unwrap()
+    let killed: Vec<i64> = swept
+        .pointer("/data/killed")
+        .unwrap()
+        .as_array()
+        .unwrap()
         .iter()
         .map(|k| k["pid"].as_i64().unwrap())
         .collect();
