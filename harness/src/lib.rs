@@ -10,6 +10,7 @@
 pub mod cell;
 pub mod codex_client;
 pub mod contract;
+pub mod crash_round;
 pub mod demo;
 pub mod evidence;
 pub mod model;

@@ -114,6 +114,25 @@ enum Command {
     },
     /// Drive the fake Codex provider through a turn and a crash sweep.
     Demo,
+    /// Many tasks on one runner state, the runner SIGKILLed at seeded moments
+    /// (the spawn window included) and restarted each time; prints tasks
+    /// lost, turns and effects duplicated, and orphan processes.
+    ///
+    /// Example: turncut crash-round --tasks 50 --kills 8 --seed 1
+    CrashRound {
+        /// Tasks, all on one runner state.
+        #[arg(long, default_value_t = 50)]
+        tasks: usize,
+        /// Runner SIGKILLs before the final runner.
+        #[arg(long, default_value_t = 8)]
+        kills: usize,
+        /// Seed of the kill moments [default: from the clock; printed].
+        #[arg(long)]
+        seed: Option<u64>,
+        /// How long a round waits for its armed moment before killing anyway.
+        #[arg(long, default_value_t = 5_000)]
+        round_wait_ms: u64,
+    },
     /// Run the reference runner (same as the standalone `runnerd` binary).
     #[command(name = "runnerd", disable_help_flag = true)]
     Runnerd {
@@ -225,6 +244,12 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         Command::Runnerd { .. } | Command::FakeProvider { .. } => {
             unreachable!("dispatched in main")
         }
+        Command::CrashRound {
+            tasks,
+            kills,
+            seed,
+            round_wait_ms,
+        } => crash_round(exe, &common, tasks, kills, seed, round_wait_ms),
         Command::Demo => match harness::demo::run(exe, common.keep) {
             Ok(true) => Ok(0),
             Ok(false) => Ok(1),
@@ -522,4 +547,35 @@ fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<i32, Exit> {
         );
     }
     Ok(exit_for(run.result.verdict))
+}
+
+fn crash_round(
+    exe: &Path,
+    common: &Common,
+    tasks: usize,
+    kills: usize,
+    seed: Option<u64>,
+    round_wait_ms: u64,
+) -> Result<i32, Exit> {
+    if tasks == 0 {
+        return Err(bad("--tasks must be at least 1"));
+    }
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_secs())
+    });
+    eprintln!("crash round: {tasks} tasks, {kills} runner kills, seed {seed}");
+    let opts = harness::crash_round::Options {
+        tasks,
+        kills,
+        seed,
+        wait: std::time::Duration::from_millis(common.cell_wait_ms.max(60_000)),
+        round_wait: std::time::Duration::from_millis(round_wait_ms),
+        keep: common.keep,
+    };
+    let figures = harness::crash_round::run(exe, &opts)
+        .map_err(|e| harness_err(format!("crash round failed: {e:#}")))?;
+    print!("{}", harness::crash_round::render(&figures));
+    Ok(if figures.clean() { 0 } else { 1 })
 }

@@ -841,11 +841,7 @@ pub async fn sweep_marker(marker: &str, grace: Duration) -> MarkerSweep {
     let deadline = Instant::now() + grace;
     let mut killed: Vec<ProcessIdentity> = Vec::new();
     let mut delay = INITIAL_POLL_INTERVAL;
-    loop {
-        let found = match marked_processes(marker) {
-            Ok(found) => found,
-            Err(_) => break,
-        };
+    while let Ok(found) = marked_processes(marker) {
         if found.is_empty() {
             return MarkerSweep {
                 marker: marker.to_owned(),
