@@ -13,6 +13,8 @@ pub mod acp;
 pub mod codex;
 pub mod native;
 pub mod opencode;
+#[cfg(test)]
+mod props;
 pub mod stdio;
 
 use std::time::Duration;

@@ -44,7 +44,7 @@ use super::{DriverError, ProviderEvent, TurnLookup};
 const EVENT_BYTES_MAX: usize = 8 << 20;
 
 /// Longest stdout line read while looking for the listening address.
-const LINE_BYTES_MAX: usize = 64 << 10;
+pub(super) const LINE_BYTES_MAX: usize = 64 << 10;
 
 /// Suffix of the client id of a continuation turn.
 pub const CONTINUATION_SUFFIX: &str = "__continuation";

@@ -1,8 +1,7 @@
 //! Line-delimited JSON over a provider's stdout, shared by the stdio drivers
 //! (Codex app-server, ACP).
 
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
-use tokio::process::ChildStdout;
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, BufReader};
 use tokio::sync::mpsc;
 
 use serde_json::Value;
@@ -23,7 +22,10 @@ pub enum Line {
 /// Reads `stdout` on a task; every line arrives on the returned channel,
 /// followed by `Eof`. Blank lines are skipped; a line over the limit ends the
 /// stream after a `Malformed`.
-pub fn read_lines(stdout: ChildStdout) -> mpsc::UnboundedReceiver<Line> {
+pub fn read_lines<R>(stdout: R) -> mpsc::UnboundedReceiver<Line>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+{
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let mut reader = BufReader::new(stdout);
