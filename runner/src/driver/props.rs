@@ -183,7 +183,7 @@ fn valid_checkpoint() -> Vec<u8> {
 const PROFILES: &str = "[profile.custom]\ndriver = \"codex\"\ncommand = [\"/bin/true\", \"{provider_dir}\"]\napproval = \"accept\"\n";
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 512, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn the_stdio_reader_answers_any_bytes_with_lines_then_eof(
@@ -261,7 +261,7 @@ proptest! {
 
 proptest! {
     // Each case starts a real process.
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn the_codex_and_acp_drivers_answer_any_provider_output_without_panicking(
