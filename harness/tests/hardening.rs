@@ -1,0 +1,255 @@
+//! runnerd at its edges, as a new user and an attacker would meet it (issue
+//! 10): client-side tools of a hostile ACP agent confined to the workspace and
+//! kept away from the credential, bounded and validated API input, errors that
+//! are JSON with a reason code, and the token and key files checked like
+//! secrets. Every test drives a real `turncut runnerd` (and, where a provider
+//! is involved, a real `turncut fake-provider`); no fixed sleeps.
+
+use std::os::unix::fs::{PermissionsExt as _, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use harness::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(20);
+const ACP: &str = "runner-acpx-claude";
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_turncut"))
+}
+
+/// A runner with one profile's fake provider playing `script`, in a
+/// temporary directory with a workspace `ws`.
+struct Rig {
+    dir: tempfile::TempDir,
+    profile: &'static str,
+    env: Vec<(String, String)>,
+    extra: Vec<String>,
+    runner: Option<RunnerProcess>,
+}
+
+impl Rig {
+    fn new(profile: &'static str, script: &str) -> Rig {
+        let (driver, fake, fake_extra) =
+            harness::cell::profile_fake(profile).expect("a profile with a fake");
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        let script_path = dir.path().join("script.toml");
+        std::fs::write(&script_path, script).unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        let mut command: Vec<String> = vec![
+            exe().display().to_string(),
+            "fake-provider".into(),
+            fake.into(),
+            "--state-dir".into(),
+            "{provider_dir}".into(),
+            "--journal".into(),
+            p("journal.jsonl"),
+            "--ledger".into(),
+            p("ledger.jsonl"),
+            "--script".into(),
+            script_path.display().to_string(),
+        ];
+        command.extend(fake_extra.iter().map(|s| s.to_string()));
+        let profiles = format!(
+            "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
+            serde_json::to_string(&command).unwrap()
+        );
+        std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
+        let extra = vec![
+            "--profiles".to_owned(),
+            p("profiles.toml"),
+            "--provider-idle-timeout-ms".to_owned(),
+            "5000".to_owned(),
+        ];
+        Rig {
+            dir,
+            profile,
+            env: Vec::new(),
+            extra,
+            runner: None,
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn ws(&self) -> PathBuf {
+        self.path("ws").canonicalize().unwrap()
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = RunnerCommand::via(exe()).command(&self.path("state"), &self.extra);
+        cmd.env_remove(cutpoint::ENV_ARM)
+            .env_remove(cutpoint::ENV_SOCKET)
+            .env_remove("TURNCUT_PROVIDER_API_KEY");
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    fn start(&mut self) -> RunnerClient {
+        let runner = RunnerProcess::start(
+            &mut self.command(),
+            &self.path("state"),
+            &self.path("runnerd.stderr"),
+            WAIT,
+        )
+        .unwrap();
+        let client = runner.client();
+        self.runner = Some(runner);
+        client
+    }
+
+    fn runner_pid(&self) -> u32 {
+        self.runner.as_ref().expect("a runner").pid()
+    }
+
+    /// Submits a task in the workspace and waits until it settles.
+    fn run_task(&self, client: &RunnerClient, task: &str) -> Value {
+        let (status, body) = client
+            .create_task(task, &format!("{task}-m1"), "Go", self.profile, &self.ws())
+            .unwrap();
+        assert_eq!(status, 201, "{body}");
+        client.wait_settled(task, WAIT).unwrap()
+    }
+
+    fn journal_facts(&self, fact: &str) -> Vec<Value> {
+        fake_provider::journal::read(&self.path("journal.jsonl"))
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.kind == fake_provider::journal::EntryKind::Fact)
+            .map(|e| serde_json::to_value(&e).unwrap())
+            .filter(|e| e["fact"] == fact)
+            .collect()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.path("runnerd.stderr")).unwrap_or_default()
+    }
+}
+
+fn state(task: &Value) -> &str {
+    task["state"].as_str().unwrap_or_default()
+}
+
+// ---- item 1: one confiner for every client tool ----
+
+/// An ACP agent's `fs/write_text_file` to a workspace name that is a dangling
+/// symlink to a file outside must be refused, whether the link's target is
+/// relative or absolute and whether the agent names it by a relative or an
+/// absolute path; nothing is created outside.
+#[test]
+fn acp_writes_through_dangling_symlinks_are_refused() {
+    let outside = tempfile::tempdir().unwrap();
+    let outside_dir = outside.path().canonicalize().unwrap();
+    let mut rig = Rig::new(ACP, "[[turn]]\n");
+    let ws = rig.ws();
+    // A link with an absolute target and one with a relative target.
+    symlink(outside_dir.join("abs-target"), ws.join("abs-link")).unwrap();
+    let up: PathBuf = ws.components().skip(1).map(|_| "..").collect();
+    let rel_target = up.join(outside_dir.strip_prefix("/").unwrap().join("rel-target"));
+    symlink(&rel_target, ws.join("rel-link")).unwrap();
+    let script = format!(
+        r#"
+[[turn]]
+tools = [
+  {{ key = "abs-link-rel-path", kind = "write-file", path = "abs-link" }},
+  {{ key = "abs-link-abs-path", kind = "write-file", path = "{ws}/abs-link" }},
+  {{ key = "rel-link-rel-path", kind = "write-file", path = "rel-link" }},
+  {{ key = "rel-link-abs-path", kind = "write-file", path = "{ws}/rel-link" }},
+  {{ key = "inside", kind = "write-file", path = "sub/ok.txt" }},
+]
+final = "Done."
+"#,
+        ws = ws.display()
+    );
+    std::fs::write(rig.path("script.toml"), script).unwrap();
+    let client = rig.start();
+    let task = rig.run_task(&client, "t1");
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    for target in ["abs-target", "rel-target"] {
+        assert!(
+            !outside_dir.join(target).exists(),
+            "{target} was created outside the workspace"
+        );
+    }
+    let failed = rig.journal_facts("file.write_failed");
+    let keys: Vec<&str> = failed
+        .iter()
+        .filter_map(|f| f["data"]["key"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "abs-link-rel-path",
+            "abs-link-abs-path",
+            "rel-link-rel-path",
+            "rel-link-abs-path"
+        ],
+        "{failed:#?}"
+    );
+    for f in &failed {
+        let error = f["data"]["error"].as_str().unwrap_or_default();
+        assert!(error.contains("symbolic link to nothing"), "{error}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub/ok.txt")).unwrap(),
+        "written by inside\n"
+    );
+}
+
+// ---- item 6: the credential is not readable through /proc ----
+
+/// A command an ACP agent runs on the runner's side reads the runner's
+/// initial environment (`/proc/$PPID/environ`, which the kernel keeps even
+/// after the runner removed the variable) and its own; neither may hold the
+/// credential, and its own environment is the tool allowlist.
+#[test]
+fn acp_terminal_cannot_read_the_credential_from_proc() {
+    let canary = "turncut-canary-77f3";
+    let script = r#"
+[[turn]]
+tools = [{ key = "snoop", argv = ["/bin/sh", "-c", "tr '\\0' '\\n' < /proc/$PPID/environ > parent.env; echo $PPID > parent.pid; env > own.env"] }]
+final = "Done."
+"#;
+    let mut rig = Rig::new(ACP, script);
+    rig.env
+        .push(("TURNCUT_PROVIDER_API_KEY".into(), canary.into()));
+    let client = rig.start();
+    let task = rig.run_task(&client, "t1");
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let ws = rig.ws();
+    let read = |name: &str| std::fs::read_to_string(ws.join(name)).unwrap();
+    assert_eq!(read("parent.pid").trim(), rig.runner_pid().to_string());
+    let parent = read("parent.env");
+    assert!(
+        parent.contains("PATH="),
+        "the tool read the runner's environment: {parent}"
+    );
+    assert!(
+        !parent.contains(canary),
+        "the runner's /proc environ holds the key:\n{parent}"
+    );
+    let own = read("own.env");
+    assert!(!own.contains(canary), "{own}");
+    // The allowlist, plus what the shell sets itself.
+    let names: Vec<&str> = own
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    for name in &names {
+        assert!(
+            ["HOME", "LANG", "PATH", "TERM", "PWD", "SHLVL", "_"].contains(name),
+            "{name} is not in the tool allowlist:\n{own}"
+        );
+    }
+    assert!(own.contains(&format!("HOME={}\n", ws.display())), "{own}");
+    // And from outside: the runner's own /proc environ.
+    let environ = std::fs::read(format!("/proc/{}/environ", rig.runner_pid())).unwrap();
+    assert!(!String::from_utf8_lossy(&environ).contains(canary));
+}
