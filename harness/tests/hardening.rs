@@ -253,3 +253,104 @@ final = "Done."
     let environ = std::fs::read(format!("/proc/{}/environ", rig.runner_pid())).unwrap();
     assert!(!String::from_utf8_lossy(&environ).contains(canary));
 }
+
+// ---- item 8: token and key files are checked like secrets ----
+
+/// How a runnerd start ended: listening (then killed), or its exit code and
+/// standard error.
+#[derive(Debug)]
+enum Start {
+    Listening,
+    Exited(Option<i32>, String),
+}
+
+/// Starts runnerd on `state` with `extra` arguments and no credential in the
+/// environment; waits for its listening line or its exit.
+fn start_runnerd(state: &Path, extra: &[String]) -> Start {
+    let mut cmd = RunnerCommand::via(exe()).command(state, extra);
+    cmd.env_remove("TURNCUT_PROVIDER_API_KEY")
+        .env_remove(cutpoint::ENV_SOCKET)
+        .env_remove(cutpoint::ENV_ARM)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        let first = std::io::BufReader::new(stdout).lines().next();
+        let _ = tx.send(first.and_then(Result::ok));
+    });
+    match rx
+        .recv_timeout(WAIT)
+        .expect("runnerd listens or exits in time")
+    {
+        Some(line) if line.starts_with("listening on ") => {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            Start::Listening
+        }
+        _ => {
+            let out = child.wait_with_output().unwrap();
+            Start::Exited(
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    }
+}
+
+fn secret_file(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+fn assert_refused(start: Start, fragment: &str) {
+    match start {
+        Start::Exited(Some(2), stderr) => {
+            assert!(stderr.contains(fragment), "{fragment:?} not in {stderr}")
+        }
+        other => panic!("expected exit 2 with {fragment:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn token_and_key_files_must_be_private_and_long_enough() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = "0123456789abcdef0123456789abcdef";
+    let flag = |name: &str, path: &Path| vec![name.to_owned(), path.display().to_string()];
+    // A world-readable token file the runner finds in its state directory.
+    let state = dir.path().join("state-world");
+    std::fs::create_dir_all(&state).unwrap();
+    secret_file(&state, "token", good, 0o644);
+    assert_refused(start_runnerd(&state, &[]), "readable or writable by others");
+    let state = dir.path().join("state");
+    let token = secret_file(dir.path(), "token-644", good, 0o644);
+    assert_refused(
+        start_runnerd(&state, &flag("--token-file", &token)),
+        "readable or writable by others (mode 644)",
+    );
+    let token = secret_file(dir.path(), "token-short", "x", 0o600);
+    assert_refused(
+        start_runnerd(&state, &flag("--token-file", &token)),
+        "holds 1 bytes; at least 16 are needed",
+    );
+    let key = secret_file(dir.path(), "key-empty", "\n", 0o600);
+    assert_refused(
+        start_runnerd(&state, &flag("--provider-key-file", &key)),
+        "is empty",
+    );
+    // The good forms still start.
+    let token = secret_file(dir.path(), "token-good", good, 0o600);
+    let key = secret_file(dir.path(), "key-good", "sk-1", 0o600);
+    let mut args = flag("--token-file", &token);
+    args.extend(flag("--provider-key-file", &key));
+    assert!(matches!(start_runnerd(&state, &args), Start::Listening));
+    assert!(matches!(
+        start_runnerd(&dir.path().join("state-fresh"), &[]),
+        Start::Listening
+    ));
+}
