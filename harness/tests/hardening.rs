@@ -354,3 +354,220 @@ fn token_and_key_files_must_be_private_and_long_enough() {
         Start::Listening
     ));
 }
+
+// ---- item 3: oversized input, and error answers of a provider ----
+
+/// A rig whose `profile` runs `script` under `/bin/sh -c` as its provider.
+fn scripted_provider(profile: &'static str, driver: &str, script: &str) -> Rig {
+    let rig = Rig::new(profile, "[[turn]]\n");
+    let command = ["/bin/sh", "-c", script];
+    let profiles = format!(
+        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
+        serde_json::to_string(&command).unwrap()
+    );
+    std::fs::write(rig.path("profiles.toml"), profiles).unwrap();
+    rig
+}
+
+const PARSE_ERROR: &str = r#"Parse error: line over 1048576 bytes"#;
+
+/// A provider that answers the turn's request with a JSON-RPC error of id
+/// null (what a provider says to a line it cannot read) fails the run with
+/// `provider_protocol_error` quoting the provider, at once: the idle timeout
+/// (20 s here) is longer than the deadline of this test.
+#[test]
+fn an_error_answer_with_a_null_id_is_a_protocol_error_at_once() {
+    let acp = format!(
+        r#"read l; echo '{{"jsonrpc":"2.0","id":1,"result":{{"protocolVersion":1,"agentCapabilities":{{"loadSession":true}}}}}}'
+read l; echo '{{"jsonrpc":"2.0","id":2,"result":{{"sessionId":"s1"}}}}'
+read l; echo '{{"jsonrpc":"2.0","id":null,"error":{{"code":-32700,"message":"{PARSE_ERROR}"}}}}'
+cat > /dev/null"#
+    );
+    let codex = format!(
+        r#"read l; echo '{{"id":1,"result":{{}}}}'
+read l; read l; echo '{{"id":2,"result":{{"thread":{{"id":"th1"}}}}}}'
+read l; echo '{{"id":null,"error":{{"code":-32700,"message":"{PARSE_ERROR}"}}}}'
+cat > /dev/null"#
+    );
+    for (profile, driver, script) in [
+        (ACP, "acp", acp.as_str()),
+        ("runner-codex", "codex", codex.as_str()),
+    ] {
+        let mut rig = scripted_provider(profile, driver, script);
+        rig.extra[3] = "20000".to_owned();
+        let client = rig.start();
+        let (status, body) = client
+            .create_task("t1", "m1", "Go", profile, &rig.ws())
+            .unwrap();
+        assert_eq!(status, 201, "{body}");
+        let task = client
+            .wait_settled("t1", Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{profile}: {e}\n{}", rig.log()));
+        assert_eq!(state(&task), "failed", "{profile}: {task}");
+        assert_eq!(task["cause"]["code"], "provider_protocol_error", "{task}");
+        let message = task["cause"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(PARSE_ERROR), "{profile}: {message}");
+    }
+}
+
+/// A prompt or follow-up text over the limit is refused at admission with a
+/// JSON 413 naming the limit, and nothing is admitted; a text at the limit
+/// is admitted.
+#[test]
+fn oversized_texts_are_refused_at_admission() {
+    let mut rig = Rig::new(ACP, "[[turn]]\nfinal = \"Ok.\"\n");
+    let client = rig.start();
+    let limit = 128 * 1024;
+    let big = "x".repeat(limit + 1);
+    let (status, body) = client
+        .create_task("t1", "m1", &big, ACP, &rig.ws())
+        .unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["reason"], "text_too_large", "{body}");
+    assert_eq!(body["limit_bytes"], limit, "{body}");
+    assert_eq!(client.task("t1").unwrap().0, 404, "nothing was admitted");
+    let (status, body) = client
+        .create_task("t1", "m1", &big[1..], ACP, &rig.ws())
+        .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let (status, body) = client.follow_up("t1", "f1", &big).unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["reason"], "text_too_large", "{body}");
+    // The 1 MB prompt of the report: refused, not a false provider_start_failed.
+    let (status, body) = client
+        .create_task("t2", "m2", &"y".repeat(1_000_000), ACP, &rig.ws())
+        .unwrap();
+    assert_eq!((status, &body["reason"]), (413, &json!("text_too_large")));
+    // A body over the body limit is refused before it is read.
+    let runner = rig.runner.as_ref().unwrap();
+    let (status, body) = raw_post(&runner.base, &runner.token, "/v1/tasks", 2 << 20);
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["reason"], "body_too_large", "{body}");
+    assert_eq!(body["limit_bytes"], 1 << 20, "{body}");
+}
+
+/// POSTs a request that announces `content_length` bytes and sends one; the
+/// answer is read without sending the rest (a server that waited for it
+/// would time the read out).
+fn raw_post(base: &str, token: &str, path: &str, content_length: usize) -> (u16, Value) {
+    use std::io::{Read as _, Write as _};
+    let addr = base.trim_start_matches("http://");
+    let mut tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(WAIT)).unwrap();
+    write!(
+        tcp,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {content_length}\r\nConnection: close\r\n\r\n{{"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    let _ = tcp.read_to_string(&mut answer);
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    (status, serde_json::from_str(body).unwrap_or(Value::Null))
+}
+
+// ---- item 4: every task has its own provider directory ----
+
+#[test]
+fn tasks_whose_ids_differ_only_in_punctuation_have_their_own_provider_state() {
+    let mut rig = Rig::new(ACP, "[[turn]]\nfinal = \"Ok.\"\n");
+    let client = rig.start();
+    // `col/1` travels percent-encoded in URLs.
+    for (id, url_id) in [
+        ("col/1", "col%2F1"),
+        ("col.1", "col.1"),
+        ("col 1", "col%201"),
+    ] {
+        let (status, body) = client
+            .create_task(id, &format!("m-{url_id}"), "Go", ACP, &rig.ws())
+            .unwrap();
+        assert_eq!(status, 201, "{body}");
+        let task = client.wait_settled(url_id, WAIT).unwrap();
+        assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+        assert_eq!(task["task_id"], id);
+    }
+    let dirs: Vec<String> = std::fs::read_dir(rig.path("state/providers"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(dirs.len(), 3, "{dirs:?}");
+    // Each provider directory holds the one conversation of its task.
+    for dir in &dirs {
+        let turns = fake_provider::acp::recorded_turns(&rig.path("state/providers").join(dir));
+        assert_eq!(turns.len(), 1, "{dir}: {turns:?}");
+    }
+}
+
+// ---- item 5: the workspace is validated at admission ----
+
+#[test]
+fn bad_workspaces_are_refused_at_admission() {
+    let mut rig = Rig::new(ACP, "[[turn]]\n");
+    let client = rig.start();
+    let ws = rig.ws();
+    std::fs::write(ws.join("file"), "x").unwrap();
+    symlink(&ws, rig.path("ws-link")).unwrap();
+    let cases = [
+        ws.join("missing").display().to_string(),
+        ws.join("file").display().to_string(),
+        "/".to_owned(),
+        format!("{}/../ws", ws.display()),
+        format!("{}/./", ws.display()),
+        format!("{}/", ws.display()),
+        rig.path("ws-link").display().to_string(),
+        format!("{}\u{0}x", ws.display()),
+        "relative/ws".to_owned(),
+    ];
+    for (i, workspace) in cases.iter().enumerate() {
+        let (status, body) = client
+            .post(
+                "/v1/tasks",
+                &json!({ "task_id": format!("t{i}"), "message_id": "m", "prompt": "Go",
+                         "profile": ACP, "workspace": workspace }),
+            )
+            .unwrap();
+        assert_eq!(status, 400, "{workspace:?}: {body}");
+        assert_eq!(body["reason"], "invalid_workspace", "{workspace:?}: {body}");
+        assert_eq!(client.task(&format!("t{i}")).unwrap().0, 404);
+    }
+}
+
+// ---- item 7: every error is JSON with a reason ----
+
+#[test]
+fn every_error_answer_is_json_with_a_reason() {
+    let mut rig = Rig::new(ACP, "[[turn]]\n");
+    let client = rig.start();
+    let base = rig.runner.as_ref().unwrap().base.clone();
+    let cases: [(&str, u16, &str); 6] = [
+        ("/v1/nope", 404, "no_route"),
+        ("/v1/tasks", 405, "method_not_allowed"),
+        ("/v1/tasks/t1/retry", 405, "method_not_allowed"),
+        ("/v1/tasks/t1/events?after=abc", 400, "bad_query"),
+        ("/v1/tasks/%FF", 400, "bad_path"),
+        ("/v1/tasks/unknown", 404, "unknown_task"),
+    ];
+    for (path, status, reason) in cases {
+        let (got, body) = client.get(path).unwrap();
+        assert_eq!(
+            (got, &body["reason"]),
+            (status, &json!(reason)),
+            "{path}: {body}"
+        );
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    let (status, body) = RunnerClient::new(&base, "wrong").get("/v1/health").unwrap();
+    assert_eq!((status, &body["reason"]), (401, &json!("unauthorized")));
+    let (status, body) = client.post_raw("/v1/tasks", "{not json").unwrap();
+    assert_eq!((status, &body["reason"]), (400, &json!("bad_json")));
+    let (status, body) = client
+        .post("/v1/tasks", &json!({ "task_id": "", "message_id": "m", "prompt": "p", "profile": ACP, "workspace": rig.ws() }))
+        .unwrap();
+    assert_eq!((status, &body["reason"]), (400, &json!("invalid_id")));
+}

@@ -1672,15 +1672,72 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// A task id made safe as a directory name.
+/// The longest task id that names its provider directory as it is.
+const PLAIN_ID_BYTES_MAX: usize = 64;
+
+/// The name of a task's provider directory (`providers/NAME`), injective in
+/// the task id so that no two tasks share provider state. An id of at most
+/// [`PLAIN_ID_BYTES_MAX`] ASCII letters, digits, `-` and `_` is its own name,
+/// as it always was, so a state directory from before keeps its provider
+/// directories. Any other id is named by its first 40 such characters (the
+/// rest replaced by `_`), a `.`, and 32 hex digits of the SHA-256 of the exact
+/// id; the `.` never occurs in a name of the first form, so the two forms
+/// cannot meet. (An older runner named such ids lossily; their old
+/// directories are not adopted, since two tasks may have shared one.)
 fn sanitize(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    use sha2::Digest as _;
+    let safe = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if !id.is_empty() && id.len() <= PLAIN_ID_BYTES_MAX && id.chars().all(safe) {
+        return id.to_owned();
+    }
+    let prefix: String = id
+        .chars()
+        .take(40)
+        .map(|c| if safe(c) { c } else { '_' })
+        .collect();
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}.{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids that an older runner mapped to one directory get one each; ids
+    /// that were already plain keep their old name.
+    #[test]
+    fn provider_dir_names_are_injective_and_keep_plain_ids() {
+        let ids = [
+            "col/1",
+            "col.1",
+            "col 1",
+            "col_1",
+            "é",
+            "ü",
+            "",
+            "a".repeat(65).as_str(),
+            "a".repeat(64).as_str(),
+        ]
+        .map(str::to_owned);
+        let names: std::collections::HashSet<String> = ids.iter().map(|i| sanitize(i)).collect();
+        assert_eq!(names.len(), ids.len(), "{names:?}");
+        assert_eq!(sanitize("col_1"), "col_1");
+        assert_eq!(sanitize("task-7"), "task-7");
+        assert_eq!(sanitize(&"a".repeat(64)), "a".repeat(64));
+        let hashed = sanitize("col/1");
+        assert!(hashed.starts_with("col_1."), "{hashed}");
+        assert_eq!(hashed.len(), "col_1.".len() + 32);
+        for name in &names {
+            assert!(
+                !name.is_empty()
+                    && name != "."
+                    && name != ".."
+                    && !name.contains('/')
+                    && name.len() <= 255,
+                "{name:?}"
+            );
+        }
+        assert_eq!(sanitize("col/1"), hashed, "stable");
+    }
 }

@@ -234,3 +234,51 @@ pub(crate) fn replace_atomically(target: &Path, bytes: &[u8], mode: Option<u32>)
     }
     File::open(dir)?.sync_all()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::os::unix::fs::symlink;
+
+    /// A dangling link inside the workspace to a file outside is refused for
+    /// reading and writing, named by a relative or an absolute path, with an
+    /// absolute or a relative target; nothing appears outside.
+    #[test]
+    fn dangling_links_are_refused_in_every_form() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().canonicalize().expect("canonical");
+        std::fs::create_dir(root.join("ws")).expect("mkdir");
+        let ws = Workspace::new(root.join("ws")).expect("workspace");
+        symlink(root.join("abs-target"), root.join("ws/abs")).expect("symlink");
+        symlink("../rel-target", root.join("ws/rel")).expect("symlink");
+        for link in ["abs", "rel"] {
+            let absolute = root.join("ws").join(link).display().to_string();
+            for path in [link, absolute.as_str()] {
+                let err = ws.write_text(path, "x", 16).expect_err(path);
+                assert!(err.contains("is a symbolic link to nothing"), "{err}");
+                let err = ws.read_text(path, 16).expect_err(path);
+                assert!(err.contains("is a symbolic link to nothing"), "{err}");
+            }
+        }
+        assert!(!root.join("abs-target").exists());
+        assert!(!root.join("rel-target").exists());
+    }
+
+    #[test]
+    fn reads_and_writes_are_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ws = Workspace::new(dir.path()).expect("workspace");
+        assert_eq!(
+            ws.write_text("f", "12345", 4),
+            Err("the content is 5 bytes, over the write limit of 4 bytes".to_owned())
+        );
+        assert_eq!(
+            ws.write_text("f", "1234", 4),
+            Ok("created f (4 bytes)".to_owned())
+        );
+        let err = ws.read_text("f", 3).expect_err("over the limit");
+        assert!(err.contains("over the read limit of 3 bytes"), "{err}");
+        assert_eq!(ws.read_text("f", 4), Ok("1234".to_owned()));
+    }
+}

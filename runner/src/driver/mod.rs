@@ -115,6 +115,26 @@ pub enum DriverError {
     },
 }
 
+/// A JSON-RPC error answer whose id is null or missing: the provider could
+/// not read something the runner sent (JSON-RPC 2.0 answers a parse error or
+/// an invalid request so), so whatever the runner waits for will never come.
+/// It fails the exchange at once, quoting the provider, instead of ending at
+/// the idle timeout as a silent provider would.
+pub(crate) fn unaddressed_error(msg: &Value) -> Option<DriverError> {
+    if msg.get("method").is_some() || !msg.get("id").is_none_or(Value::is_null) {
+        return None;
+    }
+    let err = msg.get("error")?;
+    let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("(no message)");
+    Some(DriverError::Protocol(format!(
+        "the provider could not read a message from the runner and answered error {code}: {message}"
+    )))
+}
+
 /// A live provider connection, whatever its protocol.
 pub enum Driver {
     /// Codex app-server.

@@ -833,7 +833,9 @@ fn clip(kept: &[u8], total: usize, room: usize) -> String {
 mod tests {
     use super::*;
 
+    use std::fs::Permissions;
     use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
     use std::time::Instant;
 
     use tempfile::TempDir;
