@@ -308,41 +308,64 @@ fn secret_file(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
     path
 }
 
-fn assert_refused(start: Start, fragment: &str) {
+/// Whether `start` is an exit 2 whose message has `fragment`; else what it was.
+fn refused(start: Start, fragment: &str) -> Result<(), String> {
     match start {
-        Start::Exited(Some(2), stderr) => {
-            assert!(stderr.contains(fragment), "{fragment:?} not in {stderr}")
-        }
-        other => panic!("expected exit 2 with {fragment:?}, got {other:?}"),
+        Start::Exited(Some(2), stderr) if stderr.contains(fragment) => Ok(()),
+        other => Err(format!("expected exit 2 with {fragment:?}, got {other:?}")),
     }
 }
 
+/// Each bad file is its own case; every case is checked and all failures
+/// are reported together.
 #[test]
 fn token_and_key_files_must_be_private_and_long_enough() {
     let dir = tempfile::tempdir().unwrap();
     let good = "0123456789abcdef0123456789abcdef";
     let flag = |name: &str, path: &Path| vec![name.to_owned(), path.display().to_string()];
     // A world-readable token file the runner finds in its state directory.
-    let state = dir.path().join("state-world");
-    std::fs::create_dir_all(&state).unwrap();
-    secret_file(&state, "token", good, 0o644);
-    assert_refused(start_runnerd(&state, &[]), "readable or writable by others");
+    let world = dir.path().join("state-world");
+    std::fs::create_dir_all(&world).unwrap();
+    secret_file(&world, "token", good, 0o644);
     let state = dir.path().join("state");
-    let token = secret_file(dir.path(), "token-644", good, 0o644);
-    assert_refused(
-        start_runnerd(&state, &flag("--token-file", &token)),
-        "readable or writable by others (mode 644)",
-    );
-    let token = secret_file(dir.path(), "token-short", "x", 0o600);
-    assert_refused(
-        start_runnerd(&state, &flag("--token-file", &token)),
-        "holds 1 bytes; at least 16 are needed",
-    );
-    let key = secret_file(dir.path(), "key-empty", "\n", 0o600);
-    assert_refused(
-        start_runnerd(&state, &flag("--provider-key-file", &key)),
-        "is empty",
-    );
+    let token_644 = secret_file(dir.path(), "token-644", good, 0o644);
+    let token_short = secret_file(dir.path(), "token-short", "x", 0o600);
+    let key_empty = secret_file(dir.path(), "key-empty", "\n", 0o600);
+    let cases = [
+        (
+            "world-readable DIR/token",
+            &world,
+            vec![],
+            "readable or writable by others (mode 644)",
+        ),
+        (
+            "--token-file at 0644",
+            &state,
+            flag("--token-file", &token_644),
+            "readable or writable by others (mode 644)",
+        ),
+        (
+            "1-character token",
+            &state,
+            flag("--token-file", &token_short),
+            "holds 1 bytes; at least 16 are needed",
+        ),
+        (
+            "empty key file",
+            &state,
+            flag("--provider-key-file", &key_empty),
+            "is empty",
+        ),
+    ];
+    let failures: Vec<String> = cases
+        .into_iter()
+        .filter_map(|(what, state, args, fragment)| {
+            refused(start_runnerd(state, &args), fragment)
+                .err()
+                .map(|e| format!("{what}: {e}"))
+        })
+        .collect();
+    assert!(failures.is_empty(), "{failures:#?}");
     // The good forms still start.
     let token = secret_file(dir.path(), "token-good", good, 0o600);
     let key = secret_file(dir.path(), "key-good", "sk-1", 0o600);
@@ -524,6 +547,7 @@ fn bad_workspaces_are_refused_at_admission() {
         format!("{}\u{0}x", ws.display()),
         "relative/ws".to_owned(),
     ];
+    let mut failures = Vec::new();
     for (i, workspace) in cases.iter().enumerate() {
         let (status, body) = client
             .post(
@@ -532,9 +556,17 @@ fn bad_workspaces_are_refused_at_admission() {
                          "profile": ACP, "workspace": workspace }),
             )
             .unwrap();
-        assert_eq!(status, 400, "{workspace:?}: {body}");
-        assert_eq!(body["reason"], "invalid_workspace", "{workspace:?}: {body}");
-        assert_eq!(client.task(&format!("t{i}")).unwrap().0, 404);
+        if (status, &body["reason"]) != (400, &json!("invalid_workspace")) {
+            failures.push(format!("{workspace:?}: {status} {body}"));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    for i in 0..cases.len() {
+        assert_eq!(
+            client.task(&format!("t{i}")).unwrap().0,
+            404,
+            "nothing admitted"
+        );
     }
 }
 
@@ -553,15 +585,16 @@ fn every_error_answer_is_json_with_a_reason() {
         ("/v1/tasks/%FF", 400, "bad_path"),
         ("/v1/tasks/unknown", 404, "unknown_task"),
     ];
+    let mut failures = Vec::new();
     for (path, status, reason) in cases {
         let (got, body) = client.get(path).unwrap();
-        assert_eq!(
-            (got, &body["reason"]),
-            (status, &json!(reason)),
-            "{path}: {body}"
-        );
-        assert!(body["error"].is_string(), "{path}: {body}");
+        if (got, &body["reason"]) != (status, &json!(reason)) || !body["error"].is_string() {
+            failures.push(format!(
+                "GET {path}: {got} {body}, expected {status} {reason}"
+            ));
+        }
     }
+    assert!(failures.is_empty(), "{failures:#?}");
     let (status, body) = RunnerClient::new(&base, "wrong").get("/v1/health").unwrap();
     assert_eq!((status, &body["reason"]), (401, &json!("unauthorized")));
     let (status, body) = client.post_raw("/v1/tasks", "{not json").unwrap();
