@@ -95,20 +95,37 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// An error answer `{error, reason}` with the reason's status, and `extra`
-/// fields.
-fn reject_with(reason: RequestError, message: &str, extra: Value) -> Response {
-    let status = StatusCode::from_u16(reason.status()).expect("request error statuses are valid");
-    let mut body = json!({ "error": message, "reason": reason.as_str() });
-    if let (Some(body), Value::Object(extra)) = (body.as_object_mut(), extra) {
-        body.extend(extra);
+/// An error answer not yet rendered: `{error, reason}` with the reason's
+/// status, and the limit for a 413.
+struct Rejection {
+    reason: RequestError,
+    message: String,
+    limit_bytes: Option<usize>,
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.reason.status()).expect("request error statuses are valid");
+        let mut body = json!({ "error": self.message, "reason": self.reason.as_str() });
+        if let Some(limit) = self.limit_bytes {
+            body["limit_bytes"] = json!(limit);
+        }
+        (status, Json(body)).into_response()
     }
-    (status, Json(body)).into_response()
+}
+
+fn rejection(reason: RequestError, message: &str) -> Rejection {
+    Rejection {
+        reason,
+        message: message.to_owned(),
+        limit_bytes: None,
+    }
 }
 
 /// An error answer `{error, reason}` with the reason's status.
 fn reject(reason: RequestError, message: &str) -> Response {
-    reject_with(reason, message, Value::Null)
+    rejection(reason, message).into_response()
 }
 
 fn storage(e: StoreError) -> Response {
@@ -120,12 +137,12 @@ fn unknown_task(task_id: &str) -> Response {
     reject(RequestError::UnknownTask, &format!("no task {task_id}"))
 }
 
-fn body_too_large() -> Response {
-    reject_with(
-        RequestError::BodyTooLarge,
-        &format!("the request body is over the limit of {BODY_BYTES_MAX} bytes"),
-        json!({ "limit_bytes": BODY_BYTES_MAX }),
-    )
+fn body_too_large() -> Rejection {
+    Rejection {
+        reason: RequestError::BodyTooLarge,
+        message: format!("the request body is over the limit of {BODY_BYTES_MAX} bytes"),
+        limit_bytes: Some(BODY_BYTES_MAX),
+    }
 }
 
 /// Refuses a body whose announced length is over [`BODY_BYTES_MAX`] before
@@ -137,41 +154,41 @@ async fn announced_size(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if announced.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
-        return body_too_large();
+        return body_too_large().into_response();
     }
     next.run(request).await
 }
 
 /// The body, or the JSON answer to a body axum could not read.
-fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, Rejection> {
     b.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             body_too_large()
         } else {
-            reject(RequestError::BadJson, &e.body_text())
+            rejection(RequestError::BadJson, &e.body_text())
         }
     })
 }
 
 /// The `{id}` path segment, or the JSON answer to one that does not decode.
-fn path_id(p: Result<Path<String>, PathRejection>) -> Result<String, Response> {
+fn path_id(p: Result<Path<String>, PathRejection>) -> Result<String, Rejection> {
     p.map(|Path(id)| id)
-        .map_err(|e| reject(RequestError::BadPath, &e.body_text()))
+        .map_err(|e| rejection(RequestError::BadPath, &e.body_text()))
 }
 
 /// A prompt or follow-up text within [`TEXT_BYTES_MAX`], or a 413.
-fn check_text(what: &str, text: &str) -> Result<(), Response> {
+fn check_text(what: &str, text: &str) -> Result<(), Rejection> {
     if text.len() <= TEXT_BYTES_MAX {
         return Ok(());
     }
-    Err(reject_with(
-        RequestError::TextTooLarge,
-        &format!(
+    Err(Rejection {
+        reason: RequestError::TextTooLarge,
+        message: format!(
             "{what} is {} bytes, over the limit of {TEXT_BYTES_MAX} bytes",
             text.len()
         ),
-        json!({ "limit_bytes": TEXT_BYTES_MAX }),
-    ))
+        limit_bytes: Some(TEXT_BYTES_MAX),
+    })
 }
 
 /// A workspace must be an absolute, canonical path (no `.` or `..`, no
@@ -219,9 +236,9 @@ fn refused(reason: Refusal, message: &str) -> Response {
 }
 
 /// Parses a JSON body; the error is a 400 with serde's sentence.
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Response> {
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Rejection> {
     serde_json::from_slice(body)
-        .map_err(|e| reject(RequestError::BadJson, &format!("bad JSON body: {e}")))
+        .map_err(|e| rejection(RequestError::BadJson, &format!("bad JSON body: {e}")))
 }
 
 fn check_id(what: &str, id: &str) -> Result<(), String> {
@@ -254,7 +271,7 @@ async fn create_task(
 ) -> Response {
     let req: CreateTask = match body(raw).and_then(|b| parse(&b)) {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     for (what, id) in [("task_id", &req.task_id), ("message_id", &req.message_id)] {
         if let Err(m) = check_id(what, id) {
@@ -265,7 +282,7 @@ async fn create_task(
         return reject(RequestError::InvalidWorkspace, &m);
     }
     if let Err(r) = check_text("the prompt", &req.prompt) {
-        return r;
+        return r.into_response();
     }
     if !state.engine.has_profile(&req.profile) {
         return refused(
@@ -321,13 +338,13 @@ async fn follow_up(
     let (task_id, req) =
         match path_id(task_id).and_then(|t| Ok((t, parse::<FollowUp>(&body(raw)?)?))) {
             Ok(r) => r,
-            Err(r) => return r,
+            Err(r) => return r.into_response(),
         };
     if let Err(m) = check_id("message_id", &req.message_id) {
         return reject(RequestError::InvalidId, &m);
     }
     if let Err(r) = check_text("the follow-up text", &req.text) {
-        return r;
+        return r.into_response();
     }
     let new_run = new_id("run");
     let epoch = state.engine.epoch();
@@ -371,7 +388,7 @@ async fn retry(
     let (task_id, req) = match path_id(task_id).and_then(|t| Ok((t, parse::<Retry>(&body(raw)?)?)))
     {
         Ok(r) => r,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     if let Err(m) = check_id("message_id", &req.message_id) {
         return reject(RequestError::InvalidId, &m);
@@ -398,7 +415,7 @@ async fn get_task(
 ) -> Response {
     let task_id = match path_id(task_id) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let tid = task_id.clone();
     let result = state
@@ -450,7 +467,7 @@ async fn events(
 ) -> Response {
     let task_id = match path_id(task_id) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let q = match query {
         Ok(Query(q)) => q,
