@@ -32,35 +32,16 @@ struct Rig {
 
 impl Rig {
     fn new(profile: &'static str, script: &str) -> Rig {
-        let (driver, fake, fake_extra) =
-            harness::cell::profile_fake(profile).expect("a profile with a fake");
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("ws")).unwrap();
         let script_path = dir.path().join("script.toml");
         std::fs::write(&script_path, script).unwrap();
-        let p = |name: &str| dir.path().join(name).display().to_string();
-        let mut command: Vec<String> = vec![
-            exe().display().to_string(),
-            "fake-provider".into(),
-            fake.into(),
-            "--state-dir".into(),
-            "{provider_dir}".into(),
-            "--journal".into(),
-            p("journal.jsonl"),
-            "--ledger".into(),
-            p("ledger.jsonl"),
-            "--script".into(),
-            script_path.display().to_string(),
-        ];
-        command.extend(fake_extra.iter().map(|s| s.to_string()));
-        let profiles = format!(
-            "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
-            serde_json::to_string(&command).unwrap()
-        );
-        std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
+        let profiles =
+            harness::runner_client::write_fake_profile(exe(), profile, dir.path(), &script_path)
+                .unwrap();
         let extra = vec![
             "--profiles".to_owned(),
-            p("profiles.toml"),
+            profiles.display().to_string(),
             "--provider-idle-timeout-ms".to_owned(),
             "5000".to_owned(),
         ];
