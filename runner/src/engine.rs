@@ -1179,7 +1179,7 @@ impl Engine {
                 Ok(Ok(json!({})))
             }
             ClientCall::WriteTextFile { path, content } => {
-                let limit = limits.edit_bytes;
+                let (limit, bytes) = (limits.edit_bytes, content.len());
                 let written = match ws {
                     Ok(ws) => {
                         tokio::task::spawn_blocking(move || ws.write_text(&path, &content, limit))
@@ -1190,7 +1190,7 @@ impl Engine {
                 };
                 match written {
                     Ok(done) => {
-                        outcome("completed", json!({ "result": done })).await?;
+                        outcome("completed", json!({ "bytes": bytes, "result": done })).await?;
                         Ok(Ok(json!({})))
                     }
                     Err(msg) => {

@@ -283,3 +283,33 @@ impl Driver {
         each!(self, d => d.reject(request_id, method).await)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Only an error answer without an id is a failure of the exchange in
+    /// progress; an answer to a request and a request are not.
+    #[test]
+    fn an_error_without_an_id_is_unaddressed() {
+        let error = json!({ "code": -32700, "message": "Parse error: too long" });
+        for msg in [
+            json!({ "jsonrpc": "2.0", "id": null, "error": error }),
+            json!({ "error": error }),
+        ] {
+            let e = unaddressed_error(&msg).expect("unaddressed");
+            assert!(
+                e.to_string().contains("-32700: Parse error: too long"),
+                "{e}"
+            );
+        }
+        for msg in [
+            json!({ "id": 3, "error": error }),
+            json!({ "id": null, "result": {} }),
+            json!({ "id": null, "method": "x", "error": error }),
+        ] {
+            assert!(unaddressed_error(&msg).is_none(), "{msg}");
+        }
+    }
+}
