@@ -46,6 +46,15 @@ pub struct ScriptTool {
     /// Whether the provider asks the client for approval before running it.
     #[serde(default)]
     pub approval: bool,
+    /// ACP only, with `kind = "command"`: the command line the client runs
+    /// instead of the `effect` command (no ledger line then). For tests of
+    /// what a client-side tool can see.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argv: Option<Vec<String>>,
+    /// ACP only, required with `kind = "write-file"`: the path the agent asks
+    /// the client to write (`fs/write_text_file`), relative or absolute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 /// The kinds of tool call the fakes can make. Every kind runs the `effect`
@@ -56,6 +65,9 @@ pub enum ToolKind {
     /// A shell command (`commandExecution` in Codex).
     #[default]
     Command,
+    /// ACP only: a file write the client performs (`fs/write_text_file` of
+    /// `path`); it runs no `effect` command, so the ledger does not see it.
+    WriteFile,
 }
 
 fn default_final() -> String {
@@ -91,6 +103,8 @@ impl Script {
                     key: "write-hello".to_owned(),
                     kind: ToolKind::Command,
                     approval: true,
+                    argv: None,
+                    path: None,
                 }],
                 final_message: "Created hello.txt.".to_owned(),
             }],
@@ -133,6 +147,31 @@ impl Script {
                         i + 1,
                         tool.key
                     ));
+                }
+                match (tool.kind, &tool.path, &tool.argv) {
+                    (ToolKind::WriteFile, Some(p), None) if !p.is_empty() => {}
+                    (ToolKind::WriteFile, _, _) => {
+                        return Err(format!(
+                            "turn {}: tool {:?}: kind = \"write-file\" needs a non-empty path and no argv",
+                            i + 1,
+                            tool.key
+                        ));
+                    }
+                    (ToolKind::Command, Some(_), _) => {
+                        return Err(format!(
+                            "turn {}: tool {:?}: path is only for kind = \"write-file\"",
+                            i + 1,
+                            tool.key
+                        ));
+                    }
+                    (ToolKind::Command, None, Some(argv)) if argv.is_empty() => {
+                        return Err(format!(
+                            "turn {}: tool {:?}: argv is empty",
+                            i + 1,
+                            tool.key
+                        ));
+                    }
+                    (ToolKind::Command, None, _) => {}
                 }
                 if !seen.insert(&tool.key) {
                     return Err(format!(

@@ -324,6 +324,42 @@ impl RunnerCommand {
     }
 }
 
+/// Writes `dir/profiles.toml`, a profiles file in which `profile` runs its
+/// fake provider from the `turncut` build `exe` with `script`, the journal
+/// `dir/journal.jsonl` and the ledger `dir/ledger.jsonl`; returns its path.
+pub fn write_fake_profile(
+    exe: &Path,
+    profile: &str,
+    dir: &Path,
+    script: &Path,
+) -> anyhow::Result<PathBuf> {
+    let Some((driver, fake, extra)) = crate::cell::profile_fake(profile) else {
+        anyhow::bail!("profile {profile} has no fake provider");
+    };
+    let p = |name: &str| dir.join(name).display().to_string();
+    let mut command: Vec<String> = vec![
+        exe.display().to_string(),
+        "fake-provider".into(),
+        fake.into(),
+        "--state-dir".into(),
+        "{provider_dir}".into(),
+        "--journal".into(),
+        p("journal.jsonl"),
+        "--ledger".into(),
+        p("ledger.jsonl"),
+        "--script".into(),
+        script.display().to_string(),
+    ];
+    command.extend(extra.iter().map(|s| s.to_string()));
+    let profiles = format!(
+        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
+        serde_json::to_string(&command)?
+    );
+    let path = dir.join("profiles.toml");
+    std::fs::write(&path, profiles)?;
+    Ok(path)
+}
+
 /// Every regular file under `dir`, sorted (sockets and the like are skipped).
 pub fn state_files(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -44,31 +44,12 @@ struct Rig {
 
 impl Rig {
     fn new(profile: &'static str, script: &str) -> Rig {
-        let (driver, fake, extra) =
-            harness::cell::profile_fake(profile).expect("a profile with a fake");
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("ws")).unwrap();
         let script_path = dir.path().join("script.toml");
         std::fs::write(&script_path, script).unwrap();
-        let mut command: Vec<String> = vec![
-            exe().display().to_string(),
-            "fake-provider".into(),
-            fake.into(),
-            "--state-dir".into(),
-            "{provider_dir}".into(),
-            "--journal".into(),
-            dir.path().join("journal.jsonl").display().to_string(),
-            "--ledger".into(),
-            dir.path().join("ledger.jsonl").display().to_string(),
-            "--script".into(),
-            script_path.display().to_string(),
-        ];
-        command.extend(extra.iter().map(|s| s.to_string()));
-        let profiles = format!(
-            "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
-            serde_json::to_string(&command).unwrap()
-        );
-        std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
+        harness::runner_client::write_fake_profile(exe(), profile, dir.path(), &script_path)
+            .unwrap();
         let listener = cutpoint::Listener::bind(dir.path().join("cut.sock")).unwrap();
         Rig {
             dir,

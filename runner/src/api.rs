@@ -11,13 +11,21 @@
 //!
 //! Handlers only validate, write through the store (which checks bindings
 //! inside the write) and wake the task's actor; they never talk to providers.
-//! Errors are JSON `{error}` with 400 (bad request), 401 (token), 404 (unknown
-//! id) or 409 (`{reason}` / `{block_reason}` from the closed sets).
+//! Every error is JSON: 409 `{reason}` ([`Refusal`]) or `{block_reason}`
+//! (Retry), and every other error `{error, reason}` with a
+//! [`RequestError`] reason and its status (400, 401, 404, 405, 413, 503),
+//! including the errors of axum's extractors, unknown paths and wrong
+//! methods. Admission validates before anything is written: ids, the
+//! workspace (absolute, canonical, an existing directory, not `/`), and the
+//! size of a prompt or follow-up ([`TEXT_BYTES_MAX`], which every driver can
+//! carry in one provider message) and of a body ([`BODY_BYTES_MAX`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, Request, State};
+use axum::body::Bytes;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -27,7 +35,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::causes::Refusal;
+use crate::causes::{Refusal, RequestError};
 use crate::engine::{Engine, RetryOutcome, new_id};
 use crate::store::{Admission, FollowUpOutcome, StoreError};
 
@@ -39,6 +47,15 @@ pub struct ApiState {
     pub token: String,
 }
 
+/// The largest prompt or follow-up text, in UTF-8 bytes. JSON escaping can
+/// make a text up to six times longer on the wire (`\u0000`), and the stdio
+/// providers read lines of at most 1 MiB (`fake_provider::stdio`), so a text
+/// of this size always fits in one provider message.
+pub const TEXT_BYTES_MAX: usize = 128 * 1024;
+
+/// The largest request body, in bytes.
+pub const BODY_BYTES_MAX: usize = 1024 * 1024;
+
 /// The router.
 pub fn router(state: Arc<ApiState>) -> Router {
     Router::new()
@@ -48,6 +65,15 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .route("/v1/tasks/{id}/messages", post(follow_up))
         .route("/v1/tasks/{id}/retry", post(retry))
         .route("/v1/tasks/{id}/events", get(events))
+        .fallback(|| async { reject(RequestError::NoRoute, "no such call") })
+        .method_not_allowed_fallback(|| async {
+            reject(
+                RequestError::MethodNotAllowed,
+                "this call does not take this method",
+            )
+        })
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .layer(middleware::from_fn(announced_size))
         .layer(middleware::from_fn_with_state(state.clone(), auth))
         .with_state(state)
 }
@@ -60,7 +86,7 @@ async fn auth(State(state): State<Arc<ApiState>>, request: Request, next: Next) 
         .and_then(|v| v.strip_prefix("Bearer "));
     let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), state.token.as_bytes()));
     if !ok {
-        return error(StatusCode::UNAUTHORIZED, "missing or wrong bearer token");
+        return reject(RequestError::Unauthorized, "missing or wrong bearer token");
     }
     next.run(request).await
 }
@@ -69,17 +95,136 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn error(status: StatusCode, message: &str) -> Response {
-    (status, Json(json!({ "error": message }))).into_response()
+/// An error answer not yet rendered: `{error, reason}` with the reason's
+/// status, and the limit for a 413.
+struct Rejection {
+    reason: RequestError,
+    message: String,
+    limit_bytes: Option<usize>,
+}
+
+impl IntoResponse for Rejection {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.reason.status()).expect("request error statuses are valid");
+        let mut body = json!({ "error": self.message, "reason": self.reason.as_str() });
+        if let Some(limit) = self.limit_bytes {
+            body["limit_bytes"] = json!(limit);
+        }
+        (status, Json(body)).into_response()
+    }
+}
+
+fn rejection(reason: RequestError, message: &str) -> Rejection {
+    Rejection {
+        reason,
+        message: message.to_owned(),
+        limit_bytes: None,
+    }
+}
+
+/// An error answer `{error, reason}` with the reason's status.
+fn reject(reason: RequestError, message: &str) -> Response {
+    rejection(reason, message).into_response()
 }
 
 fn storage(e: StoreError) -> Response {
     tracing::error!("storage failed: {e}");
-    (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({ "error": format!("storage failed: {e}"), "reason": "storage_failed" })),
-    )
-        .into_response()
+    reject(RequestError::StorageFailed, &format!("storage failed: {e}"))
+}
+
+fn unknown_task(task_id: &str) -> Response {
+    reject(RequestError::UnknownTask, &format!("no task {task_id}"))
+}
+
+fn body_too_large() -> Rejection {
+    Rejection {
+        reason: RequestError::BodyTooLarge,
+        message: format!("the request body is over the limit of {BODY_BYTES_MAX} bytes"),
+        limit_bytes: Some(BODY_BYTES_MAX),
+    }
+}
+
+/// Refuses a body whose announced length is over [`BODY_BYTES_MAX`] before
+/// reading any of it; a body without a length is cut by `DefaultBodyLimit`.
+async fn announced_size(request: Request, next: Next) -> Response {
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
+        return body_too_large().into_response();
+    }
+    next.run(request).await
+}
+
+/// The body, or the JSON answer to a body axum could not read.
+fn body(b: Result<Bytes, BytesRejection>) -> Result<Bytes, Rejection> {
+    b.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            body_too_large()
+        } else {
+            rejection(RequestError::BadJson, &e.body_text())
+        }
+    })
+}
+
+/// The `{id}` path segment, or the JSON answer to one that does not decode.
+fn path_id(p: Result<Path<String>, PathRejection>) -> Result<String, Rejection> {
+    p.map(|Path(id)| id)
+        .map_err(|e| rejection(RequestError::BadPath, &e.body_text()))
+}
+
+/// A prompt or follow-up text within [`TEXT_BYTES_MAX`], or a 413.
+fn check_text(what: &str, text: &str) -> Result<(), Rejection> {
+    if text.len() <= TEXT_BYTES_MAX {
+        return Ok(());
+    }
+    Err(Rejection {
+        reason: RequestError::TextTooLarge,
+        message: format!(
+            "{what} is {} bytes, over the limit of {TEXT_BYTES_MAX} bytes",
+            text.len()
+        ),
+        limit_bytes: Some(TEXT_BYTES_MAX),
+    })
+}
+
+/// A workspace must be an absolute, canonical path (no `.` or `..`, no
+/// symlink, no `//` or trailing `/`) of an existing directory other than `/`:
+/// the provider runs there and the tools are confined to it.
+fn check_workspace(workspace: &str) -> Result<(), String> {
+    use std::path::Component;
+    let path = std::path::Path::new(workspace);
+    if workspace.contains('\0') {
+        return Err("the workspace contains a NUL byte".to_owned());
+    }
+    if !path.is_absolute() {
+        return Err(format!("the workspace {workspace} is not an absolute path"));
+    }
+    if path
+        .components()
+        .any(|c| matches!(c, Component::CurDir | Component::ParentDir))
+    {
+        return Err(format!("the workspace {workspace} has a . or .. component"));
+    }
+    let real = path
+        .canonicalize()
+        .map_err(|e| format!("the workspace {workspace} is not usable: {e}"))?;
+    if real.as_os_str() != path.as_os_str() {
+        return Err(format!(
+            "the workspace {workspace} is not canonical; its canonical path is {}",
+            real.display()
+        ));
+    }
+    if !real.is_dir() {
+        return Err(format!("the workspace {workspace} is not a directory"));
+    }
+    if real == std::path::Path::new("/") {
+        return Err("the workspace cannot be /".to_owned());
+    }
+    Ok(())
 }
 
 fn refused(reason: Refusal, message: &str) -> Response {
@@ -90,9 +235,10 @@ fn refused(reason: Refusal, message: &str) -> Response {
         .into_response()
 }
 
-/// Parses a JSON body; the error is serde's sentence, for a 400.
-fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, String> {
-    serde_json::from_slice(body).map_err(|e| format!("bad JSON body: {e}"))
+/// Parses a JSON body; the error is a 400 with serde's sentence.
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Rejection> {
+    serde_json::from_slice(body)
+        .map_err(|e| rejection(RequestError::BadJson, &format!("bad JSON body: {e}")))
 }
 
 fn check_id(what: &str, id: &str) -> Result<(), String> {
@@ -119,21 +265,24 @@ struct CreateTask {
     workspace: String,
 }
 
-async fn create_task(State(state): State<Arc<ApiState>>, body: axum::body::Bytes) -> Response {
-    let req: CreateTask = match parse(&body) {
+async fn create_task(
+    State(state): State<Arc<ApiState>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    let req: CreateTask = match body(raw).and_then(|b| parse(&b)) {
         Ok(r) => r,
-        Err(m) => return error(StatusCode::BAD_REQUEST, &m),
+        Err(r) => return r.into_response(),
     };
     for (what, id) in [("task_id", &req.task_id), ("message_id", &req.message_id)] {
         if let Err(m) = check_id(what, id) {
-            return error(StatusCode::BAD_REQUEST, &m);
+            return reject(RequestError::InvalidId, &m);
         }
     }
-    if !std::path::Path::new(&req.workspace).is_absolute() {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "workspace must be an absolute path",
-        );
+    if let Err(m) = check_workspace(&req.workspace) {
+        return reject(RequestError::InvalidWorkspace, &m);
+    }
+    if let Err(r) = check_text("the prompt", &req.prompt) {
+        return r.into_response();
     }
     if !state.engine.has_profile(&req.profile) {
         return refused(
@@ -183,15 +332,19 @@ struct FollowUp {
 
 async fn follow_up(
     State(state): State<Arc<ApiState>>,
-    Path(task_id): Path<String>,
-    body: axum::body::Bytes,
+    task_id: Result<Path<String>, PathRejection>,
+    raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let req: FollowUp = match parse(&body) {
-        Ok(r) => r,
-        Err(m) => return error(StatusCode::BAD_REQUEST, &m),
-    };
+    let (task_id, req) =
+        match path_id(task_id).and_then(|t| Ok((t, parse::<FollowUp>(&body(raw)?)?))) {
+            Ok(r) => r,
+            Err(r) => return r.into_response(),
+        };
     if let Err(m) = check_id("message_id", &req.message_id) {
-        return error(StatusCode::BAD_REQUEST, &m);
+        return reject(RequestError::InvalidId, &m);
+    }
+    if let Err(r) = check_text("the follow-up text", &req.text) {
+        return r.into_response();
     }
     let new_run = new_id("run");
     let epoch = state.engine.epoch();
@@ -216,9 +369,7 @@ async fn follow_up(
             "the task failed closed; a follow-up cannot reopen it, use Retry",
         ),
         Ok(FollowUpOutcome::Conflict(m)) => refused(Refusal::IdConflict, &m),
-        Ok(FollowUpOutcome::UnknownTask) => {
-            error(StatusCode::NOT_FOUND, &format!("no task {task_id}"))
-        }
+        Ok(FollowUpOutcome::UnknownTask) => unknown_task(&task_id),
         Err(e) => storage(e),
     }
 }
@@ -231,15 +382,16 @@ struct Retry {
 
 async fn retry(
     State(state): State<Arc<ApiState>>,
-    Path(task_id): Path<String>,
-    body: axum::body::Bytes,
+    task_id: Result<Path<String>, PathRejection>,
+    raw: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let req: Retry = match parse(&body) {
+    let (task_id, req) = match path_id(task_id).and_then(|t| Ok((t, parse::<Retry>(&body(raw)?)?)))
+    {
         Ok(r) => r,
-        Err(m) => return error(StatusCode::BAD_REQUEST, &m),
+        Err(r) => return r.into_response(),
     };
     if let Err(m) = check_id("message_id", &req.message_id) {
-        return error(StatusCode::BAD_REQUEST, &m);
+        return reject(RequestError::InvalidId, &m);
     }
     match state.engine.retry(&task_id, &req.message_id).await {
         Ok(RetryOutcome::Admitted { run_id }) => (
@@ -252,14 +404,19 @@ async fn retry(
             Json(json!({ "block_reason": reason.as_str() })),
         )
             .into_response(),
-        Ok(RetryOutcome::UnknownTask) => {
-            error(StatusCode::NOT_FOUND, &format!("no task {task_id}"))
-        }
+        Ok(RetryOutcome::UnknownTask) => unknown_task(&task_id),
         Err(e) => storage(e),
     }
 }
 
-async fn get_task(State(state): State<Arc<ApiState>>, Path(task_id): Path<String>) -> Response {
+async fn get_task(
+    State(state): State<Arc<ApiState>>,
+    task_id: Result<Path<String>, PathRejection>,
+) -> Response {
+    let task_id = match path_id(task_id) {
+        Ok(t) => t,
+        Err(r) => return r.into_response(),
+    };
     let tid = task_id.clone();
     let result = state
         .engine
@@ -291,7 +448,7 @@ async fn get_task(State(state): State<Arc<ApiState>>, Path(task_id): Path<String
         .await;
     match result {
         Ok(Some(v)) => Json(v).into_response(),
-        Ok(None) => error(StatusCode::NOT_FOUND, &format!("no task {task_id}")),
+        Ok(None) => unknown_task(&task_id),
         Err(e) => storage(e),
     }
 }
@@ -304,15 +461,23 @@ struct After {
 
 async fn events(
     State(state): State<Arc<ApiState>>,
-    Path(task_id): Path<String>,
-    Query(q): Query<After>,
+    task_id: Result<Path<String>, PathRejection>,
+    query: Result<Query<After>, QueryRejection>,
     headers: HeaderMap,
 ) -> Response {
+    let task_id = match path_id(task_id) {
+        Ok(t) => t,
+        Err(r) => return r.into_response(),
+    };
+    let q = match query {
+        Ok(Query(q)) => q,
+        Err(e) => return reject(RequestError::BadQuery, &e.body_text()),
+    };
     let tid = task_id.clone();
     let exists = state.engine.store().call(move |db| db.task(&tid)).await;
     match exists {
         Ok(Some(_)) => {}
-        Ok(None) => return error(StatusCode::NOT_FOUND, &format!("no task {task_id}")),
+        Ok(None) => return unknown_task(&task_id),
         Err(e) => return storage(e),
     }
     let sse = headers

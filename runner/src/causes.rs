@@ -1,4 +1,5 @@
-//! The closed set of causes, events and refusal reasons the runner reports.
+//! The closed set of causes, events, refusal and request error reasons the
+//! runner reports.
 //!
 //! Every failure and refusal carries a [`Cause`] `{code, recoverable, message}`
 //! whose code comes from [`CauseCode`]; there is no catch-all. The same codes,
@@ -188,6 +189,89 @@ impl Refusal {
     }
 }
 
+/// Why the API rejected a request as malformed, unauthorized, unknown or
+/// too large (`{error, reason}` with the status of [`RequestError::status`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestError {
+    /// The body is not the JSON object the call takes.
+    BadJson,
+    /// A task or message id is empty, too long or has control characters.
+    InvalidId,
+    /// The workspace is not an absolute, canonical, existing directory other than `/`.
+    InvalidWorkspace,
+    /// A query string does not parse.
+    BadQuery,
+    /// A path segment does not decode (bad percent-encoding, not UTF-8).
+    BadPath,
+    /// The bearer token is missing or wrong.
+    Unauthorized,
+    /// The task does not exist.
+    UnknownTask,
+    /// No route has this path.
+    NoRoute,
+    /// The route exists but not with this method.
+    MethodNotAllowed,
+    /// A prompt or follow-up text is over its byte limit.
+    TextTooLarge,
+    /// The request body is over its byte limit.
+    BodyTooLarge,
+    /// The store failed; the request may be repeated.
+    StorageFailed,
+}
+
+impl RequestError {
+    /// Every request error reason, in documentation order.
+    pub const ALL: [RequestError; 12] = [
+        RequestError::BadJson,
+        RequestError::InvalidId,
+        RequestError::InvalidWorkspace,
+        RequestError::BadQuery,
+        RequestError::BadPath,
+        RequestError::Unauthorized,
+        RequestError::UnknownTask,
+        RequestError::NoRoute,
+        RequestError::MethodNotAllowed,
+        RequestError::TextTooLarge,
+        RequestError::BodyTooLarge,
+        RequestError::StorageFailed,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestError::BadJson => "bad_json",
+            RequestError::InvalidId => "invalid_id",
+            RequestError::InvalidWorkspace => "invalid_workspace",
+            RequestError::BadQuery => "bad_query",
+            RequestError::BadPath => "bad_path",
+            RequestError::Unauthorized => "unauthorized",
+            RequestError::UnknownTask => "unknown_task",
+            RequestError::NoRoute => "no_route",
+            RequestError::MethodNotAllowed => "method_not_allowed",
+            RequestError::TextTooLarge => "text_too_large",
+            RequestError::BodyTooLarge => "body_too_large",
+            RequestError::StorageFailed => "storage_failed",
+        }
+    }
+
+    /// The HTTP status it is answered with.
+    pub fn status(self) -> u16 {
+        match self {
+            RequestError::BadJson
+            | RequestError::InvalidId
+            | RequestError::InvalidWorkspace
+            | RequestError::BadQuery
+            | RequestError::BadPath => 400,
+            RequestError::Unauthorized => 401,
+            RequestError::UnknownTask | RequestError::NoRoute => 404,
+            RequestError::MethodNotAllowed => 405,
+            RequestError::TextTooLarge | RequestError::BodyTooLarge => 413,
+            RequestError::StorageFailed => 503,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,6 +289,9 @@ mod tests {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }
         for r in Refusal::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
+        for r in RequestError::ALL {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }
     }
@@ -266,5 +353,14 @@ mod tests {
             refusals,
             "## Refusal reasons table"
         );
+        let request_errors: Vec<(String, String)> = RequestError::ALL
+            .iter()
+            .map(|e| (e.as_str().to_owned(), e.status().to_string()))
+            .collect();
+        let documented: Vec<(String, String)> = table("## Request error reasons")
+            .into_iter()
+            .map(|r| (r[0].clone(), r[1].clone()))
+            .collect();
+        assert_eq!(documented, request_errors, "## Request error reasons table");
     }
 }

@@ -22,6 +22,13 @@ use crate::engine::{Engine, EngineOptions, Secret};
 /// The environment variable that may carry the provider credential.
 pub const CREDENTIAL_ENV: &str = "TURNCUT_PROVIDER_API_KEY";
 
+/// Set by runnerd for itself when it re-executes without [`CREDENTIAL_ENV`]:
+/// the number of an inherited memfd holding the credential.
+const KEY_FD_ENV: &str = "TURNCUT_PROVIDER_KEY_FD";
+
+/// The shortest bearer token accepted from a file.
+pub const TOKEN_BYTES_MIN: usize = 16;
+
 /// The durable reference runner.
 #[derive(Debug, Parser)]
 #[command(name = "runnerd", version, about)]
@@ -63,6 +70,16 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
+    // Before anything else (no thread exists yet): the kernel keeps the
+    // initial environment readable in /proc/PID/environ for the life of the
+    // image, so an image that was started with the credential replaces itself.
+    if std::env::var_os(CREDENTIAL_ENV).is_some() {
+        let e = reexec_without_credential(args.provider_key_file.is_none());
+        eprintln!(
+            "runnerd: failed to re-execute without {CREDENTIAL_ENV} in the environment: {e:#}"
+        );
+        return 2;
+    }
     #[cfg(feature = "seeded-bugs")]
     if let Some(bug) = args.seeded_bug {
         crate::seeded::activate(bug);
@@ -84,8 +101,6 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     };
     // The credential lives in memory only from here on: no child inherits
     // it by accident, and it only reaches a provider through its profile.
-    // SAFETY: no other thread exists yet.
-    unsafe { std::env::remove_var(CREDENTIAL_ENV) };
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -198,42 +213,114 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
     })
 }
 
-fn read_credential(file: Option<&Path>) -> anyhow::Result<Option<Secret>> {
-    if let Some(path) = file {
-        let meta = std::fs::metadata(path).map_err(|e| {
-            anyhow::anyhow!("failed to read --provider-key-file {}: {e}", path.display())
-        })?;
-        if meta.mode() & 0o077 != 0 {
-            anyhow::bail!(
-                "--provider-key-file {} is readable by others (mode {:o}); chmod 600 it",
-                path.display(),
-                meta.mode() & 0o777
-            );
+/// Replaces this process image with itself (`/proc/self/exe`, the same
+/// argv, so the multi-call `turncut runnerd` works too) without
+/// [`CREDENTIAL_ENV`]. With `pass` the credential goes along in a memfd that
+/// the new image inherits ([`KEY_FD_ENV`] names it) and closes after reading:
+/// never in argv, never in a file on disk. Returns only on failure.
+fn reexec_without_credential(pass: bool) -> anyhow::Error {
+    use std::os::unix::process::CommandExt as _;
+    let mut argv = std::env::args_os();
+    let arg0 = argv.next().unwrap_or_else(|| OsString::from("runnerd"));
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    cmd.arg0(arg0).args(argv).env_remove(CREDENTIAL_ENV);
+    let key = std::env::var(CREDENTIAL_ENV).unwrap_or_default();
+    if pass && !key.is_empty() {
+        match key_memfd(&key) {
+            Ok(fd) => {
+                cmd.env(KEY_FD_ENV, fd.to_string());
+            }
+            Err(e) => return anyhow::anyhow!("failed to hand the credential over: {e}"),
         }
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            anyhow::anyhow!("failed to read --provider-key-file {}: {e}", path.display())
-        })?;
-        return Ok(Some(Secret::new(text.trim().to_owned())));
     }
-    Ok(std::env::var(CREDENTIAL_ENV)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .map(Secret::new))
+    cmd.exec().into()
+}
+
+/// A memfd holding `key`, inherited across exec (no `MFD_CLOEXEC`).
+fn key_memfd(key: &str) -> std::io::Result<i32> {
+    use std::os::fd::{FromRawFd as _, IntoRawFd as _};
+    // SAFETY: a plain system call with a NUL-terminated name.
+    let fd = unsafe { libc::memfd_create(c"runnerd-key".as_ptr(), 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned here.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(key.as_bytes())?;
+    Ok(file.into_raw_fd())
+}
+
+/// The credential a previous image of this process handed over in a memfd
+/// ([`reexec_without_credential`]); the fd is closed and the variable removed.
+fn inherited_credential() -> anyhow::Result<Option<Secret>> {
+    use std::io::{Read as _, Seek as _};
+    use std::os::fd::FromRawFd as _;
+    let Some(value) = std::env::var_os(KEY_FD_ENV) else {
+        return Ok(None);
+    };
+    // SAFETY: no other thread exists yet.
+    unsafe { std::env::remove_var(KEY_FD_ENV) };
+    let fd: i32 = value
+        .to_str()
+        .and_then(|v| v.parse().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| anyhow::anyhow!("{KEY_FD_ENV} is not a descriptor number"))?;
+    // SAFETY: the previous image of this process opened it for us; it is
+    // owned (and closed) here.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut key = String::new();
+    file.rewind()
+        .and_then(|()| file.read_to_string(&mut key))
+        .map_err(|e| anyhow::anyhow!("failed to read the credential handed over: {e}"))?;
+    Ok(Some(Secret::new(key)))
+}
+
+/// Reads a secret file named by `flag`: it must be a regular file of mode
+/// 0600 or stricter holding at least `bytes_min` bytes (surrounding
+/// whitespace trimmed).
+fn read_secret_file(flag: &str, path: &Path, bytes_min: usize) -> anyhow::Result<String> {
+    let meta = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("failed to read {flag} {}: {e}", path.display()))?;
+    anyhow::ensure!(
+        meta.is_file(),
+        "{flag} {} is not a regular file",
+        path.display()
+    );
+    anyhow::ensure!(
+        meta.mode() & 0o077 == 0,
+        "{flag} {} is readable or writable by others (mode {:o}); chmod 600 it",
+        path.display(),
+        meta.mode() & 0o777
+    );
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("failed to read {flag} {}: {e}", path.display()))?;
+    let text = text.trim();
+    anyhow::ensure!(!text.is_empty(), "{flag} {} is empty", path.display());
+    anyhow::ensure!(
+        text.len() >= bytes_min,
+        "{flag} {} holds {} bytes; at least {bytes_min} are needed",
+        path.display(),
+        text.len()
+    );
+    Ok(text.to_owned())
+}
+
+fn read_credential(file: Option<&Path>) -> anyhow::Result<Option<Secret>> {
+    let inherited = inherited_credential()?;
+    if let Some(path) = file {
+        return read_secret_file("--provider-key-file", path, 1).map(|k| Some(Secret::new(k)));
+    }
+    Ok(inherited)
 }
 
 fn token(args: &Args) -> anyhow::Result<String> {
     if let Some(path) = &args.token_file {
-        let t = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("failed to read --token-file {}: {e}", path.display()))?;
-        let t = t.trim().to_owned();
-        anyhow::ensure!(!t.is_empty(), "--token-file {} is empty", path.display());
-        return Ok(t);
+        return read_secret_file("--token-file", path, TOKEN_BYTES_MIN);
     }
     let path = args.state_dir.join("token");
-    if let Ok(t) = std::fs::read_to_string(&path)
-        && !t.trim().is_empty()
-    {
-        return Ok(t.trim().to_owned());
+    if path.exists() {
+        return read_secret_file("the token file", &path, TOKEN_BYTES_MIN)
+            .map_err(|e| anyhow::anyhow!("{e:#}; delete it to have a new one generated"));
     }
     let t = format!(
         "{}{}",
@@ -241,10 +328,11 @@ fn token(args: &Args) -> anyhow::Result<String> {
         uuid::Uuid::new_v4().simple()
     );
     let tmp = args.state_dir.join("token.tmp");
+    // A leftover temporary file may have any mode; the token gets a new one.
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
-        .create(true)
+        .create_new(true)
         .write(true)
-        .truncate(true)
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| anyhow::anyhow!("failed to write {}: {e}", tmp.display()))?;

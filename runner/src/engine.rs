@@ -108,8 +108,12 @@ struct ProcRef<'a> {
 /// A command the runner started for a client-side `terminal/create`.
 struct Terminal {
     key: String,
-    child: Option<tokio::process::Child>,
+    /// The running command, until its exit was awaited or it was released.
+    process: Option<tools::ToolProcess>,
+    /// Its bounded output once it exited.
     output: String,
+    /// Whether `output` was cut.
+    truncated: bool,
     exit: Option<Value>,
 }
 
@@ -1105,7 +1109,6 @@ impl Engine {
         l: &mut Live,
     ) -> Result<Result<Value, String>, StepError> {
         let task_id = &snap.task.task_id;
-        let workspace = std::path::Path::new(&snap.task.workspace);
         if call.has_effect() {
             let kind = match &call {
                 ClientCall::TerminalCreate { .. } => "terminal",
@@ -1138,105 +1141,47 @@ impl Engine {
                 db.tool_outcome(&tid, &rid, &k, status, v)
             })
         };
+        let ws = Workspace::new(&snap.task.workspace).map_err(|e| e.to_string());
+        let scrub = self.scrub(&snap.task.profile);
+        let scrub: Vec<&str> = scrub.iter().map(String::as_str).collect();
+        let limits = Limits::default();
         match call {
             ClientCall::TerminalCreate {
                 command,
                 args,
                 env,
                 cwd,
-            } => {
-                let dir = match cwd.as_deref().map(|c| confine(workspace, c)) {
-                    Some(Ok(d)) => d,
-                    Some(Err(e)) => {
-                        outcome("failed", json!({ "error": e })).await?;
-                        return Ok(Err(e));
-                    }
-                    None => workspace.to_path_buf(),
-                };
-                let profile = self.opts.profiles.get(&snap.task.profile);
-                let secret = self.opts.credential.as_ref().map(|s| s.0.as_str());
-                let mut cmd = tokio::process::Command::new(&command);
-                cmd.args(&args)
-                    .current_dir(&dir)
-                    .stdin(std::process::Stdio::null())
-                    .stdout(std::process::Stdio::piped())
-                    .stderr(std::process::Stdio::piped())
-                    .process_group(0)
-                    .kill_on_drop(true);
-                // SAFETY: prctl is async-signal-safe and touches only the
-                // child. A tool dies with the runner: after a crash its
-                // outcome is uncertain and nothing of it keeps running.
-                unsafe {
-                    cmd.pre_exec(|| {
-                        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                            return Err(std::io::Error::last_os_error());
-                        }
-                        Ok(())
-                    });
+            } => match ws.and_then(|ws| start_terminal(&ws, &command, &args, env, cwd, &scrub)) {
+                Ok(process) => {
+                    hit("runner.tool.spawned");
+                    let id = format!("term-{key}");
+                    l.terminals.insert(
+                        id.clone(),
+                        Terminal {
+                            key: key.to_owned(),
+                            process: Some(process),
+                            output: String::new(),
+                            truncated: false,
+                            exit: None,
+                        },
+                    );
+                    Ok(Ok(json!({ "terminalId": id })))
                 }
-                if let Some(p) = profile {
-                    cmd.env_remove(&p.credential_env);
+                Err(msg) => {
+                    outcome("failed", json!({ "error": msg })).await?;
+                    Ok(Err(msg))
                 }
-                for (name, value) in env {
-                    // The agent may ask for variables, never for the credential.
-                    if secret.is_some_and(|s| !s.is_empty() && value.contains(s)) {
-                        continue;
-                    }
-                    cmd.env(name, value);
-                }
-                match cmd.spawn() {
-                    Ok(child) => {
-                        hit("runner.tool.spawned");
-                        let id = format!("term-{key}");
-                        l.terminals.insert(
-                            id.clone(),
-                            Terminal {
-                                key: key.to_owned(),
-                                child: Some(child),
-                                output: String::new(),
-                                exit: None,
-                            },
-                        );
-                        Ok(Ok(json!({ "terminalId": id })))
-                    }
-                    Err(e) => {
-                        let msg = format!("failed to start {command}: {e}");
-                        outcome("failed", json!({ "error": msg })).await?;
-                        Ok(Err(msg))
-                    }
-                }
-            }
+            },
             ClientCall::TerminalWait { terminal_id } => {
                 let Some(t) = l.terminals.get_mut(&terminal_id) else {
                     return Ok(Err(format!("unknown terminal {terminal_id}")));
                 };
-                if let Some(child) = t.child.take() {
+                if let Some(process) = t.process.take() {
                     let key = t.key.clone();
                     // Bounded like a native Bash call: a command that does not
-                    // end is killed (the future's drop kills the child) and
-                    // the call fails.
-                    let waited = tokio::time::timeout(
-                        Limits::default().bash_timeout,
-                        child.wait_with_output(),
-                    )
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            "the command timed out and was killed",
-                        ))
-                    });
-                    let (exit, output) = match waited {
-                        Ok(o) => {
-                            let mut text = String::from_utf8_lossy(&o.stdout).into_owned();
-                            text.push_str(&String::from_utf8_lossy(&o.stderr));
-                            (
-                                json!({ "exitCode": o.status.code(), "signal": o.status.signal().map(|s| s.to_string()) }),
-                                text,
-                            )
-                        }
-                        Err(e) => (json!({ "exitCode": null, "signal": null }), e.to_string()),
-                    };
+                    // end is killed with its whole group and the call fails.
+                    let done = process.finish(limits.bash_timeout).await;
+                    let (exit, output, truncated) = terminal_result(done, &limits, &scrub);
                     let status = if exit["exitCode"] == 0 {
                         "completed"
                     } else {
@@ -1250,6 +1195,7 @@ impl Engine {
                     .await?;
                     let t = l.terminals.get_mut(&terminal_id).expect("present above");
                     t.output = output;
+                    t.truncated = truncated;
                     t.exit = Some(exit);
                 }
                 let t = &l.terminals[&terminal_id];
@@ -1257,7 +1203,7 @@ impl Engine {
             }
             ClientCall::TerminalOutput { terminal_id } => match l.terminals.get(&terminal_id) {
                 Some(t) => {
-                    let mut v = json!({ "output": t.output, "truncated": false });
+                    let mut v = json!({ "output": t.output, "truncated": t.truncated });
                     if let Some(e) = &t.exit {
                         v["exitStatus"] = e.clone();
                     }
@@ -1267,8 +1213,8 @@ impl Engine {
             },
             ClientCall::TerminalKill { terminal_id } => match l.terminals.get_mut(&terminal_id) {
                 Some(t) => {
-                    if let Some(c) = t.child.as_mut() {
-                        let _ = c.start_kill();
+                    if let Some(p) = t.process.as_mut() {
+                        p.kill();
                     }
                     Ok(Ok(json!({})))
                 }
@@ -1278,11 +1224,11 @@ impl Engine {
                 let Some(mut t) = l.terminals.remove(&terminal_id) else {
                     return Ok(Err(format!("unknown terminal {terminal_id}")));
                 };
-                if let Some(mut c) = t.child.take() {
+                if let Some(mut p) = t.process.take() {
                     // Released before its exit was awaited: killed, and its
                     // outcome is a failure (it may have done part of its work).
-                    let _ = c.start_kill();
-                    let _ = c.wait().await;
+                    p.kill();
+                    drop(p.finish(Duration::ZERO).await);
                     let (tid, rid, k) = (task_id.clone(), run.run_id.clone(), t.key.clone());
                     self.write("tool_outcome", move |db| {
                         db.tool_outcome(
@@ -1298,33 +1244,51 @@ impl Engine {
                 Ok(Ok(json!({})))
             }
             ClientCall::WriteTextFile { path, content } => {
-                let target = match confine(workspace, &path) {
-                    Ok(t) => t,
-                    Err(e) => {
-                        outcome("failed", json!({ "error": e })).await?;
-                        return Ok(Err(e));
+                let (limit, bytes) = (limits.edit_bytes, content.len());
+                let written = match ws {
+                    Ok(ws) => {
+                        tokio::task::spawn_blocking(move || ws.write_text(&path, &content, limit))
+                            .await
+                            .unwrap_or_else(|e| Err(format!("the write did not finish: {e}")))
                     }
+                    Err(e) => Err(e),
                 };
-                match std::fs::write(&target, content.as_bytes()) {
-                    Ok(()) => {
-                        outcome("completed", json!({ "bytes": content.len() })).await?;
+                match written {
+                    Ok(done) => {
+                        outcome("completed", json!({ "bytes": bytes, "result": done })).await?;
                         Ok(Ok(json!({})))
                     }
-                    Err(e) => {
-                        let msg = format!("failed to write {}: {e}", target.display());
+                    Err(msg) => {
                         outcome("failed", json!({ "error": msg })).await?;
                         Ok(Err(msg))
                     }
                 }
             }
-            ClientCall::ReadTextFile { path } => match confine(workspace, &path) {
-                Ok(target) => match std::fs::read_to_string(&target) {
-                    Ok(content) => Ok(Ok(json!({ "content": content }))),
-                    Err(e) => Ok(Err(format!("failed to read {}: {e}", target.display()))),
-                },
-                Err(e) => Ok(Err(e)),
-            },
+            ClientCall::ReadTextFile { path } => {
+                let limit = limits.read_bytes;
+                let read = match ws {
+                    Ok(ws) => tokio::task::spawn_blocking(move || ws.read_text(&path, limit))
+                        .await
+                        .unwrap_or_else(|e| Err(format!("the read did not finish: {e}"))),
+                    Err(e) => Err(e),
+                };
+                Ok(read.map(|content| json!({ "content": tools::mask(&content, &scrub) })))
+            }
         }
+    }
+
+    /// The strings no tool may see or show: the profile's credential
+    /// variable name and the credential itself.
+    fn scrub(&self, profile: &str) -> Vec<String> {
+        let mut scrub: Vec<String> = self
+            .opts
+            .profiles
+            .get(profile)
+            .map(|p| p.credential_env.clone())
+            .into_iter()
+            .collect();
+        scrub.extend(self.opts.credential.as_ref().map(|s| s.0.clone()));
+        scrub
     }
 
     /// Persists a native checkpoint with its run-log event; the write's cut
@@ -1449,9 +1413,7 @@ impl Engine {
             ))
         })?;
         let limits = Limits::default();
-        let secret = self.opts.credential.as_ref().map(|s| s.0.clone());
-        let mut scrub: Vec<String> = vec![profile.credential_env.clone()];
-        scrub.extend(secret);
+        let scrub = self.scrub(&snap.task.profile);
         let scrub_refs: Vec<&str> = scrub.iter().map(String::as_str).collect();
         loop {
             // Execute the model's calls in order.
@@ -1647,8 +1609,8 @@ impl Engine {
         drop(l.driver);
         // Client-side terminals die with the provider that asked for them.
         for t in l.terminals.values_mut() {
-            if let Some(c) = t.child.as_mut() {
-                let _ = c.start_kill();
+            if let Some(p) = t.process.as_mut() {
+                p.kill();
             }
         }
         let proc = ProcRef {
@@ -1743,42 +1705,64 @@ async fn snap_message_text(
     })
 }
 
-/// Resolves `path` (absolute, or relative to the workspace) to a place inside
-/// the workspace: the nearest existing ancestor is canonicalized, so neither
-/// `..` nor a symlink can lead out.
-pub fn confine(workspace: &std::path::Path, path: &str) -> Result<PathBuf, String> {
-    let root = workspace
-        .canonicalize()
-        .map_err(|e| format!("the workspace {} is not usable: {e}", workspace.display()))?;
-    let joined = workspace.join(path);
-    let mut existing = joined.as_path();
-    let mut rest = Vec::new();
-    while !existing.exists() {
-        match (existing.parent(), existing.file_name()) {
-            (Some(p), Some(name)) => {
-                rest.push(name.to_owned());
-                existing = p;
-            }
-            _ => return Err(format!("{path} is outside the workspace")),
+/// Starts an ACP `terminal/create` command as a [`tools::ToolProcess`]: its
+/// working directory is confined to the workspace, its environment is the
+/// native tools' allowlist ([`tools::tool_env`]) plus the variables the agent
+/// asked for, none of which may be a `scrub` name or carry a `scrub` string.
+fn start_terminal(
+    ws: &Workspace,
+    command: &str,
+    args: &[String],
+    env: Vec<(String, String)>,
+    cwd: Option<String>,
+    scrub: &[&str],
+) -> Result<tools::ToolProcess, String> {
+    let dir = match cwd.as_deref() {
+        Some(c) => ws.resolve(c)?,
+        None => ws.root().to_path_buf(),
+    };
+    let scrubbed = |s: &str| scrub.iter().any(|x| !x.is_empty() && s.contains(x));
+    let mut vars = tools::owned(tools::tool_env(ws, scrub, |n| std::env::var(n).ok()));
+    vars.extend(
+        env.into_iter()
+            .filter(|(k, v)| !scrubbed(k) && !scrubbed(v)),
+    );
+    tools::ToolProcess::spawn(command, args, &dir, vars, Limits::default().output_bytes)
+        .map_err(|e| format!("failed to start {command}: {e}"))
+}
+
+/// An ACP terminal's exit status (`exitCode`, `signal`), its output (stdout,
+/// then stderr, bounded, masked) and whether the output was truncated.
+fn terminal_result(
+    done: tools::Finished,
+    limits: &Limits,
+    scrub: &[&str],
+) -> (Value, String, bool) {
+    let exit = match &done.status {
+        Ok(s) if !done.timed_out => {
+            json!({ "exitCode": s.code(), "signal": s.signal().map(|s| s.to_string()) })
         }
-    }
-    let mut real = existing
-        .canonicalize()
-        .map_err(|e| format!("{path}: {e}"))?;
-    for name in rest.iter().rev() {
-        if name == ".." || name == "." {
-            return Err(format!("{path} is outside the workspace"));
-        }
-        real.push(name);
-    }
-    if real.starts_with(&root) {
-        Ok(real)
-    } else {
-        Err(format!(
-            "{path} is outside the workspace {}",
-            workspace.display()
-        ))
-    }
+        _ => json!({ "exitCode": null, "signal": null }),
+    };
+    let note = match (&done.status, done.timed_out) {
+        (_, true) => Some(format!(
+            "timed out after {} ms; the command's process group was killed",
+            limits.bash_timeout.as_millis()
+        )),
+        (Err(e), false) => Some(format!("exit status unknown: {e}")),
+        (Ok(_), false) => None,
+    };
+    let note = match (note, done.drained) {
+        (note, true) => note,
+        (note, false) => Some(tools::with_drain_note(note.unwrap_or_default(), false)),
+    };
+    let (output, truncated) = tools::render(
+        done.stdout,
+        done.stderr,
+        note.as_deref(),
+        limits.output_bytes,
+    );
+    (exit, tools::mask(&output, scrub), truncated)
 }
 
 /// A fresh opaque id with a prefix.
@@ -1786,15 +1770,72 @@ pub fn new_id(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }
 
-/// A task id made safe as a directory name.
+/// The longest task id that names its provider directory as it is.
+const PLAIN_ID_BYTES_MAX: usize = 64;
+
+/// The name of a task's provider directory (`providers/NAME`), injective in
+/// the task id so that no two tasks share provider state. An id of at most
+/// [`PLAIN_ID_BYTES_MAX`] ASCII letters, digits, `-` and `_` is its own name,
+/// as it always was, so a state directory from before keeps its provider
+/// directories. Any other id is named by its first 40 such characters (the
+/// rest replaced by `_`), a `.`, and 32 hex digits of the SHA-256 of the exact
+/// id; the `.` never occurs in a name of the first form, so the two forms
+/// cannot meet. (An older runner named such ids lossily; their old
+/// directories are not adopted, since two tasks may have shared one.)
 fn sanitize(id: &str) -> String {
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    use sha2::Digest as _;
+    let safe = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+    if !id.is_empty() && id.len() <= PLAIN_ID_BYTES_MAX && id.chars().all(safe) {
+        return id.to_owned();
+    }
+    let prefix: String = id
+        .chars()
+        .take(40)
+        .map(|c| if safe(c) { c } else { '_' })
+        .collect();
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}.{hex}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ids that an older runner mapped to one directory get one each; ids
+    /// that were already plain keep their old name.
+    #[test]
+    fn provider_dir_names_are_injective_and_keep_plain_ids() {
+        let ids = [
+            "col/1",
+            "col.1",
+            "col 1",
+            "col_1",
+            "é",
+            "ü",
+            "",
+            "a".repeat(65).as_str(),
+            "a".repeat(64).as_str(),
+        ]
+        .map(str::to_owned);
+        let names: std::collections::HashSet<String> = ids.iter().map(|i| sanitize(i)).collect();
+        assert_eq!(names.len(), ids.len(), "{names:?}");
+        assert_eq!(sanitize("col_1"), "col_1");
+        assert_eq!(sanitize("task-7"), "task-7");
+        assert_eq!(sanitize(&"a".repeat(64)), "a".repeat(64));
+        let hashed = sanitize("col/1");
+        assert!(hashed.starts_with("col_1."), "{hashed}");
+        assert_eq!(hashed.len(), "col_1.".len() + 32);
+        for name in &names {
+            assert!(
+                !name.is_empty()
+                    && name != "."
+                    && name != ".."
+                    && !name.contains('/')
+                    && name.len() <= 255,
+                "{name:?}"
+            );
+        }
+        assert_eq!(sanitize("col/1"), hashed, "stable");
+    }
 }

@@ -20,6 +20,7 @@ pub mod profiles;
 pub mod seeded;
 pub mod store;
 pub mod supervisor;
+pub mod workspace;
 
 /// The cut-point role this crate reports to the harness.
 pub const CUT_ROLE: &str = "runner";

@@ -26,7 +26,8 @@
 //!
 //! What it deliberately does not simulate: models, reasoning, plans, modes,
 //! config options, authentication, MCP servers (accepted and ignored), images
-//! and other non-text content (stored and echoed, never read), `fs/*` requests,
+//! and other non-text content (stored and echoed, never read), `fs/read_text_file`
+//! (a script's `write-file` tool sends `fs/write_text_file`),
 //! `terminal/output` and `terminal/kill`, `$/cancel_request`, and the unstable
 //! methods (`session/list`, `session/resume`, `session/fork`, `session/close`,
 //! providers, elicitation), which answer −32601. A line that is not JSON gets an
@@ -187,10 +188,13 @@ struct ToolRun {
     key: String,
     argv: Vec<String>,
     cwd: String,
+    /// A `write-file` tool: the path the client is asked to write.
+    write: Option<String>,
 }
 
 enum Stage {
     Permission,
+    Write,
     Create,
     Wait {
         terminal_id: String,
@@ -751,7 +755,10 @@ impl Server {
         let Some(turn) = self.turn(session_id) else {
             return Ok(());
         };
-        let argv = self.effect_argv(session_id, &turn.id, &tool.key, &turn.authorized_by);
+        let argv = match &tool.argv {
+            Some(argv) => argv.clone(),
+            None => self.effect_argv(session_id, &turn.id, &tool.key, &turn.authorized_by),
+        };
         let cwd = self
             .store
             .get(session_id)
@@ -763,6 +770,7 @@ impl Server {
             key: tool.key.clone(),
             argv,
             cwd,
+            write: tool.path.clone(),
         };
         let title = format!("Run {}", tool.key);
         let raw_input = json!({ "command": call.argv[0], "args": call.argv[1..], "cwd": call.cwd });
@@ -778,7 +786,7 @@ impl Server {
             }),
         )?;
         if !tool.approval {
-            return self.start_terminal(session_id, call);
+            return self.run_tool(session_id, call);
         }
         let params = json!({
             "sessionId": session_id,
@@ -802,6 +810,19 @@ impl Server {
             call,
             Stage::Permission,
         )
+    }
+
+    /// Runs an approved tool on the client's side: a file write, or a command.
+    fn run_tool(&mut self, session_id: &str, call: ToolRun) -> Sent {
+        let Some(path) = call.write.clone() else {
+            return self.start_terminal(session_id, call);
+        };
+        let params = json!({
+            "sessionId": session_id,
+            "path": path,
+            "content": format!("written by {}\n", call.key),
+        });
+        self.request(session_id, "fs/write_text_file", params, call, Stage::Write)
     }
 
     /// Runs the tool on the client's side: the client spawns the effect command
@@ -883,7 +904,7 @@ impl Server {
                     json!({ "session": session_id, "key": call.key, "decision": decision }),
                 );
                 match decision.as_str() {
-                    ALLOW_ONCE | ALLOW_ALWAYS => self.start_terminal(&session_id, call),
+                    ALLOW_ONCE | ALLOW_ALWAYS => self.run_tool(&session_id, call),
                     "cancelled" => {
                         self.tool_failed(&session_id, &call, "Cancelled by the user.")?;
                         self.finish_turn(&session_id, TurnStatus::Interrupted, "cancelled")
@@ -893,6 +914,25 @@ impl Server {
                         self.pump(&session_id)
                     }
                 }
+            }
+            Stage::Write => {
+                let (status, fact) = match &error {
+                    None => ("completed", "file.written"),
+                    Some(_) => ("failed", "file.write_failed"),
+                };
+                self.journal.fact(
+                    fact,
+                    json!({ "key": call.key, "session": session_id, "path": call.write, "error": error }),
+                );
+                self.record_update(
+                    &session_id,
+                    json!({
+                        "sessionUpdate": "tool_call_update",
+                        "toolCallId": call.call_id,
+                        "status": status,
+                    }),
+                )?;
+                self.pump(&session_id)
             }
             Stage::Create => {
                 self.point("acp.terminal_create.answered");

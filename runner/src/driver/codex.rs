@@ -76,7 +76,10 @@ impl CodexDriver {
         match tokio::time::timeout(self.idle, self.lines.recv()).await {
             Ok(Some(Line::Msg(v))) => {
                 crate::engine::hit(&format!("runner.codex.{}.received", kind_slug(&v)));
-                Ok(v)
+                match super::unaddressed_error(&v) {
+                    Some(e) => Err(e),
+                    None => Ok(v),
+                }
             }
             Ok(Some(Line::Malformed(what))) => {
                 Err(DriverError::Protocol(format!("the provider sent {what}")))

@@ -117,6 +117,26 @@ pub enum DriverError {
     },
 }
 
+/// A JSON-RPC error answer whose id is null or missing: the provider could
+/// not read something the runner sent (JSON-RPC 2.0 answers a parse error or
+/// an invalid request so), so whatever the runner waits for will never come.
+/// It fails the exchange at once, quoting the provider, instead of ending at
+/// the idle timeout as a silent provider would.
+pub(crate) fn unaddressed_error(msg: &Value) -> Option<DriverError> {
+    if msg.get("method").is_some() || !msg.get("id").is_none_or(Value::is_null) {
+        return None;
+    }
+    let err = msg.get("error")?;
+    let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("(no message)");
+    Some(DriverError::Protocol(format!(
+        "the provider could not read a message from the runner and answered error {code}: {message}"
+    )))
+}
+
 /// A live provider connection, whatever its protocol.
 pub enum Driver {
     /// Codex app-server.
@@ -263,5 +283,35 @@ impl Driver {
     /// wait forever.
     pub async fn reject(&mut self, request_id: &Value, method: &str) -> Result<(), DriverError> {
         each!(self, d => d.reject(request_id, method).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Only an error answer without an id is a failure of the exchange in
+    /// progress; an answer to a request and a request are not.
+    #[test]
+    fn an_error_without_an_id_is_unaddressed() {
+        let error = json!({ "code": -32700, "message": "Parse error: too long" });
+        for msg in [
+            json!({ "jsonrpc": "2.0", "id": null, "error": error }),
+            json!({ "error": error }),
+        ] {
+            let e = unaddressed_error(&msg).expect("unaddressed");
+            assert!(
+                e.to_string().contains("-32700: Parse error: too long"),
+                "{e}"
+            );
+        }
+        for msg in [
+            json!({ "id": 3, "error": error }),
+            json!({ "id": null, "result": {} }),
+            json!({ "id": null, "method": "x", "error": error }),
+        ] {
+            assert!(unaddressed_error(&msg).is_none(), "{msg}");
+        }
     }
 }

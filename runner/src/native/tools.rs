@@ -20,11 +20,10 @@
 //! guaranteed not to get is the credential: its environment is built from an
 //! empty one, so nothing the runner holds in its own environment is inherited.
 
-use std::fs::{File, OpenOptions, Permissions};
-use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::io;
+use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::ExitStatusExt as _;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +32,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+pub use crate::workspace::{Workspace, WorkspaceError};
+use crate::workspace::{open_regular, read_bounded, replace_atomically};
 
 /// The bounds every tool call runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,93 +58,6 @@ impl Default for Limits {
             edit_bytes: 64 * 1024,
             output_bytes: 32 * 1024,
             bash_timeout: Duration::from_secs(30),
-        }
-    }
-}
-
-/// The directory a task's tools are confined to, canonicalized once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Workspace {
-    root: PathBuf,
-}
-
-impl Workspace {
-    /// The workspace at `dir`, which must be an existing directory.
-    pub fn new(dir: impl AsRef<Path>) -> Result<Workspace, ToolError> {
-        let dir = dir.as_ref();
-        let unusable = |reason: String| ToolError::Workspace {
-            path: dir.to_path_buf(),
-            reason,
-        };
-        let root = dir.canonicalize().map_err(|e| unusable(e.to_string()))?;
-        if !root.is_dir() {
-            return Err(unusable("it is not a directory".to_owned()));
-        }
-        Ok(Workspace { root })
-    }
-
-    /// The canonical path of the workspace.
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-
-    /// Resolves `path` (relative to the workspace, or absolute) to a canonical
-    /// path inside the workspace. The nearest existing ancestor is
-    /// canonicalized, which resolves every `..` and symlink in it; the
-    /// components after it do not exist yet and must be plain names. A
-    /// dangling symlink is refused, because writing through it would create
-    /// its target wherever that is.
-    pub fn resolve(&self, path: &str) -> Result<PathBuf, String> {
-        if path.is_empty() {
-            return Err("the path is empty".to_owned());
-        }
-        if path.contains('\0') {
-            return Err(format!("the path {path:?} contains a NUL byte"));
-        }
-        let outside = || {
-            format!(
-                "the path {path} is outside the workspace {}",
-                self.root.display()
-            )
-        };
-        // `join` keeps an absolute `path` as it is.
-        let joined = self.root.join(path);
-        let mut existing = joined.as_path();
-        let mut missing = Vec::new();
-        loop {
-            match std::fs::symlink_metadata(existing) {
-                Ok(_) => break,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(format!("cannot resolve the path {path}: {e}")),
-            }
-            // A missing directory cannot be canonicalized, so a `..` after it
-            // could not be resolved safely.
-            match (existing.components().next_back(), existing.parent()) {
-                (Some(Component::Normal(name)), Some(parent)) => {
-                    missing.push(name);
-                    existing = parent;
-                }
-                _ => return Err(outside()),
-            }
-        }
-        let mut real = existing.canonicalize().map_err(|e| {
-            let dangling = std::fs::symlink_metadata(existing)
-                .is_ok_and(|m| m.file_type().is_symlink())
-                && e.kind() == io::ErrorKind::NotFound;
-            if dangling {
-                format!(
-                    "cannot resolve the path {path}: {} is a symbolic link to nothing",
-                    existing.display()
-                )
-            } else {
-                format!("cannot resolve the path {path}: {e}")
-            }
-        })?;
-        real.extend(missing.iter().rev());
-        if real.starts_with(&self.root) {
-            Ok(real)
-        } else {
-            Err(outside())
         }
     }
 }
@@ -194,8 +109,8 @@ pub enum ToolError {
         field: String,
         expected: String,
     },
-    #[error("the workspace {} is not usable: {reason}", path.display())]
-    Workspace { path: PathBuf, reason: String },
+    #[error(transparent)]
+    Workspace(#[from] WorkspaceError),
 }
 
 /// What a tool call returns to the model as its `function_call_output`.
@@ -456,7 +371,7 @@ fn json_type(v: &Value) -> &'static str {
 
 /// Masks every occurrence of a non-empty `scrub` string, keeping the length so
 /// that output bounds still hold.
-fn mask(text: &str, scrub: &[&str]) -> String {
+pub(crate) fn mask(text: &str, scrub: &[&str]) -> String {
     let mut text = text.to_owned();
     for s in scrub.iter().filter(|s| !s.is_empty()) {
         if text.contains(s) {
@@ -466,59 +381,8 @@ fn mask(text: &str, scrub: &[&str]) -> String {
     text
 }
 
-/// Opens an existing regular file for reading without following a final
-/// symlink (the path is canonical, so one there was put there since) and
-/// without blocking on a FIFO.
-fn open_regular(real: &Path, path: &str) -> Result<(File, u64), String> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(real)
-        .map_err(|e| format!("cannot open {path}: {e}"))?;
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot inspect {path}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!("{path} is not a regular file"));
-    }
-    Ok((file, meta.len()))
-}
-
-/// Reads at most `limit` bytes of an open file as UTF-8; `what` names the
-/// limit in the error. The file may grow after it was measured, so the read
-/// itself is bounded too.
-fn read_bounded(
-    file: File,
-    len: u64,
-    path: &str,
-    limit: usize,
-    what: &str,
-) -> Result<String, String> {
-    let over =
-        |size: String| format!("{path} is {size} bytes, over the {what} limit of {limit} bytes");
-    if len > limit as u64 {
-        return Err(over(len.to_string()));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(limit as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read {path}: {e}"))?;
-    if bytes.len() > limit {
-        return Err(over(format!("at least {}", bytes.len())));
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        format!(
-            "{path} is not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        )
-    })
-}
-
 fn read(ws: &Workspace, path: &str, limits: &Limits) -> Result<String, String> {
-    let real = ws.resolve(path)?;
-    let (file, len) = open_regular(&real, path)?;
-    let limit = limits.read_bytes;
-    read_bounded(file, len, path, limit, "read").map_err(|e| {
+    ws.read_text(path, limits.read_bytes).map_err(|e| {
         if e.contains("over the read limit") {
             format!("{e}; use Bash (head, sed -n) to see part of it")
         } else {
@@ -528,35 +392,7 @@ fn read(ws: &Workspace, path: &str, limits: &Limits) -> Result<String, String> {
 }
 
 fn write(ws: &Workspace, path: &str, content: &str, limits: &Limits) -> Result<String, String> {
-    if content.len() > limits.edit_bytes {
-        return Err(format!(
-            "the content is {} bytes, over the write limit of {} bytes",
-            content.len(),
-            limits.edit_bytes
-        ));
-    }
-    let real = ws.resolve(path)?;
-    let mode = match std::fs::symlink_metadata(&real) {
-        Ok(m) if m.is_file() => Some(m.permissions().mode() & 0o7777),
-        Ok(_) => return Err(format!("{path} exists and is not a regular file")),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(format!("cannot inspect {path}: {e}")),
-    };
-    let parent = real
-        .parent()
-        .ok_or_else(|| format!("{path} has no parent directory"))?;
-    // `parent` is inside the workspace and its missing part is plain names,
-    // so this creates directories only inside the workspace.
-    std::fs::create_dir_all(parent)
-        .map_err(|e| format!("cannot create the directories of {path}: {e}"))?;
-    replace_atomically(&real, content.as_bytes(), mode)
-        .map_err(|e| format!("cannot write {path}: {e}"))?;
-    let verb = if mode.is_some() {
-        "replaced"
-    } else {
-        "created"
-    };
-    Ok(format!("{verb} {path} ({} bytes)", content.len()))
+    ws.write_text(path, content, limits.edit_bytes)
 }
 
 fn edit(
@@ -625,37 +461,6 @@ fn count_matches(haystack: &str, needle: &str) -> usize {
     count
 }
 
-/// Replaces `target` with `bytes` atomically: a temporary file in the same
-/// directory (created exclusively, 0600), written and synced, given `mode`
-/// (the replaced file's permission bits, or 0600 for a new file), renamed
-/// over the target, and the directory synced. A reader sees the old or the
-/// new content, never a mix; a crash leaves at most a stray temporary file.
-fn replace_atomically(target: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
-    let dir = target
-        .parent()
-        .ok_or_else(|| io::Error::other("no parent directory"))?;
-    let tmp = dir.join(format!(".turncut-{}.tmp", uuid::Uuid::new_v4().simple()));
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    let written = (|| {
-        file.write_all(bytes)?;
-        if let Some(mode) = mode {
-            file.set_permissions(Permissions::from_mode(mode))?;
-        }
-        file.sync_all()?;
-        std::fs::rename(&tmp, target)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    File::open(dir)?.sync_all()
-}
-
 /// The `PATH` a tool shell gets when the runner has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
@@ -668,7 +473,7 @@ const PIPE_DRAIN_MS: u64 = 1000;
 /// credential in the runner's own environment is never inherited; only this
 /// allowlist is set, and an entry is dropped if its name is a `scrub` string or
 /// its value contains one. `inherited` reads the runner's environment.
-fn tool_env(
+pub(crate) fn tool_env(
     ws: &Workspace,
     scrub: &[&str],
     inherited: impl Fn(&str) -> Option<String>,
@@ -757,82 +562,152 @@ fn wait_exited(pid: libc::pid_t) {
     }
 }
 
-/// Runs `sh -c command` in the workspace: stdin is null, the environment is
-/// [`tool_env`], the command leads its own process group and gets
-/// `PR_SET_PDEATHSIG(SIGKILL)`, so it dies with the runner (whose restart then
-/// reports the call `uncertain`). When the shell exits, or the timeout
-/// expires, the whole group is killed: a call leaves nothing running behind.
+/// A tool command the runner started: stdin is null, the environment is
+/// exactly what the caller passes (start from [`tool_env`]), the command leads
+/// its own process group and gets `PR_SET_PDEATHSIG(SIGKILL)`, so it dies
+/// with the runner (whose restart then reports the call `uncertain`), and its
+/// stdout and stderr are captured up to a bound each. Dropping it kills the
+/// whole group. Native `Bash` and ACP `terminal/create` both run through it.
+pub(crate) struct ToolProcess {
+    child: tokio::process::Child,
+    pid: libc::pid_t,
+    group: GroupGuard,
+    stdout: Arc<Mutex<Capture>>,
+    stderr: Arc<Mutex<Capture>>,
+    readers: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What a finished [`ToolProcess`] left.
+pub(crate) struct Finished {
+    /// The exit status, unless it could not be read.
+    pub status: io::Result<ExitStatus>,
+    /// Whether the timeout killed it.
+    pub timed_out: bool,
+    /// Whether both pipes reached their end (a process that left the group
+    /// can hold them open; its output is then cut off).
+    pub drained: bool,
+    /// The kept head of stdout and its total length in bytes.
+    pub stdout: (Vec<u8>, usize),
+    /// The kept head of stderr and its total length in bytes.
+    pub stderr: (Vec<u8>, usize),
+}
+
+impl ToolProcess {
+    /// Starts `program args` in `cwd` with exactly `env`, keeping at most
+    /// `output_bytes` of each of stdout and stderr.
+    pub(crate) fn spawn(
+        program: &str,
+        args: &[String],
+        cwd: &Path,
+        env: Vec<(String, String)>,
+        output_bytes: usize,
+    ) -> io::Result<ToolProcess> {
+        let mut cmd = tokio::process::Command::new(program);
+        cmd.args(args)
+            .current_dir(cwd)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        let runner = std::process::id();
+        // SAFETY: the closure runs between fork and exec and only makes
+        // async-signal-safe calls without allocating. The death signal is tied to
+        // the thread that forks, a runtime worker that lives as long as the
+        // runner's runtime; the parent check closes the race with a runner that
+        // died before prctl.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                    return Err(io::Error::last_os_error());
+                }
+                if libc::getppid() as u32 != runner {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn()?;
+        let pid = child
+            .id()
+            .ok_or_else(|| io::Error::other("the command exited before it could be watched"))?
+            as libc::pid_t;
+        let group = GroupGuard(Some(Pid::from_raw(pid)));
+        let (stdout, stderr) = (
+            Arc::new(Mutex::new(Capture::default())),
+            Arc::new(Mutex::new(Capture::default())),
+        );
+        let mut readers = Vec::new();
+        if let Some(p) = child.stdout.take() {
+            readers.push(tokio::spawn(capture(p, stdout.clone(), output_bytes)));
+        }
+        if let Some(p) = child.stderr.take() {
+            readers.push(tokio::spawn(capture(p, stderr.clone(), output_bytes)));
+        }
+        Ok(ToolProcess {
+            child,
+            pid,
+            group,
+            stdout,
+            stderr,
+            readers,
+        })
+    }
+
+    /// Kills the whole process group now.
+    pub(crate) fn kill(&mut self) {
+        self.group.kill_and_disarm();
+    }
+
+    /// Waits for the command to exit, at most `timeout`; then (or at once
+    /// after its exit) kills its whole group, so nothing it started keeps
+    /// running, and collects its output.
+    pub(crate) async fn finish(mut self, timeout: Duration) -> Finished {
+        let pid = self.pid;
+        let exited = tokio::task::spawn_blocking(move || wait_exited(pid));
+        let timed_out = tokio::time::timeout(timeout, exited).await.is_err();
+        self.group.kill_and_disarm();
+        let status = self.child.wait().await;
+        let mut drained = true;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(PIPE_DRAIN_MS);
+        for reader in std::mem::take(&mut self.readers) {
+            let abort = reader.abort_handle();
+            if tokio::time::timeout_at(deadline, reader).await.is_err() {
+                abort.abort();
+                drained = false;
+            }
+        }
+        let lock = |c: &Arc<Mutex<Capture>>| {
+            let c = c.lock().unwrap_or_else(|p| p.into_inner());
+            (c.kept.clone(), c.total)
+        };
+        Finished {
+            status,
+            timed_out,
+            drained,
+            stdout: lock(&self.stdout),
+            stderr: lock(&self.stderr),
+        }
+    }
+}
+
+/// Runs `sh -c command` in the workspace as a [`ToolProcess`] with the
+/// [`tool_env`] environment. When the shell exits, or the timeout expires,
+/// the whole group is killed: a call leaves nothing running behind.
 async fn bash(ws: &Workspace, command: &str, limits: &Limits, scrub: &[&str]) -> ToolOutput {
     if command.trim().is_empty() {
         return ToolOutput::failure("the command is empty");
     }
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(ws.root())
-        .env_clear()
-        .envs(tool_env(ws, scrub, |name| std::env::var(name).ok()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let runner = std::process::id();
-    // SAFETY: the closure runs between fork and exec and only makes
-    // async-signal-safe calls without allocating. The death signal is tied to
-    // the thread that forks, a runtime worker that lives as long as the
-    // runner's runtime; the parent check closes the race with a runner that
-    // died before prctl.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::getppid() as u32 != runner {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    let env = owned(tool_env(ws, scrub, |name| std::env::var(name).ok()));
+    let args = ["-c".to_owned(), command.to_owned()];
+    let process = match ToolProcess::spawn("/bin/sh", &args, ws.root(), env, limits.output_bytes) {
+        Ok(p) => p,
         Err(e) => return ToolOutput::failure(format!("cannot start /bin/sh: {e}")),
     };
-    let Some(pid) = child.id() else {
-        return ToolOutput::failure("the shell exited before it could be watched");
-    };
-    let mut group = GroupGuard(Some(Pid::from_raw(pid as libc::pid_t)));
-    let cap = limits.output_bytes;
-    let (stdout, stderr) = (
-        Arc::new(Mutex::new(Capture::default())),
-        Arc::new(Mutex::new(Capture::default())),
-    );
-    let readers = [
-        child
-            .stdout
-            .take()
-            .map(|p| tokio::spawn(capture(p, stdout.clone(), cap))),
-        child
-            .stderr
-            .take()
-            .map(|p| tokio::spawn(capture(p, stderr.clone(), cap))),
-    ];
-    let exited = tokio::task::spawn_blocking(move || wait_exited(pid as libc::pid_t));
-    let timed_out = tokio::time::timeout(limits.bash_timeout, exited)
-        .await
-        .is_err();
-    group.kill_and_disarm();
-    let status = child.wait().await;
-    let mut drained = true;
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(PIPE_DRAIN_MS);
-    for reader in readers.into_iter().flatten() {
-        let abort = reader.abort_handle();
-        if tokio::time::timeout_at(deadline, reader).await.is_err() {
-            abort.abort();
-            drained = false;
-        }
-    }
-    let mut status_line = match (&status, timed_out) {
+    let done = process.finish(limits.bash_timeout).await;
+    let status_line = match (&done.status, done.timed_out) {
         (_, true) => format!(
             "timed out after {} ms; the command's process group was killed",
             limits.bash_timeout.as_millis()
@@ -840,23 +715,30 @@ async fn bash(ws: &Workspace, command: &str, limits: &Limits, scrub: &[&str]) ->
         (Ok(s), false) => describe(*s),
         (Err(e), false) => format!("exit status unknown: {e}"),
     };
-    if !drained {
-        status_line.push_str(
-            "; output may be incomplete: a process outside the group kept the pipes open",
-        );
-    }
-    let ok = !timed_out && matches!(&status, Ok(s) if s.success());
-    let lock = |c: &Arc<Mutex<Capture>>| {
-        let c = c.lock().unwrap_or_else(|p| p.into_inner());
-        (c.kept.clone(), c.total)
-    };
-    let output = render(
-        lock(&stdout),
-        lock(&stderr),
-        &status_line,
+    let ok = !done.timed_out && matches!(&done.status, Ok(s) if s.success());
+    let status_line = with_drain_note(status_line, done.drained);
+    let (output, _) = render(
+        done.stdout,
+        done.stderr,
+        Some(&status_line),
         limits.output_bytes,
     );
     ToolOutput { ok, output }
+}
+
+/// `status` with a note when a process outside the group kept the pipes open.
+pub(crate) fn with_drain_note(mut status: String, drained: bool) -> String {
+    if !drained {
+        status.push_str(
+            "; output may be incomplete: a process outside the group kept the pipes open",
+        );
+    }
+    status
+}
+
+/// An environment as owned pairs, as [`ToolProcess::spawn`] takes it.
+pub(crate) fn owned(env: Vec<(&'static str, String)>) -> Vec<(String, String)> {
+    env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
 }
 
 fn describe(status: ExitStatus) -> String {
@@ -870,18 +752,19 @@ fn describe(status: ExitStatus) -> String {
 const STDERR_LABEL: &str = "\n--- stderr ---\n";
 
 /// Lays out a command's output: stdout, then `STDERR_LABEL` and stderr if
-/// there was any, then the status line on its own line, within `bound` bytes.
-/// The label and the status line are always kept; stdout and stderr share
-/// what is left, each cut with a marker if it does not fit (neither takes
-/// more than half unless the other needs less).
-fn render(
+/// there was any, then the status line (if any) on its own line, within
+/// `bound` bytes. The label and the status line are always kept; stdout and
+/// stderr share what is left, each cut with a marker if it does not fit
+/// (neither takes more than half unless the other needs less). The flag says
+/// whether anything was cut.
+pub(crate) fn render(
     stdout: (Vec<u8>, usize),
     stderr: (Vec<u8>, usize),
-    status: &str,
+    status: Option<&str>,
     bound: usize,
-) -> String {
+) -> (String, bool) {
     let has_stderr = stderr.1 > 0;
-    let fixed = status.len() + 1 + if has_stderr { STDERR_LABEL.len() } else { 0 };
+    let fixed = status.map_or(0, |s| s.len() + 1) + if has_stderr { STDERR_LABEL.len() } else { 0 };
     let room = bound.saturating_sub(fixed);
     let need = |(kept, total): &(Vec<u8>, usize)| {
         if kept.len() == *total {
@@ -899,16 +782,19 @@ fn render(
     } else {
         (half, room - half)
     };
+    let truncated = out_need > out_room || err_need > err_room;
     let mut text = clip(&stdout.0, stdout.1, out_room);
     if has_stderr {
         text.push_str(STDERR_LABEL);
         text.push_str(&clip(&stderr.0, stderr.1, err_room));
     }
-    if !text.is_empty() && !text.ends_with('\n') {
-        text.push('\n');
+    if let Some(status) = status {
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(status);
     }
-    text.push_str(status);
-    text
+    (text, truncated)
 }
 
 /// The head of a stream of `total` bytes whose first bytes are `kept`, as
@@ -947,7 +833,9 @@ fn clip(kept: &[u8], total: usize, room: usize) -> String {
 mod tests {
     use super::*;
 
+    use std::fs::Permissions;
     use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
     use std::time::Instant;
 
     use tempfile::TempDir;
