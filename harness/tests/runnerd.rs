@@ -894,3 +894,39 @@ fn wait_gone_pid(pid: u32) -> bool {
     }
     true
 }
+
+#[test]
+fn a_runner_killed_between_marking_a_turn_lost_and_continuing_it_still_continues() {
+    let mut rig = Rig::new(&[]);
+    // First cut: the turn is accepted, its tool has not run yet.
+    let client = rig.start(Some("runner.item.persisted#1"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    // Second cut, during recovery: where the lost turn is marked and its
+    // continuation recorded (once two writes, now one).
+    rig.start(Some(
+        "runner.turn_completed.persisted#1,runner.turn_intent.persisted#1",
+    ));
+    let held = rig.hold();
+    let point = held.hit.point.clone();
+    rig.kill_runner();
+    drop(held);
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    match state(&task) {
+        "completed" => {
+            assert_eq!(
+                rig.continuations(),
+                1,
+                "completed without continuing its lost turn (recovery cut at {point})\n{task}"
+            );
+            assert_eq!(rig.ledger().len(), 1, "the lost turn's tool ran");
+        }
+        "failed" => assert_eq!(cause(&task), "continuation_exhausted", "{task}"),
+        other => panic!("unexpected {other}: {task}"),
+    }
+    assert_eq!(rig.turn_starts("m1"), 1, "the message is never re-sent");
+    rig.assert_effects_once();
+}

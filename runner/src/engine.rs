@@ -885,22 +885,17 @@ impl Engine {
                 } else {
                     cause
                 };
-                let (tid, rid, row) = (task_id.clone(), run.run_id.clone(), turn.turn_row);
-                let data = json!({ "cause": cause, "provider_turn_id": provider_turn });
-                self.write("turn_completed", move |db| {
-                    db.turn_finished(&tid, &rid, row, "interrupted", data)
-                })
-                .await?;
                 let client_id = l.driver.client_id(&turn.message_id, true);
-                let (tid, rid, mid, cid) = (
+                let data = json!({ "cause": cause, "provider_turn_id": provider_turn });
+                let (tid, rid, row, cid) = (
                     task_id.clone(),
                     run.run_id.clone(),
-                    turn.message_id.clone(),
+                    turn.turn_row,
                     client_id.clone(),
                 );
                 let row = self
                     .write("turn_intent", move |db| {
-                        db.turn_intent(&tid, &rid, &mid, "continuation", &cid)
+                        db.turn_lost_continued(&tid, &rid, row, data, &cid)
                     })
                     .await?;
                 let cont = TurnRow {

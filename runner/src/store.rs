@@ -817,12 +817,25 @@ impl Db {
         data: Value,
         body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
     ) -> Result<i64, StoreError> {
+        self.events_in(write, task_id, run_id, vec![(kind, data)], body)
+    }
+
+    /// [`Db::event_in`] with several events, appended in order in the same
+    /// transaction as `body`; returns the last event's seq.
+    fn events_in(
+        &mut self,
+        write: &str,
+        task_id: &str,
+        run_id: Option<&str>,
+        events: Vec<(&str, Value)>,
+        body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<i64, StoreError> {
         self.check_fail(write)?;
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         body(&tx)?;
-        let last = match self.last_seq.get(task_id) {
+        let mut seq = match self.last_seq.get(task_id) {
             Some(s) => *s,
             None => tx.query_row(
                 "SELECT coalesce(max(seq), 0) FROM events WHERE task_id = ?1",
@@ -830,18 +843,20 @@ impl Db {
                 |r| r.get(0),
             )?,
         };
-        let seq = last + 1;
-        tx.prepare_cached(
-            "INSERT INTO events(task_id, seq, run_id, ts_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-        )?
-        .execute(params![
-            task_id,
-            seq,
-            run_id,
-            now_ms(),
-            kind,
-            serde_json::to_string(&data).expect("event data serializes")
-        ])?;
+        for (kind, data) in events {
+            seq += 1;
+            tx.prepare_cached(
+                "INSERT INTO events(task_id, seq, run_id, ts_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                task_id,
+                seq,
+                run_id,
+                now_ms(),
+                kind,
+                serde_json::to_string(&data).expect("event data serializes")
+            ])?;
+        }
         tx.commit()?;
         // Only a committed transaction moves the cache forward.
         self.last_seq.insert(task_id.to_owned(), seq);
@@ -1381,6 +1396,48 @@ impl Db {
             Ok(())
         })?;
         Ok(())
+    }
+
+    /// Marks an accepted turn lost (`interrupted`, event `turn.failed` with
+    /// `data`) and records the intent of its one continuation, in one
+    /// transaction: a runner that stops in between must not find the turn
+    /// settled with nothing to continue it, or the run would complete without
+    /// the lost turn's work. Returns the continuation's turn row.
+    pub fn turn_lost_continued(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        lost_row: i64,
+        data: Value,
+        client_id: &str,
+    ) -> Result<i64, StoreError> {
+        let message_id: String = self.conn.query_row(
+            "SELECT message_id FROM turns WHERE turn_row = ?1",
+            params![lost_row],
+            |r| r.get(0),
+        )?;
+        let mut lost = data;
+        lost["turn_row"] = serde_json::json!(lost_row);
+        lost["status"] = serde_json::json!("interrupted");
+        let intent = serde_json::json!({
+            "message_id": message_id, "kind": "continuation", "client_id": client_id,
+        });
+        let mut row = 0;
+        let events = vec![("turn.failed", lost), ("turn.intent", intent)];
+        self.events_in("turn_intent", task_id, Some(run_id), events, |tx| {
+            tx.execute(
+                "UPDATE turns SET status = 'interrupted' WHERE turn_row = ?1",
+                params![lost_row],
+            )?;
+            tx.execute(
+                "INSERT INTO turns(run_id, task_id, message_id, kind, client_id, status, created_ms)
+                 VALUES (?1, ?2, ?3, 'continuation', ?4, 'intent', ?5)",
+                params![run_id, task_id, message_id, client_id, now_ms()],
+            )?;
+            row = tx.last_insert_rowid();
+            Ok(())
+        })?;
+        Ok(row)
     }
 
     /// Records a provider request (approval), or a change of its status.
