@@ -930,3 +930,28 @@ fn a_runner_killed_between_marking_a_turn_lost_and_continuing_it_still_continues
     assert_eq!(rig.turn_starts("m1"), 1, "the message is never re-sent");
     rig.assert_effects_once();
 }
+
+#[test]
+fn a_follow_up_admitted_while_the_run_settles_is_consumed() {
+    let mut rig = Rig::new(&[]);
+    // The runner has decided the queue is empty and stopped the provider;
+    // it is held before it settles the run completed.
+    let client = rig.start(Some("runner.provider_stop.persisted#1"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
+    assert_eq!(status, 202, "{body}");
+    held.resume().unwrap();
+    let task = client
+        .wait_task("t1", WAIT, |t| {
+            t["state"] != "running" && t["state"] != "queued"
+        })
+        .unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(
+        rig.turn_starts("f1"),
+        1,
+        "the accepted follow-up is answered, not stranded in a completed task\n{task}"
+    );
+    rig.assert_effects_once();
+}

@@ -543,11 +543,17 @@ impl Engine {
         }
         let live_now = live.take().expect("checked above");
         self.stop_live(task_id, live_now).await?;
+        // A follow-up admitted while the provider was stopping keeps the run
+        // open: the store settles only a run with nothing left to answer,
+        // and the next step takes the follow-up with a new provider.
         let (tid, rid) = (task_id.clone(), run.run_id.clone());
-        self.write("run_settled", move |db| {
-            db.settle(&tid, &rid, TaskState::Completed, None)
-        })
-        .await?;
+        let settled = self
+            .store
+            .call(move |db| db.settle_completed_if_idle(&tid, &rid))
+            .await?;
+        if settled {
+            cut("run_settled");
+        }
         Ok(())
     }
 

@@ -1648,6 +1648,22 @@ impl Db {
         Ok(())
     }
 
+    /// Settles a run `completed` only when no message of the task is left to
+    /// answer, checked in the writer thread, so a follow-up admitted at any
+    /// moment before is never stranded in a completed task. Returns whether
+    /// it settled.
+    pub fn settle_completed_if_idle(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+    ) -> Result<bool, StoreError> {
+        if !self.queue(task_id)?.is_empty() {
+            return Ok(false);
+        }
+        self.settle(task_id, run_id, TaskState::Completed, None)?;
+        Ok(true)
+    }
+
     /// Settles the current run and the task: completed, or failed with a cause.
     pub fn settle(
         &mut self,
