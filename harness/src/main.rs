@@ -626,7 +626,7 @@ fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
             seed: job.seed,
             shard: job.shard,
             jobs: job.jobs,
-            run: wave::run_config(job.env),
+            run: wave::run_config(job.env, job.scenarios),
         },
         started,
         &finished,

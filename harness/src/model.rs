@@ -222,6 +222,10 @@ pub struct RunConfig {
     /// into turncut.
     #[serde(default)]
     pub scenarios: Option<String>,
+    /// The file of each scenario id (`scenarios/<file>.toml` for a built-in
+    /// one), for JUnit's `file=`.
+    #[serde(default)]
+    pub scenario_files: std::collections::BTreeMap<String, String>,
 }
 
 /// A whole wave.

@@ -284,8 +284,9 @@ pub fn wave_id(seed: u64, planned: &[CellSpec]) -> String {
     format!("w-s{seed}-{:08x}", h >> 32)
 }
 
-/// How `env` runs cells, for `wave.json` (what `turncut replay` reads).
-pub fn run_config(env: &CellEnv) -> RunConfig {
+/// How `env` runs cells, for `wave.json` (what `turncut replay` reads),
+/// with the file of every scenario id of `scenarios`.
+pub fn run_config(env: &CellEnv, scenarios: &[Scenario]) -> RunConfig {
     let default_runner = [env.turncut.display().to_string(), "runnerd".to_owned()];
     RunConfig {
         turncut_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -296,6 +297,14 @@ pub fn run_config(env: &CellEnv) -> RunConfig {
         hang_idle_timeout_ms: env.hang_idle_timeout_ms,
         cell_wait_ms: env.wait_ms,
         scenarios: scenarios_arg(env),
+        scenario_files: scenarios
+            .iter()
+            .flat_map(|s| {
+                s.ids()
+                    .into_iter()
+                    .map(|id| (id, s.path.display().to_string()))
+            })
+            .collect(),
     }
 }
 
@@ -324,7 +333,7 @@ pub fn reproduce_args(env: &CellEnv, spec: &CellSpec) -> Vec<String> {
             fault.to_string(),
         ]);
     }
-    let run = run_config(env);
+    let run = run_config(env, &[]);
     if let Some(dir) = run.scenarios {
         args.extend(["--scenarios".into(), dir]);
     }

@@ -406,3 +406,54 @@ fn max_fail_stops_a_broken_runner_early_with_a_partial_report() {
     );
     assert!(String::from_utf8_lossy(&o.stdout).contains("NOT COMPLETE"));
 }
+
+#[test]
+fn ctrl_c_writes_a_partial_report() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("wave");
+    let mut child = turncut()
+        .args(["wave", "--seed", "4", "--only", ID, "--jobs", "1", "--out"])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Plain progress lines (stderr is not a terminal): interrupt after the
+    // first finished cell.
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines
+        .by_ref()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("[1/"))
+        .expect("a progress line");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{first}\n{}", rest.join("\n"));
+    let w = wave_at(&out);
+    assert!(
+        !w.cells.is_empty() && w.not_run > 0,
+        "{} ran",
+        w.cells.len()
+    );
+    assert!(w.stopped.unwrap().contains("interrupted"));
+}
+
+#[test]
+fn the_built_in_scenarios_need_no_source_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(turncut().arg("list").current_dir(dir.path()));
+    assert_eq!(o.status.code(), Some(0));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        text.lines().count(),
+        harness::scenario::load(None)
+            .unwrap()
+            .iter()
+            .map(|s| s.ids().len())
+            .sum::<usize>()
+    );
+    assert!(text.contains(ID), "{text}");
+}

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use super::{ReportError, by_scenario, one_line, reasons};
+use super::{ReportError, Timelines, by_scenario, one_line, reasons};
 use crate::model::{CellResult, Verdict, WaveResult};
 
 /// The JUnit XML report: one suite per scenario (in the order the scenarios
-/// first appear), one test case per cell.
-pub fn junit_xml(wave: &WaveResult) -> Result<String, ReportError> {
+/// first appear), one test case per cell with `file=` the scenario file; a
+/// case that did not pass has the cell's timeline in `<system-out>`.
+pub fn junit_xml(wave: &WaveResult, timelines: &Timelines) -> Result<String, ReportError> {
     let mut report = Report::new(format!("turncut {}", wave.wave_id));
     report.set_time(Duration::from_millis(wave.duration_ms));
     for (scenario, cells) in by_scenario(wave) {
@@ -21,7 +22,14 @@ pub fn junit_xml(wave: &WaveResult) -> Result<String, ReportError> {
             cells.iter().map(|c| c.duration_ms).sum(),
         ));
         for cell in cells {
-            suite.add_test_case(junit_case(cell));
+            let mut case = junit_case(cell);
+            if let Some(file) = wave.run.scenario_files.get(scenario) {
+                case.extra.insert("file".into(), file.as_str().into());
+            }
+            if let Some(timeline) = timelines.get(&cell.spec.cell_id) {
+                case.set_system_out(timeline.as_str());
+            }
+            suite.add_test_case(case);
         }
         report.add_test_suite(suite);
     }

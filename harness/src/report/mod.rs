@@ -21,6 +21,7 @@ mod json;
 mod junit;
 mod markdown;
 mod merge;
+mod svg;
 #[cfg(test)]
 mod tests;
 
@@ -168,7 +169,7 @@ pub fn write_wave_with(
 ) -> Result<(), ReportError> {
     let json = serde_json::to_string_pretty(wave).map_err(ReportError::Json)?;
     let summary = summary_markdown(wave);
-    let junit = junit_xml(wave)?;
+    let junit = junit_xml(wave, timelines)?;
     let html = report_html(wave, timelines);
 
     std::fs::create_dir_all(dir).map_err(|source| ReportError::CreateDir {
@@ -234,6 +235,13 @@ fn sync_dir(dir: &Path) -> Result<(), ReportError> {
         })
 }
 
+/// Every cell, by the number in its id.
+pub(crate) fn in_order(wave: &WaveResult) -> Vec<&CellResult> {
+    let mut cells: Vec<&CellResult> = wave.cells.iter().collect();
+    crate::model::sort_cells(&mut cells, |c| &c.spec.cell_id);
+    cells
+}
+
 /// The cells of each scenario, scenarios in the order they first appear.
 pub(crate) fn by_scenario(wave: &WaveResult) -> Vec<(&str, Vec<&CellResult>)> {
     let mut groups: Vec<(&str, Vec<&CellResult>)> = Vec::new();
@@ -245,6 +253,9 @@ pub(crate) fn by_scenario(wave: &WaveResult) -> Vec<(&str, Vec<&CellResult>)> {
             groups.len() - 1
         });
         groups[i].1.push(cell);
+    }
+    for (_, cells) in &mut groups {
+        crate::model::sort_cells(cells, |c| &c.spec.cell_id);
     }
     groups
 }

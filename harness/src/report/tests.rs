@@ -292,11 +292,106 @@ fn html_escapes_cell_text_and_has_only_its_own_script() {
     assert!(!html.contains(INJECTION));
     assert!(!html.contains("<b>x"));
     assert!(html.contains("&lt;/script&gt;&lt;b&gt;x"));
-    assert_eq!(html.matches("<script").count(), 1);
-    assert_eq!(html.matches("</script>").count(), 1);
-    // No external assets: everything the page needs is inline.
+    // Its JSON data and its code; a "</" inside the data is escaped.
+    assert_eq!(html.matches("<script").count(), 2);
+    assert_eq!(html.matches("</script>").count(), 2);
+    // No external assets: everything the page needs is inline, and every
+    // link is to a place in the page.
     assert!(!html.contains("src="));
-    assert!(!html.contains("href="));
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    assert_eq!(
+        html.matches("href=").count(),
+        html.matches("href=\"#").count()
+    );
+}
+
+#[test]
+fn html_keeps_a_passing_cell_compact_and_details_for_the_others() {
+    let html = report_html(&sample_wave(), &Timelines::new());
+    for id in ["t003", "t004"] {
+        assert!(html.contains(&format!("<template id=\"d-{id}\">")), "{id}");
+    }
+    for id in ["t001", "t002", "t005"] {
+        assert!(!html.contains(&format!("<template id=\"d-{id}\">")), "{id}");
+        assert!(
+            html.contains(&format!("\"{id}\":[")),
+            "{id} has a compact record"
+        );
+    }
+    // The failing cells are grouped by their first failing oracle, with the
+    // message inline.
+    let failures = &html[html.find("<section id=\"failures\">").unwrap()..];
+    let failures = &failures[..failures.find("</section>").unwrap()];
+    assert!(failures.contains("<summary><code>no-replay.turn</code> (1)</summary>"));
+    assert!(failures.contains(FAIL_MESSAGE));
+    assert!(failures.contains("<summary><code>liveness</code> (1)</summary>"));
+}
+
+#[test]
+fn html_grows_by_little_per_passing_cell() {
+    let mut wave = sample_wave();
+    let one = report_html(&wave, &Timelines::new()).len();
+    let pass = wave.cells[4].clone();
+    // As in a wave: every cut point with each fault.
+    for i in 0..1000 {
+        let mut c = pass.clone();
+        c.spec.cell_id = format!("t{}", 1000 + i);
+        c.spec.cut.as_mut().unwrap().n = 10 + i / 4;
+        c.spec.fault = Some(Fault::ALL[i as usize % 4]);
+        wave.cells.push(c);
+    }
+    let per_cell = (report_html(&wave, &Timelines::new()).len() - one) / 1000;
+    // 5,504 cells of the default wave at this size stay well under 2 MB.
+    assert!(
+        per_cell * 5_504 < 1_500_000,
+        "{per_cell} bytes per passing cell"
+    );
+}
+
+#[test]
+fn every_report_orders_cells_by_number() {
+    let mut wave = sample_wave();
+    wave.cells.truncate(2);
+    wave.cells[0].spec.cell_id = "t1000".to_owned();
+    wave.cells[1].spec.cell_id = "t757".to_owned();
+    for c in &mut wave.cells {
+        c.verdict = Verdict::Fail;
+        c.oracles[0].verdict = Verdict::Fail;
+    }
+    let first = |text: &str| text.find("t757").unwrap() < text.find("t1000").unwrap();
+    assert!(
+        first(&summary_markdown(&wave)),
+        "{}",
+        summary_markdown(&wave)
+    );
+    assert!(first(&junit_xml(&wave, &Timelines::new()).unwrap()));
+    assert!(first(&report_html(&wave, &Timelines::new())));
+}
+
+#[test]
+fn junit_has_the_scenario_file_and_the_timeline_of_a_failing_case() {
+    let mut wave = sample_wave();
+    wave.run.scenario_files.insert(
+        "everyday.runner-codex.local.single".to_owned(),
+        "scenarios/single.toml".to_owned(),
+    );
+    let timelines = Timelines::from([("t003".to_owned(), "12 ms >> H cut.reached".to_owned())]);
+    let xml = junit_xml(&wave, &timelines).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let case = |name: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name("testcase") && n.attribute("name").unwrap().ends_with(name))
+            .unwrap()
+    };
+    let failing = case("runner.turn_intent.persisted#1/kill-runner");
+    assert_eq!(failing.attribute("file"), Some("scenarios/single.toml"));
+    let out = failing
+        .children()
+        .find(|n| n.has_tag_name("system-out"))
+        .unwrap();
+    assert_eq!(out.text(), Some("12 ms >> H cut.reached"));
+    let passing = case("runner.turn_intent.persisted#1/kill-provider");
+    assert!(!passing.children().any(|n| n.has_tag_name("system-out")));
 }
 
 #[test]
@@ -313,19 +408,20 @@ fn html_grid_puts_each_cell_under_its_fault() {
     assert!(tds[1].contains("data-cell=\"t002\""));
     assert!(!tds[2].contains("data-cell") && !tds[3].contains("data-cell"));
     assert!(html.contains("<tr><th>clean run</th>"));
-    for id in ["t001", "t002", "t003", "t004", "t005"] {
-        assert!(html.contains(&format!("<template id=\"d-{id}\">")), "{id}");
-    }
 }
 
 #[test]
 fn html_shows_a_timeline_only_when_given() {
     let wave = sample_wave();
-    assert!(!report_html(&wave, &Timelines::new()).contains("<h4>timeline</h4>"));
-    let timelines = Timelines::from([("t003".to_owned(), "harness -> runner: <cut>".to_owned())]);
+    assert!(!report_html(&wave, &Timelines::new()).contains("<h4>sequence</h4>"));
+    let timelines = Timelines::from([(
+        "t003".to_owned(),
+        "    12 ms >> H cut.reached <cut>".to_owned(),
+    )]);
     let html = report_html(&wave, &timelines);
-    assert_eq!(html.matches("<h4>timeline</h4>").count(), 1);
-    assert!(html.contains("harness -&gt; runner: &lt;cut&gt;"));
+    assert_eq!(html.matches("<h4>sequence</h4>").count(), 1);
+    assert_eq!(html.matches("<svg class=\"seqd\"").count(), 1);
+    assert!(html.contains("cut.reached &lt;cut&gt;"));
 }
 
 #[test]
