@@ -25,6 +25,14 @@ pub struct Finished {
     pub evidence: Option<Evidence>,
 }
 
+/// A scenario id with its discovered boundaries.
+struct Discovered<'a> {
+    id: &'a String,
+    scenario: &'a Scenario,
+    profile: String,
+    discovery: plan::Discovery,
+}
+
 /// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
 /// boundaries with a clean traced run of each, checks every scenario's `cut`
 /// list against them (a bad point is a `ScenarioError`, before any cell
@@ -38,35 +46,43 @@ pub fn plan_cells(
 ) -> anyhow::Result<Vec<CellSpec>> {
     let mut found = Vec::new();
     for id in ids {
-        let (s, profile) = scenario::find(scenarios, id).ok_or_else(|| {
+        let (scenario, profile) = scenario::find(scenarios, id).ok_or_else(|| {
             anyhow::anyhow!("unknown scenario id {id}; `turncut list` shows the ids")
         })?;
-        let mut d = plan::discover(env, s, &profile)?;
+        let mut discovery = plan::discover(env, scenario, &profile)?;
         // Threads of the runner and of a fake interleave by timing, so the
         // clean run's order of boundaries varies from run to run while their
         // set does not: cells are numbered in a fixed order (runner points
         // first, then by name and occurrence), so every shard of a wave,
         // planned on its own machine, numbers the same cells the same way.
-        d.boundaries
+        discovery
+            .boundaries
             .sort_by(|a, b| (a.role != "runner", &a.cut).cmp(&(b.role != "runner", &b.cut)));
-        found.push((id, s, profile, d));
+        found.push(Discovered {
+            id,
+            scenario,
+            profile,
+            discovery,
+        });
     }
-    for (_, s, _, _) in &found {
-        check_points(env, s, &found)?;
+    for f in &found {
+        check_points(env, f.scenario, &found)?;
     }
     let mut all = Vec::new();
-    for (id, s, _, d) in &found {
-        let cells = plan::expand(s, &d.boundaries)?;
+    for f in &found {
+        let d = &f.discovery;
+        let cells = plan::expand(f.scenario, &d.boundaries)?;
         if !quiet {
             eprintln!(
-                "planned {id}: {} boundaries, {} cells (clean run {} in {} ms)",
+                "planned {}: {} boundaries, {} cells (clean run {} in {} ms)",
+                f.id,
                 d.boundaries.len(),
                 cells.len(),
                 d.clean_state,
                 d.clean_ms
             );
         }
-        all.extend(cells.into_iter().map(|(c, f)| ((*id).clone(), c, f)));
+        all.extend(cells.into_iter().map(|(c, fault)| (f.id.clone(), c, fault)));
     }
     Ok(plan::number(wave_seed, all))
 }
@@ -74,20 +90,15 @@ pub fn plan_cells(
 /// Checks the `cut` list of `s` against the boundaries of all its profiles
 /// (a runner point may exist in one driver only); profiles not planned
 /// (`--only`) are discovered only when a point is missing from the others.
-fn check_points(
-    env: &CellEnv,
-    s: &Scenario,
-    found: &[(&String, &Scenario, String, plan::Discovery)],
-) -> anyhow::Result<()> {
-    let mine = |f: &&(&String, &Scenario, String, plan::Discovery)| f.1.path == s.path;
-    let mut union: Vec<plan::Boundary> = found
+fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
+    let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
+    let mut union: Vec<plan::Boundary> = mine
         .iter()
-        .filter(mine)
-        .flat_map(|f| f.3.boundaries.clone())
+        .flat_map(|f| f.discovery.boundaries.iter().cloned())
         .collect();
     if plan::check_points(s, &union).is_err() {
         for p in &s.profiles {
-            if !found.iter().filter(mine).any(|f| &f.2 == p) {
+            if !mine.iter().any(|f| &f.profile == p) {
                 union.extend(plan::discover(env, s, p)?.boundaries);
             }
         }

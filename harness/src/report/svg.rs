@@ -65,10 +65,10 @@ pub fn sequence_diagram(timeline: &str, evidence: &[&str]) -> String {
          aria-label=\"sequence diagram\">\n"
     );
     for (x, name) in LANES.iter().zip(["harness", "runner", "provider"]) {
-        let _ = write!(
+        let _ = writeln!(
             out,
             "<text x=\"{x}\" y=\"14\" class=\"lane\">{name}</text>\
-             <line x1=\"{x}\" y1=\"20\" x2=\"{x}\" y2=\"{height}\" class=\"life\"/>\n"
+             <line x1=\"{x}\" y1=\"20\" x2=\"{x}\" y2=\"{height}\" class=\"life\"/>"
         );
     }
     let mut journal_n = 0;
@@ -136,9 +136,9 @@ fn draw_row(out: &mut String, row: &Row<'_>, y: usize) {
             y + 3
         );
     }
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<text x=\"{}\" y=\"{}\" class=\"t\">{}</text></g>\n",
+        "<text x=\"{}\" y=\"{}\" class=\"t\">{}</text></g>",
         from.min(to) + 6,
         y - 2,
         html(&label)
