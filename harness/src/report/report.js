@@ -74,6 +74,9 @@
     document.getElementById('shown').textContent = shown + ' of ' + all + ' cells shown';
   }
   filters.forEach(function (s) { s.addEventListener('change', applyFilters); });
-  applyFilters();
+  // A browser may restore filter values on reload; otherwise every cell is
+  // shown and nothing needs touching.
+  if (filters.some(function (s) { return s.value; })) applyFilters();
+  else document.getElementById('shown').textContent = document.querySelectorAll('table.grid .c').length + ' cells';
   if (location.hash.length > 1) show(decodeURIComponent(location.hash.slice(1)));
 })();

@@ -12,9 +12,12 @@ pub const DIAGRAM_ROWS_MAX: usize = 300;
 
 const ROW_H: usize = 16;
 const TOP: usize = 28;
-const WIDTH: usize = 720;
+const WIDTH: usize = 780;
 /// x of the harness, runner and provider lanes.
-const LANES: [usize; 3] = [60, 260, 460];
+const LANES: [usize; 3] = [40, 250, 740];
+/// Label characters: a harness action fits between harness and runner,
+/// everything else between runner and provider.
+const LABEL_CHARS: [usize; 2] = [34, 78];
 
 /// One parsed timeline line.
 struct Row<'a> {
@@ -61,7 +64,7 @@ pub fn sequence_diagram(timeline: &str, evidence: &[&str]) -> String {
     let shown = rows.len().min(DIAGRAM_ROWS_MAX);
     let height = TOP + shown * ROW_H + 12;
     let mut out = format!(
-        "<svg class=\"seqd\" viewBox=\"0 0 {WIDTH} {height}\" width=\"100%\" role=\"img\" \
+        "<svg class=\"seqd\" viewBox=\"0 0 {WIDTH} {height}\" width=\"{WIDTH}\" height=\"{height}\" role=\"img\" \
          aria-label=\"sequence diagram\">\n"
     );
     for (x, name) in LANES.iter().zip(["harness", "runner", "provider"]) {
@@ -110,8 +113,15 @@ fn draw_row(out: &mut String, row: &Row<'_>, y: usize) {
         'P' => (p, p, row.text),
         _ => (r, r, row.text),
     };
+    let chars = LABEL_CHARS[usize::from(row.lane != 'H')];
+    // A provider fact's label ends at its lane, inside the picture.
+    let (x, anchor) = if from == p && to == p {
+        (p - 6, " text-anchor=\"end\"")
+    } else {
+        (from.min(to) + 6, "")
+    };
     let full = format!("{} ms {}", row.ms, text.trim());
-    let label: String = text.trim().chars().take(70).collect();
+    let label: String = text.trim().chars().take(chars).collect();
     let _ = write!(out, "<g><title>{}</title>", html(&full));
     if row.cut {
         let _ = write!(
@@ -138,8 +148,7 @@ fn draw_row(out: &mut String, row: &Row<'_>, y: usize) {
     }
     let _ = writeln!(
         out,
-        "<text x=\"{}\" y=\"{}\" class=\"t\">{}</text></g>",
-        from.min(to) + 6,
+        "<text x=\"{x}\" y=\"{}\" class=\"t\"{anchor}>{}</text></g>",
         y - 2,
         html(&label)
     );
