@@ -547,6 +547,7 @@ fn merge(dirs: &[PathBuf], out: &Path) -> Result<i32, Exit> {
     }
     let merged = report::merge(waves).map_err(bad)?;
     prepare_out(out)?;
+    clear_old_cells(out)?;
     for d in dirs {
         let cells = d.join("cells");
         if cells.is_dir() {
@@ -558,6 +559,18 @@ fn merge(dirs: &[PathBuf], out: &Path) -> Result<i32, Exit> {
     append_step_summary(&merged);
     emit(&report::summary_markdown(&merged));
     Ok(exit_for(merged.verdict()))
+}
+
+/// Removes the `cells/` of an earlier report in `out` (a wave id is the
+/// same for the same seed, so `reports/out/<wave-id>` is written again):
+/// a cell that failed then and passes now must not keep its old directory.
+fn clear_old_cells(out: &Path) -> Result<(), Exit> {
+    let cells = out.join("cells");
+    if !out.join(report::WAVE_JSON).is_file() || !cells.is_dir() {
+        return Ok(());
+    }
+    std::fs::remove_dir_all(&cells)
+        .map_err(|e| harness_err(format!("removing the old {}: {e}", cells.display())))
 }
 
 /// Copies a directory tree (file modes too, so `reproduce.sh` stays
@@ -656,6 +669,7 @@ fn write_reports(
                 .map(|e| (f.result.spec.cell_id.clone(), e.timeline()))
         })
         .collect();
+    clear_old_cells(out)?;
     report::write_wave_with(out, result, &timelines).map_err(harness_err)?;
     for f in finished {
         let Some(ev) = &f.evidence else { continue };

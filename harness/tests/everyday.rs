@@ -457,3 +457,27 @@ fn the_built_in_scenarios_need_no_source_tree() {
     );
     assert!(text.contains(ID), "{text}");
 }
+
+#[test]
+fn a_wave_written_again_into_its_directory_keeps_no_stale_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let runner = leaky_runner(dir.path());
+    let out = dir.path().join("wave");
+    let wave = |runner: Option<&Path>| {
+        let mut cmd = turncut();
+        cmd.args([
+            "wave", "--seed", "9", "--budget", "2", "--only", ID, "--out",
+        ])
+        .arg(&out);
+        if let Some(r) = runner {
+            cmd.arg("--runner-cmd").arg(r);
+        }
+        run(&mut cmd)
+    };
+    assert_eq!(wave(Some(&runner)).status.code(), Some(1));
+    assert!(out.join("cells").is_dir());
+    // The same wave id with the built-in runner: every cell passes, and the
+    // failing run's cell directories are gone.
+    assert_eq!(wave(None).status.code(), Some(0));
+    assert!(!out.join("cells").exists());
+}
