@@ -47,7 +47,8 @@ pub struct CellEnv {
     pub hang_idle_timeout_ms: u64,
     /// Deadline for each wait of a cell.
     pub wait_ms: u64,
-    /// Directory of the scenarios (for reproduce commands).
+    /// Directory of the scenarios (for reproduce commands); empty for the
+    /// scenarios built into turncut.
     pub scenarios_dir: PathBuf,
     /// Keep cell directories.
     pub keep: bool,
@@ -306,27 +307,9 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
     }
 }
 
-/// The command that runs this cell again.
+/// The command that runs this cell again (see `wave::reproduce_command`).
 pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
-    let mut cmd = format!(
-        "turncut run {} --scenarios {}",
-        spec.scenario_id,
-        env.scenarios_dir.display()
-    );
-    if let (Some(cut), Some(fault)) = (&spec.cut, spec.fault) {
-        cmd.push_str(&format!(" --cut {cut} --fault {fault}"));
-    }
-    let default_runner = [env.turncut.display().to_string(), "runnerd".to_owned()];
-    if env.runner_cmd != default_runner {
-        cmd.push_str(&format!(" --runner-cmd '{}'", env.runner_cmd.join(" ")));
-    }
-    if !env.runner_extra.is_empty() {
-        cmd.push_str(&format!(
-            " --runner-arg={}",
-            env.runner_extra.join(" --runner-arg=")
-        ));
-    }
-    cmd
+    crate::wave::reproduce_command(env, spec)
 }
 
 fn outcome_of(ev: &Evidence) -> Outcome {

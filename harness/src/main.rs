@@ -12,13 +12,15 @@ use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
 use harness::cell::CellEnv;
-use harness::model::{CellSpec, Fault, Verdict};
+use harness::model::{CellResult, CellSpec, Fault, RunConfig, Verdict, WaveResult};
 use harness::{plan, report, scenario, wave};
 
-/// Options every command that runs cells takes.
+/// Options every command that runs cells takes. The timeouts are options
+/// without a default value here, so `replay` can tell a given value from the
+/// one recorded in `wave.json`; [`CellEnv::new`] holds the defaults.
 #[derive(Debug, Args, Clone)]
 struct Common {
-    /// Directory of scenario files [default: ./scenarios, else the built-in ones].
+    /// Directory of scenario files [default: the scenarios built into turncut].
     #[arg(long, global = true)]
     scenarios: Option<PathBuf>,
     /// Run this runner instead of `turncut runnerd` (a command line; it must
@@ -28,20 +30,42 @@ struct Common {
     /// Extra argument for the runner (repeatable), e.g. --runner-arg=--seeded-bug.
     #[arg(long = "runner-arg", global = true, allow_hyphen_values = true)]
     runner_args: Vec<String>,
-    /// The runner's provider idle timeout in a cell.
-    #[arg(long, global = true, default_value_t = 500)]
-    idle_timeout_ms: u64,
+    /// The runner's provider idle timeout in a cell [default: 500].
+    #[arg(long, global = true)]
+    idle_timeout_ms: Option<u64>,
     /// The idle timeout in hang-provider cells (a hung provider is found
-    /// only by it); capped at --idle-timeout-ms.
-    #[arg(long, global = true, default_value_t = 250)]
-    hang_idle_timeout_ms: u64,
-    /// Deadline of each wait in a cell.
-    #[arg(long, global = true, default_value_t = 15_000)]
-    cell_wait_ms: u64,
+    /// only by it); capped at --idle-timeout-ms [default: 250].
+    #[arg(long, global = true)]
+    hang_idle_timeout_ms: Option<u64>,
+    /// Deadline of each wait in a cell [default: 15000].
+    #[arg(long, global = true)]
+    cell_wait_ms: Option<u64>,
     /// Keep every cell's temporary directory.
     #[arg(long, global = true)]
     keep: bool,
 }
+
+/// How many cells may fail before a wave stops scheduling new ones: enough
+/// to show a pattern, few enough that a runner that cannot work at all ends
+/// the wave in minutes rather than hours.
+const DEFAULT_MAX_FAIL: usize = 20;
+
+const RUN_EXAMPLES: &str = "Examples:
+  turncut run everyday-workflows.runner-codex.local.single-task
+  turncut run everyday-workflows.runner-codex.local.single-task \\
+      --cut runner.turn_intent.persisted#1 --fault kill-runner
+
+Faults: kill-runner, kill-provider, kill-both, hang-provider.
+`turncut boundaries <scenario-id>` lists the cut points.";
+
+const WAVE_EXAMPLES: &str = "Examples:
+  turncut wave                                   # every cell of every built-in scenario
+  turncut wave --seed 7 --budget 100 --jobs 2    # 100 cells sampled by seed 7
+  turncut wave --seed 7 --shard 1/2 --out out/1  # half of a wave (CI matrix)
+  turncut report merge out/1 out/2 --out out/all
+  turncut wave --only runner-acpx-claude --max-fail 0
+
+Exit codes: 0 all pass, 1 a check failed, 2 bad input, 3 harness error.";
 
 #[derive(Debug, Subcommand)]
 enum Command {
@@ -50,43 +74,57 @@ enum Command {
     /// Print the cut points of a clean traced run of a scenario.
     Boundaries { scenario_id: String },
     /// Run every cell of one scenario, or one cell with --cut and --fault.
+    #[command(after_help = RUN_EXAMPLES)]
     Run {
         scenario_id: String,
         /// One cut, `point#n`.
         #[arg(long, requires = "fault")]
         cut: Option<String>,
         /// The fault at the cut.
-        #[arg(long, requires = "cut")]
+        #[arg(long, requires = "cut", value_parser = fault_names())]
         fault: Option<String>,
         /// Parallel cells.
-        #[arg(long, default_value_t = 2)]
-        jobs: usize,
+        #[arg(long, default_value_t = 2, value_parser = at_least_one)]
+        jobs: u64,
         /// Also write reports here.
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Stop starting cells after N did not pass (0: never).
+        #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]
+        max_fail: usize,
     },
     /// Run the wave: every cut point × fault of every scenario.
+    #[command(after_help = WAVE_EXAMPLES)]
     Wave {
         /// Wave seed [default: from the clock; printed].
         #[arg(long)]
         seed: Option<u64>,
         /// Run only N cells, sampled by seed.
-        #[arg(long)]
-        budget: Option<usize>,
+        #[arg(long, value_parser = at_least_one)]
+        budget: Option<u64>,
         /// Run shard I of N (1-based), e.g. 2/4.
         #[arg(long)]
         shard: Option<String>,
         /// Parallel cells.
-        #[arg(long, default_value_t = 2)]
-        jobs: usize,
+        #[arg(long, default_value_t = 2, value_parser = at_least_one)]
+        jobs: u64,
         /// Report directory [default: reports/out/<wave-id>].
         #[arg(long)]
         out: Option<PathBuf>,
         /// Only scenario ids containing this.
         #[arg(long)]
         only: Option<String>,
+        /// Stop starting cells after N did not pass and write the partial
+        /// report (0: never).
+        #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]
+        max_fail: usize,
     },
-    /// Run one cell of a wave again: `turncut replay <wave-dir>/t###`.
+    /// Run one cell of a wave again the way the wave ran it (runner command,
+    /// runner arguments, timeouts and scenarios from its wave.json; options
+    /// given here win). Exit 1 when the result differs from the wave's.
+    #[command(
+        after_help = "Examples:\n  turncut replay reports/out/w-s7-1a2b3c4d/t042\n  turncut replay out/all/cells/t042 --runner-cmd ./my-runner"
+    )]
     Replay { cell: PathBuf },
     /// Reports.
     Report {
@@ -211,31 +249,134 @@ fn main() {
     }
 }
 
-fn env_for(exe: &Path, common: &Common) -> Result<(CellEnv, Vec<scenario::Scenario>), Exit> {
+/// The `--fault` values, listed in the help and checked by clap (exit 2
+/// with the list and a did-you-mean).
+fn fault_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(Fault::ALL.map(Fault::as_str))
+}
+
+/// A count of at least 1 (`--budget`, `--jobs`): 0 would run nothing and
+/// pass.
+fn at_least_one(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("must be at least 1 (0 would run nothing)".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(format!("{e}")),
+    }
+}
+
+/// Writes `text` to stdout; a closed pipe (`turncut list | head -1`) ends
+/// turncut quietly with exit 0 instead of a panic.
+fn emit(text: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("turncut: writing to stdout: {e}");
+        std::process::exit(3);
+    }
+}
+
+/// Maps a planning error: a scenario problem found against the boundaries
+/// is bad input (exit 2), anything else a harness error.
+fn plan_err(e: anyhow::Error) -> Exit {
+    match e.downcast_ref::<scenario::ScenarioError>() {
+        Some(se) => bad(se),
+        None => harness_err(format!("{e:#}")),
+    }
+}
+
+/// The cell environment and scenarios: options given on the command line,
+/// else those `recorded` in a wave.json (replay), else the defaults.
+fn env_for(
+    exe: &Path,
+    common: &Common,
+    recorded: Option<&RunConfig>,
+) -> Result<(CellEnv, Vec<scenario::Scenario>), Exit> {
     // Cell directories of harness processes that were killed (SIGKILL skips
     // their cleanup) go before new ones are made.
     let swept = harness::tempdirs::sweep_stale();
     if swept > 0 {
         eprintln!("turncut: removed {swept} cell directories left by killed turncut runs");
     }
-    let dir = common
-        .scenarios
-        .clone()
-        .unwrap_or_else(plan::default_scenarios_dir);
-    let scenarios = scenario::load_dir(&dir).map_err(bad)?;
-    let mut env = CellEnv::new(exe, &dir);
-    if let Some(cmd) = &common.runner_cmd {
-        env.runner_cmd = cmd.split_whitespace().map(str::to_owned).collect();
-        if env.runner_cmd.is_empty() {
+    let dir = match (
+        &common.scenarios,
+        recorded.and_then(|r| r.scenarios.as_ref()),
+    ) {
+        (Some(d), _) => Some(d.clone()),
+        (None, Some(d)) if !Path::new(d).is_dir() => {
+            return Err(bad(format!(
+                "the wave ran the scenarios of {d}, which is not here; pass --scenarios DIR"
+            )));
+        }
+        (None, r) => r.map(PathBuf::from),
+    };
+    let scenarios = scenario::load(dir.as_deref()).map_err(bad)?;
+    let mut env = CellEnv::new(exe, &dir.unwrap_or_default());
+    let runner_cmd = match (&common.runner_cmd, recorded) {
+        (Some(cmd), _) => Some(cmd.split_whitespace().map(str::to_owned).collect()),
+        (None, Some(r)) => r.runner_cmd.clone(),
+        (None, None) => None,
+    };
+    if let Some(cmd) = runner_cmd {
+        if cmd.is_empty() {
             return Err(bad("--runner-cmd is empty"));
         }
+        env.runner_cmd = cmd;
     }
-    env.runner_extra = common.runner_args.clone();
-    env.idle_timeout_ms = common.idle_timeout_ms;
-    env.hang_idle_timeout_ms = common.hang_idle_timeout_ms;
-    env.wait_ms = common.cell_wait_ms;
+    env.runner_extra = match recorded {
+        Some(r) if common.runner_args.is_empty() => r.runner_args.clone(),
+        _ => common.runner_args.clone(),
+    };
+    let pick = |given: Option<u64>, recorded: Option<u64>, default: u64| {
+        given.or(recorded.filter(|v| *v > 0)).unwrap_or(default)
+    };
+    env.idle_timeout_ms = pick(
+        common.idle_timeout_ms,
+        recorded.map(|r| r.idle_timeout_ms),
+        env.idle_timeout_ms,
+    );
+    env.hang_idle_timeout_ms = pick(
+        common.hang_idle_timeout_ms,
+        recorded.map(|r| r.hang_idle_timeout_ms),
+        env.hang_idle_timeout_ms,
+    );
+    env.wait_ms = pick(
+        common.cell_wait_ms,
+        recorded.map(|r| r.cell_wait_ms),
+        env.wait_ms,
+    );
     env.keep = common.keep;
     Ok((env, scenarios))
+}
+
+fn unknown_id(scenarios: &[scenario::Scenario], id: &str) -> Exit {
+    let ids: Vec<String> = scenarios.iter().flat_map(|s| s.ids()).collect();
+    bad(format!(
+        "unknown scenario id {id}{}; `turncut list` shows the ids",
+        scenario::did_you_mean(id, ids.iter().map(String::as_str))
+    ))
+}
+
+/// Creates the report directory before any cell runs, so a bad `--out`
+/// (e.g. under a regular file) is bad input, not a loss after the wave.
+fn prepare_out(out: &Path) -> Result<(), Exit> {
+    if let Err(e) = std::fs::create_dir_all(out) {
+        let file = out.ancestors().find(|a| a.is_file());
+        return Err(bad(match file {
+            Some(f) => format!(
+                "--out {}: {} is a file, not a directory",
+                out.display(),
+                f.display()
+            ),
+            None => format!("--out {}: cannot create it: {e}", out.display()),
+        }));
+    }
+    tempfile::tempfile_in(out)
+        .map(drop)
+        .map_err(|e| bad(format!("--out {}: cannot write there: {e}", out.display())))
 }
 
 fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
@@ -256,72 +397,41 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             Err(e) => Err(harness_err(format!("demo failed: {e:#}"))),
         },
         Command::List { pattern } => {
-            let (_, scenarios) = env_for(exe, &common)?;
+            let (_, scenarios) = env_for(exe, &common, None)?;
+            let mut text = String::new();
             for s in &scenarios {
                 for id in s.ids() {
                     if pattern.as_ref().is_none_or(|p| id.contains(p.as_str())) {
-                        println!("{id}\t{}", s.title);
+                        text.push_str(&format!("{id}\t{}\n", s.title));
                     }
                 }
             }
+            emit(&text);
             Ok(0)
         }
-        Command::Boundaries { scenario_id } => {
-            let (env, scenarios) = env_for(exe, &common)?;
-            let (s, profile) = scenario::find(&scenarios, &scenario_id).ok_or_else(|| {
-                bad(format!(
-                    "unknown scenario id {scenario_id}; `turncut list` shows the ids"
-                ))
-            })?;
-            let d = plan::discover(&env, s, &profile).map_err(|e| harness_err(format!("{e:#}")))?;
-            println!(
-                "{scenario_id}: {} boundaries (clean run: {}, {} ms)",
-                d.boundaries.len(),
-                d.clean_state,
-                d.clean_ms
-            );
-            for b in &d.boundaries {
-                println!(
-                    "{:<9} {:<60} {}",
-                    b.role,
-                    b.cut.to_string(),
-                    if b.provider_alive {
-                        "provider alive"
-                    } else {
-                        "no provider"
-                    }
-                );
-            }
-            Ok(if d.clean_verdict == Verdict::Pass {
-                0
-            } else {
-                1
-            })
-        }
+        Command::Boundaries { scenario_id } => boundaries(exe, &common, &scenario_id),
         Command::Run {
             scenario_id,
             cut,
             fault,
             jobs,
             out,
+            max_fail,
         } => {
-            let (env, scenarios) = env_for(exe, &common)?;
+            let (env, scenarios) = env_for(exe, &common, None)?;
             let seed = 0;
-            // An unknown id is bad input, checked before anything runs.
-            scenario::find(&scenarios, &scenario_id).ok_or_else(|| {
-                bad(format!(
-                    "unknown scenario id {scenario_id}; `turncut list` shows the ids"
-                ))
-            })?;
+            let (s, profile) = scenario::find(&scenarios, &scenario_id)
+                .ok_or_else(|| unknown_id(&scenarios, &scenario_id))?;
+            if let Some(out) = &out {
+                prepare_out(out)?;
+            }
             let cells = match (cut, fault) {
                 (Some(cut), Some(fault)) => {
                     let cut = plan::parse_cut(&cut).map_err(|e| bad(format!("{e:#}")))?;
-                    let fault = Fault::parse(&fault).ok_or_else(|| {
-                        bad(format!(
-                            "unknown fault {fault:?}; faults are {}",
-                            Fault::ALL.map(Fault::as_str).join(", ")
-                        ))
-                    })?;
+                    let fault = Fault::parse(&fault).expect("clap checked the fault name");
+                    let d = plan::discover(&env, s, &profile)
+                        .map_err(|e| harness_err(format!("{e:#}")))?;
+                    plan::check_cut(&d.boundaries, &scenario_id, &cut, fault).map_err(bad)?;
                     plan::number(seed, vec![(scenario_id.clone(), Some(cut), Some(fault))])
                 }
                 _ => wave::plan_cells(
@@ -331,18 +441,21 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                     seed,
                     false,
                 )
-                .map_err(|e| harness_err(format!("{e:#}")))?,
+                .map_err(plan_err)?,
             };
-            run_and_report(
-                &env,
-                &scenarios,
-                &cells,
-                jobs,
+            let planned = cells.len();
+            run_and_report(&Job {
+                env: &env,
+                scenarios: &scenarios,
+                cells,
+                planned,
+                jobs: jobs as usize,
                 seed,
-                None,
-                out.as_deref(),
-                &format!("run-{scenario_id}"),
-            )
+                shard: None,
+                out: out.as_deref(),
+                wave_id: format!("run-{scenario_id}"),
+                max_fail,
+            })
         }
         Command::Wave {
             seed,
@@ -351,8 +464,9 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             jobs,
             out,
             only,
+            max_fail,
         } => {
-            let (env, scenarios) = env_for(exe, &common)?;
+            let (env, scenarios) = env_for(exe, &common, None)?;
             let seed = seed.unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -371,40 +485,40 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             if ids.is_empty() {
                 return Err(bad("no scenario matches --only"));
             }
-            let wave_id = wave::wave_id(seed);
-            eprintln!("turncut wave {wave_id} (seed {seed}, jobs {jobs})");
-            let cells = wave::plan_cells(&env, &scenarios, &ids, seed, false)
-                .map_err(|e| harness_err(format!("{e:#}")))?;
-            let cells = plan::sample(cells, budget, seed);
+            if let Some(out) = &out {
+                prepare_out(out)?;
+            }
+            eprintln!("turncut wave (seed {seed}, jobs {jobs})");
+            let cells = wave::plan_cells(&env, &scenarios, &ids, seed, false).map_err(plan_err)?;
+            let cells = plan::sample(cells, budget.map(|b| b as usize), seed);
+            // One id for every shard of this wave: the seed and the cells
+            // planned before sharding.
+            let wave_id = wave::wave_id(seed, &cells);
             let cells = match shard {
                 Some((i, n)) => plan::shard(cells, i, n),
                 None => cells,
             };
             let out = out.unwrap_or_else(|| PathBuf::from("reports/out").join(&wave_id));
-            run_and_report(
-                &env,
-                &scenarios,
-                &cells,
-                jobs,
+            prepare_out(&out)?;
+            eprintln!("wave {wave_id}: {} cells", cells.len());
+            let planned = cells.len();
+            run_and_report(&Job {
+                env: &env,
+                scenarios: &scenarios,
+                cells,
+                planned,
+                jobs: jobs as usize,
                 seed,
                 shard,
-                Some(&out),
-                &wave_id,
-            )
+                out: Some(&out),
+                wave_id,
+                max_fail,
+            })
         }
         Command::Replay { cell } => replay(exe, &common, &cell),
         Command::Report {
             command: ReportCommand::Merge { dirs, out },
-        } => {
-            let mut waves = Vec::new();
-            for d in &dirs {
-                waves.push(report::read_wave(&d.join("wave.json")).map_err(bad)?);
-            }
-            let merged = report::merge(waves).map_err(bad)?;
-            report::write_wave(&out, &merged).map_err(harness_err)?;
-            println!("{}", report::summary_markdown(&merged));
-            Ok(exit_for(merged.verdict()))
-        }
+        } => merge(&dirs, &out),
         Command::Mutants {
             jobs,
             bugs,
@@ -424,6 +538,105 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
     }
 }
 
+fn boundaries(exe: &Path, common: &Common, scenario_id: &str) -> Result<i32, Exit> {
+    let (env, scenarios) = env_for(exe, common, None)?;
+    let (s, profile) = scenario::find(&scenarios, scenario_id)
+        .ok_or_else(|| unknown_id(&scenarios, scenario_id))?;
+    let d = plan::discover(&env, s, &profile).map_err(|e| harness_err(format!("{e:#}")))?;
+    let mut text = format!(
+        "{scenario_id}: {} boundaries (clean run: {}, {} ms)\n",
+        d.boundaries.len(),
+        d.clean_state,
+        d.clean_ms
+    );
+    for b in &d.boundaries {
+        text.push_str(&format!(
+            "{:<9} {:<60} {}\n",
+            b.role,
+            b.cut.to_string(),
+            if b.provider_alive {
+                "provider alive"
+            } else {
+                "no provider"
+            }
+        ));
+    }
+    emit(&text);
+    Ok(if d.clean_verdict == Verdict::Pass {
+        0
+    } else {
+        1
+    })
+}
+
+/// `turncut report merge`: joins the shards, copies their `cells/`
+/// directories and writes the merged reports.
+fn merge(dirs: &[PathBuf], out: &Path) -> Result<i32, Exit> {
+    let mut waves = Vec::new();
+    for d in dirs {
+        waves.push(report::read_wave(&d.join("wave.json")).map_err(bad)?);
+    }
+    let merged = report::merge(waves).map_err(bad)?;
+    prepare_out(out)?;
+    clear_old_cells(out)?;
+    for d in dirs {
+        let cells = d.join("cells");
+        if cells.is_dir() {
+            copy_dir(&cells, &out.join("cells"))
+                .map_err(|e| harness_err(format!("copying {}: {e}", cells.display())))?;
+        }
+    }
+    report::write_wave(out, &merged).map_err(harness_err)?;
+    append_step_summary(&merged);
+    emit(&report::summary_markdown(&merged));
+    Ok(exit_for(merged.verdict()))
+}
+
+/// Removes the `cells/` of an earlier report in `out` (a wave id is the
+/// same for the same seed, so `reports/out/<wave-id>` is written again):
+/// a cell that failed then and passes now must not keep its old directory.
+fn clear_old_cells(out: &Path) -> Result<(), Exit> {
+    let cells = out.join("cells");
+    if !out.join(report::WAVE_JSON).is_file() || !cells.is_dir() {
+        return Ok(());
+    }
+    std::fs::remove_dir_all(&cells)
+        .map_err(|e| harness_err(format!("removing the old {}: {e}", cells.display())))
+}
+
+/// Copies a directory tree (file modes too, so `reproduce.sh` stays
+/// executable).
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Appends the summary to `$GITHUB_STEP_SUMMARY` when it is set (GitHub
+/// Actions); a failure to write it is reported but does not fail the wave.
+fn append_step_summary(wave: &WaveResult) {
+    let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
+        return;
+    };
+    use std::io::Write as _;
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(report::summary_markdown(wave).as_bytes()));
+    if let Err(e) = written {
+        eprintln!("turncut: appending to $GITHUB_STEP_SUMMARY ({path}): {e}");
+    }
+}
+
 fn exit_for(v: Verdict) -> i32 {
     match v {
         Verdict::Pass => 0,
@@ -431,64 +644,89 @@ fn exit_for(v: Verdict) -> i32 {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_and_report(
-    env: &CellEnv,
-    scenarios: &[scenario::Scenario],
-    cells: &[CellSpec],
+/// Cells to run and how to report them.
+struct Job<'a> {
+    env: &'a CellEnv,
+    scenarios: &'a [scenario::Scenario],
+    cells: Vec<CellSpec>,
+    planned: usize,
     jobs: usize,
     seed: u64,
     shard: Option<(u32, u32)>,
-    out: Option<&Path>,
-    wave_id: &str,
-) -> Result<i32, Exit> {
+    out: Option<&'a Path>,
+    wave_id: String,
+    max_fail: usize,
+}
+
+fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
     let started = Instant::now();
-    let finished = wave::run_cells(env, scenarios, cells, jobs);
-    let result = wave::wave_result(wave_id, seed, shard, jobs, started, &finished);
-    if let Some(out) = out {
-        let timelines: report::Timelines = finished
-            .iter()
-            .filter_map(|f| {
-                f.evidence
-                    .as_ref()
-                    .map(|e| (f.result.spec.cell_id.clone(), e.timeline()))
-            })
-            .collect();
-        report::write_wave_with(out, &result, &timelines).map_err(harness_err)?;
-        for f in &finished {
-            if let Some(ev) = &f.evidence {
-                let dir = out.join("cells").join(&f.result.spec.cell_id);
-                ev.write(&dir)
-                    .map_err(|e| harness_err(format!("failed to write {}: {e}", dir.display())))?;
-                std::fs::write(dir.join("timeline.txt"), ev.timeline())
-                    .map_err(|e| harness_err(format!("failed to write timeline.txt: {e}")))?;
-                let script = format!(
-                    "#!/bin/sh\n# {}\n{}\n",
-                    f.result.spec.name(),
-                    f.result.reproduce
-                );
-                std::fs::write(dir.join("reproduce.sh"), script)
-                    .map_err(|e| harness_err(format!("failed to write reproduce.sh: {e}")))?;
-            }
-        }
-        if let Ok(summary) = std::env::var("GITHUB_STEP_SUMMARY") {
-            use std::io::Write as _;
-            if let Ok(mut f) = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(summary)
-            {
-                let _ = f.write_all(report::summary_markdown(&result).as_bytes());
-            }
-        }
-        eprintln!("reports in {}", out.display());
+    let max_fail = (job.max_fail > 0).then_some(job.max_fail);
+    wave::install_interrupt_handler();
+    let finished = wave::run_cells_until(job.env, job.scenarios, &job.cells, job.jobs, max_fail);
+    let stopped = wave::stop_reason(job.planned, &finished, max_fail);
+    let result = wave::wave_result(
+        &wave::WaveMeta {
+            wave_id: job.wave_id.clone(),
+            seed: job.seed,
+            shard: job.shard,
+            jobs: job.jobs,
+            run: wave::run_config(job.env, job.scenarios),
+        },
+        started,
+        &finished,
+        job.planned,
+        stopped,
+    );
+    if let Some(out) = job.out {
+        write_reports(job.env, out, &result, &finished)?;
     }
+    print_outcome(&result);
+    Ok(exit_for(result.verdict()).max(i32::from(result.not_run > 0)))
+}
+
+/// The reports, and `cells/t###/` (evidence, timeline, reproduce.sh) for
+/// every cell that did not pass.
+fn write_reports(
+    env: &CellEnv,
+    out: &Path,
+    result: &WaveResult,
+    finished: &[wave::Finished],
+) -> Result<(), Exit> {
+    let timelines: report::Timelines = finished
+        .iter()
+        .filter_map(|f| {
+            f.evidence
+                .as_ref()
+                .map(|e| (f.result.spec.cell_id.clone(), e.timeline()))
+        })
+        .collect();
+    clear_old_cells(out)?;
+    report::write_wave_with(out, result, &timelines).map_err(harness_err)?;
+    for f in finished {
+        let Some(ev) = &f.evidence else { continue };
+        let dir = out.join("cells").join(&f.result.spec.cell_id);
+        let write = || -> std::io::Result<()> {
+            ev.write(&dir)?;
+            std::fs::write(dir.join("timeline.txt"), ev.timeline())?;
+            let script = dir.join("reproduce.sh");
+            std::fs::write(&script, wave::reproduce_script(env, &f.result))?;
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        };
+        write().map_err(|e| harness_err(format!("failed to write {}: {e}", dir.display())))?;
+    }
+    append_step_summary(result);
+    eprintln!("reports in {}", out.display());
+    Ok(())
+}
+
+fn print_outcome(result: &WaveResult) {
     let counts = |v: Verdict| result.cells.iter().filter(|c| c.verdict == v).count();
     let mut times: Vec<u64> = result.cells.iter().map(|c| c.duration_ms).collect();
     times.sort_unstable();
     let median = times.get(times.len() / 2).copied().unwrap_or(0);
-    println!(
-        "{}: {} cells, {} pass, {} unknown, {} fail; median cell {median} ms; wall {:.1} s",
+    let mut text = format!(
+        "{}: {} cells, {} pass, {} unknown, {} fail; median cell {median} ms; wall {:.1} s\n",
         result.wave_id,
         result.cells.len(),
         counts(Verdict::Pass),
@@ -496,14 +734,22 @@ fn run_and_report(
         counts(Verdict::Fail),
         result.duration_ms as f64 / 1000.0
     );
-    for c in result.cells.iter().filter(|c| c.verdict != Verdict::Pass) {
-        println!("  {}", report::cell_line(c));
-        println!("    reproduce: {}", c.reproduce);
+    if let Some(why) = &result.stopped {
+        text.push_str(&format!("NOT COMPLETE: {why}\n"));
     }
-    Ok(exit_for(result.verdict()))
+    for c in result.cells.iter().filter(|c| c.verdict != Verdict::Pass) {
+        text.push_str(&format!(
+            "  {}\n    reproduce: {}\n",
+            report::cell_line(c),
+            c.reproduce
+        ));
+    }
+    emit(&text);
 }
 
-fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<i32, Exit> {
+/// The wave directory and cell id of `<wave-dir>/t###` or
+/// `<wave-dir>/cells/t###`.
+fn cell_path(cell: &Path) -> Result<(PathBuf, String), Exit> {
     let cell_id = cell
         .file_name()
         .and_then(|n| n.to_str())
@@ -514,39 +760,71 @@ fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<i32, Exit> {
     if wave_dir.file_name().is_some_and(|n| n == "cells") {
         wave_dir = wave_dir.parent().unwrap_or(Path::new(".")).to_owned();
     }
+    Ok((wave_dir, cell_id))
+}
+
+fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<i32, Exit> {
+    let (wave_dir, cell_id) = cell_path(cell)?;
     let wave = report::read_wave(&wave_dir.join("wave.json")).map_err(bad)?;
     let old = wave
         .cells
         .iter()
         .find(|c| c.spec.cell_id == cell_id)
         .ok_or_else(|| bad(format!("{} has no cell {cell_id}", wave_dir.display())))?;
-    let (env, scenarios) = env_for(exe, common)?;
-    let (s, profile) = scenario::find(&scenarios, &old.spec.scenario_id).ok_or_else(|| {
-        bad(format!(
-            "scenario {} is not in the scenario directory",
-            old.spec.scenario_id
-        ))
-    })?;
-    let run = harness::cell::run_cell(&env, s, &profile, &old.spec);
-    println!("{}", report::cell_line(&run.result));
-    if run.result.verdict == old.verdict && run.result.outcome.state == old.outcome.state {
-        println!(
-            "same result as in {}: {} ({})",
-            wave.wave_id,
-            old.verdict.as_str(),
-            old.outcome.state
-        );
-    } else {
-        println!(
-            "DIFFERENT from {}: was {} ({}), now {} ({})",
-            wave.wave_id,
-            old.verdict.as_str(),
-            old.outcome.state,
-            run.result.verdict.as_str(),
-            run.result.outcome.state
+    let version = env!("CARGO_PKG_VERSION");
+    if !wave.run.turncut_version.is_empty() && wave.run.turncut_version != version {
+        eprintln!(
+            "turncut: warning: the wave ran on turncut {}, this is {version}",
+            wave.run.turncut_version
         );
     }
-    Ok(exit_for(run.result.verdict))
+    let (env, scenarios) = env_for(exe, common, Some(&wave.run))?;
+    if scenario::find(&scenarios, &old.spec.scenario_id).is_none() {
+        return Err(bad(format!(
+            "scenario {} is not in the scenarios; pass the wave's --scenarios DIR",
+            old.spec.scenario_id
+        )));
+    }
+    let run = wave::run_one(&env, &scenarios, &old.spec);
+    let new = &run.result;
+    let failing = |c: &CellResult| -> Vec<String> {
+        c.oracles
+            .iter()
+            .filter(|o| o.verdict != Verdict::Pass)
+            .map(|o| format!("{} {}", o.oracle, o.verdict.as_str()))
+            .collect()
+    };
+    let same = new.verdict == old.verdict
+        && new.outcome.state == old.outcome.state
+        && failing(new) == failing(old);
+    let mut text = format!("{}\n", report::cell_line(new));
+    let describe = |c: &CellResult| {
+        format!(
+            "{} ({}{})",
+            c.verdict.as_str(),
+            c.outcome.state,
+            failing(c)
+                .iter()
+                .map(|f| format!(", {f}"))
+                .collect::<String>()
+        )
+    };
+    if same {
+        text.push_str(&format!(
+            "same result as in {}: {}\n",
+            wave.wave_id,
+            describe(old)
+        ));
+    } else {
+        text.push_str(&format!(
+            "DIFFERENT from {}: was {}, now {}\n",
+            wave.wave_id,
+            describe(old),
+            describe(new)
+        ));
+    }
+    emit(&text);
+    Ok(if same { exit_for(new.verdict) } else { 1 })
 }
 
 fn crash_round(
@@ -570,7 +848,7 @@ fn crash_round(
         tasks,
         kills,
         seed,
-        wait: std::time::Duration::from_millis(common.cell_wait_ms.max(60_000)),
+        wait: std::time::Duration::from_millis(common.cell_wait_ms.unwrap_or(0).max(60_000)),
         round_wait: std::time::Duration::from_millis(round_wait_ms),
         keep: common.keep,
     };

@@ -133,6 +133,24 @@ impl CellSpec {
     }
 }
 
+/// Orders cell ids by their number, so `t1000` sorts after `t999` even though
+/// ids are only zero-padded to three digits.
+pub fn cell_id_key(id: &str) -> (&str, usize, &str, &str) {
+    let digits_at = id.find(|c: char| c.is_ascii_digit()).unwrap_or(id.len());
+    let (prefix, rest) = id.split_at(digits_at);
+    let digits_end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let number = rest[..digits_end].trim_start_matches('0');
+    (prefix, number.len(), number, id)
+}
+
+/// Sorts cells by the number in their id (`t757` before `t1000`): the one
+/// order of `wave.json`, every report and the terminal.
+pub fn sort_cells<T>(cells: &mut [T], id: impl Fn(&T) -> &str) {
+    cells.sort_by(|a, b| cell_id_key(id(a)).cmp(&cell_id_key(id(b))));
+}
+
 /// How the cell's task ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
@@ -174,12 +192,49 @@ pub struct CellResult {
     pub retried: Option<String>,
 }
 
+/// How the cells of a wave ran, recorded so that `turncut replay` runs a
+/// cell again the same way (older `wave.json` files read as the defaults).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunConfig {
+    /// The turncut version that ran the wave.
+    #[serde(default)]
+    pub turncut_version: String,
+    /// The absolute path of the turncut that ran the wave.
+    #[serde(default)]
+    pub turncut_path: String,
+    /// `--runner-cmd`, split into words; `None` for the built-in
+    /// `turncut runnerd`.
+    #[serde(default)]
+    pub runner_cmd: Option<Vec<String>>,
+    /// `--runner-arg` values.
+    #[serde(default)]
+    pub runner_args: Vec<String>,
+    /// `--idle-timeout-ms`.
+    #[serde(default)]
+    pub idle_timeout_ms: u64,
+    /// `--hang-idle-timeout-ms`.
+    #[serde(default)]
+    pub hang_idle_timeout_ms: u64,
+    /// `--cell-wait-ms`.
+    #[serde(default)]
+    pub cell_wait_ms: u64,
+    /// The absolute `--scenarios` directory; `None` for the scenarios built
+    /// into turncut.
+    #[serde(default)]
+    pub scenarios: Option<String>,
+    /// The file of each scenario id (`scenarios/<file>.toml` for a built-in
+    /// one), for JUnit's `file=`.
+    #[serde(default)]
+    pub scenario_files: std::collections::BTreeMap<String, String>,
+}
+
 /// A whole wave.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WaveResult {
     /// Format version, [`WAVE_FORMAT_VERSION`].
     pub v: u32,
-    /// `w-<UTC yyyymmddThhmmss>-s<seed>`.
+    /// `w-s<seed>-<hash of the planned cells>`: the same for every shard of
+    /// one wave (older files: `w-<UTC yyyymmddThhmmss>-s<seed>`).
     pub wave_id: String,
     /// The wave seed.
     pub seed: u64,
@@ -191,6 +246,15 @@ pub struct WaveResult {
     pub duration_ms: u64,
     /// Cells in id order.
     pub cells: Vec<CellResult>,
+    /// How the cells ran (for `turncut replay`).
+    #[serde(default)]
+    pub run: RunConfig,
+    /// Planned cells that did not run (the wave stopped early).
+    #[serde(default)]
+    pub not_run: usize,
+    /// Why the wave stopped before running every planned cell.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
 }
 
 impl WaveResult {

@@ -120,10 +120,8 @@ pub fn run(
     profiles: Option<&str>,
     full: bool,
 ) -> anyhow::Result<i32> {
-    let dir = scenarios_dir
-        .clone()
-        .unwrap_or_else(plan::default_scenarios_dir);
-    let scenarios = scenario::load_dir(&dir)?;
+    let scenarios = scenario::load(scenarios_dir.as_deref())?;
+    let dir = scenarios_dir.clone().unwrap_or_default();
     let bin = build_seeded()?;
     let mut by_profile: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in &scenarios {

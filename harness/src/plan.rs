@@ -7,8 +7,6 @@
 //! where the trace shows a live provider (between `provider_identity` and
 //! `provider_stop` of the runner), so no cell fires a fault at nothing.
 
-use std::path::Path;
-
 use crate::cell::{CellEnv, run_cell_traced};
 use crate::model::{CellSpec, Cut, Fault, Verdict};
 use crate::nemesis;
@@ -180,6 +178,80 @@ pub fn expand(
     Ok(out)
 }
 
+/// Checks a `--cut`/`--fault` pair against the boundaries of a clean run
+/// of `scenario_id`, before any cell runs: the point must happen, the
+/// occurrence must be reached, and a provider fault needs a live provider.
+pub fn check_cut(
+    boundaries: &[Boundary],
+    scenario_id: &str,
+    cut: &Cut,
+    fault: Fault,
+) -> Result<(), String> {
+    let hits: Vec<&Boundary> = boundaries
+        .iter()
+        .filter(|b| b.cut.point == cut.point)
+        .collect();
+    let listing = format!("`turncut boundaries {scenario_id}` lists them");
+    let Some(last) = hits.iter().map(|b| b.cut.n).max() else {
+        let dym = crate::scenario::did_you_mean(
+            &cut.point,
+            boundaries.iter().map(|b| b.cut.point.as_str()),
+        );
+        return Err(format!(
+            "--cut {cut}: a clean run of {scenario_id} never reaches point {}{dym}; {listing}",
+            cut.point
+        ));
+    };
+    let Some(at) = hits.iter().find(|b| b.cut.n == cut.n) else {
+        return Err(format!(
+            "--cut {cut}: a clean run of {scenario_id} reaches {} {last} time(s), so #{} never happens; {listing}",
+            cut.point, cut.n
+        ));
+    };
+    if nemesis::needs_provider(fault) && !at.provider_alive {
+        return Err(format!(
+            "--fault {fault} at {cut}: no provider process is alive there; use kill-runner"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the `cut` list of `scenario` against `boundaries`, the union of
+/// the clean runs of its profiles: every point must belong to a component
+/// and happen in at least one of them. The error has the point's place in
+/// the file and the closest boundary name.
+pub fn check_points(
+    scenario: &Scenario,
+    boundaries: &[Boundary],
+) -> Result<(), crate::scenario::ScenarioError> {
+    let CutSelection::Points(names) = &scenario.cut else {
+        return Ok(());
+    };
+    for n in names {
+        let family = n.split('.').next().unwrap_or_default();
+        if !POINT_FAMILIES.contains(&family) {
+            return Err(scenario.error_at_point(
+                n,
+                format!(
+                    "cut point {n} belongs to no component; points start with one of {}",
+                    POINT_FAMILIES.join(", ")
+                ),
+            ));
+        }
+        if !boundaries.iter().any(|b| &b.cut.point == n) {
+            let dym =
+                crate::scenario::did_you_mean(n, boundaries.iter().map(|b| b.cut.point.as_str()));
+            return Err(scenario.error_at_point(
+                n,
+                format!(
+                    "cut point {n} never happens in a clean run of any profile of this scenario{dym}; `turncut boundaries <scenario-id>` lists the points"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// SplitMix64: a small, well-known mixing function for deterministic seeds.
 pub fn mix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
@@ -266,15 +338,6 @@ pub fn parse_shard(s: &str) -> anyhow::Result<(u32, u32)> {
         "--shard {s}: I must be between 1 and N"
     );
     Ok((i, n))
-}
-
-/// Where the scenarios are by default: `./scenarios`, else the source tree's.
-pub fn default_scenarios_dir() -> std::path::PathBuf {
-    let local = Path::new("scenarios");
-    if local.is_dir() {
-        return local.to_owned();
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
 }
 
 #[cfg(test)]

@@ -131,6 +131,9 @@ pub struct Scenario {
     pub recut: Option<crate::model::Cut>,
     /// Clean-run expectations.
     pub expect: Expect,
+    /// Where each point name of a `cut` list is in the file (line, column),
+    /// for errors found once the boundaries are known.
+    pub cut_places: std::collections::BTreeMap<String, (usize, usize)>,
 }
 
 impl Scenario {
@@ -142,6 +145,33 @@ impl Scenario {
     /// Every scenario id of this file.
     pub fn ids(&self) -> Vec<String> {
         self.profiles.iter().map(|p| self.id(p)).collect()
+    }
+
+    /// An error at the place of the cut point `name` in this file (its
+    /// `cut` list), or at the top of the file when it is not listed there.
+    pub fn error_at_point(&self, name: &str, message: impl Into<String>) -> ScenarioError {
+        let (line, col) = self.cut_places.get(name).copied().unwrap_or((1, 1));
+        ScenarioError {
+            path: self.path.display().to_string(),
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+}
+
+/// ` (did you mean "x"?)` for the candidate closest to `word`, or nothing
+/// when none is close (at most a third of the word's characters differ).
+pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+    let best = candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(word, c), c))
+        .min();
+    match best {
+        Some((d, c)) if d > 0 && d <= word.chars().count().div_ceil(3) => {
+            format!(" (did you mean {c:?}?)")
+        }
+        _ => String::new(),
     }
 }
 
@@ -419,6 +449,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
     }
 
     let mut recut = None;
+    let mut cut_places = std::collections::BTreeMap::new();
     let (cut, faults) = match raw.chaos {
         None => (CutSelection::EveryBoundary, Fault::ALL.to_vec()),
         Some(ch) => {
@@ -460,6 +491,13 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
                                 }
                             }
                         }
+                        for n in &names {
+                            let span = v.span();
+                            let at = text[span.clone()]
+                                .find(&format!("\"{n}\""))
+                                .map_or(span.start, |i| span.start + i);
+                            cut_places.insert(n.clone(), fake_provider::script::line_col(text, at));
+                        }
                         if names.is_empty() {
                             return Err(ctx.err(
                                 v.span(),
@@ -493,8 +531,9 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
                                 return Err(ctx.err(
                                     f.span(),
                                     format!(
-                                        "unknown fault {:?}; faults are {}",
+                                        "unknown fault {:?}{}; faults are {}",
                                         f.get_ref(),
+                                        did_you_mean(f.get_ref(), Fault::ALL.map(Fault::as_str)),
                                         Fault::ALL.map(Fault::as_str).join(", ")
                                     ),
                                 ));
@@ -544,7 +583,26 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         faults,
         recut,
         expect,
+        cut_places,
     })
+}
+
+/// The scenarios built into turncut: (file name, text) of every
+/// `scenarios/*.toml` of the source tree, embedded at build time.
+pub const BUILTIN: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/builtin_scenarios.rs"));
+
+/// The scenarios of `dir`, or the built-in ones ([`BUILTIN`], named
+/// `scenarios/<file>` in errors and reports) when there is none.
+pub fn load(dir: Option<&Path>) -> Result<Vec<Scenario>, ScenarioError> {
+    match dir {
+        Some(dir) => load_dir(dir),
+        None => load_texts(
+            BUILTIN
+                .iter()
+                .map(|(name, text)| (format!("scenarios/{name}"), (*text).to_owned()))
+                .collect(),
+        ),
+    }
 }
 
 /// Loads every `*.toml` file of `dir` (sorted by name). Any bad file fails the
@@ -566,7 +624,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, ScenarioError> {
         .filter(|p| p.extension().and_then(|x| x.to_str()) == Some("toml"))
         .collect();
     files.sort();
-    let mut out: Vec<Scenario> = Vec::new();
+    let mut texts = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).map_err(|e| ScenarioError {
             path: f.display().to_string(),
@@ -574,11 +632,26 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, ScenarioError> {
             col: 1,
             message: format!("cannot read the file: {e}"),
         })?;
-        let s = parse(&text, &f.display().to_string())?;
+        texts.push((f.display().to_string(), text));
+    }
+    if texts.is_empty() {
+        return Err(whole(
+            "no *.toml scenario files here; pass --scenarios DIR".to_owned(),
+        ));
+    }
+    load_texts(texts)
+}
+
+/// Parses (path, text) pairs; duplicate scenario ids are an error naming
+/// both files.
+fn load_texts(texts: Vec<(String, String)>) -> Result<Vec<Scenario>, ScenarioError> {
+    let mut out: Vec<Scenario> = Vec::new();
+    for (path, text) in texts {
+        let s = parse(&text, &path)?;
         for id in s.ids() {
             if let Some(other) = out.iter().find(|o| o.ids().contains(&id)) {
                 return Err(ScenarioError {
-                    path: f.display().to_string(),
+                    path,
                     line: 1,
                     col: 1,
                     message: format!(
@@ -589,11 +662,6 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Scenario>, ScenarioError> {
             }
         }
         out.push(s);
-    }
-    if out.is_empty() {
-        return Err(whole(
-            "no *.toml scenario files here; pass --scenarios DIR".to_owned(),
-        ));
     }
     Ok(out)
 }

@@ -7,12 +7,12 @@
 
 use std::io::IsTerminal as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use crate::cell::{CellEnv, run_cell};
 use crate::evidence::Evidence;
-use crate::model::{CellResult, CellSpec, Verdict, WAVE_FORMAT_VERSION, WaveResult};
+use crate::model::{CellResult, CellSpec, RunConfig, Verdict, WAVE_FORMAT_VERSION, WaveResult};
 use crate::plan;
 use crate::scenario::{self, Scenario};
 
@@ -25,8 +25,18 @@ pub struct Finished {
     pub evidence: Option<Evidence>,
 }
 
+/// A scenario id with its discovered boundaries.
+struct Discovered<'a> {
+    id: &'a String,
+    scenario: &'a Scenario,
+    profile: String,
+    discovery: plan::Discovery,
+}
+
 /// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
-/// boundaries with a clean traced run of each, then expands.
+/// boundaries with a clean traced run of each, checks every scenario's `cut`
+/// list against them (a bad point is a `ScenarioError`, before any cell
+/// runs), then expands.
 pub fn plan_cells(
     env: &CellEnv,
     scenarios: &[Scenario],
@@ -34,25 +44,99 @@ pub fn plan_cells(
     wave_seed: u64,
     quiet: bool,
 ) -> anyhow::Result<Vec<CellSpec>> {
-    let mut all = Vec::new();
+    let mut found = Vec::new();
     for id in ids {
-        let (s, profile) = scenario::find(scenarios, id).ok_or_else(|| {
+        let (scenario, profile) = scenario::find(scenarios, id).ok_or_else(|| {
             anyhow::anyhow!("unknown scenario id {id}; `turncut list` shows the ids")
         })?;
-        let d = plan::discover(env, s, &profile)?;
-        let cells = plan::expand(s, &d.boundaries)?;
+        let mut discovery = plan::discover(env, scenario, &profile)?;
+        // Threads of the runner and of a fake interleave by timing, so the
+        // clean run's order of boundaries varies from run to run while their
+        // set does not: cells are numbered in a fixed order (runner points
+        // first, then by name and occurrence), so every shard of a wave,
+        // planned on its own machine, numbers the same cells the same way.
+        discovery
+            .boundaries
+            .sort_by(|a, b| (a.role != "runner", &a.cut).cmp(&(b.role != "runner", &b.cut)));
+        found.push(Discovered {
+            id,
+            scenario,
+            profile,
+            discovery,
+        });
+    }
+    for f in &found {
+        check_points(env, f.scenario, &found)?;
+    }
+    let mut all = Vec::new();
+    for f in &found {
+        let d = &f.discovery;
+        let cells = plan::expand(f.scenario, &d.boundaries)?;
         if !quiet {
             eprintln!(
-                "planned {id}: {} boundaries, {} cells (clean run {} in {} ms)",
+                "planned {}: {} boundaries, {} cells (clean run {} in {} ms)",
+                f.id,
                 d.boundaries.len(),
                 cells.len(),
                 d.clean_state,
                 d.clean_ms
             );
         }
-        all.extend(cells.into_iter().map(|(c, f)| (id.clone(), c, f)));
+        all.extend(cells.into_iter().map(|(c, fault)| (f.id.clone(), c, fault)));
     }
     Ok(plan::number(wave_seed, all))
+}
+
+/// Checks the `cut` list of `s` against the boundaries of all its profiles
+/// (a runner point may exist in one driver only); profiles not planned
+/// (`--only`) are discovered only when a point is missing from the others.
+fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
+    let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
+    let mut union: Vec<plan::Boundary> = mine
+        .iter()
+        .flat_map(|f| f.discovery.boundaries.iter().cloned())
+        .collect();
+    if plan::check_points(s, &union).is_err() {
+        for p in &s.profiles {
+            if !mine.iter().any(|f| &f.profile == p) {
+                union.extend(plan::discover(env, s, p)?.boundaries);
+            }
+        }
+    }
+    plan::check_points(s, &union)?;
+    Ok(())
+}
+
+/// Runs one cell; a cell whose armed cut was not reached runs once more.
+pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finished {
+    let Some((s, profile)) = scenario::find(scenarios, &spec.scenario_id) else {
+        return Finished {
+            result: CellResult {
+                spec: spec.clone(),
+                verdict: Verdict::Unknown,
+                oracles: Vec::new(),
+                outcome: Default::default(),
+                duration_ms: 0,
+                reproduce: String::new(),
+                error: Some(format!("unknown scenario id {}", spec.scenario_id)),
+                retried: None,
+            },
+            evidence: None,
+        };
+    };
+    let mut run = run_cell(env, s, &profile, spec);
+    if spec.cut.is_some() && !run.evidence.reached_cut {
+        // The armed occurrence was not reached: the path before it depended
+        // on timing (e.g. an idle timeout on a loaded machine). Once more;
+        // the report says so, and a second miss stands.
+        run = run_cell(env, s, &profile, spec);
+        run.result.retried = Some("the armed cut was not reached on the first attempt".into());
+    }
+    let evidence = (run.result.verdict != Verdict::Pass).then_some(run.evidence);
+    Finished {
+        result: run.result,
+        evidence,
+    }
 }
 
 /// Runs `cells` on `jobs` threads.
@@ -78,7 +162,7 @@ pub fn run_cells_until(
         let pb = indicatif::ProgressBar::new(cells.len() as u64);
         pb.set_style(
             indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:40}] {pos}/{len} cells  {msg}",
+                "{elapsed_precise} [{bar:40}] {pos}/{len} cells, ETA {eta}  {msg}",
             )
             .expect("a valid template")
             .progress_chars("=> "),
@@ -89,50 +173,20 @@ pub fn run_cells_until(
     };
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
     let out: Mutex<Vec<Finished>> = Mutex::new(Vec::with_capacity(cells.len()));
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
                 loop {
-                    if stop_after.is_some_and(|n| failed.load(Ordering::SeqCst) >= n) {
+                    if INTERRUPTED.load(Ordering::SeqCst)
+                        || stop_after.is_some_and(|n| failed.load(Ordering::SeqCst) >= n)
+                    {
                         return;
                     }
                     let i = next.fetch_add(1, Ordering::SeqCst);
                     let Some(spec) = cells.get(i) else { return };
-                    let finished = match scenario::find(scenarios, &spec.scenario_id) {
-                        Some((s, profile)) => {
-                            let mut run = run_cell(env, s, &profile, spec);
-                            if spec.cut.is_some() && !run.evidence.reached_cut {
-                                // The armed occurrence was not reached: the path
-                                // before it depended on timing (e.g. an idle
-                                // timeout on a loaded machine). Once more; the
-                                // report says so, and a second miss stands.
-                                run = run_cell(env, s, &profile, spec);
-                                run.result.retried = Some(
-                                    "the armed cut was not reached on the first attempt".into(),
-                                );
-                            }
-                            let evidence =
-                                (run.result.verdict != Verdict::Pass).then_some(run.evidence);
-                            Finished {
-                                result: run.result,
-                                evidence,
-                            }
-                        }
-                        None => Finished {
-                            result: CellResult {
-                                spec: spec.clone(),
-                                verdict: Verdict::Unknown,
-                                oracles: Vec::new(),
-                                outcome: Default::default(),
-                                duration_ms: 0,
-                                reproduce: String::new(),
-                                error: Some(format!("unknown scenario id {}", spec.scenario_id)),
-                                retried: None,
-                            },
-                            evidence: None,
-                        },
-                    };
+                    let finished = run_one(env, scenarios, spec);
                     if finished.result.verdict != Verdict::Pass {
                         failed.fetch_add(1, Ordering::SeqCst);
                     }
@@ -147,7 +201,12 @@ pub fn run_cells_until(
                                 pb.println(crate::report::cell_line(&finished.result));
                             }
                         }
-                        None => eprintln!("{}", crate::report::cell_line(&finished.result)),
+                        None => eprintln!(
+                            "[{}/{}] {}",
+                            done.fetch_add(1, Ordering::SeqCst) + 1,
+                            cells.len(),
+                            crate::report::cell_line(&finished.result)
+                        ),
                     }
                     out.lock().expect("results").push(finished);
                 }
@@ -158,62 +217,255 @@ pub fn run_cells_until(
         pb.finish_and_clear();
     }
     let mut v = out.into_inner().expect("results");
-    v.sort_by(|a, b| a.result.spec.cell_id.cmp(&b.result.spec.cell_id));
+    crate::model::sort_cells(&mut v, |f| &f.result.spec.cell_id);
     v
 }
 
-/// Assembles a wave.
+/// Why a wave ran fewer cells than planned: `--max-fail` or Ctrl-C.
+pub fn stop_reason(
+    planned: usize,
+    finished: &[Finished],
+    max_fail: Option<usize>,
+) -> Option<String> {
+    if finished.len() >= planned {
+        return None;
+    }
+    let not_run = planned - finished.len();
+    if INTERRUPTED.load(Ordering::SeqCst) {
+        return Some(format!(
+            "interrupted (Ctrl-C); {not_run} planned cells did not run"
+        ));
+    }
+    let failed = finished
+        .iter()
+        .filter(|f| f.result.verdict != Verdict::Pass)
+        .count();
+    Some(match max_fail {
+        Some(n) if failed >= n => format!(
+            "stopped after {failed} cells did not pass (--max-fail {n}); {not_run} planned cells did not run"
+        ),
+        _ => format!("{not_run} planned cells did not run"),
+    })
+}
+
+/// What identifies a wave and how it ran, besides its cells.
+pub struct WaveMeta {
+    /// The wave id ([`wave_id`]).
+    pub wave_id: String,
+    /// The wave seed.
+    pub seed: u64,
+    /// Shard `i/n`, if sharded.
+    pub shard: Option<(u32, u32)>,
+    /// Parallel cells.
+    pub jobs: usize,
+    /// How the cells ran.
+    pub run: RunConfig,
+}
+
+/// Assembles a wave of `planned` cells of which `finished` ran.
 pub fn wave_result(
-    wave_id: &str,
-    seed: u64,
-    shard: Option<(u32, u32)>,
-    jobs: usize,
+    meta: &WaveMeta,
     started: Instant,
     finished: &[Finished],
+    planned: usize,
+    stopped: Option<String>,
 ) -> WaveResult {
     WaveResult {
         v: WAVE_FORMAT_VERSION,
-        wave_id: wave_id.to_owned(),
-        seed,
-        shard,
-        jobs,
+        wave_id: meta.wave_id.clone(),
+        seed: meta.seed,
+        shard: meta.shard,
+        jobs: meta.jobs,
         duration_ms: started.elapsed().as_millis() as u64,
         cells: finished.iter().map(|f| f.result.clone()).collect(),
+        run: meta.run.clone(),
+        not_run: planned.saturating_sub(finished.len()),
+        stopped,
     }
 }
 
-/// `w-<UTC yyyymmddThhmmss>-s<seed>`.
-pub fn wave_id(seed: u64) -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs()) as i64;
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant's algorithm), proleptic Gregorian, UTC.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+/// `w-s<seed>-<8 hex digits>`: the seed and a hash of the planned cells
+/// (before sharding), so every shard of one wave, on any machine and at any
+/// time, gets the same id and `report merge` can join them.
+pub fn wave_id(seed: u64, planned: &[CellSpec]) -> String {
+    let mut h = plan::mix(seed);
+    for c in planned {
+        h = plan::cell_seed(h, &format!("{} {}", c.cell_id, c.name()));
+    }
+    format!("w-s{seed}-{:08x}", h >> 32)
+}
+
+/// How `env` runs cells, for `wave.json` (what `turncut replay` reads),
+/// with the file of every scenario id of `scenarios`.
+pub fn run_config(env: &CellEnv, scenarios: &[Scenario]) -> RunConfig {
+    let default_runner = [env.turncut.display().to_string(), "runnerd".to_owned()];
+    RunConfig {
+        turncut_version: env!("CARGO_PKG_VERSION").to_owned(),
+        turncut_path: env.turncut.display().to_string(),
+        runner_cmd: (env.runner_cmd != default_runner).then(|| env.runner_cmd.clone()),
+        runner_args: env.runner_extra.clone(),
+        idle_timeout_ms: env.idle_timeout_ms,
+        hang_idle_timeout_ms: env.hang_idle_timeout_ms,
+        cell_wait_ms: env.wait_ms,
+        scenarios: scenarios_arg(env),
+        scenario_files: scenarios
+            .iter()
+            .flat_map(|s| {
+                s.ids()
+                    .into_iter()
+                    .map(|id| (id, s.path.display().to_string()))
+            })
+            .collect(),
+    }
+}
+
+/// The `--scenarios` directory of `env`, absolute; `None` for the built-in
+/// scenarios (an empty `scenarios_dir`).
+fn scenarios_arg(env: &CellEnv) -> Option<String> {
+    let dir = &env.scenarios_dir;
+    (!dir.as_os_str().is_empty()).then(|| {
+        std::path::absolute(dir)
+            .unwrap_or_else(|_| dir.clone())
+            .display()
+            .to_string()
+    })
+}
+
+/// The `turncut` arguments that run `spec` again the way `env` ran it: the
+/// scenario, the cut and fault, and every option that differs from the
+/// default (`--scenarios` only when the scenarios were not built in).
+pub fn reproduce_args(env: &CellEnv, spec: &CellSpec) -> Vec<String> {
+    let mut args = vec!["run".to_owned(), spec.scenario_id.clone()];
+    if let (Some(cut), Some(fault)) = (&spec.cut, spec.fault) {
+        args.extend([
+            "--cut".into(),
+            cut.to_string(),
+            "--fault".into(),
+            fault.to_string(),
+        ]);
+    }
+    let run = run_config(env, &[]);
+    if let Some(dir) = run.scenarios {
+        args.extend(["--scenarios".into(), dir]);
+    }
+    if let Some(cmd) = run.runner_cmd {
+        args.extend(["--runner-cmd".into(), cmd.join(" ")]);
+    }
+    args.extend(run.runner_args.iter().map(|a| format!("--runner-arg={a}")));
+    let defaults = CellEnv::new(&env.turncut, &env.scenarios_dir);
+    for (flag, value, default) in [
+        (
+            "--idle-timeout-ms",
+            env.idle_timeout_ms,
+            defaults.idle_timeout_ms,
+        ),
+        (
+            "--hang-idle-timeout-ms",
+            env.hang_idle_timeout_ms,
+            defaults.hang_idle_timeout_ms,
+        ),
+        ("--cell-wait-ms", env.wait_ms, defaults.wait_ms),
+    ] {
+        if value != default {
+            args.extend([flag.to_owned(), value.to_string()]);
+        }
+    }
+    args
+}
+
+/// The shell command that runs `spec` again: the absolute path of this
+/// turncut and [`reproduce_args`], quoted for `sh`.
+pub fn reproduce_command(env: &CellEnv, spec: &CellSpec) -> String {
+    std::iter::once(env.turncut.display().to_string())
+        .chain(reproduce_args(env, spec))
+        .map(|a| sh_quote(&a))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `cells/t###/reproduce.sh`: runs the cell again with the turncut of the
+/// run, or `$TURNCUT` when set (e.g. when that file is gone).
+pub fn reproduce_script(env: &CellEnv, result: &CellResult) -> String {
+    let args: Vec<String> = reproduce_args(env, &result.spec)
+        .iter()
+        .map(|a| sh_quote(a))
+        .collect();
     format!(
-        "w-{y:04}{m:02}{d:02}T{:02}{:02}{:02}-s{seed}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "#!/bin/sh\n# {id}: {name} ({verdict} in the wave)\n\
+         # Runs this cell again with the turncut that ran the wave (version {version}).\n\
+         # If that file is gone, point TURNCUT at another turncut of that version,\n\
+         # e.g. TURNCUT=\"$(command -v turncut)\" sh reproduce.sh\n\
+         TURNCUT=\"${{TURNCUT:-{exe}}}\"\nexec \"$TURNCUT\" {args}\n",
+        id = result.spec.cell_id,
+        name = result.spec.name(),
+        verdict = result.verdict.as_str(),
+        version = env!("CARGO_PKG_VERSION"),
+        exe = env.turncut.display(),
+        args = args.join(" ")
     )
+}
+
+/// Quotes a word for `sh` when it needs it.
+fn sh_quote(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=#:,@+%".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+/// Set by the first Ctrl-C: no new cell starts, the running ones finish and
+/// the partial report is written. A second Ctrl-C ends turncut at once.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: nix::libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Installs the Ctrl-C handler of a wave (SIGINT, one-shot: the handler
+/// resets itself, so the second Ctrl-C has the default effect).
+pub fn install_interrupt_handler() {
+    use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+    let action = SigAction::new(
+        SigHandler::Handler(on_sigint),
+        SaFlags::SA_RESETHAND | SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    let _ = unsafe { sigaction(Signal::SIGINT, &action) };
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn wave_ids_have_the_documented_shape() {
-        let id = super::wave_id(7);
-        assert!(id.starts_with("w-20"), "{id}");
-        assert!(id.ends_with("-s7"), "{id}");
-        assert_eq!(id.len(), "w-20261130T012345-s7".len(), "{id}");
-        assert_eq!(&id[10..11], "T");
+    fn wave_ids_depend_on_the_seed_and_the_planned_cells_only() {
+        let cells = plan::number(
+            7,
+            vec![
+                ("s.a".to_owned(), None, None),
+                ("s.b".to_owned(), None, None),
+            ],
+        );
+        let id = wave_id(7, &cells);
+        assert!(id.starts_with("w-s7-"), "{id}");
+        assert_eq!(id.len(), "w-s7-".len() + 8, "{id}");
+        assert_eq!(wave_id(7, &cells), id, "deterministic");
+        assert_ne!(wave_id(8, &cells), id);
+        assert_ne!(wave_id(7, &cells[..1]), id);
+    }
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(
+            sh_quote("runner.turn_intent.persisted#1"),
+            "runner.turn_intent.persisted#1"
+        );
+        assert_eq!(sh_quote("/bin/sh -c x"), "'/bin/sh -c x'");
+        assert_eq!(sh_quote("it's"), "'it'\\''s'");
     }
 }

@@ -45,7 +45,7 @@ fn a_sampled_wave_writes_its_reports_and_a_cell_replays_the_same() {
     }
     let wave = harness::report::read_wave(&out.join("wave.json")).unwrap();
     assert_eq!(wave.cells.len(), 10);
-    assert!(wave.wave_id.ends_with("-s7"));
+    assert!(wave.wave_id.starts_with("w-s7-"), "{}", wave.wave_id);
     let junit = std::fs::read_to_string(out.join("junit.xml")).unwrap();
     assert_eq!(
         junit.matches("<testcase").count(),

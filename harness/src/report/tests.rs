@@ -1,0 +1,563 @@
+//! Tests of every report sink over one sample wave.
+
+use super::markdown::md_code;
+use super::markdown::md_text;
+use super::*;
+use crate::model::{CellSpec, Cut, Fault, OracleResult, Outcome, WAVE_FORMAT_VERSION};
+
+const INJECTION: &str = "</script><b>x";
+const FAIL_MESSAGE: &str = "message m1 started 2 primary turns";
+const FAIL_REPRODUCE: &str = "turncut run everyday.runner-codex.local.single --cut runner.turn_intent.persisted#1 --fault kill-runner --seed 7";
+
+fn oracle(name: &str, verdict: Verdict, message: &str) -> OracleResult {
+    OracleResult {
+        oracle: name.to_owned(),
+        verdict,
+        message: message.to_owned(),
+        evidence: if verdict == Verdict::Pass {
+            vec![]
+        } else {
+            vec!["journal.jsonl:12".to_owned(), "events#7".to_owned()]
+        },
+    }
+}
+
+fn cell(
+    id: &str,
+    scenario: &str,
+    cut: Option<(&str, u64)>,
+    fault: Option<Fault>,
+    oracles: Vec<OracleResult>,
+) -> CellResult {
+    let verdict = oracles
+        .iter()
+        .map(|o| o.verdict)
+        .max()
+        .unwrap_or(Verdict::Unknown);
+    CellResult {
+        spec: CellSpec {
+            cell_id: id.to_owned(),
+            scenario_id: scenario.to_owned(),
+            cut: cut.map(|(point, n)| Cut {
+                point: point.to_owned(),
+                n,
+            }),
+            fault,
+            seed: 7,
+        },
+        verdict,
+        oracles,
+        outcome: Outcome {
+            state: "completed".to_owned(),
+            cause: None,
+            reached_cut: cut.is_some(),
+            runs: 1,
+            continuations: 0,
+            retry_status: None,
+        },
+        duration_ms: 143,
+        reproduce: format!("turncut replay reports/out/w/{id}"),
+        error: None,
+        retried: None,
+    }
+}
+
+/// Two scenarios; t003 fails, t004 is unknown, the rest pass.
+fn sample_wave() -> WaveResult {
+    let a = "everyday.runner-codex.local.single";
+    let b = "everyday.runner-codex.local.follow-up";
+    let pass = |name| oracle(name, Verdict::Pass, "");
+    let mut failing = cell(
+        "t003",
+        a,
+        Some(("runner.turn_intent.persisted", 1)),
+        Some(Fault::KillRunner),
+        vec![
+            oracle("no-replay.turn", Verdict::Fail, FAIL_MESSAGE),
+            pass("contract"),
+        ],
+    );
+    failing.reproduce = FAIL_REPRODUCE.to_owned();
+    failing.outcome.state = "failed".to_owned();
+    failing.outcome.cause = Some("provider_lost".to_owned());
+    let mut unknown = cell(
+        "t004",
+        b,
+        Some(("codex.turn.recorded", 2)),
+        Some(Fault::HangProvider),
+        vec![
+            pass("no-replay.turn"),
+            oracle(
+                "liveness",
+                Verdict::Unknown,
+                &format!("state unreadable {INJECTION}"),
+            ),
+        ],
+    );
+    unknown.outcome.state = "unknown".to_owned();
+    WaveResult {
+        v: WAVE_FORMAT_VERSION,
+        wave_id: "w-20250101T000000-s7".to_owned(),
+        seed: 7,
+        shard: None,
+        jobs: 2,
+        duration_ms: 2_500,
+        run: Default::default(),
+        not_run: 0,
+        stopped: None,
+        cells: vec![
+            cell("t001", a, None, None, vec![pass("no-replay.turn")]),
+            cell(
+                "t002",
+                a,
+                Some(("runner.turn_intent.persisted", 1)),
+                Some(Fault::KillProvider),
+                vec![pass("no-replay.turn")],
+            ),
+            failing,
+            unknown,
+            cell(
+                "t005",
+                b,
+                Some(("codex.turn.recorded", 2)),
+                Some(Fault::KillBoth),
+                vec![pass("no-replay.turn")],
+            ),
+        ],
+    }
+}
+
+fn written_sample() -> (tempfile::TempDir, WaveResult) {
+    let dir = tempfile::tempdir().unwrap();
+    let wave = sample_wave();
+    write_wave(&dir.path().join("out"), &wave).unwrap();
+    (dir, wave)
+}
+
+fn read(dir: &tempfile::TempDir, name: &str) -> String {
+    std::fs::read_to_string(dir.path().join("out").join(name)).unwrap()
+}
+
+#[test]
+fn write_wave_writes_exactly_the_four_files() {
+    let (dir, _) = written_sample();
+    let mut names: Vec<String> = std::fs::read_dir(dir.path().join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, [JUNIT_XML, REPORT_HTML, SUMMARY_MD, WAVE_JSON]);
+}
+
+#[test]
+fn read_wave_round_trips() {
+    let (dir, wave) = written_sample();
+    let back = read_wave(&dir.path().join("out").join(WAVE_JSON)).unwrap();
+    assert_eq!(back, wave);
+}
+
+#[test]
+fn read_wave_rejects_another_version_naming_it_and_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(WAVE_JSON);
+    let mut value = serde_json::to_value(sample_wave()).unwrap();
+    value["v"] = 99.into();
+    std::fs::write(&path, value.to_string()).unwrap();
+    let err = read_wave(&path).unwrap_err();
+    assert!(matches!(err, ReportError::Version { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("version 99"), "{message}");
+    assert!(message.contains(&path.display().to_string()), "{message}");
+}
+
+#[test]
+fn read_wave_rejects_missing_version_and_bad_json_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(WAVE_JSON);
+    std::fs::write(&path, r#"{"wave_id": "w"}"#).unwrap();
+    let err = read_wave(&path).unwrap_err();
+    assert!(matches!(err, ReportError::MissingVersion { .. }), "{err:?}");
+    std::fs::write(&path, "{not json").unwrap();
+    let err = read_wave(&path).unwrap_err();
+    assert!(matches!(err, ReportError::Parse { .. }), "{err:?}");
+    assert!(err.to_string().contains(&path.display().to_string()));
+}
+
+#[test]
+fn junit_has_one_case_per_cell_a_failure_and_an_unknown_error() {
+    let (dir, wave) = written_sample();
+    let xml = read(&dir, JUNIT_XML);
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "testsuites");
+    assert_eq!(root.attribute("name"), Some("turncut w-20250101T000000-s7"));
+
+    let suites: Vec<_> = root
+        .children()
+        .filter(|n| n.has_tag_name("testsuite"))
+        .map(|n| n.attribute("name").unwrap())
+        .collect();
+    assert_eq!(
+        suites,
+        [
+            "everyday.runner-codex.local.single",
+            "everyday.runner-codex.local.follow-up"
+        ]
+    );
+
+    let cases: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("testcase"))
+        .collect();
+    let names: Vec<_> = cases.iter().map(|n| n.attribute("name").unwrap()).collect();
+    let expected: Vec<_> = wave.cells.iter().map(|c| c.spec.name()).collect();
+    assert_eq!(names, expected);
+    for (case, cell) in cases.iter().zip(&wave.cells) {
+        assert_eq!(
+            case.attribute("classname"),
+            Some(cell.spec.scenario_id.as_str())
+        );
+    }
+
+    let failures: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("failure"))
+        .collect();
+    assert_eq!(failures.len(), 1);
+    assert_eq!(
+        failures[0].parent().unwrap().attribute("name"),
+        Some("everyday.runner-codex.local.single@runner.turn_intent.persisted#1/kill-runner")
+    );
+    let message = failures[0].attribute("message").unwrap();
+    assert!(message.contains("no-replay.turn") && message.contains(FAIL_MESSAGE));
+    let description = failures[0].text().unwrap();
+    assert!(description.contains("journal.jsonl:12"), "{description}");
+    assert!(description.contains(FAIL_REPRODUCE), "{description}");
+
+    let errors: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("error"))
+        .collect();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].attribute("type"), Some("unknown"));
+    assert_eq!(
+        errors[0].parent().unwrap().attribute("name"),
+        Some("everyday.runner-codex.local.follow-up@codex.turn.recorded#2/hang-provider")
+    );
+    assert!(errors[0].attribute("message").unwrap().contains(INJECTION));
+    assert_eq!(
+        doc.descendants()
+            .filter(|n| n.has_tag_name("skipped"))
+            .count(),
+        0
+    );
+}
+
+#[test]
+fn summary_names_the_failure_its_message_and_reproduce_command() {
+    let (dir, _) = written_sample();
+    let summary = read(&dir, SUMMARY_MD);
+    assert!(
+        summary.starts_with("# turncut wave `w-20250101T000000-s7`: fail"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("5 cells: 3 pass, 1 unknown, 1 fail"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(&format!("`{FAIL_REPRODUCE}`")),
+        "{summary}"
+    );
+    assert!(summary.contains(FAIL_MESSAGE), "{summary}");
+    assert!(summary.contains("| t004 |"), "{summary}");
+    // The injected markup is escaped, so GitHub shows it as text.
+    assert!(!summary.contains("<b>"), "{summary}");
+    assert!(!summary.contains("All 5 cells passed"), "{summary}");
+}
+
+#[test]
+fn summary_of_a_passing_wave_says_so_in_one_line() {
+    let mut wave = sample_wave();
+    wave.cells.retain(|c| c.verdict == Verdict::Pass);
+    let summary = summary_markdown(&wave);
+    assert!(summary.contains("All 3 cells passed."), "{summary}");
+    assert!(!summary.contains("Failing"), "{summary}");
+}
+
+#[test]
+fn html_escapes_cell_text_and_has_only_its_own_script() {
+    let (dir, _) = written_sample();
+    let html = read(&dir, REPORT_HTML);
+    assert!(!html.contains(INJECTION));
+    assert!(!html.contains("<b>x"));
+    assert!(html.contains("&lt;/script&gt;&lt;b&gt;x"));
+    // Its JSON data and its code; a "</" inside the data is escaped.
+    assert_eq!(html.matches("<script").count(), 2);
+    assert_eq!(html.matches("</script>").count(), 2);
+    // No external assets: everything the page needs is inline, and every
+    // link is to a place in the page.
+    assert!(!html.contains("src="));
+    assert!(!html.contains("http://") && !html.contains("https://"));
+    assert_eq!(
+        html.matches("href=").count(),
+        html.matches("href=\"#").count()
+    );
+}
+
+#[test]
+fn html_keeps_a_passing_cell_compact_and_details_for_the_others() {
+    let html = report_html(&sample_wave(), &Timelines::new());
+    for id in ["t003", "t004"] {
+        assert!(html.contains(&format!("<template id=\"d-{id}\">")), "{id}");
+    }
+    for id in ["t001", "t002", "t005"] {
+        assert!(!html.contains(&format!("<template id=\"d-{id}\">")), "{id}");
+        assert!(
+            html.contains(&format!("\"{id}\":[")),
+            "{id} has a compact record"
+        );
+    }
+    // The failing cells are grouped by their first failing oracle, with the
+    // message inline.
+    let failures = &html[html.find("<section id=\"failures\">").unwrap()..];
+    let failures = &failures[..failures.find("</section>").unwrap()];
+    assert!(failures.contains("<summary><code>no-replay.turn</code> (1)</summary>"));
+    assert!(failures.contains(FAIL_MESSAGE));
+    assert!(failures.contains("<summary><code>liveness</code> (1)</summary>"));
+}
+
+#[test]
+fn html_grows_by_little_per_passing_cell() {
+    let mut wave = sample_wave();
+    let one = report_html(&wave, &Timelines::new()).len();
+    let pass = wave.cells[4].clone();
+    // As in a wave: every cut point with each fault.
+    for i in 0..1000 {
+        let mut c = pass.clone();
+        c.spec.cell_id = format!("t{}", 1000 + i);
+        c.spec.cut.as_mut().unwrap().n = 10 + i / 4;
+        c.spec.fault = Some(Fault::ALL[i as usize % 4]);
+        wave.cells.push(c);
+    }
+    let per_cell = (report_html(&wave, &Timelines::new()).len() - one) / 1000;
+    // 5,504 cells of the default wave at this size stay well under 2 MB.
+    assert!(
+        per_cell * 5_504 < 1_500_000,
+        "{per_cell} bytes per passing cell"
+    );
+}
+
+#[test]
+fn every_report_orders_cells_by_number() {
+    let mut wave = sample_wave();
+    wave.cells.truncate(2);
+    wave.cells[0].spec.cell_id = "t1000".to_owned();
+    wave.cells[1].spec.cell_id = "t757".to_owned();
+    for c in &mut wave.cells {
+        c.verdict = Verdict::Fail;
+        c.oracles[0].verdict = Verdict::Fail;
+    }
+    let first = |text: &str| text.find("t757").unwrap() < text.find("t1000").unwrap();
+    assert!(
+        first(&summary_markdown(&wave)),
+        "{}",
+        summary_markdown(&wave)
+    );
+    assert!(first(&junit_xml(&wave, &Timelines::new()).unwrap()));
+    assert!(first(&report_html(&wave, &Timelines::new())));
+}
+
+#[test]
+fn junit_has_the_scenario_file_and_the_timeline_of_a_failing_case() {
+    let mut wave = sample_wave();
+    wave.run.scenario_files.insert(
+        "everyday.runner-codex.local.single".to_owned(),
+        "scenarios/single.toml".to_owned(),
+    );
+    let timelines = Timelines::from([("t003".to_owned(), "12 ms >> H cut.reached".to_owned())]);
+    let xml = junit_xml(&wave, &timelines).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let case = |name: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name("testcase") && n.attribute("name").unwrap().ends_with(name))
+            .unwrap()
+    };
+    let failing = case("runner.turn_intent.persisted#1/kill-runner");
+    assert_eq!(failing.attribute("file"), Some("scenarios/single.toml"));
+    let out = failing
+        .children()
+        .find(|n| n.has_tag_name("system-out"))
+        .unwrap();
+    assert_eq!(out.text(), Some("12 ms >> H cut.reached"));
+    let passing = case("runner.turn_intent.persisted#1/kill-provider");
+    assert!(!passing.children().any(|n| n.has_tag_name("system-out")));
+}
+
+#[test]
+fn html_grid_puts_each_cell_under_its_fault() {
+    let html = report_html(&sample_wave(), &Timelines::new());
+    // Row runner.turn_intent.persisted#1: kill-runner is t003, kill-provider t002.
+    let row_start = html
+        .find("<tr><th><code>runner.turn_intent.persisted#1</code></th>")
+        .unwrap();
+    let row = &html[row_start..row_start + html[row_start..].find("</tr>").unwrap()];
+    let tds: Vec<&str> = row.split("<td>").skip(1).collect();
+    assert_eq!(tds.len(), Fault::ALL.len());
+    assert!(tds[0].contains("data-cell=\"t003\"") && tds[0].contains("failed · provider_lost"));
+    assert!(tds[1].contains("data-cell=\"t002\""));
+    assert!(!tds[2].contains("data-cell") && !tds[3].contains("data-cell"));
+    assert!(html.contains("<tr><th>clean run</th>"));
+}
+
+#[test]
+fn html_shows_a_timeline_only_when_given() {
+    let wave = sample_wave();
+    assert!(!report_html(&wave, &Timelines::new()).contains("<h4>sequence</h4>"));
+    let timelines = Timelines::from([(
+        "t003".to_owned(),
+        "    12 ms >> H cut.reached <cut>".to_owned(),
+    )]);
+    let html = report_html(&wave, &timelines);
+    assert_eq!(html.matches("<h4>sequence</h4>").count(), 1);
+    assert_eq!(html.matches("<svg class=\"seqd\"").count(), 1);
+    assert!(html.contains("cut.reached &lt;cut&gt;"));
+}
+
+#[test]
+fn cell_line_shows_verdict_name_duration_and_first_reason() {
+    let wave = sample_wave();
+    assert_eq!(
+        cell_line(&wave.cells[2]),
+        format!(
+            "t003 fail    everyday.runner-codex.local.single@runner.turn_intent.persisted#1/kill-runner  143 ms  no-replay.turn: {FAIL_MESSAGE}"
+        )
+    );
+    assert_eq!(
+        cell_line(&wave.cells[0]),
+        "t001 pass    everyday.runner-codex.local.single@clean  143 ms"
+    );
+    let mut long = wave.cells[3].clone();
+    long.oracles[1].message = "x".repeat(500);
+    let line = cell_line(&long);
+    let detail = line.split("  ").last().unwrap();
+    assert_eq!(detail.chars().count(), CELL_LINE_DETAIL_CHARS_MAX);
+    assert!(detail.starts_with("liveness: xxx") && detail.ends_with('…'));
+}
+
+#[test]
+fn cell_line_prefers_the_harness_error_for_an_unknown_cell() {
+    let mut cell = sample_wave().cells[3].clone();
+    cell.error = Some("runner did not start\nwithin 5000 ms".to_owned());
+    assert!(
+        cell_line(&cell).ends_with("  harness error: runner did not start within 5000 ms"),
+        "{}",
+        cell_line(&cell)
+    );
+}
+
+fn shards() -> (WaveResult, WaveResult, WaveResult) {
+    let whole = sample_wave();
+    let mut one = whole.clone();
+    let mut two = whole.clone();
+    one.shard = Some((1, 2));
+    two.shard = Some((2, 2));
+    one.jobs = 1;
+    two.jobs = 1;
+    one.duration_ms = 2_500;
+    two.duration_ms = 1_200;
+    one.cells = whole.cells.iter().step_by(2).cloned().collect();
+    two.cells = whole.cells.iter().skip(1).step_by(2).cloned().collect();
+    (whole, one, two)
+}
+
+#[test]
+fn merge_reassembles_shards_sorted_by_cell_id() {
+    let (whole, one, two) = shards();
+    assert_eq!(merge(vec![two, one]).unwrap(), whole);
+}
+
+#[test]
+fn merge_sorts_cell_ids_by_number() {
+    let mut wave = sample_wave();
+    wave.cells.truncate(2);
+    wave.cells[0].spec.cell_id = "t1000".to_owned();
+    wave.cells[1].spec.cell_id = "t999".to_owned();
+    let merged = merge(vec![wave]).unwrap();
+    let ids: Vec<_> = merged
+        .cells
+        .iter()
+        .map(|c| c.spec.cell_id.as_str())
+        .collect();
+    assert_eq!(ids, ["t999", "t1000"]);
+}
+
+#[test]
+fn merge_rejects_different_waves_naming_both() {
+    let (_, one, mut two) = shards();
+    two.wave_id = "w-20250102T000000-s7".to_owned();
+    let err = merge(vec![one.clone(), two]).unwrap_err();
+    let message = err.to_string();
+    assert!(matches!(err, ReportError::WaveMismatch { .. }));
+    assert!(message.contains("w-20250101T000000-s7") && message.contains("w-20250102T000000-s7"));
+
+    let (_, _, mut two) = shards();
+    two.seed = 8;
+    let err = merge(vec![one, two]).unwrap_err();
+    assert!(err.to_string().contains("seed 8"), "{err}");
+}
+
+#[test]
+fn merge_rejects_duplicate_cells() {
+    let (_, mut one, two) = shards();
+    one.cells.push(two.cells[0].clone());
+    let err = merge(vec![one, two]).unwrap_err();
+    assert!(matches!(err, ReportError::DuplicateCell { ref cell_id, .. } if cell_id == "t002"));
+    assert!(err.to_string().contains("t002"));
+}
+
+#[test]
+fn merge_rejects_missing_repeated_or_mismatched_shards() {
+    let (whole, one, two) = shards();
+    let err = merge(vec![one.clone()]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReportError::MissingShards {
+                found: 1,
+                count: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = merge(vec![one.clone(), one.clone()]).unwrap_err();
+    assert!(matches!(err, ReportError::DuplicateShard { .. }), "{err:?}");
+    let mut three = two.clone();
+    three.shard = Some((2, 3));
+    let err = merge(vec![one.clone(), three]).unwrap_err();
+    assert!(
+        matches!(err, ReportError::ShardCountMismatch { .. }),
+        "{err:?}"
+    );
+    let err = merge(vec![whole, two]).unwrap_err();
+    assert!(matches!(err, ReportError::MixedSharding { .. }), "{err:?}");
+    assert!(matches!(
+        merge(vec![]).unwrap_err(),
+        ReportError::NothingToMerge
+    ));
+}
+
+#[test]
+fn markdown_code_spans_survive_backticks_and_pipes() {
+    assert_eq!(md_code("a|b"), "`a\\|b`");
+    assert_eq!(md_code("say `hi`"), "`` say `hi` ``");
+    assert_eq!(md_text("*x* <b>"), "\\*x\\* \\<b\\>");
+}
+
+#[test]
+fn durations_read_naturally() {
+    assert_eq!(format_ms(143), "143 ms");
+    assert_eq!(format_ms(12_345), "12.3 s");
+    assert_eq!(format_ms(245_000), "4 min 05 s");
+}
