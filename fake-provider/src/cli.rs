@@ -57,6 +57,13 @@ pub struct ProviderArgs {
     /// SIGKILL this process at this point (`name` or `name#N`); repeatable.
     #[arg(long = "exit", value_name = "POINT")]
     exit: Vec<String>,
+    /// Keep a long-lived child process, as real providers keep tool shells:
+    /// `sleep` starts `sleep 86400` in a session of its own at startup, with
+    /// no stdio of the provider's, and leaves it running when the provider
+    /// ends. Only a stop that covers every process the provider started
+    /// (the runner's spawn marker) removes it.
+    #[arg(long, value_name = "PROGRAM", value_parser = ["sleep"])]
+    child: Option<String>,
 }
 
 /// Options of `fake-provider opencode`.
@@ -214,6 +221,9 @@ fn provider_options(
     };
     std::fs::create_dir_all(&args.state_dir)?;
     let faults = Faults::new(&args.exit, &args.hang, Some(&args.state_dir))?;
+    if args.child.is_some() {
+        spawn_session_child()?;
+    }
     let absolute = |p: PathBuf| std::path::absolute(&p).unwrap_or(p);
     let ledger = absolute(
         args.ledger
@@ -231,4 +241,29 @@ fn provider_options(
         faults,
         self_cmd,
     })
+}
+
+/// Starts `sleep 86400` in a new session with null stdio (so it never holds
+/// the provider's pipes open) and does not wait for it.
+fn spawn_session_child() -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = std::process::Command::new("sleep");
+    cmd.arg("86400")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setsid(2) is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(|_| ())
+                .map_err(std::io::Error::from)
+        });
+    }
+    let child = cmd
+        .spawn()
+        .map_err(|e| anyhow::anyhow!("failed to start the --child sleep: {e}"))?;
+    // Detached on purpose: the child outlives this process unless stopped.
+    drop(child);
+    Ok(())
 }

@@ -363,6 +363,10 @@ fn write_inputs(
         layout.p("ledger.jsonl").display().to_string(),
         "--script".into(),
         layout.p("script.toml").display().to_string(),
+        // A long-lived child in a session of its own, as real providers keep
+        // tool shells: hygiene is judged on a real-looking process tree.
+        "--child".into(),
+        "sleep".into(),
     ];
     command.extend(extra.iter().map(|a| a.to_string()));
     let profiles = format!(
@@ -399,6 +403,7 @@ fn runner_command(
         .env(cutpoint::ENV_ROLE, "runner")
         .env("TURNCUT_PROVIDER_API_KEY", canary)
         .env("RUST_LOG", "info")
+        .env(nemesis::TAG_ENV, &layout.dir)
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE);
     let arms: Vec<String> = arm
@@ -943,6 +948,17 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
             ev.survivors.push(format!("{role} pid {pid}"));
             // Record, then clean up: the cell must not leave orphans behind.
             let _ = nemesis::signal_group(*pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    // Whatever still carries the cell's tag was started under the runner and
+    // never stopped (a provider's child in a session of its own, say).
+    for (pid, cmdline) in nemesis::tagged_processes(&layout.dir.display().to_string()) {
+        if !known.iter().any(|(_, p, _)| *p == pid) {
+            ev.survivors.push(format!("pid {pid} ({cmdline})"));
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
         }
     }
     shared.holds.lock().expect("holds").clear();

@@ -137,9 +137,6 @@ struct Rig {
     listener: cutpoint::Listener,
 }
 
-/// The environment variable that tags every process of a round.
-const ROUND_ENV: &str = "TURNCUT_CRASH_ROUND";
-
 impl Rig {
     fn new(exe: &Path, dir: &Path, opts: &Options) -> anyhow::Result<Rig> {
         std::fs::create_dir_all(dir.join("ws"))?;
@@ -185,7 +182,7 @@ impl Rig {
         cmd.env(cutpoint::ENV_SOCKET, self.listener.path())
             .env_remove(cutpoint::ENV_ARM)
             .env_remove(runner::cli::CREDENTIAL_ENV)
-            .env(ROUND_ENV, &self.tag);
+            .env(crate::nemesis::TAG_ENV, &self.tag);
         if let Some(arm) = arm {
             cmd.env(cutpoint::ENV_ARM, arm);
         }
@@ -279,7 +276,7 @@ impl Rig {
                 .duplicated_effects
                 .push(format!("{key} by {by}: {n} times"));
         }
-        for (pid, cmdline) in tagged_processes(&format!("{ROUND_ENV}={}", self.tag)) {
+        for (pid, cmdline) in crate::nemesis::tagged_processes(&self.tag) {
             figures.orphans.push(format!("pid {pid}: {cmdline}"));
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
@@ -287,32 +284,6 @@ impl Rig {
             );
         }
     }
-}
-
-/// Live processes (zombies excluded) whose environment holds `entry`, with
-/// their command lines.
-fn tagged_processes(entry: &str) -> Vec<(u32, String)> {
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    let mut found = Vec::new();
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if !environ.split(|b| *b == 0).any(|v| v == entry.as_bytes())
-            || crate::nemesis::start_time(pid).is_none()
-        {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        found.push((pid, cmdline.trim().to_owned()));
-    }
-    found
 }
 
 /// The figures as the command prints them.

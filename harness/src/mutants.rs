@@ -35,6 +35,7 @@ pub const BUGS: &[&str] = &[
     "adopt-without-completion",
     "rerun-executing-tool",
     "continue-before-outcome",
+    "skip-marker-sweep",
 ];
 
 /// Whether a seeded bug can fire for a profile. The native profile has no

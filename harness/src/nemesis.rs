@@ -77,3 +77,34 @@ pub fn alive_same(pid: u32, start: Option<u64>) -> bool {
         (None, _) => false,
     }
 }
+
+/// The environment variable that tags every process a cell's or a crash
+/// round's runner starts (the runner, its providers and whatever they start
+/// and keep their environment), so the harness finds leftovers it was never
+/// told about.
+pub const TAG_ENV: &str = "TURNCUT_TAG";
+
+/// Live processes (zombies excluded) whose environment holds
+/// `TAG_ENV=tag`, with their command lines.
+pub fn tagged_processes(tag: &str) -> Vec<(u32, String)> {
+    let entry = format!("{TAG_ENV}={tag}");
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|v| v == entry.as_bytes()) || start_time(pid).is_none() {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        found.push((pid, cmdline.trim().to_owned()));
+    }
+    found
+}

@@ -761,6 +761,21 @@ fn provider_with_children(rig: &Rig, tag: &str) {
     std::fs::write(rig.path("profiles.toml"), profiles).unwrap();
 }
 
+/// Kills what is left of the tagged children when a test ends, passed or
+/// failed, so a failing run leaves no orphans on the machine.
+struct Reaper(String);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for pid in processes_with_arg(&self.0) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 /// Waits until exactly `n` live processes have `arg` on their command line.
 fn wait_count(arg: &str, n: usize) -> Vec<u32> {
     let deadline = std::time::Instant::now() + WAIT;
@@ -781,6 +796,7 @@ fn wait_gone(arg: &str) -> Vec<u32> {
 fn a_provider_spawned_before_its_identity_was_recorded_is_found_and_stopped() {
     let mut rig = Rig::new(&[]);
     let tag = format!("86400.{}", std::process::id());
+    let _reaper = Reaper(tag.clone());
     provider_with_children(&rig, &tag);
     // Held after the spawn, before the identity is durable; the runner dies
     // there, so only the spawn intent's marker names the provider.

@@ -320,7 +320,7 @@ impl Engine {
         match supervisor::stop_marked(
             &p.identity,
             None,
-            p.marker.as_deref(),
+            self.stop_marker(p.marker.as_deref()),
             self.opts.term_grace,
             self.opts.kill_grace,
         )
@@ -1623,6 +1623,18 @@ impl Engine {
         self.stop_proc(task_id, proc, &mut l.child).await
     }
 
+    /// The spawn marker a stop must sweep.
+    fn stop_marker<'m>(&self, marker: Option<&'m str>) -> Option<&'m str> {
+        #[cfg(feature = "seeded-bugs")]
+        if seeded::active(SeededBug::SkipMarkerSweep) {
+            // SEEDED BUG skip-marker-sweep: a stop is proven by the
+            // provider's pid and process group alone; what it started in
+            // another session lives on.
+            return None;
+        }
+        marker
+    }
+
     /// Sweeps the marker of a spawn intent whose identity was never recorded
     /// and records what it found; processes that cannot be proven stopped
     /// quarantine the task.
@@ -1662,7 +1674,7 @@ impl Engine {
         match supervisor::stop_marked(
             identity,
             Some(child),
-            Some(proc.marker),
+            self.stop_marker(Some(proc.marker)),
             self.opts.term_grace,
             self.opts.kill_grace,
         )

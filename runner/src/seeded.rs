@@ -43,11 +43,13 @@ pub enum SeededBug {
     RerunExecutingTool,
     /// Native: go on to the next tool call before persisting the last one's outcome.
     ContinueBeforeOutcome,
+    /// Prove a provider stopped by its pid and group only, not by its spawn marker.
+    SkipMarkerSweep,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 14] = [
+    pub const ALL: [SeededBug; 15] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -62,6 +64,7 @@ impl SeededBug {
         SeededBug::AdoptWithoutCompletion,
         SeededBug::RerunExecutingTool,
         SeededBug::ContinueBeforeOutcome,
+        SeededBug::SkipMarkerSweep,
     ];
 
     /// The name on the command line.
@@ -81,6 +84,7 @@ impl SeededBug {
             SeededBug::AdoptWithoutCompletion => "adopt-without-completion",
             SeededBug::RerunExecutingTool => "rerun-executing-tool",
             SeededBug::ContinueBeforeOutcome => "continue-before-outcome",
+            SeededBug::SkipMarkerSweep => "skip-marker-sweep",
         }
     }
 }
