@@ -110,6 +110,8 @@ struct Shared {
     holds: Mutex<Vec<cutpoint::Holding>>,
     /// Ends the cut thread's wait for hits at teardown.
     waker: Mutex<Option<cutpoint::Waker>>,
+    /// Controller requests the cut thread made (a `follow-up` fault).
+    injected: Mutex<Vec<Exchange>>,
 }
 
 impl Shared {
@@ -212,6 +214,7 @@ pub fn run_cell_traced(
         cut_thread: Mutex::new(None),
         holds: Mutex::new(Vec::new()),
         waker: Mutex::new(None),
+        injected: Mutex::new(Vec::new()),
         sync: scenario
             .steps
             .iter()
@@ -824,6 +827,9 @@ fn apply_fault(
     {
         *shared.events_before.lock().expect("events") = Some(evs);
     }
+    if fault == crate::model::Fault::FollowUp {
+        return inject_follow_up(shared, env, held);
+    }
     let plan = nemesis::plan(fault);
     let provider = if held.hit.role == "provider" {
         Some(held.hit.pid)
@@ -872,6 +878,49 @@ fn apply_fault(
             json!({ "armed": next_arm.map(ToString::to_string) }),
         );
     }
+    Ok(())
+}
+
+/// The message id of the follow-up a `follow-up` fault sends.
+pub const INJECTED_FOLLOW_UP: &str = "fx1";
+
+/// The `follow-up` fault: while the hit is held, the controller sends a
+/// follow-up; the hit goes on once it is answered (or after a short bound,
+/// when the held process itself is what would answer it). The request is
+/// recorded like any controller request, so the oracles hold it to the same
+/// rules (consumed exactly once, or refused by the fence).
+fn inject_follow_up(shared: &Shared, env: &CellEnv, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+    let text = "Also add a CHANGELOG";
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some((client, _)) = shared.client() {
+        std::thread::spawn(move || {
+            let _ = tx.send(client.follow_up(TASK_ID, INJECTED_FOLLOW_UP, text));
+        });
+    }
+    let bound = Duration::from_millis(env.wait_ms.min(2_000));
+    let first = rx.recv_timeout(bound);
+    let _ = held.resume();
+    let answer = match first {
+        Ok(a) => Some(a),
+        Err(_) => rx.recv_timeout(Duration::from_millis(env.wait_ms)).ok(),
+    };
+    let (status, body) = match answer {
+        Some(Ok((status, body))) => (status, body),
+        // No answer: the follow-up may or may not exist (indeterminate).
+        Some(Err(e)) => (0, json!({ "error": format!("{e:#}") })),
+        None => (0, json!({ "error": "no answer before the deadline" })),
+    };
+    shared.act(
+        "fault.follow-up",
+        json!({ "message_id": INJECTED_FOLLOW_UP, "status": status }),
+    );
+    shared.injected.lock().expect("injected").push(Exchange {
+        kind: "follow_up".to_owned(),
+        message_id: INJECTED_FOLLOW_UP.to_owned(),
+        text: text.to_owned(),
+        status,
+        body,
+    });
     Ok(())
 }
 
@@ -963,6 +1012,8 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     }
     shared.holds.lock().expect("holds").clear();
     ev.actions = shared.actions.lock().expect("actions").clone();
+    ev.exchanges
+        .extend(shared.injected.lock().expect("injected").drain(..));
     // The canary must be nowhere in the cell's files.
     for file in crate::runner_client::state_files(&layout.dir) {
         let Ok(bytes) = std::fs::read(&file) else {

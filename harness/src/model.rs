@@ -23,11 +23,24 @@ pub enum Fault {
     KillBoth,
     /// SIGSTOP the provider's process group: it stops answering forever.
     HangProvider,
+    /// A controller action, not a signal: while the runner or provider is
+    /// held at the cut, the controller sends a follow-up, then the hit goes
+    /// on. The follow-up lands exactly in the window of that boundary.
+    FollowUp,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 4] = [
+    pub const ALL: [Fault; 5] = [
+        Fault::KillRunner,
+        Fault::KillProvider,
+        Fault::KillBoth,
+        Fault::HangProvider,
+        Fault::FollowUp,
+    ];
+
+    /// The faults of a scenario that names none: the process faults.
+    pub const DEFAULT: [Fault; 4] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
@@ -41,6 +54,7 @@ impl Fault {
             Fault::KillProvider => "kill-provider",
             Fault::KillBoth => "kill-both",
             Fault::HangProvider => "hang-provider",
+            Fault::FollowUp => "follow-up",
         }
     }
 

@@ -36,6 +36,8 @@ pub const BUGS: &[&str] = &[
     "rerun-executing-tool",
     "continue-before-outcome",
     "skip-marker-sweep",
+    "split-lost-mark",
+    "settle-ignores-queue",
 ];
 
 /// Whether a seeded bug can fire for a profile. The native profile has no
@@ -44,6 +46,7 @@ pub const BUGS: &[&str] = &[
 pub fn applies(bug: &str, profile: &str) -> bool {
     const NATIVE_ONLY: &[&str] = &["rerun-executing-tool", "continue-before-outcome"];
     const NOT_NATIVE: &[&str] = &[
+        "split-lost-mark",
         "resend-ambiguous-turn",
         "second-continuation",
         "continuation-resends-message",

@@ -41,6 +41,11 @@ pub fn plan(fault: Fault) -> Plan {
             kill_runner: false,
             provider_signal: Some(Signal::SIGSTOP),
         },
+        // A controller action (`cell::inject_follow_up`): no signal.
+        Fault::FollowUp => Plan {
+            kill_runner: false,
+            provider_signal: None,
+        },
     }
 }
 

@@ -451,7 +451,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
     let mut recut = None;
     let mut cut_places = std::collections::BTreeMap::new();
     let (cut, faults) = match raw.chaos {
-        None => (CutSelection::EveryBoundary, Fault::ALL.to_vec()),
+        None => (CutSelection::EveryBoundary, Fault::DEFAULT.to_vec()),
         Some(ch) => {
             if let Some(r) = &ch.recut {
                 let arms = cutpoint::parse_arm(r.get_ref())
@@ -515,7 +515,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
                 },
             };
             let faults = match &ch.faults {
-                None => Fault::ALL.to_vec(),
+                None => Fault::DEFAULT.to_vec(),
                 Some(list) => {
                     let mut out = Vec::new();
                     for f in list.get_ref() {
@@ -731,7 +731,7 @@ follow_ups_consumed = 1
                 when: FollowUpWhen::TurnActive
             }
         );
-        assert_eq!(s.faults, Fault::ALL.to_vec());
+        assert_eq!(s.faults, Fault::DEFAULT.to_vec());
         assert_eq!(s.expect.follow_ups_consumed, Some(1));
     }
 

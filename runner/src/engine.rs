@@ -547,6 +547,17 @@ impl Engine {
         // open: the store settles only a run with nothing left to answer,
         // and the next step takes the follow-up with a new provider.
         let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        #[cfg(feature = "seeded-bugs")]
+        if seeded::active(SeededBug::SettleIgnoresQueue) {
+            // SEEDED BUG settle-ignores-queue: the queue was empty when the
+            // runner decided, so it settles without looking again; a
+            // follow-up admitted while the provider stopped is stranded.
+            self.write("run_settled", move |db| {
+                db.settle(&tid, &rid, TaskState::Completed, None)
+            })
+            .await?;
+            return Ok(());
+        }
         let settled = self
             .store
             .call(move |db| db.settle_completed_if_idle(&tid, &rid))
@@ -893,16 +904,8 @@ impl Engine {
                 };
                 let client_id = l.driver.client_id(&turn.message_id, true);
                 let data = json!({ "cause": cause, "provider_turn_id": provider_turn });
-                let (tid, rid, row, cid) = (
-                    task_id.clone(),
-                    run.run_id.clone(),
-                    turn.turn_row,
-                    client_id.clone(),
-                );
                 let row = self
-                    .write("turn_intent", move |db| {
-                        db.turn_lost_continued(&tid, &rid, row, data, &cid)
-                    })
+                    .mark_lost_and_continue(task_id, run, turn, data, &client_id)
                     .await?;
                 let cont = TurnRow {
                     turn_row: row,
@@ -930,6 +933,45 @@ impl Engine {
                 format!("the provider has no record of accepted turn {provider_turn}"),
             ))),
         }
+    }
+
+    /// Marks an accepted turn lost and records its continuation's intent,
+    /// in one write (`Db::turn_lost_continued`); returns the continuation's row.
+    async fn mark_lost_and_continue(
+        &self,
+        task_id: &str,
+        run: &Run,
+        turn: &TurnRow,
+        data: Value,
+        client_id: &str,
+    ) -> Result<i64, StepError> {
+        let (tid, rid, row, cid) = (
+            task_id.to_owned(),
+            run.run_id.clone(),
+            turn.turn_row,
+            client_id.to_owned(),
+        );
+        #[cfg(feature = "seeded-bugs")]
+        if seeded::active(SeededBug::SplitLostMark) {
+            let mid = turn.message_id.clone();
+            // SEEDED BUG split-lost-mark: the lost mark is a write of its
+            // own; a runner stopped right after it finds the turn settled
+            // with nothing to continue, and completes the run without it.
+            let (t, r) = (tid.clone(), rid.clone());
+            self.write("turn_completed", move |db| {
+                db.turn_finished(&t, &r, row, "interrupted", data)
+            })
+            .await?;
+            return self
+                .write("turn_intent", move |db| {
+                    db.turn_intent(&tid, &rid, &mid, "continuation", &cid)
+                })
+                .await;
+        }
+        self.write("turn_intent", move |db| {
+            db.turn_lost_continued(&tid, &rid, row, data, &cid)
+        })
+        .await
     }
 
     async fn adopt(&self, task_id: &str, run: &Run, turn: &TurnRow) -> Result<(), StepError> {

@@ -45,11 +45,15 @@ pub enum SeededBug {
     ContinueBeforeOutcome,
     /// Prove a provider stopped by its pid and group only, not by its spawn marker.
     SkipMarkerSweep,
+    /// Mark a lost turn interrupted in one write and record its continuation in another.
+    SplitLostMark,
+    /// Settle a run completed without checking for a follow-up admitted meanwhile.
+    SettleIgnoresQueue,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 15] = [
+    pub const ALL: [SeededBug; 17] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -65,6 +69,8 @@ impl SeededBug {
         SeededBug::RerunExecutingTool,
         SeededBug::ContinueBeforeOutcome,
         SeededBug::SkipMarkerSweep,
+        SeededBug::SplitLostMark,
+        SeededBug::SettleIgnoresQueue,
     ];
 
     /// The name on the command line.
@@ -85,6 +91,8 @@ impl SeededBug {
             SeededBug::RerunExecutingTool => "rerun-executing-tool",
             SeededBug::ContinueBeforeOutcome => "continue-before-outcome",
             SeededBug::SkipMarkerSweep => "skip-marker-sweep",
+            SeededBug::SplitLostMark => "split-lost-mark",
+            SeededBug::SettleIgnoresQueue => "settle-ignores-queue",
         }
     }
 }
