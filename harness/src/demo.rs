@@ -120,7 +120,9 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
     let index_of = |name: &str| points.iter().position(|a| a.point == name && a.n == 1);
     let recorded_at = index_of("codex.turn.recorded");
     let completed_at = index_of("codex.turn_completed.recorded");
-    let effect_at = index_of("codex.effect.exited");
+    // The command runs in a session of its own, so from its spawn on it
+    // writes its effect even if the fake dies.
+    let effect_at = index_of("codex.effect.spawned");
     let mut rows = Vec::new();
     for (i, arm) in points.iter().enumerate() {
         let fake = FakeCodex::via(exe, &work.join(format!("cut{i:03}")));
@@ -141,11 +143,19 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
             Err(e) => return Err(e.into()),
         }
         client.wait_exit()?;
+        wait_for_commands(&fake.journal())?;
         let mut again = fake.start(&[])?;
-        let read = again.request(
+        // A thread killed before its first turn was never written: the
+        // restarted server does not know it ("thread not loaded").
+        let read = match again.request(
             "thread/read",
             serde_json::json!({ "threadId": thread, "includeTurns": true }),
-        )?;
+        ) {
+            Err(ClientError::Rpc { message, .. }) if message.starts_with("thread not loaded") => {
+                Value::Null
+            }
+            other => other?,
+        };
         again.close()?;
         let turn = read.pointer("/thread/turns/0");
         let status = turn
@@ -172,6 +182,29 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
         });
     }
     Ok(rows)
+}
+
+/// Waits (with a deadline) until every command the fake spawned, as its
+/// journal says, has ended: they outlive the fake.
+fn wait_for_commands(journal: &Path) -> anyhow::Result<()> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(30);
+    for e in fake_provider::journal::read(journal)? {
+        if e.fact.as_deref() != Some("effect.spawned") {
+            continue;
+        }
+        let Some(pid) = e.data["pid"].as_u64() else {
+            continue;
+        };
+        let start = e.data["start_time"].as_u64();
+        while crate::nemesis::alive_same(pid as u32, start) {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "command {pid} outlived the deadline"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+    Ok(())
 }
 
 /// Runs the demo, printing as it goes. Returns whether every row matched.
