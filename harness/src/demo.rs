@@ -120,9 +120,11 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
     let index_of = |name: &str| points.iter().position(|a| a.point == name && a.n == 1);
     let recorded_at = index_of("codex.turn.recorded");
     let completed_at = index_of("codex.turn_completed.recorded");
-    // The command runs in a session of its own, so from its spawn on it
-    // writes its effect even if the fake dies.
-    let effect_at = index_of("codex.effect.spawned");
+    // The command runs in a session of its own and dies of the hangup when
+    // the fake dies: killed while it runs, it may or may not have had its
+    // effect; from its exit on, it had.
+    let running_at = index_of("codex.effect.spawned");
+    let effect_at = index_of("codex.effect.exited");
     let mut rows = Vec::new();
     for (i, arm) in points.iter().enumerate() {
         let fake = FakeCodex::via(exe, &work.join(format!("cut{i:03}")));
@@ -174,7 +176,11 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
             expected: (
                 at_or_after(recorded_at),
                 at_or_after(completed_at),
-                usize::from(at_or_after(effect_at)),
+                if running_at == Some(i) {
+                    effects.min(1)
+                } else {
+                    usize::from(at_or_after(effect_at))
+                },
             ),
             observed: (turn.is_some(), status == "completed", effects),
             journal_agrees: journal_recorded == turn.is_some(),

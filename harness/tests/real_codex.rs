@@ -979,3 +979,159 @@ fn at_each_crash_moment_the_fake_codex_recovers_like_the_real_one() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// runnerd driving the real codex, cut at `arm` (a runner point, held), with
+/// codex's process group SIGKILLed there; returns the settled task, its run
+/// log, the ledger, and the model API's requests.
+fn runner_at_a_real_crash(
+    codex: &Path,
+    moment: Moment,
+) -> (
+    Value,
+    Vec<Value>,
+    Vec<fake_provider::ledger::LedgerEntry>,
+    Vec<Value>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let home = dir.path().join("codex-home");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let script = dir.path().join("script.toml");
+    std::fs::write(&script, MOMENT_SCRIPT).unwrap();
+    let (_model, url) = start_model_api_with(dir.path(), &script);
+    let profiles = format!(
+        "[profile.runner-codex-real]\ndriver = \"codex\"\ncommand = {}\n",
+        serde_json::to_string(&codex_command(codex, &home, &url)).unwrap()
+    );
+    std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
+    let listener = cutpoint::Listener::bind(dir.path().join("cut.sock")).unwrap();
+    let arm = match moment {
+        Moment::ThreadStarted => "runner.conversation.persisted",
+        Moment::TurnStarted => "runner.turn_accepted.persisted",
+        Moment::CommandRunning => "runner.approval_answer.persisted",
+    };
+    let extra = vec![
+        "--profiles".to_owned(),
+        dir.path().join("profiles.toml").display().to_string(),
+        "--provider-idle-timeout-ms".to_owned(),
+        "60000".to_owned(),
+    ];
+    let state = dir.path().join("state");
+    let mut cmd = RunnerCommand::via(exe()).command(&state, &extra);
+    cmd.env_remove("TURNCUT_PROVIDER_API_KEY")
+        .env(cutpoint::ENV_SOCKET, listener.path())
+        .env(cutpoint::ENV_ARM, arm);
+    let stderr_log = dir.path().join("runnerd.stderr");
+    let runner = RunnerProcess::start(&mut cmd, &state, &stderr_log, WAIT).unwrap();
+    let client = runner.client();
+    let (status, body) = client
+        .create_task("t1", "m1", "Create hello.txt", "runner-codex-real", &ws)
+        .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let held = listener.accept_hit(TASK_WAIT).expect("the armed cut");
+    let ledger = dir.path().join("ledger.jsonl");
+    if matches!(moment, Moment::CommandRunning) {
+        wait_until("the command to run", TASK_WAIT, || {
+            !effect_pids(&ledger).is_empty()
+        });
+    }
+    let codex_pid = client
+        .events("t1", 0)
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "provider.spawned")
+        .and_then(|e| e.pointer("/data/pid").and_then(Value::as_i64))
+        .expect("the provider's pid in the run log");
+    // The provider leads its own group (runner::supervisor::spawn_provider).
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(codex_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    drop(held);
+    let task = client.wait_settled("t1", TASK_WAIT).unwrap();
+    let events = client.events("t1", 0).unwrap();
+    wait_until("every command to end", WAIT, || {
+        effect_pids(&ledger).is_empty()
+    });
+    let journal = fake_provider::journal::read(&dir.path().join("journal.jsonl")).unwrap();
+    let requests = journal
+        .into_iter()
+        .filter(|e| e.kind == EntryKind::In)
+        .map(|e| e.data)
+        .collect();
+    let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+    println!("{moment:?}: runner-codex-real settled {}", task["state"]);
+    if task["state"] == "running" {
+        println!("{log}");
+    }
+    (
+        task,
+        events,
+        fake_provider::ledger::read(&ledger).unwrap(),
+        requests,
+    )
+}
+
+/// Whether a model request carried the user message `text`.
+fn model_saw(requests: &[Value], text: &str) -> bool {
+    requests.iter().any(|r| {
+        r.pointer("/body/input")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|i| i["role"] == "user" && i.to_string().contains(text))
+    })
+}
+
+/// The runner's decision at each crash moment, on the real codex: a thread
+/// lost before its first turn is opened afresh; a turn whose user message
+/// was never written is sent again (or, if codex wrote it after all,
+/// continued); a turn whose approved command never completed is closed.
+#[test]
+fn the_runner_decides_right_at_each_crash_moment_of_the_real_codex() {
+    let Some(codex) = codex_or_skip() else {
+        return;
+    };
+    let kinds = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| e["kind"].as_str().map(str::to_owned))
+            .collect()
+    };
+
+    let (task, events, ledger, requests) = runner_at_a_real_crash(&codex, Moment::ThreadStarted);
+    assert_eq!(task["state"], "completed", "{task}");
+    assert!(
+        kinds(&events).contains(&"conversation.lost".to_owned()),
+        "{:?}",
+        kinds(&events)
+    );
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    assert!(model_saw(&requests, "Create hello.txt"));
+
+    let (task, events, ledger, requests) = runner_at_a_real_crash(&codex, Moment::TurnStarted);
+    assert_eq!(task["state"], "completed", "{task}");
+    assert!(
+        model_saw(&requests, "Create hello.txt"),
+        "the model never got the task: {requests:?}"
+    );
+    let resent = events
+        .iter()
+        .any(|e| e["kind"] == "turn.absent_at_provider" || e["kind"] == "conversation.lost");
+    let continued = events
+        .iter()
+        .any(|e| e.pointer("/data/cause/code") == Some(&json!("provider_turn_lost_on_restore")));
+    println!("TurnStarted: re-sent {resent}, continued {continued}");
+    assert!(resent != continued, "{:?}", kinds(&events));
+    assert!(!ledger.is_empty(), "{ledger:?}");
+
+    let (task, _, _, _) = runner_at_a_real_crash(&codex, Moment::CommandRunning);
+    assert_eq!(task["state"], "failed", "{task}");
+    assert_eq!(
+        task.pointer("/cause/code"),
+        Some(&json!("active_turn_recovery_closed")),
+        "{task}"
+    );
+}

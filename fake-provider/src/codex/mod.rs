@@ -15,17 +15,21 @@
 //! `serverRequest/resolved`. Model items carry model-style ids (`msg_…`,
 //! `call_…`) and commands read `/bin/bash -lc '<line>'`, as Codex reports them.
 //! `harness/tests/real_codex.rs` compares all this with the real server.
-//! Threads and turns are durable in `--state-dir` (a turn is recorded, with
-//! fsync, before the `turn/start` response), so a restarted fake answers
-//! `thread/read` and `thread/resume` like the real product, and a turn that was
-//! in progress when the process died reads back as `interrupted`.
+//! Threads and turns are durable in `--state-dir` and crash as the real
+//! product's do (measured on 0.171.0): a thread is written with its first
+//! turn, a turn (without items) before the `turn/start` response, its user
+//! message after it; a turn that was in progress when the process died reads
+//! back `interrupted` (error null); commands run in a session of their own
+//! and die of the hangup when the fake dies; a call issued and never
+//! finished reads back `aborted` to a continuation's model.
 //!
 //! The model is the script (`crate::script`): a user turn plays the script turn
 //! for its message from the top, naively, so a replayed message re-runs its
 //! effects as a real model would. A continuation turn is a `turn/start` whose
 //! first text input starts with [`CONTINUE_MARKER`]; it continues the thread's
-//! latest user turn, reads the effect ledger first and skips the effects that
-//! turn's message already caused.
+//! latest user turn, skipping the calls whose outcome it saw and running the
+//! `aborted` ones again, unless warned ([`CHECK_ABORTED_MARKER`]) that they
+//! may have run (see `Server::continued_call`).
 //!
 //! What it deliberately does not simulate: models, reasoning, tokenization
 //! (token usage is a byte estimate), sandboxes, exec policies, patches and

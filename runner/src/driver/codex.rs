@@ -142,15 +142,29 @@ impl CodexDriver {
     }
 
     /// Loads an existing thread into this process (no effect on the model).
-    pub async fn resume_conversation(&mut self, thread_id: &str) -> Result<(), DriverError> {
+    /// What the runner sets per thread (`cwd`) is given again: a restarted
+    /// Codex keeps only what its rollout has. A thread Codex never wrote (its
+    /// process died before the first turn) is [`DriverError::ConversationGone`].
+    pub async fn resume_conversation(
+        &mut self,
+        thread_id: &str,
+        cwd: &str,
+    ) -> Result<(), DriverError> {
         if self.loaded.contains(thread_id) {
             return Ok(());
         }
-        self.request(
-            "thread/resume",
-            json!({ "threadId": thread_id, "excludeTurns": true }),
-        )
-        .await?;
+        let resumed = self
+            .request(
+                "thread/resume",
+                json!({ "threadId": thread_id, "excludeTurns": true, "cwd": cwd }),
+            )
+            .await;
+        match resumed {
+            Err(DriverError::Rpc { message, .. }) if message.starts_with("no rollout found") => {
+                return Err(DriverError::ConversationGone(thread_id.to_owned()));
+            }
+            other => other?,
+        };
         self.loaded.insert(thread_id.to_owned());
         Ok(())
     }
@@ -208,6 +222,14 @@ impl CodexDriver {
             if matches {
                 let id = str_at(turn, "/id", "thread/read")?;
                 let status = str_at(turn, "/status", "thread/read")?;
+                let has_message = turn
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .is_some_and(|items| items.iter().any(|i| i["type"] == "userMessage"));
+                let status = match has_message {
+                    true => status,
+                    false => super::NOT_RECORDED.to_owned(),
+                };
                 return Ok(Some((id, status)));
             }
         }
@@ -241,6 +263,10 @@ impl CodexDriver {
                     .unwrap_or_default()
                     .to_owned(),
                 summary: params.get("command").cloned().unwrap_or(Value::Null),
+                item_id: params
+                    .get("itemId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             },
             (m, Some(id)) if !m.is_empty() => ProviderEvent::UnsupportedRequest {
                 request_id: id.clone(),
