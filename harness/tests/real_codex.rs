@@ -749,6 +749,9 @@ struct AfterCrash {
     outlived: bool,
     /// A `thread/status/changed {idle}` followed the resume.
     idle_after_resume: bool,
+    /// `thread/read {includeTurns}` on the new thread before its first turn
+    /// (not asked when the server dies right after `thread/start`).
+    read_before_first_turn: Option<Result<(), String>>,
 }
 
 /// The provider under test: the real codex (its argv) or the fake.
@@ -830,6 +833,18 @@ fn crash_at(provider: &Provider, moment: Moment, cwd: &str, ledger: &Path) -> Af
         "clientUserMessageId": "m-1",
     });
     let mut outlived = false;
+    let read_before_first_turn = match moment {
+        Moment::ThreadStarted => None,
+        _ => Some(
+            client
+                .request(
+                    "thread/read",
+                    json!({ "threadId": thread, "includeTurns": true }),
+                )
+                .map(drop)
+                .map_err(|e| e.to_string()),
+        ),
+    };
     match moment {
         Moment::ThreadStarted => {}
         Moment::TurnStarted => {
@@ -910,6 +925,7 @@ fn crash_at(provider: &Provider, moment: Moment, cwd: &str, ledger: &Path) -> Af
         effects: fake_provider::ledger::read(ledger).unwrap().len(),
         outlived,
         idle_after_resume,
+        read_before_first_turn,
     }
 }
 

@@ -447,15 +447,9 @@ impl Server {
         }
         let newly = self.loaded.insert(p.thread_id.clone());
         let response = self.session_response(&p.thread_id, !p.exclude_turns);
-        // Measured on Codex 0.171.0: a thread resumed into a new process
-        // whose last turn has its user message is announced `idle`; one
-        // whose last turn has none is not.
-        let announce = newly
-            && self
-                .store
-                .get(&p.thread_id)
-                .and_then(|t| t.turns.last())
-                .is_some_and(has_user_message);
+        // As the real server: a thread resumed into this process is
+        // announced `idle`.
+        let announce = newly;
         Ok(self
             .respond(id, "thread/resume", response)
             .and_then(|()| match announce {
@@ -470,6 +464,18 @@ impl Server {
             return Err((
                 INVALID_REQUEST,
                 format!("thread not loaded: {}", p.thread_id),
+            ));
+        }
+        // Measured on Codex 0.171.0: a thread not yet written (no turn)
+        // cannot list its turns.
+        let unwritten = self
+            .store
+            .get(&p.thread_id)
+            .is_some_and(|t| t.turns.is_empty());
+        if p.include_turns && unwritten {
+            return Err((
+                METHOD_NOT_FOUND,
+                "list_turns is not supported yet".to_owned(),
             ));
         }
         let thread = self.thread_json(&p.thread_id, p.include_turns);

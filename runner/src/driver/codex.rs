@@ -28,6 +28,9 @@ pub struct CodexDriver {
     queue: VecDeque<Value>,
     next_id: i64,
     loaded: HashSet<String>,
+    /// Threads opened by this process on which no turn was started: Codex
+    /// has not written them, and `thread/read {includeTurns}` fails on them.
+    fresh: HashSet<String>,
     idle: Duration,
     exited: bool,
 }
@@ -44,6 +47,7 @@ impl CodexDriver {
             queue: VecDeque::new(),
             next_id: 0,
             loaded: HashSet::new(),
+            fresh: HashSet::new(),
             idle,
             exited: false,
         }
@@ -138,6 +142,7 @@ impl CodexDriver {
         let result = self.request("thread/start", json!({ "cwd": cwd })).await?;
         let id = str_at(&result, "/thread/id", "thread/start")?;
         self.loaded.insert(id.clone());
+        self.fresh.insert(id.clone());
         Ok(id)
     }
 
@@ -176,6 +181,7 @@ impl CodexDriver {
         text: &str,
         client_id: &str,
     ) -> Result<String, DriverError> {
+        self.fresh.remove(thread_id);
         let result = self
             .request(
                 "turn/start",
@@ -196,6 +202,10 @@ impl CodexDriver {
         thread_id: &str,
         by: &TurnLookup,
     ) -> Result<Option<(String, String)>, DriverError> {
+        if self.fresh.contains(thread_id) {
+            // No turn was ever started on it: nothing can be recorded.
+            return Ok(None);
+        }
         let result = self
             .request(
                 "thread/read",
