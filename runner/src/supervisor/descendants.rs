@@ -109,8 +109,8 @@ impl Tree {
                 };
             }
             for m in &alive {
-                // The identity was checked just above; the pid cannot be
-                // reused before this process is reaped by its parent.
+                // The identity was checked just above; a pid freed and
+                // reused in the instant since is the risk `stop` accepts too.
                 if kill(Pid::from_raw(m.pid), Signal::SIGKILL).is_ok() && !killed.contains(&m.pid) {
                     killed.push(m.pid);
                 }
