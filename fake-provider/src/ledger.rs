@@ -69,6 +69,10 @@ pub struct EffectArgs {
     /// The provider turn id.
     #[arg(long)]
     pub turn: Option<String>,
+    /// Run this long before the effect: a command that is still running
+    /// when its provider dies, and whose effect happens after.
+    #[arg(long, default_value_t = 0)]
+    pub duration_ms: u64,
     /// Append this many lines instead of one (for concurrency tests).
     #[arg(long, default_value_t = 1, hide = true)]
     pub repeat: u32,
@@ -78,6 +82,9 @@ pub struct EffectArgs {
 /// a real command would.
 pub fn run_effect(args: &EffectArgs) -> std::io::Result<()> {
     let saw_secret = environment_has_secret();
+    // A command's own run time, not a synchronization: the effect happens
+    // when the command is done.
+    std::thread::sleep(std::time::Duration::from_millis(args.duration_ms));
     let file = open_append(&args.ledger)?;
     for _ in 0..args.repeat {
         let entry = LedgerEntry {

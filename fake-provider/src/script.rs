@@ -55,6 +55,30 @@ pub struct ScriptTool {
     /// the client to write (`fs/write_text_file`), relative or absolute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// How long the effect command runs before its effect (`effect
+    /// --duration-ms`): a command still running when its provider is killed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub duration_ms: u64,
+}
+
+/// The `effect` arguments that give the tool `key` its `duration_ms` (none
+/// for an instant command).
+pub fn duration_args(script: &Script, key: &str) -> Vec<String> {
+    let ms = script
+        .turns
+        .iter()
+        .flat_map(|t| &t.tools)
+        .find(|t| t.key == key)
+        .map_or(0, |t| t.duration_ms);
+    if ms == 0 {
+        Vec::new()
+    } else {
+        vec!["--duration-ms".to_owned(), ms.to_string()]
+    }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The kinds of tool call the fakes can make. Every kind runs the `effect`
@@ -105,6 +129,7 @@ impl Script {
                     approval: true,
                     argv: None,
                     path: None,
+                    duration_ms: 0,
                 }],
                 final_message: "Created hello.txt.".to_owned(),
             }],

@@ -990,6 +990,15 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
             known.push(("provider".into(), pid as u32, start));
         }
     }
+    // Commands a fake Codex ran in sessions of their own outlive its
+    // process group; the runner's stop must have ended them too.
+    for e in &ev.journal {
+        if e.fact.as_deref() == Some("effect.spawned")
+            && let Some(pid) = e.data["pid"].as_u64()
+        {
+            known.push(("command".into(), pid as u32, e.data["start_time"].as_u64()));
+        }
+    }
     known.sort();
     known.dedup();
     for (role, pid, start) in &known {

@@ -326,6 +326,28 @@ fn provider_turns(e: &Evidence) -> BTreeMap<String, (Option<String>, String, boo
         .collect()
 }
 
+/// Whether an approval was answered `accept` for a command item (`item_id`)
+/// that never completed in the run log: the command may have run.
+fn approved_command_unfinished(e: &Evidence) -> bool {
+    let completed: HashSet<(Option<i64>, &str)> = e
+        .events_of("item.completed")
+        .filter_map(|ev| {
+            let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
+            Some((row, ev.pointer("/data/item/id")?.as_str()?))
+        })
+        .collect();
+    e.events_of("provider_request").any(|ev| {
+        let accepted = ev.pointer("/data/status") == Some(&Value::from("answered"))
+            && ev
+                .pointer("/data/decision")
+                .and_then(Value::as_str)
+                .is_some_and(|d| d.starts_with("accept"));
+        let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
+        let item = ev.pointer("/data/item_id").and_then(Value::as_str);
+        accepted && item.is_some_and(|i| !completed.contains(&(row, i)))
+    })
+}
+
 /// The outcome is allowed by the contract for what both sides had recorded.
 pub fn contract_oracle(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("contract");
@@ -391,9 +413,9 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
                                     && o.pointer("/data/status") == Some(&Value::from("answered"))
                             })
                     });
-                    if !pending {
+                    if !pending && !approved_command_unfinished(e) {
                         j.fail(
-                            format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending"),
+                            format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending and no approved command was left unfinished"),
                             [at],
                         );
                     }
@@ -955,6 +977,45 @@ mod tests {
         e.task["runs"][0]["cause"] =
             json!({ "code": "continuation_exhausted", "recoverable": false, "message": "x" });
         assert_only_fails(&e, "contract", "without a continuation");
+    }
+
+    #[test]
+    fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_unfinished() {
+        // The run closed after answering `accept` for command call_x.
+        let closed = |item_completed: bool| {
+            let mut e = good();
+            e.task["state"] = json!("failed");
+            e.task["runs"][0]["status"] = json!("failed");
+            e.task["runs"][0]["cause"] = json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+            e.events.insert(
+                3,
+                event(
+                    0,
+                    "provider_request",
+                    json!({ "turn_row": 1, "request_id": "0", "status": "answered", "decision": "accept", "item_id": "call_x" }),
+                ),
+            );
+            if item_completed {
+                e.events.insert(
+                    4,
+                    event(
+                        0,
+                        "item.completed",
+                        json!({ "turn_row": 1, "item": { "type": "commandExecution", "id": "call_x" } }),
+                    ),
+                );
+            }
+            for (i, ev) in e.events.iter_mut().enumerate() {
+                ev["seq"] = json!(i + 1);
+            }
+            e
+        };
+        assert_eq!(verdict(&judge(&closed(false)), "contract").0, Verdict::Pass);
+        assert_only_fails(
+            &closed(true),
+            "contract",
+            "no approved command was left unfinished",
+        );
     }
 
     #[test]

@@ -229,14 +229,22 @@ fn a_replayed_client_message_id_is_visible_in_the_journal_and_ledger() {
     );
 }
 
-#[test]
-fn a_continuation_after_a_crash_skips_effects_already_done() {
-    let dir = tempfile::tempdir().unwrap();
-    let fake = fake(dir.path());
+/// Cuts the built-in turn after its approved effect ran (the command item
+/// never completed), restarts the fake and continues with `text`; returns the
+/// continuation's outcome, the ledger and the journal.
+fn continue_after_effect(
+    dir: &Path,
+    text: &str,
+) -> (
+    harness::codex_client::TurnOutcome,
+    Vec<fake_provider::ledger::LedgerEntry>,
+    Vec<fake_provider::journal::Entry>,
+) {
+    let fake = fake(dir);
     let mut client = fake
         .start(&["--exit".to_owned(), "codex.effect.exited".to_owned()])
         .unwrap();
-    let thread = client.thread_start(&cwd(dir.path())).unwrap();
+    let thread = client.thread_start(&cwd(dir)).unwrap();
     let err = client
         .run_turn(&thread, "Create hello.txt", Some("m-1"), |_| "accept")
         .unwrap_err();
@@ -251,24 +259,16 @@ fn a_continuation_after_a_crash_skips_effects_already_done() {
         resumed.pointer("/thread/turns/0/status"),
         Some(&json!("interrupted"))
     );
-    let text = format!(
-        "{} continue the interrupted turn",
-        fake_provider::codex::CONTINUE_MARKER
-    );
+    // As the real server, the interrupted turn carries no error.
+    assert_eq!(resumed.pointer("/thread/turns/0/error"), Some(&Value::Null));
     let o = client
-        .run_turn(&thread, &text, Some("m-1#cont"), |_| "accept")
+        .run_turn(&thread, text, Some("m-1#cont"), |_| "accept")
         .unwrap();
     assert_eq!(o.status, "completed");
-    assert_eq!(
-        o.approvals, 0,
-        "the done effect must not be asked for again"
-    );
     assert_conformant(&client);
     client.close().unwrap();
     let ledger = fake_provider::ledger::read(&fake.ledger()).unwrap();
-    assert_eq!(ledger.len(), 1, "{ledger:?}");
     let journal = fake_provider::journal::read(&fake.journal()).unwrap();
-    assert_eq!(facts(&journal, "effect.skipped").len(), 1);
     let recorded = facts(&journal, "turn.recorded");
     assert_eq!(recorded.len(), 2);
     assert_eq!(recorded[1]["continuation"], true);
@@ -277,6 +277,41 @@ fn a_continuation_after_a_crash_skips_effects_already_done() {
     let generations: std::collections::HashSet<&str> =
         journal.iter().map(|e| e.generation.as_str()).collect();
     assert_eq!(generations.len(), 2);
+    (o, ledger, journal)
+}
+
+#[test]
+fn a_continuation_runs_an_aborted_call_again_as_the_real_codex_model_is_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{} continue the interrupted turn",
+        fake_provider::codex::CONTINUE_MARKER
+    );
+    let (o, ledger, journal) = continue_after_effect(dir.path(), &text);
+    assert_eq!(o.approvals, 1, "the aborted command is asked for again");
+    assert_eq!(ledger.len(), 2, "{ledger:?}");
+    let aborted = facts(&journal, "call.aborted");
+    assert_eq!(aborted.len(), 1);
+    assert_eq!(aborted[0]["action"], "run again");
+}
+
+#[test]
+fn a_continuation_told_an_aborted_call_may_have_run_checks_the_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{} continue {} a command reported aborted may have run",
+        fake_provider::codex::CONTINUE_MARKER,
+        fake_provider::codex::CHECK_ABORTED_MARKER
+    );
+    let (o, ledger, journal) = continue_after_effect(dir.path(), &text);
+    assert_eq!(
+        o.approvals, 0,
+        "the done effect must not be asked for again"
+    );
+    assert_eq!(ledger.len(), 1, "{ledger:?}");
+    let aborted = facts(&journal, "call.aborted");
+    assert_eq!(aborted.len(), 1);
+    assert_eq!(aborted[0]["action"], "already in ledger");
 }
 
 #[test]

@@ -96,8 +96,20 @@ fn find_codex() -> Result<PathBuf, String> {
 
 /// The fake model API, killed (as a process group) on drop.
 fn start_model_api(dir: &Path) -> (GroupChild, String) {
+    start_model_api_args(dir, &[])
+}
+
+/// The fake model API playing `script`; its journal and ledger in `dir`.
+fn start_model_api_with(dir: &Path, script: &Path) -> (GroupChild, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    start_model_api_args(dir, &["--script".to_owned(), script.display().to_string()])
+}
+
+fn start_model_api_args(dir: &Path, extra: &[String]) -> (GroupChild, String) {
     let mut cmd = Command::new(exe());
-    cmd.args(["fake-provider", "model-api", "--port", "0", "--state-dir"])
+    cmd.args(["fake-provider", "model-api", "--port", "0"])
+        .args(extra)
+        .arg("--state-dir")
         .arg(dir.join("model"))
         .arg("--journal")
         .arg(dir.join("journal.jsonl"))
@@ -135,9 +147,15 @@ fn codex_command(codex: &Path, codex_home: &Path, model_url: &str) -> Vec<String
     let provider = format!(
         "model_providers.fake={{name=\"fake\",base_url=\"{model_url}/v1\",wire_api=\"responses\",env_key=\"OPENAI_API_KEY\",request_max_retries=0,stream_max_retries=0}}"
     );
+    // A private HOME too: codex runs commands with `bash -lc`, and a login
+    // shell under the machine's HOME runs its profile (here pyenv's rehash,
+    // which waits on a lock that a killed shell leaves behind).
+    let home = codex_home.join("home");
+    std::fs::create_dir_all(&home).expect("a private HOME");
     let mut cmd: Vec<String> = vec![
         "env".into(),
         format!("CODEX_HOME={}", codex_home.display()),
+        format!("HOME={}", home.display()),
         // A canary value: the effect reports it if it reaches a shell under
         // any name.
         format!(
@@ -449,13 +467,34 @@ fn shape_of(transcript: &[(Dir, Value)], read_back: &Value) -> (Shape, Vec<Strin
     // either order (the item first about two runs in three). The fake sends
     // the item first; the comparison takes the status change right after
     // `serverRequest/resolved` and before an `item/completed` as the same.
+    // The same race follows an accepted command, and there the command's
+    // output is streamed as `outputDelta` only when it arrives before the
+    // command exits (a fast command's output comes whole in `item/completed`):
+    // right after `serverRequest/resolved`, the deltas are left out and the
+    // status change and the command's completion are put in one order.
     let m = &mut shape.methods;
-    for i in 1..m.len().saturating_sub(1) {
-        if m[i - 1] == "serverRequest/resolved"
-            && m[i] == "thread/status/changed"
-            && m[i + 1] == "item/completed"
-        {
-            m.swap(i, i + 1);
+    if let Some(at) = m.iter().position(|x| x == "serverRequest/resolved") {
+        let window: Vec<String> = m[at + 1..]
+            .iter()
+            .take_while(|x| {
+                matches!(
+                    x.as_str(),
+                    "thread/status/changed"
+                        | "item/commandExecution/outputDelta"
+                        | "item/completed"
+                )
+            })
+            .cloned()
+            .collect();
+        let completed = window.iter().position(|x| x == "item/completed");
+        if let Some(end) = completed {
+            let mut run: Vec<String> = window[..=end]
+                .iter()
+                .filter(|x| x.as_str() != "item/commandExecution/outputDelta")
+                .cloned()
+                .collect();
+            run.sort_by_key(|x| x != "item/completed");
+            m.splice(at + 1..at + 2 + end, run);
         }
     }
     (shape, problems)
@@ -663,4 +702,495 @@ fn shape_diff(real: &Shape, fake: &Shape) -> String {
     field("turns", real.turns.clone(), fake.turns.clone());
     field("read back", real.read_back.clone(), fake.read_back.clone());
     out
+}
+
+// ---------------------------------------------------------------------------
+// Crash moments: the same turn on the real codex and on the fake, the server's
+// process group SIGKILLed at a named moment, restarted on the same state, and
+// asked what a recovering runner asks. The fake is cut at its own point for
+// the moment (`--exit`); the real codex is killed by the client as soon as it
+// sees the moment.
+// ---------------------------------------------------------------------------
+
+/// The script of the crash moments: one message, one approved command that
+/// runs 1.5 s (long enough to kill its provider while it runs, short enough
+/// to wait for), a final message.
+const MOMENT_SCRIPT: &str = r#"
+[[turn]]
+say = ["Looking at the workspace."]
+tools = [{ key = "write-hello", kind = "command", approval = true, duration_ms = 1500 }]
+final = "Created hello.txt."
+"#;
+
+/// Where a turn is cut.
+#[derive(Clone, Copy, Debug)]
+enum Moment {
+    /// Right after the `thread/start` response, before any turn.
+    ThreadStarted,
+    /// Right after the `turn/start` response.
+    TurnStarted,
+    /// While the approved command runs.
+    CommandRunning,
+}
+
+impl Moment {
+    /// The fake's cut point for the moment.
+    fn fake_point(self) -> &'static str {
+        match self {
+            Moment::ThreadStarted => "codex.thread_start.responded",
+            Moment::TurnStarted => "codex.turn_start.responded",
+            Moment::CommandRunning => "codex.effect.spawned",
+        }
+    }
+
+    /// Whether the real codex's reading is one of the rarer outcomes
+    /// measured at this moment that a runner must treat like the usual one:
+    /// after a kill right after the `turn/start` response (22 runs): an
+    /// interrupted turn without items (20), no turn (1) or no thread (1);
+    /// the user message is never recorded in any of them.
+    fn known_variant(self, real: &AfterCrash) -> bool {
+        matches!(self, Moment::TurnStarted)
+            && !real.found_by_client_id
+            && real.effects == 0
+            && (real.turn == "absent")
+    }
+}
+
+/// What a recovering runner learns at a moment, and what happened.
+#[derive(Debug, PartialEq, Eq)]
+struct AfterCrash {
+    /// `thread/resume` succeeded, or its error.
+    resume: Result<(), String>,
+    /// The turn as read back after the resume: `<status> [item types]`, or
+    /// `absent`.
+    turn: String,
+    /// The turn's error field is null.
+    error_null: bool,
+    /// `thread/read` finds the user message by its `clientId`.
+    found_by_client_id: bool,
+    /// `turn/start` on the thread after the restart succeeded, or its error.
+    new_turn: Result<(), String>,
+    /// Effects in the ledger once every command has ended.
+    effects: usize,
+    /// A command process was alive right after the provider's group died.
+    outlived: bool,
+    /// A `thread/status/changed {idle}` followed the resume.
+    idle_after_resume: bool,
+    /// `thread/read {includeTurns}` on the new thread before its first turn
+    /// (not asked when the server dies right after `thread/start`).
+    read_before_first_turn: Option<Result<(), String>>,
+}
+
+/// The provider under test: the real codex (its argv) or the fake.
+enum Provider {
+    Real(Vec<String>),
+    Fake(FakeCodex, PathBuf),
+}
+
+impl Provider {
+    fn start(&self, cut: Option<Moment>) -> CodexClient {
+        let mut client = match self {
+            Provider::Real(argv) => {
+                let mut cmd = Command::new(&argv[0]);
+                cmd.args(&argv[1..]).stderr(Stdio::null());
+                CodexClient::spawn(&mut cmd).unwrap()
+            }
+            Provider::Fake(fake, script) => {
+                let mut extra = vec!["--script".to_owned(), script.display().to_string()];
+                // Killed by its own `--exit` where the client cannot see the
+                // moment; held (`--hang`) while its command runs, then
+                // killed by the client like the real one.
+                match cut {
+                    Some(Moment::CommandRunning) => {
+                        extra.extend(["--hang".to_owned(), "codex.effect.spawned".to_owned()]);
+                    }
+                    Some(m) => extra.extend(["--exit".to_owned(), m.fake_point().to_owned()]),
+                    None => {}
+                }
+                CodexClient::spawn(&mut fake.command(&extra)).unwrap()
+            }
+        };
+        client.timeout = TASK_WAIT;
+        client.initialize().unwrap();
+        client
+    }
+
+    fn is_real(&self) -> bool {
+        matches!(self, Provider::Real(_))
+    }
+}
+
+/// The pids of running `effect` processes that write `ledger`.
+fn effect_pids(ledger: &Path) -> Vec<i32> {
+    let needle = ledger.display().to_string();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let zombie = stat.rsplit(')').next().is_some_and(|s| s.starts_with(" Z"));
+            text.contains(" effect ") && text.contains(&needle) && !zombie
+        })
+        .collect()
+}
+
+/// Waits, with a deadline, until `what` holds; polls `/proc` and files,
+/// which announce nothing.
+fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + deadline;
+    while !done() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Plays `moment` on `provider` in `cwd`, kills it there, restarts it and
+/// reads back what a runner would.
+fn crash_at(provider: &Provider, moment: Moment, cwd: &str, ledger: &Path) -> AfterCrash {
+    let mut client = provider.start(Some(moment));
+    let thread = client.thread_start(cwd).unwrap();
+    let start = json!({
+        "threadId": thread,
+        "input": [{ "type": "text", "text": "Create hello.txt", "text_elements": [] }],
+        "clientUserMessageId": "m-1",
+    });
+    let mut outlived = false;
+    let read_before_first_turn = match moment {
+        Moment::ThreadStarted => None,
+        _ => Some(
+            client
+                .request(
+                    "thread/read",
+                    json!({ "threadId": thread, "includeTurns": true }),
+                )
+                .map(drop)
+                .map_err(|e| e.to_string()),
+        ),
+    };
+    match moment {
+        Moment::ThreadStarted => {}
+        Moment::TurnStarted => {
+            // The real server answered; the fake died right after answering.
+            let _ = client.request("turn/start", start.clone());
+        }
+        Moment::CommandRunning => {
+            client.request("turn/start", start.clone()).unwrap();
+            let approval = client
+                .wait_for("the approval request", |m| {
+                    m["method"] == "item/commandExecution/requestApproval"
+                })
+                .unwrap();
+            client
+                .send(json!({ "id": approval["id"], "result": { "decision": "accept" } }))
+                .unwrap();
+            wait_until("the command to run", TASK_WAIT, || {
+                !effect_pids(ledger).is_empty()
+            });
+        }
+    }
+    if provider.is_real() || matches!(moment, Moment::CommandRunning) {
+        let _ = client.kill();
+    } else {
+        let _ = client.wait_exit();
+    }
+    let mut again = provider.start(None);
+    let resume = again
+        .request(
+            "thread/resume",
+            json!({ "threadId": thread, "excludeTurns": true }),
+        )
+        .map(drop)
+        .map_err(|e| e.to_string());
+    // When a restarted runner would stop what is left and decide.
+    if matches!(moment, Moment::CommandRunning) {
+        outlived = !effect_pids(ledger).is_empty();
+        wait_until("the command to end", WAIT, || {
+            effect_pids(ledger).is_empty()
+        });
+    }
+    while let Ok(Some(_)) = again.expect_silence(Duration::from_millis(500)) {}
+    let idle_after_resume = again.transcript.iter().any(|(dir, m)| {
+        *dir == Dir::Received
+            && m["method"] == "thread/status/changed"
+            && m["params"]["status"]["type"] == "idle"
+    });
+    let read = again
+        .request(
+            "thread/read",
+            json!({ "threadId": thread, "includeTurns": true }),
+        )
+        .unwrap_or(Value::Null);
+    let turn = read.pointer("/thread/turns/0");
+    let found_by_client_id = read
+        .pointer("/thread/turns")
+        .and_then(Value::as_array)
+        .is_some_and(|ts| {
+            ts.iter()
+                .flat_map(|t| t["items"].as_array().into_iter().flatten())
+                .any(|i| i["clientId"] == "m-1")
+        });
+    let new_turn = again
+        .request("turn/start", json!({
+            "threadId": thread,
+            "input": [{ "type": "text", "text": fake_provider::codex::CONTINUE_MARKER, "text_elements": [] }],
+            "clientUserMessageId": "m-1#continuation",
+        }))
+        .map(drop)
+        .map_err(|e| e.to_string());
+    let _ = again.kill();
+    AfterCrash {
+        resume,
+        turn: turn.map_or("absent".to_owned(), turn_form),
+        error_null: turn.is_none_or(|t| t["error"].is_null()),
+        found_by_client_id,
+        new_turn,
+        effects: fake_provider::ledger::read(ledger).unwrap().len(),
+        outlived,
+        idle_after_resume,
+        read_before_first_turn,
+    }
+}
+
+/// Error texts differ in the thread id only; compare them without it.
+fn without_ids(r: &Result<(), String>) -> Result<(), String> {
+    r.clone().map_err(|e| {
+        e.split(|c: char| c.is_whitespace())
+            .filter(|w| {
+                id_form(w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-')) != "uuid"
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    })
+}
+
+#[test]
+fn at_each_crash_moment_the_fake_codex_recovers_like_the_real_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("script.toml");
+    std::fs::write(&script, MOMENT_SCRIPT).unwrap();
+    let real = find_codex()
+        .map_err(|r| println!("skipped the real codex: {r}"))
+        .ok();
+    let mut failures = Vec::new();
+    for moment in [
+        Moment::ThreadStarted,
+        Moment::TurnStarted,
+        Moment::CommandRunning,
+    ] {
+        let case = dir.path().join(format!("{moment:?}"));
+        let ws = case.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        let cwd = ws.display().to_string();
+        let fake = FakeCodex::via(exe(), &case.join("fake"));
+        let fake_ledger = fake.ledger();
+        let mut seen = crash_at(
+            &Provider::Fake(fake, script.clone()),
+            moment,
+            &cwd,
+            &fake_ledger,
+        );
+        seen.resume = without_ids(&seen.resume);
+        seen.new_turn = without_ids(&seen.new_turn);
+        println!("{moment:?}: the fake: {seen:?}");
+        let Some(codex) = &real else { continue };
+        let model_dir = case.join("model");
+        let (_model, url) = start_model_api_with(&model_dir, &script);
+        let home = case.join("codex-home");
+        std::fs::create_dir_all(&home).unwrap();
+        let argv = codex_command(codex, &home, &url);
+        let mut real_seen = crash_at(
+            &Provider::Real(argv),
+            moment,
+            &cwd,
+            &model_dir.join("ledger.jsonl"),
+        );
+        real_seen.resume = without_ids(&real_seen.resume);
+        real_seen.new_turn = without_ids(&real_seen.new_turn);
+        println!("{moment:?}: the real codex: {real_seen:?}");
+        if real_seen != seen && moment.known_variant(&real_seen) {
+            println!("{moment:?}: a known variant of the real codex, the same for recovery");
+        } else if real_seen != seen {
+            failures.push(format!(
+                "{moment:?}:\n  real {real_seen:?}\n  fake {seen:?}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// runnerd driving the real codex, cut at `arm` (a runner point, held), with
+/// codex's process group SIGKILLed there; returns the settled task, its run
+/// log, the ledger, and the model API's requests.
+fn runner_at_a_real_crash(
+    codex: &Path,
+    moment: Moment,
+) -> (
+    Value,
+    Vec<Value>,
+    Vec<fake_provider::ledger::LedgerEntry>,
+    Vec<Value>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let home = dir.path().join("codex-home");
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let script = dir.path().join("script.toml");
+    std::fs::write(&script, MOMENT_SCRIPT).unwrap();
+    let (_model, url) = start_model_api_with(dir.path(), &script);
+    let profiles = format!(
+        "[profile.runner-codex-real]\ndriver = \"codex\"\ncommand = {}\n",
+        serde_json::to_string(&codex_command(codex, &home, &url)).unwrap()
+    );
+    std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
+    let listener = cutpoint::Listener::bind(dir.path().join("cut.sock")).unwrap();
+    let arm = match moment {
+        Moment::ThreadStarted => "runner.conversation.persisted",
+        Moment::TurnStarted => "runner.turn_accepted.persisted",
+        Moment::CommandRunning => "runner.approval_answer.persisted",
+    };
+    let extra = vec![
+        "--profiles".to_owned(),
+        dir.path().join("profiles.toml").display().to_string(),
+        "--provider-idle-timeout-ms".to_owned(),
+        "60000".to_owned(),
+    ];
+    let state = dir.path().join("state");
+    let mut cmd = RunnerCommand::via(exe()).command(&state, &extra);
+    cmd.env_remove("TURNCUT_PROVIDER_API_KEY")
+        .env(cutpoint::ENV_SOCKET, listener.path())
+        .env(cutpoint::ENV_ARM, arm);
+    let stderr_log = dir.path().join("runnerd.stderr");
+    let runner = RunnerProcess::start(&mut cmd, &state, &stderr_log, WAIT).unwrap();
+    let client = runner.client();
+    let (status, body) = client
+        .create_task("t1", "m1", "Create hello.txt", "runner-codex-real", &ws)
+        .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let held = listener.accept_hit(TASK_WAIT).expect("the armed cut");
+    let ledger = dir.path().join("ledger.jsonl");
+    if matches!(moment, Moment::CommandRunning) {
+        wait_until("the command to run", TASK_WAIT, || {
+            !effect_pids(&ledger).is_empty()
+        });
+    }
+    let codex_pid = client
+        .events("t1", 0)
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "provider.spawned")
+        .and_then(|e| e.pointer("/data/pid").and_then(Value::as_i64))
+        .expect("the provider's pid in the run log");
+    // The provider leads its own group (runner::supervisor::spawn_provider).
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(codex_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    drop(held);
+    let task = client.wait_settled("t1", TASK_WAIT).unwrap();
+    let events = client.events("t1", 0).unwrap();
+    wait_until("every command to end", WAIT, || {
+        effect_pids(&ledger).is_empty()
+    });
+    let journal = fake_provider::journal::read(&dir.path().join("journal.jsonl")).unwrap();
+    let requests = journal
+        .into_iter()
+        .filter(|e| e.kind == EntryKind::In)
+        .map(|e| e.data)
+        .collect();
+    let log = std::fs::read_to_string(&stderr_log).unwrap_or_default();
+    println!("{moment:?}: runner-codex-real settled {}", task["state"]);
+    if task["state"] == "running" {
+        println!("{log}");
+    }
+    (
+        task,
+        events,
+        fake_provider::ledger::read(&ledger).unwrap(),
+        requests,
+    )
+}
+
+/// Whether a model request carried the user message `text`.
+fn model_saw(requests: &[Value], text: &str) -> bool {
+    requests.iter().any(|r| {
+        r.pointer("/body/input")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|i| i["role"] == "user" && i.to_string().contains(text))
+    })
+}
+
+/// The runner's decision at each crash moment, on the real codex: a thread
+/// lost before its first turn is opened afresh; a turn whose user message
+/// was never written is sent again (or, if codex wrote it after all,
+/// continued); a turn whose approved command never completed is closed.
+#[test]
+fn the_runner_decides_right_at_each_crash_moment_of_the_real_codex() {
+    let Some(codex) = codex_or_skip() else {
+        return;
+    };
+    let mut failures = Vec::new();
+    for moment in [
+        Moment::ThreadStarted,
+        Moment::TurnStarted,
+        Moment::CommandRunning,
+    ] {
+        let (task, events, ledger, requests) = runner_at_a_real_crash(&codex, moment);
+        let kinds: Vec<&str> = events.iter().filter_map(|e| e["kind"].as_str()).collect();
+        let cause = task.pointer("/cause/code").and_then(Value::as_str);
+        let mut wrong = Vec::new();
+        match moment {
+            Moment::ThreadStarted => {
+                if task["state"] != "completed" || !kinds.contains(&"conversation.lost") {
+                    wrong.push(format!("not completed in a fresh thread: {cause:?}"));
+                }
+            }
+            Moment::TurnStarted => {
+                // Re-sent (codex had not written the user message) or
+                // continued (it had): never continued into an empty turn.
+                let resent = kinds
+                    .iter()
+                    .any(|k| *k == "turn.absent_at_provider" || *k == "conversation.lost");
+                let continued = events.iter().any(|e| {
+                    e.pointer("/data/cause/code") == Some(&json!("provider_turn_lost_on_restore"))
+                });
+                println!("TurnStarted: re-sent {resent}, continued {continued}");
+                if task["state"] != "completed" || resent == continued {
+                    wrong.push(format!(
+                        "state {} cause {cause:?}, re-sent {resent}, continued {continued}",
+                        task["state"]
+                    ));
+                }
+            }
+            Moment::CommandRunning => {
+                if cause != Some("active_turn_recovery_closed") {
+                    wrong.push(format!(
+                        "state {} cause {cause:?}: the approved command may have run",
+                        task["state"]
+                    ));
+                }
+            }
+        }
+        if !matches!(moment, Moment::CommandRunning)
+            && (ledger.is_empty() || !model_saw(&requests, "Create hello.txt"))
+        {
+            wrong.push(format!(
+                "the task was not done: {} effects, model saw the message: {}",
+                ledger.len(),
+                model_saw(&requests, "Create hello.txt")
+            ));
+        }
+        for w in wrong {
+            failures.push(format!("{moment:?}: {w}; events {kinds:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -269,14 +269,21 @@ fn intent_only_and_turn_absent_starts_the_turn_once_after_a_restart() {
 }
 
 /// The seed scenario (background: codex-cut-turn-start-retry): the provider
-/// recorded `turn/start` but the runner died before persisting the acceptance.
+/// recorded `turn/start` with its user message, but the runner died before
+/// persisting the acceptance (held as the `turn/start` response, its third,
+/// arrived, while the provider records the user message).
 #[test]
 fn a_recorded_turn_never_seen_accepted_fails_closed_and_retry_works() {
     let mut rig = Rig::new(&[]);
-    let client = rig.start(Some("codex.turn.recorded"));
+    let client = rig.start(Some(
+        "runner.codex.response.received#3,codex.user_message.recorded",
+    ));
     submit(&client, &rig, "t1", "m1");
-    let held = rig.hold();
-    assert_eq!(held.hit.role, "provider");
+    let holds = [rig.hold(), rig.hold()];
+    let held = holds
+        .iter()
+        .find(|h| h.hit.role == "provider")
+        .expect("the provider is held");
     let orphan = held.hit.pid;
     rig.kill_runner();
     // The provider is alive, blocked at its cut: an orphan of the dead runner.
@@ -284,7 +291,7 @@ fn a_recorded_turn_never_seen_accepted_fails_closed_and_retry_works() {
 
     let client = rig.start(None);
     let task = client.wait_settled("t1", WAIT).unwrap();
-    drop(held);
+    drop(holds);
     assert_eq!(state(&task), "failed", "{task}\n{}", rig.log());
     assert_eq!(cause(&task), "ambiguous_turn_start");
     assert_eq!(task.pointer("/cause/recoverable"), Some(&json!(false)));
@@ -352,25 +359,64 @@ fn a_recorded_turn_never_seen_accepted_fails_closed_and_retry_works() {
     rig.assert_effects_once();
 }
 
+/// User messages the provider recorded for `client_id` (a turn without
+/// one delivered nothing).
+fn recorded_messages(rig: &Rig, client_id: &str) -> usize {
+    fake_provider::codex::store::recorded_turns(&rig.path("state/providers/t1"))
+        .iter()
+        .filter(|t| t.client_id.as_deref() == Some(client_id))
+        .count()
+}
+
+/// Codex writes a turn's user message after the `turn/start` response: a
+/// provider that died before it (the turn `interrupted`, no items) reached no
+/// model, whether or not the runner saw the acceptance, so the message is
+/// sent again, once, and never continued into an empty turn.
 #[test]
-fn a_provider_exit_after_recording_fails_closed_too() {
-    let mut rig = Rig::new(&["--exit", "codex.turn.recorded"]);
+fn a_turn_whose_user_message_was_never_recorded_is_sent_again() {
+    for point in ["codex.turn.recorded", "codex.turn_start.responded"] {
+        let mut rig = Rig::new(&["--exit", point]);
+        let client = rig.start(None);
+        submit(&client, &rig, "t1", "m1");
+        let task = client.wait_settled("t1", WAIT).unwrap();
+        assert_eq!(state(&task), "completed", "{point}: {task}\n{}", rig.log());
+        assert!(event_kinds(&client, "t1").contains(&"provider_exited".to_owned()));
+        assert_eq!(rig.turn_starts("m1"), 2, "{point}");
+        assert_eq!(recorded_messages(&rig, "m1"), 1, "{point}: delivered once");
+        assert_eq!(rig.continuations(), 0, "{point}: nothing to continue");
+        assert_eq!(rig.ledger().len(), 1, "{point}: the task was done");
+        rig.assert_effects_once();
+    }
+}
+
+/// Codex writes a thread only with its first turn: a provider lost right
+/// after `thread/start` leaves none, and the run opens a fresh one.
+#[test]
+fn a_thread_lost_before_its_first_turn_is_opened_afresh() {
+    let mut rig = Rig::new(&["--exit", "codex.thread_start.responded"]);
     let client = rig.start(None);
     submit(&client, &rig, "t1", "m1");
     let task = client.wait_settled("t1", WAIT).unwrap();
-    assert_eq!(
-        cause(&task),
-        "ambiguous_turn_start",
-        "{task}\n{}",
-        rig.log()
-    );
-    assert!(event_kinds(&client, "t1").contains(&"provider_exited".to_owned()));
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.count_in("thread/start"), 2);
+    assert!(event_kinds(&client, "t1").contains(&"conversation.lost".to_owned()));
     assert_eq!(rig.turn_starts("m1"), 1);
+    rig.assert_effects_once();
 }
 
+/// One command that needs no approval.
+const UNAPPROVED: &str = r#"
+[[turn]]
+say = ["Looking at the workspace."]
+tools = [{ key = "write-hello", kind = "command", approval = false }]
+final = "Created hello.txt."
+"#;
+
+/// The continuation warns the model that a command reported `aborted` may
+/// have run, so the fake's model checks before running it again.
 #[test]
 fn an_accepted_turn_lost_with_the_runner_gets_exactly_one_continuation() {
-    let mut rig = Rig::new(&[]);
+    let mut rig = Rig::with_script(&[], Some(UNAPPROVED));
     // Hold the provider right after its effect ran, then kill the runner.
     let client = rig.start(Some("codex.effect.exited"));
     submit(&client, &rig, "t1", "m1");
@@ -417,6 +463,34 @@ fn a_turn_completed_at_the_provider_is_adopted_without_a_new_turn() {
             .any(|e| e["kind"] == "turn.finished"
                 && e.pointer("/data/adopted") == Some(&json!(true)))
     );
+    rig.assert_effects_once();
+}
+
+/// An approved command whose item never completed may have run: the turn
+/// is closed, never continued (the real Codex would tell the model the call
+/// was `aborted`), and Retry works.
+#[test]
+fn a_lost_turn_whose_approved_command_never_completed_is_closed() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("codex.effect.exited"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    let client = rig.start(None);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    drop(held);
+    assert_eq!(
+        cause(&task),
+        "active_turn_recovery_closed",
+        "{task}\n{}",
+        rig.log()
+    );
+    assert_eq!(rig.continuations(), 0);
+    assert_eq!(rig.ledger().len(), 1);
+    let (status, body) = client.retry("t1", "r1").unwrap();
+    assert_eq!(status, 201, "{body}");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
     rig.assert_effects_once();
 }
 

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::causes::{Cause, CauseCode, ContractEvent, RetryBlock};
-use crate::driver::{ClientCall, Driver, DriverError, ProviderEvent, TurnLookup};
+use crate::driver::{ClientCall, Driver, DriverError, NOT_RECORDED, ProviderEvent, TurnLookup};
 use crate::native::checkpoint::{CallStatus, Checkpoint};
 use crate::native::tools::{self, Limits, Tool, ToolOutput, Workspace};
 use crate::profiles::Profile;
@@ -35,7 +35,7 @@ use crate::supervisor::{self, ProcessIdentity, StopOutcome};
 pub const NATIVE_MODEL_CALLS_MAX: u32 = 32;
 
 /// The text a continuation turn sends instead of the original message.
-pub const CONTINUE_TEXT: &str = "[turncut:continue] The previous turn was interrupted by a restart. Continue it; do not redo finished steps.";
+pub const CONTINUE_TEXT: &str = "[turncut:continue] The previous turn was interrupted by a restart. Continue it; do not redo finished steps. [turncut:check-aborted] A command reported as aborted may have run before the restart: check whether its effect is already there before running it again.";
 
 /// How many times one run may lose its provider in one runner process before
 /// the run fails instead of restarting the provider again.
@@ -148,7 +148,7 @@ impl From<StoreError> for StepError {
 fn driver_err(e: DriverError) -> StepError {
     match e {
         DriverError::Exited | DriverError::Unresponsive { .. } => StepError::Lost(e),
-        DriverError::Protocol(_) | DriverError::Rpc { .. } => {
+        DriverError::Protocol(_) | DriverError::Rpc { .. } | DriverError::ConversationGone(_) => {
             StepError::Fail(Cause::new(CauseCode::ProviderProtocolError, e.to_string()))
         }
     }
@@ -317,17 +317,17 @@ impl Engine {
         task_id: &str,
         p: &crate::store::ProviderProc,
     ) -> Result<Result<serde_json::Value, StopOutcome>, StoreError> {
-        match supervisor::stop_marked(
+        let (outcome, tree) = supervisor::descendants::stop(
             &p.identity,
             None,
             self.stop_marker(p.marker.as_deref()),
             self.opts.term_grace,
             self.opts.kill_grace,
         )
-        .await
-        {
+        .await;
+        match outcome {
             StopOutcome::Stopped(proof) => {
-                let proof = serde_json::to_value(&proof).expect("proofs serialize");
+                let proof = proof_json(&proof, &tree);
                 let (tid, rid, row, pr) = (
                     task_id.to_owned(),
                     p.run_id.clone(),
@@ -488,10 +488,16 @@ impl Engine {
             .await?;
             return Ok(());
         };
-        l.driver
+        match l
+            .driver
             .resume_conversation(&conversation, &snap.task.workspace)
             .await
-            .map_err(driver_err)?;
+        {
+            Err(DriverError::ConversationGone(_)) => {
+                return self.conversation_gone(snap, run, &conversation).await;
+            }
+            other => other.map_err(driver_err)?,
+        }
         if let Some(turn) = snap.turns.last().filter(|t| t.unsettled()) {
             return self.recover_turn(snap, run, &conversation, turn, l).await;
         }
@@ -764,6 +770,40 @@ impl Engine {
         Ok(live)
     }
 
+    /// The provider has no record of the run's conversation: Codex writes a
+    /// thread only with its first turn, so a provider lost before that
+    /// leaves nothing. When no turn of the run completed in it, nothing the
+    /// provider recorded is lost: the run forgets the conversation (the next
+    /// step opens a fresh one), and a turn it had sent is looked up there,
+    /// found absent, and started once. Otherwise the provider lost history
+    /// and the run fails closed.
+    async fn conversation_gone(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+    ) -> Result<(), StepError> {
+        let completed = snap
+            .turns
+            .iter()
+            .any(|t| t.run_id == run.run_id && t.status == "completed");
+        if completed {
+            return Err(StepError::Fail(Cause::new(
+                CauseCode::ProviderProtocolError,
+                format!("the provider lost conversation {conversation}, which has completed turns"),
+            )));
+        }
+        let (tid, rid, old) = (
+            snap.task.task_id.clone(),
+            run.run_id.clone(),
+            conversation.to_owned(),
+        );
+        self.write("conversation_lost", move |db| {
+            db.conversation_lost(&tid, &rid, &old)
+        })
+        .await
+    }
+
     /// Classifies a turn whose execution was cut (DESIGN §3.5) and acts.
     async fn recover_turn(
         &self,
@@ -868,8 +908,24 @@ impl Engine {
             .lookup_turn(conversation, &TurnLookup::TurnId(provider_turn.clone()))
             .await
             .map_err(driver_err)?;
+        let (tid, row) = (task_id.clone(), turn.turn_row);
+        let unfinished = self
+            .store
+            .call(move |db| db.approved_items_unfinished(&tid, row))
+            .await?;
         match found {
             Some((_, status)) if status == "completed" => self.adopt(task_id, run, turn).await,
+            // The provider never recorded the turn's user message (or the
+            // turn): no model saw it, so this delivery is its first.
+            ref unrecorded
+                if l.driver.unrecorded_reached_no_model()
+                    && unrecorded
+                        .as_ref()
+                        .is_none_or(|(_, status)| status == NOT_RECORDED) =>
+            {
+                self.resend_unrecorded(snap, run, conversation, turn, l)
+                    .await
+            }
             // SEEDED BUG adopt-without-completion: an interrupted turn is
             // treated as finished and adopted instead of continued.
             #[cfg(feature = "seeded-bugs")]
@@ -882,6 +938,13 @@ impl Engine {
                 CauseCode::ActiveTurnRecoveryClosed,
                 format!(
                     "turn {provider_turn} was lost while waiting for an approval; the approval cannot be replayed"
+                ),
+            ))),
+            _ if !unfinished.is_empty() => Err(StepError::Fail(Cause::new(
+                CauseCode::ActiveTurnRecoveryClosed,
+                format!(
+                    "turn {provider_turn} was lost after its approved command {} started and before it completed; it may have run, so the turn is not continued",
+                    unfinished.join(", ")
                 ),
             ))),
             Some((_, status)) => {
@@ -974,6 +1037,38 @@ impl Engine {
         .await
     }
 
+    /// Sends an accepted turn's message again, because the provider never
+    /// recorded it (see [`Driver::unrecorded_reached_no_model`]).
+    async fn resend_unrecorded(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let (tid, rid, mid) = (task_id.clone(), run.run_id.clone(), turn.message_id.clone());
+        let lost = turn.provider_turn_id.clone();
+        self.write("turn_absent", move |db| {
+            db.append(
+                "turn_absent",
+                &tid,
+                Some(&rid),
+                "turn.absent_at_provider",
+                json!({
+                    "message_id": mid,
+                    "provider_turn_id": lost,
+                    "action": "the provider never recorded the accepted turn's message; send it for the first time",
+                }),
+            )
+        })
+        .await?;
+        let message = snap_message_text(&self.store, task_id, &turn.message_id).await?;
+        self.run_turn(snap, run, conversation, turn, &message, l)
+            .await
+    }
+
     async fn adopt(&self, task_id: &str, run: &Run, turn: &TurnRow) -> Result<(), StepError> {
         let (tid, rid, row) = (task_id.to_owned(), run.run_id.clone(), turn.turn_row);
         self.write("turn_completed", move |db| {
@@ -1038,6 +1133,7 @@ impl Engine {
                     method,
                     turn_id,
                     summary,
+                    item_id,
                 } => {
                     let _ = (turn_id, summary);
                     let key = request_id.to_string();
@@ -1049,11 +1145,12 @@ impl Engine {
                             Some(profile.approval.clone()),
                         ),
                     ] {
-                        let (tid, rid, k, m) = (
+                        let (tid, rid, k, m, item) = (
                             task_id.clone(),
                             run.run_id.clone(),
                             key.clone(),
                             method.clone(),
+                            item_id.clone(),
                         );
                         self.write(write, move |db| {
                             db.provider_request(
@@ -1065,6 +1162,7 @@ impl Engine {
                                 &m,
                                 status,
                                 decision.as_deref(),
+                                item.as_deref(),
                             )
                         })
                         .await?;
@@ -1090,6 +1188,7 @@ impl Engine {
                             &m,
                             "answered",
                             Some(&d),
+                            item_id.as_deref(),
                         )
                     })
                     .await?;
@@ -1713,17 +1812,17 @@ impl Engine {
         child: &mut tokio::process::Child,
     ) -> Result<(), StepError> {
         let identity = proc.identity;
-        match supervisor::stop_marked(
+        let (outcome, tree) = supervisor::descendants::stop(
             identity,
             Some(child),
             self.stop_marker(Some(proc.marker)),
             self.opts.term_grace,
             self.opts.kill_grace,
         )
-        .await
-        {
+        .await;
+        match outcome {
             StopOutcome::Stopped(proof) => {
-                let proof = serde_json::to_value(&proof).expect("proofs serialize");
+                let proof = proof_json(&proof, &tree);
                 let (tid, rid, row) = (task_id.to_owned(), proc.run_id.to_owned(), proc.proc_row);
                 self.write("provider_stop", move |db| {
                     db.record_stop(&tid, &rid, row, proof)
@@ -1743,6 +1842,14 @@ impl Engine {
             ))),
         }
     }
+}
+
+/// A stop proof as recorded: the provider's, with what was found of its
+/// descendants in other sessions and killed.
+fn proof_json(proof: &supervisor::StopProof, tree: &supervisor::descendants::TreeOutcome) -> Value {
+    let mut v = serde_json::to_value(proof).expect("proofs serialize");
+    v["descendants"] = json!({ "seen": tree.seen, "killed": tree.killed });
+    v
 }
 
 async fn snap_message_text(

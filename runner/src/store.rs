@@ -1315,6 +1315,31 @@ impl Db {
         Ok(())
     }
 
+    /// Records that the provider has no record of the run's conversation;
+    /// the run has none until it opens a fresh one.
+    pub fn conversation_lost(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        conversation: &str,
+    ) -> Result<(), StoreError> {
+        self.event_in(
+            "conversation_lost",
+            task_id,
+            Some(run_id),
+            "conversation.lost",
+            serde_json::json!({ "conversation_id": conversation, "action": "open a fresh conversation" }),
+            |tx| {
+                tx.execute(
+                    "UPDATE runs SET conversation_id = NULL WHERE run_id = ?1",
+                    params![run_id],
+                )?;
+                Ok(())
+            },
+        )?;
+        Ok(())
+    }
+
     /// Records a turn intent: the message is consumed here, exactly once for
     /// a primary turn (a unique index enforces it inside the write).
     pub fn turn_intent(
@@ -1452,6 +1477,7 @@ impl Db {
         method: &str,
         status: &str,
         decision: Option<&str>,
+        item_id: Option<&str>,
     ) -> Result<(), StoreError> {
         let (request_id, method, status, decision) = (
             request_id.to_owned(),
@@ -1459,10 +1485,13 @@ impl Db {
             status.to_owned(),
             decision.map(str::to_owned),
         );
-        let data = serde_json::json!({
+        let mut data = serde_json::json!({
             "turn_row": turn_row, "request_id": request_id, "method": method,
             "status": status, "decision": decision,
         });
+        if let Some(item) = item_id {
+            data["item_id"] = serde_json::json!(item);
+        }
         self.event_in(write, task_id, Some(run_id), "provider_request", data, |tx| {
             tx.execute(
                 "INSERT INTO provider_requests(turn_row, request_id, method, status, decision)
@@ -1473,6 +1502,33 @@ impl Db {
             Ok(())
         })?;
         Ok(())
+    }
+
+    /// The items (Codex commands) of turn `turn_row` whose approval was
+    /// answered `accept` and that have no `item.completed` in the run log:
+    /// commands that may have run without the runner seeing their end.
+    pub fn approved_items_unfinished(
+        &self,
+        task_id: &str,
+        turn_row: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT DISTINCT json_extract(r.data, '$.item_id') FROM events r
+             WHERE r.task_id = ?1 AND r.kind = 'provider_request'
+               AND json_extract(r.data, '$.turn_row') = ?2
+               AND json_extract(r.data, '$.status') = 'answered'
+               AND json_extract(r.data, '$.decision') LIKE 'accept%'
+               AND json_extract(r.data, '$.item_id') IS NOT NULL
+               AND NOT EXISTS (
+                 SELECT 1 FROM events c
+                 WHERE c.task_id = ?1 AND c.kind = 'item.completed'
+                   AND json_extract(c.data, '$.turn_row') = ?2
+                   AND json_extract(c.data, '$.item.id') = json_extract(r.data, '$.item_id'))",
+        )?;
+        let items = stmt
+            .query_map(params![task_id, turn_row], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(items)
     }
 
     /// The status of a client-side tool call (`executing`, `completed`,

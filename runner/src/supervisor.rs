@@ -1268,3 +1268,6 @@ mod tests {
         ));
     }
 }
+
+/// What a provider started in sessions of their own (Codex commands).
+pub mod descendants;

@@ -15,17 +15,21 @@
 //! `serverRequest/resolved`. Model items carry model-style ids (`msg_…`,
 //! `call_…`) and commands read `/bin/bash -lc '<line>'`, as Codex reports them.
 //! `harness/tests/real_codex.rs` compares all this with the real server.
-//! Threads and turns are durable in `--state-dir` (a turn is recorded, with
-//! fsync, before the `turn/start` response), so a restarted fake answers
-//! `thread/read` and `thread/resume` like the real product, and a turn that was
-//! in progress when the process died reads back as `interrupted`.
+//! Threads and turns are durable in `--state-dir` and crash as the real
+//! product's do (measured on 0.171.0): a thread is written with its first
+//! turn, a turn (without items) before the `turn/start` response, its user
+//! message after it; a turn that was in progress when the process died reads
+//! back `interrupted` (error null); commands run in a session of their own
+//! and die of the hangup when the fake dies; a call issued and never
+//! finished reads back `aborted` to a continuation's model.
 //!
 //! The model is the script (`crate::script`): a user turn plays the script turn
 //! for its message from the top, naively, so a replayed message re-runs its
 //! effects as a real model would. A continuation turn is a `turn/start` whose
 //! first text input starts with [`CONTINUE_MARKER`]; it continues the thread's
-//! latest user turn, reads the effect ledger first and skips the effects that
-//! turn's message already caused.
+//! latest user turn, skipping the calls whose outcome it saw and running the
+//! `aborted` ones again, unless warned ([`CHECK_ABORTED_MARKER`]) that they
+//! may have run (see `Server::continued_call`).
 //!
 //! What it deliberately does not simulate: models, reasoning, tokenization
 //! (token usage is a byte estimate), sandboxes, exec policies, patches and
@@ -59,6 +63,10 @@ use crate::stdio::{Input, read_lines};
 /// turn rather than a new user message. The runner sends it as the first text
 /// input of the continuation turn, never the original message.
 pub const CONTINUE_MARKER: &str = "[turncut:continue]";
+
+/// Text in a continuation that warns its model that a command reported
+/// `aborted` may have run (see `Server::continued_call`).
+pub const CHECK_ABORTED_MARKER: &str = "[turncut:check-aborted]";
 
 /// Longest accepted input line, in bytes. Longer lines are discarded whole and
 /// answered with an error.
@@ -414,11 +422,12 @@ impl Server {
             turns: Vec::new(),
         };
         let thread_id = thread.id.clone();
-        self.store.insert(thread).map_err(storage_error)?;
+        // Not durable yet: the real server writes a thread's rollout only
+        // when its first turn starts.
+        self.store.insert(thread);
         self.loaded.insert(thread_id.clone());
         self.journal
-            .fact("thread.recorded", json!({ "thread": thread_id }));
-        self.point("codex.thread.recorded");
+            .fact("thread.started", json!({ "thread": thread_id }));
         let response = self.session_response(&thread_id, false);
         Ok(self.respond(id, "thread/start", response).and_then(|()| {
             self.notify(
@@ -430,15 +439,45 @@ impl Server {
 
     fn thread_resume(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
         let p: ThreadIdParams = params(msg).map_err(|e| (INVALID_PARAMS, e))?;
-        self.thread_exists(&p.thread_id)?;
-        self.loaded.insert(p.thread_id.clone());
+        if self.store.get(&p.thread_id).is_none() {
+            return Err((
+                INVALID_REQUEST,
+                format!("no rollout found for thread id {}", p.thread_id),
+            ));
+        }
+        let newly = self.loaded.insert(p.thread_id.clone());
         let response = self.session_response(&p.thread_id, !p.exclude_turns);
-        Ok(self.respond(id, "thread/resume", response))
+        // As the real server: a thread resumed into this process is
+        // announced `idle`.
+        let announce = newly;
+        Ok(self
+            .respond(id, "thread/resume", response)
+            .and_then(|()| match announce {
+                true => self.status_changed(&p.thread_id),
+                false => Ok(()),
+            }))
     }
 
     fn thread_read(&mut self, id: &Value, msg: &Value) -> Result<Sent, (i64, String)> {
         let p: ThreadIdParams = params(msg).map_err(|e| (INVALID_PARAMS, e))?;
-        self.thread_exists(&p.thread_id)?;
+        if self.store.get(&p.thread_id).is_none() {
+            return Err((
+                INVALID_REQUEST,
+                format!("thread not loaded: {}", p.thread_id),
+            ));
+        }
+        // Measured on Codex 0.171.0: a thread not yet written (no turn)
+        // cannot list its turns.
+        let unwritten = self
+            .store
+            .get(&p.thread_id)
+            .is_some_and(|t| t.turns.is_empty());
+        if p.include_turns && unwritten {
+            return Err((
+                METHOD_NOT_FOUND,
+                "list_turns is not supported yet".to_owned(),
+            ));
+        }
         let thread = self.thread_json(&p.thread_id, p.include_turns);
         Ok(self.respond(id, "thread/read", json!({ "thread": thread })))
     }
@@ -543,6 +582,9 @@ impl Server {
         let continuation = text.starts_with(CONTINUE_MARKER);
         let turn_id = uuid::Uuid::now_v7().to_string();
         let thread = self.store.get(&p.thread_id).expect("checked above");
+        // What the model of a continuation knows about the turn it continues.
+        let mut target_calls: Option<(Vec<String>, Vec<String>)> = None;
+        let mut nothing_to_continue = false;
         let (authorized_by, script_index) = if continuation {
             let Some(target) = thread.turns.iter().rev().find(|t| !t.continuation) else {
                 return Err((
@@ -550,7 +592,16 @@ impl Server {
                     format!("thread {} has no user turn to continue", p.thread_id),
                 ));
             };
-            (target.authorized_by.clone(), target.script_index)
+            target_calls = Some((target.issued.clone(), target.finished.clone()));
+            if has_user_message(target) {
+                (target.authorized_by.clone(), target.script_index)
+            } else {
+                // The user message was never recorded: the model never saw
+                // it, so the continuation authorizes nothing of it.
+                nothing_to_continue = true;
+                let by = p.client_user_message_id.clone().unwrap_or_default();
+                (by, target.script_index)
+            }
         } else {
             let by = p
                 .client_user_message_id
@@ -567,26 +618,28 @@ impl Server {
             let index = seen.iter().position(|s| *s == by).unwrap_or(seen.len());
             (by, index)
         };
-        let script_turn = self.opts.script.turn(script_index).clone();
+        let mut script_turn = self.opts.script.turn(script_index).clone();
+        if nothing_to_continue {
+            script_turn = crate::script::ScriptTurn {
+                say: Vec::new(),
+                tools: Vec::new(),
+                final_message: "There is nothing to continue.".to_owned(),
+            };
+            self.journal.fact(
+                "continuation.empty",
+                json!({ "thread": p.thread_id, "reason": "the continued turn has no user message" }),
+            );
+        }
         let mut steps: VecDeque<Step> = script_turn.say.into_iter().map(Step::Say).collect();
-        let done: HashSet<String> = if continuation {
-            ledger::read(&self.opts.ledger)
-                .map_err(|e| (INVALID_REQUEST, format!("failed to read ledger: {e}")))?
-                .into_iter()
-                .filter(|e| e.by == authorized_by)
-                .map(|e| e.key)
-                .collect()
-        } else {
-            HashSet::new()
-        };
         let mut tools = false;
         for tool in script_turn.tools {
-            if done.contains(&tool.key) {
-                self.journal.fact(
-                    "effect.skipped",
-                    json!({ "key": tool.key, "by": authorized_by, "reason": "already in ledger" }),
-                );
-            } else {
+            let skip = match &target_calls {
+                Some((issued, finished)) => {
+                    self.continued_call(&tool.key, &authorized_by, &text, issued, finished)?
+                }
+                None => false,
+            };
+            if !skip {
                 steps.push_back(Step::Tool(tool));
                 tools = true;
             }
@@ -602,9 +655,10 @@ impl Server {
         steps.push_back(Step::Usage);
         steps.push_back(Step::Complete);
 
-        // The user message is part of the turn from the moment it is recorded,
-        // as in the real rollout: a restarted server reads it back with its
-        // `clientId`, which is what "was this turn recorded?" asks.
+        // As in the real server, the turn is durable before the `turn/start`
+        // response and its user message only after it (31-58 ms later in
+        // Codex 0.171.0): a restarted server reads back an interrupted turn
+        // with no items, found by turn id but not by `clientId`.
         let user_item = json!({
             "type": "userMessage",
             "id": uuid::Uuid::now_v7().to_string(),
@@ -620,7 +674,9 @@ impl Server {
             script_index,
             status: TurnStatus::InProgress,
             error: None,
-            items: vec![user_item.clone()],
+            items: Vec::new(),
+            issued: Vec::new(),
+            finished: Vec::new(),
             started_at: now_s(),
             completed_at: None,
         };
@@ -662,6 +718,8 @@ impl Server {
         Ok(self
             .respond(id, "turn/start", json!({ "turn": turn }))
             .and_then(|()| {
+                self.record_item(&p.thread_id, &turn_id, user_item.clone());
+                self.point("codex.user_message.recorded");
                 self.status_changed(&p.thread_id)?;
                 self.notify(
                     "turn/started",
@@ -690,16 +748,69 @@ impl Server {
     }
 
     fn item_completed(&mut self, thread_id: &str, turn_id: &str, item: Value) -> Sent {
+        self.record_item(thread_id, turn_id, item.clone());
+        self.point("codex.item.recorded");
+        self.notify_item_completed(thread_id, turn_id, item)
+    }
+
+    /// Appends a completed item to the turn, durably.
+    fn record_item(&mut self, thread_id: &str, turn_id: &str, item: Value) {
+        self.update_turn(thread_id, turn_id, |turn| turn.items.push(item));
+    }
+
+    /// Changes a stored turn and saves its thread.
+    fn update_turn(&mut self, thread_id: &str, turn_id: &str, f: impl FnOnce(&mut TurnRecord)) {
         if let Some(thread) = self.store.get_mut(thread_id)
             && let Some(turn) = thread.turns.iter_mut().find(|t| t.id == turn_id)
         {
-            turn.items.push(item.clone());
+            f(turn);
         }
         if let Err(e) = self.store.save(thread_id) {
             self.fail_storage(&e);
         }
-        self.point("codex.item.recorded");
-        self.notify_item_completed(thread_id, turn_id, item)
+    }
+
+    /// Whether a continuation's model skips the tool `key` of the turn it
+    /// continues. It saw the outcome of a finished call, so it skips it; a
+    /// call it never issued it makes now. A call issued and never finished
+    /// reads back `aborted`, as the real Codex tells its model after a
+    /// restart: a model that takes that at its word runs it again, effect or
+    /// not, unless the continuation `text` warns that an aborted command may
+    /// have run ([`CHECK_ABORTED_MARKER`]); then it checks the ledger first.
+    fn continued_call(
+        &self,
+        key: &str,
+        by: &str,
+        text: &str,
+        issued: &[String],
+        finished: &[String],
+    ) -> Result<bool, (i64, String)> {
+        let fact = json!({ "key": key, "by": by });
+        if finished.iter().any(|k| k == key) {
+            self.journal
+                .fact("effect.skipped", with(fact, "reason", "finished"));
+            return Ok(true);
+        }
+        if !issued.iter().any(|k| k == key) {
+            return Ok(false);
+        }
+        if !text.contains(CHECK_ABORTED_MARKER) {
+            self.journal
+                .fact("call.aborted", with(fact, "action", "run again"));
+            return Ok(false);
+        }
+        let done = ledger::read(&self.opts.ledger)
+            .map_err(|e| (INVALID_REQUEST, format!("failed to read ledger: {e}")))?
+            .iter()
+            .any(|e| e.by == by && e.key == key);
+        let action = if done {
+            "already in ledger"
+        } else {
+            "run again"
+        };
+        self.journal
+            .fact("call.aborted", with(fact, "action", action));
+        Ok(done)
     }
 
     fn notify_item_completed(&self, thread_id: &str, turn_id: &str, item: Value) -> Sent {
@@ -820,6 +931,11 @@ impl Server {
         ] {
             argv.push(a.into());
         }
+        argv.extend(
+            crate::script::duration_args(&self.opts.script, key)
+                .into_iter()
+                .map(OsString::from),
+        );
         argv
     }
 
@@ -856,6 +972,10 @@ impl Server {
         let line = self.tool_line(thread_id, turn_id, &tool.key);
         let item_id = self.next_item_id(thread_id, "call", &line);
         let item = self.command_item(thread_id, &item_id, &line);
+        // The model's call is durable before anything runs, as the real
+        // rollout records a `function_call` first.
+        let key = tool.key.clone();
+        self.update_turn(thread_id, turn_id, |t| t.issued.push(key));
         if !tool.approval {
             self.item_started(thread_id, turn_id, &item)?;
             return self.run_tool(thread_id, turn_id, item, &tool);
@@ -909,7 +1029,22 @@ impl Server {
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
+        // As the real server, a command runs in a session of its own (the
+        // real one on a pseudo-terminal): a SIGKILL of the provider's
+        // process group misses it, and the command itself dies of the
+        // terminal's hangup (here: SIGHUP when the fake dies) while
+        // anything it started lives on.
+        // SAFETY: setsid and prctl are async-signal-safe and touch only the child.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()?;
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGHUP)?;
+                Ok(())
+            });
+        }
         // A careful provider never hands its credentials to a tool shell.
         for var in CREDENTIAL_VARS {
             cmd.env_remove(var);
@@ -921,7 +1056,14 @@ impl Server {
         if std::path::Path::new(cwd).is_dir() {
             cmd.current_dir(cwd);
         }
-        let (status, output) = match cmd.output() {
+        let spawned = cmd.spawn().inspect(|child| {
+            self.journal.fact(
+                "effect.spawned",
+                json!({ "key": tool.key, "pid": child.id(), "start_time": start_time(child.id()) }),
+            );
+            self.point("codex.effect.spawned");
+        });
+        let (status, output) = match spawned.and_then(std::process::Child::wait_with_output) {
             Ok(out) => {
                 let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
                 text.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -943,7 +1085,14 @@ impl Server {
         item["exitCode"] = json!(status);
         item["aggregatedOutput"] = json!(output);
         item["durationMs"] = json!(started.elapsed().as_millis() as i64);
-        self.item_completed(thread_id, turn_id, item)
+        // The item and the model's sight of the outcome, in one write.
+        let key = tool.key.clone();
+        self.update_turn(thread_id, turn_id, |t| {
+            t.items.push(item.clone());
+            t.finished.push(key);
+        });
+        self.point("codex.item.recorded");
+        self.notify_item_completed(thread_id, turn_id, item)
     }
 
     fn on_response(&mut self, id: &Value, msg: &Value) -> Sent {
@@ -984,6 +1133,10 @@ impl Server {
         // As the real server: an accepted command's thread is active again
         // before the command runs; a refused one is declined first, and is
         // not part of the turn's history (`thread/read` leaves it out).
+        if !matches!(decision.as_str(), "accept" | "acceptForSession") {
+            let key = waiting.tool.key.clone();
+            self.update_turn(&thread_id, &turn_id, |t| t.finished.push(key));
+        }
         match decision.as_str() {
             "accept" | "acceptForSession" => {
                 self.status_changed(&thread_id)?;
@@ -1106,6 +1259,23 @@ impl Server {
         eprintln!("fake-provider: failed to save thread store: {e}");
         std::process::exit(3);
     }
+}
+
+fn has_user_message(turn: &TurnRecord) -> bool {
+    turn.items.iter().any(|i| i["type"] == "userMessage")
+}
+
+fn with(mut fact: Value, key: &str, value: &str) -> Value {
+    fact[key] = json!(value);
+    fact
+}
+
+/// Field 22 of `/proc/<pid>/stat` (start time in clock ticks), so the
+/// harness can tell this process from a later one with its pid.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(19)?.parse().ok()
 }
 
 fn storage_error(e: std::io::Error) -> (i64, String) {

@@ -3,9 +3,12 @@
 //! One JSON file per thread under `<state-dir>/threads/`, replaced atomically
 //! (write a temporary file, fsync it, rename, fsync the directory) on every
 //! change, so a SIGKILL at any instant leaves either the old or the new version.
-//! A turn is durable ("recorded") once `save` returns. On load, a turn that was
-//! still in progress becomes `interrupted`, as the real app-server reports a
-//! turn whose process died. Whole-thread rewrites are fine for a fake; the
+//! As in the real app-server, a new thread lives in memory only until its
+//! first turn is saved (the real one writes its rollout then), so a thread
+//! started by a process that died before any turn is gone. A turn is durable
+//! once `save` returns; its user message is saved after that, separately. On
+//! load, a turn that was still in progress becomes `interrupted` with no
+//! error, as the real app-server reports a turn whose process died. Whole-thread rewrites are fine for a fake; the
 //! runner's store is the one that must not grow its cost with history.
 
 use std::collections::BTreeMap;
@@ -76,6 +79,14 @@ pub struct TurnRecord {
     pub error: Option<String>,
     /// Completed thread items, in wire form.
     pub items: Vec<Value>,
+    /// Keys of the tool calls the model issued in this turn (the real
+    /// rollout records a `function_call` before running it).
+    #[serde(default)]
+    pub issued: Vec<String>,
+    /// Keys of the issued calls whose outcome the model saw (completed,
+    /// failed or declined). An issued call without one was `aborted`.
+    #[serde(default)]
+    pub finished: Vec<String>,
     /// Start time, seconds.
     pub started_at: i64,
     /// Completion time, seconds.
@@ -116,7 +127,7 @@ impl Store {
             for turn in &mut thread.turns {
                 if turn.status == TurnStatus::InProgress {
                     turn.status = TurnStatus::Interrupted;
-                    turn.error = Some("the app-server restarted during this turn".to_owned());
+                    turn.error = None;
                     changed = true;
                 }
             }
@@ -141,11 +152,10 @@ impl Store {
         self.threads.get_mut(id)
     }
 
-    /// Inserts a new thread and saves it.
-    pub fn insert(&mut self, thread: ThreadRecord) -> std::io::Result<()> {
-        let id = thread.id.clone();
-        self.threads.insert(id.clone(), thread);
-        self.save(&id)
+    /// Inserts a new thread in memory; its first [`Store::save`] (with its
+    /// first turn) makes it durable.
+    pub fn insert(&mut self, thread: ThreadRecord) {
+        self.threads.insert(thread.id.clone(), thread);
     }
 
     /// Makes the current state of thread `id` durable.
@@ -177,6 +187,14 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<crate::recorded::RecordedTurn> {
             continue;
         };
         for t in thread.turns {
+            // Only a recorded user message delivered the client's message: a
+            // turn without one reached no model, whatever its clientId was.
+            let client_id = t
+                .items
+                .iter()
+                .find(|i| i["type"] == "userMessage")
+                .and_then(|i| i["clientId"].as_str())
+                .map(str::to_owned);
             let status = serde_json::to_value(t.status)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
@@ -184,7 +202,7 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<crate::recorded::RecordedTurn> {
             out.push(crate::recorded::RecordedTurn {
                 thread: thread.id.clone(),
                 turn: t.id,
-                client_id: t.client_id,
+                client_id,
                 status,
                 continuation: t.continuation,
                 authorized_by: t.authorized_by,

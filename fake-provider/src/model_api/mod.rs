@@ -875,6 +875,7 @@ fn effect_command(s: &Shared, req: &Request, key: &str) -> String {
         ]
         .map(str::to_owned),
     );
+    argv.extend(crate::script::duration_args(&s.opts.script, key));
     crate::shell::join(argv.iter().map(String::as_str))
 }
 

@@ -414,6 +414,7 @@ impl AcpDriver {
                     method,
                     turn_id,
                     summary,
+                    item_id: None,
                 });
             }
             "terminal/create" => ClientCall::TerminalCreate {

@@ -28,6 +28,9 @@ pub struct CodexDriver {
     queue: VecDeque<Value>,
     next_id: i64,
     loaded: HashSet<String>,
+    /// Threads opened by this process on which no turn was started: Codex
+    /// has not written them, and `thread/read {includeTurns}` fails on them.
+    fresh: HashSet<String>,
     idle: Duration,
     exited: bool,
 }
@@ -44,6 +47,7 @@ impl CodexDriver {
             queue: VecDeque::new(),
             next_id: 0,
             loaded: HashSet::new(),
+            fresh: HashSet::new(),
             idle,
             exited: false,
         }
@@ -141,19 +145,34 @@ impl CodexDriver {
         let result = self.request("thread/start", json!({ "cwd": cwd })).await?;
         let id = str_at(&result, "/thread/id", "thread/start")?;
         self.loaded.insert(id.clone());
+        self.fresh.insert(id.clone());
         Ok(id)
     }
 
     /// Loads an existing thread into this process (no effect on the model).
-    pub async fn resume_conversation(&mut self, thread_id: &str) -> Result<(), DriverError> {
+    /// What the runner sets per thread (`cwd`) is given again: a restarted
+    /// Codex keeps only what its rollout has. A thread Codex never wrote (its
+    /// process died before the first turn) is [`DriverError::ConversationGone`].
+    pub async fn resume_conversation(
+        &mut self,
+        thread_id: &str,
+        cwd: &str,
+    ) -> Result<(), DriverError> {
         if self.loaded.contains(thread_id) {
             return Ok(());
         }
-        self.request(
-            "thread/resume",
-            json!({ "threadId": thread_id, "excludeTurns": true }),
-        )
-        .await?;
+        let resumed = self
+            .request(
+                "thread/resume",
+                json!({ "threadId": thread_id, "excludeTurns": true, "cwd": cwd }),
+            )
+            .await;
+        match resumed {
+            Err(DriverError::Rpc { message, .. }) if message.starts_with("no rollout found") => {
+                return Err(DriverError::ConversationGone(thread_id.to_owned()));
+            }
+            other => other?,
+        };
         self.loaded.insert(thread_id.to_owned());
         Ok(())
     }
@@ -165,6 +184,7 @@ impl CodexDriver {
         text: &str,
         client_id: &str,
     ) -> Result<String, DriverError> {
+        self.fresh.remove(thread_id);
         let result = self
             .request(
                 "turn/start",
@@ -185,6 +205,10 @@ impl CodexDriver {
         thread_id: &str,
         by: &TurnLookup,
     ) -> Result<Option<(String, String)>, DriverError> {
+        if self.fresh.contains(thread_id) {
+            // No turn was ever started on it: nothing can be recorded.
+            return Ok(None);
+        }
         let result = self
             .request(
                 "thread/read",
@@ -211,6 +235,14 @@ impl CodexDriver {
             if matches {
                 let id = str_at(turn, "/id", "thread/read")?;
                 let status = str_at(turn, "/status", "thread/read")?;
+                let has_message = turn
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .is_some_and(|items| items.iter().any(|i| i["type"] == "userMessage"));
+                let status = match has_message {
+                    true => status,
+                    false => super::NOT_RECORDED.to_owned(),
+                };
                 return Ok(Some((id, status)));
             }
         }
@@ -244,6 +276,10 @@ impl CodexDriver {
                     .unwrap_or_default()
                     .to_owned(),
                 summary: params.get("command").cloned().unwrap_or(Value::Null),
+                item_id: params
+                    .get("itemId")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             },
             (m, Some(id)) if !m.is_empty() => ProviderEvent::UnsupportedRequest {
                 request_id: id.clone(),

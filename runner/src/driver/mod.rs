@@ -35,6 +35,8 @@ pub enum ProviderEvent {
         method: String,
         turn_id: String,
         summary: Value,
+        /// The item the request is about (a Codex command), if any.
+        item_id: Option<String>,
     },
     /// The provider asks the client to run a tool on the client side (ACP
     /// `terminal/*`, `fs/*`). `key` is unique per run: a provider restored
@@ -87,6 +89,11 @@ impl ClientCall {
     }
 }
 
+/// The status [`Driver::lookup_turn`] reports for a turn the provider has
+/// without its user message (Codex writes it after the `turn/start`
+/// response): the message never reached the model.
+pub const NOT_RECORDED: &str = "notRecorded";
+
 /// How to find a turn in the provider's store.
 #[derive(Clone, Debug)]
 pub enum TurnLookup {
@@ -108,6 +115,10 @@ pub enum DriverError {
     /// The provider sent something unusable.
     #[error("provider protocol error: {0}")]
     Protocol(String),
+    /// The provider has no conversation by that id (Codex: a thread whose
+    /// process died before its first turn was never written).
+    #[error("the provider has no conversation {0}")]
+    ConversationGone(String),
     /// The provider answered a request with an error.
     #[error("{method} failed with {code}: {message}")]
     Rpc {
@@ -224,7 +235,7 @@ impl Driver {
     /// Loads an existing conversation into this provider process.
     pub async fn resume_conversation(&mut self, id: &str, cwd: &str) -> Result<(), DriverError> {
         match self {
-            Driver::Codex(d) => d.resume_conversation(id).await,
+            Driver::Codex(d) => d.resume_conversation(id, cwd).await,
             Driver::Acp(d) => d.resume_conversation(id, cwd).await,
             Driver::OpenCode(d) => d.resume_conversation(id).await,
             Driver::Native(_) => Ok(()),
@@ -242,8 +253,16 @@ impl Driver {
         each!(self, d => d.start_turn(conversation, text, client_id).await)
     }
 
+    /// Whether a turn this provider did not record (absent, or
+    /// [`NOT_RECORDED`]) provably reached no model, so sending it again is
+    /// its first delivery. True for Codex, which writes the user message
+    /// before it asks the model.
+    pub fn unrecorded_reached_no_model(&self) -> bool {
+        matches!(self, Driver::Codex(_))
+    }
+
     /// Was this turn recorded? `Some((turn id, status))` with status
-    /// `completed`, `interrupted`, `inProgress` or `failed`. A protocol that
+    /// `completed`, `interrupted`, `inProgress`, `failed` or [`NOT_RECORDED`]. A protocol that
     /// cannot tell a completed turn from an interrupted one says `interrupted`
     /// (the safe side: a continuation, never an adoption).
     pub async fn lookup_turn(

@@ -255,6 +255,7 @@ impl OpenCodeDriver {
                 method: kind.clone(),
                 turn_id,
                 summary: json!({ "permission": props["permission"], "patterns": props["patterns"] }),
+                item_id: None,
             },
             ("session.error", Some(_)) => {
                 self.session_error = Some(props["error"].clone());

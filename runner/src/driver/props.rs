@@ -133,7 +133,7 @@ async fn drive_codex(bytes: Vec<u8>) {
     let mut d = super::codex::CodexDriver::attach(&mut child, IDLE);
     let _ = d.initialize().await;
     let _ = d.open_conversation("/tmp").await;
-    let _ = d.resume_conversation("thr_1").await;
+    let _ = d.resume_conversation("thr_1", "/tmp").await;
     let _ = d.start_turn("thr_1", "hello", "m1").await;
     for _ in 0..16 {
         if d.next_event().await.is_err() {

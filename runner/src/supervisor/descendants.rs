@@ -1,0 +1,258 @@
+//! The processes a provider started, whatever their session: found by
+//! ancestry in `/proc` while the provider's process tree is intact, and
+//! killed once the provider itself is stopped.
+//!
+//! A SIGKILL of a provider's process group misses every process in a session
+//! (and so a group) of its own: the real `codex app-server` runs each command
+//! on a pseudo-terminal in a new session, and what such a command starts can
+//! outlive it (measured: a nested `sh` finished its write 1.2 s after codex
+//! died). A cgroup would contain them all, but an unprivileged runner does
+//! not have one in general, and an environment marker does not survive a
+//! provider that hands its commands a core environment only (Codex's
+//! `shell_environment_policy`). What links them to the provider is ancestry,
+//! which lasts only while the parents live, so [`Tree::snapshot`] reads it
+//! before the provider is signalled, and [`Tree::kill`] SIGKILLs, after the
+//! provider is proven gone, every recorded process still alive (pid and start
+//! time, so a recycled pid is never hit) together with everything descending
+//! from it, re-reading `/proc` until nothing is left or the deadline passes.
+//!
+//! Deliberately out of reach: what a provider started and left before the
+//! snapshot (a provider that died on its own, or a process orphaned between
+//! the snapshot and the signal); such a process carries nothing that names the
+//! provider.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tokio::time::Instant;
+
+use super::{ProcessIdentity, StopOutcome, identity_of, is_alive};
+
+/// Every descendant of a provider seen so far.
+#[derive(Clone, Debug, Default)]
+pub struct Tree {
+    members: Vec<ProcessIdentity>,
+}
+
+/// What [`Tree::kill`] established.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TreeOutcome {
+    /// Descendants found (in the snapshot and after it).
+    pub seen: usize,
+    /// Of those, how many were alive and got SIGKILL.
+    pub killed: usize,
+    /// Pids still alive at the deadline.
+    pub survivors: Vec<i32>,
+}
+
+impl Tree {
+    /// The descendants of `root` now, if `root` is the identified process
+    /// and alive; none otherwise.
+    pub fn snapshot(root: &ProcessIdentity) -> Tree {
+        let mut tree = Tree::default();
+        if is_alive(root) {
+            tree.extend_from(&[root.pid], &children_by_parent());
+        }
+        tree
+    }
+
+    /// How many descendants the snapshot holds.
+    pub fn len(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Whether the snapshot found none.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    /// Adds every descendant of `roots` not yet known.
+    fn extend_from(&mut self, roots: &[i32], children: &HashMap<i32, Vec<i32>>) {
+        let mut todo: Vec<i32> = roots.to_vec();
+        while let Some(parent) = todo.pop() {
+            for &child in children.get(&parent).into_iter().flatten() {
+                if self.members.iter().any(|m| m.pid == child) {
+                    continue;
+                }
+                if let Ok(identity) = identity_of(child) {
+                    self.members.push(identity);
+                    todo.push(child);
+                }
+            }
+        }
+    }
+
+    /// SIGKILLs every member still alive and whatever descends from it,
+    /// until none is left or `grace` has passed.
+    pub async fn kill(mut self, grace: Duration) -> TreeOutcome {
+        let deadline = Instant::now() + grace;
+        let mut killed: Vec<i32> = Vec::new();
+        let mut delay = Duration::from_millis(1);
+        loop {
+            let alive: Vec<i32> = self
+                .members
+                .iter()
+                .filter(|m| is_alive(m))
+                .map(|m| m.pid)
+                .collect();
+            // Whatever they started since is theirs too.
+            self.extend_from(&alive, &children_by_parent());
+            let alive: Vec<ProcessIdentity> =
+                self.members.iter().copied().filter(is_alive).collect();
+            if alive.is_empty() || Instant::now() >= deadline {
+                return TreeOutcome {
+                    seen: self.members.len(),
+                    killed: killed.len(),
+                    survivors: alive.iter().map(|m| m.pid).collect(),
+                };
+            }
+            for m in &alive {
+                // The identity was checked just above; a pid freed and
+                // reused in the instant since is the risk `stop` accepts too.
+                if kill(Pid::from_raw(m.pid), Signal::SIGKILL).is_ok() && !killed.contains(&m.pid) {
+                    killed.push(m.pid);
+                }
+            }
+            tokio::time::sleep(delay.min(deadline.saturating_duration_since(Instant::now()))).await;
+            delay = (delay * 2).min(Duration::from_millis(50));
+        }
+    }
+}
+
+/// [`super::stop_marked`] for a provider and everything it started: its
+/// descendants are read before it is signalled and killed once it is proven
+/// gone (they may have left its group, its session and its environment);
+/// the spawn marker catches what keeps the environment after the ancestry is
+/// lost. A descendant that survives SIGKILL makes the stop unprovable.
+pub async fn stop(
+    id: &ProcessIdentity,
+    child: Option<&mut tokio::process::Child>,
+    marker: Option<&str>,
+    term_grace: Duration,
+    kill_grace: Duration,
+) -> (StopOutcome, TreeOutcome) {
+    let tree = Tree::snapshot(id);
+    let outcome = super::stop_marked(id, child, marker, term_grace, kill_grace).await;
+    let swept = match &outcome {
+        StopOutcome::Stopped(_) => tree.kill(kill_grace).await,
+        _ => TreeOutcome {
+            seen: tree.len(),
+            killed: 0,
+            survivors: Vec::new(),
+        },
+    };
+    if !swept.survivors.is_empty() {
+        let reason = format!(
+            "processes {:?} the provider started survived SIGKILL",
+            swept.survivors
+        );
+        return (
+            StopOutcome::Unprovable {
+                identity: *id,
+                reason,
+            },
+            swept,
+        );
+    }
+    (outcome, swept)
+}
+
+/// Every process's children, from the parent field (4) of `/proc/<pid>/stat`.
+fn children_by_parent() -> HashMap<i32, Vec<i32>> {
+    let mut map: HashMap<i32, Vec<i32>> = HashMap::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return map;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some(ppid) = parent_of(pid) {
+            map.entry(ppid).or_default().push(pid);
+        }
+    }
+    map
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.iter().rposition(|&b| b == b')')? + 1;
+    let fields = std::str::from_utf8(&stat[after..]).ok()?;
+    fields.split_whitespace().nth(1)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    /// A provider-like process in its own group that starts a command in a
+    /// session of its own, as Codex does, and prints the command's pid.
+    async fn provider_with_a_session_child() -> (tokio::process::Child, ProcessIdentity, i32) {
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.args(["-c", "setsid sleep 30 & echo $!; exec sleep 30"])
+            .stdout(Stdio::piped());
+        let (mut child, identity) = super::super::spawn_provider(&mut cmd).unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let pid: i32 = line.trim().parse().unwrap();
+        // The child has its pid before `setsid` runs; wait (bounded) until it
+        // is in a session of its own and still ours by ancestry.
+        let until = Instant::now() + Duration::from_secs(10);
+        while nix::unistd::getsid(Some(Pid::from_raw(pid))).ok() != Some(Pid::from_raw(pid)) {
+            assert!(Instant::now() < until, "the command never got its session");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        (child, identity, pid)
+    }
+
+    #[tokio::test]
+    async fn a_group_stop_misses_a_command_in_its_own_session_and_the_tree_kill_ends_it() {
+        let (mut child, identity, command) = provider_with_a_session_child().await;
+        let command_id = identity_of(command).unwrap();
+        let tree = Tree::snapshot(&identity);
+        assert!(
+            tree.members.iter().any(|m| m.pid == command),
+            "{tree:?} lacks {command}"
+        );
+        let outcome = super::super::stop(
+            &identity,
+            Some(&mut child),
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+        )
+        .await;
+        assert!(
+            matches!(&outcome, super::super::StopOutcome::Stopped(p) if p.group_gone),
+            "{outcome:?}"
+        );
+        // The stop proof holds, yet the command lives on: the defect.
+        assert!(is_alive(&command_id), "the group kill reached the session");
+        let out = tree.kill(Duration::from_secs(5)).await;
+        assert!(out.survivors.is_empty(), "{out:?}");
+        assert!(out.killed >= 1, "{out:?}");
+        assert!(!is_alive(&command_id));
+    }
+
+    #[tokio::test]
+    async fn a_gone_root_has_no_tree() {
+        let gone = ProcessIdentity {
+            pid: i32::MAX - 1,
+            pgid: i32::MAX - 1,
+            start_time: 1,
+        };
+        assert!(Tree::snapshot(&gone).is_empty());
+    }
+}
