@@ -64,7 +64,7 @@ window.addEventListener('load', function () {
   r.grids = document.querySelectorAll('table.grid').length;
   r.buttons = document.querySelectorAll('table.grid .c').length;
   var fail = document.querySelector('table.grid .c.fail');
-  var pass = document.querySelector('table.grid .c.pass');
+  var pass = document.querySelector('table.grid td:not([colspan]) .c.pass');
   r.failId = fail && fail.dataset.cell;
   r.passId = pass && pass.dataset.cell;
   if (fail) {
@@ -73,12 +73,15 @@ window.addEventListener('load', function () {
     r.failPanelHasSecrecy = body.textContent.indexOf('secrecy') >= 0;
     r.failPanelSvgRows = body.querySelectorAll('svg.seqd g').length;
     r.failPanelCut = body.querySelectorAll('svg.seqd line.cut').length;
+    r.failPanelEvidenceRows = body.querySelectorAll('svg.seqd rect.ev').length;
     r.failSelected = fail.classList.contains('sel');
   }
   if (pass) {
     pass.click();
     r.passPanelText = body.textContent.indexOf('every oracle passed') >= 0;
     r.passPanelHasId = body.textContent.indexOf(pass.dataset.cell) >= 0;
+    r.passPanelSvgRows = body.querySelectorAll('svg.seqd g').length;
+    r.passPanelCut = body.querySelectorAll('svg.seqd line.cut').length;
   }
   var edge = panel.getBoundingClientRect().left;
   r.panelLeft = edge;
@@ -182,6 +185,8 @@ fn the_report_works_in_headless_chromium() {
     assert_eq!(r["failSelected"], true, "{r}");
     assert_eq!(r["passPanelText"], true, "{r}");
     assert_eq!(r["passPanelHasId"], true, "{r}");
+    assert!(r["passPanelSvgRows"].as_u64().unwrap() > 5, "{r}");
+    assert_eq!(r["passPanelCut"], 1, "{r}");
     assert_eq!(r["hiddenColumns"], serde_json::json!([]), "{r}");
     assert!(r["mainOverflow"].as_i64().unwrap() <= 0, "{r}");
     assert_eq!(r["shownWhenFail"], r["failCells"], "{r}");
