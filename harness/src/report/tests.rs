@@ -380,7 +380,10 @@ fn junit_has_the_scenario_file_and_the_timeline_of_a_failing_case() {
         "everyday.runner-codex.local.single".to_owned(),
         "scenarios/single.toml".to_owned(),
     );
-    let timelines = Timelines::from([("t003".to_owned(), "12 ms >> H cut.reached".to_owned())]);
+    let timelines = Timelines::from([
+        ("t003".to_owned(), "12 ms >> H cut.reached".to_owned()),
+        ("t002".to_owned(), "a passing cell's timeline".to_owned()),
+    ]);
     let xml = junit_xml(&wave, &timelines).unwrap();
     let doc = roxmltree::Document::parse(&xml).unwrap();
     let case = |name: &str| {
