@@ -694,11 +694,8 @@ fn write_reports(
 ) -> Result<(), Exit> {
     let timelines: report::Timelines = finished
         .iter()
-        .filter_map(|f| {
-            f.evidence
-                .as_ref()
-                .map(|e| (f.result.spec.cell_id.clone(), e.timeline()))
-        })
+        .filter(|f| !f.timeline.is_empty())
+        .map(|f| (f.result.spec.cell_id.clone(), f.timeline.clone()))
         .collect();
     clear_old_cells(out)?;
     report::write_wave_with(out, result, &timelines).map_err(harness_err)?;
@@ -707,7 +704,7 @@ fn write_reports(
         let dir = out.join("cells").join(&f.result.spec.cell_id);
         let write = || -> std::io::Result<()> {
             ev.write(&dir)?;
-            std::fs::write(dir.join("timeline.txt"), ev.timeline())?;
+            std::fs::write(dir.join("timeline.txt"), &f.timeline)?;
             let script = dir.join("reproduce.sh");
             std::fs::write(&script, wave::reproduce_script(env, &f.result))?;
             use std::os::unix::fs::PermissionsExt as _;

@@ -2,8 +2,8 @@
 //! worker threads, show progress, and collect one `WaveResult`.
 //!
 //! Progress is a bar on a terminal and one plain line per cell otherwise.
-//! Evidence is kept only for cells that did not pass, so a large wave stays
-//! small in memory. Writing reports is `report`'s job; this module only runs.
+//! Evidence is kept only for cells that did not pass (and a timeline for
+//! every cell), so a large wave stays small in memory. Writing reports is `report`'s job; this module only runs.
 
 use std::io::IsTerminal as _;
 use std::sync::Mutex;
@@ -23,6 +23,10 @@ pub struct Finished {
     pub result: CellResult,
     /// Evidence of a cell that did not pass.
     pub evidence: Option<Evidence>,
+    /// The cell's timeline (`Evidence::timeline`), kept for every cell: the
+    /// report draws a sequence diagram from it, abbreviated for a passing
+    /// cell.
+    pub timeline: String,
 }
 
 /// A scenario id with its discovered boundaries.
@@ -122,6 +126,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
                 retried: None,
             },
             evidence: None,
+            timeline: String::new(),
         };
     };
     let mut run = run_cell(env, s, &profile, spec);
@@ -132,10 +137,12 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
         run = run_cell(env, s, &profile, spec);
         run.result.retried = Some("the armed cut was not reached on the first attempt".into());
     }
+    let timeline = run.evidence.timeline();
     let evidence = (run.result.verdict != Verdict::Pass).then_some(run.evidence);
     Finished {
         result: run.result,
         evidence,
+        timeline,
     }
 }
 

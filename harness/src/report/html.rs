@@ -1,16 +1,18 @@
 //! `report.html`: the self-contained report for people.
 //!
-//! Sized for the default wave: a passing cell is one grid button and one
+//! Sized for the default wave: a passing cell is one grid button, one
 //! compact JSON record (its panel is built on demand by the script from the
-//! record), while a cell that did not pass carries its full details and a
-//! drawn sequence diagram in a `<template>`. Every cell text rendered here is
-//! escaped once, by `html()`; the JSON is read with `JSON.parse` and shown
-//! with `textContent`, so no cell text becomes markup.
+//! record) and its abbreviated sequence (`sequence.rs`), while a cell that
+//! did not pass carries its full details in a `<template>` and its full
+//! sequence. The script draws a cell's sequence diagram when its panel
+//! opens. Every cell text rendered here is escaped once, by `html()`; the
+//! JSON is read with `JSON.parse` and shown with `textContent` (SVG text
+//! too), so no cell text becomes markup.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::svg::sequence_diagram;
+use super::sequence::Sequences;
 use super::{Counts, Timelines, by_scenario, format_ms, in_order, reasons, truncate};
 use crate::model::{CellResult, Cut, Fault, OracleResult, Verdict, WaveResult};
 
@@ -76,7 +78,7 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
     for cell in wave.cells.iter().filter(|c| c.verdict != Verdict::Pass) {
         render_details(&mut out, cell, timelines.get(&cell.spec.cell_id));
     }
-    let data = compact_data(wave, &groups);
+    let data = compact_data(wave, &groups, timelines);
     let _ = write!(
         out,
         "<script type=\"application/json\" id=\"cells\">{}</script>\n<script>{HTML_SCRIPT}</script>\n</body>\n</html>\n",
@@ -322,11 +324,16 @@ fn outcome_abbrev(cell: &CellResult) -> String {
     }
 }
 
-/// The compact records the script builds a passing cell's panel from:
-/// `{"oracles": [names], "scenarios": [ids], "cuts": [cuts],
-/// "cells": {id: [scenario, cut, fault, verdict, state, cause, ms, seed,
-/// runs, continuations, retry, reached]}}` (indexes into the lists).
-fn compact_data(wave: &WaveResult, groups: &[(&str, Vec<&CellResult>)]) -> String {
+/// The compact records the script builds a passing cell's panel from, and
+/// every cell's sequence: `{"oracles": [names], "scenarios": [ids], "cuts":
+/// [cuts], "cells": {id: [scenario, cut, fault, verdict, state, cause, ms,
+/// seed, runs, continuations, retry, reached]}, "seq": …}` (indexes into the
+/// lists; `seq` is [`Sequences::into_json`]).
+fn compact_data(
+    wave: &WaveResult,
+    groups: &[(&str, Vec<&CellResult>)],
+    timelines: &Timelines,
+) -> String {
     let mut oracles: Vec<&str> = Vec::new();
     for c in &wave.cells {
         for o in &c.oracles {
@@ -363,11 +370,18 @@ fn compact_data(wave: &WaveResult, groups: &[(&str, Vec<&CellResult>)]) -> Strin
         ]);
         cells.insert(c.spec.cell_id.clone(), record);
     }
+    let mut sequences = Sequences::default();
+    for c in in_order(wave) {
+        if let Some(timeline) = timelines.get(&c.spec.cell_id) {
+            sequences.add(c, timeline);
+        }
+    }
     serde_json::json!({
         "oracles": oracles,
         "scenarios": scenarios,
         "cuts": cuts,
         "cells": cells,
+        "seq": sequences.into_json(),
     })
     .to_string()
 }
@@ -443,16 +457,10 @@ fn render_details(out: &mut String, cell: &CellResult, timeline: Option<&String>
         html(&cell.reproduce)
     );
     if let Some(timeline) = timeline {
-        let evidence: Vec<&str> = cell
-            .oracles
-            .iter()
-            .filter(|o| o.verdict != Verdict::Pass)
-            .flat_map(|o| o.evidence.iter().map(String::as_str))
-            .collect();
         let _ = writeln!(
             out,
-            "<h4>sequence</h4>\n<div class=\"seq\">{}</div>\n<details><summary>timeline as text</summary><pre class=\"timeline\">{}</pre></details>",
-            sequence_diagram(timeline, &evidence),
+            "<h4>sequence</h4>\n<div class=\"seq\" data-seq=\"{}\"></div>\n<details><summary>timeline as text</summary><pre class=\"timeline\">{}</pre></details>",
+            html(&spec.cell_id),
             html(timeline)
         );
     }

@@ -26,7 +26,10 @@ pub fn junit_xml(wave: &WaveResult, timelines: &Timelines) -> Result<String, Rep
             if let Some(file) = wave.run.scenario_files.get(scenario) {
                 case.extra.insert("file".into(), file.as_str().into());
             }
-            if let Some(timeline) = timelines.get(&cell.spec.cell_id) {
+            if let Some(timeline) = timelines
+                .get(&cell.spec.cell_id)
+                .filter(|_| cell.verdict != Verdict::Pass)
+            {
                 case.set_system_out(timeline.as_str());
             }
             suite.add_test_case(case);

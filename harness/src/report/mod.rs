@@ -21,7 +21,7 @@ mod json;
 mod junit;
 mod markdown;
 mod merge;
-mod svg;
+mod sequence;
 #[cfg(test)]
 mod tests;
 

@@ -298,7 +298,12 @@ fn html_escapes_cell_text_and_has_only_its_own_script() {
     // No external assets: everything the page needs is inline, and every
     // link is to a place in the page.
     assert!(!html.contains("src="));
-    assert!(!html.contains("http://") && !html.contains("https://"));
+    let svg_namespace = "http://www.w3.org/2000/svg";
+    assert_eq!(
+        html.matches("http://").count(),
+        html.matches(svg_namespace).count()
+    );
+    assert!(!html.contains("https://"));
     assert_eq!(
         html.matches("href=").count(),
         html.matches("href=\"#").count()
@@ -375,7 +380,10 @@ fn junit_has_the_scenario_file_and_the_timeline_of_a_failing_case() {
         "everyday.runner-codex.local.single".to_owned(),
         "scenarios/single.toml".to_owned(),
     );
-    let timelines = Timelines::from([("t003".to_owned(), "12 ms >> H cut.reached".to_owned())]);
+    let timelines = Timelines::from([
+        ("t003".to_owned(), "12 ms >> H cut.reached".to_owned()),
+        ("t002".to_owned(), "a passing cell's timeline".to_owned()),
+    ]);
     let xml = junit_xml(&wave, &timelines).unwrap();
     let doc = roxmltree::Document::parse(&xml).unwrap();
     let case = |name: &str| {
@@ -420,8 +428,15 @@ fn html_shows_a_timeline_only_when_given() {
     )]);
     let html = report_html(&wave, &timelines);
     assert_eq!(html.matches("<h4>sequence</h4>").count(), 1);
-    assert_eq!(html.matches("<svg class=\"seqd\"").count(), 1);
-    assert!(html.contains("cut.reached &lt;cut&gt;"));
+    assert_eq!(html.matches("data-seq=\"t003\"").count(), 1);
+    assert!(
+        html.contains("cut.reached &lt;cut&gt;"),
+        "the text timeline"
+    );
+    assert!(
+        html.contains("\"H>cut.reached <cut>\""),
+        "the diagram's rows"
+    );
 }
 
 #[test]
