@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::evidence::{Action, Evidence, Exchange};
+use crate::evidence::{Action, Evidence, Exchange, Source};
 use crate::model::{CellResult, CellSpec, Cut, Fault, Outcome, Verdict};
 use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
@@ -909,20 +909,7 @@ fn live_provider(client: &RunnerClient) -> Option<u32> {
 }
 
 fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
-    if let Some((client, _)) = shared.client() {
-        if ev.task.is_null()
-            && let Ok((200, t)) = client.task(TASK_ID)
-        {
-            ev.task = t;
-        }
-        match client.events(TASK_ID, 0) {
-            Ok(evs) => ev.events = evs,
-            Err(e) => {
-                ev.harness_error
-                    .get_or_insert(format!("failed to read the final run log: {e:#}"));
-            }
-        }
-    }
+    read_runner(shared, ev);
     shared.stop.store(true, Ordering::SeqCst);
     if let Some(w) = shared.waker.lock().expect("waker").as_ref() {
         w.wake();
@@ -936,12 +923,10 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     ev.reached_cut = shared.reached.load(Ordering::SeqCst);
     ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
-    ev.journal = fake_provider::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
-    ev.ledger = fake_provider::ledger::read(&layout.p("ledger.jsonl")).unwrap_or_default();
-    for l in &mut ev.ledger {
-        l.by = crate::evidence::controller_id(&l.by);
+    read_provider_evidence(&layout.dir, ev);
+    if let Err(e) = std::fs::read_to_string("/proc/self/stat") {
+        ev.unreadable(Source::Processes, format!("/proc/self/stat: {e}"));
     }
-    ev.provider_turns = crate::evidence::read_provider_turns(&layout.p("state/providers"));
     // Every process the cell knew of must be gone now that the runner is.
     let mut known = shared.pids.lock().expect("pids").clone();
     for e in &ev.events {
@@ -964,9 +949,19 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     shared.holds.lock().expect("holds").clear();
     ev.actions = shared.actions.lock().expect("actions").clone();
     // The canary must be nowhere in the cell's files.
-    for file in crate::runner_client::state_files(&layout.dir) {
-        let Ok(bytes) = std::fs::read(&file) else {
-            continue;
+    let (files, problems) = crate::runner_client::walk_files(&layout.dir);
+    for p in problems {
+        ev.unreadable(Source::Files, p);
+    }
+    for file in files {
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            // A socket or a file removed while the cell ended is no gap.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                ev.unreadable(Source::Files, format!("{}: {e}", file.display()));
+                continue;
+            }
         };
         if bytes
             .windows(ev.canary.len())
@@ -975,5 +970,98 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
             let rel = file.strip_prefix(&layout.dir).unwrap_or(&file);
             ev.canary_found_in.push(rel.display().to_string());
         }
+    }
+}
+
+/// The final task view and run log, read at the end of the cell, each whole
+/// or recorded as unreadable (a view from an earlier wait does not stand in
+/// for a failed final read).
+fn read_runner(shared: &Shared, ev: &mut Evidence) {
+    let Some((client, _)) = shared.client() else {
+        ev.unreadable(Source::Task, "no runner was running at the end of the cell");
+        ev.unreadable(
+            Source::RunLog,
+            "no runner was running at the end of the cell",
+        );
+        return;
+    };
+    match client.task(TASK_ID) {
+        Ok((200, t)) => ev.task = t,
+        Ok((status, body)) => {
+            ev.unreadable(Source::Task, format!("GET task answered {status}: {body}"))
+        }
+        Err(e) => ev.unreadable(Source::Task, format!("GET task: {e:#}")),
+    }
+    match client.events(TASK_ID, 0) {
+        Ok(evs) => ev.events = evs,
+        Err(e) => ev.unreadable(Source::RunLog, format!("GET events: {e:#}")),
+    }
+}
+
+/// The provider's journal, the effect ledger and every fake's store under
+/// the cell directory `dir`, each read whole or recorded as unreadable.
+pub fn read_provider_evidence(dir: &Path, ev: &mut Evidence) {
+    match fake_provider::journal::read(&dir.join("journal.jsonl")) {
+        Ok(j) => ev.journal = j,
+        Err(e) => ev.unreadable(Source::Journal, e.to_string()),
+    }
+    match fake_provider::ledger::read(&dir.join("ledger.jsonl")) {
+        Ok(l) => ev.ledger = l,
+        Err(e) => ev.unreadable(Source::Ledger, e.to_string()),
+    }
+    for l in &mut ev.ledger {
+        l.by = crate::evidence::controller_id(&l.by);
+    }
+    let (turns, problems) = crate::evidence::read_provider_turns(&dir.join("state/providers"));
+    ev.provider_turns = turns;
+    for p in problems {
+        ev.unreadable(Source::ProviderStore, p);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell directory with a journal, a ledger and a Codex store, each
+    /// whole; `break_it` then damages one.
+    fn read_with(break_it: impl Fn(&Path)) -> Evidence {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("journal.jsonl"), "").unwrap();
+        std::fs::write(d.join("ledger.jsonl"), "").unwrap();
+        let threads = d.join("state/providers/p1/threads");
+        std::fs::create_dir_all(&threads).unwrap();
+        std::fs::write(threads.join("th.json"), "{}").unwrap();
+        break_it(d);
+        let mut ev = Evidence::default();
+        read_provider_evidence(d, &mut ev);
+        ev
+    }
+
+    fn sources(ev: &Evidence) -> Vec<Source> {
+        ev.unreadable.iter().map(|u| u.source).collect()
+    }
+
+    #[test]
+    fn provider_evidence_is_read_whole_or_recorded_as_unreadable() {
+        assert_eq!(sources(&read_with(|_| {})), vec![]);
+        let torn =
+            read_with(|d| std::fs::write(d.join("journal.jsonl"), "{\"v\":1,\"gen").unwrap());
+        assert_eq!(sources(&torn), vec![Source::Journal]);
+        let ledger = read_with(|d| {
+            std::fs::remove_file(d.join("ledger.jsonl")).unwrap();
+            std::fs::create_dir(d.join("ledger.jsonl")).unwrap();
+        });
+        assert_eq!(sources(&ledger), vec![Source::Ledger]);
+        let store = read_with(|d| {
+            std::fs::write(d.join("state/providers/p1/threads/th.json"), "{\"id\":").unwrap()
+        });
+        assert_eq!(sources(&store), vec![Source::ProviderStore]);
+        assert!(
+            store.unreadable[0].reason.contains("th.json"),
+            "{:?}",
+            store.unreadable
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! to a directory (for failing cells and `--keep`) and read back, so a cell can
 //! be judged again without running it.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use fake_provider::journal::{Entry, EntryKind};
@@ -103,6 +104,54 @@ pub struct Evidence {
     pub survivors: Vec<String>,
     /// A harness error that cut the cell short.
     pub harness_error: Option<String>,
+    /// Sources the harness could not read whole, with the reason. An oracle
+    /// that needs one of them says `unknown`, never pass.
+    #[serde(default)]
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A source of evidence the oracles read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// The task view (`GET /v1/tasks/{id}`).
+    Task,
+    /// The run log (`GET /v1/tasks/{id}/events`).
+    RunLog,
+    /// The provider's journal.
+    Journal,
+    /// The effect ledger.
+    Ledger,
+    /// Every fake's durable store.
+    ProviderStore,
+    /// The process table (`/proc`).
+    Processes,
+    /// The cell's files (the canary search).
+    Files,
+}
+
+impl Source {
+    /// The kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Task => "task",
+            Source::RunLog => "run-log",
+            Source::Journal => "journal",
+            Source::Ledger => "ledger",
+            Source::ProviderStore => "provider-store",
+            Source::Processes => "processes",
+            Source::Files => "files",
+        }
+    }
+}
+
+/// A source that could not be read whole, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    /// The source.
+    pub source: Source,
+    /// Why (the error, or what is missing).
+    pub reason: String,
 }
 
 fn summarize(msg: &Value) -> String {
@@ -135,19 +184,29 @@ pub fn controller_id(client_id: &str) -> String {
     }
 }
 
+/// The store directories of the fakes, under a fake's state directory.
+const STORE_DIRS: [&str; 4] = ["threads", "sessions", "opencode", "model-api"];
+
 /// Reads every fake's durable store under `dir` (Codex `threads/`, ACP
 /// `sessions/`, OpenCode `opencode/`, model API `model-api/`), at any depth, with client ids and
-/// authorizing ids translated to controller message ids.
-pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
+/// authorizing ids translated to controller message ids. Also returns every
+/// store file or directory that could not be read whole (a store file that
+/// does not parse as JSON is one): the fakes' readers skip those, so the
+/// caller must record them as unreadable rather than judge a partial store.
+pub fn read_provider_turns(dir: &Path) -> (Vec<ProviderTurn>, Vec<String>) {
+    let (files, mut problems) = crate::runner_client::walk_files(dir);
     let mut roots: Vec<std::path::PathBuf> = Vec::new();
-    for file in crate::runner_client::state_files(dir) {
+    for file in &files {
         // A fake's state dir is the parent of its store directory.
         let mut p = file.as_path();
         while let Some(parent) = p.parent() {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if matches!(name, "threads" | "sessions" | "opencode" | "model-api") {
+            if STORE_DIRS.contains(&name) {
                 if !roots.iter().any(|r| r == parent) {
                     roots.push(parent.to_path_buf());
+                }
+                if file.extension().is_some_and(|x| x == "json") {
+                    problems.extend(unparsable(file));
                 }
                 break;
             }
@@ -175,7 +234,18 @@ pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
             });
         }
     }
-    out
+    (out, problems)
+}
+
+/// Why a store file is not one whole JSON document, if it is not.
+fn unparsable(file: &Path) -> Option<String> {
+    let bytes = match std::fs::read(file) {
+        Ok(b) => b,
+        Err(e) => return Some(format!("{}: {e}", file.display())),
+    };
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+        .err()
+        .map(|e| format!("{}: not a whole JSON document: {e}", file.display()))
 }
 
 /// A turn start the provider received, in any protocol.
@@ -204,6 +274,109 @@ fn text_of(blocks: Option<&Value>) -> String {
 }
 
 impl Evidence {
+    /// Records `source` as unreadable for `reason`.
+    pub fn unreadable(&mut self, source: Source, reason: impl Into<String>) {
+        self.unreadable.push(Unreadable {
+            source,
+            reason: reason.into(),
+        });
+    }
+
+    /// Why `source` cannot be judged from, if it cannot: it was recorded as
+    /// unreadable, or it is empty or truncated where the other sources show
+    /// it cannot be.
+    pub fn gap(&self, source: Source) -> Option<String> {
+        let recorded: Vec<&str> = self
+            .unreadable
+            .iter()
+            .filter(|u| u.source == source)
+            .map(|u| u.reason.as_str())
+            .collect();
+        if !recorded.is_empty() {
+            return Some(format!(
+                "{} unreadable: {}",
+                source.as_str(),
+                recorded.join("; ")
+            ));
+        }
+        let why = match source {
+            Source::Task => self.task_gap(),
+            Source::RunLog => self.run_log_gap(),
+            Source::Journal => (self.journal.is_empty()
+                && self.events_of("turn.accepted").next().is_some())
+            .then(|| {
+                "the journal is empty although the runner recorded an accepted turn".to_owned()
+            }),
+            Source::ProviderStore => self.store_gap(),
+            Source::Ledger => self.ledger_gap(),
+            Source::Processes | Source::Files => None,
+        };
+        why.map(|w| format!("{}: {w}", source.as_str()))
+    }
+
+    fn task_gap(&self) -> Option<String> {
+        if self.task.is_null() {
+            return Some("the task view was never read".to_owned());
+        }
+        if self.task["state"].as_str().is_none() {
+            return Some(format!("the task view has no state: {}", self.task));
+        }
+        None
+    }
+
+    fn run_log_gap(&self) -> Option<String> {
+        if self.task.is_null() {
+            return None;
+        }
+        if self.events.is_empty() {
+            return Some("the run log of an existing task is empty".to_owned());
+        }
+        // Every settle writes its run.settled event in the same transaction.
+        let settled = matches!(self.state(), "completed" | "failed" | "needs_human");
+        if settled && self.events_of("run.settled").next().is_none() {
+            return Some(format!(
+                "truncated: the task is {} but the run log has no run.settled",
+                self.state()
+            ));
+        }
+        None
+    }
+
+    /// The journal records a turn only after the store has it
+    /// (`turn.recorded`), so a journaled turn missing from the store means
+    /// the store was not read whole.
+    fn store_gap(&self) -> Option<String> {
+        let stored: HashSet<&str> = self
+            .provider_turns
+            .iter()
+            .map(|t| t.turn.as_str())
+            .collect();
+        let missing: Vec<(usize, &str)> = self
+            .facts("turn.recorded")
+            .into_iter()
+            .filter_map(|(line, d)| d["turn"].as_str().map(|t| (line, t)))
+            .filter(|(_, t)| !stored.contains(t))
+            .collect();
+        let (line, turn) = missing.first()?;
+        Some(format!(
+            "truncated: {} journaled turn(s) are not in the store, first {turn} (journal:{line})",
+            missing.len()
+        ))
+    }
+
+    /// An effect the provider saw exit 0 wrote its ledger line first.
+    fn ledger_gap(&self) -> Option<String> {
+        let (line, d) = self
+            .facts("effect.exited")
+            .into_iter()
+            .filter(|(_, d)| d["exit_code"] == 0)
+            .find(|(_, d)| !self.ledger.iter().any(|l| d["key"] == l.key.as_str()))?;
+        Some(format!(
+            "truncated: effect {} exited 0 (journal:{line}) but is not in the ledger",
+            d["key"]
+        ))
+    }
+
     /// Message ids the harness issued (submit, follow-ups, Retry).
     pub fn issued_ids(&self) -> Vec<String> {
         self.exchanges

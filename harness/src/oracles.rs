@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::Value;
 
 use crate::contract;
-use crate::evidence::Evidence;
+use crate::evidence::{Evidence, Source};
 use crate::model::{OracleResult, Verdict};
 
 /// The oracles, in report order.
@@ -72,6 +72,16 @@ impl Judgement {
         }
     }
 
+    /// The oracle needs `sources`: one that cannot be judged from makes it
+    /// `unknown` (unless it finds a violation in what it could read).
+    fn needs(mut self, e: &Evidence, sources: &[Source]) -> Judgement {
+        let gaps: Vec<String> = sources.iter().filter_map(|s| e.gap(*s)).collect();
+        if !gaps.is_empty() {
+            self.unknown = Some(gaps.join("; "));
+        }
+        self
+    }
+
     fn fail(&mut self, problem: String, evidence: impl IntoIterator<Item = String>) {
         self.problems.push(problem);
         self.evidence.extend(evidence);
@@ -101,7 +111,8 @@ const CONTINUE_MARKER: &str = "[turncut:continue]";
 /// continuation; a continuation never re-sends the message; every turn carries
 /// a harness-issued message id.
 pub fn no_replay_turn(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("no-replay.turn");
+    let mut j =
+        Judgement::new("no-replay.turn").needs(e, &[Source::Journal, Source::ProviderStore]);
     let issued: HashSet<String> = e.issued_ids().into_iter().collect();
     let texts: BTreeMap<&str, &str> = e
         .exchanges
@@ -186,7 +197,7 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
 
 /// An effect key runs at most once per authorizing message.
 pub fn no_replay_effect(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("no-replay.effect");
+    let mut j = Judgement::new("no-replay.effect").needs(e, &[Source::Ledger]);
     let mut seen: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (i, entry) in e.ledger.iter().enumerate() {
         seen.entry((entry.key.clone(), entry.by.clone()))
@@ -244,7 +255,7 @@ fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String)
 /// Every failed or refused run has a cause from the closed set with the right
 /// `recoverable` flag; every refusal names a listed reason.
 pub fn cause_structured(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("cause.structured");
+    let mut j = Judgement::new("cause.structured").needs(e, &[Source::Task, Source::RunLog]);
     if matches!(e.state(), "failed" | "needs_human") {
         check_cause(
             &mut j,
@@ -328,7 +339,15 @@ fn provider_turns(e: &Evidence) -> BTreeMap<String, (Option<String>, String, boo
 
 /// The outcome is allowed by the contract for what both sides had recorded.
 pub fn contract_oracle(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("contract");
+    let mut j = Judgement::new("contract").needs(
+        e,
+        &[
+            Source::Task,
+            Source::RunLog,
+            Source::Journal,
+            Source::ProviderStore,
+        ],
+    );
     let recorded = provider_turns(e);
     let recorded_client: HashSet<String> = e
         .provider_turns
@@ -503,7 +522,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
 /// A failed-closed task's Retry is admitted with a run (or refused with a
 /// listed reason), and that run completes in a fresh conversation.
 pub fn retry_works(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("retry.works");
+    let mut j = Judgement::new("retry.works").needs(e, &[Source::Task, Source::RunLog]);
     let runs: Vec<&Value> = e.task["runs"].as_array().into_iter().flatten().collect();
     for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
         match x.status {
@@ -566,7 +585,8 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
 /// before the fault; every accepted follow-up is consumed exactly once or is
 /// still queued.
 pub fn no_loss(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("no-loss");
+    let mut j =
+        Judgement::new("no-loss").needs(e, &[Source::Task, Source::RunLog, Source::ProviderStore]);
     for (i, ev) in e.events.iter().enumerate() {
         let seq = ev["seq"].as_i64().unwrap_or(-1);
         if seq != i as i64 + 1 {
@@ -581,7 +601,9 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
         for old in before {
             let seq = old["seq"].as_i64().unwrap_or(-1);
             let now = e.events.iter().find(|ev| ev["seq"] == seq);
-            if now.is_none_or(|n| n["kind"] != old["kind"] || n["data"] != old["data"]) {
+            // The whole event: a runner that lost its state and wrote the
+            // same kind again has a new time (and run) on it.
+            if now != Some(old) {
                 j.fail(
                     format!(
                         "run-log event {seq} ({}) read before the fault is gone or changed",
@@ -642,7 +664,7 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
 
 /// No task is still running after the cell's deadline.
 pub fn liveness(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("liveness");
+    let mut j = Judgement::new("liveness").needs(e, &[Source::Task]);
     // The final state decides: a task that settled just after the harness
     // stopped waiting is slow, not stuck.
     if matches!(e.state(), "running" | "queued") {
@@ -651,16 +673,14 @@ pub fn liveness(e: &Evidence) -> OracleResult {
             ["task".to_owned()],
         );
     }
-    if e.state() == "unknown" && e.harness_error.is_none() {
-        j.unknown = Some("the task's final state could not be read".to_owned());
-    }
     j.done()
 }
 
 /// The canary credential appears nowhere: no state file, log, event, report or
 /// tool environment.
 pub fn secrecy(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("secrecy");
+    let mut j =
+        Judgement::new("secrecy").needs(e, &[Source::RunLog, Source::Ledger, Source::Files]);
     for f in &e.canary_found_in {
         j.fail(format!("the canary credential is in {f}"), [f.clone()]);
     }
@@ -684,7 +704,7 @@ pub fn secrecy(e: &Evidence) -> OracleResult {
 
 /// No process of the cell is alive after the cell.
 pub fn hygiene(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("hygiene");
+    let mut j = Judgement::new("hygiene").needs(e, &[Source::Processes]);
     for s in &e.survivors {
         j.fail(format!("{s} is still alive after the cell"), [s.clone()]);
     }
@@ -825,6 +845,11 @@ mod tests {
             journal: vec![
                 turn_start("m1", "Create hello.txt"),
                 recorded("pt1", "m1", "m1", false),
+                entry(
+                    EntryKind::Fact,
+                    Some("effect.exited"),
+                    json!({ "key": "write-hello", "by": "m1", "exit_code": 0 }),
+                ),
                 finished("pt1", "completed"),
             ],
             ledger: vec![ledger("write-hello", "m1")],
@@ -1157,5 +1182,78 @@ mod tests {
         let mut e = good();
         e.reached_cut = false;
         assert_only_fails(&e, "vacuity", "never reached");
+    }
+
+    /// Breaks one source of a healthy cell; the oracles that read it must
+    /// not pass, and at least one must say unknown naming the source.
+    fn assert_unknown_without(source: Source, oracles: &[&str], break_it: impl Fn(&mut Evidence)) {
+        let mut e = good();
+        break_it(&mut e);
+        let results = judge(&e);
+        assert_ne!(worst(&results), Verdict::Pass, "{source:?}: {results:#?}");
+        for name in oracles {
+            assert_ne!(
+                verdict(&results, name).0,
+                Verdict::Pass,
+                "{name} without {source:?}"
+            );
+        }
+        assert!(
+            results
+                .iter()
+                .any(|r| r.verdict == Verdict::Unknown && r.message.contains(source.as_str())),
+            "{source:?}: no unknown names it: {results:#?}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_empty_or_truncated_source_is_never_a_pass() {
+        use Source::*;
+        let task_oracles = [
+            "cause.structured",
+            "contract",
+            "retry.works",
+            "no-loss",
+            "liveness",
+        ];
+        assert_unknown_without(Task, &task_oracles, |e| {
+            e.unreadable(Task, "GET task answered 404")
+        });
+        assert_unknown_without(Task, &task_oracles, |e| e.task = Value::Null);
+        assert_unknown_without(Task, &task_oracles, |e| e.task = json!({ "error": "x" }));
+        let log_oracles = [
+            "cause.structured",
+            "contract",
+            "retry.works",
+            "no-loss",
+            "secrecy",
+        ];
+        assert_unknown_without(RunLog, &log_oracles, |e| {
+            e.unreadable(RunLog, "GET events: reset")
+        });
+        assert_unknown_without(RunLog, &log_oracles, |e| e.events.clear());
+        // Cut off the tail: the task is settled, its run.settled is gone.
+        assert_unknown_without(RunLog, &log_oracles, |e| {
+            e.events.pop();
+        });
+        let journal_oracles = ["no-replay.turn", "contract"];
+        assert_unknown_without(Journal, &journal_oracles, |e| {
+            e.unreadable(Journal, "bad line")
+        });
+        assert_unknown_without(Journal, &journal_oracles, |e| e.journal.clear());
+        let ledger_oracles = ["no-replay.effect", "secrecy"];
+        assert_unknown_without(Ledger, &ledger_oracles, |e| e.unreadable(Ledger, "EISDIR"));
+        assert_unknown_without(Ledger, &ledger_oracles, |e| e.ledger.clear());
+        let store_oracles = ["no-replay.turn", "contract", "no-loss"];
+        assert_unknown_without(ProviderStore, &store_oracles, |e| {
+            e.unreadable(ProviderStore, "th.json: not a whole JSON document")
+        });
+        assert_unknown_without(ProviderStore, &store_oracles, |e| e.provider_turns.clear());
+        assert_unknown_without(Processes, &["hygiene"], |e| {
+            e.unreadable(Processes, "/proc/self/stat: EACCES")
+        });
+        assert_unknown_without(Files, &["secrecy"], |e| {
+            e.unreadable(Files, "state: EACCES")
+        });
     }
 }

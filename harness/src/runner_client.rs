@@ -324,16 +324,37 @@ impl RunnerCommand {
     }
 }
 
-/// Every regular file under `dir`, sorted (sockets and the like are skipped).
+/// Every regular file under `dir`, sorted (sockets and the like are skipped;
+/// a directory that cannot be listed is skipped too: see [`walk_files`]).
 pub fn state_files(dir: &Path) -> Vec<PathBuf> {
+    walk_files(dir).0
+}
+
+/// Every regular file under `dir`, sorted, and the directories or entries
+/// that could not be read (with the error). A missing `dir` is no error.
+pub fn walk_files(dir: &Path) -> (Vec<PathBuf>, Vec<String>) {
     let mut out = Vec::new();
+    let mut problems = Vec::new();
+    if !dir.exists() {
+        return (out, problems);
+    }
     let mut stack = vec![dir.to_owned()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(format!("{}: {e}", dir.display()));
+                continue;
+            }
         };
-        for e in entries.flatten() {
-            let p = e.path();
+        for e in entries {
+            let p = match e {
+                Ok(e) => e.path(),
+                Err(e) => {
+                    problems.push(format!("{}: {e}", dir.display()));
+                    continue;
+                }
+            };
             if p.is_dir() {
                 stack.push(p);
             } else if p.is_file() {
@@ -342,5 +363,5 @@ pub fn state_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out.sort();
-    out
+    (out, problems)
 }
