@@ -330,10 +330,10 @@ pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
 
 fn outcome_of(ev: &Evidence) -> Outcome {
     Outcome {
-        state: ev.state().to_owned(),
-        cause: ev.cause_code().map(str::to_owned),
+        state: ev.state(),
+        cause: ev.cause_code(),
         reached_cut: ev.reached_cut,
-        runs: ev.task["runs"].as_array().map_or(0, Vec::len),
+        runs: ev.runs().len(),
         continuations: ev.provider_turns.iter().filter(|t| t.continuation).count(),
         retry_status: ev
             .exchanges

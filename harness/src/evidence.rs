@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{CellSpec, Fault};
+use crate::runner_client::{RunView, TaskView, event_views, task_view};
 
 /// One thing the harness did, with its time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -318,10 +319,18 @@ impl Evidence {
         if self.task.is_null() {
             return Some("the task view was never read".to_owned());
         }
-        if self.task["state"].as_str().is_none() {
-            return Some(format!("the task view has no state: {}", self.task));
-        }
-        None
+        self.task_view().err()
+    }
+
+    /// The task view, typed: an error names what does not fit.
+    pub fn task_view(&self) -> Result<TaskView, String> {
+        task_view(&self.task)
+    }
+
+    /// The runs of the task (none when the view does not parse: the oracles
+    /// that read them then say `unknown`, see [`Evidence::gap`]).
+    pub fn runs(&self) -> Vec<RunView> {
+        self.task_view().map(|t| t.runs).unwrap_or_default()
     }
 
     fn run_log_gap(&self) -> Option<String> {
@@ -331,8 +340,14 @@ impl Evidence {
         if self.events.is_empty() {
             return Some("the run log of an existing task is empty".to_owned());
         }
+        if let Err(e) = event_views(&self.events) {
+            return Some(e);
+        }
         // Every settle writes its run.settled event in the same transaction.
-        let settled = matches!(self.state(), "completed" | "failed" | "needs_human");
+        let settled = matches!(
+            self.state().as_str(),
+            "completed" | "failed" | "needs_human"
+        );
         if settled && self.events_of("run.settled").next().is_none() {
             return Some(format!(
                 "truncated: the task is {} but the run log has no run.settled",
@@ -443,14 +458,15 @@ impl Evidence {
             .and_then(|s| s.scenario_id.split('.').nth(1))
     }
 
-    /// The final task state.
-    pub fn state(&self) -> &str {
-        self.task["state"].as_str().unwrap_or("unknown")
+    /// The final task state (`unknown` when the view does not parse).
+    pub fn state(&self) -> String {
+        self.task_view()
+            .map_or_else(|_| "unknown".to_owned(), |t| t.state)
     }
 
     /// The final cause code.
-    pub fn cause_code(&self) -> Option<&str> {
-        self.task.pointer("/cause/code").and_then(Value::as_str)
+    pub fn cause_code(&self) -> Option<String> {
+        self.task_view().ok()?.cause.map(|c| c.code)
     }
 
     /// Run-log events of a kind.

@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::contract;
 use crate::evidence::{Evidence, Source};
 use crate::model::{OracleResult, Verdict};
+use crate::runner_client::CauseView;
 
 /// The oracles, in report order.
 pub const ORACLES: &[&str] = &[
@@ -218,6 +219,13 @@ pub fn no_replay_effect(e: &Evidence) -> OracleResult {
     j.done()
 }
 
+/// A typed cause as the JSON `check_cause` reads (the run log's causes are
+/// kind-specific data, so both go through one check).
+fn cause_value(c: &Option<CauseView>) -> Option<Value> {
+    c.as_ref()
+        .map(|c| serde_json::to_value(c).expect("a cause serializes"))
+}
+
 fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String) {
     let Some(cause) = cause.filter(|c| !c.is_null()) else {
         j.fail(format!("{what} has no cause"), [at]);
@@ -256,24 +264,26 @@ fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String)
 /// `recoverable` flag; every refusal names a listed reason.
 pub fn cause_structured(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("cause.structured").needs(e, &[Source::Task, Source::RunLog]);
-    if matches!(e.state(), "failed" | "needs_human") {
+    let task = e.task_view().ok();
+    if let Some(t) = task
+        .as_ref()
+        .filter(|t| matches!(t.state.as_str(), "failed" | "needs_human"))
+    {
         check_cause(
             &mut j,
-            e.task.get("cause"),
+            cause_value(&t.cause).as_ref(),
             "the failed task",
             "task".to_owned(),
         );
     }
-    for run in e.task["runs"].as_array().into_iter().flatten() {
-        if run["status"] == "failed" {
-            let id = run["run_id"].as_str().unwrap_or("?");
-            check_cause(
-                &mut j,
-                run.get("cause"),
-                &format!("failed run {id}"),
-                format!("task.runs.{id}"),
-            );
-        }
+    for run in e.runs().iter().filter(|r| r.status == "failed") {
+        let id = &run.run_id;
+        check_cause(
+            &mut j,
+            cause_value(&run.cause).as_ref(),
+            &format!("failed run {id}"),
+            format!("task.runs.{id}"),
+        );
     }
     for ev in &e.events {
         let seq = ev["seq"].as_i64().unwrap_or(0);
@@ -359,7 +369,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
         .filter_map(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64))
         .collect();
     if let (Some(expected), None) = (&e.expected_state, &e.fault)
-        && e.state() != expected
+        && e.state() != *expected
     {
         j.fail(
             format!(
@@ -370,12 +380,12 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
             ["task".to_owned()],
         );
     }
-    for run in e.task["runs"].as_array().into_iter().flatten() {
-        let run_id = run["run_id"].as_str().unwrap_or("?");
-        let turns: Vec<&Value> = run["turns"].as_array().into_iter().flatten().collect();
-        let last_primary = turns.iter().rev().find(|t| t["kind"] == "primary");
-        let has_continuation = turns.iter().any(|t| t["kind"] == "continuation");
-        if let Some(code) = run.pointer("/cause/code").and_then(Value::as_str) {
+    for run in &e.runs() {
+        let run_id = &run.run_id;
+        let turns = &run.turns;
+        let last_primary = turns.iter().rev().find(|t| t.kind == "primary");
+        let has_continuation = turns.iter().any(|t| t.kind == "continuation");
+        if let Some(code) = run.cause.as_ref().map(|c| c.code.as_str()) {
             let at = format!("task.runs.{run_id}");
             match code {
                 "ambiguous_turn_start" => {
@@ -386,8 +396,8 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
                         );
                         continue;
                     };
-                    let mid = t["message_id"].as_str().unwrap_or_default();
-                    let row = t["turn_row"].as_i64().unwrap_or(-1);
+                    let mid = t.message_id.as_str();
+                    let row = t.turn_row;
                     if !recorded_client.contains(mid) {
                         j.fail(
                             format!("run {run_id} failed closed ambiguous_turn_start but the provider never recorded a turn for {mid}: starting it was provably safe"),
@@ -438,9 +448,9 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
         }
         // A completed run answered every consumed message with a completed
         // provider turn (its own or its continuation's).
-        if run["status"] == "completed" {
-            for t in turns.iter().filter(|t| t["kind"] == "primary") {
-                let mid = t["message_id"].as_str().unwrap_or_default();
+        if run.status == "completed" {
+            for t in turns.iter().filter(|t| t.kind == "primary") {
+                let mid = t.message_id.as_str();
                 let done = recorded
                     .values()
                     .any(|(status, by, _)| by == mid && status.as_deref() == Some("completed"));
@@ -523,7 +533,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
 /// listed reason), and that run completes in a fresh conversation.
 pub fn retry_works(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("retry.works").needs(e, &[Source::Task, Source::RunLog]);
-    let runs: Vec<&Value> = e.task["runs"].as_array().into_iter().flatten().collect();
+    let runs = e.runs();
     for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
         match x.status {
             201 => {
@@ -534,28 +544,28 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                     );
                     continue;
                 };
-                let Some(pos) = runs.iter().position(|r| r["run_id"] == run_id) else {
+                let Some(pos) = runs.iter().position(|r| r.run_id == run_id) else {
                     j.fail(
                         format!("Retry run {run_id} is not among the task's runs"),
                         ["task".to_owned()],
                     );
                     continue;
                 };
-                let run = runs[pos];
-                if run["status"] != "completed" {
+                let run = &runs[pos];
+                if run.status != "completed" {
                     j.fail(
                         format!(
-                            "Retry run {run_id} ended {} ({})",
-                            run["status"],
-                            run.pointer("/cause/code").unwrap_or(&Value::Null)
+                            "Retry run {run_id} ended {} ({:?})",
+                            run.status,
+                            run.cause.as_ref().map(|c| &c.code)
                         ),
                         [format!("task.runs.{run_id}")],
                     );
                 }
-                let conv = &run["conversation_id"];
-                if conv.is_null() || runs[..pos].iter().any(|r| &r["conversation_id"] == conv) {
+                let conv = &run.conversation_id;
+                if conv.is_none() || runs[..pos].iter().any(|r| &r.conversation_id == conv) {
                     j.fail(
-                        format!("Retry run {run_id} did not open a fresh conversation ({conv})"),
+                        format!("Retry run {run_id} did not open a fresh conversation ({conv:?})"),
                         [format!("task.runs.{run_id}")],
                     );
                 }
@@ -614,12 +624,7 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
             }
         }
     }
-    let queued: Vec<&str> = e.task["queued_messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let queued: Vec<String> = e.task_view().map(|t| t.queued_messages).unwrap_or_default();
     for x in e
         .exchanges
         .iter()
@@ -631,7 +636,7 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
             .iter()
             .filter(|t| !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str()))
             .count();
-        let still_queued = queued.contains(&x.message_id.as_str());
+        let still_queued = queued.contains(&x.message_id);
         // A follow-up may wait in the queue of a task that failed closed (a
         // Retry consumes it); in a completed task it is stranded for good.
         if starts == 0 && still_queued && e.state() == "completed" {
@@ -667,7 +672,7 @@ pub fn liveness(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("liveness").needs(e, &[Source::Task]);
     // The final state decides: a task that settled just after the harness
     // stopped waiting is slow, not stuck.
-    if matches!(e.state(), "running" | "queued") {
+    if matches!(e.state().as_str(), "running" | "queued") {
         j.fail(
             format!("the task is still {} after the cell's deadline", e.state()),
             ["task".to_owned()],
@@ -793,7 +798,24 @@ mod tests {
     }
 
     fn event(seq: i64, kind: &str, data: Value) -> Value {
-        json!({ "seq": seq, "kind": kind, "data": data })
+        json!({ "v": 1, "task_id": "task-1", "seq": seq, "run_id": "run-1", "ts_ms": seq, "kind": kind, "data": data })
+    }
+
+    fn turn_view(row: i64, message: &str, kind: &str, status: &str) -> Value {
+        json!({ "turn_row": row, "run_id": "run-1", "message_id": message, "kind": kind,
+                "client_id": message, "provider_turn_id": null, "status": status })
+    }
+
+    fn run_view(
+        run: &str,
+        kind: &str,
+        status: &str,
+        conversation: &str,
+        turns: Vec<Value>,
+    ) -> Value {
+        json!({ "run_id": run, "task_id": "task-1", "kind": kind, "trigger_message_id": "m1",
+                "status": status, "cause": null, "conversation_id": conversation,
+                "owner_epoch": 1, "created_ms": 1, "turns": turns })
     }
 
     /// A healthy clean cell: one message, one turn, one effect, completed.
@@ -819,9 +841,10 @@ mod tests {
                 body: json!({ "run_id": "run-1" }),
             }],
             task: json!({
-                "state": "completed", "cause": null, "queued_messages": [],
-                "runs": [{ "run_id": "run-1", "status": "completed", "cause": null, "conversation_id": "th",
-                           "turns": [{ "turn_row": 1, "kind": "primary", "message_id": "m1", "status": "completed" }] }]
+                "task_id": "task-1", "profile": "runner-codex", "workspace": "/ws",
+                "state": "completed", "cause": null, "current_run": "run-1", "queued_messages": [],
+                "runs": [run_view("run-1", "initial", "completed", "th",
+                                  vec![turn_view(1, "m1", "primary", "completed")])]
             }),
             events: vec![
                 event(1, "task.admitted", json!({})),
@@ -1104,7 +1127,13 @@ mod tests {
             status: 201,
             body: json!({ "run_id": "run-2" }),
         });
-        e.task["runs"].as_array_mut().unwrap().push(json!({ "run_id": "run-2", "status": "completed", "conversation_id": "th", "turns": [] }));
+        e.task["runs"].as_array_mut().unwrap().push(run_view(
+            "run-2",
+            "retry",
+            "completed",
+            "th",
+            vec![],
+        ));
         e.events
             .push(event(6, "stopped_conversation_verified", json!({})));
         assert_only_fails(&e, "retry.works", "fresh conversation");
@@ -1254,6 +1283,30 @@ mod tests {
         });
         assert_unknown_without(Files, &["secrecy"], |e| {
             e.unreadable(Files, "state: EACCES")
+        });
+    }
+
+    #[test]
+    fn a_renamed_or_unknown_field_is_unknown_not_a_pass() {
+        // The runner renames `runs`: the oracles must not judge zero runs.
+        assert_unknown_without(Source::Task, &["contract", "retry.works", "no-loss"], |e| {
+            let runs = e.task.as_object_mut().unwrap().remove("runs").unwrap();
+            e.task["run_list"] = runs;
+        });
+        // A turn's `kind` becomes `type`.
+        assert_unknown_without(Source::Task, &["contract"], |e| {
+            let t = e.task["runs"][0]["turns"][0].as_object_mut().unwrap();
+            let kind = t.remove("kind").unwrap();
+            t.insert("type".into(), kind);
+        });
+        // A run-log event of another version, or with a renamed envelope field.
+        assert_unknown_without(Source::RunLog, &["cause.structured", "no-loss"], |e| {
+            e.events[0]["v"] = json!(2)
+        });
+        assert_unknown_without(Source::RunLog, &["cause.structured", "no-loss"], |e| {
+            let ev = e.events[1].as_object_mut().unwrap();
+            let kind = ev.remove("kind").unwrap();
+            ev.insert("type".into(), kind);
         });
     }
 }
