@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::evidence::{Action, Evidence, Exchange, Source};
+use crate::evidence::{Action, Evidence, Exchange, Op, Source};
 use crate::model::{CellResult, CellSpec, Cut, Fault, Outcome, Verdict};
 use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
@@ -594,17 +594,10 @@ fn wait_task(
     })
 }
 
-/// POSTs with retries across runner restarts (the API is idempotent on ids).
-fn post(shared: &Shared, until: Instant, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
-    with_runner(shared, until, |client| {
-        client
-            .post(path, body)
-            .map_err(|e| e.context(format!("POST {path}")))
-    })
-}
-
-/// Sends one controller request and records it as an action and an exchange;
-/// returns the HTTP status.
+/// Sends one controller request, re-sent across runner restarts (the API is
+/// idempotent on ids), and records every attempt as an op, the final answer
+/// as an action and an exchange (status 0 when none came before the
+/// deadline); returns the HTTP status.
 #[allow(clippy::too_many_arguments)]
 fn send(
     shared: &Shared,
@@ -616,15 +609,30 @@ fn send(
     message_id: &str,
     text: &str,
 ) -> anyhow::Result<u16> {
-    let (status, answer) = post(shared, until, path, body)?;
+    let answer = with_runner(shared, until, |client| {
+        let at_ms = shared.started.elapsed().as_millis() as u64;
+        let answer = client
+            .post(path, body)
+            .map_err(|e| e.context(format!("POST {path}")));
+        ev.ops.push(Op::of(kind, message_id, at_ms, &answer));
+        answer
+    });
+    let (status, answer) = match answer {
+        Ok(a) => a,
+        Err(e) => (0, json!({ "error": format!("{e:#}") })),
+    };
     shared.act(kind, json!({ "message_id": message_id, "status": status }));
     ev.exchanges.push(Exchange {
         kind: kind.to_owned(),
         message_id: message_id.to_owned(),
         text: text.to_owned(),
         status,
-        body: answer,
+        body: answer.clone(),
     });
+    anyhow::ensure!(
+        status != 0,
+        "{kind} {message_id}: no answer before the deadline: {answer}"
+    );
     Ok(status)
 }
 
@@ -985,15 +993,21 @@ fn read_runner(shared: &Shared, ev: &mut Evidence) {
         );
         return;
     };
-    match client.task(TASK_ID) {
+    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let task = client.task(TASK_ID);
+    ev.ops.push(Op::of("read.task", "", at_ms, &task));
+    match task {
         Ok((200, t)) => ev.task = t,
         Ok((status, body)) => {
             ev.unreadable(Source::Task, format!("GET task answered {status}: {body}"))
         }
         Err(e) => ev.unreadable(Source::Task, format!("GET task: {e:#}")),
     }
-    match client.events(TASK_ID, 0) {
-        Ok(evs) => ev.events = evs,
+    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let events = client.events(TASK_ID, 0).map(|evs| (200, evs));
+    ev.ops.push(Op::of("read.events", "", at_ms, &events));
+    match events {
+        Ok((_, evs)) => ev.events = evs,
         Err(e) => ev.unreadable(Source::RunLog, format!("GET events: {e:#}")),
     }
 }

@@ -39,10 +39,67 @@ pub struct Exchange {
     pub message_id: String,
     /// The text sent (empty for a Retry, which re-sends a stored message).
     pub text: String,
-    /// The HTTP status (0 when no answer came).
+    /// The HTTP status (0 when no answer came: the request is indeterminate,
+    /// see [`Evidence::ops`]).
     pub status: u16,
     /// The JSON body.
     pub body: Value,
+}
+
+/// How a controller request ended, as Jepsen records operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpResult {
+    /// The runner answered 2xx: it happened.
+    Ok,
+    /// The runner answered 4xx: it definitely did not happen.
+    Fail,
+    /// No answer (the connection was cut, or a 5xx): it may or may not have
+    /// happened.
+    Info,
+}
+
+/// One attempt of a controller request: invoked at `at_ms`, then `result`.
+/// A request re-sent across a runner restart is one op per attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    /// `submit`, `follow_up`, `retry`, `read.task` or `read.events`.
+    pub kind: String,
+    /// The message id (empty for reads).
+    pub message_id: String,
+    /// When it was invoked, in milliseconds since the cell started.
+    pub at_ms: u64,
+    /// How it ended.
+    pub result: OpResult,
+    /// The HTTP status, when one came.
+    pub status: Option<u16>,
+    /// The transport error, when no answer came.
+    pub error: Option<String>,
+}
+
+impl Op {
+    /// The op of one attempt that got `answer`.
+    pub fn of<T>(
+        kind: &str,
+        message_id: &str,
+        at_ms: u64,
+        answer: &anyhow::Result<(u16, T)>,
+    ) -> Op {
+        let (result, status, error) = match answer {
+            Ok((s, _)) if (200..300).contains(s) => (OpResult::Ok, Some(*s), None),
+            Ok((s, _)) if (400..500).contains(s) => (OpResult::Fail, Some(*s), None),
+            Ok((s, _)) => (OpResult::Info, Some(*s), None),
+            Err(e) => (OpResult::Info, None, Some(format!("{e:#}"))),
+        };
+        Op {
+            kind: kind.to_owned(),
+            message_id: message_id.to_owned(),
+            at_ms,
+            result,
+            status,
+            error,
+        }
+    }
 }
 
 /// A turn as the provider durably recorded it (its own store, read after the
@@ -78,8 +135,11 @@ pub struct Evidence {
     pub cut_role: Option<String>,
     /// The harness's actions in order.
     pub actions: Vec<Action>,
-    /// Requests and answers.
+    /// Requests and their final answers.
     pub exchanges: Vec<Exchange>,
+    /// Every attempt of every controller request, in invocation order.
+    #[serde(default)]
+    pub ops: Vec<Op>,
     /// The task as the runner reports it at the end (`GET /v1/tasks/{id}`).
     pub task: Value,
     /// The run log at the end.
@@ -489,6 +549,21 @@ impl Evidence {
                 self.started_ms + a.at_ms,
                 0,
                 format!("{mark} H {} {}", a.what, a.detail),
+            ));
+        }
+        for op in &self.ops {
+            let answer = match (op.status, &op.error) {
+                (Some(s), _) => s.to_string(),
+                (None, Some(e)) => e.clone(),
+                (None, None) => String::new(),
+            };
+            rows.push((
+                self.started_ms + op.at_ms,
+                0,
+                format!(
+                    "   H op {} {} -> {:?} {answer}",
+                    op.kind, op.message_id, op.result
+                ),
             ));
         }
         for e in &self.events {

@@ -625,11 +625,14 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
         }
     }
     let queued: Vec<String> = e.task_view().map(|t| t.queued_messages).unwrap_or_default();
+    // A follow-up with no answer (`info`) may or may not exist; if it
+    // exists, it is held to the same rule as an accepted one.
     for x in e
         .exchanges
         .iter()
-        .filter(|x| x.kind == "follow_up" && x.status == 202)
+        .filter(|x| x.kind == "follow_up" && matches!(x.status, 202 | 0))
     {
+        let maybe = x.status == 0;
         // Consumed means a turn the provider recorded for it.
         let starts = e
             .provider_turns
@@ -639,16 +642,21 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
         let still_queued = queued.contains(&x.message_id);
         // A follow-up may wait in the queue of a task that failed closed (a
         // Retry consumes it); in a completed task it is stranded for good.
+        let accepted = if maybe {
+            "sent (no answer came)"
+        } else {
+            "accepted"
+        };
         if starts == 0 && still_queued && e.state() == "completed" {
             j.fail(
                 format!(
-                    "follow-up {} was accepted but the task completed without consuming it",
+                    "follow-up {} was {accepted} and queued but the task completed without consuming it",
                     x.message_id
                 ),
                 [format!("exchange:{}", x.message_id)],
             );
         }
-        if starts == 0 && !still_queued {
+        if starts == 0 && !still_queued && !maybe {
             j.fail(
                 format!(
                     "follow-up {} was accepted but never consumed and is no longer queued",
@@ -659,7 +667,10 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
         }
         if starts > 1 {
             j.fail(
-                format!("follow-up {} was consumed {starts} times", x.message_id),
+                format!(
+                    "follow-up {} was {accepted} and consumed {starts} times",
+                    x.message_id
+                ),
                 [format!("exchange:{}", x.message_id)],
             );
         }
@@ -1308,5 +1319,45 @@ mod tests {
             let kind = ev.remove("kind").unwrap();
             ev.insert("type".into(), kind);
         });
+    }
+
+    #[test]
+    fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
+        let info = |e: &mut Evidence| {
+            e.exchanges.push(Exchange {
+                kind: "follow_up".into(),
+                message_id: "f1".into(),
+                text: "more".into(),
+                status: 0,
+                body: json!({ "error": "connection reset" }),
+            });
+        };
+        // Absent: the cut POST never reached the runner.
+        let mut e = good();
+        info(&mut e);
+        assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+        // Present once: it was applied, and consumed once.
+        e.provider_turns
+            .push(pturn("pf1", "f1", "f1", "completed", false));
+        assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+        // Present twice.
+        e.provider_turns
+            .push(pturn("pf2", "f1", "f1", "completed", false));
+        assert_only_fails(&e, "no-loss", "consumed 2 times");
+        // Present, queued, and stranded in a completed task.
+        let mut e = good();
+        info(&mut e);
+        e.task["queued_messages"] = json!(["f1"]);
+        assert_only_fails(&e, "no-loss", "completed without consuming it");
+    }
+
+    #[test]
+    fn ops_record_ok_fail_and_info() {
+        use crate::evidence::{Op, OpResult};
+        let of = |a: anyhow::Result<(u16, ())>| Op::of("follow_up", "f1", 5, &a).result;
+        assert_eq!(of(Ok((202, ()))), OpResult::Ok);
+        assert_eq!(of(Ok((409, ()))), OpResult::Fail);
+        assert_eq!(of(Ok((503, ()))), OpResult::Info);
+        assert_eq!(of(Err(anyhow::anyhow!("connection reset"))), OpResult::Info);
     }
 }

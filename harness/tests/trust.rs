@@ -106,3 +106,45 @@ fn a_runner_that_loses_its_state_on_restart_never_passes() {
         "cells passed although the runner lost its state: {passed:#?}"
     );
 }
+
+/// A follow-up whose POST the runner was killed in the middle of (held at
+/// `runner.follow_up.persisted`) is recorded as an `info` attempt, then the
+/// re-sent request's answer; the oracles hold the follow-up to "consumed
+/// exactly once".
+#[test]
+fn a_follow_up_cut_mid_request_is_recorded_as_info_then_ok() {
+    use harness::evidence::OpResult;
+    use harness::model::{CellSpec, Cut};
+    let dir = scenarios_dir();
+    let scenarios = scenario::load_dir(&dir).unwrap();
+    let s = scenarios
+        .iter()
+        .find(|s| s.case == "recover-controller")
+        .unwrap();
+    let profile = "runner-codex";
+    let spec = CellSpec {
+        cell_id: "t001".into(),
+        scenario_id: s.id(profile),
+        cut: Some(Cut {
+            point: "runner.follow_up.persisted".into(),
+            n: 1,
+        }),
+        fault: Some(Fault::KillRunner),
+        seed: 1,
+    };
+    let run = harness::cell::run_cell(&CellEnv::new(exe(), &dir), s, profile, &spec);
+    let ops: Vec<(OpResult, Option<u16>)> = run
+        .evidence
+        .ops
+        .iter()
+        .filter(|o| o.kind == "follow_up")
+        .map(|o| (o.result, o.status))
+        .collect();
+    assert_eq!(
+        ops,
+        vec![(OpResult::Info, None), (OpResult::Ok, Some(202))],
+        "{}",
+        run.evidence.timeline()
+    );
+    assert_eq!(run.result.verdict, Verdict::Pass, "{:#?}", run.result);
+}
