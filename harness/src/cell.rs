@@ -340,6 +340,8 @@ fn outcome_of(ev: &Evidence) -> Outcome {
             .iter()
             .find(|x| x.kind == "retry")
             .map(|x| x.status),
+        path: ev.path(),
+        effects: ev.ledger.len(),
     }
 }
 
@@ -505,7 +507,7 @@ fn drive(
     };
 
     let until = Instant::now() + Duration::from_millis(env.wait_ms);
-    let result = run_steps(scenario, profile, shared, &layout.p("ws"), until, ev);
+    let result = run_steps(scenario, profile, shared, layout, until, ev);
     // Quiet recovery phase: the armed cut was reached and its fault applied
     // (the steps may finish before a late cut is even hit), no fault is in
     // flight, and the task has settled with the runner that is now running.
@@ -640,10 +642,11 @@ fn run_steps(
     scenario: &Scenario,
     profile: &str,
     shared: &Shared,
-    workspace: &Path,
+    layout: &Layout,
     until: Instant,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
+    let workspace = layout.p("ws");
     for step in &scenario.steps {
         match step {
             Step::Submit { prompt, message_id } => {
@@ -711,8 +714,22 @@ fn run_steps(
                 if failed || *when == RetryWhen::Always {
                     let path = format!("/v1/tasks/{TASK_ID}/retry");
                     let body = json!({ "message_id": message_id });
+                    // The stop proof, from the process table: every provider
+                    // process alive before the Retry must be gone at its 201.
+                    let before = cell_providers(&layout.p("cut.sock"));
                     let status = send(shared, until, ev, "retry", &path, &body, message_id, "")?;
                     if status == 201 {
+                        match before {
+                            Ok(procs) => ev.alive_at_retry.extend(
+                                procs
+                                    .into_iter()
+                                    .filter(|(pid, start, _)| {
+                                        nemesis::alive_same(*pid, Some(*start))
+                                    })
+                                    .map(|(pid, _, cmd)| format!("pid {pid} ({cmd})")),
+                            ),
+                            Err(e) => ev.unreadable(Source::Processes, e),
+                        }
                         // The 201 follows the durable admission, so the task
                         // reads `running` until the Retry run settles.
                         wait_task(shared, until, settled)?;
@@ -1031,6 +1048,45 @@ pub fn read_provider_evidence(dir: &Path, ev: &mut Evidence) {
     for p in problems {
         ev.unreadable(Source::ProviderStore, p);
     }
+}
+
+/// The live provider processes of the cell (pid, start time, command line),
+/// found in the process table by the cut socket every process of the cell
+/// inherits (`TURNCUT_CUT_SOCKET`), whatever the runner says about them:
+/// `fake-provider` processes (providers and their effect commands).
+fn cell_providers(socket: &Path) -> Result<Vec<(u32, u64, String)>, String> {
+    let marker = format!("{}={}", cutpoint::ENV_SOCKET, socket.display());
+    let entries = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
+    let mut out = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // Processes of other users, and ones that exit while we look, are
+        // not the cell's (the cell's are ours and only leave as zombies).
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
+            continue;
+        }
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| {
+                String::from_utf8_lossy(&c)
+                    .replace('\0', " ")
+                    .trim()
+                    .to_owned()
+            })
+            .unwrap_or_default();
+        if let (true, Some(start)) = (cmd.contains("fake-provider"), nemesis::start_time(pid)) {
+            out.push((pid, start, cmd));
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -163,6 +163,10 @@ pub struct Evidence {
     pub canary_found_in: Vec<String>,
     /// Processes of the cell still alive after teardown (`role pid`).
     pub survivors: Vec<String>,
+    /// Provider processes alive before a Retry and still alive at its 201,
+    /// from the process table (pid and start time): a missing stop proof.
+    #[serde(default)]
+    pub alive_at_retry: Vec<String>,
     /// A harness error that cut the cell short.
     pub harness_error: Option<String>,
     /// Sources the harness could not read whole, with the reason. An oracle
@@ -527,6 +531,57 @@ impl Evidence {
     /// The final cause code.
     pub fn cause_code(&self) -> Option<String> {
         self.task_view().ok()?.cause.map(|c| c.code)
+    }
+
+    /// The recovery path the cell took, run by run: a Retry or follow-up
+    /// run, an adopted turn, a continuation, an uncertain tool, and how the
+    /// run ended (`completed`, `failed <cause>`), joined by ` → `; e.g.
+    /// `failed ambiguous_turn_start → retry → completed`. From the task view
+    /// and the run log; `unknown` when the task view does not parse.
+    pub fn path(&self) -> String {
+        let Ok(task) = self.task_view() else {
+            return "unknown".to_owned();
+        };
+        let mut steps: Vec<String> = Vec::new();
+        for run in &task.runs {
+            match run.kind.as_str() {
+                "retry" => steps.push("retry".to_owned()),
+                "follow_up" => steps.push("follow-up".to_owned()),
+                _ => {}
+            }
+            // What recovery did inside the run, in run-log order.
+            let mine = self
+                .events
+                .iter()
+                .filter(|ev| ev["run_id"].as_str() == Some(run.run_id.as_str()));
+            for ev in mine {
+                let step = match ev["kind"].as_str() {
+                    Some("turn.intent")
+                        if ev.pointer("/data/kind") == Some(&Value::from("continuation")) =>
+                    {
+                        "continued"
+                    }
+                    Some("turn.finished")
+                        if ev.pointer("/data/adopted") == Some(&Value::Bool(true)) =>
+                    {
+                        "adopted"
+                    }
+                    Some("tool_outcome_uncertain") => "tool uncertain",
+                    _ => continue,
+                };
+                if steps.last().map(String::as_str) != Some(step) {
+                    steps.push(step.to_owned());
+                }
+            }
+            steps.push(match (&run.status[..], &run.cause) {
+                ("failed", Some(c)) => format!("failed {}", c.code),
+                (status, _) => status.to_owned(),
+            });
+        }
+        if steps.is_empty() {
+            return task.state;
+        }
+        steps.join(" → ")
     }
 
     /// Run-log events of a kind.

@@ -85,6 +85,10 @@ enum Command {
         /// Only scenario ids containing this.
         #[arg(long)]
         only: Option<String>,
+        /// Run every cell N times and list the cells whose verdict or
+        /// recovery path differ (exit 1 if any); no reports are written.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
     },
     /// Run one cell of a wave again: `turncut replay <wave-dir>/t###`.
     Replay { cell: PathBuf },
@@ -320,6 +324,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             jobs,
             out,
             only,
+            repeat,
         } => {
             let (env, scenarios) = env_for(exe, &common)?;
             let seed = seed.unwrap_or_else(|| {
@@ -349,6 +354,11 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                 Some((i, n)) => plan::shard(cells, i, n),
                 None => cells,
             };
+            if repeat > 1 {
+                return Ok(report_repeats(&wave::run_repeated(
+                    &env, &scenarios, &cells, jobs, repeat,
+                )));
+            }
             let out = out.unwrap_or_else(|| PathBuf::from("reports/out").join(&wave_id));
             run_and_report(
                 &env,
@@ -398,6 +408,36 @@ fn exit_for(v: Verdict) -> i32 {
         Verdict::Pass => 0,
         Verdict::Unknown | Verdict::Fail => 1,
     }
+}
+
+/// Prints what `wave --repeat` found: per round the verdict counts and the
+/// unreached cuts, then every cell whose verdict or path differed. Exit 1 if
+/// a cell differed or did not pass.
+fn report_repeats(rounds: &[Vec<wave::Finished>]) -> i32 {
+    let mut bad = false;
+    for (i, round) in rounds.iter().enumerate() {
+        let not_passing = round
+            .iter()
+            .filter(|f| f.result.verdict != Verdict::Pass)
+            .count();
+        let cells: Vec<_> = round.iter().map(|f| f.result.clone()).collect();
+        bad |= not_passing > 0;
+        println!(
+            "round {}: {} cells, {not_passing} not passing, {} unreached cuts",
+            i + 1,
+            round.len(),
+            wave::unreached(&cells)
+        );
+    }
+    let unstable = wave::unstable(rounds);
+    println!("{} cells differ between rounds", unstable.len());
+    for u in &unstable {
+        println!("  {}", u.name);
+        for (i, r) in u.rounds.iter().enumerate() {
+            println!("    round {}: {r}", i + 1);
+        }
+    }
+    i32::from(bad || !unstable.is_empty())
 }
 
 #[allow(clippy::too_many_arguments)]

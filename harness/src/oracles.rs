@@ -156,6 +156,30 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
             }
         }
     }
+    // The fence: a message the runner refused (409, so definitely not
+    // applied) never reaches a provider, not even as a delivery.
+    for x in e
+        .exchanges
+        .iter()
+        .filter(|x| x.status == 409 && x.kind != "retry")
+    {
+        let delivered = e
+            .turn_starts()
+            .into_iter()
+            .find(|t| t.client_id.as_deref() == Some(x.message_id.as_str()));
+        if let Some(t) = delivered {
+            j.fail(
+                format!(
+                    "{} {} was refused ({}) but reached the provider (journal:{})",
+                    x.kind, x.message_id, x.body, t.line
+                ),
+                [
+                    format!("exchange:{}", x.message_id),
+                    format!("journal:{}", t.line),
+                ],
+            );
+        }
+    }
     // A turn starts when the provider records it: a delivery it never
     // recorded (it died first) was not a turn, and re-sending it is the
     // contract's "start the turn once".
@@ -532,7 +556,8 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
 /// A failed-closed task's Retry is admitted with a run (or refused with a
 /// listed reason), and that run completes in a fresh conversation.
 pub fn retry_works(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("retry.works").needs(e, &[Source::Task, Source::RunLog]);
+    let mut j =
+        Judgement::new("retry.works").needs(e, &[Source::Task, Source::RunLog, Source::Processes]);
     let runs = e.runs();
     for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
         match x.status {
@@ -572,6 +597,15 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                 if !e.events_of("stopped_conversation_verified").any(|_| true) {
                     j.fail("Retry was admitted without a recorded stop proof (stopped_conversation_verified)".to_owned(), ["events".to_owned()]);
                 }
+                if let Some(problem) = retry_conversation_reused(e, &x.message_id) {
+                    j.fail(problem, [format!("exchange:{}", x.message_id)]);
+                }
+                for p in &e.alive_at_retry {
+                    j.fail(
+                        format!("Retry was admitted while the earlier provider {p} was still running (process table)"),
+                        ["processes".to_owned()],
+                    );
+                }
             }
             409 => {
                 let reason = x.body["block_reason"].as_str();
@@ -589,6 +623,22 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
         }
     }
     j.done()
+}
+
+/// The provider's side of "a Retry opens a fresh conversation": the Retry's
+/// first recorded turn is the first turn of its conversation (a fake's store
+/// keeps a conversation's turns in the order it recorded them).
+fn retry_conversation_reused(e: &Evidence, retry: &str) -> Option<String> {
+    let turns = &e.provider_turns;
+    let first = turns
+        .iter()
+        .position(|t| t.client_id.as_deref() == Some(retry))?;
+    let thread = &turns[first].thread;
+    let old = turns[..first].iter().find(|t| &t.thread == thread)?;
+    Some(format!(
+        "Retry {retry} ran in conversation {thread}, which already held turn {} of {} (provider store)",
+        old.turn, old.authorized_by
+    ))
 }
 
 /// Nothing durable vanishes: the run log is gapless and keeps everything read
@@ -1130,23 +1180,8 @@ mod tests {
 
     #[test]
     fn retry_works_catches_a_reused_conversation_and_a_reasonless_refusal() {
-        let mut e = good();
-        e.exchanges.push(Exchange {
-            kind: "retry".into(),
-            message_id: "r1".into(),
-            text: String::new(),
-            status: 201,
-            body: json!({ "run_id": "run-2" }),
-        });
-        e.task["runs"].as_array_mut().unwrap().push(run_view(
-            "run-2",
-            "retry",
-            "completed",
-            "th",
-            vec![],
-        ));
-        e.events
-            .push(event(6, "stopped_conversation_verified", json!({})));
+        let mut e = retried();
+        e.task["runs"][1]["conversation_id"] = json!("th");
         assert_only_fails(&e, "retry.works", "fresh conversation");
         let mut e = good();
         e.exchanges.push(Exchange {
@@ -1359,5 +1394,109 @@ mod tests {
         assert_eq!(of(Ok((409, ()))), OpResult::Fail);
         assert_eq!(of(Ok((503, ()))), OpResult::Info);
         assert_eq!(of(Err(anyhow::anyhow!("connection reset"))), OpResult::Info);
+    }
+
+    #[test]
+    fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "follow_up".into(),
+            message_id: "f1".into(),
+            text: "more".into(),
+            status: 409,
+            body: json!({ "reason": "prior_owner_fence_refused" }),
+        });
+        assert_eq!(verdict(&judge(&e), "no-replay.turn").0, Verdict::Pass);
+        e.journal.push(turn_start("f1", "more"));
+        assert_only_fails(&e, "no-replay.turn", "was refused");
+    }
+
+    /// A healthy cell plus an admitted Retry whose run completed in a fresh
+    /// conversation `th2` after a recorded stop proof.
+    fn retried() -> Evidence {
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "retry".into(),
+            message_id: "r1".into(),
+            text: String::new(),
+            status: 201,
+            body: json!({ "run_id": "run-2" }),
+        });
+        e.task["runs"].as_array_mut().unwrap().push(run_view(
+            "run-2",
+            "retry",
+            "completed",
+            "th2",
+            vec![],
+        ));
+        e.events
+            .push(event(6, "stopped_conversation_verified", json!({})));
+        e
+    }
+
+    #[test]
+    fn retry_works_catches_an_old_provider_alive_at_the_retry() {
+        let mut e = retried();
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+        // The runner's event says stopped; the process table says otherwise.
+        e.alive_at_retry
+            .push("pid 4242 (fake-provider codex)".into());
+        assert_only_fails(&e, "retry.works", "still running (process table)");
+    }
+
+    #[test]
+    fn retry_works_catches_a_reused_conversation_in_the_provider_store() {
+        // The runner claims a fresh conversation.
+        let mut e = retried();
+        let mut fresh = pturn("pr1", "r1", "r1", "completed", false);
+        fresh.thread = "th2".into();
+        e.provider_turns.push(fresh);
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+        // The provider recorded the Retry's turn in the old thread.
+        e.provider_turns[1].thread = "th".into();
+        assert_only_fails(&e, "retry.works", "already held turn pt1");
+    }
+
+    #[test]
+    fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
+        let mut e = good();
+        assert_eq!(e.path(), "completed");
+        // A continuation, then adoption of the continuation.
+        e.task["runs"][0]["turns"]
+            .as_array_mut()
+            .unwrap()
+            .push(turn_view(2, "m1", "continuation", "completed"));
+        e.events.insert(
+            4,
+            event(
+                5,
+                "turn.intent",
+                json!({ "message_id": "m1", "kind": "continuation" }),
+            ),
+        );
+        e.events.insert(
+            5,
+            event(
+                6,
+                "turn.finished",
+                json!({ "turn_row": 2, "adopted": true }),
+            ),
+        );
+        assert_eq!(e.path(), "continued → adopted → completed");
+        // Failed closed, then a Retry run.
+        let mut e = good();
+        e.task["runs"][0]["status"] = json!("failed");
+        e.task["runs"][0]["cause"] =
+            json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
+        e.task["runs"].as_array_mut().unwrap().push(run_view(
+            "run-2",
+            "retry",
+            "completed",
+            "th2",
+            vec![],
+        ));
+        assert_eq!(e.path(), "failed ambiguous_turn_start → retry → completed");
+        e.task = json!({ "renamed": true });
+        assert_eq!(e.path(), "unknown");
     }
 }

@@ -291,6 +291,12 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
             "{retried} cells ran twice (armed cut not reached at first)"
         ));
     }
+    let unreached = crate::wave::unreached(&wave.cells);
+    if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
+        facts.push(format!(
+            "{unreached} cells did not reach their armed cut (tested nothing; not rerun)"
+        ));
+    }
     let _ = writeln!(out, "{}\n", facts.join(" · "));
 
     if wave.cells.is_empty() {
@@ -1114,6 +1120,7 @@ mod tests {
                 runs: 1,
                 continuations: 0,
                 retry_status: None,
+                ..Outcome::default()
             },
             duration_ms: 143,
             reproduce: format!("turncut replay reports/out/w/{id}"),
