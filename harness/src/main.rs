@@ -429,6 +429,16 @@ fn report_repeats(rounds: &[Vec<wave::Finished>]) -> i32 {
             wave::unreached(&cells)
         );
     }
+    if let Some(first) = rounds.first() {
+        let mut paths: std::collections::BTreeMap<&str, usize> = Default::default();
+        for f in first {
+            *paths.entry(f.result.outcome.path.as_str()).or_default() += 1;
+        }
+        println!("cells per path (round 1):");
+        for (path, n) in paths {
+            println!("  {n:>5}  {path}");
+        }
+    }
     let unstable = wave::unstable(rounds);
     println!("{} cells differ between rounds", unstable.len());
     for u in &unstable {

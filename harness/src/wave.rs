@@ -66,7 +66,8 @@ pub fn run_cells(
 }
 
 /// Like [`run_cells`], but stops taking new cells once `stop_after` cells
-/// did not pass (cells already running finish).
+/// did not pass although they reached their armed cut (a cell that missed
+/// it tested nothing; cells already running finish).
 pub fn run_cells_until(
     env: &CellEnv,
     scenarios: &[Scenario],
@@ -89,12 +90,13 @@ pub fn run_cells_until(
     };
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
+    let decisive = AtomicUsize::new(0);
     let out: Mutex<Vec<Finished>> = Mutex::new(Vec::with_capacity(cells.len()));
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
                 loop {
-                    if stop_after.is_some_and(|n| failed.load(Ordering::SeqCst) >= n) {
+                    if stop_after.is_some_and(|n| decisive.load(Ordering::SeqCst) >= n) {
                         return;
                     }
                     let i = next.fetch_add(1, Ordering::SeqCst);
@@ -128,6 +130,9 @@ pub fn run_cells_until(
                     };
                     if finished.result.verdict != Verdict::Pass {
                         failed.fetch_add(1, Ordering::SeqCst);
+                        if unreached(std::slice::from_ref(&finished.result)) == 0 {
+                            decisive.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                     match &bar {
                         Some(pb) => {
