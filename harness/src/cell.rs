@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::evidence::{Action, Evidence, Exchange};
+use crate::evidence::{Action, Evidence, Exchange, Op, Source};
 use crate::model::{CellResult, CellSpec, Cut, Fault, Outcome, Verdict};
 use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
@@ -111,7 +111,7 @@ struct Shared {
     /// Ends the cut thread's wait for hits at teardown.
     waker: Mutex<Option<cutpoint::Waker>>,
     /// Controller requests the cut thread made (a `follow-up` fault).
-    injected: Mutex<Vec<Exchange>>,
+    injected: Mutex<Vec<(Exchange, Op)>>,
 }
 
 impl Shared {
@@ -317,16 +317,18 @@ pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
 
 fn outcome_of(ev: &Evidence) -> Outcome {
     Outcome {
-        state: ev.state().to_owned(),
-        cause: ev.cause_code().map(str::to_owned),
+        state: ev.state(),
+        cause: ev.cause_code(),
         reached_cut: ev.reached_cut,
-        runs: ev.task["runs"].as_array().map_or(0, Vec::len),
+        runs: ev.runs().len(),
         continuations: ev.provider_turns.iter().filter(|t| t.continuation).count(),
         retry_status: ev
             .exchanges
             .iter()
             .find(|x| x.kind == "retry")
             .map(|x| x.status),
+        path: ev.path(),
+        effects: ev.ledger.len(),
     }
 }
 
@@ -497,7 +499,7 @@ fn drive(
     };
 
     let until = Instant::now() + Duration::from_millis(env.wait_ms);
-    let result = run_steps(scenario, profile, shared, &layout.p("ws"), until, ev);
+    let result = run_steps(scenario, profile, shared, layout, until, ev);
     // Quiet recovery phase: the armed cut was reached and its fault applied
     // (the steps may finish before a late cut is even hit), no fault is in
     // flight, and the task has settled with the runner that is now running.
@@ -586,17 +588,10 @@ fn wait_task(
     })
 }
 
-/// POSTs with retries across runner restarts (the API is idempotent on ids).
-fn post(shared: &Shared, until: Instant, path: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
-    with_runner(shared, until, |client| {
-        client
-            .post(path, body)
-            .map_err(|e| e.context(format!("POST {path}")))
-    })
-}
-
-/// Sends one controller request and records it as an action and an exchange;
-/// returns the HTTP status.
+/// Sends one controller request, re-sent across runner restarts (the API is
+/// idempotent on ids), and records every attempt as an op, the final answer
+/// as an action and an exchange (status 0 when none came before the
+/// deadline); returns the HTTP status.
 #[allow(clippy::too_many_arguments)]
 fn send(
     shared: &Shared,
@@ -608,15 +603,30 @@ fn send(
     message_id: &str,
     text: &str,
 ) -> anyhow::Result<u16> {
-    let (status, answer) = post(shared, until, path, body)?;
+    let answer = with_runner(shared, until, |client| {
+        let at_ms = shared.started.elapsed().as_millis() as u64;
+        let answer = client
+            .post(path, body)
+            .map_err(|e| e.context(format!("POST {path}")));
+        ev.ops.push(Op::of(kind, message_id, at_ms, &answer));
+        answer
+    });
+    let (status, answer) = match answer {
+        Ok(a) => a,
+        Err(e) => (0, json!({ "error": format!("{e:#}") })),
+    };
     shared.act(kind, json!({ "message_id": message_id, "status": status }));
     ev.exchanges.push(Exchange {
         kind: kind.to_owned(),
         message_id: message_id.to_owned(),
         text: text.to_owned(),
         status,
-        body: answer,
+        body: answer.clone(),
     });
+    anyhow::ensure!(
+        status != 0,
+        "{kind} {message_id}: no answer before the deadline: {answer}"
+    );
     Ok(status)
 }
 
@@ -624,10 +634,11 @@ fn run_steps(
     scenario: &Scenario,
     profile: &str,
     shared: &Shared,
-    workspace: &Path,
+    layout: &Layout,
     until: Instant,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
+    let workspace = layout.p("ws");
     for step in &scenario.steps {
         match step {
             Step::Submit { prompt, message_id } => {
@@ -695,8 +706,22 @@ fn run_steps(
                 if failed || *when == RetryWhen::Always {
                     let path = format!("/v1/tasks/{TASK_ID}/retry");
                     let body = json!({ "message_id": message_id });
+                    // The stop proof, from the process table: every provider
+                    // process alive before the Retry must be gone at its 201.
+                    let before = cell_providers(&layout.p("cut.sock"));
                     let status = send(shared, until, ev, "retry", &path, &body, message_id, "")?;
                     if status == 201 {
+                        match before {
+                            Ok(procs) => ev.alive_at_retry.extend(
+                                procs
+                                    .into_iter()
+                                    .filter(|(pid, start, _)| {
+                                        nemesis::alive_same(*pid, Some(*start))
+                                    })
+                                    .map(|(pid, _, cmd)| format!("pid {pid} ({cmd})")),
+                            ),
+                            Err(e) => ev.unreadable(Source::Processes, e),
+                        }
                         // The 201 follows the durable admission, so the task
                         // reads `running` until the Retry run settles.
                         wait_task(shared, until, settled)?;
@@ -897,30 +922,35 @@ fn inject_follow_up(shared: &Shared, env: &CellEnv, held: cutpoint::HeldHit) -> 
             let _ = tx.send(client.follow_up(TASK_ID, INJECTED_FOLLOW_UP, text));
         });
     }
+    let at_ms = shared.started.elapsed().as_millis() as u64;
     let bound = Duration::from_millis(env.wait_ms.min(2_000));
     let first = rx.recv_timeout(bound);
     let _ = held.resume();
     let answer = match first {
-        Ok(a) => Some(a),
-        Err(_) => rx.recv_timeout(Duration::from_millis(env.wait_ms)).ok(),
+        Ok(a) => a,
+        Err(_) => rx
+            .recv_timeout(Duration::from_millis(env.wait_ms))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer before the deadline"))),
     };
-    let (status, body) = match answer {
-        Some(Ok((status, body))) => (status, body),
-        // No answer: the follow-up may or may not exist (indeterminate).
-        Some(Err(e)) => (0, json!({ "error": format!("{e:#}") })),
-        None => (0, json!({ "error": "no answer before the deadline" })),
-    };
+    // No answer: the follow-up may or may not exist (an `info` op).
+    let op = Op::of("follow_up", INJECTED_FOLLOW_UP, at_ms, &answer);
+    let (status, body) = answer.unwrap_or_else(|e| (0, json!({ "error": format!("{e:#}") })));
     shared.act(
         "fault.follow-up",
         json!({ "message_id": INJECTED_FOLLOW_UP, "status": status }),
     );
-    shared.injected.lock().expect("injected").push(Exchange {
+    let exchange = Exchange {
         kind: "follow_up".to_owned(),
         message_id: INJECTED_FOLLOW_UP.to_owned(),
         text: text.to_owned(),
         status,
         body,
-    });
+    };
+    shared
+        .injected
+        .lock()
+        .expect("injected")
+        .push((exchange, op));
     Ok(())
 }
 
@@ -947,20 +977,7 @@ fn live_provider(client: &RunnerClient) -> Option<u32> {
 }
 
 fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
-    if let Some((client, _)) = shared.client() {
-        if ev.task.is_null()
-            && let Ok((200, t)) = client.task(TASK_ID)
-        {
-            ev.task = t;
-        }
-        match client.events(TASK_ID, 0) {
-            Ok(evs) => ev.events = evs,
-            Err(e) => {
-                ev.harness_error
-                    .get_or_insert(format!("failed to read the final run log: {e:#}"));
-            }
-        }
-    }
+    read_runner(shared, ev);
     shared.stop.store(true, Ordering::SeqCst);
     if let Some(w) = shared.waker.lock().expect("waker").as_ref() {
         w.wake();
@@ -974,12 +991,10 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     ev.reached_cut = shared.reached.load(Ordering::SeqCst);
     ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
-    ev.journal = fake_provider::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
-    ev.ledger = fake_provider::ledger::read(&layout.p("ledger.jsonl")).unwrap_or_default();
-    for l in &mut ev.ledger {
-        l.by = crate::evidence::controller_id(&l.by);
+    read_provider_evidence(&layout.dir, ev);
+    if let Err(e) = std::fs::read_to_string("/proc/self/stat") {
+        ev.unreadable(Source::Processes, format!("/proc/self/stat: {e}"));
     }
-    ev.provider_turns = crate::evidence::read_provider_turns(&layout.p("state/providers"));
     // Every process the cell knew of must be gone now that the runner is.
     let mut known = shared.pids.lock().expect("pids").clone();
     for e in &ev.events {
@@ -1021,12 +1036,24 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     }
     shared.holds.lock().expect("holds").clear();
     ev.actions = shared.actions.lock().expect("actions").clone();
-    ev.exchanges
-        .extend(shared.injected.lock().expect("injected").drain(..));
+    for (exchange, op) in shared.injected.lock().expect("injected").drain(..) {
+        ev.exchanges.push(exchange);
+        ev.ops.push(op);
+    }
     // The canary must be nowhere in the cell's files.
-    for file in crate::runner_client::state_files(&layout.dir) {
-        let Ok(bytes) = std::fs::read(&file) else {
-            continue;
+    let (files, problems) = crate::runner_client::walk_files(&layout.dir);
+    for p in problems {
+        ev.unreadable(Source::Files, p);
+    }
+    for file in files {
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            // A socket or a file removed while the cell ended is no gap.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                ev.unreadable(Source::Files, format!("{}: {e}", file.display()));
+                continue;
+            }
         };
         if bytes
             .windows(ev.canary.len())
@@ -1035,5 +1062,115 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
             let rel = file.strip_prefix(&layout.dir).unwrap_or(&file);
             ev.canary_found_in.push(rel.display().to_string());
         }
+    }
+}
+
+/// The final task view and run log, read at the end of the cell, each whole
+/// or recorded as unreadable (a view from an earlier wait does not stand in
+/// for a failed final read).
+fn read_runner(shared: &Shared, ev: &mut Evidence) {
+    let Some((client, _)) = shared.client() else {
+        ev.unreadable(Source::Task, "no runner was running at the end of the cell");
+        ev.unreadable(
+            Source::RunLog,
+            "no runner was running at the end of the cell",
+        );
+        return;
+    };
+    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let task = client.task(TASK_ID);
+    ev.ops.push(Op::of("read.task", "", at_ms, &task));
+    match task {
+        Ok((200, t)) => ev.task = t,
+        Ok((status, body)) => {
+            ev.unreadable(Source::Task, format!("GET task answered {status}: {body}"))
+        }
+        Err(e) => ev.unreadable(Source::Task, format!("GET task: {e:#}")),
+    }
+    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let events = client.events(TASK_ID, 0).map(|evs| (200, evs));
+    ev.ops.push(Op::of("read.events", "", at_ms, &events));
+    match events {
+        Ok((_, evs)) => ev.events = evs,
+        Err(e) => ev.unreadable(Source::RunLog, format!("GET events: {e:#}")),
+    }
+}
+
+/// The provider's journal, the effect ledger and every fake's store under
+/// the cell directory `dir`, each read whole or recorded as unreadable.
+pub fn read_provider_evidence(dir: &Path, ev: &mut Evidence) {
+    match fake_provider::journal::read(&dir.join("journal.jsonl")) {
+        Ok(j) => ev.journal = j,
+        Err(e) => ev.unreadable(Source::Journal, e.to_string()),
+    }
+    match fake_provider::ledger::read(&dir.join("ledger.jsonl")) {
+        Ok(l) => ev.ledger = l,
+        Err(e) => ev.unreadable(Source::Ledger, e.to_string()),
+    }
+    for l in &mut ev.ledger {
+        l.by = crate::evidence::controller_id(&l.by);
+    }
+    let (turns, problems) = crate::evidence::read_provider_turns(&dir.join("state/providers"));
+    ev.provider_turns = turns;
+    for p in problems {
+        ev.unreadable(Source::ProviderStore, p);
+    }
+}
+
+/// The live provider processes of the cell (pid, start time, command line),
+/// found in the process table by the cut socket every process of the cell
+/// inherits (`TURNCUT_CUT_SOCKET`), whatever the runner says about them:
+/// `fake-provider` processes (providers and their effect commands).
+fn cell_providers(socket: &Path) -> Result<Vec<(u32, u64, String)>, String> {
+    let entry = format!("{}={}", cutpoint::ENV_SOCKET, socket.display());
+    let mut found = nemesis::processes_with_env(&entry)?;
+    found.retain(|(_, _, cmd)| cmd.contains("fake-provider"));
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell directory with a journal, a ledger and a Codex store, each
+    /// whole; `break_it` then damages one.
+    fn read_with(break_it: impl Fn(&Path)) -> Evidence {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("journal.jsonl"), "").unwrap();
+        std::fs::write(d.join("ledger.jsonl"), "").unwrap();
+        let threads = d.join("state/providers/p1/threads");
+        std::fs::create_dir_all(&threads).unwrap();
+        std::fs::write(threads.join("th.json"), "{}").unwrap();
+        break_it(d);
+        let mut ev = Evidence::default();
+        read_provider_evidence(d, &mut ev);
+        ev
+    }
+
+    fn sources(ev: &Evidence) -> Vec<Source> {
+        ev.unreadable.iter().map(|u| u.source).collect()
+    }
+
+    #[test]
+    fn provider_evidence_is_read_whole_or_recorded_as_unreadable() {
+        assert_eq!(sources(&read_with(|_| {})), vec![]);
+        let torn =
+            read_with(|d| std::fs::write(d.join("journal.jsonl"), "{\"v\":1,\"gen").unwrap());
+        assert_eq!(sources(&torn), vec![Source::Journal]);
+        let ledger = read_with(|d| {
+            std::fs::remove_file(d.join("ledger.jsonl")).unwrap();
+            std::fs::create_dir(d.join("ledger.jsonl")).unwrap();
+        });
+        assert_eq!(sources(&ledger), vec![Source::Ledger]);
+        let store = read_with(|d| {
+            std::fs::write(d.join("state/providers/p1/threads/th.json"), "{\"id\":").unwrap()
+        });
+        assert_eq!(sources(&store), vec![Source::ProviderStore]);
+        assert!(
+            store.unreadable[0].reason.contains("th.json"),
+            "{:?}",
+            store.unreadable
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! to a directory (for failing cells and `--keep`) and read back, so a cell can
 //! be judged again without running it.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use fake_provider::journal::{Entry, EntryKind};
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::{CellSpec, Fault};
+use crate::runner_client::{RunView, TaskView, event_views, task_view};
 
 /// One thing the harness did, with its time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,10 +39,67 @@ pub struct Exchange {
     pub message_id: String,
     /// The text sent (empty for a Retry, which re-sends a stored message).
     pub text: String,
-    /// The HTTP status (0 when no answer came).
+    /// The HTTP status (0 when no answer came: the request is indeterminate,
+    /// see [`Evidence::ops`]).
     pub status: u16,
     /// The JSON body.
     pub body: Value,
+}
+
+/// How a controller request ended, as Jepsen records operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpResult {
+    /// The runner answered 2xx: it happened.
+    Ok,
+    /// The runner answered 4xx: it definitely did not happen.
+    Fail,
+    /// No answer (the connection was cut, or a 5xx): it may or may not have
+    /// happened.
+    Info,
+}
+
+/// One attempt of a controller request: invoked at `at_ms`, then `result`.
+/// A request re-sent across a runner restart is one op per attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Op {
+    /// `submit`, `follow_up`, `retry`, `read.task` or `read.events`.
+    pub kind: String,
+    /// The message id (empty for reads).
+    pub message_id: String,
+    /// When it was invoked, in milliseconds since the cell started.
+    pub at_ms: u64,
+    /// How it ended.
+    pub result: OpResult,
+    /// The HTTP status, when one came.
+    pub status: Option<u16>,
+    /// The transport error, when no answer came.
+    pub error: Option<String>,
+}
+
+impl Op {
+    /// The op of one attempt that got `answer`.
+    pub fn of<T>(
+        kind: &str,
+        message_id: &str,
+        at_ms: u64,
+        answer: &anyhow::Result<(u16, T)>,
+    ) -> Op {
+        let (result, status, error) = match answer {
+            Ok((s, _)) if (200..300).contains(s) => (OpResult::Ok, Some(*s), None),
+            Ok((s, _)) if (400..500).contains(s) => (OpResult::Fail, Some(*s), None),
+            Ok((s, _)) => (OpResult::Info, Some(*s), None),
+            Err(e) => (OpResult::Info, None, Some(format!("{e:#}"))),
+        };
+        Op {
+            kind: kind.to_owned(),
+            message_id: message_id.to_owned(),
+            at_ms,
+            result,
+            status,
+            error,
+        }
+    }
 }
 
 /// A turn as the provider durably recorded it (its own store, read after the
@@ -76,8 +135,11 @@ pub struct Evidence {
     pub cut_role: Option<String>,
     /// The harness's actions in order.
     pub actions: Vec<Action>,
-    /// Requests and answers.
+    /// Requests and their final answers.
     pub exchanges: Vec<Exchange>,
+    /// Every attempt of every controller request, in invocation order.
+    #[serde(default)]
+    pub ops: Vec<Op>,
     /// The task as the runner reports it at the end (`GET /v1/tasks/{id}`).
     pub task: Value,
     /// The run log at the end.
@@ -101,8 +163,60 @@ pub struct Evidence {
     pub canary_found_in: Vec<String>,
     /// Processes of the cell still alive after teardown (`role pid`).
     pub survivors: Vec<String>,
+    /// Provider processes alive before a Retry and still alive at its 201,
+    /// from the process table (pid and start time): a missing stop proof.
+    #[serde(default)]
+    pub alive_at_retry: Vec<String>,
     /// A harness error that cut the cell short.
     pub harness_error: Option<String>,
+    /// Sources the harness could not read whole, with the reason. An oracle
+    /// that needs one of them says `unknown`, never pass.
+    #[serde(default)]
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// A source of evidence the oracles read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Source {
+    /// The task view (`GET /v1/tasks/{id}`).
+    Task,
+    /// The run log (`GET /v1/tasks/{id}/events`).
+    RunLog,
+    /// The provider's journal.
+    Journal,
+    /// The effect ledger.
+    Ledger,
+    /// Every fake's durable store.
+    ProviderStore,
+    /// The process table (`/proc`).
+    Processes,
+    /// The cell's files (the canary search).
+    Files,
+}
+
+impl Source {
+    /// The kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Task => "task",
+            Source::RunLog => "run-log",
+            Source::Journal => "journal",
+            Source::Ledger => "ledger",
+            Source::ProviderStore => "provider-store",
+            Source::Processes => "processes",
+            Source::Files => "files",
+        }
+    }
+}
+
+/// A source that could not be read whole, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unreadable {
+    /// The source.
+    pub source: Source,
+    /// Why (the error, or what is missing).
+    pub reason: String,
 }
 
 fn summarize(msg: &Value) -> String {
@@ -135,19 +249,29 @@ pub fn controller_id(client_id: &str) -> String {
     }
 }
 
+/// The store directories of the fakes, under a fake's state directory.
+const STORE_DIRS: [&str; 4] = ["threads", "sessions", "opencode", "model-api"];
+
 /// Reads every fake's durable store under `dir` (Codex `threads/`, ACP
 /// `sessions/`, OpenCode `opencode/`, model API `model-api/`), at any depth, with client ids and
-/// authorizing ids translated to controller message ids.
-pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
+/// authorizing ids translated to controller message ids. Also returns every
+/// store file or directory that could not be read whole (a store file that
+/// does not parse as JSON is one): the fakes' readers skip those, so the
+/// caller must record them as unreadable rather than judge a partial store.
+pub fn read_provider_turns(dir: &Path) -> (Vec<ProviderTurn>, Vec<String>) {
+    let (files, mut problems) = crate::runner_client::walk_files(dir);
     let mut roots: Vec<std::path::PathBuf> = Vec::new();
-    for file in crate::runner_client::state_files(dir) {
+    for file in &files {
         // A fake's state dir is the parent of its store directory.
         let mut p = file.as_path();
         while let Some(parent) = p.parent() {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if matches!(name, "threads" | "sessions" | "opencode" | "model-api") {
+            if STORE_DIRS.contains(&name) {
                 if !roots.iter().any(|r| r == parent) {
                     roots.push(parent.to_path_buf());
+                }
+                if file.extension().is_some_and(|x| x == "json") {
+                    problems.extend(unparsable(file));
                 }
                 break;
             }
@@ -175,7 +299,18 @@ pub fn read_provider_turns(dir: &Path) -> Vec<ProviderTurn> {
             });
         }
     }
-    out
+    (out, problems)
+}
+
+/// Why a store file is not one whole JSON document, if it is not.
+fn unparsable(file: &Path) -> Option<String> {
+    let bytes = match std::fs::read(file) {
+        Ok(b) => b,
+        Err(e) => return Some(format!("{}: {e}", file.display())),
+    };
+    serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+        .err()
+        .map(|e| format!("{}: not a whole JSON document: {e}", file.display()))
 }
 
 /// A turn start the provider received, in any protocol.
@@ -204,6 +339,123 @@ fn text_of(blocks: Option<&Value>) -> String {
 }
 
 impl Evidence {
+    /// Records `source` as unreadable for `reason`.
+    pub fn unreadable(&mut self, source: Source, reason: impl Into<String>) {
+        self.unreadable.push(Unreadable {
+            source,
+            reason: reason.into(),
+        });
+    }
+
+    /// Why `source` cannot be judged from, if it cannot: it was recorded as
+    /// unreadable, or it is empty or truncated where the other sources show
+    /// it cannot be.
+    pub fn gap(&self, source: Source) -> Option<String> {
+        let recorded: Vec<&str> = self
+            .unreadable
+            .iter()
+            .filter(|u| u.source == source)
+            .map(|u| u.reason.as_str())
+            .collect();
+        if !recorded.is_empty() {
+            return Some(format!(
+                "{} unreadable: {}",
+                source.as_str(),
+                recorded.join("; ")
+            ));
+        }
+        let why = match source {
+            Source::Task => self.task_gap(),
+            Source::RunLog => self.run_log_gap(),
+            Source::Journal => (self.journal.is_empty()
+                && self.events_of("turn.accepted").next().is_some())
+            .then(|| {
+                "the journal is empty although the runner recorded an accepted turn".to_owned()
+            }),
+            Source::ProviderStore => self.store_gap(),
+            Source::Ledger => self.ledger_gap(),
+            Source::Processes | Source::Files => None,
+        };
+        why.map(|w| format!("{}: {w}", source.as_str()))
+    }
+
+    fn task_gap(&self) -> Option<String> {
+        if self.task.is_null() {
+            return Some("the task view was never read".to_owned());
+        }
+        self.task_view().err()
+    }
+
+    /// The task view, typed: an error names what does not fit.
+    pub fn task_view(&self) -> Result<TaskView, String> {
+        task_view(&self.task)
+    }
+
+    /// The runs of the task (none when the view does not parse: the oracles
+    /// that read them then say `unknown`, see [`Evidence::gap`]).
+    pub fn runs(&self) -> Vec<RunView> {
+        self.task_view().map(|t| t.runs).unwrap_or_default()
+    }
+
+    fn run_log_gap(&self) -> Option<String> {
+        if self.task.is_null() {
+            return None;
+        }
+        if self.events.is_empty() {
+            return Some("the run log of an existing task is empty".to_owned());
+        }
+        if let Err(e) = event_views(&self.events) {
+            return Some(e);
+        }
+        // Every settle writes its run.settled event in the same transaction.
+        let settled = matches!(
+            self.state().as_str(),
+            "completed" | "failed" | "needs_human"
+        );
+        if settled && self.events_of("run.settled").next().is_none() {
+            return Some(format!(
+                "truncated: the task is {} but the run log has no run.settled",
+                self.state()
+            ));
+        }
+        None
+    }
+
+    /// The journal records a turn only after the store has it
+    /// (`turn.recorded`), so a journaled turn missing from the store means
+    /// the store was not read whole.
+    fn store_gap(&self) -> Option<String> {
+        let stored: HashSet<&str> = self
+            .provider_turns
+            .iter()
+            .map(|t| t.turn.as_str())
+            .collect();
+        let missing: Vec<(usize, &str)> = self
+            .facts("turn.recorded")
+            .into_iter()
+            .filter_map(|(line, d)| d["turn"].as_str().map(|t| (line, t)))
+            .filter(|(_, t)| !stored.contains(t))
+            .collect();
+        let (line, turn) = missing.first()?;
+        Some(format!(
+            "truncated: {} journaled turn(s) are not in the store, first {turn} (journal:{line})",
+            missing.len()
+        ))
+    }
+
+    /// An effect the provider saw exit 0 wrote its ledger line first.
+    fn ledger_gap(&self) -> Option<String> {
+        let (line, d) = self
+            .facts("effect.exited")
+            .into_iter()
+            .filter(|(_, d)| d["exit_code"] == 0)
+            .find(|(_, d)| !self.ledger.iter().any(|l| d["key"] == l.key.as_str()))?;
+        Some(format!(
+            "truncated: effect {} exited 0 (journal:{line}) but is not in the ledger",
+            d["key"]
+        ))
+    }
+
     /// Message ids the harness issued (submit, follow-ups, Retry).
     pub fn issued_ids(&self) -> Vec<String> {
         self.exchanges
@@ -270,14 +522,66 @@ impl Evidence {
             .and_then(|s| s.scenario_id.split('.').nth(1))
     }
 
-    /// The final task state.
-    pub fn state(&self) -> &str {
-        self.task["state"].as_str().unwrap_or("unknown")
+    /// The final task state (`unknown` when the view does not parse).
+    pub fn state(&self) -> String {
+        self.task_view()
+            .map_or_else(|_| "unknown".to_owned(), |t| t.state)
     }
 
     /// The final cause code.
-    pub fn cause_code(&self) -> Option<&str> {
-        self.task.pointer("/cause/code").and_then(Value::as_str)
+    pub fn cause_code(&self) -> Option<String> {
+        self.task_view().ok()?.cause.map(|c| c.code)
+    }
+
+    /// The recovery path the cell took, run by run: a Retry or follow-up
+    /// run, an adopted turn, a continuation, an uncertain tool, and how the
+    /// run ended (`completed`, `failed <cause>`), joined by ` → `; e.g.
+    /// `failed ambiguous_turn_start → retry → completed`. From the task view
+    /// and the run log; `unknown` when the task view does not parse.
+    pub fn path(&self) -> String {
+        let Ok(task) = self.task_view() else {
+            return "unknown".to_owned();
+        };
+        let mut steps: Vec<String> = Vec::new();
+        for run in &task.runs {
+            match run.kind.as_str() {
+                "retry" => steps.push("retry".to_owned()),
+                "follow_up" => steps.push("follow-up".to_owned()),
+                _ => {}
+            }
+            // What recovery did inside the run, in run-log order.
+            let mine = self
+                .events
+                .iter()
+                .filter(|ev| ev["run_id"].as_str() == Some(run.run_id.as_str()));
+            for ev in mine {
+                let step = match ev["kind"].as_str() {
+                    Some("turn.intent")
+                        if ev.pointer("/data/kind") == Some(&Value::from("continuation")) =>
+                    {
+                        "continued"
+                    }
+                    Some("turn.finished")
+                        if ev.pointer("/data/adopted") == Some(&Value::Bool(true)) =>
+                    {
+                        "adopted"
+                    }
+                    Some("tool_outcome_uncertain") => "tool uncertain",
+                    _ => continue,
+                };
+                if steps.last().map(String::as_str) != Some(step) {
+                    steps.push(step.to_owned());
+                }
+            }
+            steps.push(match (&run.status[..], &run.cause) {
+                ("failed", Some(c)) => format!("failed {}", c.code),
+                (status, _) => status.to_owned(),
+            });
+        }
+        if steps.is_empty() {
+            return task.state;
+        }
+        steps.join(" → ")
     }
 
     /// Run-log events of a kind.
@@ -300,6 +604,21 @@ impl Evidence {
                 self.started_ms + a.at_ms,
                 0,
                 format!("{mark} H {} {}", a.what, a.detail),
+            ));
+        }
+        for op in &self.ops {
+            let answer = match (op.status, &op.error) {
+                (Some(s), _) => s.to_string(),
+                (None, Some(e)) => e.clone(),
+                (None, None) => String::new(),
+            };
+            rows.push((
+                self.started_ms + op.at_ms,
+                0,
+                format!(
+                    "   H op {} {} -> {:?} {answer}",
+                    op.kind, op.message_id, op.result
+                ),
             ));
         }
         for e in &self.events {

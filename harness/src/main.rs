@@ -118,6 +118,10 @@ enum Command {
         /// report (0: never).
         #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]
         max_fail: usize,
+        /// Run every cell N times and list the cells whose verdict or
+        /// recovery path differ (exit 1 if any); no reports are written.
+        #[arg(long, default_value_t = 1)]
+        repeat: usize,
     },
     /// Run one cell of a wave again the way the wave ran it (runner command,
     /// runner arguments, timeouts and scenarios from its wave.json; options
@@ -465,6 +469,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             out,
             only,
             max_fail,
+            repeat,
         } => {
             let (env, scenarios) = env_for(exe, &common, None)?;
             let seed = seed.unwrap_or_else(|| {
@@ -498,6 +503,15 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                 Some((i, n)) => plan::shard(cells, i, n),
                 None => cells,
             };
+            if repeat > 1 {
+                return Ok(report_repeats(&wave::run_repeated(
+                    &env,
+                    &scenarios,
+                    &cells,
+                    jobs as usize,
+                    repeat,
+                )));
+            }
             let out = out.unwrap_or_else(|| PathBuf::from("reports/out").join(&wave_id));
             prepare_out(&out)?;
             eprintln!("wave {wave_id}: {} cells", cells.len());
@@ -642,6 +656,46 @@ fn exit_for(v: Verdict) -> i32 {
         Verdict::Pass => 0,
         Verdict::Unknown | Verdict::Fail => 1,
     }
+}
+
+/// Prints what `wave --repeat` found: per round the verdict counts and the
+/// unreached cuts, then every cell whose verdict or path differed. Exit 1 if
+/// a cell differed or did not pass.
+fn report_repeats(rounds: &[Vec<wave::Finished>]) -> i32 {
+    let mut bad = false;
+    for (i, round) in rounds.iter().enumerate() {
+        let not_passing = round
+            .iter()
+            .filter(|f| f.result.verdict != Verdict::Pass)
+            .count();
+        let cells: Vec<_> = round.iter().map(|f| f.result.clone()).collect();
+        bad |= not_passing > 0;
+        println!(
+            "round {}: {} cells, {not_passing} not passing, {} unreached cuts",
+            i + 1,
+            round.len(),
+            wave::unreached(&cells)
+        );
+    }
+    if let Some(first) = rounds.first() {
+        let mut paths: std::collections::BTreeMap<&str, usize> = Default::default();
+        for f in first {
+            *paths.entry(f.result.outcome.path.as_str()).or_default() += 1;
+        }
+        println!("cells per path (round 1):");
+        for (path, n) in paths {
+            println!("  {n:>5}  {path}");
+        }
+    }
+    let unstable = wave::unstable(rounds);
+    println!("{} cells differ between rounds", unstable.len());
+    for u in &unstable {
+        println!("  {}", u.name);
+        for (i, r) in u.rounds.iter().enumerate() {
+            println!("    round {}: {r}", i + 1);
+        }
+    }
+    i32::from(bad || !unstable.is_empty())
 }
 
 /// Cells to run and how to report them.

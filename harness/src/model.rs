@@ -181,6 +181,13 @@ pub struct Outcome {
     pub continuations: usize,
     /// Whether a Retry was issued, and its HTTP status.
     pub retry_status: Option<u16>,
+    /// The recovery path, run by run, e.g. `continued → completed` or
+    /// `failed ambiguous_turn_start → retry → completed`.
+    #[serde(default)]
+    pub path: String,
+    /// Effects in the ledger.
+    #[serde(default)]
+    pub effects: usize,
 }
 
 /// The result of one cell.

@@ -92,10 +92,19 @@ pub const TAG_ENV: &str = "TURNCUT_TAG";
 /// Live processes (zombies excluded) whose environment holds
 /// `TAG_ENV=tag`, with their command lines.
 pub fn tagged_processes(tag: &str) -> Vec<(u32, String)> {
-    let entry = format!("{TAG_ENV}={tag}");
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
+    processes_with_env(&format!("{TAG_ENV}={tag}"))
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(pid, _, cmdline)| (pid, cmdline))
+        .collect()
+}
+
+/// Live processes (zombies excluded) whose initial environment holds the
+/// `NAME=value` `entry`: (pid, start time, command line). Processes of other
+/// users, and ones that exit while the table is read, are skipped; an
+/// unreadable `/proc` is an error.
+pub fn processes_with_env(entry: &str) -> Result<Vec<(u32, u64, String)>, String> {
+    let dir = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
     let mut found = Vec::new();
     for e in dir.flatten() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
@@ -104,12 +113,15 @@ pub fn tagged_processes(tag: &str) -> Vec<(u32, String)> {
         let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
             continue;
         };
-        if !environ.split(|b| *b == 0).any(|v| v == entry.as_bytes()) || start_time(pid).is_none() {
+        if !environ.split(|b| *b == 0).any(|v| v == entry.as_bytes()) {
             continue;
         }
+        let Some(start) = start_time(pid) else {
+            continue;
+        };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        found.push((pid, cmdline.trim().to_owned()));
+        found.push((pid, start, cmdline.trim().to_owned()));
     }
-    found
+    Ok(found)
 }

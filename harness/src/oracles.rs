@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::Value;
 
 use crate::contract;
-use crate::evidence::Evidence;
+use crate::evidence::{Evidence, Source};
 use crate::model::{OracleResult, Verdict};
+use crate::runner_client::CauseView;
 
 /// The oracles, in report order.
 pub const ORACLES: &[&str] = &[
@@ -72,6 +73,16 @@ impl Judgement {
         }
     }
 
+    /// The oracle needs `sources`: one that cannot be judged from makes it
+    /// `unknown` (unless it finds a violation in what it could read).
+    fn needs(mut self, e: &Evidence, sources: &[Source]) -> Judgement {
+        let gaps: Vec<String> = sources.iter().filter_map(|s| e.gap(*s)).collect();
+        if !gaps.is_empty() {
+            self.unknown = Some(gaps.join("; "));
+        }
+        self
+    }
+
     fn fail(&mut self, problem: String, evidence: impl IntoIterator<Item = String>) {
         self.problems.push(problem);
         self.evidence.extend(evidence);
@@ -101,7 +112,8 @@ const CONTINUE_MARKER: &str = "[turncut:continue]";
 /// continuation; a continuation never re-sends the message; every turn carries
 /// a harness-issued message id.
 pub fn no_replay_turn(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("no-replay.turn");
+    let mut j =
+        Judgement::new("no-replay.turn").needs(e, &[Source::Journal, Source::ProviderStore]);
     let issued: HashSet<String> = e.issued_ids().into_iter().collect();
     let texts: BTreeMap<&str, &str> = e
         .exchanges
@@ -142,6 +154,30 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
                     [format!("journal:{line}")],
                 );
             }
+        }
+    }
+    // The fence: a message the runner refused (409, so definitely not
+    // applied) never reaches a provider, not even as a delivery.
+    for x in e
+        .exchanges
+        .iter()
+        .filter(|x| x.status == 409 && x.kind != "retry")
+    {
+        let delivered = e
+            .turn_starts()
+            .into_iter()
+            .find(|t| t.client_id.as_deref() == Some(x.message_id.as_str()));
+        if let Some(t) = delivered {
+            j.fail(
+                format!(
+                    "{} {} was refused ({}) but reached the provider (journal:{})",
+                    x.kind, x.message_id, x.body, t.line
+                ),
+                [
+                    format!("exchange:{}", x.message_id),
+                    format!("journal:{}", t.line),
+                ],
+            );
         }
     }
     // A turn starts when the provider records it: a delivery it never
@@ -186,7 +222,7 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
 
 /// An effect key runs at most once per authorizing message.
 pub fn no_replay_effect(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("no-replay.effect");
+    let mut j = Judgement::new("no-replay.effect").needs(e, &[Source::Ledger]);
     let mut seen: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
     for (i, entry) in e.ledger.iter().enumerate() {
         seen.entry((entry.key.clone(), entry.by.clone()))
@@ -205,6 +241,13 @@ pub fn no_replay_effect(e: &Evidence) -> OracleResult {
         }
     }
     j.done()
+}
+
+/// A typed cause as the JSON `check_cause` reads (the run log's causes are
+/// kind-specific data, so both go through one check).
+fn cause_value(c: &Option<CauseView>) -> Option<Value> {
+    c.as_ref()
+        .map(|c| serde_json::to_value(c).expect("a cause serializes"))
 }
 
 fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String) {
@@ -244,25 +287,27 @@ fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String)
 /// Every failed or refused run has a cause from the closed set with the right
 /// `recoverable` flag; every refusal names a listed reason.
 pub fn cause_structured(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("cause.structured");
-    if matches!(e.state(), "failed" | "needs_human") {
+    let mut j = Judgement::new("cause.structured").needs(e, &[Source::Task, Source::RunLog]);
+    let task = e.task_view().ok();
+    if let Some(t) = task
+        .as_ref()
+        .filter(|t| matches!(t.state.as_str(), "failed" | "needs_human"))
+    {
         check_cause(
             &mut j,
-            e.task.get("cause"),
+            cause_value(&t.cause).as_ref(),
             "the failed task",
             "task".to_owned(),
         );
     }
-    for run in e.task["runs"].as_array().into_iter().flatten() {
-        if run["status"] == "failed" {
-            let id = run["run_id"].as_str().unwrap_or("?");
-            check_cause(
-                &mut j,
-                run.get("cause"),
-                &format!("failed run {id}"),
-                format!("task.runs.{id}"),
-            );
-        }
+    for run in e.runs().iter().filter(|r| r.status == "failed") {
+        let id = &run.run_id;
+        check_cause(
+            &mut j,
+            cause_value(&run.cause).as_ref(),
+            &format!("failed run {id}"),
+            format!("task.runs.{id}"),
+        );
     }
     for ev in &e.events {
         let seq = ev["seq"].as_i64().unwrap_or(0);
@@ -350,7 +395,15 @@ fn approved_command_unfinished(e: &Evidence) -> bool {
 
 /// The outcome is allowed by the contract for what both sides had recorded.
 pub fn contract_oracle(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("contract");
+    let mut j = Judgement::new("contract").needs(
+        e,
+        &[
+            Source::Task,
+            Source::RunLog,
+            Source::Journal,
+            Source::ProviderStore,
+        ],
+    );
     let recorded = provider_turns(e);
     let recorded_client: HashSet<String> = e
         .provider_turns
@@ -362,7 +415,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
         .filter_map(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64))
         .collect();
     if let (Some(expected), None) = (&e.expected_state, &e.fault)
-        && e.state() != expected
+        && e.state() != *expected
     {
         j.fail(
             format!(
@@ -373,12 +426,12 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
             ["task".to_owned()],
         );
     }
-    for run in e.task["runs"].as_array().into_iter().flatten() {
-        let run_id = run["run_id"].as_str().unwrap_or("?");
-        let turns: Vec<&Value> = run["turns"].as_array().into_iter().flatten().collect();
-        let last_primary = turns.iter().rev().find(|t| t["kind"] == "primary");
-        let has_continuation = turns.iter().any(|t| t["kind"] == "continuation");
-        if let Some(code) = run.pointer("/cause/code").and_then(Value::as_str) {
+    for run in &e.runs() {
+        let run_id = &run.run_id;
+        let turns = &run.turns;
+        let last_primary = turns.iter().rev().find(|t| t.kind == "primary");
+        let has_continuation = turns.iter().any(|t| t.kind == "continuation");
+        if let Some(code) = run.cause.as_ref().map(|c| c.code.as_str()) {
             let at = format!("task.runs.{run_id}");
             match code {
                 "ambiguous_turn_start" => {
@@ -389,8 +442,8 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
                         );
                         continue;
                     };
-                    let mid = t["message_id"].as_str().unwrap_or_default();
-                    let row = t["turn_row"].as_i64().unwrap_or(-1);
+                    let mid = t.message_id.as_str();
+                    let row = t.turn_row;
                     if !recorded_client.contains(mid) {
                         j.fail(
                             format!("run {run_id} failed closed ambiguous_turn_start but the provider never recorded a turn for {mid}: starting it was provably safe"),
@@ -441,9 +494,9 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
         }
         // A completed run answered every consumed message with a completed
         // provider turn (its own or its continuation's).
-        if run["status"] == "completed" {
-            for t in turns.iter().filter(|t| t["kind"] == "primary") {
-                let mid = t["message_id"].as_str().unwrap_or_default();
+        if run.status == "completed" {
+            for t in turns.iter().filter(|t| t.kind == "primary") {
+                let mid = t.message_id.as_str();
                 let done = recorded
                     .values()
                     .any(|(status, by, _)| by == mid && status.as_deref() == Some("completed"));
@@ -525,8 +578,9 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
 /// A failed-closed task's Retry is admitted with a run (or refused with a
 /// listed reason), and that run completes in a fresh conversation.
 pub fn retry_works(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("retry.works");
-    let runs: Vec<&Value> = e.task["runs"].as_array().into_iter().flatten().collect();
+    let mut j =
+        Judgement::new("retry.works").needs(e, &[Source::Task, Source::RunLog, Source::Processes]);
+    let runs = e.runs();
     for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
         match x.status {
             201 => {
@@ -537,33 +591,42 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                     );
                     continue;
                 };
-                let Some(pos) = runs.iter().position(|r| r["run_id"] == run_id) else {
+                let Some(pos) = runs.iter().position(|r| r.run_id == run_id) else {
                     j.fail(
                         format!("Retry run {run_id} is not among the task's runs"),
                         ["task".to_owned()],
                     );
                     continue;
                 };
-                let run = runs[pos];
-                if run["status"] != "completed" {
+                let run = &runs[pos];
+                if run.status != "completed" {
                     j.fail(
                         format!(
-                            "Retry run {run_id} ended {} ({})",
-                            run["status"],
-                            run.pointer("/cause/code").unwrap_or(&Value::Null)
+                            "Retry run {run_id} ended {} ({:?})",
+                            run.status,
+                            run.cause.as_ref().map(|c| &c.code)
                         ),
                         [format!("task.runs.{run_id}")],
                     );
                 }
-                let conv = &run["conversation_id"];
-                if conv.is_null() || runs[..pos].iter().any(|r| &r["conversation_id"] == conv) {
+                let conv = &run.conversation_id;
+                if conv.is_none() || runs[..pos].iter().any(|r| &r.conversation_id == conv) {
                     j.fail(
-                        format!("Retry run {run_id} did not open a fresh conversation ({conv})"),
+                        format!("Retry run {run_id} did not open a fresh conversation ({conv:?})"),
                         [format!("task.runs.{run_id}")],
                     );
                 }
                 if !e.events_of("stopped_conversation_verified").any(|_| true) {
                     j.fail("Retry was admitted without a recorded stop proof (stopped_conversation_verified)".to_owned(), ["events".to_owned()]);
+                }
+                if let Some(problem) = retry_conversation_reused(e, &x.message_id) {
+                    j.fail(problem, [format!("exchange:{}", x.message_id)]);
+                }
+                for p in &e.alive_at_retry {
+                    j.fail(
+                        format!("Retry was admitted while the earlier provider {p} was still running (process table)"),
+                        ["processes".to_owned()],
+                    );
                 }
             }
             409 => {
@@ -584,11 +647,28 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
     j.done()
 }
 
+/// The provider's side of "a Retry opens a fresh conversation": the Retry's
+/// first recorded turn is the first turn of its conversation (a fake's store
+/// keeps a conversation's turns in the order it recorded them).
+fn retry_conversation_reused(e: &Evidence, retry: &str) -> Option<String> {
+    let turns = &e.provider_turns;
+    let first = turns
+        .iter()
+        .position(|t| t.client_id.as_deref() == Some(retry))?;
+    let thread = &turns[first].thread;
+    let old = turns[..first].iter().find(|t| &t.thread == thread)?;
+    Some(format!(
+        "Retry {retry} ran in conversation {thread}, which already held turn {} of {} (provider store)",
+        old.turn, old.authorized_by
+    ))
+}
+
 /// Nothing durable vanishes: the run log is gapless and keeps everything read
 /// before the fault; every accepted follow-up is consumed exactly once or is
 /// still queued.
 pub fn no_loss(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("no-loss");
+    let mut j =
+        Judgement::new("no-loss").needs(e, &[Source::Task, Source::RunLog, Source::ProviderStore]);
     for (i, ev) in e.events.iter().enumerate() {
         let seq = ev["seq"].as_i64().unwrap_or(-1);
         if seq != i as i64 + 1 {
@@ -603,7 +683,9 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
         for old in before {
             let seq = old["seq"].as_i64().unwrap_or(-1);
             let now = e.events.iter().find(|ev| ev["seq"] == seq);
-            if now.is_none_or(|n| n["kind"] != old["kind"] || n["data"] != old["data"]) {
+            // The whole event: a runner that lost its state and wrote the
+            // same kind again has a new time (and run) on it.
+            if now != Some(old) {
                 j.fail(
                     format!(
                         "run-log event {seq} ({}) read before the fault is gone or changed",
@@ -614,36 +696,39 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
             }
         }
     }
-    let queued: Vec<&str> = e.task["queued_messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let queued: Vec<String> = e.task_view().map(|t| t.queued_messages).unwrap_or_default();
+    // A follow-up with no answer (`info`) may or may not exist; if it
+    // exists, it is held to the same rule as an accepted one.
     for x in e
         .exchanges
         .iter()
-        .filter(|x| x.kind == "follow_up" && x.status == 202)
+        .filter(|x| x.kind == "follow_up" && matches!(x.status, 202 | 0))
     {
+        let maybe = x.status == 0;
         // Consumed means a turn the provider recorded for it.
         let starts = e
             .provider_turns
             .iter()
             .filter(|t| !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str()))
             .count();
-        let still_queued = queued.contains(&x.message_id.as_str());
+        let still_queued = queued.contains(&x.message_id);
         // A follow-up may wait in the queue of a task that failed closed (a
         // Retry consumes it); in a completed task it is stranded for good.
+        let accepted = if maybe {
+            "sent (no answer came)"
+        } else {
+            "accepted"
+        };
         if starts == 0 && still_queued && e.state() == "completed" {
             j.fail(
                 format!(
-                    "follow-up {} was accepted but the task completed without consuming it",
+                    "follow-up {} was {accepted} and queued but the task completed without consuming it",
                     x.message_id
                 ),
                 [format!("exchange:{}", x.message_id)],
             );
         }
-        if starts == 0 && !still_queued {
+        if starts == 0 && !still_queued && !maybe {
             j.fail(
                 format!(
                     "follow-up {} was accepted but never consumed and is no longer queued",
@@ -654,7 +739,10 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
         }
         if starts > 1 {
             j.fail(
-                format!("follow-up {} was consumed {starts} times", x.message_id),
+                format!(
+                    "follow-up {} was {accepted} and consumed {starts} times",
+                    x.message_id
+                ),
                 [format!("exchange:{}", x.message_id)],
             );
         }
@@ -664,17 +752,14 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
 
 /// No task is still running after the cell's deadline.
 pub fn liveness(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("liveness");
+    let mut j = Judgement::new("liveness").needs(e, &[Source::Task]);
     // The final state decides: a task that settled just after the harness
     // stopped waiting is slow, not stuck.
-    if matches!(e.state(), "running" | "queued") {
+    if matches!(e.state().as_str(), "running" | "queued") {
         j.fail(
             format!("the task is still {} after the cell's deadline", e.state()),
             ["task".to_owned()],
         );
-    }
-    if e.state() == "unknown" && e.harness_error.is_none() {
-        j.unknown = Some("the task's final state could not be read".to_owned());
     }
     j.done()
 }
@@ -682,7 +767,8 @@ pub fn liveness(e: &Evidence) -> OracleResult {
 /// The canary credential appears nowhere: no state file, log, event, report or
 /// tool environment.
 pub fn secrecy(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("secrecy");
+    let mut j =
+        Judgement::new("secrecy").needs(e, &[Source::RunLog, Source::Ledger, Source::Files]);
     for f in &e.canary_found_in {
         j.fail(format!("the canary credential is in {f}"), [f.clone()]);
     }
@@ -706,7 +792,7 @@ pub fn secrecy(e: &Evidence) -> OracleResult {
 
 /// No process of the cell is alive after the cell.
 pub fn hygiene(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("hygiene");
+    let mut j = Judgement::new("hygiene").needs(e, &[Source::Processes]);
     for s in &e.survivors {
         j.fail(format!("{s} is still alive after the cell"), [s.clone()]);
     }
@@ -795,7 +881,24 @@ mod tests {
     }
 
     fn event(seq: i64, kind: &str, data: Value) -> Value {
-        json!({ "seq": seq, "kind": kind, "data": data })
+        json!({ "v": 1, "task_id": "task-1", "seq": seq, "run_id": "run-1", "ts_ms": seq, "kind": kind, "data": data })
+    }
+
+    fn turn_view(row: i64, message: &str, kind: &str, status: &str) -> Value {
+        json!({ "turn_row": row, "run_id": "run-1", "message_id": message, "kind": kind,
+                "client_id": message, "provider_turn_id": null, "status": status })
+    }
+
+    fn run_view(
+        run: &str,
+        kind: &str,
+        status: &str,
+        conversation: &str,
+        turns: Vec<Value>,
+    ) -> Value {
+        json!({ "run_id": run, "task_id": "task-1", "kind": kind, "trigger_message_id": "m1",
+                "status": status, "cause": null, "conversation_id": conversation,
+                "owner_epoch": 1, "created_ms": 1, "turns": turns })
     }
 
     /// A healthy clean cell: one message, one turn, one effect, completed.
@@ -821,9 +924,10 @@ mod tests {
                 body: json!({ "run_id": "run-1" }),
             }],
             task: json!({
-                "state": "completed", "cause": null, "queued_messages": [],
-                "runs": [{ "run_id": "run-1", "status": "completed", "cause": null, "conversation_id": "th",
-                           "turns": [{ "turn_row": 1, "kind": "primary", "message_id": "m1", "status": "completed" }] }]
+                "task_id": "task-1", "profile": "runner-codex", "workspace": "/ws",
+                "state": "completed", "cause": null, "current_run": "run-1", "queued_messages": [],
+                "runs": [run_view("run-1", "initial", "completed", "th",
+                                  vec![turn_view(1, "m1", "primary", "completed")])]
             }),
             events: vec![
                 event(1, "task.admitted", json!({})),
@@ -847,6 +951,11 @@ mod tests {
             journal: vec![
                 turn_start("m1", "Create hello.txt"),
                 recorded("pt1", "m1", "m1", false),
+                entry(
+                    EntryKind::Fact,
+                    Some("effect.exited"),
+                    json!({ "key": "write-hello", "by": "m1", "exit_code": 0 }),
+                ),
                 finished("pt1", "completed"),
             ],
             ledger: vec![ledger("write-hello", "m1")],
@@ -1132,17 +1241,8 @@ mod tests {
 
     #[test]
     fn retry_works_catches_a_reused_conversation_and_a_reasonless_refusal() {
-        let mut e = good();
-        e.exchanges.push(Exchange {
-            kind: "retry".into(),
-            message_id: "r1".into(),
-            text: String::new(),
-            status: 201,
-            body: json!({ "run_id": "run-2" }),
-        });
-        e.task["runs"].as_array_mut().unwrap().push(json!({ "run_id": "run-2", "status": "completed", "conversation_id": "th", "turns": [] }));
-        e.events
-            .push(event(6, "stopped_conversation_verified", json!({})));
+        let mut e = retried();
+        e.task["runs"][1]["conversation_id"] = json!("th");
         assert_only_fails(&e, "retry.works", "fresh conversation");
         let mut e = good();
         e.exchanges.push(Exchange {
@@ -1218,5 +1318,246 @@ mod tests {
         let mut e = good();
         e.reached_cut = false;
         assert_only_fails(&e, "vacuity", "never reached");
+    }
+
+    /// Breaks one source of a healthy cell; the oracles that read it must
+    /// not pass, and at least one must say unknown naming the source.
+    fn assert_unknown_without(source: Source, oracles: &[&str], break_it: impl Fn(&mut Evidence)) {
+        let mut e = good();
+        break_it(&mut e);
+        let results = judge(&e);
+        assert_ne!(worst(&results), Verdict::Pass, "{source:?}: {results:#?}");
+        for name in oracles {
+            assert_ne!(
+                verdict(&results, name).0,
+                Verdict::Pass,
+                "{name} without {source:?}"
+            );
+        }
+        assert!(
+            results
+                .iter()
+                .any(|r| r.verdict == Verdict::Unknown && r.message.contains(source.as_str())),
+            "{source:?}: no unknown names it: {results:#?}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_empty_or_truncated_source_is_never_a_pass() {
+        use Source::*;
+        let task_oracles = [
+            "cause.structured",
+            "contract",
+            "retry.works",
+            "no-loss",
+            "liveness",
+        ];
+        assert_unknown_without(Task, &task_oracles, |e| {
+            e.unreadable(Task, "GET task answered 404")
+        });
+        assert_unknown_without(Task, &task_oracles, |e| e.task = Value::Null);
+        assert_unknown_without(Task, &task_oracles, |e| e.task = json!({ "error": "x" }));
+        let log_oracles = [
+            "cause.structured",
+            "contract",
+            "retry.works",
+            "no-loss",
+            "secrecy",
+        ];
+        assert_unknown_without(RunLog, &log_oracles, |e| {
+            e.unreadable(RunLog, "GET events: reset")
+        });
+        assert_unknown_without(RunLog, &log_oracles, |e| e.events.clear());
+        // Cut off the tail: the task is settled, its run.settled is gone.
+        assert_unknown_without(RunLog, &log_oracles, |e| {
+            e.events.pop();
+        });
+        let journal_oracles = ["no-replay.turn", "contract"];
+        assert_unknown_without(Journal, &journal_oracles, |e| {
+            e.unreadable(Journal, "bad line")
+        });
+        assert_unknown_without(Journal, &journal_oracles, |e| e.journal.clear());
+        let ledger_oracles = ["no-replay.effect", "secrecy"];
+        assert_unknown_without(Ledger, &ledger_oracles, |e| e.unreadable(Ledger, "EISDIR"));
+        assert_unknown_without(Ledger, &ledger_oracles, |e| e.ledger.clear());
+        let store_oracles = ["no-replay.turn", "contract", "no-loss"];
+        assert_unknown_without(ProviderStore, &store_oracles, |e| {
+            e.unreadable(ProviderStore, "th.json: not a whole JSON document")
+        });
+        assert_unknown_without(ProviderStore, &store_oracles, |e| e.provider_turns.clear());
+        assert_unknown_without(Processes, &["hygiene"], |e| {
+            e.unreadable(Processes, "/proc/self/stat: EACCES")
+        });
+        assert_unknown_without(Files, &["secrecy"], |e| {
+            e.unreadable(Files, "state: EACCES")
+        });
+    }
+
+    #[test]
+    fn a_renamed_or_unknown_field_is_unknown_not_a_pass() {
+        // The runner renames `runs`: the oracles must not judge zero runs.
+        assert_unknown_without(Source::Task, &["contract", "retry.works", "no-loss"], |e| {
+            let runs = e.task.as_object_mut().unwrap().remove("runs").unwrap();
+            e.task["run_list"] = runs;
+        });
+        // A turn's `kind` becomes `type`.
+        assert_unknown_without(Source::Task, &["contract"], |e| {
+            let t = e.task["runs"][0]["turns"][0].as_object_mut().unwrap();
+            let kind = t.remove("kind").unwrap();
+            t.insert("type".into(), kind);
+        });
+        // A run-log event of another version, or with a renamed envelope field.
+        assert_unknown_without(Source::RunLog, &["cause.structured", "no-loss"], |e| {
+            e.events[0]["v"] = json!(2)
+        });
+        assert_unknown_without(Source::RunLog, &["cause.structured", "no-loss"], |e| {
+            let ev = e.events[1].as_object_mut().unwrap();
+            let kind = ev.remove("kind").unwrap();
+            ev.insert("type".into(), kind);
+        });
+    }
+
+    #[test]
+    fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
+        let info = |e: &mut Evidence| {
+            e.exchanges.push(Exchange {
+                kind: "follow_up".into(),
+                message_id: "f1".into(),
+                text: "more".into(),
+                status: 0,
+                body: json!({ "error": "connection reset" }),
+            });
+        };
+        // Absent: the cut POST never reached the runner.
+        let mut e = good();
+        info(&mut e);
+        assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+        // Present once: it was applied, and consumed once.
+        e.provider_turns
+            .push(pturn("pf1", "f1", "f1", "completed", false));
+        assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+        // Present twice.
+        e.provider_turns
+            .push(pturn("pf2", "f1", "f1", "completed", false));
+        assert_only_fails(&e, "no-loss", "consumed 2 times");
+        // Present, queued, and stranded in a completed task.
+        let mut e = good();
+        info(&mut e);
+        e.task["queued_messages"] = json!(["f1"]);
+        assert_only_fails(&e, "no-loss", "completed without consuming it");
+    }
+
+    #[test]
+    fn ops_record_ok_fail_and_info() {
+        use crate::evidence::{Op, OpResult};
+        let of = |a: anyhow::Result<(u16, ())>| Op::of("follow_up", "f1", 5, &a).result;
+        assert_eq!(of(Ok((202, ()))), OpResult::Ok);
+        assert_eq!(of(Ok((409, ()))), OpResult::Fail);
+        assert_eq!(of(Ok((503, ()))), OpResult::Info);
+        assert_eq!(of(Err(anyhow::anyhow!("connection reset"))), OpResult::Info);
+    }
+
+    #[test]
+    fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "follow_up".into(),
+            message_id: "f1".into(),
+            text: "more".into(),
+            status: 409,
+            body: json!({ "reason": "prior_owner_fence_refused" }),
+        });
+        assert_eq!(verdict(&judge(&e), "no-replay.turn").0, Verdict::Pass);
+        e.journal.push(turn_start("f1", "more"));
+        assert_only_fails(&e, "no-replay.turn", "was refused");
+    }
+
+    /// A healthy cell plus an admitted Retry whose run completed in a fresh
+    /// conversation `th2` after a recorded stop proof.
+    fn retried() -> Evidence {
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "retry".into(),
+            message_id: "r1".into(),
+            text: String::new(),
+            status: 201,
+            body: json!({ "run_id": "run-2" }),
+        });
+        e.task["runs"].as_array_mut().unwrap().push(run_view(
+            "run-2",
+            "retry",
+            "completed",
+            "th2",
+            vec![],
+        ));
+        e.events
+            .push(event(6, "stopped_conversation_verified", json!({})));
+        e
+    }
+
+    #[test]
+    fn retry_works_catches_an_old_provider_alive_at_the_retry() {
+        let mut e = retried();
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+        // The runner's event says stopped; the process table says otherwise.
+        e.alive_at_retry
+            .push("pid 4242 (fake-provider codex)".into());
+        assert_only_fails(&e, "retry.works", "still running (process table)");
+    }
+
+    #[test]
+    fn retry_works_catches_a_reused_conversation_in_the_provider_store() {
+        // The runner claims a fresh conversation.
+        let mut e = retried();
+        let mut fresh = pturn("pr1", "r1", "r1", "completed", false);
+        fresh.thread = "th2".into();
+        e.provider_turns.push(fresh);
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+        // The provider recorded the Retry's turn in the old thread.
+        e.provider_turns[1].thread = "th".into();
+        assert_only_fails(&e, "retry.works", "already held turn pt1");
+    }
+
+    #[test]
+    fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
+        let mut e = good();
+        assert_eq!(e.path(), "completed");
+        // A continuation, then adoption of the continuation.
+        e.task["runs"][0]["turns"]
+            .as_array_mut()
+            .unwrap()
+            .push(turn_view(2, "m1", "continuation", "completed"));
+        e.events.insert(
+            4,
+            event(
+                5,
+                "turn.intent",
+                json!({ "message_id": "m1", "kind": "continuation" }),
+            ),
+        );
+        e.events.insert(
+            5,
+            event(
+                6,
+                "turn.finished",
+                json!({ "turn_row": 2, "adopted": true }),
+            ),
+        );
+        assert_eq!(e.path(), "continued → adopted → completed");
+        // Failed closed, then a Retry run.
+        let mut e = good();
+        e.task["runs"][0]["status"] = json!("failed");
+        e.task["runs"][0]["cause"] =
+            json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
+        e.task["runs"].as_array_mut().unwrap().push(run_view(
+            "run-2",
+            "retry",
+            "completed",
+            "th2",
+            vec![],
+        ));
+        assert_eq!(e.path(), "failed ambiguous_turn_start → retry → completed");
+        e.task = json!({ "renamed": true });
+        assert_eq!(e.path(), "unknown");
     }
 }

@@ -11,9 +11,140 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::supervisor::GroupChild;
+
+/// Version of the run-log events this harness reads (`v` of every event).
+pub const EVENT_VERSION: u32 = 1;
+
+/// The task as `GET /v1/tasks/{id}` shows it. Typed views refuse unknown
+/// fields: a runner that renames a field fails loudly (the oracles that read
+/// the view say `unknown`) instead of being judged on nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskView {
+    /// The task id.
+    pub task_id: String,
+    /// The profile.
+    pub profile: String,
+    /// The workspace.
+    pub workspace: String,
+    /// `queued`, `running`, `completed`, `failed` or `needs_human`.
+    pub state: String,
+    /// Why it failed.
+    pub cause: Option<CauseView>,
+    /// The run executing or last executed.
+    pub current_run: Option<String>,
+    /// Every run, oldest first.
+    pub runs: Vec<RunView>,
+    /// Accepted messages no primary turn has consumed yet (message ids).
+    pub queued_messages: Vec<String>,
+}
+
+/// A run of a task.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunView {
+    /// The run id.
+    pub run_id: String,
+    /// The task id.
+    pub task_id: String,
+    /// `initial`, `follow_up` or `retry`.
+    pub kind: String,
+    /// The message that started the run.
+    pub trigger_message_id: String,
+    /// `running`, `completed` or `failed`.
+    pub status: String,
+    /// Why it failed.
+    pub cause: Option<CauseView>,
+    /// The provider conversation.
+    pub conversation_id: Option<String>,
+    /// The runner epoch that owned it.
+    pub owner_epoch: i64,
+    /// When it was created.
+    pub created_ms: i64,
+    /// Its turns, in order.
+    pub turns: Vec<TurnView>,
+}
+
+/// A turn of a run: one provider turn (or its intent).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TurnView {
+    /// The row id (run-log events refer to it).
+    pub turn_row: i64,
+    /// The run.
+    pub run_id: String,
+    /// The controller message it answers.
+    pub message_id: String,
+    /// `primary` or `continuation`.
+    pub kind: String,
+    /// The id sent to the provider.
+    pub client_id: String,
+    /// The provider's turn id, once accepted.
+    pub provider_turn_id: Option<String>,
+    /// `intent`, `accepted`, `completed`, `interrupted` or `failed`.
+    pub status: String,
+}
+
+/// A structured cause.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CauseView {
+    /// The closed-set code.
+    pub code: String,
+    /// Whether the runner recovers by itself.
+    pub recoverable: bool,
+    /// A sentence for a person.
+    pub message: String,
+}
+
+/// A run-log event's envelope (its `data` depends on its kind).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventView {
+    /// Format version, [`EVENT_VERSION`].
+    pub v: u32,
+    /// The task.
+    pub task_id: String,
+    /// Gapless per task, from 1.
+    pub seq: i64,
+    /// The run, if any.
+    pub run_id: Option<String>,
+    /// When it was written.
+    pub ts_ms: i64,
+    /// The kind (`turn.accepted`, …).
+    pub kind: String,
+    /// Kind-specific data.
+    pub data: Value,
+}
+
+/// Reads a task view, naming what does not fit.
+pub fn task_view(v: &Value) -> Result<TaskView, String> {
+    TaskView::deserialize(v).map_err(|e| format!("the task view does not parse: {e}"))
+}
+
+/// Reads run-log events, naming the first that does not fit or has another
+/// version.
+pub fn event_views(events: &[Value]) -> Result<Vec<EventView>, String> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
+            let ev = EventView::deserialize(e)
+                .map_err(|err| format!("run-log event {} does not parse: {err}", i + 1))?;
+            if ev.v != EVENT_VERSION {
+                return Err(format!(
+                    "run-log event {} has version {}, this harness reads {EVENT_VERSION}",
+                    ev.seq, ev.v
+                ));
+            }
+            Ok(ev)
+        })
+        .collect()
+}
 
 /// A running runner process.
 pub struct RunnerProcess {
@@ -360,16 +491,37 @@ pub fn write_fake_profile(
     Ok(path)
 }
 
-/// Every regular file under `dir`, sorted (sockets and the like are skipped).
+/// Every regular file under `dir`, sorted (sockets and the like are skipped;
+/// a directory that cannot be listed is skipped too: see [`walk_files`]).
 pub fn state_files(dir: &Path) -> Vec<PathBuf> {
+    walk_files(dir).0
+}
+
+/// Every regular file under `dir`, sorted, and the directories or entries
+/// that could not be read (with the error). A missing `dir` is no error.
+pub fn walk_files(dir: &Path) -> (Vec<PathBuf>, Vec<String>) {
     let mut out = Vec::new();
+    let mut problems = Vec::new();
+    if !dir.exists() {
+        return (out, problems);
+    }
     let mut stack = vec![dir.to_owned()];
     while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) => {
+                problems.push(format!("{}: {e}", dir.display()));
+                continue;
+            }
         };
-        for e in entries.flatten() {
-            let p = e.path();
+        for e in entries {
+            let p = match e {
+                Ok(e) => e.path(),
+                Err(e) => {
+                    problems.push(format!("{}: {e}", dir.display()));
+                    continue;
+                }
+            };
             if p.is_dir() {
                 stack.push(p);
             } else if p.is_file() {
@@ -378,5 +530,5 @@ pub fn state_files(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out.sort();
-    out
+    (out, problems)
 }

@@ -111,7 +111,9 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
     Ok(())
 }
 
-/// Runs one cell; a cell whose armed cut was not reached runs once more.
+/// Runs one cell. A cell whose armed cut is not reached is not run again:
+/// it is reported as such (vacuity, and the count in summary.md), never
+/// quietly retried.
 pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finished {
     let Some((s, profile)) = scenario::find(scenarios, &spec.scenario_id) else {
         return Finished {
@@ -129,14 +131,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
             timeline: String::new(),
         };
     };
-    let mut run = run_cell(env, s, &profile, spec);
-    if spec.cut.is_some() && !run.evidence.reached_cut {
-        // The armed occurrence was not reached: the path before it depended
-        // on timing (e.g. an idle timeout on a loaded machine). Once more;
-        // the report says so, and a second miss stands.
-        run = run_cell(env, s, &profile, spec);
-        run.result.retried = Some("the armed cut was not reached on the first attempt".into());
-    }
+    let run = run_cell(env, s, &profile, spec);
     let timeline = run.evidence.timeline();
     let evidence = (run.result.verdict != Verdict::Pass).then_some(run.evidence);
     Finished {
@@ -157,7 +152,8 @@ pub fn run_cells(
 }
 
 /// Like [`run_cells`], but stops taking new cells once `stop_after` cells
-/// did not pass (cells already running finish).
+/// did not pass although they reached their armed cut (a cell that missed
+/// it tested nothing; cells already running finish).
 pub fn run_cells_until(
     env: &CellEnv,
     scenarios: &[Scenario],
@@ -181,13 +177,14 @@ pub fn run_cells_until(
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
+    let decisive = AtomicUsize::new(0);
     let out: Mutex<Vec<Finished>> = Mutex::new(Vec::with_capacity(cells.len()));
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
                 loop {
                     if INTERRUPTED.load(Ordering::SeqCst)
-                        || stop_after.is_some_and(|n| failed.load(Ordering::SeqCst) >= n)
+                        || stop_after.is_some_and(|n| decisive.load(Ordering::SeqCst) >= n)
                     {
                         return;
                     }
@@ -196,6 +193,9 @@ pub fn run_cells_until(
                     let finished = run_one(env, scenarios, spec);
                     if finished.result.verdict != Verdict::Pass {
                         failed.fetch_add(1, Ordering::SeqCst);
+                        if unreached(std::slice::from_ref(&finished.result)) == 0 {
+                            decisive.fetch_add(1, Ordering::SeqCst);
+                        }
                     }
                     match &bar {
                         Some(pb) => {
@@ -270,6 +270,72 @@ pub struct WaveMeta {
 }
 
 /// Assembles a wave of `planned` cells of which `finished` ran.
+/// Runs `cells` `times` times over (`wave --repeat`), each time on `jobs`
+/// threads; one result list per round.
+pub fn run_repeated(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    cells: &[CellSpec],
+    jobs: usize,
+    times: usize,
+) -> Vec<Vec<Finished>> {
+    (0..times.max(1))
+        .map(|round| {
+            eprintln!("round {} of {times}", round + 1);
+            run_cells(env, scenarios, cells, jobs)
+        })
+        .collect()
+}
+
+/// A cell whose verdict or recovery path differed between rounds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unstable {
+    /// The cell's name.
+    pub name: String,
+    /// `verdict path` of each round, in round order.
+    pub rounds: Vec<String>,
+}
+
+/// The cells whose verdict or path differ between `rounds` (each in cell-id
+/// order, as [`run_cells`] returns them).
+pub fn unstable(rounds: &[Vec<Finished>]) -> Vec<Unstable> {
+    let Some(first) = rounds.first() else {
+        return Vec::new();
+    };
+    let seen = |f: &Finished| {
+        let reached = if f.result.spec.cut.is_some() && !f.result.outcome.reached_cut {
+            " (cut not reached)"
+        } else {
+            ""
+        };
+        format!(
+            "{} {}{reached}",
+            f.result.verdict.as_str(),
+            f.result.outcome.path
+        )
+    };
+    let mut out = Vec::new();
+    for (i, cell) in first.iter().enumerate() {
+        let all: Vec<String> = rounds.iter().filter_map(|r| r.get(i)).map(seen).collect();
+        if all.iter().any(|s| *s != all[0]) {
+            out.push(Unstable {
+                name: cell.result.spec.name(),
+                rounds: all,
+            });
+        }
+    }
+    out
+}
+
+/// Cells whose armed cut was not reached.
+pub fn unreached(cells: &[CellResult]) -> usize {
+    cells
+        .iter()
+        .filter(|c| c.spec.cut.is_some() && !c.outcome.reached_cut)
+        .count()
+}
+
+/// Assembles a wave.
 pub fn wave_result(
     meta: &WaveMeta,
     started: Instant,
@@ -448,6 +514,77 @@ pub fn install_interrupt_handler() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{Cut, Fault, Outcome};
+
+    fn finished(id: &str, verdict: Verdict, path: &str, reached: bool) -> Finished {
+        Finished {
+            result: CellResult {
+                spec: CellSpec {
+                    cell_id: id.into(),
+                    scenario_id: "s.runner-codex.local.c".into(),
+                    cut: Some(Cut {
+                        point: format!("runner.p{id}"),
+                        n: 1,
+                    }),
+                    fault: Some(Fault::KillRunner),
+                    seed: 1,
+                },
+                verdict,
+                oracles: Vec::new(),
+                outcome: Outcome {
+                    path: path.into(),
+                    reached_cut: reached,
+                    ..Outcome::default()
+                },
+                duration_ms: 1,
+                reproduce: String::new(),
+                error: None,
+                retried: None,
+            },
+            evidence: None,
+            timeline: String::new(),
+        }
+    }
+
+    #[test]
+    fn unstable_lists_cells_whose_verdict_or_path_differ() {
+        let round = |p2: &str, v3: Verdict, reached: bool| {
+            vec![
+                finished("t001", Verdict::Pass, "completed", true),
+                finished("t002", Verdict::Pass, p2, true),
+                finished("t003", v3, "completed", reached),
+            ]
+        };
+        let rounds = vec![
+            round("continued → completed", Verdict::Pass, true),
+            round(
+                "failed ambiguous_turn_start → retry → completed",
+                Verdict::Pass,
+                true,
+            ),
+            round("continued → completed", Verdict::Fail, false),
+        ];
+        let u = unstable(&rounds);
+        let names: Vec<&str> = u.iter().map(|u| u.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "s.runner-codex.local.c@runner.pt002#1/kill-runner",
+                "s.runner-codex.local.c@runner.pt003#1/kill-runner"
+            ]
+        );
+        assert_eq!(u[1].rounds[2], "fail completed (cut not reached)");
+        assert_eq!(
+            unreached(
+                &rounds[2]
+                    .iter()
+                    .map(|f| f.result.clone())
+                    .collect::<Vec<_>>()
+            ),
+            1
+        );
+        assert!(unstable(&rounds[..1]).is_empty());
+    }
 
     #[test]
     fn wave_ids_depend_on_the_seed_and_the_planned_cells_only() {

@@ -115,7 +115,12 @@ impl Rig {
     fn evidence(&self) -> Evidence {
         Evidence {
             journal: fake_provider::journal::read(&self.path("journal.jsonl")).unwrap(),
-            provider_turns: harness::evidence::read_provider_turns(&self.path("state/providers")),
+            provider_turns: {
+                let (turns, problems) =
+                    harness::evidence::read_provider_turns(&self.path("state/providers"));
+                assert!(problems.is_empty(), "unreadable store: {problems:?}");
+                turns
+            },
             ..Evidence::default()
         }
     }

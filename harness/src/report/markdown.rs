@@ -38,6 +38,12 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
             "{retried} cells ran twice (armed cut not reached at first)"
         ));
     }
+    let unreached = crate::wave::unreached(&wave.cells);
+    if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
+        facts.push(format!(
+            "{unreached} cells did not reach their armed cut (tested nothing; not rerun)"
+        ));
+    }
     let _ = writeln!(out, "{}\n", facts.join(" · "));
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "**Not complete:** {}.\n", md_text(why));

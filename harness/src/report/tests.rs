@@ -54,6 +54,7 @@ fn cell(
             runs: 1,
             continuations: 0,
             retry_status: None,
+            ..Outcome::default()
         },
         duration_ms: 143,
         reproduce: format!("turncut replay reports/out/w/{id}"),
