@@ -41,7 +41,7 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
     let unreached = crate::wave::unreached(&wave.cells);
     if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
         facts.push(format!(
-            "{unreached} cells did not reach their armed cut (tested nothing; not rerun)"
+            "{unreached} cells did not reach their armed cut on either attempt (tested nothing)"
         ));
     }
     let _ = writeln!(out, "{}\n", facts.join(" · "));
