@@ -716,7 +716,13 @@ fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
     let started = Instant::now();
     let max_fail = (job.max_fail > 0).then_some(job.max_fail);
     wave::install_interrupt_handler();
-    let finished = wave::run_cells_until(job.env, job.scenarios, &job.cells, job.jobs, max_fail);
+    let finished = wave::run_cells_until(
+        job.env,
+        job.scenarios,
+        &job.cells,
+        job.jobs,
+        max_fail.map(wave::StopAfter::NotPassing),
+    );
     let stopped = wave::stop_reason(job.planned, &finished, max_fail);
     let result = wave::wave_result(
         &wave::WaveMeta {

@@ -176,7 +176,7 @@ pub fn run(
             let seed = 7;
             let cells = wave::plan_cells(&env, &scenarios, ids, seed, true)?;
             let cells = plan::sample(cells, budget, seed);
-            let stop = (bug != "(none)" && !full).then_some(1);
+            let stop = (bug != "(none)" && !full).then_some(wave::StopAfter::Caught(1));
             let finished = wave::run_cells_until(&env, &scenarios, &cells, jobs, stop);
             let mut row = Row {
                 bug: bug.to_owned(),

@@ -157,15 +157,25 @@ pub fn run_cells(
     run_cells_until(env, scenarios, cells, jobs, None)
 }
 
-/// Like [`run_cells`], but stops taking new cells once `stop_after` cells
-/// did not pass although they reached their armed cut (a cell that missed
-/// it tested nothing; cells already running finish).
+/// When a wave stops taking new cells (cells already running finish).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopAfter {
+    /// After N cells that did not pass (`--max-fail`): a broken runner ends
+    /// the wave early, whatever its cells reached.
+    NotPassing(usize),
+    /// After N cells that did not pass although they reached their armed
+    /// cut (`mutants`' first catch): a cell that missed its cut caught
+    /// nothing.
+    Caught(usize),
+}
+
+/// Like [`run_cells`], but stops taking new cells by `stop`.
 pub fn run_cells_until(
     env: &CellEnv,
     scenarios: &[Scenario],
     cells: &[CellSpec],
     jobs: usize,
-    stop_after: Option<usize>,
+    stop: Option<StopAfter>,
 ) -> Vec<Finished> {
     let bar = if std::io::stderr().is_terminal() {
         let pb = indicatif::ProgressBar::new(cells.len() as u64);
@@ -189,9 +199,12 @@ pub fn run_cells_until(
         for _ in 0..jobs.max(1) {
             scope.spawn(|| {
                 loop {
-                    if INTERRUPTED.load(Ordering::SeqCst)
-                        || stop_after.is_some_and(|n| decisive.load(Ordering::SeqCst) >= n)
-                    {
+                    let stopped = match stop {
+                        None => false,
+                        Some(StopAfter::NotPassing(n)) => failed.load(Ordering::SeqCst) >= n,
+                        Some(StopAfter::Caught(n)) => decisive.load(Ordering::SeqCst) >= n,
+                    };
+                    if INTERRUPTED.load(Ordering::SeqCst) || stopped {
                         return;
                     }
                     let i = next.fetch_add(1, Ordering::SeqCst);
