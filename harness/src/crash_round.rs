@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use fake_provider::journal::EntryKind;
 use serde_json::Value;
 
 use crate::plan::mix;
@@ -246,24 +245,27 @@ impl Rig {
         Ok(())
     }
 
-    /// Duplicated turns and effects from the provider's journal and the
-    /// effect ledger, and every live process still carrying the round's tag
-    /// (recorded, then killed).
+    /// Duplicated turns (the provider's own store: a message recorded by
+    /// more than one primary turn; a turn/start re-sent because the provider
+    /// never recorded the first one is no duplicate) and effects (the ledger),
+    /// and every live process still carrying the round's tag (recorded, then
+    /// killed).
     fn census(&self, figures: &mut Figures) {
-        let journal =
-            fake_provider::journal::read(&self.dir.join("journal.jsonl")).unwrap_or_default();
+        let (turns, problems) =
+            crate::evidence::read_provider_turns(&self.dir.join("state/providers"));
+        for p in problems {
+            figures.lost.push(format!("provider store unreadable: {p}"));
+        }
         let mut starts: BTreeMap<String, usize> = BTreeMap::new();
-        for e in &journal {
-            if e.kind == EntryKind::In && e.data["method"] == "turn/start" {
-                let id = e.data.pointer("/params/clientUserMessageId");
-                let id = id.and_then(Value::as_str).unwrap_or("?").to_owned();
-                *starts.entry(id).or_default() += 1;
+        for t in turns.iter().filter(|t| !t.continuation) {
+            if let Some(id) = &t.client_id {
+                *starts.entry(id.clone()).or_default() += 1;
             }
         }
         for (id, n) in starts.into_iter().filter(|(_, n)| *n > 1) {
             figures
                 .duplicated_turns
-                .push(format!("{id}: {n} turn/start"));
+                .push(format!("{id}: {n} recorded turns"));
         }
         let ledger =
             fake_provider::ledger::read(&self.dir.join("ledger.jsonl")).unwrap_or_default();
