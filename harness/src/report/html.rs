@@ -295,14 +295,21 @@ fn render_grid(out: &mut String, index: usize, scenario: &str, cells: &[&CellRes
 /// name is in the panel and the compact record, not in a title, to keep a
 /// passing cell small.
 fn cell_button(cell: &CellResult, text: &str) -> String {
-    let fault = cell.spec.fault.map_or("", |f| f.as_str());
+    // A faulted cell's fault is its grid column (the script reads it from
+    // the column, in `Fault::ALL` order like the fault filter); only a clean
+    // cell, which spans the columns, says it has none.
+    let fault = match cell.spec.fault {
+        Some(_) => "",
+        None => " data-f=\"\"",
+    };
     let oracle = if cell.verdict == Verdict::Pass {
         String::new()
     } else {
         format!(" data-o=\"{}\"", html(&first_reason(cell).0))
     };
+    // No `type`: there is no form, so a button submits nothing.
     format!(
-        "<button type=\"button\" class=\"c {}\" data-cell=\"{}\" data-f=\"{fault}\"{oracle}>{}</button>",
+        "<button class=\"c {}\" data-cell=\"{}\"{fault}{oracle}>{}</button>",
         cell.verdict.as_str(),
         html(&cell.spec.cell_id),
         html(text)

@@ -139,6 +139,14 @@
     panel.classList.remove('open');
   });
   var filters = ['v', 'f', 'o', 'p'].map(function (k) { return document.getElementById('f-' + k); });
+  // A grid's fault columns follow the fault filter's options (both in
+  // Fault::ALL order, after the point column and the "all" option); a clean
+  // cell carries an empty data-f.
+  function faultOf(b) {
+    if (b.dataset.f !== undefined) return b.dataset.f;
+    var option = filters[1].options[b.parentNode.cellIndex];
+    return option ? option.value : '';
+  }
   function applyFilters() {
     var v = filters[0].value, f = filters[1].value, o = filters[2].value, p = filters[3].value;
     var shown = 0, all = 0;
@@ -147,7 +155,7 @@
       var visible = 0;
       s.querySelectorAll('.c').forEach(function (b) {
         all++;
-        var on = inProfile && (!v || b.classList.contains(v)) && (!f || b.dataset.f === f) &&
+        var on = inProfile && (!v || b.classList.contains(v)) && (!f || faultOf(b) === f) &&
           (!o || b.dataset.o === o);
         b.classList.toggle('off', !on);
         if (on) { shown++; visible++; }
