@@ -839,13 +839,14 @@ fn effect_pids(ledger: &Path) -> Vec<i32> {
         .collect()
 }
 
-/// Waits, with a deadline, until `what` holds; polls `/proc` and files,
-/// which announce nothing.
+/// Waits, with a deadline, until `what` holds. `/proc` and files announce
+/// nothing, so it re-checks, yielding the core between checks rather than
+/// sleeping a guessed interval.
 fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
     let until = Instant::now() + deadline;
     while !done() {
         assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::yield_now();
     }
 }
 
