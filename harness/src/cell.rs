@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::evidence::{Action, Evidence, Exchange, Op, Source};
-use crate::model::{CellResult, CellSpec, Cut, Fault, Outcome, Verdict};
+use crate::model::{CellResult, CellSpec, Cut, Event, Fault, Outcome, Verdict};
 use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
@@ -90,7 +90,16 @@ struct Shared {
     actions: Mutex<Vec<Action>>,
     started: Instant,
     reached: AtomicBool,
-    /// Index of the armed cut in the cut sequence (first cut, then recut).
+    /// The schedule: the first cut, then later events (and a scenario's
+    /// `recut`, with the first cut's fault).
+    events: Vec<Event>,
+    /// What every runner of the cell is armed with (see [`arms_for`]).
+    arms: Vec<Cut>,
+    /// The cut-point trace, when tracing (every runner of the cell writes it).
+    trace: Option<PathBuf>,
+    /// Hits of the next event's point since the previous event was reached.
+    since: Mutex<u64>,
+    /// Index of the next event of the schedule.
     stage: std::sync::atomic::AtomicUsize,
     cut_role: Mutex<Option<String>>,
     /// Faults applied so far (one per reached stage when done).
@@ -172,8 +181,9 @@ pub fn run_cell_traced(
     trace: Option<&Path>,
 ) -> CellRun {
     let started = Instant::now();
+    let events = schedule_of(scenario, spec);
     let hang_env;
-    let env = if spec.fault == Some(Fault::HangProvider) {
+    let env = if events.iter().any(|e| e.fault == Fault::HangProvider) {
         hang_env = CellEnv {
             idle_timeout_ms: env.hang_idle_timeout_ms.min(env.idle_timeout_ms),
             ..env.clone()
@@ -204,6 +214,10 @@ pub fn run_cell_traced(
         actions: Mutex::new(Vec::new()),
         started,
         reached: AtomicBool::new(false),
+        arms: arms_for(&events),
+        events,
+        trace: trace.map(Path::to_owned),
+        since: Mutex::new(0),
         stage: std::sync::atomic::AtomicUsize::new(0),
         cut_role: Mutex::new(None),
         faults_applied: std::sync::atomic::AtomicUsize::new(0),
@@ -247,7 +261,7 @@ pub fn run_cell_traced(
         ..Evidence::default()
     };
     let outcome = drive(
-        env, scenario, profile, spec, &layout, &shared, &canary, trace, &mut ev,
+        env, scenario, profile, spec, &layout, &shared, &canary, &mut ev,
     );
     if let Err(e) = outcome {
         ev.harness_error = Some(format!("{e:#}"));
@@ -320,6 +334,7 @@ fn outcome_of(ev: &Evidence) -> Outcome {
         state: ev.state(),
         cause: ev.cause_code(),
         reached_cut: ev.reached_cut,
+        events_applied: ev.events_applied,
         runs: ev.runs().len(),
         continuations: ev.provider_turns.iter().filter(|t| t.continuation).count(),
         retry_status: ev
@@ -387,7 +402,7 @@ fn runner_command(
     env: &CellEnv,
     layout: &Layout,
     canary: &str,
-    arm: Option<&Cut>,
+    arms: &[Cut],
     sync: Option<&Cut>,
     trace: Option<&Path>,
 ) -> Command {
@@ -411,11 +426,7 @@ fn runner_command(
         .env(nemesis::TAG_ENV, &layout.dir)
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE);
-    let arms: Vec<String> = arm
-        .into_iter()
-        .chain(sync)
-        .map(ToString::to_string)
-        .collect();
+    let arms: Vec<String> = arms.iter().chain(sync).map(ToString::to_string).collect();
     if !arms.is_empty() {
         cmd.env(cutpoint::ENV_ARM, arms.join(","));
     }
@@ -430,8 +441,6 @@ fn start_runner(
     layout: &Layout,
     shared: &Shared,
     canary: &str,
-    arm: Option<&Cut>,
-    trace: Option<&Path>,
 ) -> anyhow::Result<()> {
     // While a turn-active follow-up is pending, the runner is also armed at
     // the sync point so the follow-up lands while the turn is provably active.
@@ -439,7 +448,12 @@ fn start_runner(
         .sync
         .as_ref()
         .filter(|_| !shared.follow_up_sent.load(Ordering::SeqCst));
-    let mut cmd = runner_command(env, layout, canary, arm, sync, trace);
+    let arms = if shared.stage.load(Ordering::SeqCst) < shared.events.len() {
+        &shared.arms[..]
+    } else {
+        &[]
+    };
+    let mut cmd = runner_command(env, layout, canary, arms, sync, shared.trace.as_deref());
     let runner = RunnerProcess::start(
         &mut cmd,
         &layout.p("state"),
@@ -467,13 +481,12 @@ fn drive(
     layout: &Layout,
     shared: &Arc<Shared>,
     canary: &str,
-    trace: Option<&Path>,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
     write_inputs(env, scenario, profile, layout)?;
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
     *shared.waker.lock().expect("waker") = Some(listener.waker()?);
-    start_runner(env, layout, shared, canary, spec.cut.as_ref(), trace)?;
+    start_runner(env, layout, shared, canary)?;
     shared.act(
         "runner.started",
         json!({ "armed": spec.cut.as_ref().map(ToString::to_string) }),
@@ -486,15 +499,8 @@ fn drive(
             dir: layout.dir.clone(),
         };
         let canary = canary.to_owned();
-        let cuts: Vec<Cut> = spec
-            .cut
-            .iter()
-            .cloned()
-            .chain(spec.cut.as_ref().and(scenario.recut.clone()))
-            .collect();
-        let fault = spec.fault;
         std::thread::spawn(move || {
-            cut_loop(&listener, &shared, &env, &layout, &canary, &cuts, fault);
+            cut_loop(&listener, &shared, &env, &layout, &canary);
         })
     };
 
@@ -742,14 +748,70 @@ fn turn_active(t: &Value) -> bool {
         .is_some_and(|turn| matches!(turn["status"].as_str(), Some("intent" | "accepted")))
 }
 
+/// The schedule of a cell: its events, then a scenario's `recut` (with the
+/// first cut's fault) when the cell names no later event itself.
+pub fn schedule_of(scenario: &Scenario, spec: &CellSpec) -> Vec<Event> {
+    let mut events = spec.schedule().unwrap_or_default();
+    if events.len() == 1
+        && let Some(recut) = &scenario.recut
+    {
+        let fault = events[0].fault;
+        events.push(Event {
+            cut: recut.clone(),
+            fault,
+        });
+    }
+    events
+}
+
+/// Occurrences armed for each later event's point: a later event counts the
+/// hits of its point by any process after the previous event, so every
+/// process reports its first `LATER_ARMS` hits of that point to the cell.
+const LATER_ARMS: u64 = 32;
+
+/// What every runner of a cell is armed with (its providers inherit it): the
+/// first cut as it is, and each later event's point at every occurrence up
+/// to [`LATER_ARMS`]; hits that are not the next event's go on at once.
+fn arms_for(events: &[Event]) -> Vec<Cut> {
+    let mut arms: Vec<Cut> = events.first().map(|e| e.cut.clone()).into_iter().collect();
+    for e in events.iter().skip(1) {
+        for n in 1..=LATER_ARMS {
+            let cut = Cut {
+                point: e.cut.point.clone(),
+                n,
+            };
+            if !arms.contains(&cut) {
+                arms.push(cut);
+            }
+        }
+    }
+    arms
+}
+
+/// Whether `hit` is the next event of the schedule: the first event by its
+/// per-process occurrence, a later one by the count of its point's hits
+/// since the previous event.
+fn is_next_event(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
+    let Some(event) = shared.events.get(stage) else {
+        return false;
+    };
+    if event.cut.point != hit.point {
+        return false;
+    }
+    if stage == 0 {
+        return event.cut.n == hit.n;
+    }
+    let mut since = shared.since.lock().expect("since");
+    *since += 1;
+    *since == event.cut.n
+}
+
 fn cut_loop(
     listener: &cutpoint::Listener,
     shared: &Arc<Shared>,
     env: &CellEnv,
     layout: &Layout,
     canary: &str,
-    cuts: &[Cut],
-    fault: Option<crate::model::Fault>,
 ) {
     while !shared.stop.load(Ordering::SeqCst) {
         // Teardown wakes the listener; the deadline only bounds a missed wake.
@@ -766,70 +828,91 @@ fn cut_loop(
             held.hit.pid,
             nemesis::start_time(held.hit.pid),
         ));
-        let is_sync = shared
-            .sync
-            .as_ref()
-            .is_some_and(|c| c.point == held.hit.point && c.n == held.hit.n)
-            && held.hit.role == "runner"
-            && !shared.follow_up_sent.load(Ordering::SeqCst);
         let stage = shared.stage.load(Ordering::SeqCst);
-        let is_armed = cuts
-            .get(stage)
-            .is_some_and(|c| c.point == held.hit.point && c.n == held.hit.n);
-        if is_sync {
-            // Hold the runner while the driver sends the follow-up. The
-            // follow-up's own request passes cut points too, so unless this
-            // hit is also the chaos cut, the hold waits on a thread of its
-            // own and this loop keeps answering.
-            shared.sync_reached.store(true, Ordering::SeqCst);
-            notify(shared);
-            let until = Instant::now() + Duration::from_millis(env.wait_ms);
-            if !is_armed {
-                let sh = Arc::clone(shared);
-                std::thread::spawn(move || {
-                    wait_until(&sh, until, || sh.follow_up_sent.load(Ordering::SeqCst));
-                    let _ = held.resume();
-                });
-                continue;
-            }
-            wait_until(shared, until, || {
-                shared.follow_up_sent.load(Ordering::SeqCst)
-            });
-        }
+        let is_armed = is_next_event(shared, stage, &held.hit);
+        let Some(held) = hold_for_sync(shared, env, held, is_armed) else {
+            continue;
+        };
         if !is_armed {
-            // A respawned provider inherited the arm: let it pass.
+            // Another event's point, or a respawned provider that inherited
+            // the first arm: let it pass.
             let _ = held.resume();
             continue;
         }
+        let event = shared.events[stage].clone();
+        *shared.since.lock().expect("since") = 0;
         shared.stage.store(stage + 1, Ordering::SeqCst);
         shared.reached.store(true, Ordering::SeqCst);
+        mark_trace(shared, stage);
         shared.act(
-            if stage == 0 { "cut.reached" } else { "recut.reached" },
-            json!({ "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid }),
+            if stage == 0 { "cut.reached" } else { "event.reached" },
+            json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() }),
         );
         if stage == 0 {
             *shared.cut_role.lock().expect("cut role") = Some(held.hit.role.clone());
         }
-        let Some(fault) = fault else {
-            let _ = held.resume();
-            shared.faults_applied.fetch_add(1, Ordering::SeqCst);
-            continue;
-        };
-        if let Err(e) = apply_fault(
-            shared,
-            env,
-            layout,
-            canary,
-            fault,
-            held,
-            cuts.get(stage + 1),
-        ) {
-            *shared.error.lock().expect("error") = Some(format!("failed to apply {fault}: {e:#}"));
+        if let Err(e) = apply_fault(shared, env, layout, canary, event.fault, held, stage) {
+            *shared.error.lock().expect("error") =
+                Some(format!("failed to apply {}: {e:#}", event.fault));
         }
         shared.faults_applied.fetch_add(1, Ordering::SeqCst);
         notify(shared);
     }
 }
+
+/// A turn-active follow-up's sync point: the runner is held while the
+/// driver sends the follow-up. The follow-up's own request passes cut points
+/// too, so unless this hit is also the next event, the hold waits on a
+/// thread of its own and the cut loop keeps answering (`None`).
+fn hold_for_sync(
+    shared: &Arc<Shared>,
+    env: &CellEnv,
+    held: cutpoint::HeldHit,
+    is_armed: bool,
+) -> Option<cutpoint::HeldHit> {
+    let is_sync = shared
+        .sync
+        .as_ref()
+        .is_some_and(|c| c.point == held.hit.point && c.n == held.hit.n)
+        && held.hit.role == "runner"
+        && !shared.follow_up_sent.load(Ordering::SeqCst);
+    if !is_sync {
+        return Some(held);
+    }
+    shared.sync_reached.store(true, Ordering::SeqCst);
+    notify(shared);
+    let until = Instant::now() + Duration::from_millis(env.wait_ms);
+    if !is_armed {
+        let sh = Arc::clone(shared);
+        std::thread::spawn(move || {
+            wait_until(&sh, until, || sh.follow_up_sent.load(Ordering::SeqCst));
+            let _ = held.resume();
+        });
+        return None;
+    }
+    wait_until(shared, until, || {
+        shared.follow_up_sent.load(Ordering::SeqCst)
+    });
+    Some(held)
+}
+
+/// Appends where event `stage` was applied to the cut-point trace, so that
+/// discovery can tell the hits of recovery from those before the event.
+fn mark_trace(shared: &Shared, stage: usize) {
+    let Some(path) = &shared.trace else { return };
+    let line = json!({ "role": "turncut", "pid": std::process::id(), "point": EVENT_MARK, "n": stage + 1 });
+    let appended = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
+    if let Err(e) = appended {
+        shared.act("trace.error", json!({ "error": e.to_string() }));
+    }
+}
+
+/// The trace line a cell writes when it applies an event (`n` is the
+/// event's number, from 1).
+pub const EVENT_MARK: &str = "turncut.event.applied";
 
 fn notify(shared: &Shared) {
     let _g = shared.generation.lock().expect("generation");
@@ -843,7 +926,7 @@ fn apply_fault(
     canary: &str,
     fault: crate::model::Fault,
     held: cutpoint::HeldHit,
-    next_arm: Option<&Cut>,
+    stage: usize,
 ) -> anyhow::Result<()> {
     let client = shared.client().map(|(c, _)| c);
     // What the controller could read before the fault: nothing of it may vanish.
@@ -852,8 +935,8 @@ fn apply_fault(
     {
         *shared.events_before.lock().expect("events") = Some(evs);
     }
-    if fault == crate::model::Fault::FollowUp {
-        return inject_follow_up(shared, env, held);
+    if fault.is_action() {
+        return inject_action(shared, env, held, fault, stage);
     }
     let plan = nemesis::plan(fault);
     let provider = if held.hit.role == "provider" {
@@ -897,29 +980,49 @@ fn apply_fault(
         let _ = held.resume();
     }
     if plan.kill_runner {
-        start_runner(env, layout, shared, canary, next_arm, None)?;
+        start_runner(env, layout, shared, canary)?;
         shared.act(
             "restart",
-            json!({ "armed": next_arm.map(ToString::to_string) }),
+            json!({ "next_event": shared.events.get(stage + 1).map(ToString::to_string) }),
         );
     }
     Ok(())
 }
 
-/// The message id of the follow-up a `follow-up` fault sends.
-pub const INJECTED_FOLLOW_UP: &str = "fx1";
+/// The message id a controller-action event sends: `fx1` for the
+/// follow-up of the first event, `rx2` for the Retry of the second, …
+pub fn injected_message_id(fault: Fault, stage: usize) -> String {
+    let prefix = if fault == Fault::Retry { "rx" } else { "fx" };
+    format!("{prefix}{}", stage + 1)
+}
 
-/// The `follow-up` fault: while the hit is held, the controller sends a
-/// follow-up; the hit goes on once it is answered (or after a short bound,
-/// when the held process itself is what would answer it). The request is
-/// recorded like any controller request, so the oracles hold it to the same
-/// rules (consumed exactly once, or refused by the fence).
-fn inject_follow_up(shared: &Shared, env: &CellEnv, held: cutpoint::HeldHit) -> anyhow::Result<()> {
-    let text = "Also add a CHANGELOG";
+/// A controller-action event (`follow-up`, `retry`): while the hit is held,
+/// the controller sends the request; the hit goes on once it is answered (or
+/// after a short bound, when the held process itself is what would answer
+/// it). The request is recorded like any controller request, so the oracles
+/// hold it to the same rules (a follow-up consumed exactly once or refused by
+/// the fence; a Retry admitted only for a failed task, and then working).
+fn inject_action(
+    shared: &Shared,
+    env: &CellEnv,
+    held: cutpoint::HeldHit,
+    fault: Fault,
+    stage: usize,
+) -> anyhow::Result<()> {
+    let message_id = injected_message_id(fault, stage);
+    let (kind, text) = match fault {
+        Fault::Retry => ("retry", ""),
+        _ => ("follow_up", "Also add a CHANGELOG"),
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     if let Some((client, _)) = shared.client() {
+        let id = message_id.clone();
         std::thread::spawn(move || {
-            let _ = tx.send(client.follow_up(TASK_ID, INJECTED_FOLLOW_UP, text));
+            let answer = match fault {
+                Fault::Retry => client.retry(TASK_ID, &id),
+                _ => client.follow_up(TASK_ID, &id, text),
+            };
+            let _ = tx.send(answer);
         });
     }
     let at_ms = shared.started.elapsed().as_millis() as u64;
@@ -932,16 +1035,16 @@ fn inject_follow_up(shared: &Shared, env: &CellEnv, held: cutpoint::HeldHit) -> 
             .recv_timeout(Duration::from_millis(env.wait_ms))
             .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer before the deadline"))),
     };
-    // No answer: the follow-up may or may not exist (an `info` op).
-    let op = Op::of("follow_up", INJECTED_FOLLOW_UP, at_ms, &answer);
+    // No answer: the request may or may not have been applied (an `info` op).
+    let op = Op::of(kind, &message_id, at_ms, &answer);
     let (status, body) = answer.unwrap_or_else(|e| (0, json!({ "error": format!("{e:#}") })));
     shared.act(
-        "fault.follow-up",
-        json!({ "message_id": INJECTED_FOLLOW_UP, "status": status }),
+        &format!("fault.{fault}"),
+        json!({ "message_id": message_id, "status": status }),
     );
     let exchange = Exchange {
-        kind: "follow_up".to_owned(),
-        message_id: INJECTED_FOLLOW_UP.to_owned(),
+        kind: kind.to_owned(),
+        message_id,
         text: text.to_owned(),
         status,
         body,
@@ -989,6 +1092,7 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
         let _ = r.kill();
     }
     ev.reached_cut = shared.reached.load(Ordering::SeqCst);
+    ev.events_applied = shared.faults_applied.load(Ordering::SeqCst);
     ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
     read_provider_evidence(&layout.dir, ev);

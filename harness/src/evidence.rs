@@ -131,6 +131,8 @@ pub struct Evidence {
     pub started_ms: u64,
     /// Whether the armed cut was reached.
     pub reached_cut: bool,
+    /// Events of the schedule applied (the first cut included).
+    pub events_applied: usize,
     /// Role of the process that reached it (`runner`/`provider`).
     pub cut_role: Option<String>,
     /// The harness's actions in order.

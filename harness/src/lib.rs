@@ -3,7 +3,8 @@
 //! This crate is the harness behind the `turncut` binary: `scenario` (parse and
 //! validate) → `plan` (discover boundaries, expand cells) → `cell` (run one cut
 //! with one fault, applied by `nemesis`) → `evidence` → `oracles` → `report`,
-//! with `wave` running many cells and `mutants` running them against seeded
+//! with `wave` running many cells, `explore` running random schedules shrunk
+//! by proptest, and `mutants` running waves against seeded
 //! bugs. The harness never links runner internals: it sees a runner only
 //! through HTTP (`runner_client`) and signals (`supervisor`, `nemesis`).
 
@@ -13,6 +14,7 @@ pub mod contract;
 pub mod crash_round;
 pub mod demo;
 pub mod evidence;
+pub mod explore;
 pub mod model;
 pub mod mutants;
 pub mod nemesis;

@@ -13,7 +13,7 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand};
 use harness::cell::CellEnv;
 use harness::model::{CellResult, CellSpec, Fault, RunConfig, Verdict, WaveResult};
-use harness::{plan, report, scenario, wave};
+use harness::{model, plan, report, scenario, wave};
 
 /// Options every command that runs cells takes. The timeouts are options
 /// without a default value here, so `replay` can tell a given value from the
@@ -67,6 +67,15 @@ const WAVE_EXAMPLES: &str = "Examples:
 
 Exit codes: 0 all pass, 1 a check failed, 2 bad input, 3 harness error.";
 
+const EXPLORE_EXAMPLES: &str = "Examples:
+  turncut explore --time 10m                       # every scenario id
+  turncut explore --time 2m --only runner-codex --seed 7
+  turncut explore --time 1m --events 3-4           # longer schedules only
+
+A failure prints the original and the minimal schedule and writes a report
+(t001 original, t002 minimal) that `turncut replay DIR/cells/t002` re-runs.
+Exit codes: 0 nothing failed, 1 a schedule failed, 2 bad input, 3 harness error.";
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// List scenario ids (optionally those containing PATTERN).
@@ -83,6 +92,11 @@ enum Command {
         /// The fault at the cut.
         #[arg(long, requires = "cut", value_parser = fault_names())]
         fault: Option<String>,
+        /// One cell with a schedule of events, `POINT#N/FAULT+POINT#N/FAULT…`:
+        /// the first at its per-process occurrence, each later one at the
+        /// N-th hit of its point after the event before it.
+        #[arg(long, conflicts_with_all = ["cut", "fault"])]
+        schedule: Option<String>,
         /// Parallel cells.
         #[arg(long, default_value_t = 2, value_parser = at_least_one)]
         jobs: u64,
@@ -122,6 +136,34 @@ enum Command {
         /// recovery path differ (exit 1 if any); no reports are written.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+    },
+    /// Run random schedules of 1-4 events (kills, hangs, follow-ups,
+    /// Retries, at boundaries relative to what happened before) until one
+    /// fails or the time is up; a failing schedule is shrunk by proptest to
+    /// a minimal one, printed with its replay command.
+    #[command(after_help = EXPLORE_EXAMPLES)]
+    Explore {
+        /// Time budget, e.g. 90s, 10m, 1h.
+        #[arg(long, default_value = "10m")]
+        time: String,
+        /// Seed [default: from the clock; printed].
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Only scenario ids containing this.
+        #[arg(long)]
+        only: Option<String>,
+        /// Events per schedule: N or MIN-MAX (at most 8).
+        #[arg(long, default_value = "1-4")]
+        events: String,
+        /// Parallel explorers.
+        #[arg(long, default_value_t = 2, value_parser = at_least_one)]
+        jobs: u64,
+        /// At most this many cells while shrinking a failure.
+        #[arg(long, default_value_t = 200)]
+        shrink_iters: u32,
+        /// Report directory for a failure [default: reports/explore/<seed>].
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Run one cell of a wave again the way the wave ran it (runner command,
     /// runner arguments, timeouts and scenarios from its wave.json; options
@@ -418,6 +460,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             scenario_id,
             cut,
             fault,
+            schedule,
             jobs,
             out,
             max_fail,
@@ -429,7 +472,24 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             if let Some(out) = &out {
                 prepare_out(out)?;
             }
+            let schedule = schedule
+                .as_deref()
+                .map(model::parse_schedule)
+                .transpose()
+                .map_err(|e| bad(format!("--schedule: {e}")))?;
             let cells = match (cut, fault) {
+                _ if schedule.is_some() => {
+                    let events = schedule.expect("checked");
+                    let d = plan::discover(&env, s, &profile)
+                        .map_err(|e| harness_err(format!("{e:#}")))?;
+                    plan::check_schedule(&d.boundaries, &scenario_id, &events).map_err(bad)?;
+                    vec![plan::schedule_cell(
+                        seed,
+                        "t001".into(),
+                        scenario_id.clone(),
+                        &events,
+                    )]
+                }
                 (Some(cut), Some(fault)) => {
                     let cut = plan::parse_cut(&cut).map_err(|e| bad(format!("{e:#}")))?;
                     let fault = Fault::parse(&fault).expect("clap checked the fault name");
@@ -530,6 +590,27 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             })
         }
         Command::Replay { cell } => replay(exe, &common, &cell),
+        Command::Explore {
+            time,
+            seed,
+            only,
+            events,
+            jobs,
+            shrink_iters,
+            out,
+        } => explore(
+            exe,
+            &common,
+            &ExploreArgs {
+                time,
+                seed,
+                only,
+                events,
+                jobs: jobs as usize,
+                shrink_iters,
+                out,
+            },
+        ),
         Command::Report {
             command: ReportCommand::Merge { dirs, out },
         } => merge(&dirs, &out),
@@ -913,4 +994,140 @@ fn crash_round(
         .map_err(|e| harness_err(format!("crash round failed: {e:#}")))?;
     print!("{}", harness::crash_round::render(&figures));
     Ok(if figures.clean() { 0 } else { 1 })
+}
+
+struct ExploreArgs {
+    time: String,
+    seed: Option<u64>,
+    only: Option<String>,
+    events: String,
+    jobs: usize,
+    shrink_iters: u32,
+    out: Option<PathBuf>,
+}
+
+fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<i32, Exit> {
+    use harness::explore as ex;
+    let budget = humantime::parse_duration(&args.time)
+        .map_err(|e| bad(format!("--time {:?}: {e}; e.g. 90s, 10m, 1h", args.time)))?;
+    if budget.is_zero() {
+        return Err(bad("--time 0 would explore nothing; give e.g. 90s or 10m"));
+    }
+    let events = ex::parse_event_count(&args.events).map_err(bad)?;
+    let (env, scenarios) = env_for(exe, common, None)?;
+    let ids = matching_ids(&scenarios, args.only.as_deref())?;
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    eprintln!(
+        "turncut explore (seed {seed}, {} scenario ids, {} events per schedule, {} job(s), {})",
+        ids.len(),
+        args.events,
+        args.jobs,
+        args.time
+    );
+    let targets = ex::targets(&env, &scenarios, &ids).map_err(plan_err)?;
+    let opts = ex::Options {
+        budget,
+        seed,
+        events,
+        jobs: args.jobs,
+        shrink_iters: args.shrink_iters,
+    };
+    wave::install_interrupt_handler();
+    let explored = ex::explore(&env, &scenarios, &targets, &opts);
+    let minutes = explored.elapsed.as_secs_f64() / 60.0;
+    println!(
+        "explored {} schedules in {:.1} s ({:.0} per minute), {} unknown, over {} scenario ids",
+        explored.runs,
+        explored.elapsed.as_secs_f64(),
+        explored.runs as f64 / minutes.max(1e-9),
+        explored.unknown,
+        explored.per_id.len()
+    );
+    let Some(found) = explored.found else {
+        println!("no schedule failed");
+        return Ok(0);
+    };
+    report_found(&env, &scenarios, seed, args, found)
+}
+
+fn report_found(
+    env: &CellEnv,
+    scenarios: &[scenario::Scenario],
+    seed: u64,
+    args: &ExploreArgs,
+    found: harness::explore::Found,
+) -> Result<i32, Exit> {
+    use harness::explore as ex;
+    let mut original = found.original;
+    let mut minimal = found.minimal;
+    original.result.spec.cell_id = "t001".into();
+    minimal.result.spec.cell_id = "t002".into();
+    let schedule =
+        |f: &wave::Finished| model::format_schedule(&f.result.spec.schedule().unwrap_or_default());
+    println!("FAILED: {}", found.scenario_id);
+    println!(
+        "  original ({} events): {}  [{}]",
+        original.result.spec.depth(),
+        schedule(&original),
+        ex::failing_oracles(&original).join(", ")
+    );
+    println!(
+        "  minimal  ({} events, {} shrinking runs): {}  [{}]",
+        minimal.result.spec.depth(),
+        found.shrink_runs,
+        schedule(&minimal),
+        ex::failing_oracles(&minimal).join(", ")
+    );
+    if !ex::is_failure(&minimal) {
+        println!(
+            "  note: the minimal schedule passed when run once more (a timing-dependent failure)"
+        );
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("reports/explore").join(format!("s{seed}")));
+    prepare_out(&out)?;
+    let finished = vec![original, minimal];
+    let result = wave::wave_result(
+        &wave::WaveMeta {
+            wave_id: format!("explore-s{seed}"),
+            seed,
+            shard: None,
+            jobs: args.jobs,
+            run: wave::run_config(env, scenarios),
+        },
+        Instant::now(),
+        &finished,
+        finished.len(),
+        None,
+    );
+    write_reports(env, &out, &result, &finished)?;
+    println!(
+        "  replay the minimal schedule: {}",
+        finished[1].result.reproduce
+    );
+    println!("  or: turncut replay {}", out.join("cells/t002").display());
+    Ok(1)
+}
+
+/// The scenario ids containing `only` (all without it); none is bad input.
+fn matching_ids(scenarios: &[scenario::Scenario], only: Option<&str>) -> Result<Vec<String>, Exit> {
+    let ids: Vec<String> = scenarios
+        .iter()
+        .flat_map(|s| s.ids())
+        .filter(|id| only.is_none_or(|o| id.contains(o)))
+        .collect();
+    if ids.is_empty() {
+        return Err(bad(
+            "no scenario matches --only; `turncut list` shows the ids",
+        ));
+    }
+    Ok(ids)
+}
+
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_secs())
 }

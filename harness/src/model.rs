@@ -27,16 +27,21 @@ pub enum Fault {
     /// held at the cut, the controller sends a follow-up, then the hit goes
     /// on. The follow-up lands exactly in the window of that boundary.
     FollowUp,
+    /// A controller action: while the hit is held, the controller asks for
+    /// a Retry (refused with 409 unless the task has failed; admitted, it
+    /// races whatever the held process does next).
+    Retry,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 5] = [
+    pub const ALL: [Fault; 6] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
         Fault::HangProvider,
         Fault::FollowUp,
+        Fault::Retry,
     ];
 
     /// The faults of a scenario that names none: the process faults.
@@ -55,7 +60,13 @@ impl Fault {
             Fault::KillBoth => "kill-both",
             Fault::HangProvider => "hang-provider",
             Fault::FollowUp => "follow-up",
+            Fault::Retry => "retry",
         }
+    }
+
+    /// Whether the fault is a controller action rather than a signal.
+    pub fn is_action(self) -> bool {
+        matches!(self, Fault::FollowUp | Fault::Retry)
     }
 
     /// Parses a fault name.
@@ -121,6 +132,87 @@ impl std::fmt::Display for Cut {
     }
 }
 
+/// One event of a schedule: at `cut`, apply `fault`.
+///
+/// The first event of a cell counts occurrences per process, as discovery
+/// does (`runner.turn_intent.persisted#1` is the first hit in a runner); every
+/// later event counts the hits of its point by any process of the cell after
+/// the previous event's cut was reached, so `#1` is "the next one".
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Event {
+    /// Where.
+    pub cut: Cut,
+    /// What.
+    pub fault: Fault,
+}
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.cut, self.fault)
+    }
+}
+
+/// Formats events as a schedule: `p#1/kill-runner+q#2/follow-up`.
+pub fn format_schedule(events: &[Event]) -> String {
+    events
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// Parses a schedule written by [`format_schedule`]; the error names the
+/// event and what is wrong with it.
+pub fn parse_schedule(s: &str) -> Result<Vec<Event>, String> {
+    let mut out = Vec::new();
+    for (i, part) in s.split('+').enumerate() {
+        let part = part.trim();
+        let (cut, fault) = part.rsplit_once('/').ok_or_else(|| {
+            format!("event {} ({part:?}) is not POINT#N/FAULT, e.g. runner.turn_intent.persisted#1/kill-runner", i + 1)
+        })?;
+        let (point, n) = cut
+            .rsplit_once('#')
+            .ok_or_else(|| format!("event {} ({part:?}): the cut needs #N", i + 1))?;
+        let n: u64 = n
+            .parse()
+            .ok()
+            .filter(|n| *n >= 1)
+            .ok_or_else(|| format!("event {} ({part:?}): #N must be a number from 1", i + 1))?;
+        check_point_name(point).map_err(|e| format!("event {} ({part:?}): {e}", i + 1))?;
+        let fault = Fault::parse(fault).ok_or_else(|| {
+            let names: Vec<&str> = Fault::ALL.iter().map(|f| f.as_str()).collect();
+            format!(
+                "event {} ({part:?}): unknown fault {fault:?}; faults are {}",
+                i + 1,
+                names.join(", ")
+            )
+        })?;
+        out.push(Event {
+            cut: Cut {
+                point: point.to_owned(),
+                n,
+            },
+            fault,
+        });
+    }
+    Ok(out)
+}
+
+fn check_point_name(point: &str) -> Result<(), String> {
+    let ok = !point.is_empty()
+        && point.contains('.')
+        && point
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{point:?} is not a cut-point name such as runner.turn_intent.persisted"
+        ))
+    }
+}
+
 /// What one cell is: a scenario, and a cut with a fault (or none: a clean run).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CellSpec {
@@ -134,16 +226,41 @@ pub struct CellSpec {
     pub fault: Option<Fault>,
     /// The cell's seed, derived from the wave seed and the cell id.
     pub seed: u64,
+    /// Events after the first cut (a schedule, or a depth-2 cut during
+    /// recovery); empty for a one-cut cell.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub then: Vec<Event>,
 }
 
 impl CellSpec {
-    /// The JUnit test-case name: `<scenario-id>@<point>#<n>/<fault>`, or
-    /// `<scenario-id>@clean`.
+    /// The JUnit test-case name: `<scenario-id>@<point>#<n>/<fault>` (with
+    /// `+<point>#<n>/<fault>` per later event), or `<scenario-id>@clean`.
     pub fn name(&self) -> String {
-        match (&self.cut, self.fault) {
-            (Some(cut), Some(fault)) => format!("{}@{cut}/{fault}", self.scenario_id),
-            _ => format!("{}@clean", self.scenario_id),
+        match self.schedule() {
+            Some(events) => format!("{}@{}", self.scenario_id, format_schedule(&events)),
+            None => format!("{}@clean", self.scenario_id),
         }
+    }
+
+    /// Every event of the cell, the first cut first; `None` for a clean cell.
+    pub fn schedule(&self) -> Option<Vec<Event>> {
+        let (cut, fault) = (self.cut.clone()?, self.fault?);
+        let mut all = vec![Event { cut, fault }];
+        all.extend(self.then.iter().cloned());
+        Some(all)
+    }
+
+    /// A cell running `events` (the first is the armed cut).
+    pub fn with_schedule(&mut self, events: &[Event]) {
+        self.cut = events.first().map(|e| e.cut.clone());
+        self.fault = events.first().map(|e| e.fault);
+        self.then = events.iter().skip(1).cloned().collect();
+    }
+
+    /// How deep the cell reaches: 0 clean, 1 one cut, 2 and more a cell with
+    /// later events.
+    pub fn depth(&self) -> usize {
+        self.schedule().map_or(0, |s| s.len())
     }
 }
 
@@ -175,6 +292,10 @@ pub struct Outcome {
     pub cause: Option<String>,
     /// Whether the armed cut was reached.
     pub reached_cut: bool,
+    /// Events of the schedule applied (the first cut counts; 0 or 1 for a
+    /// one-cut cell).
+    #[serde(default)]
+    pub events_applied: usize,
     /// Runs of the task.
     pub runs: usize,
     /// Continuation turns the provider recorded.

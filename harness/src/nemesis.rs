@@ -41,8 +41,8 @@ pub fn plan(fault: Fault) -> Plan {
             kill_runner: false,
             provider_signal: Some(Signal::SIGSTOP),
         },
-        // A controller action (`cell::inject_follow_up`): no signal.
-        Fault::FollowUp => Plan {
+        // A controller action (`cell::inject_action`): no signal.
+        Fault::FollowUp | Fault::Retry => Plan {
             kill_runner: false,
             provider_signal: None,
         },

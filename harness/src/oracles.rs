@@ -599,7 +599,13 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                     continue;
                 };
                 let run = &runs[pos];
-                if run.status != "completed" {
+                let faulted = faulted_after_retry(e, &x.message_id);
+                let closed_with_cause = run.cause.as_ref().is_some_and(|c| {
+                    c.recoverable || contract::FAIL_CLOSED.contains(&c.code.as_str())
+                });
+                // A Retry run that a later event cut may itself fail, but
+                // only the way the contract lets any run fail after a cut.
+                if run.status != "completed" && !(faulted && closed_with_cause) {
                     j.fail(
                         format!(
                             "Retry run {run_id} ended {} ({:?})",
@@ -790,6 +796,23 @@ pub fn secrecy(e: &Evidence) -> OracleResult {
     j.done()
 }
 
+/// Whether a cut or event of the schedule was reached after the Retry
+/// `message_id` was sent: its run may then have been cut itself.
+fn faulted_after_retry(e: &Evidence, message_id: &str) -> bool {
+    let Some(sent) = e
+        .ops
+        .iter()
+        .filter(|o| o.kind == "retry" && o.message_id == message_id)
+        .map(|o| o.at_ms)
+        .min()
+    else {
+        return false;
+    };
+    e.actions
+        .iter()
+        .any(|a| matches!(a.what.as_str(), "cut.reached" | "event.reached") && a.at_ms >= sent)
+}
+
 /// No process of the cell is alive after the cell.
 pub fn hygiene(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("hygiene").needs(e, &[Source::Processes]);
@@ -913,6 +936,7 @@ mod tests {
                 }),
                 fault: Some(Fault::KillRunner),
                 seed: 1,
+                then: Vec::new(),
             }),
             fault: Some(Fault::KillRunner),
             reached_cut: true,
@@ -1493,6 +1517,32 @@ mod tests {
         e.events
             .push(event(6, "stopped_conversation_verified", json!({})));
         e
+    }
+
+    #[test]
+    fn a_retry_run_cut_by_a_later_event_may_fail_only_with_a_contract_cause() {
+        let mut e = retried();
+        e.task["runs"][1]["status"] = json!("failed");
+        e.task["runs"][1]["cause"] =
+            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        // No event after the Retry: its run had no excuse to fail.
+        assert_only_fails(&e, "retry.works", "ended failed");
+        e.ops.push(crate::evidence::Op::of(
+            "retry",
+            "r1",
+            100,
+            &Ok::<_, anyhow::Error>((201, ())),
+        ));
+        e.actions.push(crate::evidence::Action {
+            at_ms: 150,
+            what: "event.reached".into(),
+            detail: json!({ "event": 2 }),
+        });
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+        // Cut, it still needs a cause the contract lists.
+        e.task["runs"][1]["cause"] =
+            json!({ "code": "made_up", "recoverable": false, "message": "x" });
+        assert!(verdict(&judge(&e), "retry.works").0 == Verdict::Fail);
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
         cut: None,
         fault: None,
         seed: 0,
+        then: Vec::new(),
     };
     let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
     if let Some(e) = &run.result.error {
@@ -216,6 +217,67 @@ pub fn check_cut(
     Ok(())
 }
 
+/// The most events a schedule may have.
+pub const MAX_EVENTS: usize = 8;
+
+/// Checks a `--schedule` against the boundaries of a clean run of
+/// `scenario_id`, before any cell runs: the first event as [`check_cut`]
+/// checks a cut; each later event's point must belong to the runner or this
+/// profile's provider (a point of another protocol can never happen).
+pub fn check_schedule(
+    boundaries: &[Boundary],
+    scenario_id: &str,
+    events: &[crate::model::Event],
+) -> Result<(), String> {
+    let Some(first) = events.first() else {
+        return Err("the schedule is empty".to_owned());
+    };
+    if events.len() > MAX_EVENTS {
+        return Err(format!(
+            "the schedule has {} events; at most {MAX_EVENTS}",
+            events.len()
+        ));
+    }
+    check_cut(boundaries, scenario_id, &first.cut, first.fault)?;
+    let families: std::collections::HashSet<&str> = boundaries
+        .iter()
+        .filter_map(|b| b.cut.point.split('.').next())
+        .collect();
+    for (i, e) in events.iter().enumerate().skip(1) {
+        let family = e.cut.point.split('.').next().unwrap_or_default();
+        if !families.contains(family) {
+            let mut known: Vec<&str> = families.iter().copied().collect();
+            known.sort();
+            return Err(format!(
+                "event {} ({e}): {scenario_id} runs no component with {family}.* points (its points start with {}); `turncut boundaries {scenario_id}` lists them",
+                i + 1,
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A cell of `scenario_id` running `events`, seeded by its name.
+pub fn schedule_cell(
+    wave_seed: u64,
+    cell_id: String,
+    scenario_id: String,
+    events: &[crate::model::Event],
+) -> CellSpec {
+    let mut spec = CellSpec {
+        cell_id,
+        scenario_id,
+        cut: None,
+        fault: None,
+        seed: 0,
+        then: Vec::new(),
+    };
+    spec.with_schedule(events);
+    spec.seed = cell_seed(wave_seed, &spec.name());
+    spec
+}
+
 /// Checks the `cut` list of `scenario` against `boundaries`, the union of
 /// the clean runs of its profiles: every point must belong to a component
 /// and happen in at least one of them. The error has the point's place in
@@ -281,6 +343,7 @@ pub fn number(wave_seed: u64, cells: Vec<(String, Option<Cut>, Option<Fault>)>) 
                 cut,
                 fault,
                 seed: 0,
+                then: Vec::new(),
             };
             spec.seed = cell_seed(wave_seed, &spec.name());
             spec

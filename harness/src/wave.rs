@@ -431,13 +431,17 @@ fn scenarios_arg(env: &CellEnv) -> Option<String> {
 /// default (`--scenarios` only when the scenarios were not built in).
 pub fn reproduce_args(env: &CellEnv, spec: &CellSpec) -> Vec<String> {
     let mut args = vec!["run".to_owned(), spec.scenario_id.clone()];
-    if let (Some(cut), Some(fault)) = (&spec.cut, spec.fault) {
-        args.extend([
+    match (&spec.cut, spec.fault, spec.schedule()) {
+        (_, _, Some(events)) if events.len() > 1 => {
+            args.extend(["--schedule".into(), crate::model::format_schedule(&events)]);
+        }
+        (Some(cut), Some(fault), _) => args.extend([
             "--cut".into(),
             cut.to_string(),
             "--fault".into(),
             fault.to_string(),
-        ]);
+        ]),
+        _ => {}
     }
     let run = run_config(env, &[]);
     if let Some(dir) = run.scenarios {
@@ -550,6 +554,7 @@ mod tests {
                     }),
                     fault: Some(Fault::KillRunner),
                     seed: 1,
+                    then: Vec::new(),
                 },
                 verdict,
                 oracles: Vec::new(),

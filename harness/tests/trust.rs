@@ -131,6 +131,7 @@ fn a_follow_up_cut_mid_request_is_recorded_as_info_then_ok() {
         }),
         fault: Some(Fault::KillRunner),
         seed: 1,
+        then: Vec::new(),
     };
     let run = harness::cell::run_cell(&CellEnv::new(exe(), &dir), s, profile, &spec);
     let ops: Vec<(OpResult, Option<u16>)> = run

@@ -249,6 +249,7 @@ mod tests {
                 cut: None,
                 fault: None,
                 seed: 1,
+                then: Vec::new(),
             },
             verdict,
             oracles: vec![OracleResult {

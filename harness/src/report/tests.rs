@@ -44,6 +44,7 @@ fn cell(
             }),
             fault,
             seed: 7,
+            then: Vec::new(),
         },
         verdict,
         oracles,

@@ -1,0 +1,459 @@
+//! Random schedules: proptest strategies over the boundaries of a clean run
+//! generate schedules of 1–4 events (kills, hangs, controller actions) at
+//! boundaries named relative to what has happened so far, and a failing
+//! schedule is shrunk by proptest to a minimal one (fewest events, earliest
+//! boundaries, the plainest fault).
+//!
+//! `turncut explore` runs schedules until the first failure or its time
+//! budget; `turncut wave --schedules K` adds K generated schedules per
+//! scenario id to a wave. Both draw from the same strategy, seeded by the
+//! wave or explore seed, so a seed names the same schedules on every machine
+//! that discovers the same boundaries.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use proptest::sample::Index;
+use proptest::strategy::ValueTree as _;
+use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+
+use crate::cell::CellEnv;
+use crate::model::{CellSpec, Cut, Event, Fault, Verdict};
+use crate::nemesis;
+use crate::plan::{self, Boundary};
+use crate::scenario::{self, Scenario};
+use crate::wave::{self, Finished};
+
+/// The faults a generated schedule draws from, in shrinking order (a
+/// schedule shrinks towards the first).
+pub const SCHEDULE_FAULTS: [Fault; 6] = [
+    Fault::KillRunner,
+    Fault::KillProvider,
+    Fault::KillBoth,
+    Fault::FollowUp,
+    Fault::Retry,
+    Fault::HangProvider,
+];
+
+/// How many events a generated schedule has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventCount {
+    /// At least.
+    pub min: usize,
+    /// At most.
+    pub max: usize,
+}
+
+impl Default for EventCount {
+    fn default() -> Self {
+        EventCount { min: 1, max: 4 }
+    }
+}
+
+/// Parses `N` or `MIN-MAX` (1 ≤ MIN ≤ MAX ≤ [`plan::MAX_EVENTS`]).
+pub fn parse_event_count(s: &str) -> Result<EventCount, String> {
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let parse = |t: &str| t.trim().parse::<usize>().ok();
+    match (parse(a), parse(b)) {
+        (Some(min), Some(max)) if 1 <= min && min <= max && max <= plan::MAX_EVENTS => {
+            Ok(EventCount { min, max })
+        }
+        _ => Err(format!(
+            "--events {s:?}: give N or MIN-MAX with 1 <= MIN <= MAX <= {}",
+            plan::MAX_EVENTS
+        )),
+    }
+}
+
+/// One scenario id's boundaries in a fixed order: the runner's in the order
+/// the runner hit them, then the provider's in the order the provider hit
+/// them (each process is sequential, so this order does not depend on how
+/// the two interleaved).
+pub fn ordered(boundaries: &[Boundary]) -> Vec<Boundary> {
+    let mut runner: Vec<Boundary> = Vec::new();
+    let mut provider: Vec<Boundary> = Vec::new();
+    for b in boundaries {
+        if b.role == "runner" {
+            runner.push(b.clone());
+        } else {
+            provider.push(b.clone());
+        }
+    }
+    runner.extend(provider);
+    runner
+}
+
+/// The schedule strategy over `boundaries` (see [`ordered`]): the first
+/// event is a boundary with its per-process occurrence; a later event is a
+/// boundary's point at its 1st or 2nd hit after the event before it.
+pub fn strategy(boundaries: Vec<Boundary>, count: EventCount) -> impl Strategy<Value = Vec<Event>> {
+    let raw = (any::<Index>(), 0..SCHEDULE_FAULTS.len(), 1u64..=2);
+    proptest::collection::vec(raw, count.min..=count.max)
+        .prop_map(move |raw| to_events(&boundaries, &raw))
+}
+
+fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event> {
+    raw.iter()
+        .enumerate()
+        .map(|(i, (at, fault, occurrence))| {
+            let b = &boundaries[at.index(boundaries.len())];
+            let mut fault = SCHEDULE_FAULTS[*fault];
+            let cut = if i == 0 {
+                // The first cut is a boundary as discovered; a provider
+                // fault where no provider lives would fire at nothing.
+                if nemesis::needs_provider(fault) && !b.provider_alive {
+                    fault = Fault::KillRunner;
+                }
+                b.cut.clone()
+            } else {
+                Cut {
+                    point: b.cut.point.clone(),
+                    n: *occurrence,
+                }
+            };
+            Event { cut, fault }
+        })
+        .collect()
+}
+
+/// A proptest runner with a fixed seed: the same seed draws the same
+/// schedules.
+pub fn seeded_runner(seed: u64, shrink_iters: u32) -> TestRunner {
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&plan::mix(seed ^ i as u64).to_le_bytes());
+    }
+    let config = Config {
+        cases: u32::MAX,
+        failure_persistence: None,
+        max_shrink_iters: shrink_iters,
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+}
+
+/// `k` schedules of `boundaries`, drawn with `seed` (for `wave --schedules`).
+pub fn draw(boundaries: &[Boundary], count: EventCount, seed: u64, k: usize) -> Vec<Vec<Event>> {
+    let strategy = strategy(ordered(boundaries), count);
+    let mut runner = seeded_runner(seed, 0);
+    (0..k)
+        .filter_map(|_| strategy.new_tree(&mut runner).ok())
+        .map(|tree| tree.current())
+        .collect()
+}
+
+/// What `turncut explore` is asked to do.
+pub struct Options {
+    /// The time budget.
+    pub budget: Duration,
+    /// The seed.
+    pub seed: u64,
+    /// Events per schedule.
+    pub events: EventCount,
+    /// Parallel explorers.
+    pub jobs: usize,
+    /// Shrinking runs at most.
+    pub shrink_iters: u32,
+}
+
+/// A failing schedule, shrunk.
+pub struct Found {
+    /// The scenario id.
+    pub scenario_id: String,
+    /// The first failing schedule, as run.
+    pub original: Finished,
+    /// The minimal failing schedule proptest shrank it to, run once more.
+    pub minimal: Finished,
+    /// Cells run while shrinking.
+    pub shrink_runs: usize,
+}
+
+/// The outcome of an exploration.
+pub struct Explored {
+    /// Schedules run (shrinking runs not included).
+    pub runs: usize,
+    /// Schedules whose verdict was `unknown`.
+    pub unknown: usize,
+    /// Schedules per scenario id.
+    pub per_id: std::collections::BTreeMap<String, usize>,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// The failure, if one was found.
+    pub found: Option<Found>,
+}
+
+/// A scenario id ready to explore.
+pub struct Target<'a> {
+    /// The id.
+    pub id: String,
+    /// Its scenario.
+    pub scenario: &'a Scenario,
+    /// Its boundaries in [`ordered`] order.
+    pub boundaries: Vec<Boundary>,
+}
+
+/// Discovers the boundaries of every id.
+pub fn targets<'a>(
+    env: &CellEnv,
+    scenarios: &'a [Scenario],
+    ids: &[String],
+) -> anyhow::Result<Vec<Target<'a>>> {
+    let mut out = Vec::new();
+    for id in ids {
+        let (scenario, profile) = scenario::find(scenarios, id)
+            .ok_or_else(|| anyhow::anyhow!("unknown scenario id {id}"))?;
+        let d = plan::discover(env, scenario, &profile)?;
+        anyhow::ensure!(
+            !d.boundaries.is_empty(),
+            "a clean run of {id} hit no boundary"
+        );
+        out.push(Target {
+            id: id.clone(),
+            scenario,
+            boundaries: ordered(&d.boundaries),
+        });
+    }
+    Ok(out)
+}
+
+/// Whether a cell found a defect: an oracle other than `vacuity` failed (a
+/// later event that never came is no defect; a first cut that was not
+/// reached tested nothing either way).
+pub fn is_failure(f: &Finished) -> bool {
+    f.result
+        .oracles
+        .iter()
+        .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
+}
+
+/// The failing oracles of a cell, by name.
+pub fn failing_oracles(f: &Finished) -> Vec<String> {
+    f.result
+        .oracles
+        .iter()
+        .filter(|o| o.verdict == Verdict::Fail)
+        .map(|o| o.oracle.clone())
+        .collect()
+}
+
+/// Explores `targets` until a schedule fails or the budget is spent; the
+/// failing schedule is shrunk and its minimal form run once more.
+pub fn explore(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    targets: &[Target<'_>],
+    opts: &Options,
+) -> Explored {
+    let started = Instant::now();
+    let shared = Progress {
+        stop: AtomicBool::new(false),
+        runs: AtomicUsize::new(0),
+        unknown: AtomicUsize::new(0),
+        per_id: Mutex::new(Default::default()),
+        found: Mutex::new(None),
+    };
+    std::thread::scope(|s| {
+        for job in 0..opts.jobs.max(1) {
+            let shared = &shared;
+            s.spawn(move || explorer(env, scenarios, targets, opts, job, started, shared));
+        }
+    });
+    Explored {
+        runs: shared.runs.load(Ordering::SeqCst),
+        unknown: shared.unknown.load(Ordering::SeqCst),
+        per_id: shared.per_id.into_inner().expect("per id"),
+        elapsed: started.elapsed(),
+        found: shared.found.into_inner().expect("found"),
+    }
+}
+
+struct Progress {
+    stop: AtomicBool,
+    runs: AtomicUsize,
+    unknown: AtomicUsize,
+    per_id: Mutex<std::collections::BTreeMap<String, usize>>,
+    found: Mutex<Option<Found>>,
+}
+
+impl Progress {
+    fn count(&self, id: &str, f: &Finished) {
+        let runs = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
+        if f.result.verdict == Verdict::Unknown {
+            self.unknown.fetch_add(1, Ordering::SeqCst);
+        }
+        *self
+            .per_id
+            .lock()
+            .expect("per id")
+            .entry(id.to_owned())
+            .or_default() += 1;
+        if runs.is_multiple_of(25) {
+            eprintln!("explore: {runs} schedules run");
+        }
+    }
+}
+
+/// One explorer thread: round-robin over the targets, one schedule at a
+/// time, until the budget is spent or some thread found a failure.
+fn explorer(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    targets: &[Target<'_>],
+    opts: &Options,
+    job: usize,
+    started: Instant,
+    shared: &Progress,
+) {
+    let mut runner = seeded_runner(plan::mix(opts.seed ^ (job as u64) << 32), opts.shrink_iters);
+    let strategies: Vec<_> = targets
+        .iter()
+        .map(|t| strategy(t.boundaries.clone(), opts.events))
+        .collect();
+    let mut next = job;
+    while started.elapsed() < opts.budget && !shared.stop.load(Ordering::SeqCst) {
+        let i = next % targets.len();
+        next += opts.jobs.max(1);
+        let target = &targets[i];
+        let Ok(tree) = strategies[i].new_tree(&mut runner) else {
+            continue;
+        };
+        if let Some(found) = try_schedule(env, scenarios, target, &mut runner, tree, shared) {
+            shared.stop.store(true, Ordering::SeqCst);
+            shared.found.lock().expect("found").get_or_insert(found);
+        }
+    }
+}
+
+/// Runs one generated schedule; on a failure, lets proptest shrink it and
+/// runs the minimal schedule once more.
+fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    target: &Target<'_>,
+    runner: &mut TestRunner,
+    tree: T,
+    shared: &Progress,
+) -> Option<Found> {
+    let original: Mutex<Option<Finished>> = Mutex::new(None);
+    let runs = AtomicUsize::new(0);
+    let outcome = runner.run_one(tree, |events| {
+        let n = runs.fetch_add(1, Ordering::SeqCst);
+        let f = if n == 0 {
+            let f = run_schedule(env, scenarios, &target.id, &events);
+            shared.count(&target.id, &f);
+            f
+        } else {
+            // A failure may depend on timing the harness does not hold: a
+            // candidate counts as passing only when it passes every attempt,
+            // so a flaky pass does not stop the shrinking early.
+            run_until_failure(env, scenarios, &target.id, &events, SHRINK_ATTEMPTS)
+        };
+        if !is_failure(&f) {
+            return Ok(());
+        }
+        let why = failing_oracles(&f).join(", ");
+        original.lock().expect("original").get_or_insert(f);
+        Err(TestCaseError::fail(why))
+    });
+    match outcome {
+        Err(TestError::Fail(_, minimal)) => {
+            let original = original.into_inner().expect("original")?;
+            let minimal = run_until_failure(env, scenarios, &target.id, &minimal, SHRINK_ATTEMPTS);
+            Some(Found {
+                scenario_id: target.id.clone(),
+                original,
+                minimal,
+                shrink_runs: runs.load(Ordering::SeqCst).saturating_sub(1),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// Attempts per candidate while shrinking.
+pub const SHRINK_ATTEMPTS: usize = 3;
+
+/// Runs `events` up to `attempts` times and returns the first failing run
+/// (or the last passing one).
+pub fn run_until_failure(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    id: &str,
+    events: &[Event],
+    attempts: usize,
+) -> Finished {
+    let mut last = run_schedule(env, scenarios, id, events);
+    for _ in 1..attempts {
+        if is_failure(&last) {
+            break;
+        }
+        last = run_schedule(env, scenarios, id, events);
+    }
+    last
+}
+
+/// Runs `events` on `id` as one cell.
+pub fn run_schedule(env: &CellEnv, scenarios: &[Scenario], id: &str, events: &[Event]) -> Finished {
+    let spec: CellSpec = plan::schedule_cell(0, "t001".into(), id.to_owned(), events);
+    wave::run_one(env, scenarios, &spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b(role: &str, point: &str, n: u64, alive: bool) -> Boundary {
+        Boundary {
+            cut: Cut {
+                point: point.into(),
+                n,
+            },
+            role: role.into(),
+            provider_alive: alive,
+        }
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_schedules() {
+        let bs = vec![
+            b("runner", "runner.a.persisted", 1, false),
+            b("provider", "codex.x", 1, true),
+            b("runner", "runner.b.persisted", 1, true),
+        ];
+        let one = draw(&bs, EventCount::default(), 7, 20);
+        assert_eq!(one, draw(&bs, EventCount::default(), 7, 20));
+        assert_ne!(one, draw(&bs, EventCount::default(), 8, 20));
+        assert!(one.iter().all(|s| (1..=4).contains(&s.len())));
+        // A provider fault is never the first event where no provider lives.
+        for s in &one {
+            if s[0].cut.point == "runner.a.persisted" {
+                assert!(!nemesis::needs_provider(s[0].fault), "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn boundaries_are_ordered_runner_first_in_hit_order() {
+        let bs = vec![
+            b("provider", "codex.x", 1, true),
+            b("runner", "runner.z", 1, true),
+            b("runner", "runner.a", 1, true),
+        ];
+        let names: Vec<String> = ordered(&bs).iter().map(|b| b.cut.point.clone()).collect();
+        assert_eq!(names, ["runner.z", "runner.a", "codex.x"]);
+    }
+
+    #[test]
+    fn event_counts_parse_or_say_why() {
+        assert_eq!(
+            parse_event_count("3").unwrap(),
+            EventCount { min: 3, max: 3 }
+        );
+        assert_eq!(parse_event_count("1-4").unwrap(), EventCount::default());
+        for bad in ["0", "4-2", "x", "1-99"] {
+            assert!(parse_event_count(bad).is_err(), "{bad}");
+        }
+    }
+}
