@@ -52,6 +52,8 @@ pub struct CellEnv {
     pub scenarios_dir: PathBuf,
     /// Keep cell directories.
     pub keep: bool,
+    /// Apply a scenario's `recut` (off in a depth-1-only wave).
+    pub recut: bool,
 }
 
 impl CellEnv {
@@ -66,6 +68,7 @@ impl CellEnv {
             wait_ms: 15_000,
             scenarios_dir: scenarios_dir.to_owned(),
             keep: false,
+            recut: true,
         }
     }
 }
@@ -181,7 +184,7 @@ pub fn run_cell_traced(
     trace: Option<&Path>,
 ) -> CellRun {
     let started = Instant::now();
-    let events = schedule_of(scenario, spec);
+    let events = schedule_of(scenario, spec, env.recut);
     let hang_env;
     let env = if events.iter().any(|e| e.fault == Fault::HangProvider) {
         hang_env = CellEnv {
@@ -749,10 +752,12 @@ fn turn_active(t: &Value) -> bool {
 }
 
 /// The schedule of a cell: its events, then a scenario's `recut` (with the
-/// first cut's fault) when the cell names no later event itself.
-pub fn schedule_of(scenario: &Scenario, spec: &CellSpec) -> Vec<Event> {
+/// first cut's fault) when the cell names no later event itself and `recut`
+/// is on.
+pub fn schedule_of(scenario: &Scenario, spec: &CellSpec, recut: bool) -> Vec<Event> {
     let mut events = spec.schedule().unwrap_or_default();
     if events.len() == 1
+        && recut
         && let Some(recut) = &scenario.recut
     {
         let fault = events[0].fault;

@@ -136,6 +136,8 @@ enum Command {
         /// recovery path differ (exit 1 if any); no reports are written.
         #[arg(long, default_value_t = 1)]
         repeat: usize,
+        #[command(flatten)]
+        reach: ReachArgs,
     },
     /// Run random schedules of 1-4 events (kills, hangs, follow-ups,
     /// Retries, at boundaries relative to what happened before) until one
@@ -179,6 +181,8 @@ enum Command {
     },
     /// Run the default wave against every seeded bug of runnerd.
     Mutants {
+        #[command(flatten)]
+        reach: ReachArgs,
         /// Parallel cells.
         #[arg(long, default_value_t = 2)]
         jobs: usize,
@@ -229,6 +233,36 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+}
+
+/// How far a wave reaches beyond one cut per cell.
+#[derive(Debug, Args, Clone)]
+struct ReachArgs {
+    /// 2: the default wave (one-cut cells, scenarios' recuts, controller
+    /// actions, depth-2 and schedule cells); 1: one process fault per cell
+    /// only (the old depth-1 wave).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    depth: u8,
+    /// Depth-2 cells per scenario id (a second event during the recovery
+    /// from a first cut, discovered from a traced run).
+    #[arg(long, default_value_t = 2)]
+    depth2: usize,
+    /// Random schedules of 1-4 events per scenario id, drawn by the seed.
+    #[arg(long, default_value_t = 2)]
+    schedules: usize,
+}
+
+impl ReachArgs {
+    fn reach(&self) -> wave::Reach {
+        if self.depth == 1 {
+            return wave::Reach::depth1();
+        }
+        wave::Reach {
+            depth2: self.depth2,
+            schedules: self.schedules,
+            depth1_only: false,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -395,6 +429,7 @@ fn env_for(
         env.wait_ms,
     );
     env.keep = common.keep;
+    env.recut = !recorded.is_some_and(|r| r.depth1_only);
     Ok((env, scenarios))
 }
 
@@ -504,6 +539,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                     std::slice::from_ref(&scenario_id),
                     seed,
                     false,
+                    wave::Reach::default(),
                 )
                 .map_err(plan_err)?,
             };
@@ -530,8 +566,9 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             only,
             max_fail,
             repeat,
+            reach,
         } => {
-            let (env, scenarios) = env_for(exe, &common, None)?;
+            let (mut env, scenarios) = env_for(exe, &common, None)?;
             let seed = seed.unwrap_or_else(|| {
                 std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -554,7 +591,10 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                 prepare_out(out)?;
             }
             eprintln!("turncut wave (seed {seed}, jobs {jobs})");
-            let cells = wave::plan_cells(&env, &scenarios, &ids, seed, false).map_err(plan_err)?;
+            let reach = reach.reach();
+            env.recut = !reach.depth1_only;
+            let cells =
+                wave::plan_cells(&env, &scenarios, &ids, seed, false, reach).map_err(plan_err)?;
             let cells = plan::sample(cells, budget.map(|b| b as usize), seed);
             // One id for every shard of this wave: the seed and the cells
             // planned before sharding.
@@ -615,6 +655,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             command: ReportCommand::Merge { dirs, out },
         } => merge(&dirs, &out),
         Command::Mutants {
+            reach,
             jobs,
             bugs,
             budget,
@@ -628,6 +669,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             budget,
             profiles.as_deref(),
             full,
+            reach.reach(),
         )
         .map_err(|e| harness_err(format!("{e:#}"))),
     }

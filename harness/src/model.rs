@@ -364,6 +364,9 @@ pub struct RunConfig {
     /// into turncut.
     #[serde(default)]
     pub scenarios: Option<String>,
+    /// A depth-1-only wave (`wave --depth 1`): scenarios' `recut` off.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub depth1_only: bool,
     /// The file of each scenario id (`scenarios/<file>.toml` for a built-in
     /// one), for JUnit's `file=`.
     #[serde(default)]

@@ -123,6 +123,7 @@ pub fn run(
     budget: Option<usize>,
     profiles: Option<&str>,
     full: bool,
+    reach: wave::Reach,
 ) -> anyhow::Result<i32> {
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
     let dir = scenarios_dir.clone().unwrap_or_default();
@@ -170,11 +171,12 @@ pub fn run(
             // strands a task should cost seconds, not the default wait.
             env.wait_ms = 2_000;
             env.runner_cmd = vec![bin.display().to_string()];
+            env.recut = !reach.depth1_only;
             if bug != "(none)" {
                 env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
             }
             let seed = 7;
-            let cells = wave::plan_cells(&env, &scenarios, ids, seed, true)?;
+            let cells = wave::plan_cells(&env, &scenarios, ids, seed, true, reach)?;
             let cells = plan::sample(cells, budget, seed);
             let stop = (bug != "(none)" && !full).then_some(wave::StopAfter::Caught(1));
             let finished = wave::run_cells_until(&env, &scenarios, &cells, jobs, stop);

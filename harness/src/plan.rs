@@ -97,6 +97,56 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
     })
 }
 
+/// The boundaries of the recovery after `first`: `scenario` runs once with
+/// that one event and a trace in every process (restarted runners and new
+/// providers included); every hit after the event was applied is a
+/// boundary, numbered by its occurrence after the event (the numbering a
+/// later event of a schedule uses).
+pub fn discover_after(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    first: &crate::model::Event,
+) -> anyhow::Result<Vec<Boundary>> {
+    let dir = crate::tempdirs::tempdir("trace")?;
+    let trace = dir.path().join("trace.jsonl");
+    let spec = schedule_cell(
+        0,
+        "discovery".into(),
+        scenario.id(profile),
+        std::slice::from_ref(first),
+    );
+    let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
+    if let Some(e) = &run.result.error {
+        anyhow::bail!("the traced run of {} failed: {e}", spec.name());
+    }
+    let hits = cutpoint::trace_read(&trace)?;
+    let Some(mark) = hits
+        .iter()
+        .position(|h| h.point == crate::cell::EVENT_MARK && h.n == 1)
+    else {
+        anyhow::bail!("the traced run of {} never reached its cut", spec.name());
+    };
+    let mut counts: std::collections::HashMap<&str, u64> = Default::default();
+    let mut out: Vec<Boundary> = Vec::new();
+    for h in &hits[mark + 1..] {
+        if h.point == crate::cell::EVENT_MARK {
+            continue;
+        }
+        let n = counts.entry(h.point.as_str()).or_default();
+        *n += 1;
+        out.push(Boundary {
+            cut: Cut {
+                point: h.point.clone(),
+                n: *n,
+            },
+            role: h.role.clone(),
+            provider_alive: h.role == "provider",
+        });
+    }
+    Ok(out)
+}
+
 /// The listed cut points of `scenario` that never happen in this clean run
 /// (`boundaries`): points of other protocols, or runner points of another
 /// driver. A point in no profile's list is a mistake; the snapshot tests
@@ -329,6 +379,19 @@ pub fn cell_seed(wave_seed: u64, name: &str) -> u64 {
         h = mix(h ^ u64::from(b));
     }
     h
+}
+
+/// Numbers cells of schedules (an empty one is a clean cell) `t001…` in
+/// order and seeds them.
+pub fn number_schedules(
+    wave_seed: u64,
+    cells: Vec<(String, Vec<crate::model::Event>)>,
+) -> Vec<CellSpec> {
+    cells
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, events))| schedule_cell(wave_seed, format!("t{:03}", i + 1), id, &events))
+        .collect()
 }
 
 /// Numbers cells `t001…` in order and seeds them.

@@ -12,7 +12,9 @@ use std::time::Instant;
 
 use crate::cell::{CellEnv, run_cell};
 use crate::evidence::Evidence;
-use crate::model::{CellResult, CellSpec, RunConfig, Verdict, WAVE_FORMAT_VERSION, WaveResult};
+use crate::model::{
+    CellResult, CellSpec, Event, Fault, RunConfig, Verdict, WAVE_FORMAT_VERSION, WaveResult,
+};
 use crate::plan;
 use crate::scenario::{self, Scenario};
 
@@ -37,16 +39,52 @@ struct Discovered<'a> {
     discovery: plan::Discovery,
 }
 
+/// What a wave reaches beyond one cut per cell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reach {
+    /// Depth-2 cells per scenario id: a first process fault, then a second
+    /// event at a boundary of the recovery, discovered from a traced run of
+    /// the first (`plan::discover_after`).
+    pub depth2: usize,
+    /// Random schedules (`explore::draw`) per scenario id.
+    pub schedules: usize,
+    /// The old depth-1 wave: one process fault per cell, no `recut`, no
+    /// controller-action faults, no depth 2, no schedules.
+    pub depth1_only: bool,
+}
+
+impl Default for Reach {
+    fn default() -> Self {
+        Reach {
+            depth2: 2,
+            schedules: 2,
+            depth1_only: false,
+        }
+    }
+}
+
+impl Reach {
+    /// The depth-1-only wave.
+    pub fn depth1() -> Reach {
+        Reach {
+            depth2: 0,
+            schedules: 0,
+            depth1_only: true,
+        }
+    }
+}
+
 /// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
 /// boundaries with a clean traced run of each, checks every scenario's `cut`
 /// list against them (a bad point is a `ScenarioError`, before any cell
-/// runs), then expands.
+/// runs), then expands, and adds the depth-2 and schedule cells of `reach`.
 pub fn plan_cells(
     env: &CellEnv,
     scenarios: &[Scenario],
     ids: &[String],
     wave_seed: u64,
     quiet: bool,
+    reach: Reach,
 ) -> anyhow::Result<Vec<CellSpec>> {
     let mut found = Vec::new();
     for id in ids {
@@ -75,20 +113,91 @@ pub fn plan_cells(
     let mut all = Vec::new();
     for f in &found {
         let d = &f.discovery;
-        let cells = plan::expand(f.scenario, &d.boundaries)?;
+        let mut cells: Vec<Vec<Event>> = plan::expand(f.scenario, &d.boundaries)?
+            .into_iter()
+            .map(|(cut, fault)| {
+                cut.zip(fault)
+                    .map(|(cut, fault)| Event { cut, fault })
+                    .into_iter()
+                    .collect()
+            })
+            .collect();
+        let depth1 = cells.len();
+        if reach.depth1_only {
+            cells.retain(|events| events.iter().all(|e| !e.fault.is_action()));
+        } else {
+            cells.extend(depth2_cells(env, f, &cells, reach.depth2, wave_seed)?);
+            let seed = plan::cell_seed(wave_seed, f.id);
+            cells.extend(crate::explore::draw(
+                &d.boundaries,
+                crate::explore::EventCount::default(),
+                seed,
+                reach.schedules,
+            ));
+        }
         if !quiet {
             eprintln!(
-                "planned {}: {} boundaries, {} cells (clean run {} in {} ms)",
+                "planned {}: {} boundaries, {} cells ({} one-cut, {} deeper; clean run {} in {} ms)",
                 f.id,
                 d.boundaries.len(),
                 cells.len(),
+                depth1.min(cells.len()),
+                cells.len().saturating_sub(depth1),
                 d.clean_state,
                 d.clean_ms
             );
         }
-        all.extend(cells.into_iter().map(|(c, fault)| (f.id.clone(), c, fault)));
+        all.extend(cells.into_iter().map(|events| (f.id.clone(), events)));
     }
-    Ok(plan::number(wave_seed, all))
+    Ok(plan::number_schedules(wave_seed, all))
+}
+
+/// `k` depth-2 cells of one scenario id: first events chosen by seed among
+/// its one-cut cells with a process kill (they lead to a recovery), each
+/// followed by one event chosen by seed among the boundaries of that
+/// recovery, as a traced run of the first event shows them.
+fn depth2_cells(
+    env: &CellEnv,
+    f: &Discovered<'_>,
+    one_cut: &[Vec<Event>],
+    k: usize,
+    wave_seed: u64,
+) -> anyhow::Result<Vec<Vec<Event>>> {
+    let mut firsts: Vec<(u64, &Event)> = one_cut
+        .iter()
+        .filter_map(|events| events.first())
+        .filter(|e| {
+            matches!(
+                e.fault,
+                Fault::KillRunner | Fault::KillProvider | Fault::KillBoth
+            )
+        })
+        .map(|e| {
+            (
+                plan::cell_seed(wave_seed ^ 0xd2, &format!("{}@{e}", f.id)),
+                e,
+            )
+        })
+        .collect();
+    firsts.sort();
+    let mut out = Vec::new();
+    for (seed, first) in firsts.into_iter().take(k) {
+        let after = plan::discover_after(env, f.scenario, &f.profile, first)?;
+        if after.is_empty() {
+            continue;
+        }
+        let b = &after[(seed % after.len() as u64) as usize];
+        let faults = crate::explore::SCHEDULE_FAULTS;
+        let fault = faults[(plan::mix(seed) % faults.len() as u64) as usize];
+        out.push(vec![
+            first.clone(),
+            Event {
+                cut: b.cut.clone(),
+                fault,
+            },
+        ]);
+    }
+    Ok(out)
 }
 
 /// Checks the `cut` list of `s` against the boundaries of all its profiles
@@ -402,6 +511,7 @@ pub fn run_config(env: &CellEnv, scenarios: &[Scenario]) -> RunConfig {
         idle_timeout_ms: env.idle_timeout_ms,
         hang_idle_timeout_ms: env.hang_idle_timeout_ms,
         cell_wait_ms: env.wait_ms,
+        depth1_only: !env.recut,
         scenarios: scenarios_arg(env),
         scenario_files: scenarios
             .iter()
