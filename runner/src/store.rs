@@ -13,9 +13,14 @@
 //! that would create them. Credentials never reach this module: nothing here
 //! has a field that could hold one.
 //!
-//! A test hook, `TURNCUT_RUNNER_FAIL_WRITE=<write name>`, makes the named write
-//! fail as a full disk would, so the `storage_failed` path can be exercised
-//! with a real runner process.
+//! Storage faults: every named write first passes the cut point
+//! `runner.write.<write name>` with `cutpoint::hit_io` (only when cut points
+//! are active, so production pays one atomic load). The harness answers an
+//! armed one `fail EIO` (`fail-write`: this one write fails, later ones
+//! succeed) or `fail ENOSPC` (`disk-full`: this write and every later write of
+//! this process fail, until a restart brings the disk back). A test hook,
+//! `TURNCUT_RUNNER_FAIL_WRITE=<write name>`, makes every write of that name
+//! fail as a full disk would, without a harness.
 
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
@@ -53,6 +58,14 @@ pub enum StoreError {
     /// The fault-injection hook failed this write.
     #[error("injected failure of write {0} (database or disk is full)")]
     Injected(String),
+    /// The write failed before it started, as the disk reported (a storage
+    /// fault injected at its `runner.write.<write>` cut point).
+    #[error("write {write} failed: {source}")]
+    Write {
+        write: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Task states.
@@ -254,6 +267,9 @@ pub struct Db {
     conn: Connection,
     last_seq: HashMap<String, i64>,
     fail_write: Option<String>,
+    /// Set by a `disk-full` fault: every later write of this process fails
+    /// with `ENOSPC`.
+    disk_full: bool,
     notify: Vec<(String, i64)>,
 }
 
@@ -424,6 +440,7 @@ impl Store {
             conn,
             last_seq: HashMap::new(),
             fail_write,
+            disk_full: false,
             notify: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
@@ -498,12 +515,31 @@ fn parse_cause(s: Option<String>, table: &'static str) -> Result<Option<Cause>, 
 }
 
 impl Db {
-    /// Fails with an injected error when the hook names `write`.
-    pub fn check_fail(&self, write: &str) -> Result<(), StoreError> {
-        match &self.fail_write {
-            Some(w) if w == write => Err(StoreError::Injected(write.to_owned())),
-            _ => Ok(()),
+    /// Fails `write` before it starts when a storage fault says so: the
+    /// environment hook names it, the harness answers its cut point
+    /// `runner.write.<write>` with `fail EIO` / `fail ENOSPC`, or the disk is
+    /// full (an `ENOSPC` answer fills it for the rest of the process). The
+    /// point is passed even on a full disk, so a harness sees every write
+    /// attempted there. Runs on the writer thread: a held point stalls every
+    /// store call behind it, as a stalled disk would.
+    pub fn check_fail(&mut self, write: &str) -> Result<(), StoreError> {
+        if self.fail_write.as_deref() == Some(write) {
+            return Err(StoreError::Injected(write.to_owned()));
         }
+        let failed = |source| StoreError::Write {
+            write: write.to_owned(),
+            source,
+        };
+        if cutpoint::active()
+            && let Err(e) = cutpoint::hit_io(&format!("runner.write.{write}"))
+        {
+            self.disk_full |= e.raw_os_error() == Some(cutpoint::IoFault::Enospc.errno());
+            return Err(failed(e));
+        }
+        if self.disk_full {
+            return Err(failed(cutpoint::IoFault::Enospc.to_io_error()));
+        }
+        Ok(())
     }
 
     /// Read access.
