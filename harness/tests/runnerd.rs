@@ -1092,7 +1092,11 @@ fn a_failed_turn_intent_sends_nothing_and_a_retry_answers_the_message_once() {
     fail_write(&rig, "runner.write.turn_intent", cutpoint::IoFault::Eio);
     let task = client.wait_settled("t1", WAIT).unwrap();
     assert_storage_failed(&rig, &task, "Input/output error");
-    assert_eq!(all_turn_starts(&rig), 0, "nothing is sent after a failed intent");
+    assert_eq!(
+        all_turn_starts(&rig),
+        0,
+        "nothing is sent after a failed intent"
+    );
     assert!(rig.ledger().is_empty());
 
     // The Retry has nothing to re-send (no turn ever started): its run
@@ -1112,14 +1116,22 @@ fn a_failed_turn_accepted_fails_the_run_and_a_retry_resends_the_message_once() {
     fail_write(&rig, "runner.write.turn_accepted", cutpoint::IoFault::Eio);
     let task = client.wait_settled("t1", WAIT).unwrap();
     assert_storage_failed(&rig, &task, "Input/output error");
-    assert_eq!(all_turn_starts(&rig), 1, "only the turn whose intent was durable");
+    assert_eq!(
+        all_turn_starts(&rig),
+        1,
+        "only the turn whose intent was durable"
+    );
     assert_eq!(
         rig.count_in("turn/interrupt") + rig.count_in("item/commandExecution/requestApproval"),
         0
     );
 
     retry_completes(&client, &rig, "t1", "r1");
-    assert_eq!(rig.turn_starts("m1"), 1, "the failed turn is never replayed");
+    assert_eq!(
+        rig.turn_starts("m1"),
+        1,
+        "the failed turn is never replayed"
+    );
     assert_eq!(rig.turn_starts("r1"), 1, "the Retry re-sends it once");
     rig.assert_effects_once();
 }
@@ -1132,11 +1144,7 @@ fn a_failed_provider_identity_stops_the_unrecorded_provider_and_a_retry_complete
     submit(&client, &rig, "t1", "m1");
     let held = rig.hold();
     assert_eq!(held.hit.point, "runner.write.provider_identity");
-    assert_eq!(
-        processes_with_arg(&journal).len(),
-        1,
-        "the provider exists"
-    );
+    assert_eq!(processes_with_arg(&journal).len(), 1, "the provider exists");
     held.fail(cutpoint::IoFault::Eio).unwrap();
     let task = client.wait_settled("t1", WAIT).unwrap();
     assert_storage_failed(&rig, &task, "Input/output error");
@@ -1182,7 +1190,10 @@ fn a_failed_follow_up_write_answers_503_and_changes_nothing() {
         assert_eq!(body["reason"], "storage_failed");
     });
     let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
-    assert!(status == 202, "the same follow-up again is accepted: {status} {body}");
+    assert!(
+        status == 202,
+        "the same follow-up again is accepted: {status} {body}"
+    );
     let task = client.wait_settled("t1", WAIT).unwrap();
     assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
     assert_eq!(rig.turn_starts("f1"), 1);
@@ -1205,21 +1216,37 @@ fn a_full_disk_at_turn_intent_sends_nothing_and_a_restart_resumes_the_task() {
     let held = rig.hold();
     assert_eq!(held.hit.point, "runner.write.provider_stop");
     held.resume().unwrap();
-    assert_eq!(wait_gone(&journal), Vec::<u32>::new(), "the provider is stopped");
+    assert_eq!(
+        wait_gone(&journal),
+        Vec::<u32>::new(),
+        "the provider is stopped"
+    );
     let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
-    assert_eq!((status, &body["reason"]), (503, &json!("storage_failed")), "{body}");
+    assert_eq!(
+        (status, &body["reason"]),
+        (503, &json!("storage_failed")),
+        "{body}"
+    );
     let (status, task) = client.task("t1").unwrap();
     assert_eq!(status, 200, "reads still work: {task}");
     assert_eq!(state(&task), "running", "nothing could be recorded: {task}");
     assert_eq!(all_turn_starts(&rig), 0, "nothing is sent on a full disk");
-    assert!(rig.log().contains("No space left on device"), "{}", rig.log());
+    assert!(
+        rig.log().contains("No space left on device"),
+        "{}",
+        rig.log()
+    );
 
     rig.kill_runner();
     let client = rig.start(None);
     let task = client.wait_settled("t1", WAIT).unwrap();
     assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
     assert_eq!(rig.turn_starts("m1"), 1);
-    assert_eq!(rig.turn_starts("f1"), 0, "the refused follow-up was never admitted");
+    assert_eq!(
+        rig.turn_starts("f1"),
+        0,
+        "the refused follow-up was never admitted"
+    );
     rig.assert_effects_once();
 }
 
@@ -1233,8 +1260,16 @@ fn a_full_disk_at_turn_accepted_fails_closed_after_a_restart_and_a_retry_complet
     let journal = rig.path("journal.jsonl").display().to_string();
     let client = rig.start(Some("runner.write.turn_accepted"));
     submit(&client, &rig, "t1", "m1");
-    fail_write(&rig, "runner.write.turn_accepted", cutpoint::IoFault::Enospc);
-    assert_eq!(wait_gone(&journal), Vec::<u32>::new(), "the provider is stopped");
+    fail_write(
+        &rig,
+        "runner.write.turn_accepted",
+        cutpoint::IoFault::Enospc,
+    );
+    assert_eq!(
+        wait_gone(&journal),
+        Vec::<u32>::new(),
+        "the provider is stopped"
+    );
     let (status, body) = client.retry("t1", "r0").unwrap();
     assert_eq!(status, 409, "the store still says running: {body}");
 
@@ -1249,4 +1284,64 @@ fn a_full_disk_at_turn_accepted_fails_closed_after_a_restart_and_a_retry_complet
     assert_eq!(rig.turn_starts("r1"), 1);
     assert_eq!(rig.turn_starts("m1"), 1);
     rig.assert_effects_once();
+}
+
+/// A follow-up whose turn intent failed after the first message was
+/// answered: the Retry answers the follow-up once and redoes nothing that
+/// completed.
+#[test]
+fn a_retry_after_a_failed_follow_up_intent_answers_only_the_follow_up() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("runner.write.turn_intent#2"));
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let (status, body) = client.follow_up("t1", "f1", "Also add a README").unwrap();
+    assert_eq!(status, 202, "{body}");
+    fail_write(&rig, "runner.write.turn_intent", cutpoint::IoFault::Eio);
+    let task = client
+        .wait_task("t1", WAIT, |t| t["state"] == "failed")
+        .unwrap();
+    assert_storage_failed(&rig, &task, "Input/output error");
+
+    retry_completes(&client, &rig, "t1", "r1");
+    assert_eq!(
+        rig.turn_starts("m1"),
+        1,
+        "the answered prompt is not redone"
+    );
+    assert_eq!(rig.turn_starts("f1"), 1, "the follow-up is answered once");
+    assert_eq!(all_turn_starts(&rig), 2);
+    rig.assert_effects_once();
+}
+
+/// A Retry refused by a failed write changed nothing: the same Retry again
+/// is admitted with one stop proof.
+#[test]
+fn a_retry_refused_by_a_failed_write_changed_nothing_and_can_be_repeated() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some("runner.write.turn_intent,runner.write.retry_admitted"));
+    submit(&client, &rig, "t1", "m1");
+    fail_write(&rig, "runner.write.turn_intent", cutpoint::IoFault::Eio);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_storage_failed(&rig, &task, "Input/output error");
+    std::thread::scope(|s| {
+        let request = s.spawn(|| client.retry("t1", "r1").unwrap());
+        fail_write(&rig, "runner.write.retry_admitted", cutpoint::IoFault::Eio);
+        let (status, body) = request.join().unwrap();
+        assert_eq!(
+            (status, &body["reason"]),
+            (503, &json!("storage_failed")),
+            "{body}"
+        );
+    });
+    let (status, task) = client.task("t1").unwrap();
+    assert_eq!((status, state(&task)), (200, "failed"), "{task}");
+    retry_completes(&client, &rig, "t1", "r1");
+    let proofs = event_kinds(&client, "t1")
+        .iter()
+        .filter(|k| *k == "stopped_conversation_verified")
+        .count();
+    assert_eq!(proofs, 1, "one proof for one admitted Retry");
+    assert_eq!(all_turn_starts(&rig), 1);
 }
