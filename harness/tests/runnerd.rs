@@ -85,6 +85,16 @@ impl Rig {
             self.path("profiles.toml").display().to_string(),
         ];
         extra.extend(self.runner_extra.iter().cloned());
+        // `TURNCUT_TEST_SEEDED_BUG=NAME cargo test -p harness --features
+        // runner/seeded-bugs --test runnerd` runs every row against a runner
+        // with that bug on (docs/seeded-bugs.md): a test that still passes
+        // does not catch it.
+        if let Some(bug) = std::env::var_os("TURNCUT_TEST_SEEDED_BUG").filter(|b| !b.is_empty()) {
+            extra.extend([
+                "--seeded-bug".to_owned(),
+                bug.to_string_lossy().into_owned(),
+            ]);
+        }
         let mut cmd = RunnerCommand::via(exe()).command(&self.path("state"), &extra);
         cmd.env(cutpoint::ENV_SOCKET, self.listener.path())
             .env_remove(cutpoint::ENV_ARM)
