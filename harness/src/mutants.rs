@@ -38,6 +38,7 @@ pub const BUGS: &[&str] = &[
     "skip-marker-sweep",
     "split-lost-mark",
     "settle-ignores-queue",
+    "send-after-failed-intent",
 ];
 
 /// Whether a seeded bug can fire for a profile. The native profile has no

@@ -533,7 +533,19 @@ impl Engine {
                 .write("turn_intent", move |db| {
                     db.turn_intent(&tid, &rid, &mid, "primary", &cid)
                 })
-                .await?;
+                .await;
+            #[cfg(feature = "seeded-bugs")]
+            let row = match row {
+                Err(StepError::Storage(e)) if seeded::active(SeededBug::SendAfterFailedIntent) => {
+                    // SEEDED BUG send-after-failed-intent: the intent is taken
+                    // for bookkeeping; its failure is logged and the turn is
+                    // sent anyway, with no durable record that it was.
+                    tracing::warn!(task = %task_id, "turn intent not recorded ({e}); sending anyway");
+                    Ok(0)
+                }
+                other => other,
+            };
+            let row = row?;
             let turn = TurnRow {
                 turn_row: row,
                 run_id: run.run_id.clone(),

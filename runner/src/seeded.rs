@@ -49,11 +49,13 @@ pub enum SeededBug {
     SplitLostMark,
     /// Settle a run completed without checking for a follow-up admitted meanwhile.
     SettleIgnoresQueue,
+    /// Log a failed `turn_intent` write and send the turn anyway.
+    SendAfterFailedIntent,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 17] = [
+    pub const ALL: [SeededBug; 18] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -71,6 +73,7 @@ impl SeededBug {
         SeededBug::SkipMarkerSweep,
         SeededBug::SplitLostMark,
         SeededBug::SettleIgnoresQueue,
+        SeededBug::SendAfterFailedIntent,
     ];
 
     /// The name on the command line.
@@ -93,6 +96,7 @@ impl SeededBug {
             SeededBug::SkipMarkerSweep => "skip-marker-sweep",
             SeededBug::SplitLostMark => "split-lost-mark",
             SeededBug::SettleIgnoresQueue => "settle-ignores-queue",
+            SeededBug::SendAfterFailedIntent => "send-after-failed-intent",
         }
     }
 }

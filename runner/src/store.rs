@@ -13,9 +13,14 @@
 //! that would create them. Credentials never reach this module: nothing here
 //! has a field that could hold one.
 //!
-//! A test hook, `TURNCUT_RUNNER_FAIL_WRITE=<write name>`, makes the named write
-//! fail as a full disk would, so the `storage_failed` path can be exercised
-//! with a real runner process.
+//! Storage faults: every named write first passes the cut point
+//! `runner.write.<write name>` with `cutpoint::hit_io` (only when cut points
+//! are active, so production pays one atomic load). The harness answers an
+//! armed one `fail EIO` (`fail-write`: this one write fails, later ones
+//! succeed) or `fail ENOSPC` (`disk-full`: this write and every later write of
+//! this process fail, until a restart brings the disk back). A test hook,
+//! `TURNCUT_RUNNER_FAIL_WRITE=<write name>`, makes every write of that name
+//! fail as a full disk would, without a harness.
 
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
@@ -27,6 +32,11 @@ use serde_json::Value;
 use tokio::sync::{broadcast, oneshot};
 
 use crate::causes::Cause;
+
+/// The kind of a Retry message that re-sends nothing: the failure came
+/// before the turn of a queued message, and the Retry run answers the queue
+/// (see [`Db::admit_retry`]).
+pub const RETRY_RESUME: &str = "retry_resume";
 
 /// Name of the environment variable that makes one named write fail.
 pub const FAIL_WRITE_ENV: &str = "TURNCUT_RUNNER_FAIL_WRITE";
@@ -53,6 +63,14 @@ pub enum StoreError {
     /// The fault-injection hook failed this write.
     #[error("injected failure of write {0} (database or disk is full)")]
     Injected(String),
+    /// The write failed before it started, as the disk reported (a storage
+    /// fault injected at its `runner.write.<write>` cut point).
+    #[error("write {write} failed: {source}")]
+    Write {
+        write: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// Task states.
@@ -254,6 +272,9 @@ pub struct Db {
     conn: Connection,
     last_seq: HashMap<String, i64>,
     fail_write: Option<String>,
+    /// Set by a `disk-full` fault: every later write of this process fails
+    /// with `ENOSPC`.
+    disk_full: bool,
     notify: Vec<(String, i64)>,
 }
 
@@ -424,6 +445,7 @@ impl Store {
             conn,
             last_seq: HashMap::new(),
             fail_write,
+            disk_full: false,
             notify: Vec::new(),
         };
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
@@ -498,12 +520,31 @@ fn parse_cause(s: Option<String>, table: &'static str) -> Result<Option<Cause>, 
 }
 
 impl Db {
-    /// Fails with an injected error when the hook names `write`.
-    pub fn check_fail(&self, write: &str) -> Result<(), StoreError> {
-        match &self.fail_write {
-            Some(w) if w == write => Err(StoreError::Injected(write.to_owned())),
-            _ => Ok(()),
+    /// Fails `write` before it starts when a storage fault says so: the
+    /// environment hook names it, the harness answers its cut point
+    /// `runner.write.<write>` with `fail EIO` / `fail ENOSPC`, or the disk is
+    /// full (an `ENOSPC` answer fills it for the rest of the process). The
+    /// point is passed even on a full disk, so a harness sees every write
+    /// attempted there. Runs on the writer thread: a held point stalls every
+    /// store call behind it, as a stalled disk would.
+    pub fn check_fail(&mut self, write: &str) -> Result<(), StoreError> {
+        if self.fail_write.as_deref() == Some(write) {
+            return Err(StoreError::Injected(write.to_owned()));
         }
+        let failed = |source| StoreError::Write {
+            write: write.to_owned(),
+            source,
+        };
+        if cutpoint::active()
+            && let Err(e) = cutpoint::hit_io(&format!("runner.write.{write}"))
+        {
+            self.disk_full |= e.raw_os_error() == Some(cutpoint::IoFault::Enospc.errno());
+            return Err(failed(e));
+        }
+        if self.disk_full {
+            return Err(failed(cutpoint::IoFault::Enospc.to_io_error()));
+        }
+        Ok(())
     }
 
     /// Read access.
@@ -635,11 +676,12 @@ impl Db {
         Ok(rows)
     }
 
-    /// Messages of a task not consumed by a primary turn, in admission order.
+    /// Messages of a task not consumed by a primary turn, in admission order
+    /// (a Retry that re-sends nothing, [`RETRY_RESUME`], is no message to answer).
     pub fn queue(&self, task_id: &str) -> Result<Vec<Message>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
             "SELECT m.message_id, m.kind, m.text FROM messages m
-             WHERE m.task_id = ?1 AND NOT EXISTS (
+             WHERE m.task_id = ?1 AND m.kind != 'retry_resume' AND NOT EXISTS (
                  SELECT 1 FROM turns t WHERE t.task_id = m.task_id
                  AND t.message_id = m.message_id AND t.kind = 'primary')
              ORDER BY m.ord",
@@ -817,17 +859,16 @@ impl Db {
         data: Value,
         body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
     ) -> Result<i64, StoreError> {
-        self.events_in(write, task_id, run_id, vec![(kind, data)], body)
+        self.events_in(write, task_id, vec![(run_id, kind, data)], body)
     }
 
-    /// [`Db::event_in`] with several events, appended in order in the same
-    /// transaction as `body`; returns the last event's seq.
+    /// [`Db::event_in`] with several events (each with its run), appended in
+    /// order in the same transaction as `body`; returns the last event's seq.
     fn events_in(
         &mut self,
         write: &str,
         task_id: &str,
-        run_id: Option<&str>,
-        events: Vec<(&str, Value)>,
+        events: Vec<(Option<&str>, &str, Value)>,
         body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), StoreError>,
     ) -> Result<i64, StoreError> {
         self.check_fail(write)?;
@@ -843,7 +884,7 @@ impl Db {
                 |r| r.get(0),
             )?,
         };
-        for (kind, data) in events {
+        for (run_id, kind, data) in events {
             seq += 1;
             tx.prepare_cached(
                 "INSERT INTO events(task_id, seq, run_id, ts_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -1025,8 +1066,8 @@ impl Db {
     }
 
     /// Admits a Retry run after the stop proof: records
-    /// `stopped_conversation_verified`, the Retry message (the latest
-    /// authorized message's text under the Retry's id) and a fresh run.
+    /// `stopped_conversation_verified`, the Retry message (what it re-sends
+    /// under the Retry's id, see [`Db::retry_message`]) and a fresh run.
     pub fn admit_retry(
         &mut self,
         task_id: &str,
@@ -1040,7 +1081,7 @@ impl Db {
             return Ok(Err(RetryBlock::NothingToRetry));
         };
         if let Some(m) = self.message(task_id, message_id)? {
-            if m.kind == "retry" {
+            if m.kind == "retry" || m.kind == RETRY_RESUME {
                 let run: String = self.conn.query_row(
                     "SELECT run_id FROM runs WHERE task_id = ?1 AND trigger_message_id = ?2",
                     params![task_id, message_id],
@@ -1055,26 +1096,7 @@ impl Db {
             TaskState::Queued | TaskState::Running => return Ok(Err(RetryBlock::ExecutionActive)),
             TaskState::Completed => return Ok(Err(RetryBlock::NothingToRetry)),
         }
-        // The latest authorized message: the one the latest primary turn answered.
-        let latest: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT m.text FROM turns t JOIN messages m
-                   ON m.task_id = t.task_id AND m.message_id = t.message_id
-                 WHERE t.task_id = ?1 AND t.kind = 'primary'
-                 ORDER BY t.turn_row DESC LIMIT 1",
-                params![task_id],
-                |r| r.get(0),
-            )
-            .optional()?;
-        let text = match latest {
-            Some(t) => t,
-            None => self.conn.query_row(
-                "SELECT text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
-                params![task_id],
-                |r| r.get(0),
-            )?,
-        };
+        let (kind, text) = self.retry_message(task_id)?;
         let now = now_ms();
         // SEEDED BUG retry-reuses-conversation: the Retry run is created like
         // a follow-up's, with the previous run's conversation.
@@ -1085,25 +1107,30 @@ impl Db {
             }
             _ => None,
         };
-        self.append(
-            "retry_proof",
-            task_id,
-            task.current_run.as_deref(),
-            "stopped_conversation_verified",
-            proof,
-        )?;
-        self.event_in(
+        // The proof and the admission are one write: a Retry refused by a
+        // failed write changed nothing (its 503 says so), and the same Retry
+        // again records one proof, not two.
+        let admitted = serde_json::json!({
+            "message_id": message_id, "run_id": run_id, "previous_run": task.current_run,
+            "resends": kind == "retry",
+        });
+        self.events_in(
             "retry_admitted",
             task_id,
-            Some(run_id),
-            "retry.admitted",
-            serde_json::json!({ "message_id": message_id, "run_id": run_id, "previous_run": task.current_run }),
+            vec![
+                (
+                    task.current_run.as_deref(),
+                    "stopped_conversation_verified",
+                    proof,
+                ),
+                (Some(run_id), "retry.admitted", admitted),
+            ],
             |tx| {
                 tx.execute(
                     "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
-                     VALUES (?1, ?2, 'retry', ?3,
-                        (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?4)",
-                    params![task_id, message_id, text, now],
+                     VALUES (?1, ?2, ?3, ?4,
+                        (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?5)",
+                    params![task_id, message_id, kind, text, now],
                 )?;
                 tx.execute(
                     "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
@@ -1125,6 +1152,50 @@ impl Db {
             },
         )?;
         Ok(Ok(run_id.to_owned()))
+    }
+
+    /// What a Retry sends: `("retry", text)` re-sends `text` under the
+    /// Retry's id, `(RETRY_RESUME, "")` sends nothing of its own and lets the
+    /// Retry run answer the queue.
+    ///
+    /// The latest primary turn's message is re-sent when that message was
+    /// not answered (its last turn did not complete: the execution was cut or
+    /// failed). When it was answered, or no turn exists, and a message no turn
+    /// ever took is queued, the failure came before that message's turn (a
+    /// failed write, a provider that would not start): nothing was sent, so
+    /// nothing is re-sent; re-sending the answered message would do its work
+    /// twice, and re-sending the queued one under the Retry's id as well as
+    /// its own would send it twice. With nothing queued, the latest message is
+    /// re-sent.
+    fn retry_message(&self, task_id: &str) -> Result<(&'static str, String), StoreError> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT m.text,
+                        (SELECT l.status FROM turns l
+                          WHERE l.task_id = t.task_id AND l.message_id = t.message_id
+                          ORDER BY l.turn_row DESC LIMIT 1)
+                 FROM turns t JOIN messages m
+                   ON m.task_id = t.task_id AND m.message_id = t.message_id
+                 WHERE t.task_id = ?1 AND t.kind = 'primary'
+                 ORDER BY t.turn_row DESC LIMIT 1",
+                params![task_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        match latest {
+            Some((text, status)) if status != "completed" => Ok(("retry", text)),
+            _ if !self.queue(task_id)?.is_empty() => Ok((RETRY_RESUME, String::new())),
+            Some((text, _)) => Ok(("retry", text)),
+            None => Ok((
+                "retry",
+                self.conn.query_row(
+                    "SELECT text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
+                    params![task_id],
+                    |r| r.get(0),
+                )?,
+            )),
+        }
     }
 
     /// Records the intent to spawn a provider process carrying `marker` in
@@ -1448,8 +1519,11 @@ impl Db {
             "message_id": message_id, "kind": "continuation", "client_id": client_id,
         });
         let mut row = 0;
-        let events = vec![("turn.failed", lost), ("turn.intent", intent)];
-        self.events_in("turn_intent", task_id, Some(run_id), events, |tx| {
+        let events = vec![
+            (Some(run_id), "turn.failed", lost),
+            (Some(run_id), "turn.intent", intent),
+        ];
+        self.events_in("turn_intent", task_id, events, |tx| {
             tx.execute(
                 "UPDATE turns SET status = 'interrupted' WHERE turn_row = ?1",
                 params![lost_row],

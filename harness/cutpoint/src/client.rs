@@ -1,4 +1,5 @@
-//! The in-process side: [`hit`], [`init`] and the once-per-process configuration.
+//! The in-process side: [`hit`], [`hit_io`], [`init`] and the once-per-process
+//! configuration.
 //!
 //! The configuration is read from the environment exactly once, either eagerly
 //! by [`init`] or lazily by the first [`hit`], and is summarised in a single
@@ -20,7 +21,9 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 
 use serde::Serialize;
 
-use crate::{Arm, ConfigError, ENV_ARM, ENV_ROLE, ENV_SOCKET, ENV_TRACE, Error, parse_arm};
+use crate::{
+    Arm, ConfigError, ENV_ARM, ENV_ROLE, ENV_SOCKET, ENV_TRACE, Error, IoFault, parse_arm,
+};
 
 /// The environment has not been read yet.
 const UNINIT: u8 = 0;
@@ -48,7 +51,8 @@ static RUNTIME: OnceLock<Result<Option<Runtime>, ConfigError>> = OnceLock::new()
 /// Disarmed, this is one relaxed atomic load. With `TURNCUT_CUT_TRACE` set, the
 /// hit is appended to the trace file; when it is the armed occurrence, the
 /// process reports it to the harness and blocks until the harness replies
-/// `continue` or kills it.
+/// `continue` or kills it. Nothing at this point can fail: a `fail <ERRNO>`
+/// reply is logged to stderr and treated as `continue`.
 ///
 /// # Panics
 ///
@@ -57,12 +61,39 @@ static RUNTIME: OnceLock<Result<Option<Runtime>, ConfigError>> = OnceLock::new()
 /// and carrying on would produce a run that silently never cuts.
 #[inline]
 pub fn hit(point: &str) {
+    // A point that cannot fail never returns a fault (the reply is logged).
+    let _ = dispatch(point, false);
+}
+
+/// Marks the boundary before an operation that can fail, e.g.
+/// `hit_io("runner.write.turn_intent")` before a durable write.
+///
+/// Like [`hit`], but when the harness answers the armed occurrence with
+/// `fail EIO` or `fail ENOSPC` this returns that errno as an
+/// [`io::Error`] (`raw_os_error` set), and the caller fails the operation as
+/// if the kernel had. Disarmed, it is one relaxed atomic load and `Ok(())`.
+///
+/// # Panics
+///
+/// As [`hit`].
+#[inline]
+pub fn hit_io(point: &str) -> io::Result<()> {
+    match dispatch(point, true) {
+        None => Ok(()),
+        Some(fault) => Err(fault.to_io_error()),
+    }
+}
+
+/// The common fast path of [`hit`] and [`hit_io`]: the fault the harness
+/// injected, if the point can fail and the harness said so.
+#[inline]
+fn dispatch(point: &str, can_fail: bool) -> Option<IoFault> {
     // Relaxed is enough: the value only selects a path, and the active path
     // reaches the configuration through `OnceLock`, which synchronises itself.
     match STATE.load(Ordering::Relaxed) {
-        DISARMED => {}
-        ACTIVE => active_hit(point),
-        _ => first_hit(point),
+        DISARMED => None,
+        ACTIVE => active_hit(point, can_fail),
+        _ => first_hit(point, can_fail),
     }
 }
 
@@ -97,24 +128,24 @@ pub fn init() -> Result<(), Error> {
 
 #[cold]
 #[inline(never)]
-fn first_hit(point: &str) {
+fn first_hit(point: &str, can_fail: bool) -> Option<IoFault> {
     if let Err(e) = init() {
         panic!("cutpoint: {e}");
     }
     // `init` succeeded, so the state is now disarmed or active and this
     // re-dispatch cannot come back here.
-    hit(point);
+    dispatch(point, can_fail)
 }
 
 #[inline(never)]
-fn active_hit(point: &str) {
-    // The relaxed load in `hit` does not order us after the thread that
+fn active_hit(point: &str, can_fail: bool) -> Option<IoFault> {
+    // The relaxed load in `dispatch` does not order us after the thread that
     // stored the configuration, so reach it through `OnceLock`, whose fast
     // path is a single acquire load and whose slow path waits for the writer.
     if let Some(Ok(Some(runtime))) = RUNTIME.get() {
-        runtime.hit(point);
+        runtime.hit(point, can_fail)
     } else {
-        first_hit(point);
+        first_hit(point, can_fail)
     }
 }
 
@@ -207,7 +238,9 @@ impl Runtime {
         }))
     }
 
-    pub(crate) fn hit(&self, point: &str) {
+    /// Counts, traces and (at an armed occurrence) holds one hit; returns the
+    /// fault the harness answered with when the point `can_fail`.
+    pub(crate) fn hit(&self, point: &str, can_fail: bool) -> Option<IoFault> {
         // Counting and tracing happen under one lock so that the trace lists
         // each point's occurrences in increasing order even across threads.
         // The lock is released before blocking on the harness, so other
@@ -230,7 +263,7 @@ impl Runtime {
                 .as_ref()
                 .filter(|armed| armed.arms.iter().any(|a| a.n == n && a.point == point));
             if self.trace.is_none() && armed.is_none() {
-                return;
+                return None;
             }
             // The pid is taken per hit rather than cached so that a forked
             // child reports itself.
@@ -247,11 +280,11 @@ impl Runtime {
             }
             armed.map(|armed| (armed, bytes, n))
         };
-        if let Some((armed, bytes, n)) = held {
-            HELD.fetch_add(1, Ordering::SeqCst);
-            armed.hold(&bytes, point, n);
-            HELD.fetch_sub(1, Ordering::SeqCst);
-        }
+        let (armed, bytes, n) = held?;
+        HELD.fetch_add(1, Ordering::SeqCst);
+        let fault = armed.hold(&bytes, point, n, can_fail);
+        HELD.fetch_sub(1, Ordering::SeqCst);
+        fault
     }
 }
 
@@ -282,21 +315,39 @@ impl Trace {
 }
 
 impl Armed {
-    /// Reports the armed hit and blocks until the harness answers.
-    fn hold(&self, line: &[u8], point: &str, n: u64) {
-        match exchange(&self.socket, line) {
-            Ok(reply) if reply.trim_end() == "continue" => {}
-            Ok(reply) if reply.is_empty() => eprintln!(
-                "cutpoint: harness closed the connection for {point}#{n} without replying; continuing"
-            ),
-            Ok(reply) => eprintln!(
-                "cutpoint: unexpected harness reply {:?} for {point}#{n}; continuing",
-                reply.trim_end()
-            ),
-            Err(e) => eprintln!(
-                "cutpoint: cannot reach harness at {} for {point}#{n}: {e}; continuing",
-                self.socket.display()
-            ),
+    /// Reports the armed hit, blocks until the harness answers and returns
+    /// the fault it injected (only where the point `can_fail`).
+    fn hold(&self, line: &[u8], point: &str, n: u64, can_fail: bool) -> Option<IoFault> {
+        let reply = match exchange(&self.socket, line) {
+            Ok(reply) => reply,
+            Err(e) => {
+                eprintln!(
+                    "cutpoint: cannot reach harness at {} for {point}#{n}: {e}; continuing",
+                    self.socket.display()
+                );
+                return None;
+            }
+        };
+        let reply = reply.trim_end();
+        match IoFault::from_reply(reply) {
+            _ if reply == "continue" => None,
+            Some(fault) if can_fail => Some(fault),
+            Some(fault) => {
+                eprintln!("cutpoint: {point}#{n} cannot fail; ignoring {fault} and continuing");
+                None
+            }
+            None if reply.is_empty() => {
+                eprintln!(
+                    "cutpoint: harness closed the connection for {point}#{n} without replying; continuing"
+                );
+                None
+            }
+            None => {
+                eprintln!(
+                    "cutpoint: unexpected harness reply {reply:?} for {point}#{n}; continuing"
+                );
+                None
+            }
         }
     }
 }
@@ -375,8 +426,8 @@ mod tests {
                 let runtime = Arc::clone(&runtime);
                 std::thread::spawn(move || {
                     for _ in 0..500 {
-                        runtime.hit("shared.point.hit");
-                        runtime.hit(&format!("own.point.{t}"));
+                        runtime.hit("shared.point.hit", false);
+                        runtime.hit(&format!("own.point.{t}"), true);
                     }
                 })
             })

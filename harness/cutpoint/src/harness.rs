@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use crate::{Error, Hit};
+use crate::{Error, Hit, IoFault};
 
 /// A message longer than this is not a hit line, and reading on would let a
 /// confused peer grow the buffer without bound.
@@ -239,6 +239,16 @@ impl HeldHit {
         stream.flush()
     }
 
+    /// Makes the operation at the cut point fail with `fault` (reply
+    /// `fail EIO` / `fail ENOSPC`): a point passed with `cutpoint::hit_io`
+    /// returns the errno, one passed with `cutpoint::hit` logs it and
+    /// continues.
+    pub fn fail(self, fault: IoFault) -> io::Result<()> {
+        let mut stream = &self.stream;
+        stream.write_all(format!("{}\n", fault.reply()).as_bytes())?;
+        stream.flush()
+    }
+
     /// Keeps the process blocked for as long as the returned guard lives.
     ///
     /// The process is never told to continue: it stays blocked until it is
@@ -381,6 +391,26 @@ mod tests {
         let mut reply = String::new();
         client.read_to_string(&mut reply).unwrap();
         assert_eq!(reply, "continue\n");
+    }
+
+    #[test]
+    fn fail_replies_with_the_errno_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        for (fault, wire) in [
+            (IoFault::Eio, "fail EIO\n"),
+            (IoFault::Enospc, "fail ENOSPC\n"),
+        ] {
+            let mut client = UnixStream::connect(listener.path()).unwrap();
+            client
+                .write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"a.b.c\",\"n\":1}\n")
+                .unwrap();
+            let held = listener.accept_hit(Duration::from_secs(10)).unwrap();
+            held.fail(fault).unwrap();
+            let mut reply = String::new();
+            client.read_to_string(&mut reply).unwrap();
+            assert_eq!(reply, wire);
+        }
     }
 
     #[test]

@@ -12,6 +12,22 @@
 //! that the harness and the tests share one implementation of the wire format.
 //! This crate deliberately does not kill processes, decide where to cut, or
 //! know anything about runners or providers; it only reports and waits.
+//!
+//! # Wire form
+//!
+//! An armed process connects to [`ENV_SOCKET`], writes its [`Hit`] as one JSON
+//! line and reads one reply line:
+//!
+//! - `continue` — go on past the point ([`HeldHit::resume`]);
+//! - `fail EIO` or `fail ENOSPC` — the operation at this point fails with that
+//!   errno ([`HeldHit::fail`], [`IoFault`]). Only a point passed with
+//!   [`hit_io`] can fail: it returns the error and the caller treats it as the
+//!   failure of the write it was about to make, as RocksDB's fault-injection
+//!   file system does. A point passed with [`hit`] cannot fail; it logs the
+//!   reply to stderr and continues;
+//! - nothing (the harness closed the connection) — logged, then as `continue`.
+//!
+//! The process stays blocked until a reply arrives or it is killed.
 
 mod client;
 mod harness;
@@ -23,7 +39,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{active, held, hit, init};
+pub use client::{active, held, hit, hit_io, init};
 pub use harness::{HeldHit, Holding, Listener, Waker, trace_read};
 
 /// Path of the unix stream socket the harness listens on.
@@ -34,6 +50,75 @@ pub const ENV_ARM: &str = "TURNCUT_CUT_ARM";
 pub const ENV_TRACE: &str = "TURNCUT_CUT_TRACE";
 /// Free-form role copied into every message, `unknown` when unset.
 pub const ENV_ROLE: &str = "TURNCUT_ROLE";
+
+/// A storage fault the harness can answer an armed hit with: the point's
+/// operation fails with this errno (reply `fail EIO` / `fail ENOSPC`).
+///
+/// The runner turns [`IoFault::Eio`] into one failed write (`fail-write`) and
+/// [`IoFault::Enospc`] into a full disk for the rest of the process's life
+/// (`disk-full`); what a fault means past the one operation is the caller's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IoFault {
+    /// `EIO`: the write failed.
+    Eio,
+    /// `ENOSPC`: no space left on the device.
+    Enospc,
+}
+
+impl IoFault {
+    /// Every fault, in wire-name order.
+    pub const ALL: [IoFault; 2] = [IoFault::Eio, IoFault::Enospc];
+
+    /// The errno name on the wire: `EIO`, `ENOSPC`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IoFault::Eio => "EIO",
+            IoFault::Enospc => "ENOSPC",
+        }
+    }
+
+    /// The raw errno.
+    pub fn errno(self) -> i32 {
+        match self {
+            IoFault::Eio => nix::errno::Errno::EIO as i32,
+            IoFault::Enospc => nix::errno::Errno::ENOSPC as i32,
+        }
+    }
+
+    /// The error a failed operation returns, as the kernel would.
+    pub fn to_io_error(self) -> io::Error {
+        io::Error::from_raw_os_error(self.errno())
+    }
+
+    /// The reply line that injects this fault, without its newline.
+    pub fn reply(self) -> String {
+        format!("fail {}", self.as_str())
+    }
+
+    /// Parses a reply line (`fail EIO`); `None` for anything else.
+    pub(crate) fn from_reply(line: &str) -> Option<IoFault> {
+        let name = line.strip_prefix("fail ")?;
+        IoFault::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+}
+
+impl fmt::Display for IoFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for IoFault {
+    type Err = String;
+
+    /// Parses an errno name: `EIO`, `ENOSPC`.
+    fn from_str(name: &str) -> Result<Self, Self::Err> {
+        IoFault::ALL
+            .into_iter()
+            .find(|f| f.as_str() == name)
+            .ok_or_else(|| format!("unknown storage fault {name:?}; expected EIO or ENOSPC"))
+    }
+}
 
 /// One hit of a cut point: the message sent to the harness and the trace line.
 ///
@@ -312,5 +397,34 @@ mod tests {
         let line = serde_json::to_string(&hit).unwrap();
         assert_eq!(line, r#"{"role":"runner","pid":42,"point":"a.b.c","n":3}"#);
         assert_eq!(serde_json::from_str::<Hit>(&line).unwrap(), hit);
+    }
+
+    #[test]
+    fn fault_replies_round_trip_and_carry_the_errno() {
+        for (fault, reply, errno) in [
+            (IoFault::Eio, "fail EIO", 5),
+            (IoFault::Enospc, "fail ENOSPC", 28),
+        ] {
+            assert_eq!(fault.reply(), reply);
+            assert_eq!(IoFault::from_reply(reply), Some(fault));
+            assert_eq!(fault.as_str().parse::<IoFault>(), Ok(fault));
+            assert_eq!(fault.to_io_error().raw_os_error(), Some(errno));
+        }
+        for other in [
+            "continue",
+            "fail",
+            "fail ",
+            "fail eio",
+            "fail EIO ",
+            "fail EPERM",
+        ] {
+            assert_eq!(IoFault::from_reply(other), None, "{other:?}");
+        }
+        assert!(
+            "EPERM"
+                .parse::<IoFault>()
+                .unwrap_err()
+                .contains("EIO or ENOSPC")
+        );
     }
 }

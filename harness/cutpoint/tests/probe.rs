@@ -16,7 +16,9 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use cutpoint::{ENV_ARM, ENV_ROLE, ENV_SOCKET, ENV_TRACE, Error, Hit, Listener, parse_arm};
+use cutpoint::{
+    ENV_ARM, ENV_ROLE, ENV_SOCKET, ENV_TRACE, Error, Hit, IoFault, Listener, parse_arm,
+};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
@@ -317,6 +319,81 @@ fn each_armed_occurrence_is_held_in_turn() {
     second.resume().unwrap();
     let (rest, status, stderr) = probe.finish();
     assert_eq!(rest, with_done(&ARMED_POINTS[4..]));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+}
+
+#[test]
+fn a_fail_reply_fails_an_io_point_once_with_its_errno() {
+    for (fault, errno) in [(IoFault::Eio, 5), (IoFault::Enospc, 28)] {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = bind(dir.path());
+        let points = ["io:w.x.write", "io:w.x.write", "b.y.z"];
+        let probe = Probe::spawn(&points, &armed_env(&listener, "w.x.write#1"));
+
+        let held = listener
+            .accept_hit(DEADLINE)
+            .expect("the armed hit arrives");
+        assert_eq!(held.hit, hit("runner", probe.pid(), "w.x.write", 1));
+        held.fail(fault).expect("the fault is sent");
+        let (rest, status, stderr) = probe.finish();
+        // Only the armed occurrence fails; what a fault means after it is
+        // the caller's business (the runner's disk stays full).
+        assert_eq!(
+            rest,
+            [
+                format!("failed w.x.write errno {errno}"),
+                "passed w.x.write".to_owned(),
+                "passed b.y.z".to_owned(),
+                "done".to_owned(),
+            ]
+        );
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        assert!(
+            stderr.is_empty(),
+            "a failed io point logs nothing: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_fail_reply_to_a_point_that_cannot_fail_is_logged_and_passed() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = bind(dir.path());
+    let probe = Probe::spawn(ARMED_POINTS, &armed_env(&listener, "b.y.z"));
+    listener
+        .accept_hit(DEADLINE)
+        .expect("the armed hit arrives")
+        .fail(IoFault::Enospc)
+        .expect("the fault is sent");
+    let (rest, status, stderr) = probe.finish();
+    assert_eq!(rest, with_done(ARMED_POINTS));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        stderr,
+        "cutpoint: b.y.z#1 cannot fail; ignoring ENOSPC and continuing\n"
+    );
+}
+
+#[test]
+fn an_io_point_resumed_or_disarmed_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = bind(dir.path());
+    let probe = Probe::spawn(
+        &["io:w.x.write", "a.x.one"],
+        &armed_env(&listener, "w.x.write"),
+    );
+    listener
+        .accept_hit(DEADLINE)
+        .expect("the armed hit arrives")
+        .resume()
+        .unwrap();
+    let (rest, status, stderr) = probe.finish();
+    assert_eq!(rest, with_done(&["w.x.write", "a.x.one"]));
+    assert_eq!(status.code(), Some(0), "{stderr}");
+
+    let probe = Probe::spawn::<&str, &str>(&["io:w.x.write"], &[]);
+    let (rest, status, stderr) = probe.finish();
+    assert_eq!(rest, with_done(&["w.x.write"]));
     assert_eq!(status.code(), Some(0), "{stderr}");
 }
 

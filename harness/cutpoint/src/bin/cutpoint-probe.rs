@@ -3,7 +3,9 @@
 //! It calls [`cutpoint::init`] (exiting with code 2 if the environment is
 //! malformed), then hits each point named on the command line in order and
 //! prints `passed <point>` after each one and `done` at the end, so a test can
-//! tell from stdout exactly how far the process got. A leading `--lazy` skips
+//! tell from stdout exactly how far the process got. A point written `io:<point>`
+//! is passed with [`cutpoint::hit_io`], as before a write that can fail, and a
+//! failure prints `failed <point> errno <n>` instead. A leading `--lazy` skips
 //! `init` so that tests can exercise the lazy first-hit path. It deliberately
 //! does nothing else: no work between hits, no signal handling.
 
@@ -20,14 +22,20 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let mut out = io::stdout().lock();
-    for point in &points {
-        cutpoint::hit(point);
+    for arg in &points {
+        let line = match arg.strip_prefix("io:") {
+            Some(point) => match cutpoint::hit_io(point) {
+                Ok(()) => format!("passed {point}"),
+                Err(e) => format!("failed {point} errno {}", e.raw_os_error().unwrap_or(0)),
+            },
+            None => {
+                cutpoint::hit(arg);
+                format!("passed {arg}")
+            }
+        };
         // Each line is flushed on its own so that a test reading the pipe
         // sees progress up to the moment the process blocks or dies.
-        if writeln!(out, "passed {point}")
-            .and_then(|()| out.flush())
-            .is_err()
-        {
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
             return ExitCode::FAILURE;
         }
     }
