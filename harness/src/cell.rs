@@ -102,6 +102,9 @@ struct Shared {
     trace: Option<PathBuf>,
     /// Hits of the next event's point since the previous event was reached.
     since: Mutex<u64>,
+    /// The runner whose disk is full (a `disk-full` event), until its next
+    /// attempted write.
+    disk_full: Mutex<Option<u32>>,
     /// Index of the next event of the schedule.
     stage: std::sync::atomic::AtomicUsize,
     cut_role: Mutex<Option<String>>,
@@ -221,6 +224,7 @@ pub fn run_cell_traced(
         events,
         trace: trace.map(Path::to_owned),
         since: Mutex::new(0),
+        disk_full: Mutex::new(None),
         stage: std::sync::atomic::AtomicUsize::new(0),
         cut_role: Mutex::new(None),
         faults_applied: std::sync::atomic::AtomicUsize::new(0),
@@ -597,6 +601,9 @@ fn wait_task(
     })
 }
 
+/// Attempts of a controller request answered 503 (`storage_failed`).
+const SEND_ATTEMPTS_503: usize = 4;
+
 /// Sends one controller request, re-sent across runner restarts (the API is
 /// idempotent on ids), and records every attempt as an op, the final answer
 /// as an action and an exchange (status 0 when none came before the
@@ -612,14 +619,23 @@ fn send(
     message_id: &str,
     text: &str,
 ) -> anyhow::Result<u16> {
-    let answer = with_runner(shared, until, |client| {
-        let at_ms = shared.started.elapsed().as_millis() as u64;
-        let answer = client
-            .post(path, body)
-            .map_err(|e| e.context(format!("POST {path}")));
-        ev.ops.push(Op::of(kind, message_id, at_ms, &answer));
-        answer
-    });
+    // A 503 (`storage_failed`) changed nothing and may be repeated, as a
+    // controller would; a few attempts outlast a full disk that the harness
+    // brings back with a runner restart.
+    let mut answer = Err(anyhow::anyhow!("not sent"));
+    for _ in 0..SEND_ATTEMPTS_503 {
+        answer = with_runner(shared, until, |client| {
+            let at_ms = shared.started.elapsed().as_millis() as u64;
+            let answer = client
+                .post(path, body)
+                .map_err(|e| e.context(format!("POST {path}")));
+            ev.ops.push(Op::of(kind, message_id, at_ms, &answer));
+            answer
+        });
+        if !matches!(answer, Ok((503, _))) {
+            break;
+        }
+    }
     let (status, answer) = match answer {
         Ok(a) => a,
         Err(e) => (0, json!({ "error": format!("{e:#}") })),
@@ -769,25 +785,26 @@ pub fn schedule_of(scenario: &Scenario, spec: &CellSpec, recut: bool) -> Vec<Eve
     events
 }
 
-/// Occurrences armed for each later event's point: a later event counts the
-/// hits of its point by any process after the previous event, so every
-/// process reports its first `LATER_ARMS` hits of that point to the cell.
-const LATER_ARMS: u64 = 32;
-
 /// What every runner of a cell is armed with (its providers inherit it): the
-/// first cut as it is, and each later event's point at every occurrence up
-/// to [`LATER_ARMS`]; hits that are not the next event's go on at once.
+/// first cut as it is, each later event's point at every occurrence (`#*`: a
+/// later event counts the hits of its point by any process after the event
+/// before it), and with a `disk-full` event every before-write point (the
+/// runner's next write after the disk filled is where the disk comes back).
+/// Hits that are not the next event's go on at once.
 fn arms_for(events: &[Event]) -> Vec<Cut> {
+    let every = |point: &str| Cut {
+        point: point.to_owned(),
+        n: cutpoint::EVERY,
+    };
     let mut arms: Vec<Cut> = events.first().map(|e| e.cut.clone()).into_iter().collect();
-    for e in events.iter().skip(1) {
-        for n in 1..=LATER_ARMS {
-            let cut = Cut {
-                point: e.cut.point.clone(),
-                n,
-            };
-            if !arms.contains(&cut) {
-                arms.push(cut);
-            }
+    let later = events.iter().skip(1).map(|e| every(&e.cut.point));
+    let disk = events
+        .iter()
+        .any(|e| e.fault == Fault::DiskFull)
+        .then(|| every(&format!("{}*", crate::model::WRITE_POINTS)));
+    for cut in later.chain(disk) {
+        if !arms.contains(&cut) {
+            arms.push(cut);
         }
     }
     arms
@@ -811,12 +828,51 @@ fn is_next_event(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
     *since == event.cut.n
 }
 
+/// Why the acceptor handed a hit to the event loop.
+enum Wanted {
+    /// The next event of the schedule, with its index.
+    Event(usize),
+    /// A turn-active follow-up's sync point (and maybe also the next event).
+    Sync(Option<usize>),
+    /// The next write of a runner whose disk is full.
+    DiskBack,
+}
+
+/// The cut thread: an acceptor answers every hit that needs nothing at once
+/// (so a process, or the runner's store, never waits on a fault being
+/// applied elsewhere) and hands the others to this loop, which applies them
+/// one at a time in the order they were matched.
 fn cut_loop(
     listener: &cutpoint::Listener,
     shared: &Arc<Shared>,
     env: &CellEnv,
     layout: &Layout,
     canary: &str,
+) {
+    let (tx, rx) = std::sync::mpsc::channel::<(cutpoint::HeldHit, Wanted)>();
+    std::thread::scope(|s| {
+        s.spawn(move || accept_hits(listener, shared, tx));
+        for (held, wanted) in rx {
+            match wanted {
+                Wanted::DiskBack => disk_comes_back(shared, env, layout, canary, held),
+                Wanted::Sync(event) => {
+                    if let Some(held) = hold_for_sync(shared, env, held, event.is_some())
+                        && let Some(stage) = event
+                    {
+                        apply_event(shared, env, layout, canary, held, stage);
+                    }
+                }
+                Wanted::Event(stage) => apply_event(shared, env, layout, canary, held, stage),
+            }
+        }
+    });
+}
+
+/// Accepts hits until teardown; see [`cut_loop`].
+fn accept_hits(
+    listener: &cutpoint::Listener,
+    shared: &Shared,
+    tx: std::sync::mpsc::Sender<(cutpoint::HeldHit, Wanted)>,
 ) {
     while !shared.stop.load(Ordering::SeqCst) {
         // Teardown wakes the listener; the deadline only bounds a missed wake.
@@ -833,36 +889,150 @@ fn cut_loop(
             held.hit.pid,
             nemesis::start_time(held.hit.pid),
         ));
-        let stage = shared.stage.load(Ordering::SeqCst);
-        let is_armed = is_next_event(shared, stage, &held.hit);
-        let Some(held) = hold_for_sync(shared, env, held, is_armed) else {
-            continue;
-        };
-        if !is_armed {
-            // Another event's point, or a respawned provider that inherited
-            // the first arm: let it pass.
-            let _ = held.resume();
-            continue;
+        let wanted = wanted(shared, &held.hit);
+        match wanted {
+            Some(w) => {
+                if let Err(std::sync::mpsc::SendError((held, _))) = tx.send((held, w)) {
+                    let _ = held.resume();
+                }
+            }
+            // Another event's point before its turn, or a respawned provider
+            // that inherited the first arm: let it pass.
+            None => {
+                let _ = held.resume();
+            }
         }
-        let event = shared.events[stage].clone();
+    }
+}
+
+/// What the event loop must do with `hit`, if anything. Matching the next
+/// event moves the schedule on at once, so the count of a later event
+/// starts right after the hit that matched the one before it.
+fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
+    let full = *shared.disk_full.lock().expect("disk full");
+    if full == Some(hit.pid) && hit.point.starts_with(crate::model::WRITE_POINTS) {
+        *shared.disk_full.lock().expect("disk full") = None;
+        return Some(Wanted::DiskBack);
+    }
+    let stage = shared.stage.load(Ordering::SeqCst);
+    let event = is_next_event(shared, stage, hit).then(|| {
         *shared.since.lock().expect("since") = 0;
         shared.stage.store(stage + 1, Ordering::SeqCst);
         shared.reached.store(true, Ordering::SeqCst);
-        mark_trace(shared, stage);
-        shared.act(
-            if stage == 0 { "cut.reached" } else { "event.reached" },
-            json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() }),
-        );
-        if stage == 0 {
-            *shared.cut_role.lock().expect("cut role") = Some(held.hit.role.clone());
-        }
-        if let Err(e) = apply_fault(shared, env, layout, canary, event.fault, held, stage) {
-            *shared.error.lock().expect("error") =
-                Some(format!("failed to apply {}: {e:#}", event.fault));
-        }
-        shared.faults_applied.fetch_add(1, Ordering::SeqCst);
-        notify(shared);
+        stage
+    });
+    let is_sync = shared
+        .sync
+        .as_ref()
+        .is_some_and(|c| c.point == hit.point && c.n == hit.n)
+        && hit.role == "runner"
+        && !shared.follow_up_sent.load(Ordering::SeqCst);
+    match (is_sync, event) {
+        (true, e) => Some(Wanted::Sync(e)),
+        (false, Some(stage)) => Some(Wanted::Event(stage)),
+        (false, None) => None,
     }
+}
+
+/// Applies event `stage` at the held hit that matched it.
+fn apply_event(
+    shared: &Arc<Shared>,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    held: cutpoint::HeldHit,
+    stage: usize,
+) {
+    let event = shared.events[stage].clone();
+    mark_trace(shared, stage);
+    shared.act(
+        if stage == 0 { "cut.reached" } else { "event.reached" },
+        json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() }),
+    );
+    if stage == 0 {
+        *shared.cut_role.lock().expect("cut role") = Some(held.hit.role.clone());
+    }
+    if event.fault.is_action() {
+        // The request passes cut points of its own, so it runs on a thread of
+        // its own; it counts as applied when it has its answer.
+        let (sh, env) = (Arc::clone(shared), env.clone());
+        std::thread::spawn(move || {
+            inject_action(&sh, &env, held, event.fault, stage);
+            sh.faults_applied.fetch_add(1, Ordering::SeqCst);
+            notify(&sh);
+        });
+        return;
+    }
+    if let Err(e) = apply_fault(shared, env, layout, canary, event.fault, held) {
+        *shared.error.lock().expect("error") =
+            Some(format!("failed to apply {}: {e:#}", event.fault));
+    }
+    shared.faults_applied.fetch_add(1, Ordering::SeqCst);
+    notify(shared);
+}
+
+/// After a `disk-full` event, the runner's next attempted write fails too
+/// (the disk is still full); then the harness restarts the runner, which
+/// brings the disk back.
+fn disk_comes_back(
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    held: cutpoint::HeldHit,
+) {
+    let point = held.hit.point.clone();
+    let _ = held.fail(cutpoint::IoFault::Enospc);
+    shared.act("disk.still-full", json!({ "point": point }));
+    if let Err(e) = restart_runner(shared, env, layout, canary, "disk.back") {
+        *shared.error.lock().expect("error") =
+            Some(format!("failed to bring the disk back: {e:#}"));
+    }
+    notify(shared);
+}
+
+/// SIGKILLs the current runner and starts the next one (`why` is recorded).
+fn restart_runner(
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    why: &str,
+) -> anyhow::Result<()> {
+    let runner = shared.runner.lock().expect("runner").take();
+    if let Some(r) = runner {
+        let pid = r.pid();
+        r.kill()?;
+        shared.act("fault.kill-runner", json!({ "pid": pid, "why": why }));
+    }
+    start_runner(env, layout, shared, canary)?;
+    shared.act(why, json!({}));
+    Ok(())
+}
+
+/// A storage fault: the held before-write hit is answered `fail EIO` (one
+/// write fails) or `fail ENOSPC` (the disk is full until the runner's next
+/// write, see [`disk_comes_back`]).
+fn apply_storage(shared: &Shared, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+    if held.hit.role != "runner" || !fault.applies_at(&held.hit.point) {
+        shared.act(
+            "fault.not-a-write",
+            json!({ "fault": fault.as_str(), "point": held.hit.point }),
+        );
+        let _ = held.resume();
+        return Ok(());
+    }
+    let (io, pid) = match fault {
+        Fault::DiskFull => (cutpoint::IoFault::Enospc, Some(held.hit.pid)),
+        _ => (cutpoint::IoFault::Eio, None),
+    };
+    *shared.disk_full.lock().expect("disk full") = pid;
+    shared.act(
+        &format!("fault.{fault}"),
+        json!({ "point": held.hit.point, "errno": io.as_str() }),
+    );
+    held.fail(io)?;
+    Ok(())
 }
 
 /// A turn-active follow-up's sync point: the runner is held while the
@@ -875,15 +1045,6 @@ fn hold_for_sync(
     held: cutpoint::HeldHit,
     is_armed: bool,
 ) -> Option<cutpoint::HeldHit> {
-    let is_sync = shared
-        .sync
-        .as_ref()
-        .is_some_and(|c| c.point == held.hit.point && c.n == held.hit.n)
-        && held.hit.role == "runner"
-        && !shared.follow_up_sent.load(Ordering::SeqCst);
-    if !is_sync {
-        return Some(held);
-    }
     shared.sync_reached.store(true, Ordering::SeqCst);
     notify(shared);
     let until = Instant::now() + Duration::from_millis(env.wait_ms);
@@ -931,17 +1092,19 @@ fn apply_fault(
     canary: &str,
     fault: crate::model::Fault,
     held: cutpoint::HeldHit,
-    stage: usize,
 ) -> anyhow::Result<()> {
     let client = shared.client().map(|(c, _)| c);
-    // What the controller could read before the fault: nothing of it may vanish.
-    if let Some(c) = &client
+    // What the controller could read before the fault: nothing of it may
+    // vanish. At a before-write point the store is blocked on the held write,
+    // so nothing can be read there.
+    let at_write = held.hit.point.starts_with(crate::model::WRITE_POINTS);
+    if let Some(c) = client.as_ref().filter(|_| !at_write)
         && let Ok(evs) = c.events(TASK_ID, 0)
     {
         *shared.events_before.lock().expect("events") = Some(evs);
     }
-    if fault.is_action() {
-        return inject_action(shared, env, held, fault, stage);
+    if fault.is_storage() {
+        return apply_storage(shared, fault, held);
     }
     let plan = nemesis::plan(fault);
     let provider = if held.hit.role == "provider" {
@@ -988,7 +1151,7 @@ fn apply_fault(
         start_runner(env, layout, shared, canary)?;
         shared.act(
             "restart",
-            json!({ "next_event": shared.events.get(stage + 1).map(ToString::to_string) }),
+            json!({ "next_event": shared.events.get(shared.stage.load(Ordering::SeqCst)).map(ToString::to_string) }),
         );
     }
     Ok(())
@@ -1013,7 +1176,7 @@ fn inject_action(
     held: cutpoint::HeldHit,
     fault: Fault,
     stage: usize,
-) -> anyhow::Result<()> {
+) {
     let message_id = injected_message_id(fault, stage);
     let (kind, text) = match fault {
         Fault::Retry => ("retry", ""),
@@ -1059,7 +1222,6 @@ fn inject_action(
         .lock()
         .expect("injected")
         .push((exchange, op));
-    Ok(())
 }
 
 /// The provider process the runner currently has, from its run log.

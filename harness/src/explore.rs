@@ -28,12 +28,14 @@ use crate::wave::{self, Finished};
 
 /// The faults a generated schedule draws from, in shrinking order (a
 /// schedule shrinks towards the first).
-pub const SCHEDULE_FAULTS: [Fault; 6] = [
+pub const SCHEDULE_FAULTS: [Fault; 8] = [
     Fault::KillRunner,
     Fault::KillProvider,
     Fault::KillBoth,
     Fault::FollowUp,
     Fault::Retry,
+    Fault::FailWrite,
+    Fault::DiskFull,
     Fault::HangProvider,
 ];
 
@@ -95,11 +97,28 @@ pub fn strategy(boundaries: Vec<Boundary>, count: EventCount) -> impl Strategy<V
 }
 
 fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event> {
+    let writes: Vec<&Boundary> = boundaries
+        .iter()
+        .filter(|b| b.cut.point.starts_with(crate::model::WRITE_POINTS))
+        .collect();
     raw.iter()
         .enumerate()
         .map(|(i, (at, fault, occurrence))| {
-            let b = &boundaries[at.index(boundaries.len())];
             let mut fault = SCHEDULE_FAULTS[*fault];
+            if fault.is_storage() && writes.is_empty() {
+                fault = Fault::KillRunner;
+            }
+            // A storage fault draws from the before-write points only; a
+            // fault that does not apply at the point drawn becomes kill-runner
+            // (see `Fault::applies_at`).
+            let b = if fault.is_storage() {
+                writes[at.index(writes.len())]
+            } else {
+                &boundaries[at.index(boundaries.len())]
+            };
+            if !fault.applies_at(&b.cut.point) {
+                fault = Fault::KillRunner;
+            }
             let cut = if i == 0 {
                 // The first cut is a boundary as discovered; a provider
                 // fault where no provider lives would fire at nothing.

@@ -31,17 +31,27 @@ pub enum Fault {
     /// a Retry (refused with 409 unless the task has failed; admitted, it
     /// races whatever the held process does next).
     Retry,
+    /// A storage fault at a runner's before-write point (`runner.write.*`):
+    /// this one durable write fails with EIO; the next ones succeed.
+    FailWrite,
+    /// A storage fault at a runner's before-write point: the disk is full,
+    /// so this write and every later write of that runner fail with ENOSPC;
+    /// the disk comes back when the harness restarts the runner, at its
+    /// next attempted write.
+    DiskFull,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 8] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
         Fault::HangProvider,
         Fault::FollowUp,
         Fault::Retry,
+        Fault::FailWrite,
+        Fault::DiskFull,
     ];
 
     /// The faults of a scenario that names none: the process faults.
@@ -61,6 +71,28 @@ impl Fault {
             Fault::HangProvider => "hang-provider",
             Fault::FollowUp => "follow-up",
             Fault::Retry => "retry",
+            Fault::FailWrite => "fail-write",
+            Fault::DiskFull => "disk-full",
+        }
+    }
+
+    /// Whether the fault is a storage fault: it applies only at a runner's
+    /// before-write points ([`WRITE_POINTS`]).
+    pub fn is_storage(self) -> bool {
+        matches!(self, Fault::FailWrite | Fault::DiskFull)
+    }
+
+    /// Whether the fault may be applied at `point`: a storage fault only at
+    /// a before-write point; at a before-write point only storage faults and
+    /// `kill-runner` (the runner's store is blocked there, so nothing can
+    /// read the run log to find the provider, and a controller request
+    /// would wait on the held write).
+    pub fn applies_at(self, point: &str) -> bool {
+        let write = point.starts_with(WRITE_POINTS);
+        if self.is_storage() {
+            write
+        } else {
+            !write || self == Fault::KillRunner
         }
     }
 
@@ -128,9 +160,17 @@ pub struct Cut {
 
 impl std::fmt::Display for Cut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}#{}", self.point, self.n)
+        if self.n == cutpoint::EVERY {
+            write!(f, "{}#*", self.point)
+        } else {
+            write!(f, "{}#{}", self.point, self.n)
+        }
     }
 }
+
+/// The prefix of a runner's before-write points (`runner.write.turn_intent`):
+/// where storage faults apply.
+pub const WRITE_POINTS: &str = "runner.write.";
 
 /// One event of a schedule: at `cut`, apply `fault`.
 ///

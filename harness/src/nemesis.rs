@@ -41,8 +41,9 @@ pub fn plan(fault: Fault) -> Plan {
             kill_runner: false,
             provider_signal: Some(Signal::SIGSTOP),
         },
-        // A controller action (`cell::inject_action`): no signal.
-        Fault::FollowUp | Fault::Retry => Plan {
+        // A controller action (`cell::inject_action`) or a storage fault
+        // (the cut-point reply `fail <errno>`): no signal.
+        Fault::FollowUp | Fault::Retry | Fault::FailWrite | Fault::DiskFull => Plan {
             kill_runner: false,
             provider_signal: None,
         },

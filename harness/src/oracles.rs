@@ -426,6 +426,13 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
             ["task".to_owned()],
         );
     }
+    let whole = e.gap(Source::RunLog).is_none() && e.gap(Source::Journal).is_none();
+    for (id, starts, records) in unrecorded_turn_starts(e).into_iter().filter(|_| whole) {
+        j.fail(
+            format!("the provider received {starts} turn start(s) for {id} but the run log holds {records} durable intent(s) for it: a turn was sent without its write-ahead record"),
+            ["journal".to_owned(), "events".to_owned()],
+        );
+    }
     for run in &e.runs() {
         let run_id = &run.run_id;
         let turns = &run.turns;
@@ -481,6 +488,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
                         [at],
                     );
                 }
+                "storage_failed" if storage_fault_applied(e) => {}
                 other if e.fault.is_some() && !contract::FAIL_CLOSED.contains(&other) => {
                     j.fail(
                         format!(
@@ -568,7 +576,8 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
                 }
             }
             "tool.outcome" if open.as_ref().is_some_and(|(k, _)| k == key) => open = None,
-            "tool_outcome_uncertain" => open = None,
+            // A settled run goes on no further: a Retry's run starts afresh.
+            "tool_outcome_uncertain" | "run.settled" => open = None,
             _ => {}
         }
     }
@@ -796,6 +805,48 @@ pub fn secrecy(e: &Evidence) -> OracleResult {
     j.done()
 }
 
+/// Whether a storage fault (`fail-write`, `disk-full`) was applied.
+fn storage_fault_applied(e: &Evidence) -> bool {
+    e.actions
+        .iter()
+        .any(|a| matches!(a.what.as_str(), "fault.fail-write" | "fault.disk-full"))
+}
+
+/// The write-ahead rule, from both sides: every turn start the provider
+/// received (its journal) was preceded by a durable record in the runner's
+/// run log that allows it — a `turn.intent`, or a `turn.absent_at_provider`
+/// when an accepted turn the provider never recorded is sent again. More
+/// starts than records for a message means a turn was sent without a
+/// durable intent (e.g. after the intent's write failed).
+fn unrecorded_turn_starts(e: &Evidence) -> Vec<(String, usize, usize)> {
+    let mut starts: BTreeMap<String, usize> = BTreeMap::new();
+    for s in e.turn_starts() {
+        if let Some(id) = s.client_id {
+            *starts.entry(id).or_default() += 1;
+        }
+    }
+    let mut records: BTreeMap<String, usize> = BTreeMap::new();
+    for ev in e.events_of("turn.intent") {
+        if let Some(id) = ev.pointer("/data/client_id").and_then(Value::as_str) {
+            *records
+                .entry(crate::evidence::controller_id(id))
+                .or_default() += 1;
+        }
+    }
+    for ev in e.events_of("turn.absent_at_provider") {
+        if let Some(id) = ev.pointer("/data/message_id").and_then(Value::as_str) {
+            *records.entry(id.to_owned()).or_default() += 1;
+        }
+    }
+    starts
+        .into_iter()
+        .filter_map(|(id, n)| {
+            let r = records.get(&id).copied().unwrap_or(0);
+            (n > r).then_some((id, n, r))
+        })
+        .collect()
+}
+
 /// Whether a cut or event of the schedule was reached after the Retry
 /// `message_id` was sent: its run may then have been cut itself.
 fn faulted_after_retry(e: &Evidence, message_id: &str) -> bool {
@@ -826,7 +877,9 @@ pub fn hygiene(e: &Evidence) -> OracleResult {
 pub fn vacuity(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("vacuity");
     let armed = e.spec.as_ref().is_some_and(|s| s.cut.is_some());
-    if armed && !e.reached_cut {
+    if armed && !e.reached_cut && e.harness_error.is_some() {
+        j.unknown = Some("the harness failed before the armed cut was reached".to_owned());
+    } else if armed && !e.reached_cut {
         j.fail(
             "the armed cut point was never reached: the cell tested nothing".to_owned(),
             ["actions".to_owned()],

@@ -219,10 +219,18 @@ pub fn expand(
         }
     };
     for b in selected {
+        // Before-write points are where storage faults apply; the other
+        // faults cut at the boundaries after each write (explore and depth-2
+        // cells reach the before-write points with any fault).
+        let write_point = b.cut.point.starts_with(crate::model::WRITE_POINTS);
         for &fault in &scenario.faults {
             if nemesis::needs_provider(fault) && !b.provider_alive {
                 continue;
             }
+            if fault.is_storage() != write_point {
+                continue;
+            }
+            debug_assert!(fault.applies_at(&b.cut.point));
             out.push((Some(b.cut.clone()), Some(fault)));
         }
     }
@@ -264,7 +272,23 @@ pub fn check_cut(
             "--fault {fault} at {cut}: no provider process is alive there; use kill-runner"
         ));
     }
-    Ok(())
+    check_fault_point(fault, &cut.point)
+}
+
+/// A storage fault needs a runner's before-write point.
+fn check_fault_point(fault: Fault, point: &str) -> Result<(), String> {
+    if fault.applies_at(point) {
+        return Ok(());
+    }
+    if fault.is_storage() {
+        return Err(format!(
+            "{fault} at {point}: storage faults apply only at the runner's before-write points ({}*, e.g. runner.write.turn_intent); `turncut boundaries` lists them",
+            crate::model::WRITE_POINTS
+        ));
+    }
+    Err(format!(
+        "{fault} at {point}: a before-write point takes only fail-write, disk-full and kill-runner; cut after the write instead (its .persisted point)"
+    ))
 }
 
 /// The most events a schedule may have.
@@ -294,6 +318,7 @@ pub fn check_schedule(
         .filter_map(|b| b.cut.point.split('.').next())
         .collect();
     for (i, e) in events.iter().enumerate().skip(1) {
+        check_fault_point(e.fault, &e.cut.point).map_err(|m| format!("event {}: {m}", i + 1))?;
         let family = e.cut.point.split('.').next().unwrap_or_default();
         if !families.contains(family) {
             let mut known: Vec<&str> = families.iter().copied().collect();

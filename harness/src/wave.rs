@@ -187,7 +187,10 @@ fn depth2_cells(
             continue;
         }
         let b = &after[(seed % after.len() as u64) as usize];
-        let faults = crate::explore::SCHEDULE_FAULTS;
+        let faults: Vec<Fault> = crate::explore::SCHEDULE_FAULTS
+            .into_iter()
+            .filter(|f| f.applies_at(&b.cut.point))
+            .collect();
         let fault = faults[(plan::mix(seed) % faults.len() as u64) as usize];
         out.push(vec![
             first.clone(),

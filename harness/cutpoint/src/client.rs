@@ -261,7 +261,7 @@ impl Runtime {
             let armed = self
                 .armed
                 .as_ref()
-                .filter(|armed| armed.arms.iter().any(|a| a.n == n && a.point == point));
+                .filter(|armed| armed.arms.iter().any(|a| a.matches(point, n)));
             if self.trace.is_none() && armed.is_none() {
                 return None;
             }

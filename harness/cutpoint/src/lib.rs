@@ -148,9 +148,29 @@ pub struct Arm {
     pub n: u64,
 }
 
+/// The occurrence of an arm written `#*`: every hit of its point.
+pub const EVERY: u64 = 0;
+
+impl Arm {
+    /// Whether the `n`-th hit of `point` is armed: the point is equal, or the
+    /// arm's point ends in `.*` and is a prefix of it (`runner.write.*`); the
+    /// occurrence is equal, or the arm's is [`EVERY`] (`#*`).
+    pub fn matches(&self, point: &str, n: u64) -> bool {
+        let point_ok = match self.point.strip_suffix('*') {
+            Some(prefix) if prefix.ends_with('.') => point.starts_with(prefix),
+            _ => self.point == point,
+        };
+        point_ok && (self.n == EVERY || self.n == n)
+    }
+}
+
 impl fmt::Display for Arm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}#{}", self.point, self.n)
+        if self.n == EVERY {
+            write!(f, "{}#*", self.point)
+        } else {
+            write!(f, "{}#{}", self.point, self.n)
+        }
     }
 }
 
@@ -183,7 +203,8 @@ pub fn slug(method: &str) -> String {
 /// Parses a `TURNCUT_CUT_ARM` value such as `a.b.c#2,d.e.f`.
 ///
 /// Entries are separated by commas and may be padded with whitespace; a bare
-/// name means its first occurrence. Empty entries, empty names and
+/// name means its first occurrence, `#*` every occurrence, and a name ending
+/// in `.*` every point under that prefix (`runner.write.*#*`). Empty entries, empty names and
 /// occurrences that are not positive integers are rejected with an error
 /// naming the offending entry, because a typo here would otherwise silently
 /// turn a crash test into a run that never cuts.
@@ -222,6 +243,7 @@ fn parse_entry(raw: &str) -> Result<Arm, ConfigError> {
     }
     let n = match occurrence {
         None => 1,
+        Some("*") => EVERY,
         // Only plain digits are accepted: `u64::from_str` would also take a
         // leading `+`, which no harness writes on purpose.
         Some(text) => text
@@ -330,6 +352,22 @@ mod tests {
                 n: 1
             }]
         );
+    }
+
+    #[test]
+    fn wildcards_arm_every_occurrence_and_every_point_under_a_prefix() {
+        let all = arms("runner.write.*#*");
+        assert_eq!(all[0].to_string(), "runner.write.*#*");
+        assert!(all[0].matches("runner.write.turn_intent", 1));
+        assert!(all[0].matches("runner.write.run_settled", 7));
+        assert!(!all[0].matches("runner.turn_intent.persisted", 1));
+        assert!(!all[0].matches("runner.writex", 1));
+        let every = arms("a.b#*");
+        assert!(every[0].matches("a.b", 1) && every[0].matches("a.b", 40));
+        assert!(!every[0].matches("a.bc", 1));
+        // A `*` that is not a whole last segment is a plain name.
+        let plain = arms("a.b*#2");
+        assert!(plain[0].matches("a.b*", 2) && !plain[0].matches("a.bc", 2));
     }
 
     #[test]
