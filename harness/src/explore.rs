@@ -89,11 +89,25 @@ pub fn ordered(boundaries: &[Boundary]) -> Vec<Boundary> {
 
 /// The schedule strategy over `boundaries` (see [`ordered`]): the first
 /// event is a boundary with its per-process occurrence; a later event is a
-/// boundary's point at its 1st or 2nd hit after the event before it.
+/// boundary's point at its 1st or 2nd hit after the event before it. It
+/// draws 1 to `count.max` events and shrinks down to one; [`new_schedule`]
+/// draws until a schedule has at least `count.min`, so that a long failing
+/// schedule can still shrink to a short one.
 pub fn strategy(boundaries: Vec<Boundary>, count: EventCount) -> impl Strategy<Value = Vec<Event>> {
     let raw = (any::<Index>(), 0..SCHEDULE_FAULTS.len(), 1u64..=2);
-    proptest::collection::vec(raw, count.min..=count.max)
-        .prop_map(move |raw| to_events(&boundaries, &raw))
+    proptest::collection::vec(raw, 1..=count.max).prop_map(move |raw| to_events(&boundaries, &raw))
+}
+
+/// A new schedule tree with at least `min` events (the length is checked
+/// at drawing only, never while shrinking).
+pub fn new_schedule<S: Strategy<Value = Vec<Event>>>(
+    strategy: &S,
+    runner: &mut TestRunner,
+    min: usize,
+) -> Option<S::Tree> {
+    (0..1_000)
+        .filter_map(|_| strategy.new_tree(runner).ok())
+        .find(|tree| tree.current().len() >= min)
 }
 
 fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event> {
@@ -158,7 +172,7 @@ pub fn draw(boundaries: &[Boundary], count: EventCount, seed: u64, k: usize) -> 
     let strategy = strategy(ordered(boundaries), count);
     let mut runner = seeded_runner(seed, 0);
     (0..k)
-        .filter_map(|_| strategy.new_tree(&mut runner).ok())
+        .filter_map(|_| new_schedule(&strategy, &mut runner, count.min))
         .map(|tree| tree.current())
         .collect()
 }
@@ -175,6 +189,9 @@ pub struct Options {
     pub jobs: usize,
     /// Shrinking runs at most.
     pub shrink_iters: u32,
+    /// Runs of a shrinking candidate before it counts as passing (a
+    /// failure may depend on timing the harness does not hold).
+    pub attempts: usize,
 }
 
 /// A failing schedule, shrunk.
@@ -335,10 +352,10 @@ fn explorer(
         let i = next % targets.len();
         next += opts.jobs.max(1);
         let target = &targets[i];
-        let Ok(tree) = strategies[i].new_tree(&mut runner) else {
+        let Some(tree) = new_schedule(&strategies[i], &mut runner, opts.events.min) else {
             continue;
         };
-        if let Some(found) = try_schedule(env, scenarios, target, &mut runner, tree, shared) {
+        if let Some(found) = try_schedule(env, scenarios, target, opts, &mut runner, tree, shared) {
             shared.stop.store(true, Ordering::SeqCst);
             shared.found.lock().expect("found").get_or_insert(found);
         }
@@ -351,6 +368,7 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
     env: &CellEnv,
     scenarios: &[Scenario],
     target: &Target<'_>,
+    opts: &Options,
     runner: &mut TestRunner,
     tree: T,
     shared: &Progress,
@@ -367,7 +385,7 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
             // A failure may depend on timing the harness does not hold: a
             // candidate counts as passing only when it passes every attempt,
             // so a flaky pass does not stop the shrinking early.
-            run_until_failure(env, scenarios, &target.id, &events, SHRINK_ATTEMPTS)
+            run_until_failure(env, scenarios, &target.id, &events, opts.attempts)
         };
         if !is_failure(&f) {
             return Ok(());
@@ -379,7 +397,7 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
     match outcome {
         Err(TestError::Fail(_, minimal)) => {
             let original = original.into_inner().expect("original")?;
-            let minimal = run_until_failure(env, scenarios, &target.id, &minimal, SHRINK_ATTEMPTS);
+            let minimal = run_until_failure(env, scenarios, &target.id, &minimal, opts.attempts);
             Some(Found {
                 scenario_id: target.id.clone(),
                 original,
@@ -390,9 +408,6 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
         _ => None,
     }
 }
-
-/// Attempts per candidate while shrinking.
-pub const SHRINK_ATTEMPTS: usize = 3;
 
 /// Runs `events` up to `attempts` times and returns the first failing run
 /// (or the last passing one).

@@ -160,9 +160,12 @@ enum Command {
         /// Parallel explorers.
         #[arg(long, default_value_t = 2, value_parser = at_least_one)]
         jobs: u64,
-        /// At most this many cells while shrinking a failure.
+        /// At most this many candidates while shrinking a failure.
         #[arg(long, default_value_t = 200)]
         shrink_iters: u32,
+        /// Runs of a shrinking candidate before it counts as passing.
+        #[arg(long, default_value_t = 3, value_parser = at_least_one)]
+        attempts: u64,
         /// Report directory for a failure [default: reports/explore/<seed>].
         #[arg(long)]
         out: Option<PathBuf>,
@@ -637,6 +640,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             events,
             jobs,
             shrink_iters,
+            attempts,
             out,
         } => explore(
             exe,
@@ -648,6 +652,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                 events,
                 jobs: jobs as usize,
                 shrink_iters,
+                attempts: attempts as usize,
                 out,
             },
         ),
@@ -1045,6 +1050,7 @@ struct ExploreArgs {
     events: String,
     jobs: usize,
     shrink_iters: u32,
+    attempts: usize,
     out: Option<PathBuf>,
 }
 
@@ -1073,6 +1079,7 @@ fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<i32, Exit>
         events,
         jobs: args.jobs,
         shrink_iters: args.shrink_iters,
+        attempts: args.attempts,
     };
     wave::install_interrupt_handler();
     let explored = ex::explore(&env, &scenarios, &targets, &opts);

@@ -49,7 +49,7 @@ pub struct Reach {
     /// Random schedules (`explore::draw`) per scenario id.
     pub schedules: usize,
     /// The old depth-1 wave: one process fault per cell, no `recut`, no
-    /// controller-action faults, no depth 2, no schedules.
+    /// controller-action or storage faults, no depth 2, no schedules.
     pub depth1_only: bool,
 }
 
@@ -124,7 +124,7 @@ pub fn plan_cells(
             .collect();
         let depth1 = cells.len();
         if reach.depth1_only {
-            cells.retain(|events| events.iter().all(|e| !e.fault.is_action()));
+            cells.retain(|events| events.iter().all(|e| Fault::DEFAULT.contains(&e.fault)));
         } else {
             cells.extend(depth2_cells(env, f, &cells, reach.depth2, wave_seed)?);
             let seed = plan::cell_seed(wave_seed, f.id);

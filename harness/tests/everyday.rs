@@ -481,3 +481,41 @@ fn a_wave_written_again_into_its_directory_keeps_no_stale_cells() {
     assert_eq!(wave(None).status.code(), Some(0));
     assert!(!out.join("cells").exists());
 }
+
+#[test]
+fn bad_schedules_and_explore_options_are_refused_before_anything_runs() {
+    let schedule = |s: &str, needle: &str| refused(&["run", ID, "--schedule", s], None, needle);
+    schedule(
+        "runner.turn_intent.persisted#1/boom",
+        "unknown fault \"boom\"; faults are kill-runner",
+    );
+    schedule(
+        "runner.turn_intent.persisted/kill-runner",
+        "the cut needs #N",
+    );
+    schedule(
+        "runner.turn_intent.persisted#1/fail-write",
+        "storage faults apply only at the runner's before-write points",
+    );
+    schedule(
+        "runner.turn_intent.persisted#1/kill-runner+acp.turn.recorded#1/kill-provider",
+        "event 2 (acp.turn.recorded#1/kill-provider): everyday-workflows.runner-codex.local.single-task runs no component with acp.* points",
+    );
+    schedule(
+        "runner.write.turn_intent#1/follow-up",
+        "a before-write point takes only fail-write, disk-full and kill-runner",
+    );
+    refused(
+        &["explore", "--time", "0"],
+        None,
+        "--time 0 would explore nothing",
+    );
+    refused(&["explore", "--time", "soon"], None, "--time \"soon\"");
+    refused(&["explore", "--events", "0"], None, "--events \"0\"");
+    refused(&["explore", "--events", "2-9"], None, "MAX <= 8");
+    refused(
+        &["explore", "--only", "no-such-scenario"],
+        None,
+        "no scenario matches --only",
+    );
+}

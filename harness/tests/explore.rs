@@ -1,0 +1,79 @@
+//! `turncut explore` finds a defect with a random schedule and shrinks it.
+//!
+//! The runner under test is defective from the outside: a wrapper deletes its
+//! database before every start, so any schedule that restarts it loses the
+//! task. Exploring with 3-event schedules only, the first failure has three
+//! events; proptest's shrinking must bring it down to one or two (the one
+//! restart that loses the state), and running the minimal schedule again
+//! fails the same oracle.
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::time::Duration;
+
+use harness::cell::CellEnv;
+use harness::explore::{self, EventCount, Options};
+use harness::scenario;
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_turncut"))
+}
+
+#[test]
+fn a_three_event_failure_shrinks_to_a_minimal_schedule_that_fails_the_same_oracle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wrapper = tmp.path().join("forgetful-runnerd");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nprev=\nfor a in \"$@\"; do\n  [ \"$prev\" = --state-dir ] && rm -f \"$a\"/runner.sqlite3*\n  prev=$a\ndone\n\
+             exec '{}' runnerd \"$@\"\n",
+            exe().display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let scenarios = scenario::load_dir(&dir).unwrap();
+    let id = "everyday-workflows.runner-codex.local.single-task".to_owned();
+    let env = CellEnv {
+        runner_cmd: vec![wrapper.display().to_string()],
+        // A lost task only ends a cell at this deadline: keep it short.
+        wait_ms: 1_500,
+        ..CellEnv::new(exe(), &dir)
+    };
+    let targets = explore::targets(&env, &scenarios, std::slice::from_ref(&id)).unwrap();
+    let opts = Options {
+        budget: Duration::from_secs(120),
+        seed: 3,
+        events: EventCount { min: 3, max: 4 },
+        jobs: 1,
+        shrink_iters: 60,
+        // The forgetful runner fails every schedule that restarts it.
+        attempts: 1,
+    };
+    let explored = explore::explore(&env, &scenarios, &targets, &opts);
+    let found = explored
+        .found
+        .unwrap_or_else(|| panic!("{} schedules ran and none failed", explored.runs));
+    let original = found.original.result.spec.schedule().unwrap();
+    let minimal = found.minimal.result.spec.schedule().unwrap();
+    eprintln!(
+        "original {}  →  minimal {} ({} shrinking runs)",
+        harness::model::format_schedule(&original),
+        harness::model::format_schedule(&minimal),
+        found.shrink_runs
+    );
+    assert!(original.len() >= 3, "{original:?}");
+    assert!((1..=2).contains(&minimal.len()), "not shrunk: {minimal:?}");
+    assert!(explore::is_failure(&found.minimal));
+    let again = explore::run_until_failure(&env, &scenarios, &id, &minimal, 3);
+    let failing = explore::failing_oracles(&again);
+    assert!(
+        explore::failing_oracles(&found.minimal)
+            .iter()
+            .any(|o| failing.contains(o)),
+        "the minimal schedule run again fails {failing:?}, not {:?}",
+        explore::failing_oracles(&found.minimal)
+    );
+}
