@@ -116,13 +116,18 @@ impl Journal {
 }
 
 /// Reads a whole journal. Lines that do not parse are an error: the writer
-/// never tears a line, so a bad line means something else wrote there.
+/// never tears a line, so a bad line means something else wrote there. A
+/// last line without its newline is a write still in flight while this read
+/// ran (the writer puts the newline in the same `write(2)`): it is not yet
+/// part of the journal.
 pub fn read(path: &Path) -> std::io::Result<Vec<Entry>> {
-    let text = match std::fs::read_to_string(path) {
+    let mut text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
+    let whole = text.rfind('\n').map_or(0, |i| i + 1);
+    text.truncate(whole);
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.is_empty())
@@ -171,4 +176,27 @@ pub fn now_ms() -> u64 {
 
 fn new_generation() -> String {
     format!("g{}-{}", std::process::id(), uuid::Uuid::now_v7().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_in_flight_is_not_yet_read_and_a_torn_line_inside_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        let journal = Journal::open(Some(&path)).unwrap();
+        journal.fact("one", serde_json::json!({}));
+        let whole = std::fs::read(&path).unwrap();
+        let mut in_flight = whole.clone();
+        in_flight.extend_from_slice(b"{\"v\":1,\"gen");
+        std::fs::write(&path, &in_flight).unwrap();
+        assert_eq!(read(&path).unwrap().len(), 1);
+        let mut torn = b"{\"v\":1,\"gen\n".to_vec();
+        torn.extend_from_slice(&whole);
+        std::fs::write(&path, &torn).unwrap();
+        let err = read(&path).unwrap_err().to_string();
+        assert!(err.contains(":1: bad journal line"), "{err}");
+    }
 }

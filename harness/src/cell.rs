@@ -1262,7 +1262,9 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     ev.events_applied = shared.faults_applied.load(Ordering::SeqCst);
     ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
-    read_provider_evidence(&layout.dir, ev);
+    // The journal as it is now names the commands to look for; the evidence
+    // itself is read below, once every process of the cell is dead.
+    let early = fake_provider::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
     if let Err(e) = std::fs::read_to_string("/proc/self/stat") {
         ev.unreadable(Source::Processes, format!("/proc/self/stat: {e}"));
     }
@@ -1278,7 +1280,7 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     }
     // Commands a fake Codex ran in sessions of their own outlive its
     // process group; the runner's stop must have ended them too.
-    for e in &ev.journal {
+    for e in &early {
         if e.fact.as_deref() == Some("effect.spawned")
             && let Some(pid) = e.data["pid"].as_u64()
         {
@@ -1306,6 +1308,7 @@ fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
         }
     }
     shared.holds.lock().expect("holds").clear();
+    read_provider_evidence(&layout.dir, ev);
     ev.actions = shared.actions.lock().expect("actions").clone();
     for (exchange, op) in shared.injected.lock().expect("injected").drain(..) {
         ev.exchanges.push(exchange);
@@ -1426,8 +1429,10 @@ mod tests {
     #[test]
     fn provider_evidence_is_read_whole_or_recorded_as_unreadable() {
         assert_eq!(sources(&read_with(|_| {})), vec![]);
+        // A torn line inside the journal (a line in flight at the end is not
+        // yet part of it; see `journal::read`).
         let torn =
-            read_with(|d| std::fs::write(d.join("journal.jsonl"), "{\"v\":1,\"gen").unwrap());
+            read_with(|d| std::fs::write(d.join("journal.jsonl"), "{\"v\":1,\"gen\n").unwrap());
         assert_eq!(sources(&torn), vec![Source::Journal]);
         let ledger = read_with(|d| {
             std::fs::remove_file(d.join("ledger.jsonl")).unwrap();

@@ -610,7 +610,9 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                 let run = &runs[pos];
                 let faulted = faulted_after_retry(e, &x.message_id);
                 let closed_with_cause = run.cause.as_ref().is_some_and(|c| {
-                    c.recoverable || contract::FAIL_CLOSED.contains(&c.code.as_str())
+                    c.recoverable
+                        || contract::FAIL_CLOSED.contains(&c.code.as_str())
+                        || (c.code == "storage_failed" && storage_fault_applied(e))
                 });
                 // A Retry run that a later event cut may itself fail, but
                 // only the way the contract lets any run fail after a cut.
@@ -1008,7 +1010,11 @@ mod tests {
             }),
             events: vec![
                 event(1, "task.admitted", json!({})),
-                event(2, "turn.intent", json!({ "turn_row": 1 })),
+                event(
+                    2,
+                    "turn.intent",
+                    json!({ "turn_row": 1, "client_id": "m1", "message_id": "m1", "kind": "primary" }),
+                ),
                 event(
                     3,
                     "turn.accepted",
@@ -1052,6 +1058,29 @@ mod tests {
         let (v, m) = verdict(&results, name);
         assert_eq!(v, Verdict::Fail, "{name} must fail: {results:#?}");
         assert!(m.contains(needle), "{name}: {m}");
+    }
+
+    #[test]
+    fn contract_catches_a_turn_started_without_its_durable_intent() {
+        // The provider got a turn start for m2, which has no intent in the run
+        // log (its intent write failed, and the runner sent it anyway).
+        let mut e = good();
+        e.journal.push(turn_start("m2", "more"));
+        let results = judge(&e);
+        let (v, m) = verdict(&results, "contract");
+        assert_eq!(v, Verdict::Fail, "{results:#?}");
+        assert!(m.contains("write-ahead record"), "{m}");
+        // A re-send that the run log explains (the provider never recorded
+        // the accepted turn) is covered.
+        let mut e = good();
+        e.journal.push(turn_start("m1", "Create hello.txt"));
+        assert_only_fails(&e, "contract", "2 turn start(s) for m1");
+        e.events.push(event(
+            9,
+            "turn.absent_at_provider",
+            json!({ "message_id": "m1" }),
+        ));
+        assert_ne!(verdict(&judge(&e), "contract").0, Verdict::Fail);
     }
 
     #[test]
