@@ -669,12 +669,14 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         } => harness::mutants::run(
             exe,
             &common.scenarios,
-            jobs,
-            bugs.as_deref(),
-            budget,
-            profiles.as_deref(),
-            full,
-            reach.reach(),
+            &harness::mutants::Selection {
+                jobs,
+                only: bugs.as_deref(),
+                budget,
+                profiles: profiles.as_deref(),
+                full,
+                reach: reach.reach(),
+            },
         )
         .map_err(|e| harness_err(format!("{e:#}"))),
     }

@@ -115,17 +115,36 @@ pub struct Row {
     pub example: Option<String>,
 }
 
+/// What `turncut mutants` runs.
+pub struct Selection<'a> {
+    /// Parallel cells.
+    pub jobs: usize,
+    /// Only these bugs (comma-separated).
+    pub only: Option<&'a str>,
+    /// Cells per bug and profile.
+    pub budget: Option<usize>,
+    /// Only these profiles (comma-separated).
+    pub profiles: Option<&'a str>,
+    /// Every cell for every bug instead of stopping at the first catch.
+    pub full: bool,
+    /// The wave's reach (`--depth 1` for the one-cut wave).
+    pub reach: wave::Reach,
+}
+
 /// Runs the mutants and prints the table; returns the exit code.
 pub fn run(
     exe: &Path,
     scenarios_dir: &Option<PathBuf>,
-    jobs: usize,
-    only: Option<&str>,
-    budget: Option<usize>,
-    profiles: Option<&str>,
-    full: bool,
-    reach: wave::Reach,
+    sel: &Selection<'_>,
 ) -> anyhow::Result<i32> {
+    let Selection {
+        jobs,
+        only,
+        budget,
+        profiles,
+        full,
+        reach,
+    } = *sel;
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
     let dir = scenarios_dir.clone().unwrap_or_default();
     let bin = build_seeded()?;

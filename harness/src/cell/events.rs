@@ -1,0 +1,499 @@
+//! The cell's schedule and its cut thread: which hits are events
+//! (`schedule_of`, `arms_for`, `is_next_event`), an acceptor that answers every
+//! other hit at once (`accept_hits`), and the event loop that applies each
+//! event in the order it was matched (`cut_loop`, `apply_event`): signals and
+//! restarts (`apply_fault`), controller requests (`inject_action`), storage
+//! faults (`apply_storage`, `disk_comes_back`) and the turn-active sync point
+//! (`hold_for_sync`).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{CellEnv, Layout, Shared, TASK_ID, start_runner, wait_until};
+use crate::evidence::{Exchange, Op};
+use crate::model::{CellSpec, Cut, Event, Fault};
+use crate::nemesis;
+use crate::runner_client::RunnerClient;
+use crate::scenario::Scenario;
+
+/// The schedule of a cell: its events, then a scenario's `recut` (with the
+/// first cut's fault) when the cell names no later event itself and `recut`
+/// is on.
+pub fn schedule_of(scenario: &Scenario, spec: &CellSpec, recut: bool) -> Vec<Event> {
+    let mut events = spec.schedule().unwrap_or_default();
+    if events.len() == 1
+        && recut
+        && let Some(recut) = &scenario.recut
+    {
+        let fault = events[0].fault;
+        events.push(Event {
+            cut: recut.clone(),
+            fault,
+        });
+    }
+    events
+}
+
+/// What every runner of a cell is armed with (its providers inherit it): the
+/// first cut as it is, each later event's point at every occurrence (`#*`: a
+/// later event counts the hits of its point by any process after the event
+/// before it), and with a `disk-full` event every before-write point (the
+/// runner's next write after the disk filled is where the disk comes back).
+/// Hits that are not the next event's go on at once.
+pub(super) fn arms_for(events: &[Event]) -> Vec<Cut> {
+    let every = |point: &str| Cut {
+        point: point.to_owned(),
+        n: cutpoint::EVERY,
+    };
+    let mut arms: Vec<Cut> = events.first().map(|e| e.cut.clone()).into_iter().collect();
+    let later = events.iter().skip(1).map(|e| every(&e.cut.point));
+    let disk = events
+        .iter()
+        .any(|e| e.fault == Fault::DiskFull)
+        .then(|| every(&format!("{}*", crate::model::WRITE_POINTS)));
+    for cut in later.chain(disk) {
+        if !arms.contains(&cut) {
+            arms.push(cut);
+        }
+    }
+    arms
+}
+
+/// Whether `hit` is the next event of the schedule: the first event by its
+/// per-process occurrence, a later one by the count of its point's hits
+/// since the previous event.
+fn is_next_event(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
+    let Some(event) = shared.events.get(stage) else {
+        return false;
+    };
+    if event.cut.point != hit.point {
+        return false;
+    }
+    if stage == 0 {
+        return event.cut.n == hit.n;
+    }
+    let mut since = shared.since.lock().expect("since");
+    *since += 1;
+    *since == event.cut.n
+}
+
+/// Why the acceptor handed a hit to the event loop.
+enum Wanted {
+    /// The next event of the schedule, with its index.
+    Event(usize),
+    /// A turn-active follow-up's sync point (and maybe also the next event).
+    Sync(Option<usize>),
+    /// The next write of a runner whose disk is full.
+    DiskBack,
+}
+
+/// The cut thread: an acceptor answers every hit that needs nothing at once
+/// (so a process, or the runner's store, never waits on a fault being
+/// applied elsewhere) and hands the others to this loop, which applies them
+/// one at a time in the order they were matched.
+pub(super) fn cut_loop(
+    listener: &cutpoint::Listener,
+    shared: &Arc<Shared>,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+) {
+    let (tx, rx) = std::sync::mpsc::channel::<(cutpoint::HeldHit, Wanted)>();
+    std::thread::scope(|s| {
+        s.spawn(move || accept_hits(listener, shared, tx));
+        for (held, wanted) in rx {
+            match wanted {
+                Wanted::DiskBack => disk_comes_back(shared, env, layout, canary, held),
+                Wanted::Sync(event) => {
+                    if let Some(held) = hold_for_sync(shared, env, held, event.is_some())
+                        && let Some(stage) = event
+                    {
+                        apply_event(shared, env, layout, canary, held, stage);
+                    }
+                }
+                Wanted::Event(stage) => apply_event(shared, env, layout, canary, held, stage),
+            }
+        }
+    });
+}
+
+/// Accepts hits until teardown; see [`cut_loop`].
+fn accept_hits(
+    listener: &cutpoint::Listener,
+    shared: &Shared,
+    tx: std::sync::mpsc::Sender<(cutpoint::HeldHit, Wanted)>,
+) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        // Teardown wakes the listener; the deadline only bounds a missed wake.
+        let held = match listener.accept_hit(Duration::from_millis(100)) {
+            Ok(h) => h,
+            Err(cutpoint::Error::Timeout { .. } | cutpoint::Error::Woken) => continue,
+            Err(e) => {
+                shared.act("cut.error", json!({ "error": e.to_string() }));
+                continue;
+            }
+        };
+        shared.pids.lock().expect("pids").push((
+            held.hit.role.clone(),
+            held.hit.pid,
+            nemesis::start_time(held.hit.pid),
+        ));
+        let wanted = wanted(shared, &held.hit);
+        match wanted {
+            Some(w) => {
+                if let Err(std::sync::mpsc::SendError((held, _))) = tx.send((held, w)) {
+                    let _ = held.resume();
+                }
+            }
+            // Another event's point before its turn, or a respawned provider
+            // that inherited the first arm: let it pass.
+            None => {
+                let _ = held.resume();
+            }
+        }
+    }
+}
+
+/// What the event loop must do with `hit`, if anything. Matching the next
+/// event moves the schedule on at once, so the count of a later event
+/// starts right after the hit that matched the one before it.
+fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
+    let full = *shared.disk_full.lock().expect("disk full");
+    if full == Some(hit.pid) && hit.point.starts_with(crate::model::WRITE_POINTS) {
+        *shared.disk_full.lock().expect("disk full") = None;
+        return Some(Wanted::DiskBack);
+    }
+    let stage = shared.stage.load(Ordering::SeqCst);
+    let event = is_next_event(shared, stage, hit).then(|| {
+        *shared.since.lock().expect("since") = 0;
+        shared.stage.store(stage + 1, Ordering::SeqCst);
+        shared.reached.store(true, Ordering::SeqCst);
+        stage
+    });
+    let is_sync = shared
+        .sync
+        .as_ref()
+        .is_some_and(|c| c.point == hit.point && c.n == hit.n)
+        && hit.role == "runner"
+        && !shared.follow_up_sent.load(Ordering::SeqCst);
+    match (is_sync, event) {
+        (true, e) => Some(Wanted::Sync(e)),
+        (false, Some(stage)) => Some(Wanted::Event(stage)),
+        (false, None) => None,
+    }
+}
+
+/// Applies event `stage` at the held hit that matched it.
+fn apply_event(
+    shared: &Arc<Shared>,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    held: cutpoint::HeldHit,
+    stage: usize,
+) {
+    let event = shared.events[stage].clone();
+    mark_trace(shared, stage);
+    shared.act(
+        if stage == 0 { "cut.reached" } else { "event.reached" },
+        json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() }),
+    );
+    if stage == 0 {
+        *shared.cut_role.lock().expect("cut role") = Some(held.hit.role.clone());
+    }
+    if event.fault.is_action() {
+        // The request passes cut points of its own, so it runs on a thread of
+        // its own; it counts as applied when it has its answer.
+        let (sh, env) = (Arc::clone(shared), env.clone());
+        std::thread::spawn(move || {
+            inject_action(&sh, &env, held, event.fault, stage);
+            sh.faults_applied.fetch_add(1, Ordering::SeqCst);
+            notify(&sh);
+        });
+        return;
+    }
+    if let Err(e) = apply_fault(shared, env, layout, canary, event.fault, held) {
+        *shared.error.lock().expect("error") =
+            Some(format!("failed to apply {}: {e:#}", event.fault));
+    }
+    shared.faults_applied.fetch_add(1, Ordering::SeqCst);
+    notify(shared);
+}
+
+/// After a `disk-full` event, the runner's next attempted write fails too
+/// (the disk is still full); then the harness restarts the runner, which
+/// brings the disk back.
+fn disk_comes_back(
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    held: cutpoint::HeldHit,
+) {
+    let point = held.hit.point.clone();
+    let _ = held.fail(cutpoint::IoFault::Enospc);
+    shared.act("disk.still-full", json!({ "point": point }));
+    if let Err(e) = restart_runner(shared, env, layout, canary, "disk.back") {
+        *shared.error.lock().expect("error") =
+            Some(format!("failed to bring the disk back: {e:#}"));
+    }
+    notify(shared);
+}
+
+/// SIGKILLs the current runner and starts the next one (`why` is recorded).
+fn restart_runner(
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    why: &str,
+) -> anyhow::Result<()> {
+    let runner = shared.runner.lock().expect("runner").take();
+    if let Some(r) = runner {
+        let pid = r.pid();
+        r.kill()?;
+        shared.act("fault.kill-runner", json!({ "pid": pid, "why": why }));
+    }
+    start_runner(env, layout, shared, canary)?;
+    shared.act(why, json!({}));
+    Ok(())
+}
+
+/// A storage fault: the held before-write hit is answered `fail EIO` (one
+/// write fails) or `fail ENOSPC` (the disk is full until the runner's next
+/// write, see [`disk_comes_back`]).
+fn apply_storage(shared: &Shared, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+    if held.hit.role != "runner" || !fault.applies_at(&held.hit.point) {
+        shared.act(
+            "fault.not-a-write",
+            json!({ "fault": fault.as_str(), "point": held.hit.point }),
+        );
+        let _ = held.resume();
+        return Ok(());
+    }
+    let (io, pid) = match fault {
+        Fault::DiskFull => (cutpoint::IoFault::Enospc, Some(held.hit.pid)),
+        _ => (cutpoint::IoFault::Eio, None),
+    };
+    *shared.disk_full.lock().expect("disk full") = pid;
+    shared.act(
+        &format!("fault.{fault}"),
+        json!({ "point": held.hit.point, "errno": io.as_str() }),
+    );
+    held.fail(io)?;
+    Ok(())
+}
+
+/// A turn-active follow-up's sync point: the runner is held while the
+/// driver sends the follow-up. The follow-up's own request passes cut points
+/// too, so unless this hit is also the next event, the hold waits on a
+/// thread of its own and the cut loop keeps answering (`None`).
+fn hold_for_sync(
+    shared: &Arc<Shared>,
+    env: &CellEnv,
+    held: cutpoint::HeldHit,
+    is_armed: bool,
+) -> Option<cutpoint::HeldHit> {
+    shared.sync_reached.store(true, Ordering::SeqCst);
+    notify(shared);
+    let until = Instant::now() + Duration::from_millis(env.wait_ms);
+    if !is_armed {
+        let sh = Arc::clone(shared);
+        std::thread::spawn(move || {
+            wait_until(&sh, until, || sh.follow_up_sent.load(Ordering::SeqCst));
+            let _ = held.resume();
+        });
+        return None;
+    }
+    wait_until(shared, until, || {
+        shared.follow_up_sent.load(Ordering::SeqCst)
+    });
+    Some(held)
+}
+
+/// Appends where event `stage` was applied to the cut-point trace, so that
+/// discovery can tell the hits of recovery from those before the event.
+fn mark_trace(shared: &Shared, stage: usize) {
+    let Some(path) = &shared.trace else { return };
+    let line = json!({ "role": "turncut", "pid": std::process::id(), "point": EVENT_MARK, "n": stage + 1 });
+    let appended = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
+    if let Err(e) = appended {
+        shared.act("trace.error", json!({ "error": e.to_string() }));
+    }
+}
+
+/// The trace line a cell writes when it applies an event (`n` is the
+/// event's number, from 1).
+pub const EVENT_MARK: &str = "turncut.event.applied";
+
+pub(super) fn notify(shared: &Shared) {
+    let _g = shared.generation.lock().expect("generation");
+    shared.changed.notify_all();
+}
+
+pub(super) fn apply_fault(
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    fault: crate::model::Fault,
+    held: cutpoint::HeldHit,
+) -> anyhow::Result<()> {
+    let client = shared.client().map(|(c, _)| c);
+    // What the controller could read before the fault: nothing of it may
+    // vanish. At a before-write point the store is blocked on the held write,
+    // so nothing can be read there.
+    let at_write = held.hit.point.starts_with(crate::model::WRITE_POINTS);
+    if let Some(c) = client.as_ref().filter(|_| !at_write)
+        && let Ok(evs) = c.events(TASK_ID, 0)
+    {
+        *shared.events_before.lock().expect("events") = Some(evs);
+    }
+    if fault.is_storage() {
+        return apply_storage(shared, fault, held);
+    }
+    let plan = nemesis::plan(fault);
+    let provider = if held.hit.role == "provider" {
+        Some(held.hit.pid)
+    } else if plan.provider_signal.is_some() {
+        client.as_ref().and_then(live_provider)
+    } else {
+        None
+    };
+    if plan.kill_runner {
+        let runner = shared.runner.lock().expect("runner").take();
+        if let Some(r) = runner {
+            let pid = r.pid();
+            r.kill()?;
+            shared.act("fault.kill-runner", json!({ "pid": pid }));
+        }
+    }
+    match (plan.provider_signal, provider) {
+        (Some(signal), Some(pid)) => {
+            nemesis::signal_group(pid, signal)?;
+            shared.act(
+                &format!("fault.{}", fault.as_str()),
+                json!({ "provider_pid": pid, "signal": signal.as_str() }),
+            );
+        }
+        (Some(_), None) => shared.act("fault.no-provider", json!({ "fault": fault.as_str() })),
+        (None, _) => {}
+    }
+    if plan.kill_runner && plan.provider_signal.is_none() && held.hit.role == "provider" {
+        // The provider stays busy at its cut while the runner restarts: the
+        // restarted runner must stop it (old provider first). Released only at
+        // teardown, after the survivors are counted, so a runner that skips
+        // the stop leaves a live orphan for the hygiene oracle.
+        shared
+            .holds
+            .lock()
+            .expect("holds")
+            .push(held.hold_forever());
+    } else {
+        // A runner hit goes on; a killed or stopped provider never reads it.
+        let _ = held.resume();
+    }
+    if plan.kill_runner {
+        start_runner(env, layout, shared, canary)?;
+        shared.act(
+            "restart",
+            json!({ "next_event": shared.events.get(shared.stage.load(Ordering::SeqCst)).map(ToString::to_string) }),
+        );
+    }
+    Ok(())
+}
+
+/// The message id a controller-action event sends: `fx1` for the
+/// follow-up of the first event, `rx2` for the Retry of the second, …
+pub fn injected_message_id(fault: Fault, stage: usize) -> String {
+    let prefix = if fault == Fault::Retry { "rx" } else { "fx" };
+    format!("{prefix}{}", stage + 1)
+}
+
+/// A controller-action event (`follow-up`, `retry`): while the hit is held,
+/// the controller sends the request; the hit goes on once it is answered (or
+/// after a short bound, when the held process itself is what would answer
+/// it). The request is recorded like any controller request, so the oracles
+/// hold it to the same rules (a follow-up consumed exactly once or refused by
+/// the fence; a Retry admitted only for a failed task, and then working).
+fn inject_action(
+    shared: &Shared,
+    env: &CellEnv,
+    held: cutpoint::HeldHit,
+    fault: Fault,
+    stage: usize,
+) {
+    let message_id = injected_message_id(fault, stage);
+    let (kind, text) = match fault {
+        Fault::Retry => ("retry", ""),
+        _ => ("follow_up", "Also add a CHANGELOG"),
+    };
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some((client, _)) = shared.client() {
+        let id = message_id.clone();
+        std::thread::spawn(move || {
+            let answer = match fault {
+                Fault::Retry => client.retry(TASK_ID, &id),
+                _ => client.follow_up(TASK_ID, &id, text),
+            };
+            let _ = tx.send(answer);
+        });
+    }
+    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let bound = Duration::from_millis(env.wait_ms.min(2_000));
+    let first = rx.recv_timeout(bound);
+    let _ = held.resume();
+    let answer = match first {
+        Ok(a) => a,
+        Err(_) => rx
+            .recv_timeout(Duration::from_millis(env.wait_ms))
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer before the deadline"))),
+    };
+    // No answer: the request may or may not have been applied (an `info` op).
+    let op = Op::of(kind, &message_id, at_ms, &answer);
+    let (status, body) = answer.unwrap_or_else(|e| (0, json!({ "error": format!("{e:#}") })));
+    shared.act(
+        &format!("fault.{fault}"),
+        json!({ "message_id": message_id, "status": status }),
+    );
+    let exchange = Exchange {
+        kind: kind.to_owned(),
+        message_id,
+        text: text.to_owned(),
+        status,
+        body,
+    };
+    shared
+        .injected
+        .lock()
+        .expect("injected")
+        .push((exchange, op));
+}
+
+/// The provider process the runner currently has, from its run log.
+pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
+    let events = client.events(TASK_ID, 0).ok()?;
+    let mut live: Vec<u32> = Vec::new();
+    for e in events {
+        match e["kind"].as_str() {
+            Some("provider.spawned") => {
+                if let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64) {
+                    live.push(pid as u32);
+                }
+            }
+            Some("provider.stopped") => {
+                if let Some(pid) = e.pointer("/data/identity/pid").and_then(Value::as_u64) {
+                    live.retain(|p| *p != pid as u32);
+                }
+            }
+            _ => {}
+        }
+    }
+    live.last().copied()
+}
