@@ -7,7 +7,8 @@
 //! restart that loses the state), and running the minimal schedule again
 //! fails the same oracle.
 
-use std::os::unix::fs::PermissionsExt as _;
+mod common;
+
 use std::path::Path;
 use std::time::Duration;
 
@@ -15,24 +16,12 @@ use harness::cell::CellEnv;
 use harness::explore::{self, EventCount, Options};
 use harness::scenario;
 
-fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_turncut"))
-}
+use common::exe;
 
 #[test]
 fn a_three_event_failure_shrinks_to_a_minimal_schedule_that_fails_the_same_oracle() {
     let tmp = tempfile::tempdir().unwrap();
-    let wrapper = tmp.path().join("forgetful-runnerd");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\nprev=\nfor a in \"$@\"; do\n  [ \"$prev\" = --state-dir ] && rm -f \"$a\"/runner.sqlite3*\n  prev=$a\ndone\n\
-             exec '{}' runnerd \"$@\"\n",
-            exe().display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = common::forgetful_runnerd(tmp.path());
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
     let scenarios = scenario::load_dir(&dir).unwrap();
     let id = "everyday-workflows.runner-codex.local.single-task".to_owned();

@@ -4,16 +4,15 @@
 //! before starting runnerd) must give `fail` or `unknown` in every cell whose
 //! kill-runner fault restarted it, never `pass`.
 
-use std::os::unix::fs::PermissionsExt as _;
+mod common;
+
 use std::path::Path;
 
 use harness::cell::CellEnv;
 use harness::model::{Fault, Verdict};
 use harness::{plan, scenario, wave};
 
-fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_turncut"))
-}
+use common::exe;
 
 fn scenarios_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios")
@@ -25,18 +24,7 @@ const CELLS: usize = 12;
 #[test]
 fn a_runner_that_loses_its_state_on_restart_never_passes() {
     let tmp = tempfile::tempdir().unwrap();
-    let wrapper = tmp.path().join("forgetful-runnerd");
-    std::fs::write(
-        &wrapper,
-        format!(
-            "#!/bin/sh\n# runnerd that forgets everything: its database goes before it starts.\n\
-             prev=\nfor a in \"$@\"; do\n  [ \"$prev\" = --state-dir ] && rm -f \"$a\"/runner.sqlite3*\n  prev=$a\ndone\n\
-             exec '{}' runnerd \"$@\"\n",
-            exe().display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let wrapper = common::forgetful_runnerd(tmp.path());
 
     let dir = scenarios_dir();
     let scenarios = scenario::load_dir(&dir).unwrap();
