@@ -673,7 +673,14 @@ fn retry_conversation_reused(e: &Evidence, retry: &str) -> Option<String> {
         .iter()
         .position(|t| t.client_id.as_deref() == Some(retry))?;
     let thread = &turns[first].thread;
-    let old = turns[..first].iter().find(|t| &t.thread == thread)?;
+    // The Retry's own earlier turns (one lost and sent again, or continued,
+    // after a later event cut the Retry run) are no reuse.
+    let own = |t: &crate::evidence::ProviderTurn| {
+        t.authorized_by == retry || t.authorized_by == format!("{retry}{CONTINUATION_SUFFIX}")
+    };
+    let old = turns[..first]
+        .iter()
+        .find(|t| &t.thread == thread && !own(t))?;
     Some(format!(
         "Retry {retry} ran in conversation {thread}, which already held turn {} of {} (provider store)",
         old.turn, old.authorized_by
@@ -1625,6 +1632,24 @@ mod tests {
         e.task["runs"][1]["cause"] =
             json!({ "code": "made_up", "recoverable": false, "message": "x" });
         assert!(verdict(&judge(&e), "retry.works").0 == Verdict::Fail);
+    }
+
+    #[test]
+    fn a_retry_turn_sent_again_in_its_own_conversation_is_no_reuse() {
+        let mut e = retried();
+        // The Retry's first turn was lost before its message was recorded
+        // (no client id), and sent again in the Retry's own conversation.
+        let mut lost = pturn("pr0", "", "r1", "interrupted", false);
+        lost.client_id = None;
+        lost.thread = "th2".into();
+        let mut again = pturn("pr1", "r1", "r1", "completed", false);
+        again.thread = "th2".into();
+        e.provider_turns.push(lost);
+        e.provider_turns.push(again);
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+        // A turn of another message in that conversation is reuse.
+        e.provider_turns[1].authorized_by = "m1".into();
+        assert_only_fails(&e, "retry.works", "already held turn pr0 of m1");
     }
 
     #[test]
