@@ -627,7 +627,12 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                     );
                 }
                 let conv = &run.conversation_id;
-                if conv.is_none() || runs[..pos].iter().any(|r| &r.conversation_id == conv) {
+                // A Retry run that a later event cut before it opened a
+                // conversation has none; a reused one is wrong either way.
+                let missing = conv.is_none() && !(faulted && run.status != "completed");
+                let reused =
+                    conv.is_some() && runs[..pos].iter().any(|r| &r.conversation_id == conv);
+                if missing || reused {
                     j.fail(
                         format!("Retry run {run_id} did not open a fresh conversation ({conv:?})"),
                         [format!("task.runs.{run_id}")],
@@ -654,6 +659,11 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                         [format!("exchange:{}", x.message_id)],
                     );
                 }
+            }
+            // No answer before the deadline (the runner was cut mid-request,
+            // or the harness gave up): the harness cannot tell.
+            0 => {
+                j.unknown = Some(format!("Retry {} got no answer: {}", x.message_id, x.body));
             }
             other => j.fail(
                 format!("Retry answered {other}: {}", x.body),
@@ -1632,6 +1642,45 @@ mod tests {
         e.task["runs"][1]["cause"] =
             json!({ "code": "made_up", "recoverable": false, "message": "x" });
         assert!(verdict(&judge(&e), "retry.works").0 == Verdict::Fail);
+    }
+
+    #[test]
+    fn a_retry_run_cut_before_its_conversation_has_none_and_an_unanswered_retry_is_unknown() {
+        let mut e = retried();
+        e.task["runs"][1]["status"] = json!("failed");
+        e.task["runs"][1]["conversation_id"] = Value::Null;
+        e.task["runs"][1]["cause"] =
+            json!({ "code": "storage_failed", "recoverable": false, "message": "x" });
+        // Not cut: a Retry run without a conversation is wrong.
+        assert_only_fails(&e, "retry.works", "fresh conversation");
+        e.ops.push(crate::evidence::Op::of(
+            "retry",
+            "r1",
+            100,
+            &Ok::<_, anyhow::Error>((201, ())),
+        ));
+        e.actions.extend([
+            crate::evidence::Action {
+                at_ms: 150,
+                what: "event.reached".into(),
+                detail: json!({ "event": 2 }),
+            },
+            crate::evidence::Action {
+                at_ms: 150,
+                what: "fault.fail-write".into(),
+                detail: json!({}),
+            },
+        ]);
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "retry".into(),
+            message_id: "r1".into(),
+            text: String::new(),
+            status: 0,
+            body: json!({ "error": "io: Peer disconnected" }),
+        });
+        assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Unknown);
     }
 
     #[test]
