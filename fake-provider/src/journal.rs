@@ -63,7 +63,7 @@ impl Journal {
     /// Opens (creating) the journal at `path`; `None` journals nothing.
     pub fn open(path: Option<&Path>) -> std::io::Result<Journal> {
         let file = match path {
-            Some(p) => Some(open_append(p)?),
+            Some(p) => Some(open_after_torn_tail(p)?),
             None => None,
         };
         Ok(Journal {
@@ -128,18 +128,46 @@ pub fn read(path: &Path) -> std::io::Result<Vec<Entry>> {
     };
     let whole = text.rfind('\n').map_or(0, |i| i + 1);
     text.truncate(whole);
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l).map_err(|e| {
-                std::io::Error::new(
+    let lines: Vec<&str> = text.lines().collect();
+    let parsed: Vec<Result<Entry, serde_json::Error>> =
+        lines.iter().map(|l| serde_json::from_str(l)).collect();
+    let mut out = Vec::new();
+    for (i, entry) in parsed.iter().enumerate() {
+        match entry {
+            Ok(e) => out.push(e.clone()),
+            Err(_) if lines[i].is_empty() => {}
+            // The tail a killed writer left (see `open_after_torn_tail`): the
+            // next line is the first of a new process.
+            Err(_) if matches!(parsed.get(i + 1), Some(Ok(next)) if next.seq == 1) => {}
+            Err(e) => {
+                return Err(std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
                     format!("{}:{}: bad journal line: {e}", path.display(), i + 1),
-                )
-            })
-        })
-        .collect()
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Opens the journal for appending. A SIGKILL can cut a `write(2)` that spans
+/// a page boundary short (the kernel stops between pages for a fatal
+/// signal), so a killed writer may have left a line without its newline; the
+/// next writer ends it first, so its own lines start on a line of their own
+/// and `read` can tell the torn tail from corruption.
+fn open_after_torn_tail(path: &Path) -> std::io::Result<File> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let file = open_append(path)?;
+    let mut reader = File::open(path)?;
+    if reader.metadata()?.len() > 0 {
+        reader.seek(SeekFrom::End(-1))?;
+        let mut last = [0u8; 1];
+        reader.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            append_once(&file, b"\n")?;
+        }
+    }
+    Ok(file)
 }
 
 /// Opens a file for appending, creating it with mode 0600.
@@ -193,10 +221,38 @@ mod tests {
         in_flight.extend_from_slice(b"{\"v\":1,\"gen");
         std::fs::write(&path, &in_flight).unwrap();
         assert_eq!(read(&path).unwrap().len(), 1);
-        let mut torn = b"{\"v\":1,\"gen\n".to_vec();
-        torn.extend_from_slice(&whole);
-        std::fs::write(&path, &torn).unwrap();
+        // A torn line between two lines of one process is corruption.
+        journal.fact("two", serde_json::json!({}));
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("\"fact\"")).collect();
+        let lines: Vec<&str> = lines.into_iter().filter(|l| l.ends_with('}')).collect();
+        std::fs::write(
+            &path,
+            format!("{}\n{{\"v\":1,\"gen\n{}\n", lines[0], lines[1]),
+        )
+        .unwrap();
         let err = read(&path).unwrap_err().to_string();
-        assert!(err.contains(":1: bad journal line"), "{err}");
+        assert!(err.contains(":2: bad journal line"), "{err}");
+    }
+
+    #[test]
+    fn a_tail_torn_by_a_killed_writer_is_ended_by_the_next_and_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.jsonl");
+        let first = Journal::open(Some(&path)).unwrap();
+        first.fact("one", serde_json::json!({}));
+        first.fact("two", serde_json::json!({}));
+        // A SIGKILL cut the second line short.
+        let text = std::fs::read(&path).unwrap();
+        let cut = text.len() - 10;
+        std::fs::write(&path, &text[..cut]).unwrap();
+        let next = Journal::open(Some(&path)).unwrap();
+        next.fact("three", serde_json::json!({}));
+        let facts: Vec<String> = read(&path)
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| e.fact)
+            .collect();
+        assert_eq!(facts, ["one", "three"]);
     }
 }
