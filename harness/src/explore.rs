@@ -162,10 +162,15 @@ pub fn seeded_runner(seed: u64, shrink_iters: u32) -> TestRunner {
         cases: u32::MAX,
         failure_persistence: None,
         max_shrink_iters: shrink_iters,
+        // Shrinking stops after this long (with the smallest failure so far).
+        max_shrink_time: SHRINK_TIME_MS,
         ..Config::default()
     };
     TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
 }
+
+/// The longest a failure is shrunk, in milliseconds.
+pub const SHRINK_TIME_MS: u32 = 120_000;
 
 /// `k` schedules of `boundaries`, drawn with `seed` (for `wave --schedules`).
 pub fn draw(boundaries: &[Boundary], count: EventCount, seed: u64, k: usize) -> Vec<Vec<Event>> {
@@ -285,6 +290,7 @@ pub fn explore(
     let started = Instant::now();
     let shared = Progress {
         stop: AtomicBool::new(false),
+        claimed: AtomicBool::new(false),
         runs: AtomicUsize::new(0),
         unknown: AtomicUsize::new(0),
         per_id: Mutex::new(Default::default()),
@@ -307,6 +313,8 @@ pub fn explore(
 
 struct Progress {
     stop: AtomicBool,
+    /// An explorer is shrinking a failure: the others stop.
+    claimed: AtomicBool,
     runs: AtomicUsize,
     unknown: AtomicUsize,
     per_id: Mutex<std::collections::BTreeMap<String, usize>>,
@@ -348,7 +356,10 @@ fn explorer(
         .map(|t| strategy(t.boundaries.clone(), opts.events))
         .collect();
     let mut next = job;
-    while started.elapsed() < opts.budget && !shared.stop.load(Ordering::SeqCst) {
+    while started.elapsed() < opts.budget
+        && !shared.stop.load(Ordering::SeqCst)
+        && !shared.claimed.load(Ordering::SeqCst)
+    {
         let i = next % targets.len();
         next += opts.jobs.max(1);
         let target = &targets[i];
@@ -374,9 +385,18 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
     shared: &Progress,
 ) -> Option<Found> {
     let original: Mutex<Option<Finished>> = Mutex::new(None);
+    let mine = AtomicBool::new(false);
     let runs = AtomicUsize::new(0);
     let outcome = runner.run_one(tree, |events| {
         let n = runs.fetch_add(1, Ordering::SeqCst);
+        // One failure is shrunk at a time: another explorer's later find is
+        // left alone (it counts as passing, so its shrinking ends at once).
+        if n > 0 && !mine.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        if n > 0 && n.is_multiple_of(10) {
+            eprintln!("explore: shrinking, {n} candidates tried");
+        }
         let f = if n == 0 {
             let f = run_schedule(env, scenarios, &target.id, &events);
             shared.count(&target.id, &f);
@@ -389,6 +409,17 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
         };
         if !is_failure(&f) {
             return Ok(());
+        }
+        if n == 0 {
+            let first = shared
+                .claimed
+                .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok();
+            if !first {
+                return Ok(());
+            }
+            mine.store(true, Ordering::SeqCst);
+            eprintln!("explore: {} failed; shrinking it", target.id);
         }
         let why = failing_oracles(&f).join(", ");
         original.lock().expect("original").get_or_insert(f);
