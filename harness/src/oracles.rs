@@ -1618,14 +1618,9 @@ mod tests {
         e
     }
 
-    #[test]
-    fn a_retry_run_cut_by_a_later_event_may_fail_only_with_a_contract_cause() {
-        let mut e = retried();
-        e.task["runs"][1]["status"] = json!("failed");
-        e.task["runs"][1]["cause"] =
-            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
-        // No event after the Retry: its run had no excuse to fail.
-        assert_only_fails(&e, "retry.works", "ended failed");
+    /// The Retry `r1` was sent at 100 ms and a later event of the schedule
+    /// was reached at 150 ms: its run may have been cut.
+    fn cut_after_retry(e: &mut Evidence) {
         e.ops.push(crate::evidence::Op::of(
             "retry",
             "r1",
@@ -1637,6 +1632,17 @@ mod tests {
             what: "event.reached".into(),
             detail: json!({ "event": 2 }),
         });
+    }
+
+    #[test]
+    fn a_retry_run_cut_by_a_later_event_may_fail_only_with_a_contract_cause() {
+        let mut e = retried();
+        e.task["runs"][1]["status"] = json!("failed");
+        e.task["runs"][1]["cause"] =
+            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        // No event after the Retry: its run had no excuse to fail.
+        assert_only_fails(&e, "retry.works", "ended failed");
+        cut_after_retry(&mut e);
         assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
         // Cut, it still needs a cause the contract lists.
         e.task["runs"][1]["cause"] =
@@ -1653,24 +1659,12 @@ mod tests {
             json!({ "code": "storage_failed", "recoverable": false, "message": "x" });
         // Not cut: a Retry run without a conversation is wrong.
         assert_only_fails(&e, "retry.works", "fresh conversation");
-        e.ops.push(crate::evidence::Op::of(
-            "retry",
-            "r1",
-            100,
-            &Ok::<_, anyhow::Error>((201, ())),
-        ));
-        e.actions.extend([
-            crate::evidence::Action {
-                at_ms: 150,
-                what: "event.reached".into(),
-                detail: json!({ "event": 2 }),
-            },
-            crate::evidence::Action {
-                at_ms: 150,
-                what: "fault.fail-write".into(),
-                detail: json!({}),
-            },
-        ]);
+        cut_after_retry(&mut e);
+        e.actions.push(crate::evidence::Action {
+            at_ms: 150,
+            what: "fault.fail-write".into(),
+            detail: json!({}),
+        });
         assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
         let mut e = good();
         e.exchanges.push(Exchange {
