@@ -155,6 +155,22 @@ impl Rig {
             .count()
     }
 
+    /// Waits until the provider journal holds the fact `fact`.
+    fn wait_fact(&self, fact: &str) {
+        let deadline = std::time::Instant::now() + WAIT;
+        while !self
+            .journal()
+            .iter()
+            .any(|e| e.fact.as_deref() == Some(fact))
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {fact} in the provider journal"
+            );
+            std::thread::yield_now();
+        }
+    }
+
     /// Continuation turns the provider recorded.
     fn continuations(&self) -> usize {
         self.journal()
@@ -1266,15 +1282,19 @@ fn a_full_disk_at_turn_intent_sends_nothing_and_a_restart_resumes_the_task() {
 /// and a Retry with the disk back completes the task.
 #[test]
 fn a_full_disk_at_turn_accepted_fails_closed_after_a_restart_and_a_retry_completes() {
-    let mut rig = Rig::new(&[]);
+    // The provider stops once the user message is durable: a turn it could
+    // finish before the runner stops it would be adopted as completed, and
+    // one without its user message would be sent again.
+    let mut rig = Rig::new(&["--hang", "codex.user_message.recorded"]);
     let journal = rig.path("journal.jsonl").display().to_string();
     let client = rig.start(Some("runner.write.turn_accepted"));
     submit(&client, &rig, "t1", "m1");
-    fail_write(
-        &rig,
-        "runner.write.turn_accepted",
-        cutpoint::IoFault::Enospc,
-    );
+    let held = rig.hold();
+    assert_eq!(held.hit.point, "runner.write.turn_accepted");
+    // The hang is recorded as fired before it holds the provider, so the
+    // Retry's provider does not hang again.
+    rig.wait_fact("fault.hang");
+    held.fail(cutpoint::IoFault::Enospc).unwrap();
     assert_eq!(
         wait_gone(&journal),
         Vec::<u32>::new(),
