@@ -713,7 +713,9 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
             break;
         }
     }
-    if let Some(before) = &e.events_before_fault {
+    // An unreadable run log proves nothing gone: the check is `unknown`.
+    let run_log = e.gap(Source::RunLog).is_none();
+    if let Some(before) = e.events_before_fault.as_ref().filter(|_| run_log) {
         for old in before {
             let seq = old["seq"].as_i64().unwrap_or(-1);
             let now = e.events.iter().find(|ev| ev["seq"] == seq);
@@ -729,6 +731,11 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
                 );
             }
         }
+    }
+    // The queue and the provider's turns decide a follow-up's fate; without
+    // either the follow-up checks are `unknown` (from `needs`).
+    if e.gap(Source::Task).is_some() || e.gap(Source::ProviderStore).is_some() {
+        return j.done();
     }
     let queued: Vec<String> = e.task_view().map(|t| t.queued_messages).unwrap_or_default();
     // A follow-up with no answer (`info`) may or may not exist; if it
@@ -1415,6 +1422,25 @@ mod tests {
         e.provider_turns
             .push(pturn("pf2", "f1", "f1", "completed", false));
         assert_only_fails(&e, "no-loss", "consumed 2 times");
+    }
+
+    #[test]
+    fn no_loss_is_unknown_when_the_run_log_or_the_queue_cannot_be_read() {
+        let mut e = good();
+        e.events_before_fault = Some(e.events.clone());
+        e.events.clear();
+        e.unreadable(Source::RunLog, "GET /events: connection refused");
+        assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Unknown);
+        let mut e = good();
+        e.exchanges.push(Exchange {
+            kind: "follow_up".into(),
+            message_id: "f1".into(),
+            text: "more".into(),
+            status: 202,
+            body: json!({}),
+        });
+        e.unreadable(Source::Task, "GET /tasks: connection refused");
+        assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Unknown);
     }
 
     #[test]
