@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -104,7 +105,26 @@ pub(super) fn cut_loop(
     let (tx, rx) = std::sync::mpsc::channel::<(cutpoint::HeldHit, Wanted)>();
     std::thread::scope(|s| {
         s.spawn(move || accept_hits(listener, shared, tx));
-        for (held, wanted) in rx {
+        loop {
+            // A full disk comes back at the runner's next write, or once the
+            // runner has written nothing for an idle timeout (it may have
+            // nothing left to write until an operator frees the disk).
+            let full = *shared.disk_full.lock().expect("disk full");
+            let next = match full {
+                Some((_, since)) => {
+                    let until = since + Duration::from_millis(env.idle_timeout_ms);
+                    rx.recv_timeout(until.saturating_duration_since(Instant::now()))
+                }
+                None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            let (held, wanted) = match next {
+                Ok(next) => next,
+                Err(RecvTimeoutError::Timeout) => {
+                    disk_freed_by_operator(shared, env, layout, canary);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
             match wanted {
                 Wanted::DiskBack => disk_comes_back(shared, env, layout, canary, held),
                 Wanted::Sync(event) => {
@@ -161,7 +181,7 @@ fn accept_hits(
 /// event moves the schedule on at once, so the count of a later event
 /// starts right after the hit that matched the one before it.
 fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
-    let full = *shared.disk_full.lock().expect("disk full");
+    let full = shared.disk_full.lock().expect("disk full").map(|(pid, _)| pid);
     if full == Some(hit.pid) && hit.point.starts_with(crate::model::WRITE_POINTS) {
         *shared.disk_full.lock().expect("disk full") = None;
         return Some(Wanted::DiskBack);
@@ -243,6 +263,21 @@ fn disk_comes_back(
     notify(shared);
 }
 
+/// The runner wrote nothing for an idle timeout after its disk filled: the
+/// harness, as an operator would, frees the disk and restarts the runner.
+fn disk_freed_by_operator(shared: &Shared, env: &CellEnv, layout: &Layout, canary: &str) {
+    let was_full = shared.disk_full.lock().expect("disk full").take().is_some();
+    if !was_full || shared.stop.load(Ordering::SeqCst) {
+        return;
+    }
+    shared.act("disk.quiet", json!({ "idle_ms": env.idle_timeout_ms }));
+    if let Err(e) = restart_runner(shared, env, layout, canary, "disk.back") {
+        *shared.error.lock().expect("error") =
+            Some(format!("failed to bring the disk back: {e:#}"));
+    }
+    notify(shared);
+}
+
 /// SIGKILLs the current runner and starts the next one (`why` is recorded).
 fn restart_runner(
     shared: &Shared,
@@ -275,7 +310,10 @@ fn apply_storage(shared: &Shared, fault: Fault, held: cutpoint::HeldHit) -> anyh
         return Ok(());
     }
     let (io, pid) = match fault {
-        Fault::DiskFull => (cutpoint::IoFault::Enospc, Some(held.hit.pid)),
+        Fault::DiskFull => (
+            cutpoint::IoFault::Enospc,
+            Some((held.hit.pid, Instant::now())),
+        ),
         _ => (cutpoint::IoFault::Eio, None),
     };
     *shared.disk_full.lock().expect("disk full") = pid;

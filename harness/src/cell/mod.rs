@@ -106,9 +106,9 @@ struct Shared {
     trace: Option<PathBuf>,
     /// Hits of the next event's point since the previous event was reached.
     since: Mutex<u64>,
-    /// The runner whose disk is full (a `disk-full` event), until its next
-    /// attempted write.
-    disk_full: Mutex<Option<u32>>,
+    /// The runner whose disk is full (a `disk-full` event) and since when,
+    /// until its next attempted write or an idle timeout without one.
+    disk_full: Mutex<Option<(u32, Instant)>>,
     /// Index of the next event of the schedule.
     stage: std::sync::atomic::AtomicUsize,
     cut_role: Mutex<Option<String>>,
