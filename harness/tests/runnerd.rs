@@ -1225,6 +1225,31 @@ fn a_failed_follow_up_write_answers_503_and_changes_nothing() {
     assert_eq!(rig.turn_starts("f1"), 1);
 }
 
+/// A failed write whose `storage_failed` cannot be recorded either (found
+/// by `turncut explore`: `runner.write.provider_spawn_intent#1/fail-write`
+/// then `runner.write.run_settled#1/fail-write`): the actor used to end,
+/// leaving the task running with no one to run it until a restart. It now
+/// starts over from the durable state, where nothing of the failed step is,
+/// and the task completes with its message answered once.
+#[test]
+fn an_outcome_that_cannot_be_recorded_is_not_left_running() {
+    let mut rig = Rig::new(&[]);
+    let client = rig.start(Some(
+        "runner.write.provider_spawn_intent,runner.write.run_settled",
+    ));
+    submit(&client, &rig, "t1", "m1");
+    fail_write(
+        &rig,
+        "runner.write.provider_spawn_intent",
+        cutpoint::IoFault::Eio,
+    );
+    fail_write(&rig, "runner.write.run_settled", cutpoint::IoFault::Eio);
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    assert_eq!(rig.turn_starts("m1"), 1);
+    rig.assert_effects_once();
+}
+
 /// A full disk fails every write of the runner process from the failed
 /// intent on: the failure itself cannot be recorded. The runner stops the
 /// provider, sends nothing, keeps answering (503 for writes), and after a

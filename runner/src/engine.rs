@@ -41,6 +41,11 @@ pub const CONTINUE_TEXT: &str = "[turncut:continue] The previous turn was interr
 /// the run fails instead of restarting the provider again.
 pub const PROVIDER_LOSSES_MAX: u32 = 4;
 
+/// First and longest pause before a task whose outcome could not be
+/// recorded starts over from its durable state (doubling in between).
+const RECORD_RETRY_FIRST: Duration = Duration::from_millis(50);
+const RECORD_RETRY_MAX: Duration = Duration::from_secs(5);
+
 /// Configuration of the engine.
 pub struct EngineOptions {
     /// The runner's state directory (providers get subdirectories).
@@ -357,6 +362,7 @@ impl Engine {
     async fn actor(self: Arc<Self>, task_id: String, mut wake: mpsc::UnboundedReceiver<()>) {
         let mut live: Option<Live> = None;
         let mut losses: HashMap<String, u32> = HashMap::new();
+        let mut record_retry = RECORD_RETRY_FIRST;
         loop {
             let tid = task_id.clone();
             let snap = match self.store.call(move |db| db.snapshot(&tid)).await {
@@ -391,12 +397,23 @@ impl Engine {
                 let _ = self.stop_live(&task_id, l).await;
             }
             let outcome = self.step(&snap, &run, &mut live).await;
-            if !self
+            if self
                 .settle_step_error(&task_id, &run, outcome, &mut live, &mut losses)
                 .await
             {
-                return;
+                record_retry = RECORD_RETRY_FIRST;
+                continue;
             }
+            // The outcome could not be recorded (its provider is stopped):
+            // the store still holds the run as it was before the failed
+            // write. Start over from it after a pause, as a restarted runner
+            // would; ending the actor here left the task running with no
+            // one to run it until a restart (a write that failed once, then
+            // the write of its `storage_failed`). A full disk fails every
+            // try the same way, and nothing is sent meanwhile.
+            tracing::warn!(task = %task_id, "starting over from the durable state in {record_retry:?}");
+            tokio::time::sleep(record_retry).await;
+            record_retry = (record_retry * 2).min(RECORD_RETRY_MAX);
         }
     }
 
@@ -405,8 +422,8 @@ impl Engine {
     /// [`PROVIDER_LOSSES_MAX`]), a failed write is `storage_failed`. A
     /// provider that cannot be proven stopped while any of that is recorded
     /// settles the task `needs_human` with the quarantine's cause, never
-    /// leaving it `running` without an actor. Returns false when the actor
-    /// must end (the store itself failed).
+    /// leaving it `running` without an actor. Returns false when the
+    /// outcome could not be recorded (the store itself failed).
     async fn settle_step_error(
         &self,
         task_id: &str,

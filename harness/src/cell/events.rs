@@ -181,7 +181,11 @@ fn accept_hits(
 /// event moves the schedule on at once, so the count of a later event
 /// starts right after the hit that matched the one before it.
 fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
-    let full = shared.disk_full.lock().expect("disk full").map(|(pid, _)| pid);
+    let full = shared
+        .disk_full
+        .lock()
+        .expect("disk full")
+        .map(|(pid, _)| pid);
     if full == Some(hit.pid) && hit.point.starts_with(crate::model::WRITE_POINTS) {
         *shared.disk_full.lock().expect("disk full") = None;
         return Some(Wanted::DiskBack);
@@ -404,6 +408,9 @@ pub(super) fn apply_fault(
     } else {
         None
     };
+    if plan.kill_runner && plan.provider_signal.is_none() && held.hit.role == "runner" {
+        freeze_runner_children(shared, layout);
+    }
     if plan.kill_runner {
         let runner = shared.runner.lock().expect("runner").take();
         if let Some(r) = runner {
@@ -515,6 +522,35 @@ fn inject_action(
 }
 
 /// The provider process the runner currently has, from its run log.
+/// At a kill of the runner alone, freezes (SIGSTOP) every other process of
+/// the cell's runner: its providers and whatever they started. Left running,
+/// a provider goes on with its turn while the runner restarts, or not, by
+/// timing, and the cell's recovery path with it; frozen, it keeps exactly
+/// what it had at the cut, and the restarted runner must stop it (a
+/// SIGKILL ends a stopped process). Providers are found by the cell's tag,
+/// not through the runner's API, which a held write blocks.
+fn freeze_runner_children(shared: &Shared, layout: &Layout) {
+    let runner = shared
+        .runner
+        .lock()
+        .expect("runner")
+        .as_ref()
+        .map(|r| r.pid());
+    let mut frozen = Vec::new();
+    for (pid, _) in nemesis::tagged_processes(&layout.dir.display().to_string()) {
+        if Some(pid) != runner
+            && nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGSTOP,
+            )
+            .is_ok()
+        {
+            frozen.push(pid);
+        }
+    }
+    shared.act("fault.freeze-providers", json!({ "pids": frozen }));
+}
+
 pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
     let events = client.events(TASK_ID, 0).ok()?;
     let mut live: Vec<u32> = Vec::new();

@@ -68,7 +68,7 @@ impl CellEnv {
             runner_cmd: vec![exe.display().to_string(), "runnerd".to_owned()],
             runner_extra: Vec::new(),
             idle_timeout_ms: 500,
-            hang_idle_timeout_ms: 250,
+            hang_idle_timeout_ms: 50,
             wait_ms: 15_000,
             scenarios_dir: scenarios_dir.to_owned(),
             keep: false,
