@@ -343,6 +343,17 @@ impl RunnerClient {
 
     /// The whole run log after `after`.
     pub fn events(&self, task_id: &str, after: i64) -> anyhow::Result<Vec<Value>> {
+        self.events_within(task_id, after, Duration::from_secs(30))
+    }
+
+    /// The whole run log after `after`, or an error after `timeout` (a
+    /// runner whose store is blocked on a held write cannot answer).
+    pub fn events_within(
+        &self,
+        task_id: &str,
+        after: i64,
+        timeout: Duration,
+    ) -> anyhow::Result<Vec<Value>> {
         let mut r = self
             .agent
             .get(format!(
@@ -350,6 +361,9 @@ impl RunnerClient {
                 self.base
             ))
             .header("Authorization", &self.auth())
+            .config()
+            .timeout_global(Some(timeout))
+            .build()
             .call()?;
         anyhow::ensure!(r.status() == 200, "events answered {}", r.status());
         let text = r.body_mut().read_to_string()?;

@@ -379,6 +379,9 @@ pub(super) fn notify(shared: &Shared) {
     shared.changed.notify_all();
 }
 
+/// How long the read of the run log before a fault may take.
+const PRE_FAULT_READ: Duration = Duration::from_millis(500);
+
 pub(super) fn apply_fault(
     shared: &Shared,
     env: &CellEnv,
@@ -390,10 +393,12 @@ pub(super) fn apply_fault(
     let client = shared.client().map(|(c, _)| c);
     // What the controller could read before the fault: nothing of it may
     // vanish. At a before-write point the store is blocked on the held write,
-    // so nothing can be read there.
+    // so nothing can be read there; a later event's write may be held too
+    // (the acceptor already matched it), hence the short deadline: no read,
+    // no check.
     let at_write = held.hit.point.starts_with(crate::model::WRITE_POINTS);
     if let Some(c) = client.as_ref().filter(|_| !at_write)
-        && let Ok(evs) = c.events(TASK_ID, 0)
+        && let Ok(evs) = c.events_within(TASK_ID, 0, PRE_FAULT_READ)
     {
         *shared.events_before.lock().expect("events") = Some(evs);
     }
@@ -551,8 +556,10 @@ fn freeze_runner_children(shared: &Shared, layout: &Layout) {
     shared.act("fault.freeze-providers", json!({ "pids": frozen }));
 }
 
+/// The runner's live provider, from its run log (read within
+/// [`PRE_FAULT_READ`]: a held write blocks the runner's store).
 pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
-    let events = client.events(TASK_ID, 0).ok()?;
+    let events = client.events_within(TASK_ID, 0, PRE_FAULT_READ).ok()?;
     let mut live: Vec<u32> = Vec::new();
     for e in events {
         match e["kind"].as_str() {
