@@ -521,11 +521,15 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
         let seq = ev["seq"].as_i64().unwrap_or(0);
         if ev["kind"] == "turn.finished" && ev.pointer("/data/adopted") == Some(&Value::Bool(true))
         {
-            // Adoption is only right for a turn the provider completed.
+            // Adoption is only right for a turn the provider completed: the
+            // row's latest acceptance before it (a message the provider never
+            // recorded is sent again and accepted anew).
             let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
             let turn = e
                 .events_of("turn.accepted")
-                .find(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
+                .filter(|a| a["seq"].as_i64().unwrap_or(0) < seq)
+                .filter(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
+                .last()
                 .and_then(|a| a.pointer("/data/provider_turn_id").and_then(Value::as_str));
             let completed = turn.is_some_and(|t| {
                 recorded
@@ -1216,6 +1220,55 @@ mod tests {
         e.task["runs"][0]["cause"] =
             json!({ "code": "continuation_exhausted", "recoverable": false, "message": "x" });
         assert_only_fails(&e, "contract", "without a continuation");
+    }
+
+    /// Found by `turncut explore`: a turn whose message the provider never
+    /// recorded is sent again and accepted under a new provider turn id; a
+    /// later adoption is of that turn, not of the first.
+    #[test]
+    fn an_adoption_is_judged_against_the_rows_latest_acceptance() {
+        let mut e = good();
+        e.provider_turns = vec![
+            pturn("pt0", "m1", "m1", "interrupted", false),
+            pturn("pt1", "m1", "m1", "completed", false),
+        ];
+        e.events = vec![
+            event(1, "task.admitted", json!({})),
+            event(
+                2,
+                "turn.intent",
+                json!({ "turn_row": 1, "client_id": "m1", "message_id": "m1", "kind": "primary" }),
+            ),
+            event(
+                3,
+                "turn.accepted",
+                json!({ "turn_row": 1, "provider_turn_id": "pt0" }),
+            ),
+            event(
+                4,
+                "turn.absent_at_provider",
+                json!({ "message_id": "m1", "provider_turn_id": "pt0" }),
+            ),
+            event(
+                5,
+                "turn.accepted",
+                json!({ "turn_row": 1, "provider_turn_id": "pt1" }),
+            ),
+            event(
+                6,
+                "turn.finished",
+                json!({ "turn_row": 1, "status": "completed", "adopted": true }),
+            ),
+            event(
+                7,
+                "run.settled",
+                json!({ "state": "completed", "cause": null }),
+            ),
+        ];
+        let (_, message) = verdict(&judge(&e), "contract");
+        assert!(!message.contains("did not complete it"), "{message}");
+        e.provider_turns[1].status = "interrupted".into();
+        assert!(verdict(&judge(&e), "contract").1.contains("pt1"));
     }
 
     #[test]
