@@ -310,6 +310,13 @@ fn run_for_paths(
         if again.is_empty() {
             break;
         }
+        if !learning {
+            eprintln!(
+                "{} cells took a path the snapshot does not list; running them again: {:?}",
+                again.len(),
+                again.iter().map(CellSpec::name).collect::<Vec<_>>()
+            );
+        }
         for f in run_reaching_cuts(env, scenarios, &again) {
             let name = f.result.spec.name();
             let path = f.result.outcome.path.clone();
