@@ -20,10 +20,13 @@
 //! or not. (`turncut wave --repeat 2` measures how many cells do this.)
 //! Such an entry lists the allowed paths, `path | path`, learned by running
 //! the cells [`ROUNDS_ENV`] times when the snapshot is written and then
-//! reviewed like any entry. A check passes when the cell took one of the
-//! listed paths; a path outside the set is run again (at most [`ATTEMPTS`]
-//! times in all) and, if it stays outside, shows in the diff as a new member
-//! of the set.
+//! reviewed like any entry. A cell whose path is outside its entry runs
+//! again (at most [`ATTEMPTS`] times in all). An entry with one path must be
+//! taken: otherwise the new path shows in the diff. An entry with several
+//! paths is where timing decides; a further path there is said on stderr,
+//! not failed on (every run passed every oracle), and joins the set the next
+//! time the snapshot is learned. A single-path entry that starts to take
+//! another path is a diff.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -331,10 +334,17 @@ fn run_for_paths(
         }
     }
     for (name, set) in seen.iter_mut() {
-        if let Some(k) = known.get(name)
-            && (learning || set.is_subset(k))
-        {
+        let Some(k) = known.get(name) else { continue };
+        if learning || set.is_subset(k) {
             set.extend(k.iter().cloned());
+        } else if k.len() > 1 {
+            // An entry that already lists several paths is one where timing
+            // decides: a further path (every run of which passed every
+            // oracle) is said, not failed on; learn it with ROUNDS_ENV.
+            eprintln!(
+                "{name}: took {set:?}, outside its timing-dependent set {k:?}; not a failure (learn it with {ROUNDS_ENV})"
+            );
+            *set = k.clone();
         }
     }
     (finished, seen)
