@@ -1227,44 +1227,25 @@ mod tests {
     /// later adoption is of that turn, not of the first.
     #[test]
     fn an_adoption_is_judged_against_the_rows_latest_acceptance() {
+        // good(): m1 accepted as pt1, which the provider completed.
         let mut e = good();
-        e.provider_turns = vec![
-            pturn("pt0", "m1", "m1", "interrupted", false),
-            pturn("pt1", "m1", "m1", "completed", false),
-        ];
-        e.events = vec![
-            event(1, "task.admitted", json!({})),
-            event(
-                2,
-                "turn.intent",
-                json!({ "turn_row": 1, "client_id": "m1", "message_id": "m1", "kind": "primary" }),
-            ),
-            event(
-                3,
-                "turn.accepted",
-                json!({ "turn_row": 1, "provider_turn_id": "pt0" }),
-            ),
-            event(
-                4,
-                "turn.absent_at_provider",
-                json!({ "message_id": "m1", "provider_turn_id": "pt0" }),
-            ),
-            event(
-                5,
-                "turn.accepted",
-                json!({ "turn_row": 1, "provider_turn_id": "pt1" }),
-            ),
-            event(
-                6,
-                "turn.finished",
-                json!({ "turn_row": 1, "status": "completed", "adopted": true }),
-            ),
-            event(
-                7,
-                "run.settled",
-                json!({ "state": "completed", "cause": null }),
-            ),
-        ];
+        e.provider_turns
+            .insert(0, pturn("pt0", "m1", "m1", "interrupted", false));
+        let first = event(
+            0,
+            "turn.accepted",
+            json!({ "turn_row": 1, "provider_turn_id": "pt0" }),
+        );
+        let absent = event(
+            0,
+            "turn.absent_at_provider",
+            json!({ "message_id": "m1", "provider_turn_id": "pt0" }),
+        );
+        e.events.splice(2..2, [first, absent]);
+        for (i, ev) in e.events.iter_mut().enumerate() {
+            ev["seq"] = json!(i + 1);
+        }
+        e.events[5]["data"]["adopted"] = json!(true);
         let (_, message) = verdict(&judge(&e), "contract");
         assert!(!message.contains("did not complete it"), "{message}");
         e.provider_turns[1].status = "interrupted".into();
