@@ -717,6 +717,26 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
             break;
         }
     }
+    // A task the runner admitted and now answers 404 for is gone: that is an
+    // answer, not missing evidence.
+    let admitted = e
+        .exchanges
+        .iter()
+        .any(|x| x.kind == "submit" && x.status == 201);
+    if admitted
+        && let Some(op) = e
+            .ops
+            .iter()
+            .find(|o| o.kind == "read.task" && o.status == Some(404))
+    {
+        j.fail(
+            format!(
+                "the runner admitted the task and then answered 404 for it ({} ms): the task is lost",
+                op.at_ms
+            ),
+            ["ops:read.task".to_owned()],
+        );
+    }
     // An unreadable run log proves nothing gone: the check is `unknown`.
     let run_log = e.gap(Source::RunLog).is_none();
     if let Some(before) = e.events_before_fault.as_ref().filter(|_| run_log) {
@@ -1475,6 +1495,18 @@ mod tests {
         });
         e.unreadable(Source::Task, "GET /tasks: connection refused");
         assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Unknown);
+        // A runner that answers 404 for a task it admitted has lost it.
+        let mut e = good();
+        e.unreadable(Source::Task, "GET task answered 404");
+        e.ops.push(crate::evidence::Op {
+            kind: "read.task".into(),
+            message_id: String::new(),
+            at_ms: 90,
+            result: crate::evidence::OpResult::Fail,
+            status: Some(404),
+            error: None,
+        });
+        assert_only_fails(&e, "no-loss", "answered 404");
     }
 
     #[test]
