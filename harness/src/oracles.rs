@@ -1448,6 +1448,17 @@ mod tests {
         assert_only_fails(&e, "retry.works", "answered 500");
     }
 
+    /// Follow-up `f1`, accepted (202).
+    fn follow_up_f1() -> Exchange {
+        Exchange {
+            kind: "follow_up".into(),
+            message_id: "f1".into(),
+            text: "more".into(),
+            status: 202,
+            body: json!({}),
+        }
+    }
+
     #[test]
     fn no_loss_catches_a_gap_a_vanished_event_and_a_lost_follow_up() {
         let mut e = good();
@@ -1457,13 +1468,7 @@ mod tests {
         e.events_before_fault = Some(vec![event(6, "item.completed", json!({ "text": "gone" }))]);
         assert_only_fails(&e, "no-loss", "gone or changed");
         let mut e = good();
-        e.exchanges.push(Exchange {
-            kind: "follow_up".into(),
-            message_id: "f1".into(),
-            text: "more".into(),
-            status: 202,
-            body: json!({}),
-        });
+        e.exchanges.push(follow_up_f1());
         assert_only_fails(&e, "no-loss", "never consumed");
         e.task["queued_messages"] = json!(["f1"]);
         assert_only_fails(&e, "no-loss", "completed without consuming it");
@@ -1486,13 +1491,7 @@ mod tests {
         e.unreadable(Source::RunLog, "GET /events: connection refused");
         assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Unknown);
         let mut e = good();
-        e.exchanges.push(Exchange {
-            kind: "follow_up".into(),
-            message_id: "f1".into(),
-            text: "more".into(),
-            status: 202,
-            body: json!({}),
-        });
+        e.exchanges.push(follow_up_f1());
         e.unreadable(Source::Task, "GET /tasks: connection refused");
         assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Unknown);
         // A runner that answers 404 for a task it admitted has lost it.
