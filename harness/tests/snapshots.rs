@@ -21,12 +21,14 @@
 //! Such an entry lists the allowed paths, `path | path`, learned by running
 //! the cells [`ROUNDS_ENV`] times when the snapshot is written and then
 //! reviewed like any entry. A cell whose path is outside its entry runs
-//! again (at most [`ATTEMPTS`] times in all). An entry with one path must be
-//! taken: otherwise the new path shows in the diff. An entry with several
-//! paths is where timing decides; a further path there is said on stderr,
-//! not failed on (every run passed every oracle), and joins the set the next
-//! time the snapshot is learned. A single-path entry that starts to take
-//! another path is a diff.
+//! again (at most [`ATTEMPTS`] times in all). A cell that stays outside in
+//! every attempt (each run passing every oracle) is a *stray*, said on
+//! stderr: up to [`STRAYS_ALLOWED`] per scenario file are let through as
+//! timing (a fresh-clone CI run had 1 of 1,787 entries whose five learning
+//! rounds never showed the path it then took three times); more fail the
+//! test with the list. A change in recovery behaviour moves every entry
+//! whose path runs through the changed rule; relearning the snapshot shows
+//! it as a diff.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -76,6 +78,7 @@ fn check(case: &str) {
     let mut text = String::new();
     // Every listed cut point happens in the clean run of some profile.
     let mut unmatched: Option<std::collections::BTreeSet<String>> = None;
+    let mut strays: Vec<String> = Vec::new();
     for profile in &s.profiles {
         let id = s.id(profile);
         let mut env = CellEnv::new(exe(), &dir);
@@ -108,7 +111,8 @@ fn check(case: &str) {
         // the wave runs every cell.
         let cells = plan::sample(expanded.clone(), Some(CELLS_PER_PROFILE), 7);
         let known = recorded(case, &id);
-        let (finished, paths) = run_for_paths(&env, &scenarios, &cells, &known);
+        let (finished, paths, mut more) = run_for_paths(&env, &scenarios, &cells, &known);
+        strays.append(&mut more);
         assert_all_pass(&id, &finished);
 
         text.push_str(&format!("# {id}\n# {}\n", s.title));
@@ -133,6 +137,12 @@ fn check(case: &str) {
     assert!(
         unmatched.is_empty(),
         "{case}: cut points that happen in no profile's clean run: {unmatched:?}"
+    );
+    assert!(
+        strays.len() <= STRAYS_ALLOWED,
+        "{case}: {} sampled cells took paths their snapshot entries do not list, in every attempt (a change in recovery behaviour; relearn with {ROUNDS_ENV}=3 INSTA_UPDATE=always and review the diff):\n{}",
+        strays.len(),
+        strays.join("\n")
     );
     insta::with_settings!({
         snapshot_path => "../../reports/snapshots",
@@ -230,6 +240,13 @@ fn entries(
     out
 }
 
+/// Entries of one scenario file whose cell took, in every attempt, a path
+/// the entry does not list, still passing every oracle, that the check lets
+/// through as timing (said on stderr). Measured: a fresh-clone CI run had 1
+/// such entry of 1,787; a change in recovery behaviour moves many (every
+/// entry whose path runs through the changed rule).
+const STRAYS_ALLOWED: usize = 3;
+
 /// Set to N (e.g. `3`) while writing snapshots: every sampled cell runs N
 /// times, and its entry lists every path seen (with those already in the
 /// snapshot; delete the `.snap` to start afresh).
@@ -276,7 +293,11 @@ fn run_for_paths(
     scenarios: &[scenario::Scenario],
     cells: &[CellSpec],
     known: &BTreeMap<String, BTreeSet<String>>,
-) -> (Vec<Finished>, BTreeMap<String, BTreeSet<String>>) {
+) -> (
+    Vec<Finished>,
+    BTreeMap<String, BTreeSet<String>>,
+    Vec<String>,
+) {
     let rounds: usize = std::env::var(ROUNDS_ENV)
         .ok()
         .and_then(|r| r.parse().ok())
@@ -333,21 +354,21 @@ fn run_for_paths(
             finished.push(f);
         }
     }
+    let mut strays = Vec::new();
     for (name, set) in seen.iter_mut() {
         let Some(k) = known.get(name) else { continue };
         if learning || set.is_subset(k) {
             set.extend(k.iter().cloned());
-        } else if k.len() > 1 {
-            // An entry that already lists several paths is one where timing
-            // decides: a further path (every run of which passed every
-            // oracle) is said, not failed on; learn it with ROUNDS_ENV.
-            eprintln!(
-                "{name}: took {set:?}, outside its timing-dependent set {k:?}; not a failure (learn it with {ROUNDS_ENV})"
-            );
+        } else {
+            // Every run passed every oracle; one stray entry is timing, many
+            // are a change (see `STRAYS_ALLOWED`).
+            let stray = format!("{name}: took {set:?} in every attempt, the snapshot lists {k:?}");
+            eprintln!("{stray}");
+            strays.push(stray);
             *set = k.clone();
         }
     }
-    (finished, seen)
+    (finished, seen, strays)
 }
 
 /// Every run of every cell passed every oracle.
