@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::effect::EffectArgs;
 use crate::faults::Faults;
-use crate::ledger::EffectArgs;
 use crate::script::Script;
 
 /// Faithful fake coding-agent providers with hang and kill points.
@@ -101,7 +101,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
         }
     };
     match cli.command {
-        Command::Effect(args) => match crate::ledger::run_effect(&args) {
+        Command::Effect(args) => match crate::effect::run_effect(&args) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!(

@@ -7,16 +7,16 @@
 //! nothing about scenarios, cells or oracles: it produces evidence, the harness
 //! judges it.
 
+pub use wire::{journal, ledger, script};
+
 pub mod acp;
 pub mod cli;
 pub mod codex;
+pub mod effect;
 pub mod faults;
 mod http;
-pub mod journal;
-pub mod ledger;
 pub mod model_api;
 pub mod opencode;
 pub mod recorded;
-pub mod script;
 pub mod shell;
 mod stdio;
