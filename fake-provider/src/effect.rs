@@ -2,7 +2,8 @@
 //! ledger (`wire::ledger`), whoever ran the tool.
 
 use crate::journal::{append_once, open_append};
-use crate::ledger::{LEDGER_VERSION, LedgerEntry, environment_has_secret};
+use crate::ledger::{LEDGER_VERSION, LedgerEntry};
+use wire::secret::environment_has_secret;
 
 /// Arguments of the `effect` command.
 #[derive(Clone, Debug, clap::Args)]

@@ -180,7 +180,7 @@ impl Rig {
         let mut cmd = RunnerCommand::via(&self.exe).command(&self.dir.join("state"), &extra);
         cmd.env(cutpoint::ENV_SOCKET, self.listener.path())
             .env_remove(cutpoint::ENV_ARM)
-            .env_remove(runner::cli::CREDENTIAL_ENV)
+            .env_remove(wire::secret::CREDENTIAL_ENV)
             .env(crate::nemesis::TAG_ENV, &self.tag);
         if let Some(arm) = arm {
             cmd.env(cutpoint::ENV_ARM, arm);

@@ -158,10 +158,7 @@ fn codex_command(codex: &Path, codex_home: &Path, model_url: &str) -> Vec<String
         format!("HOME={}", home.display()),
         // A canary value: the effect reports it if it reaches a shell under
         // any name.
-        format!(
-            "OPENAI_API_KEY={}real-codex",
-            fake_provider::ledger::CANARY_PREFIX
-        ),
+        format!("OPENAI_API_KEY={}real-codex", wire::secret::CANARY_PREFIX),
         codex.display().to_string(),
         "app-server".into(),
     ];

@@ -20,7 +20,7 @@ use clap::Parser;
 use crate::engine::{Engine, EngineOptions, Secret};
 
 /// The environment variable that may carry the provider credential.
-pub const CREDENTIAL_ENV: &str = "TURNCUT_PROVIDER_API_KEY";
+pub use wire::secret::CREDENTIAL_ENV;
 
 /// Set by runnerd for itself when it re-executes without [`CREDENTIAL_ENV`]:
 /// the number of an inherited memfd holding the credential.

@@ -16,7 +16,6 @@ pub mod driver;
 pub mod engine;
 pub mod native;
 pub mod profiles;
-#[cfg(feature = "seeded-bugs")]
 pub mod seeded;
 pub mod store;
 pub mod supervisor;

@@ -12,21 +12,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+// The fakes still name these through the ledger; they live in `secret`.
+pub use crate::secret::{CANARY_PREFIX, CREDENTIAL_VARS};
+
 /// Version of the ledger line format.
 pub const LEDGER_VERSION: u32 = 1;
-
-/// Prefix of every canary credential the harness plants. A value starting with
-/// it in a tool's environment means a credential leaked into a tool shell.
-pub const CANARY_PREFIX: &str = "turncut-canary-";
-
-/// Environment variables that carry provider credentials. Fakes remove them
-/// from a tool's environment, as a careful provider does.
-pub const CREDENTIAL_VARS: &[&str] = &[
-    "TURNCUT_PROVIDER_API_KEY",
-    "OPENAI_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "CODEX_API_KEY",
-];
 
 /// One executed effect.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,16 +37,6 @@ pub struct LedgerEntry {
     pub pid: u32,
     /// Whether the effect saw a credential or the canary in its environment.
     pub saw_secret: bool,
-}
-
-/// Whether this process's environment holds a credential variable or a value
-/// carrying the canary prefix.
-pub fn environment_has_secret() -> bool {
-    std::env::vars_os().any(|(k, v)| {
-        let named = k.to_str().is_some_and(|k| CREDENTIAL_VARS.contains(&k));
-        let canary = v.to_string_lossy().contains(CANARY_PREFIX);
-        named || canary
-    })
 }
 
 /// Reads the whole ledger. A line that does not parse is an error, with its

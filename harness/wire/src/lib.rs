@@ -19,3 +19,4 @@ pub mod marker;
 pub mod procstat;
 pub mod recorded;
 pub mod script;
+pub mod secret;

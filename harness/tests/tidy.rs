@@ -1,0 +1,402 @@
+//! Tidy: the invariants of the tree's shape, checked on the source itself (as
+//! rust-analyzer's `tidy` does), so a change that breaks one fails CI with
+//! the place and the rule instead of slowly eroding the codemap.
+//!
+//! Each rule is in `docs/architecture.md` ("Invariants"); each test here
+//! names the rule it holds. The sources are parsed with `syn` (with span
+//! locations), so lengths and names come from the syntax tree, not from
+//! guessing at braces.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use syn::spanned::Spanned;
+use syn::visit::Visit;
+
+/// No non-test function may be longer than this (lines, signature to `}`).
+const FN_LIMIT: usize = 100;
+/// A new function over this many lines needs a line in [`RATCHET`]; a listed
+/// one may shrink but not grow.
+const FN_RATCHET: usize = 70;
+/// No file may hold more non-test lines than this.
+const FILE_LIMIT: usize = 800;
+/// Functions over [`FN_RATCHET`] lines when the ratchet was set: `path::name
+/// lines`. Shrink a function and lower (or remove) its line.
+const RATCHET: &str = include_str!("tidy/long_functions.txt");
+
+/// The crates' source trees the rules apply to.
+const SOURCE_DIRS: &[&str] = &[
+    "runner/src",
+    "fake-provider/src",
+    "harness/src",
+    "harness/wire/src",
+    "harness/cutpoint/src",
+    "harness/conformance/src",
+];
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let mut entries: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// Every source file, relative to the workspace root, with its text.
+fn sources() -> Vec<(String, String)> {
+    let root = root();
+    let mut files = Vec::new();
+    for d in SOURCE_DIRS {
+        rust_files(&root.join(d), &mut files);
+    }
+    files
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&root).unwrap().display().to_string();
+            (rel, std::fs::read_to_string(&p).unwrap())
+        })
+        .collect()
+}
+
+/// Whether a file is test code as a whole (a `tests.rs` module or a file
+/// under a `tests/` directory).
+fn is_test_file(rel: &str) -> bool {
+    rel.ends_with("/tests.rs") || rel.contains("/tests/")
+}
+
+fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Meta>()
+                .is_ok_and(|m| m.path().is_ident("test"))
+    }) || attrs.iter().any(|a| a.path().is_ident("test"))
+}
+
+/// What one file's syntax tree says: its functions' lengths and the lines of
+/// its test items.
+#[derive(Default)]
+struct Shape {
+    /// `(qualified name, first line, lines)` of every non-test function.
+    fns: Vec<(String, usize, usize)>,
+    /// Lines inside `#[cfg(test)]` items.
+    test_lines: usize,
+    /// Paths naming another crate: `(first segment, line)`.
+    crate_paths: Vec<(String, usize)>,
+    owner: Vec<String>,
+}
+
+fn lines_of(span: proc_macro2::Span) -> (usize, usize) {
+    (span.start().line, span.end().line - span.start().line + 1)
+}
+
+impl Shape {
+    fn function(&mut self, name: &syn::Ident, span: proc_macro2::Span) {
+        let (first, n) = lines_of(span);
+        let mut q = self.owner.clone();
+        q.push(name.to_string());
+        self.fns.push((q.join("::"), first, n));
+    }
+}
+
+impl<'ast> Visit<'ast> for Shape {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let attrs: &[syn::Attribute] = match item {
+            syn::Item::Mod(m) => &m.attrs,
+            syn::Item::Fn(f) => &f.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Use(u) => &u.attrs,
+            _ => &[],
+        };
+        if is_cfg_test(attrs) {
+            self.test_lines += lines_of(item.span()).1;
+            return;
+        }
+        syn::visit::visit_item(self, item);
+    }
+
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.function(&f.sig.ident, f.span());
+        self.owner.push(f.sig.ident.to_string());
+        syn::visit::visit_item_fn(self, f);
+        self.owner.pop();
+    }
+
+    fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
+        let ty = match &*i.self_ty {
+            syn::Type::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+            _ => None,
+        };
+        self.owner.push(ty.unwrap_or_else(|| "impl".into()));
+        syn::visit::visit_item_impl(self, i);
+        self.owner.pop();
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        if is_cfg_test(&f.attrs) {
+            return;
+        }
+        self.function(&f.sig.ident, f.span());
+        syn::visit::visit_impl_item_fn(self, f);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        // A one-segment path is a local name (`runner.kill()`), not a crate.
+        if let (Some(first), true) = (p.segments.first(), p.segments.len() > 1) {
+            self.crate_paths
+                .push((first.ident.to_string(), first.ident.span().start().line));
+        }
+        syn::visit::visit_path(self, p);
+    }
+
+    fn visit_use_tree(&mut self, t: &'ast syn::UseTree) {
+        if let syn::UseTree::Path(p) = t {
+            self.crate_paths
+                .push((p.ident.to_string(), p.ident.span().start().line));
+            // Only the first segment of a `use` names a crate.
+            return;
+        }
+        syn::visit::visit_use_tree(self, t);
+    }
+}
+
+fn shape(rel: &str, text: &str) -> Shape {
+    let file = syn::parse_file(text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let mut s = Shape::default();
+    s.visit_file(&file);
+    s
+}
+
+fn shapes() -> Vec<(String, String, Shape)> {
+    sources()
+        .into_iter()
+        .filter(|(rel, _)| !is_test_file(rel))
+        .map(|(rel, text)| {
+            let s = shape(&rel, &text);
+            (rel, text, s)
+        })
+        .collect()
+}
+
+fn ratchet() -> BTreeMap<String, usize> {
+    RATCHET
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (name, n) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad ratchet line {l:?}"));
+            (name.trim().to_owned(), n.parse().unwrap())
+        })
+        .collect()
+}
+
+/// Rule: no non-test function over 100 lines; none over 70 unless the
+/// ratchet lists it at its length or more; the ratchet lists no function that
+/// no longer needs it.
+#[test]
+fn functions_stay_short() {
+    let ratchet = ratchet();
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (rel, _, s) in shapes() {
+        for (name, line, n) in &s.fns {
+            let key = format!("{rel}::{name}");
+            if *n > FN_LIMIT {
+                problems.push(format!(
+                    "{rel}:{line}: `{name}` is {n} lines (limit {FN_LIMIT}): split it"
+                ));
+            } else if *n > FN_RATCHET {
+                match ratchet.get(&key) {
+                    Some(&max) if *n <= max => {
+                        seen.insert(key.clone());
+                    }
+                    Some(&max) => problems.push(format!(
+                        "{rel}:{line}: `{name}` grew to {n} lines (ratchet {max}): shorten it"
+                    )),
+                    None => problems.push(format!(
+                        "{rel}:{line}: `{name}` is {n} lines (over {FN_RATCHET}): split it"
+                    )),
+                }
+            }
+        }
+    }
+    for key in ratchet.keys().filter(|k| !seen.contains(*k)) {
+        problems.push(format!(
+            "harness/tests/tidy/long_functions.txt: `{key}` is gone or now ≤ {FN_RATCHET} lines: remove its line"
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Rule: no file holds more than 800 lines of non-test code.
+#[test]
+fn files_stay_small() {
+    let mut problems = Vec::new();
+    for (rel, text, s) in shapes() {
+        let n = text.lines().count() - s.test_lines;
+        if n > FILE_LIMIT {
+            problems.push(format!(
+                "{rel}: {n} lines of non-test code (limit {FILE_LIMIT}): split it by concept"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Rule: the harness names the runner and the fakes (`runner::`,
+/// `fake_provider::`) only in `main.rs`, where `turncut runnerd` and
+/// `turncut fake-provider` call their `main`; everything else the programs
+/// share goes through the `wire` crate.
+#[test]
+fn the_harness_links_the_programs_under_test_only_in_main() {
+    let mut problems = Vec::new();
+    for (rel, _, s) in shapes() {
+        if !rel.starts_with("harness/src/") || rel == "harness/src/main.rs" {
+            continue;
+        }
+        for (first, line) in &s.crate_paths {
+            if first == "runner" || first == "fake_provider" {
+                problems.push(format!(
+                    "{rel}:{line}: names `{first}::` (use `wire`, or pass it in from main.rs)"
+                ));
+            }
+        }
+    }
+    problems.dedup();
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Rule: `wire` and `cutpoint` are leaves: they depend on no crate of the
+/// workspace, so every program can depend on them without pointing back up.
+#[test]
+fn the_shared_crates_are_leaves() {
+    let root = root();
+    let members = [
+        "runner",
+        "fake-provider",
+        "harness",
+        "conformance",
+        "cutpoint",
+        "wire",
+    ];
+    for krate in ["harness/wire", "harness/cutpoint"] {
+        let text = std::fs::read_to_string(root.join(krate).join("Cargo.toml")).unwrap();
+        let manifest: toml::Table = text.parse().unwrap();
+        for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+            let Some(deps) = manifest.get(section).and_then(|d| d.as_table()) else {
+                continue;
+            };
+            for name in deps.keys() {
+                assert!(
+                    !members.contains(&name.as_str()),
+                    "{krate}/Cargo.toml: [{section}] {name}: a shared crate must not depend on a workspace crate"
+                );
+            }
+        }
+    }
+}
+
+/// The calls that send a signal.
+const SIGNAL_CALLS: &[&str] = &["signal::kill(", "killpg(", "signal::raise(", " kill(Pid"];
+
+/// Rule: only the runner's supervisor, the harness's nemesis and supervisor,
+/// and the fakes' fault points (which kill their own process) send signals.
+#[test]
+fn only_the_supervisors_and_the_nemesis_send_signals() {
+    let allowed = |rel: &str| {
+        rel.starts_with("runner/src/supervisor")
+            || rel == "harness/src/nemesis.rs"
+            || rel == "harness/src/supervisor.rs"
+            || rel == "fake-provider/src/faults.rs"
+    };
+    let mut problems = Vec::new();
+    for (rel, text, s) in shapes() {
+        if allowed(&rel) {
+            continue;
+        }
+        let code_lines = text.lines().count() - s.test_lines;
+        for (i, line) in text.lines().enumerate().take(code_lines) {
+            let code = line.split("//").next().unwrap_or("");
+            if SIGNAL_CALLS.iter().any(|c| code.contains(c)) {
+                problems.push(format!("{rel}:{}: sends a signal: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// Rule: the seeded bugs are listed once (`runner::seeded::SeededBug`), and
+/// `docs/seeded-bugs.md` documents exactly those.
+#[test]
+fn the_seeded_bug_doc_lists_every_bug_and_no_other() {
+    let doc = std::fs::read_to_string(root().join("docs/seeded-bugs.md")).unwrap();
+    let table = doc
+        .split("## The bugs")
+        .nth(1)
+        .expect("docs/seeded-bugs.md: a `## The bugs` section");
+    let table = table.split("\n## ").next().unwrap();
+    let documented: BTreeSet<String> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`').map(|(name, _)| name.to_owned()))
+        .collect();
+    let code: BTreeSet<String> = runner::seeded::SeededBug::ALL
+        .iter()
+        .map(|b| b.as_str().to_owned())
+        .collect();
+    assert_eq!(
+        documented, code,
+        "docs/seeded-bugs.md's table against runner::seeded::SeededBug::ALL"
+    );
+}
+
+/// Rule: every scenario file has a snapshot, and every snapshot a scenario.
+#[test]
+fn every_scenario_has_a_snapshot() {
+    let root = root();
+    let names = |dir: &str, prefix: &str, suffix: &str| -> BTreeSet<String> {
+        std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .filter_map(|e| {
+                let n = e.unwrap().file_name().to_string_lossy().into_owned();
+                n.strip_prefix(prefix)?
+                    .strip_suffix(suffix)
+                    .map(str::to_owned)
+            })
+            .collect()
+    };
+    let scenarios = names("scenarios", "", ".toml");
+    let snapshots = names("reports/snapshots", "scenario@", ".toml.snap");
+    assert_eq!(
+        scenarios, snapshots,
+        "scenarios/*.toml against reports/snapshots/scenario@*.toml.snap"
+    );
+}
+
+/// The tidy checks themselves: each rule finds what it is for.
+#[test]
+fn the_rules_find_what_they_look_for() {
+    let text = "fn short() {}\n#[cfg(test)]\nmod tests {\n    fn long() {\n\n\n    }\n}\nimpl Foo {\n    fn m(&self) {\n        runner::cli::X;\n    }\n}\n";
+    let s = shape("x.rs", text);
+    let fns: Vec<_> = s.fns.iter().map(|(n, l, c)| (n.as_str(), *l, *c)).collect();
+    assert_eq!(fns, [("short", 1, 1), ("Foo::m", 10, 3)]);
+    assert_eq!(s.test_lines, 7);
+    assert!(s.crate_paths.contains(&("runner".into(), 11)));
+    let u = shape("y.rs", "use fake_provider::journal::read;\n");
+    assert!(u.crate_paths.contains(&("fake_provider".into(), 1)));
+}
