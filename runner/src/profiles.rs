@@ -16,18 +16,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 /// The protocol a profile speaks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DriverKind {
-    /// Codex app-server over stdio.
-    Codex,
-    /// Agent Client Protocol over stdio (ACPX-style agents).
-    Acp,
-    /// OpenCode server over HTTP + SSE.
-    Opencode,
-    /// An OpenAI-Responses model API; the runner runs the tools itself.
-    Native,
-}
+pub use wire::profiles::Protocol as DriverKind;
 
 /// One profile.
 #[derive(Clone, Debug, Deserialize)]
@@ -87,34 +76,18 @@ pub fn fake_provider_command(exe: &Path) -> Vec<String> {
 /// The built-in profiles, plus those of `file` (which win).
 pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, Profile>> {
     let mut profiles = BTreeMap::new();
-    let builtin: [(&str, DriverKind, &str, &[&str]); 4] = [
-        (
-            "runner-native-openai",
-            DriverKind::Native,
-            "model-api",
-            &["--port", "0"],
-        ),
-        ("runner-codex", DriverKind::Codex, "codex", &[]),
-        ("runner-acpx-claude", DriverKind::Acp, "acp", &[]),
-        (
-            "runner-opencode",
-            DriverKind::Opencode,
-            "opencode",
-            &["--port", "0"],
-        ),
-    ];
-    for (name, driver, fake, extra) in builtin {
+    for p in &wire::profiles::BUILTIN {
         let mut command = fake_provider_command(exe);
         command.extend([
-            fake.to_owned(),
+            p.fake.to_owned(),
             "--state-dir".to_owned(),
             "{provider_dir}".to_owned(),
         ]);
-        command.extend(extra.iter().map(|a| a.to_string()));
+        command.extend(p.fake_args.iter().map(|a| a.to_string()));
         profiles.insert(
-            name.to_owned(),
+            p.name.to_owned(),
             Profile {
-                driver,
+                driver: p.protocol,
                 command,
                 approval: default_approval(),
                 credential_env: default_credential_env(),
