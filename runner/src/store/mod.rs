@@ -28,8 +28,8 @@
 //! settlement), `admission` (tasks, follow-ups and Retries entering),
 //! `messages` (the queue), `runs` (runs and their conversation), `turns`
 //! (turns and provider requests), `providers` (spawn intents, process
-//! identities, stop proofs), `tools` (client-side tool calls) and `native`
-//! (native checkpoints).
+//! identities, stop proofs), `tools` (client-side tool calls), `native`
+//! (native checkpoints) and `kinds` (the closed sets of the text columns).
 
 use std::collections::HashMap;
 use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
@@ -40,6 +40,7 @@ use tokio::sync::{broadcast, oneshot};
 
 mod admission;
 mod events;
+mod kinds;
 mod messages;
 mod native;
 mod providers;
@@ -51,6 +52,9 @@ mod turns;
 
 pub use admission::{Admission, FollowUpOutcome};
 pub use events::Event;
+pub use kinds::{
+    MessageKind, RequestStatus, RunKind, RunStatus, ToolCallStatus, TurnKind, TurnStatus,
+};
 pub use messages::{Message, RETRY_RESUME};
 pub use providers::{ProviderProc, SpawnIntent};
 pub use runs::Run;
