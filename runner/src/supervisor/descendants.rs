@@ -28,6 +28,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
+use super::stat::{proc_pid, read_stat};
 use super::{ProcessIdentity, StopOutcome, identity_of, is_alive};
 
 /// Every descendant of a provider seen so far.
@@ -166,25 +167,16 @@ fn children_by_parent() -> HashMap<i32, Vec<i32>> {
         return map;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
+        let Some(pid) = proc_pid(&entry) else {
             continue;
         };
-        if let Some(ppid) = parent_of(pid) {
-            map.entry(ppid).or_default().push(pid);
+        // A process gone since the listing, or a line that does not parse,
+        // links no child.
+        if let Ok(stat) = read_stat(pid) {
+            map.entry(stat.ppid).or_default().push(pid);
         }
     }
     map
-}
-
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.iter().rposition(|&b| b == b')')? + 1;
-    let fields = std::str::from_utf8(&stat[after..]).ok()?;
-    fields.split_whitespace().nth(1)?.parse().ok()
 }
 
 #[cfg(test)]

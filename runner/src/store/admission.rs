@@ -1,0 +1,347 @@
+//! What enters a task: its admission with the prompt and first run, a
+//! follow-up (queued, refused by the fence, or reopening a completed task)
+//! and a Retry after the stop proof. Each is idempotent on its ids and
+//! checks its bindings inside the write that would create them.
+
+use rusqlite::{OptionalExtension as _, params};
+use serde_json::Value;
+
+use super::{Db, RETRY_RESUME, StoreError, Task, TaskState, now_ms};
+use crate::causes::RetryBlock;
+
+/// Outcome of admitting a task.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// Newly admitted, or the same ids again: the same answer.
+    Admitted { run_id: String },
+    /// The task id exists with other content.
+    Conflict(String),
+}
+
+/// Outcome of a follow-up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FollowUpOutcome {
+    /// Queued (or already queued with the same text).
+    Queued { new_run: Option<String> },
+    /// Refused by the fence: the task failed closed.
+    Fenced,
+    /// The message id exists with other content.
+    Conflict(String),
+    /// No such task.
+    UnknownTask,
+}
+
+/// What [`Db::retry_gate`] decided.
+enum RetryGate {
+    /// The task failed closed: the Retry may be admitted.
+    Open(Task),
+    /// The answer, without a write.
+    Answered(Result<String, RetryBlock>),
+}
+
+impl Db {
+    /// Admits a task with its prompt and first run, idempotently: the same
+    /// ids and content again return the same run.
+    #[allow(clippy::too_many_arguments)]
+    pub fn admit(
+        &mut self,
+        task_id: &str,
+        message_id: &str,
+        prompt: &str,
+        profile: &str,
+        workspace: &str,
+        run_id: &str,
+        epoch: i64,
+    ) -> Result<Admission, StoreError> {
+        if let Some(task) = self.task(task_id)? {
+            let first: String = self.conn.query_row(
+                "SELECT first_message_id FROM tasks WHERE task_id = ?1",
+                params![task_id],
+                |r| r.get(0),
+            )?;
+            let msg = self.message(task_id, message_id)?;
+            let same = first == message_id
+                && task.profile == profile
+                && task.workspace == workspace
+                && msg.is_some_and(|m| m.text == prompt);
+            if !same {
+                return Ok(Admission::Conflict(format!(
+                    "task {task_id} exists with another prompt, profile, workspace or message id"
+                )));
+            }
+            let run = self.run_triggered_by(task_id, message_id)?;
+            return Ok(Admission::Admitted { run_id: run });
+        }
+        let now = now_ms();
+        self.event_in(
+            "task_admitted",
+            task_id,
+            Some(run_id),
+            "task.admitted",
+            serde_json::json!({ "message_id": message_id, "profile": profile, "run_id": run_id }),
+            |tx| {
+                tx.execute(
+                    "INSERT INTO tasks(task_id, profile, workspace, first_message_id, state, current_run, created_ms)
+                     VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
+                    params![task_id, profile, workspace, message_id, run_id, now],
+                )?;
+                tx.execute(
+                    "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
+                     VALUES (?1, ?2, 'prompt', ?3, 1, ?4)",
+                    params![task_id, message_id, prompt, now],
+                )?;
+                tx.execute(
+                    "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
+                     VALUES (?1, ?2, 'initial', ?3, 'running', ?4, ?5)",
+                    params![run_id, task_id, message_id, epoch, now],
+                )?;
+                Ok(())
+            },
+        )?;
+        Ok(Admission::Admitted {
+            run_id: run_id.to_owned(),
+        })
+    }
+
+    /// Queues a follow-up. The fence is checked inside the write: a task that
+    /// failed (or needs a human) refuses it and records the refusal. A
+    /// follow-up to a completed task starts a new run in the same conversation.
+    pub fn follow_up(
+        &mut self,
+        task_id: &str,
+        message_id: &str,
+        text: &str,
+        new_run_id: &str,
+        epoch: i64,
+    ) -> Result<FollowUpOutcome, StoreError> {
+        let Some(task) = self.task(task_id)? else {
+            return Ok(FollowUpOutcome::UnknownTask);
+        };
+        if let Some(m) = self.message(task_id, message_id)? {
+            if m.kind == "follow_up" && m.text == text {
+                return Ok(FollowUpOutcome::Queued { new_run: None });
+            }
+            return Ok(FollowUpOutcome::Conflict(format!(
+                "message {message_id} exists with other content"
+            )));
+        }
+        if matches!(task.state, TaskState::Failed | TaskState::NeedsHuman) {
+            return self.refuse_fenced(task_id, task.current_run.as_deref(), message_id);
+        }
+        let now = now_ms();
+        let conversation = match &task.current_run {
+            Some(r) => self.run(r)?.and_then(|r| r.conversation_id),
+            None => None,
+        };
+        let reopen = task.state == TaskState::Completed;
+        let run_for_event = if reopen {
+            Some(new_run_id)
+        } else {
+            task.current_run.as_deref()
+        };
+        let run_for_event = run_for_event.map(str::to_owned);
+        self.event_in(
+            "follow_up",
+            task_id,
+            run_for_event.as_deref(),
+            "message.queued",
+            serde_json::json!({ "message_id": message_id, "kind": "follow_up", "new_run": reopen }),
+            |tx| {
+                tx.execute(
+                    "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
+                     VALUES (?1, ?2, 'follow_up', ?3,
+                        (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?4)",
+                    params![task_id, message_id, text, now],
+                )?;
+                if reopen {
+                    tx.execute(
+                        "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, conversation_id, owner_epoch, created_ms)
+                         VALUES (?1, ?2, 'follow_up', ?3, 'running', ?4, ?5, ?6)",
+                        params![new_run_id, task_id, message_id, conversation, epoch, now],
+                    )?;
+                    tx.execute(
+                        "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
+                        params![task_id, new_run_id],
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
+        Ok(FollowUpOutcome::Queued {
+            new_run: reopen.then(|| new_run_id.to_owned()),
+        })
+    }
+
+    /// Records the fence's refusal of follow-up `message_id` to a task that
+    /// failed closed (the event is the refusal's only trace).
+    fn refuse_fenced(
+        &mut self,
+        task_id: &str,
+        current_run: Option<&str>,
+        message_id: &str,
+    ) -> Result<FollowUpOutcome, StoreError> {
+        self.append(
+            "fence_refusal",
+            task_id,
+            current_run,
+            "prior_owner_fence_refused",
+            serde_json::json!({
+                "message_id": message_id,
+                "reason": "prior_owner_fence_refused",
+                "recoverable": false,
+                "message": "the task failed closed; a follow-up cannot reopen it, use Retry",
+            }),
+        )?;
+        Ok(FollowUpOutcome::Fenced)
+    }
+
+    /// Admits a Retry run after the stop proof: records
+    /// `stopped_conversation_verified`, the Retry message (what it re-sends
+    /// under the Retry's id, see [`Db::retry_message`]) and a fresh run.
+    pub fn admit_retry(
+        &mut self,
+        task_id: &str,
+        message_id: &str,
+        run_id: &str,
+        epoch: i64,
+        proof: Value,
+    ) -> Result<Result<String, RetryBlock>, StoreError> {
+        let task = match self.retry_gate(task_id, message_id)? {
+            RetryGate::Open(task) => task,
+            RetryGate::Answered(answer) => return Ok(answer),
+        };
+        let (kind, text) = self.retry_message(task_id)?;
+        let now = now_ms();
+        // SEEDED BUG retry-reuses-conversation: the Retry run is created like
+        // a follow-up's, with the previous run's conversation.
+        #[cfg(feature = "seeded-bugs")]
+        let reused = match &task.current_run {
+            Some(r) if crate::seeded::active(crate::seeded::SeededBug::RetryReusesConversation) => {
+                self.run(r)?.and_then(|r| r.conversation_id)
+            }
+            _ => None,
+        };
+        // The proof and the admission are one write: a Retry refused by a
+        // failed write changed nothing (its 503 says so), and the same Retry
+        // again records one proof, not two.
+        let admitted = serde_json::json!({
+            "message_id": message_id, "run_id": run_id, "previous_run": task.current_run,
+            "resends": kind == "retry",
+        });
+        self.events_in(
+            "retry_admitted",
+            task_id,
+            vec![
+                (
+                    task.current_run.as_deref(),
+                    "stopped_conversation_verified",
+                    proof,
+                ),
+                (Some(run_id), "retry.admitted", admitted),
+            ],
+            |tx| {
+                tx.execute(
+                    "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
+                     VALUES (?1, ?2, ?3, ?4,
+                        (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?5)",
+                    params![task_id, message_id, kind, text, now],
+                )?;
+                tx.execute(
+                    "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
+                     VALUES (?1, ?2, 'retry', ?3, 'running', ?4, ?5)",
+                    params![run_id, task_id, message_id, epoch, now],
+                )?;
+                #[cfg(feature = "seeded-bugs")]
+                if let Some(conversation) = &reused {
+                    tx.execute(
+                        "UPDATE runs SET conversation_id = ?2 WHERE run_id = ?1",
+                        params![run_id, conversation],
+                    )?;
+                }
+                tx.execute(
+                    "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
+                    params![task_id, run_id],
+                )?;
+                Ok(())
+            },
+        )?;
+        Ok(Ok(run_id.to_owned()))
+    }
+
+    /// Whether Retry `message_id` may be admitted: the same Retry again
+    /// answers its run, another message's id or a task that is active or
+    /// completed is refused, and a task that failed (or needs a human) is
+    /// open to it.
+    fn retry_gate(&self, task_id: &str, message_id: &str) -> Result<RetryGate, StoreError> {
+        let Some(task) = self.task(task_id)? else {
+            return Ok(RetryGate::Answered(Err(RetryBlock::NothingToRetry)));
+        };
+        if let Some(m) = self.message(task_id, message_id)? {
+            if m.kind == "retry" || m.kind == RETRY_RESUME {
+                let run = self.run_triggered_by(task_id, message_id)?;
+                return Ok(RetryGate::Answered(Ok(run)));
+            }
+            return Ok(RetryGate::Answered(Err(RetryBlock::NothingToRetry)));
+        }
+        Ok(match task.state {
+            TaskState::Failed | TaskState::NeedsHuman => RetryGate::Open(task),
+            TaskState::Queued | TaskState::Running => {
+                RetryGate::Answered(Err(RetryBlock::ExecutionActive))
+            }
+            TaskState::Completed => RetryGate::Answered(Err(RetryBlock::NothingToRetry)),
+        })
+    }
+
+    /// The run that message `message_id` started.
+    fn run_triggered_by(&self, task_id: &str, message_id: &str) -> Result<String, StoreError> {
+        Ok(self.conn.query_row(
+            "SELECT run_id FROM runs WHERE task_id = ?1 AND trigger_message_id = ?2",
+            params![task_id, message_id],
+            |r| r.get(0),
+        )?)
+    }
+
+    /// What a Retry sends: `("retry", text)` re-sends `text` under the
+    /// Retry's id, `(RETRY_RESUME, "")` sends nothing of its own and lets the
+    /// Retry run answer the queue.
+    ///
+    /// The latest primary turn's message is re-sent when that message was
+    /// not answered (its last turn did not complete: the execution was cut or
+    /// failed). When it was answered, or no turn exists, and a message no turn
+    /// ever took is queued, the failure came before that message's turn (a
+    /// failed write, a provider that would not start): nothing was sent, so
+    /// nothing is re-sent; re-sending the answered message would do its work
+    /// twice, and re-sending the queued one under the Retry's id as well as
+    /// its own would send it twice. With nothing queued, the latest message is
+    /// re-sent.
+    fn retry_message(&self, task_id: &str) -> Result<(&'static str, String), StoreError> {
+        let latest: Option<(String, String)> = self
+            .conn
+            .query_row(
+                "SELECT m.text,
+                        (SELECT l.status FROM turns l
+                          WHERE l.task_id = t.task_id AND l.message_id = t.message_id
+                          ORDER BY l.turn_row DESC LIMIT 1)
+                 FROM turns t JOIN messages m
+                   ON m.task_id = t.task_id AND m.message_id = t.message_id
+                 WHERE t.task_id = ?1 AND t.kind = 'primary'
+                 ORDER BY t.turn_row DESC LIMIT 1",
+                params![task_id],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .optional()?;
+        match latest {
+            Some((text, status)) if status != "completed" => Ok(("retry", text)),
+            _ if !self.queue(task_id)?.is_empty() => Ok((RETRY_RESUME, String::new())),
+            Some((text, _)) => Ok(("retry", text)),
+            None => Ok((
+                "retry",
+                self.conn.query_row(
+                    "SELECT text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
+                    params![task_id],
+                    |r| r.get(0),
+                )?,
+            )),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Native checkpoints: the allowlisted JSON of a native turn
+//! (`native::checkpoint::Checkpoint`), one row per turn, saved with the
+//! run-log event of the boundary it passed.
+
+use rusqlite::{OptionalExtension as _, params};
+use serde_json::Value;
+
+use super::{Db, StoreError};
+
+impl Db {
+    /// The native checkpoint of a turn, if any.
+    pub fn native_checkpoint(&self, turn_row: i64) -> Result<Option<Value>, StoreError> {
+        let text: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT checkpoint FROM native_checkpoints WHERE turn_row = ?1",
+                params![turn_row],
+                |r| r.get(0),
+            )
+            .optional()?;
+        text.map(|t| {
+            serde_json::from_str(&t).map_err(|e| StoreError::Corrupt {
+                table: "native_checkpoints",
+                detail: e.to_string(),
+            })
+        })
+        .transpose()
+    }
+
+    /// Checkpoints of the earlier turns of a conversation, in order.
+    pub fn native_checkpoints_before(
+        &self,
+        conversation: &str,
+        turn_row: i64,
+    ) -> Result<Vec<Value>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT checkpoint FROM native_checkpoints WHERE conversation = ?1 AND turn_row < ?2 ORDER BY turn_row",
+        )?;
+        let rows: Vec<String> = stmt
+            .query_map(params![conversation, turn_row], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        rows.iter()
+            .map(|t| {
+                serde_json::from_str(t).map_err(|e| StoreError::Corrupt {
+                    table: "native_checkpoints",
+                    detail: e.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    /// Writes a native turn's checkpoint (the allowlisted JSON of
+    /// `native::checkpoint::Checkpoint`) with its run-log event; `write` names
+    /// the boundary (`model_output`, `tool_executing`, `tool_outcome`, …).
+    /// The first save of a turn also marks it accepted: for the native
+    /// profile the runner's own store is the provider's record.
+    #[allow(clippy::too_many_arguments)]
+    pub fn native_save(
+        &mut self,
+        write: &str,
+        task_id: &str,
+        run_id: &str,
+        turn_row: i64,
+        conversation: &str,
+        checkpoint: Value,
+        kind: &str,
+        data: Value,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(&checkpoint).expect("checkpoints serialize");
+        let conversation = conversation.to_owned();
+        self.event_in(write, task_id, Some(run_id), kind, data, move |tx| {
+            tx.execute(
+                "INSERT INTO native_checkpoints(turn_row, conversation, checkpoint) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(turn_row) DO UPDATE SET checkpoint = excluded.checkpoint",
+                params![turn_row, conversation, text],
+            )?;
+            Ok(())
+        })?;
+        Ok(())
+    }
+}

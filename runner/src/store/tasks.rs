@@ -1,0 +1,231 @@
+//! Tasks: their state, the snapshot the engine decides from, the tasks to
+//! resume after a restart, and settlement (a run and its task end together,
+//! completed or failed with a cause).
+
+use rusqlite::{OptionalExtension as _, params};
+use serde::{Deserialize, Serialize};
+
+use super::{Db, Message, ProviderProc, Run, SpawnIntent, StoreError, TurnRow};
+use crate::causes::Cause;
+
+/// Task states.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Admitted, no run started yet.
+    Queued,
+    /// A run is executing.
+    Running,
+    /// The last run completed.
+    Completed,
+    /// The last run failed; `cause` says why.
+    Failed,
+    /// A person must look (e.g. a process could not be proven stopped).
+    NeedsHuman,
+}
+
+impl TaskState {
+    fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Queued => "queued",
+            TaskState::Running => "running",
+            TaskState::Completed => "completed",
+            TaskState::Failed => "failed",
+            TaskState::NeedsHuman => "needs_human",
+        }
+    }
+
+    fn parse(s: &str) -> Result<TaskState, StoreError> {
+        Ok(match s {
+            "queued" => TaskState::Queued,
+            "running" => TaskState::Running,
+            "completed" => TaskState::Completed,
+            "failed" => TaskState::Failed,
+            "needs_human" => TaskState::NeedsHuman,
+            other => {
+                return Err(StoreError::Corrupt {
+                    table: "tasks",
+                    detail: format!("unknown state {other:?}"),
+                });
+            }
+        })
+    }
+
+    /// Whether the task is settled (no run executing).
+    pub fn settled(self) -> bool {
+        !matches!(self, TaskState::Queued | TaskState::Running)
+    }
+}
+
+/// A task row.
+#[derive(Clone, Debug, Serialize)]
+pub struct Task {
+    pub task_id: String,
+    pub profile: String,
+    pub workspace: String,
+    pub state: TaskState,
+    pub cause: Option<Cause>,
+    pub current_run: Option<String>,
+    pub created_ms: i64,
+}
+
+/// Everything the engine needs to decide a task's next step.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub task: Task,
+    pub run: Option<Run>,
+    /// Turns of the current run, in order.
+    pub turns: Vec<TurnRow>,
+    /// Messages not yet consumed by a primary turn, in admission order.
+    pub queue: Vec<Message>,
+    /// Provider processes of the task not yet proven stopped.
+    pub live_procs: Vec<ProviderProc>,
+    /// Spawn intents of the task with no recorded identity and no sweep.
+    pub open_spawns: Vec<SpawnIntent>,
+    /// Provider requests of the current run's latest turn still unanswered.
+    pub pending_requests: usize,
+}
+
+fn cause_json(c: &Option<Cause>) -> Option<String> {
+    c.as_ref()
+        .map(|c| serde_json::to_string(c).expect("causes serialize"))
+}
+
+pub(super) fn parse_cause(
+    s: Option<String>,
+    table: &'static str,
+) -> Result<Option<Cause>, StoreError> {
+    s.map(|s| {
+        serde_json::from_str(&s).map_err(|e| StoreError::Corrupt {
+            table,
+            detail: format!("bad cause {s:?}: {e}"),
+        })
+    })
+    .transpose()
+}
+
+impl Db {
+    /// Loads a task.
+    pub fn task(&self, task_id: &str) -> Result<Option<Task>, StoreError> {
+        let row = self
+            .conn
+            .query_row(
+                "SELECT task_id, profile, workspace, state, cause, current_run, created_ms
+                 FROM tasks WHERE task_id = ?1",
+                params![task_id],
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, Option<String>>(4)?,
+                        r.get::<_, Option<String>>(5)?,
+                        r.get::<_, i64>(6)?,
+                    ))
+                },
+            )
+            .optional()?;
+        row.map(
+            |(task_id, profile, workspace, state, cause, current_run, created_ms)| {
+                Ok(Task {
+                    task_id,
+                    profile,
+                    workspace,
+                    state: TaskState::parse(&state)?,
+                    cause: parse_cause(cause, "tasks")?,
+                    current_run,
+                    created_ms,
+                })
+            },
+        )
+        .transpose()
+    }
+    /// The snapshot the engine decides from.
+    pub fn snapshot(&self, task_id: &str) -> Result<Option<Snapshot>, StoreError> {
+        let Some(task) = self.task(task_id)? else {
+            return Ok(None);
+        };
+        let run = match &task.current_run {
+            Some(r) => self.run(r)?,
+            None => None,
+        };
+        let turns = match &run {
+            Some(r) => self.turns(&r.run_id)?,
+            None => Vec::new(),
+        };
+        let pending_requests = match turns.last() {
+            Some(t) => self.pending_requests(t.turn_row)?,
+            None => 0,
+        };
+        Ok(Some(Snapshot {
+            queue: self.queue(task_id)?,
+            live_procs: self.live_procs(task_id)?,
+            open_spawns: self.open_spawns(task_id)?,
+            task,
+            run,
+            turns,
+            pending_requests,
+        }))
+    }
+    /// Tasks whose state says a run is executing (to resume after a restart).
+    pub fn unsettled_tasks(&self) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT task_id FROM tasks WHERE state IN ('queued', 'running') ORDER BY created_ms",
+        )?;
+        let ids = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
+    }
+    /// Settles a run `completed` only when no message of the task is left to
+    /// answer, checked in the writer thread, so a follow-up admitted at any
+    /// moment before is never stranded in a completed task. Returns whether
+    /// it settled.
+    pub fn settle_completed_if_idle(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+    ) -> Result<bool, StoreError> {
+        if !self.queue(task_id)?.is_empty() {
+            return Ok(false);
+        }
+        self.settle(task_id, run_id, TaskState::Completed, None)?;
+        Ok(true)
+    }
+
+    /// Settles the current run and the task: completed, or failed with a cause.
+    pub fn settle(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        state: TaskState,
+        cause: Option<Cause>,
+    ) -> Result<(), StoreError> {
+        let run_status = if state == TaskState::Completed {
+            "completed"
+        } else {
+            "failed"
+        };
+        let cause_text = cause_json(&cause);
+        self.event_in(
+            "run_settled",
+            task_id,
+            Some(run_id),
+            "run.settled",
+            serde_json::json!({ "state": state, "cause": cause }),
+            |tx| {
+                tx.execute(
+                    "UPDATE runs SET status = ?2, cause = ?3 WHERE run_id = ?1",
+                    params![run_id, run_status, cause_text],
+                )?;
+                tx.execute(
+                    "UPDATE tasks SET state = ?2, cause = ?3 WHERE task_id = ?1",
+                    params![task_id, state.as_str(), cause_text],
+                )?;
+                Ok(())
+            },
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,289 @@
+//! Turns: one provider turn (or its intent) each, from intent through
+//! acceptance to its end, the one continuation of a lost turn, and the
+//! provider requests (approvals) asked during a turn.
+
+use rusqlite::params;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{Db, StoreError, now_ms};
+
+/// A turn row: one provider turn (or its intent).
+#[derive(Clone, Debug, Serialize)]
+pub struct TurnRow {
+    pub turn_row: i64,
+    pub run_id: String,
+    pub message_id: String,
+    /// `primary` or `continuation`.
+    pub kind: String,
+    /// The id sent as the provider's client message id.
+    pub client_id: String,
+    pub provider_turn_id: Option<String>,
+    /// `intent`, `accepted`, `completed`, `interrupted` or `failed`.
+    pub status: String,
+}
+
+impl TurnRow {
+    /// Whether the turn still needs the provider (not settled).
+    pub fn unsettled(&self) -> bool {
+        matches!(self.status.as_str(), "intent" | "accepted")
+    }
+}
+
+impl Db {
+    /// Turns of a run, oldest first.
+    pub fn turns(&self, run_id: &str) -> Result<Vec<TurnRow>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT turn_row, run_id, message_id, kind, client_id, provider_turn_id, status
+             FROM turns WHERE run_id = ?1 ORDER BY turn_row",
+        )?;
+        let rows = stmt
+            .query_map(params![run_id], |r| {
+                Ok(TurnRow {
+                    turn_row: r.get(0)?,
+                    run_id: r.get(1)?,
+                    message_id: r.get(2)?,
+                    kind: r.get(3)?,
+                    client_id: r.get(4)?,
+                    provider_turn_id: r.get(5)?,
+                    status: r.get(6)?,
+                })
+            })?
+            .collect::<Result<_, _>>()?;
+        Ok(rows)
+    }
+    /// Records a turn intent: the message is consumed here, exactly once for
+    /// a primary turn (a unique index enforces it inside the write).
+    pub fn turn_intent(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        message_id: &str,
+        kind: &str,
+        client_id: &str,
+    ) -> Result<i64, StoreError> {
+        let mut row = 0;
+        self.event_in(
+            "turn_intent",
+            task_id,
+            Some(run_id),
+            "turn.intent",
+            serde_json::json!({ "message_id": message_id, "kind": kind, "client_id": client_id }),
+            |tx| {
+                tx.execute(
+                    "INSERT INTO turns(run_id, task_id, message_id, kind, client_id, status, created_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'intent', ?6)",
+                    params![run_id, task_id, message_id, kind, client_id, now_ms()],
+                )?;
+                row = tx.last_insert_rowid();
+                Ok(())
+            },
+        )?;
+        Ok(row)
+    }
+
+    /// Records the provider's acceptance of a turn.
+    pub fn turn_accepted(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        turn_row: i64,
+        provider_turn_id: &str,
+    ) -> Result<(), StoreError> {
+        self.event_in(
+            "turn_accepted",
+            task_id,
+            Some(run_id),
+            "turn.accepted",
+            serde_json::json!({ "turn_row": turn_row, "provider_turn_id": provider_turn_id }),
+            |tx| {
+                tx.execute(
+                    "UPDATE turns SET provider_turn_id = ?2, status = 'accepted' WHERE turn_row = ?1",
+                    params![turn_row, provider_turn_id],
+                )?;
+                Ok(())
+            },
+        )?;
+        Ok(())
+    }
+
+    /// Records a turn's end (`completed`, `interrupted`, `failed`).
+    pub fn turn_finished(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        turn_row: i64,
+        status: &str,
+        data: Value,
+    ) -> Result<(), StoreError> {
+        let status = status.to_owned();
+        let mut data = data;
+        data["turn_row"] = serde_json::json!(turn_row);
+        data["status"] = serde_json::json!(status);
+        let kind = if status == "completed" {
+            "turn.finished"
+        } else {
+            "turn.failed"
+        };
+        self.event_in("turn_completed", task_id, Some(run_id), kind, data, |tx| {
+            tx.execute(
+                "UPDATE turns SET status = ?2 WHERE turn_row = ?1",
+                params![turn_row, status],
+            )?;
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Marks an accepted turn lost (`interrupted`, event `turn.failed` with
+    /// `data`) and records the intent of its one continuation, in one
+    /// transaction: a runner that stops in between must not find the turn
+    /// settled with nothing to continue it, or the run would complete without
+    /// the lost turn's work. Returns the continuation's turn row.
+    pub fn turn_lost_continued(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        lost_row: i64,
+        data: Value,
+        client_id: &str,
+    ) -> Result<i64, StoreError> {
+        let message_id: String = self.conn.query_row(
+            "SELECT message_id FROM turns WHERE turn_row = ?1",
+            params![lost_row],
+            |r| r.get(0),
+        )?;
+        let mut lost = data;
+        lost["turn_row"] = serde_json::json!(lost_row);
+        lost["status"] = serde_json::json!("interrupted");
+        let intent = serde_json::json!({
+            "message_id": message_id, "kind": "continuation", "client_id": client_id,
+        });
+        let mut row = 0;
+        let events = vec![
+            (Some(run_id), "turn.failed", lost),
+            (Some(run_id), "turn.intent", intent),
+        ];
+        self.events_in("turn_intent", task_id, events, |tx| {
+            tx.execute(
+                "UPDATE turns SET status = 'interrupted' WHERE turn_row = ?1",
+                params![lost_row],
+            )?;
+            tx.execute(
+                "INSERT INTO turns(run_id, task_id, message_id, kind, client_id, status, created_ms)
+                 VALUES (?1, ?2, ?3, 'continuation', ?4, 'intent', ?5)",
+                params![run_id, task_id, message_id, client_id, now_ms()],
+            )?;
+            row = tx.last_insert_rowid();
+            Ok(())
+        })?;
+        Ok(row)
+    }
+    /// Unanswered provider requests of a turn.
+    pub fn pending_requests(&self, turn_row: i64) -> Result<usize, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM provider_requests WHERE turn_row = ?1 AND status != 'answered'",
+            params![turn_row],
+            |r| r.get(0),
+        )?;
+        Ok(n as usize)
+    }
+    /// Records a provider request (approval), or a change of its status.
+    #[allow(clippy::too_many_arguments)]
+    pub fn provider_request(
+        &mut self,
+        write: &str,
+        task_id: &str,
+        run_id: &str,
+        turn_row: i64,
+        request_id: &str,
+        method: &str,
+        status: &str,
+        decision: Option<&str>,
+        item_id: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let (request_id, method, status, decision) = (
+            request_id.to_owned(),
+            method.to_owned(),
+            status.to_owned(),
+            decision.map(str::to_owned),
+        );
+        let mut data = serde_json::json!({
+            "turn_row": turn_row, "request_id": request_id, "method": method,
+            "status": status, "decision": decision,
+        });
+        if let Some(item) = item_id {
+            data["item_id"] = serde_json::json!(item);
+        }
+        self.event_in(write, task_id, Some(run_id), "provider_request", data, |tx| {
+            tx.execute(
+                "INSERT INTO provider_requests(turn_row, request_id, method, status, decision)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(turn_row, request_id) DO UPDATE SET status = excluded.status, decision = excluded.decision",
+                params![turn_row, request_id, method, status, decision],
+            )?;
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// The items (Codex commands) of turn `turn_row` whose approval was
+    /// answered `accept` and that have no `item.completed` in the run log:
+    /// commands that may have run without the runner seeing their end.
+    pub fn approved_items_unfinished(
+        &self,
+        task_id: &str,
+        turn_row: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT DISTINCT json_extract(r.data, '$.item_id') FROM events r
+             WHERE r.task_id = ?1 AND r.kind = 'provider_request'
+               AND json_extract(r.data, '$.turn_row') = ?2
+               AND json_extract(r.data, '$.status') = 'answered'
+               AND json_extract(r.data, '$.decision') LIKE 'accept%'
+               AND json_extract(r.data, '$.item_id') IS NOT NULL
+               AND NOT EXISTS (
+                 SELECT 1 FROM events c
+                 WHERE c.task_id = ?1 AND c.kind = 'item.completed'
+                   AND json_extract(c.data, '$.turn_row') = ?2
+                   AND json_extract(c.data, '$.item.id') = json_extract(r.data, '$.item_id'))",
+        )?;
+        let items = stmt
+            .query_map(params![task_id, turn_row], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(items)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::store::Store;
+
+    #[test]
+    fn a_second_active_turn_in_one_run_is_rejected_and_nothing_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = Store::open(dir.path()).unwrap();
+        let first = store
+            .call_blocking(|db| db.turn_intent("t1", "run-1", "m1", "primary", "m1"))
+            .unwrap();
+        let events_before = store.call_blocking(|db| db.events("t1", 0, 100)).unwrap();
+        // A concurrent turn on the same run: refused by the store itself.
+        let second = store.call_blocking(|db| db.turn_intent("t1", "run-1", "f1", "primary", "f1"));
+        assert!(second.is_err(), "{second:?}");
+        let events_after = store.call_blocking(|db| db.events("t1", 0, 100)).unwrap();
+        assert_eq!(
+            events_before.len(),
+            events_after.len(),
+            "no event for a refused turn"
+        );
+        // Once the first turn ends, the next one is admitted.
+        store
+            .call_blocking(move |db| {
+                db.turn_finished("t1", "run-1", first, "completed", serde_json::json!({}))
+            })
+            .unwrap();
+        store
+            .call_blocking(|db| db.turn_intent("t1", "run-1", "f1", "primary", "f1"))
+            .unwrap();
+    }
+}

@@ -1,0 +1,130 @@
+//! The spawn marker: an environment variable every provider is started
+//! with, by which the runner finds (and kills) what the provider started
+//! outside its group, and what a spawn whose identity was never recorded
+//! left running.
+
+use std::io;
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde::{Deserialize, Serialize};
+use tokio::process::Child;
+use tokio::time::Instant;
+
+use super::liveness::{Observation, observe};
+use super::stat::{is_no_such_process, proc_pid, read_stat};
+use super::wait::{INITIAL_POLL_INTERVAL, backoff};
+use super::{ProcessIdentity, StopOutcome, stop};
+
+/// The environment variable carrying a provider's spawn marker. Every
+/// process the provider starts inherits it unless it rebuilds its
+/// environment, so the runner finds them by it even when it never learned
+/// their pids: a runner killed between spawning a provider and recording its
+/// identity leaves only the marker in its store.
+pub const MARKER_ENV: &str = "RUNNERD_SPAWN_MARKER";
+
+/// What a sweep of a spawn marker found and established.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MarkerSweep {
+    pub marker: String,
+    /// Live processes found carrying the marker, each sent SIGKILL.
+    pub killed: Vec<ProcessIdentity>,
+    /// Whether a final scan of `/proc` found no live process with the marker.
+    pub gone: bool,
+}
+
+/// Live processes (zombies excluded) whose initial environment holds
+/// `MARKER_ENV=marker`. Processes whose environment cannot be read (another
+/// user's) are not ours and are skipped; an unreadable `/proc` is an error.
+pub fn marked_processes(marker: &str) -> io::Result<Vec<ProcessIdentity>> {
+    let needle = format!("{MARKER_ENV}={marker}").into_bytes();
+    let me = std::process::id();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(pid) = proc_pid(&entry?) else {
+            continue;
+        };
+        if u32::try_from(pid) == Ok(me) {
+            continue;
+        }
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            // Gone since the listing, or not ours to read.
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|v| v == needle.as_slice()) {
+            continue;
+        }
+        match read_stat(pid) {
+            Ok(snap) if !matches!(snap.state, 'Z' | 'X') => found.push(snap.identity),
+            Ok(_) => {}
+            Err(e) if is_no_such_process(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(found)
+}
+
+/// Kills every live process carrying `marker` until a scan finds none, or
+/// `grace` passes (a process that survives SIGKILL, or keeps forking, leaves
+/// `gone` false and the caller quarantines). Each SIGKILL follows a fresh
+/// identity check, so a recycled pid is never signalled.
+pub async fn sweep_marker(marker: &str, grace: Duration) -> MarkerSweep {
+    let deadline = Instant::now() + grace;
+    let mut killed: Vec<ProcessIdentity> = Vec::new();
+    let mut delay = INITIAL_POLL_INTERVAL;
+    while let Ok(found) = marked_processes(marker) {
+        if found.is_empty() {
+            return MarkerSweep {
+                marker: marker.to_owned(),
+                killed,
+                gone: true,
+            };
+        }
+        for id in found {
+            if matches!(observe(&id), Observation::Alive { .. }) {
+                let _ = kill(Pid::from_raw(id.pid), Signal::SIGKILL);
+            }
+            if !killed.contains(&id) {
+                killed.push(id);
+            }
+        }
+        if !backoff(&mut delay, deadline).await {
+            break;
+        }
+    }
+    MarkerSweep {
+        marker: marker.to_owned(),
+        killed,
+        gone: false,
+    }
+}
+
+/// [`stop`], then the sweep of the provider's spawn marker: the stop is
+/// proven only when the provider, its group and every process carrying its
+/// marker are gone.
+pub async fn stop_marked(
+    id: &ProcessIdentity,
+    child: Option<&mut Child>,
+    marker: Option<&str>,
+    term_grace: Duration,
+    kill_grace: Duration,
+) -> StopOutcome {
+    let outcome = stop(id, child, term_grace, kill_grace).await;
+    let (mut proof, marker) = match (outcome, marker) {
+        (StopOutcome::Stopped(proof), Some(marker)) => (proof, marker),
+        (outcome, _) => return outcome,
+    };
+    let sweep = sweep_marker(marker, kill_grace).await;
+    if !sweep.gone {
+        return StopOutcome::Unprovable {
+            identity: *id,
+            reason: format!(
+                "{} process(es) carrying its spawn marker could not be proven stopped",
+                sweep.killed.len()
+            ),
+        };
+    }
+    proof.marked = Some(sweep);
+    StopOutcome::Stopped(proof)
+}
