@@ -12,11 +12,12 @@
 pub mod api;
 pub mod causes;
 pub mod cli;
+pub mod cut;
 pub mod driver;
 pub mod engine;
+pub mod ids;
 pub mod native;
 pub mod profiles;
-#[cfg(feature = "seeded-bugs")]
 pub mod seeded;
 pub mod store;
 pub mod supervisor;

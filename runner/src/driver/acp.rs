@@ -18,15 +18,13 @@
 //!   are prefixed with a per-process namespace (`r<proc>:<id>`): they can never
 //!   collide with ids answered before the restart. Fresh sessions keep raw ids.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt as _;
-use tokio::process::{Child, ChildStdin};
-use tokio::sync::mpsc;
+use tokio::process::Child;
 
-use super::stdio::Line;
+use super::jsonrpc::{Rpc, is_response_to, result_of};
 use super::{ClientCall, DriverError, ProviderEvent, TurnLookup};
 
 /// The ACP protocol version this driver speaks.
@@ -34,12 +32,7 @@ pub const PROTOCOL_VERSION: u64 = 1;
 
 /// A live ACP agent process and the client end of its stdio.
 pub struct AcpDriver {
-    stdin: ChildStdin,
-    lines: mpsc::UnboundedReceiver<Line>,
-    queue: VecDeque<Value>,
-    next_id: i64,
-    idle: Duration,
-    exited: bool,
+    rpc: Rpc,
     namespace: String,
     /// Whether this process restored a session (its ids get the namespace).
     restored: bool,
@@ -55,15 +48,8 @@ pub struct AcpDriver {
 impl AcpDriver {
     /// Takes over a spawned child's stdio (both must be piped).
     pub fn attach(child: &mut Child, idle: Duration, namespace: &str) -> AcpDriver {
-        let stdin = child.stdin.take().expect("provider stdin is piped");
-        let stdout = child.stdout.take().expect("provider stdout is piped");
         AcpDriver {
-            stdin,
-            lines: super::stdio::read_lines(stdout),
-            queue: VecDeque::new(),
-            next_id: 0,
-            idle,
-            exited: false,
+            rpc: Rpc::attach(child, idle, "acp", true),
             namespace: namespace.to_owned(),
             restored: false,
             loaded: HashSet::new(),
@@ -73,79 +59,8 @@ impl AcpDriver {
         }
     }
 
-    fn idle_err(&self) -> DriverError {
-        DriverError::Unresponsive {
-            idle_ms: self.idle.as_millis() as u64,
-        }
-    }
-
     async fn send(&mut self, msg: &Value) -> Result<(), DriverError> {
-        let mut line = serde_json::to_vec(msg).expect("messages serialize");
-        line.push(b'\n');
-        let write = async {
-            self.stdin.write_all(&line).await?;
-            self.stdin.flush().await
-        };
-        match tokio::time::timeout(self.idle, write).await {
-            Ok(Ok(())) => {
-                crate::engine::hit(&format!("runner.acp.{}.sent", kind_slug(msg)));
-                Ok(())
-            }
-            Ok(Err(_)) => Err(DriverError::Exited),
-            Err(_) => Err(self.idle_err()),
-        }
-    }
-
-    async fn receive(&mut self) -> Result<Value, DriverError> {
-        if self.exited {
-            return Err(DriverError::Exited);
-        }
-        match tokio::time::timeout(self.idle, self.lines.recv()).await {
-            Ok(Some(Line::Msg(v))) => {
-                crate::engine::hit(&format!("runner.acp.{}.received", kind_slug(&v)));
-                match super::unaddressed_error(&v) {
-                    Some(e) => Err(e),
-                    None => Ok(v),
-                }
-            }
-            Ok(Some(Line::Malformed(what))) => {
-                Err(DriverError::Protocol(format!("the provider sent {what}")))
-            }
-            Ok(Some(Line::Eof)) | Ok(None) => {
-                self.exited = true;
-                Err(DriverError::Exited)
-            }
-            Err(_) => Err(self.idle_err()),
-        }
-    }
-
-    fn is_response_to(msg: &Value, id: i64) -> bool {
-        msg.get("method").is_none() && msg.get("id").and_then(Value::as_i64) == Some(id)
-    }
-
-    fn result_of(method: &str, msg: &Value) -> Result<Value, DriverError> {
-        if let Some(err) = msg.get("error") {
-            return Err(DriverError::Rpc {
-                method: method.to_owned(),
-                code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: err
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-            });
-        }
-        msg.get("result")
-            .cloned()
-            .ok_or_else(|| DriverError::Protocol(format!("the response to {method} has no result")))
-    }
-
-    async fn send_request(&mut self, method: &str, params: Value) -> Result<i64, DriverError> {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
-            .await?;
-        Ok(id)
+        self.rpc.send(msg).await
     }
 
     /// Sends a request and waits for its result. Messages that arrive
@@ -155,21 +70,9 @@ impl AcpDriver {
         &mut self,
         method: &str,
         params: Value,
-        mut replay: Option<&mut Vec<Value>>,
+        replay: Option<&mut Vec<Value>>,
     ) -> Result<Value, DriverError> {
-        let id = self.send_request(method, params).await?;
-        loop {
-            let msg = self.receive().await?;
-            if Self::is_response_to(&msg, id) {
-                return Self::result_of(method, &msg);
-            }
-            match replay.as_deref_mut() {
-                Some(r) if msg.get("method").and_then(Value::as_str) == Some("session/update") => {
-                    r.push(msg);
-                }
-                _ => self.queue.push_back(msg),
-            }
-        }
+        self.rpc.request(method, params, replay).await
     }
 
     /// The handshake; the agent must be able to load sessions.
@@ -246,6 +149,7 @@ impl AcpDriver {
         client_id: &str,
     ) -> Result<String, DriverError> {
         let id = self
+            .rpc
             .send_request(
                 "session/prompt",
                 json!({
@@ -257,11 +161,11 @@ impl AcpDriver {
             .await?;
         self.active = Some((id, client_id.to_owned()));
         loop {
-            let msg = self.receive().await?;
-            if Self::is_response_to(&msg, id) {
+            let msg = self.rpc.receive().await?;
+            if is_response_to(&msg, id) {
                 // The turn ended (or was refused) before it was echoed.
                 self.active = None;
-                Self::result_of("session/prompt", &msg)?;
+                result_of("session/prompt", &msg)?;
                 return Err(DriverError::Protocol(
                     "session/prompt ended without echoing the user message".to_owned(),
                 ));
@@ -269,7 +173,7 @@ impl AcpDriver {
             if user_message_id(&msg) == Some(client_id) {
                 return Ok(client_id.to_owned());
             }
-            self.queue.push_back(msg);
+            self.rpc.push(msg);
         }
     }
 
@@ -311,10 +215,7 @@ impl AcpDriver {
 
     /// The next event of the turn in progress.
     pub async fn next_event(&mut self) -> Result<ProviderEvent, DriverError> {
-        let msg = match self.queue.pop_front() {
-            Some(m) => m,
-            None => self.receive().await?,
-        };
+        let msg = self.rpc.next().await?;
         let method = msg
             .get("method")
             .and_then(Value::as_str)
@@ -328,10 +229,10 @@ impl AcpDriver {
             .unwrap_or_default();
         if method.is_empty() {
             if let Some((id, client)) = self.active.clone()
-                && Self::is_response_to(&msg, id)
+                && is_response_to(&msg, id)
             {
                 self.active = None;
-                let result = Self::result_of("session/prompt", &msg)?;
+                let result = result_of("session/prompt", &msg)?;
                 let status = match result.get("stopReason").and_then(Value::as_str) {
                     Some("end_turn") => "completed",
                     Some("cancelled") => "interrupted",
@@ -530,15 +431,6 @@ fn user_message_id(msg: &Value) -> Option<&str> {
         .get("messageId")
         .and_then(Value::as_str)
         .or_else(|| update.pointer("/_meta/messageId").and_then(Value::as_str))
-}
-
-/// The cut-point slug of a message: its method, or `response`/`error`.
-fn kind_slug(msg: &Value) -> String {
-    match msg.get("method").and_then(Value::as_str) {
-        Some(m) => cutpoint::slug(m),
-        None if msg.get("error").is_some() => "error".to_owned(),
-        None => "response".to_owned(),
-    }
 }
 
 #[cfg(test)]

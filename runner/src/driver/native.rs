@@ -82,7 +82,7 @@ impl NativeDriver {
             "store": false,
             "metadata": metadata,
         });
-        crate::engine::hit("runner.native.responses.sent");
+        crate::cut::hit("runner.native.responses.sent");
         let request = self
             .http
             .post(format!("{}/v1/responses", self.base))
@@ -132,7 +132,7 @@ impl NativeDriver {
                     Sse::Eof => return Err(DriverError::Exited),
                 };
                 let kind = event["type"].as_str().unwrap_or_default().to_owned();
-                crate::engine::hit(&format!("runner.native.{}.received", cutpoint::slug(&kind)));
+                crate::cut::hit(&format!("runner.native.{}.received", cutpoint::slug(&kind)));
                 match kind.as_str() {
                     "response.output_item.done" => {
                         if let Some(item) = event.get("item") {
