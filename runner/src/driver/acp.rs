@@ -228,142 +228,19 @@ impl AcpDriver {
             .map(|(_, c)| c.clone())
             .unwrap_or_default();
         if method.is_empty() {
-            if let Some((id, client)) = self.active.clone()
-                && is_response_to(&msg, id)
-            {
-                self.active = None;
-                let result = result_of("session/prompt", &msg)?;
-                let status = match result.get("stopReason").and_then(Value::as_str) {
-                    Some("end_turn") => "completed",
-                    Some("cancelled") => "interrupted",
-                    Some(_) => "failed",
-                    None => {
-                        return Err(DriverError::Protocol(
-                            "session/prompt: missing stopReason".to_owned(),
-                        ));
-                    }
-                };
-                return Ok(ProviderEvent::TurnCompleted {
-                    turn_id: client,
-                    status: status.to_owned(),
-                });
-            }
-            return Ok(ProviderEvent::Other(String::new()));
+            return self.response_event(&msg);
         }
         let Some(request_id) = msg.get("id").cloned() else {
             if method == "session/update" {
-                let update = params.get("update").cloned().unwrap_or(Value::Null);
-                let kind = update
-                    .get("sessionUpdate")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let done = matches!(
-                    update.get("status").and_then(Value::as_str),
-                    Some("completed" | "failed")
-                );
-                if kind == "tool_call_update" && done {
-                    let mut item = serde_json::Map::new();
-                    item.insert("type".into(), json!("toolCall"));
-                    for k in ["toolCallId", "status", "title"] {
-                        if let Some(v) = update.get(k) {
-                            item.insert(k.into(), v.clone());
-                        }
-                    }
-                    return Ok(ProviderEvent::ItemCompleted {
-                        turn_id,
-                        item: Value::Object(item),
-                    });
-                }
-                return Ok(ProviderEvent::Other(format!("session/update {kind}")));
+                return Ok(update_event(&params, turn_id));
             }
             return Ok(ProviderEvent::Other(method));
         };
-        let s = |k: &str| {
-            params
-                .get(k)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_default()
-        };
-        let call = match method.as_str() {
-            "session/request_permission" => {
-                let options = params
-                    .get("options")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let pick = |kinds: &[&str]| {
-                    kinds.iter().find_map(|k| {
-                        options
-                            .iter()
-                            .find(|o| o.get("kind").and_then(Value::as_str) == Some(k))
-                            .and_then(|o| o.get("optionId").and_then(Value::as_str))
-                            .map(str::to_owned)
-                    })
-                };
-                let allow = pick(&["allow_once", "allow_always"]);
-                let reject = pick(&["reject_once", "reject_always"]);
-                self.permissions
-                    .insert(request_id.to_string(), (allow, reject));
-                let summary = params
-                    .pointer("/toolCall/title")
-                    .cloned()
-                    .or_else(|| params.pointer("/toolCall/toolCallId").cloned())
-                    .unwrap_or(Value::Null);
-                return Ok(ProviderEvent::Request {
-                    request_id,
-                    method,
-                    turn_id,
-                    summary,
-                    item_id: None,
-                });
-            }
-            "terminal/create" => ClientCall::TerminalCreate {
-                command: s("command"),
-                args: params
-                    .get("args")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                env: params
-                    .get("env")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|e| {
-                                Some((
-                                    e.get("name")?.as_str()?.to_owned(),
-                                    e.get("value")?.as_str()?.to_owned(),
-                                ))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                cwd: params.get("cwd").and_then(Value::as_str).map(str::to_owned),
-            },
-            "terminal/wait_for_exit" => ClientCall::TerminalWait {
-                terminal_id: s("terminalId"),
-            },
-            "terminal/output" => ClientCall::TerminalOutput {
-                terminal_id: s("terminalId"),
-            },
-            "terminal/kill" => ClientCall::TerminalKill {
-                terminal_id: s("terminalId"),
-            },
-            "terminal/release" => ClientCall::TerminalRelease {
-                terminal_id: s("terminalId"),
-            },
-            "fs/write_text_file" => ClientCall::WriteTextFile {
-                path: s("path"),
-                content: s("content"),
-            },
-            "fs/read_text_file" => ClientCall::ReadTextFile { path: s("path") },
-            _ => return Ok(ProviderEvent::UnsupportedRequest { request_id, method }),
+        if method == "session/request_permission" {
+            return Ok(self.permission_event(request_id, method, &params, turn_id));
+        }
+        let Some(call) = client_call(&method, &params) else {
+            return Ok(ProviderEvent::UnsupportedRequest { request_id, method });
         };
         let key = self.key(&request_id);
         Ok(ProviderEvent::ClientTool {
@@ -371,6 +248,72 @@ impl AcpDriver {
             key,
             call,
         })
+    }
+
+    /// A response: the end of the open `session/prompt` (its `stopReason`
+    /// read as the turn's status), or nothing of the turn.
+    fn response_event(&mut self, msg: &Value) -> Result<ProviderEvent, DriverError> {
+        let active = self.active.clone();
+        let Some((_, client)) = active.filter(|(id, _)| is_response_to(msg, *id)) else {
+            return Ok(ProviderEvent::Other(String::new()));
+        };
+        self.active = None;
+        let result = result_of("session/prompt", msg)?;
+        let status = match result.get("stopReason").and_then(Value::as_str) {
+            Some("end_turn") => "completed",
+            Some("cancelled") => "interrupted",
+            Some(_) => "failed",
+            None => {
+                return Err(DriverError::Protocol(
+                    "session/prompt: missing stopReason".to_owned(),
+                ));
+            }
+        };
+        Ok(ProviderEvent::TurnCompleted {
+            turn_id: client,
+            status: status.to_owned(),
+        })
+    }
+
+    /// `session/request_permission`: its allow and reject options are kept
+    /// for the answer.
+    fn permission_event(
+        &mut self,
+        request_id: Value,
+        method: String,
+        params: &Value,
+        turn_id: String,
+    ) -> ProviderEvent {
+        let options = params
+            .get("options")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let pick = |kinds: &[&str]| {
+            kinds.iter().find_map(|k| {
+                options
+                    .iter()
+                    .find(|o| o.get("kind").and_then(Value::as_str) == Some(k))
+                    .and_then(|o| o.get("optionId").and_then(Value::as_str))
+                    .map(str::to_owned)
+            })
+        };
+        let allow = pick(&["allow_once", "allow_always"]);
+        let reject = pick(&["reject_once", "reject_always"]);
+        self.permissions
+            .insert(request_id.to_string(), (allow, reject));
+        let summary = params
+            .pointer("/toolCall/title")
+            .cloned()
+            .or_else(|| params.pointer("/toolCall/toolCallId").cloned())
+            .unwrap_or(Value::Null);
+        ProviderEvent::Request {
+            request_id,
+            method,
+            turn_id,
+            summary,
+            item_id: None,
+        }
     }
 
     /// Answers a permission request: `accept` picks the allow option,
@@ -415,6 +358,94 @@ impl AcpDriver {
         }))
         .await
     }
+}
+
+/// A `session/update` notification: a finished tool call is an item,
+/// anything else is named only.
+fn update_event(params: &Value, turn_id: String) -> ProviderEvent {
+    let update = params.get("update").cloned().unwrap_or(Value::Null);
+    let kind = update
+        .get("sessionUpdate")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let done = matches!(
+        update.get("status").and_then(Value::as_str),
+        Some("completed" | "failed")
+    );
+    if kind == "tool_call_update" && done {
+        let mut item = serde_json::Map::new();
+        item.insert("type".into(), json!("toolCall"));
+        for k in ["toolCallId", "status", "title"] {
+            if let Some(v) = update.get(k) {
+                item.insert(k.into(), v.clone());
+            }
+        }
+        return ProviderEvent::ItemCompleted {
+            turn_id,
+            item: Value::Object(item),
+        };
+    }
+    ProviderEvent::Other(format!("session/update {kind}"))
+}
+
+/// The client-side tool a request asks for (`terminal/*`, `fs/*`), if it
+/// is one.
+fn client_call(method: &str, params: &Value) -> Option<ClientCall> {
+    let s = |k: &str| {
+        params
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    Some(match method {
+        "terminal/create" => ClientCall::TerminalCreate {
+            command: s("command"),
+            args: params
+                .get("args")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            env: params
+                .get("env")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|e| {
+                            Some((
+                                e.get("name")?.as_str()?.to_owned(),
+                                e.get("value")?.as_str()?.to_owned(),
+                            ))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            cwd: params.get("cwd").and_then(Value::as_str).map(str::to_owned),
+        },
+        "terminal/wait_for_exit" => ClientCall::TerminalWait {
+            terminal_id: s("terminalId"),
+        },
+        "terminal/output" => ClientCall::TerminalOutput {
+            terminal_id: s("terminalId"),
+        },
+        "terminal/kill" => ClientCall::TerminalKill {
+            terminal_id: s("terminalId"),
+        },
+        "terminal/release" => ClientCall::TerminalRelease {
+            terminal_id: s("terminalId"),
+        },
+        "fs/write_text_file" => ClientCall::WriteTextFile {
+            path: s("path"),
+            content: s("content"),
+        },
+        "fs/read_text_file" => ClientCall::ReadTextFile { path: s("path") },
+        _ => return None,
+    })
 }
 
 /// The message id of a `user_message_chunk` update (`messageId`, or

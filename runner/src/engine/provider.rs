@@ -220,18 +220,7 @@ impl Engine {
                 db.spawn_intent(&tid, &rid, &m)
             })
             .await?;
-        let mut cmd = tokio::process::Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .env(cutpoint::ENV_ROLE, "provider")
-            .env(supervisor::MARKER_ENV, &marker);
-        if std::path::Path::new(&snap.task.workspace).is_dir() {
-            cmd.current_dir(&snap.task.workspace);
-        }
-        if let Some(secret) = &self.opts.credential {
-            cmd.env(&profile.credential_env, &secret.0);
-        }
+        let mut cmd = self.provider_command(&argv, &marker, &snap.task.workspace, profile);
         let (mut child, identity) = supervisor::spawn_provider(&mut cmd).map_err(|e| {
             StepError::Fail(Cause::new(
                 CauseCode::ProviderStartFailed,
@@ -240,21 +229,8 @@ impl Engine {
         })?;
         // The window between the spawn and the durable identity.
         crate::cut::hit("runner.provider.spawned");
-        let (tid, rid) = (task_id.clone(), run.run_id.clone());
-        let leaked = (self.opts.credential.clone())
-            .filter(|_| crate::seeded::credential_in_store())
-            .map(|s| s.0);
         let recorded = self
-            .write("provider_identity", move |db| {
-                crate::seeded::record_provider(
-                    db,
-                    &tid,
-                    &rid,
-                    spawn_row,
-                    identity,
-                    leaked.as_deref(),
-                )
-            })
+            .record_identity(task_id, run, spawn_row, identity)
             .await;
         match recorded {
             Ok(proc_row) => Ok(Spawned {
@@ -275,6 +251,49 @@ impl Engine {
                 Err(e)
             }
         }
+    }
+
+    /// The provider's command line, with its spawn marker and role in the
+    /// environment and the credential, in the task workspace when it exists.
+    fn provider_command(
+        &self,
+        argv: &[String],
+        marker: &str,
+        workspace: &str,
+        profile: &Profile,
+    ) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .env(cutpoint::ENV_ROLE, "provider")
+            .env(supervisor::MARKER_ENV, marker);
+        if std::path::Path::new(workspace).is_dir() {
+            cmd.current_dir(workspace);
+        }
+        if let Some(secret) = &self.opts.credential {
+            cmd.env(&profile.credential_env, &secret.0);
+        }
+        cmd
+    }
+
+    /// Records a spawned provider's identity (`provider_identity`).
+    async fn record_identity(
+        &self,
+        task_id: &str,
+        run: &Run,
+        spawn_row: i64,
+        identity: ProcessIdentity,
+    ) -> Result<i64, StepError> {
+        let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
+        let leaked = (self.opts.credential.clone())
+            .filter(|_| crate::seeded::credential_in_store())
+            .map(|s| s.0);
+        self.write("provider_identity", move |db| {
+            let leaked = leaked.as_deref();
+            crate::seeded::record_provider(db, &tid, &rid, spawn_row, identity, leaked)
+        })
+        .await
     }
 
     /// Connects to a spawned provider and shakes hands. Client-side tools of

@@ -273,32 +273,17 @@ impl Engine {
             }
         };
         let profile = self.profile(&snap.task.profile);
-        let provider_turn = driver
-            .start_turn(conversation, text, &turn.client_id)
-            .await
-            .map_err(driver_err)?;
-        let (tid, rid, row, pt) = (
-            task_id.clone(),
-            run.run_id.clone(),
-            turn.turn_row,
-            provider_turn.clone(),
-        );
-        self.write("turn_accepted", move |db| {
-            db.turn_accepted(&tid, &rid, row, &pt)
-        })
-        .await?;
+        let row = turn.turn_row;
+        let provider_turn = self
+            .send_turn(task_id, run, conversation, turn, text, driver)
+            .await?;
         loop {
             match driver.next_event().await.map_err(driver_err)? {
                 ProviderEvent::ItemCompleted { turn_id, item } if turn_id == provider_turn => {
                     let (tid, rid) = (task_id.clone(), run.run_id.clone());
+                    let data = json!({ "turn_row": row, "item": item });
                     self.write("item", move |db| {
-                        db.append(
-                            "item",
-                            &tid,
-                            Some(&rid),
-                            "item.completed",
-                            json!({ "turn_row": row, "item": item }),
-                        )
+                        db.append("item", &tid, Some(&rid), "item.completed", data)
                     })
                     .await?;
                 }
@@ -342,6 +327,35 @@ impl Engine {
                 _ => {}
             }
         }
+    }
+
+    /// Sends the turn and records the provider's acceptance
+    /// (`turn_accepted`) before any of its events is read; returns the
+    /// provider's turn id.
+    async fn send_turn(
+        &self,
+        task_id: &str,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        text: &str,
+        driver: &mut Driver,
+    ) -> Result<String, StepError> {
+        let provider_turn = driver
+            .start_turn(conversation, text, &turn.client_id)
+            .await
+            .map_err(driver_err)?;
+        let (tid, rid, row, pt) = (
+            task_id.to_owned(),
+            run.run_id.clone(),
+            turn.turn_row,
+            provider_turn.clone(),
+        );
+        self.write("turn_accepted", move |db| {
+            db.turn_accepted(&tid, &rid, row, &pt)
+        })
+        .await?;
+        Ok(provider_turn)
     }
 
     /// Answers a provider request with the profile's decision: the request
