@@ -12,8 +12,10 @@
 pub mod api;
 pub mod causes;
 pub mod cli;
+pub mod cut;
 pub mod driver;
 pub mod engine;
+pub mod ids;
 pub mod native;
 pub mod profiles;
 pub mod seeded;

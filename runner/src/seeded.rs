@@ -4,14 +4,17 @@
 //! `runnerd --seeded-bug NAME` switches one of them on for the whole process.
 //! Each is a realistic mistake a runner author could make, and each fires only
 //! in the flows the harness drives (a runner or provider cut, a restart, a
-//! follow-up, a Retry). A build without the feature has neither this module
-//! nor the flag nor any bug site: every site is
-//! `#[cfg(feature = "seeded-bugs")] if seeded::active(SeededBug::X) { … }`.
+//! follow-up, a Retry). A bug site in the engine is one call of a hook below
+//! (`if seeded::stuck_after_restart() { … }`): with the feature, the hook says
+//! whether its bug is the active one; without it, every hook is a constant
+//! `false` and a build has neither the `SeededBug` type nor the flag.
 //! `docs/seeded-bugs.md` lists what each bug breaks and which oracle should
 //! catch it.
 
+#[cfg(feature = "seeded-bugs")]
 use std::sync::OnceLock;
 
+#[cfg(feature = "seeded-bugs")]
 /// A seeded bug; the clap value names are the kebab-case variant names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum SeededBug {
@@ -53,6 +56,7 @@ pub enum SeededBug {
     SendAfterFailedIntent,
 }
 
+#[cfg(feature = "seeded-bugs")]
 impl SeededBug {
     /// Every seeded bug, in documentation order.
     pub const ALL: [SeededBug; 18] = [
@@ -101,6 +105,7 @@ impl SeededBug {
     }
 }
 
+#[cfg(feature = "seeded-bugs")]
 impl std::str::FromStr for SeededBug {
     type Err = String;
 
@@ -116,21 +121,102 @@ impl std::str::FromStr for SeededBug {
     }
 }
 
+#[cfg(feature = "seeded-bugs")]
 static ACTIVE: OnceLock<SeededBug> = OnceLock::new();
 
+#[cfg(feature = "seeded-bugs")]
 /// Switches `bug` on for this process. Only the first call counts; returns
 /// whether `bug` is the active one afterwards.
 pub fn activate(bug: SeededBug) -> bool {
     *ACTIVE.get_or_init(|| bug) == bug
 }
 
-/// Whether `bug` is switched on: never in a build without the feature, so
-/// the optimizer removes every bug site there.
+#[cfg(feature = "seeded-bugs")]
+/// Whether `bug` is switched on.
 pub fn active(bug: SeededBug) -> bool {
-    cfg!(feature = "seeded-bugs") && ACTIVE.get() == Some(&bug)
+    ACTIVE.get() == Some(&bug)
 }
 
-#[cfg(test)]
+/// Defines one hook per bug: whether that bug is the active one, or a
+/// constant `false` in a build without the feature.
+macro_rules! hooks {
+    ($($(#[$doc:meta])* $hook:ident => $bug:ident;)*) => {$(
+        $(#[$doc])*
+        #[cfg(feature = "seeded-bugs")]
+        pub fn $hook() -> bool {
+            active(SeededBug::$bug)
+        }
+        $(#[$doc])*
+        #[cfg(not(feature = "seeded-bugs"))]
+        pub const fn $hook() -> bool {
+            false
+        }
+    )*};
+}
+
+hooks! {
+    /// `resend-ambiguous-turn`.
+    resend_ambiguous_turn => ResendAmbiguousTurn;
+    /// `second-continuation`.
+    second_continuation => SecondContinuation;
+    /// `continuation-resends-message`.
+    continuation_resends_message => ContinuationResendsMessage;
+    /// `null-cause`.
+    null_cause => NullCause;
+    /// `wrong-recoverable`.
+    wrong_recoverable => WrongRecoverable;
+    /// `lose-follow-up-on-restart`.
+    lose_follow_up_on_restart => LoseFollowUpOnRestart;
+    /// `retry-reuses-conversation`.
+    retry_reuses_conversation => RetryReusesConversation;
+    /// `credential-in-store`.
+    credential_in_store => CredentialInStore;
+    /// `skip-stop-proof`.
+    skip_stop_proof => SkipStopProof;
+    /// `stuck-after-restart`.
+    stuck_after_restart => StuckAfterRestart;
+    /// `fail-closed-when-absent`.
+    fail_closed_when_absent => FailClosedWhenAbsent;
+    /// `adopt-without-completion`.
+    adopt_without_completion => AdoptWithoutCompletion;
+    /// `rerun-executing-tool`.
+    rerun_executing_tool => RerunExecutingTool;
+    /// `continue-before-outcome`.
+    continue_before_outcome => ContinueBeforeOutcome;
+    /// `skip-marker-sweep`.
+    skip_marker_sweep => SkipMarkerSweep;
+    /// `split-lost-mark`.
+    split_lost_mark => SplitLostMark;
+    /// `settle-ignores-queue`.
+    settle_ignores_queue => SettleIgnoresQueue;
+    /// `send-after-failed-intent`.
+    send_after_failed_intent => SendAfterFailedIntent;
+}
+
+/// The provider identity write, which under `credential-in-store` also
+/// records `leaked` (the key the provider was started with) in the
+/// `provider.spawned` event. [`crate::store::Db::record_provider_with_env`]
+/// exists only with the feature, hence this wrapper.
+pub fn record_provider(
+    db: &mut crate::store::Db,
+    task_id: &str,
+    run_id: &str,
+    spawn_row: i64,
+    identity: crate::supervisor::ProcessIdentity,
+    leaked: Option<&str>,
+) -> Result<i64, crate::store::StoreError> {
+    #[cfg(feature = "seeded-bugs")]
+    if let Some(key) = leaked {
+        // SEEDED BUG credential-in-store: the spawned event records the
+        // key the provider was started with.
+        return db.record_provider_with_env(task_id, run_id, spawn_row, identity, key);
+    }
+    #[cfg(not(feature = "seeded-bugs"))]
+    let _ = leaked;
+    db.record_provider(task_id, run_id, spawn_row, identity)
+}
+
+#[cfg(all(test, feature = "seeded-bugs"))]
 mod tests {
     use super::*;
     use clap::{Parser as _, ValueEnum as _};

@@ -18,15 +18,13 @@
 //!   are prefixed with a per-process namespace (`r<proc>:<id>`): they can never
 //!   collide with ids answered before the restart. Fresh sessions keep raw ids.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt as _;
-use tokio::process::{Child, ChildStdin};
-use tokio::sync::mpsc;
+use tokio::process::Child;
 
-use super::stdio::Line;
+use super::jsonrpc::{Rpc, is_response_to, result_of};
 use super::{ClientCall, DriverError, ProviderEvent, TurnLookup};
 
 /// The ACP protocol version this driver speaks.
@@ -34,12 +32,7 @@ pub const PROTOCOL_VERSION: u64 = 1;
 
 /// A live ACP agent process and the client end of its stdio.
 pub struct AcpDriver {
-    stdin: ChildStdin,
-    lines: mpsc::UnboundedReceiver<Line>,
-    queue: VecDeque<Value>,
-    next_id: i64,
-    idle: Duration,
-    exited: bool,
+    rpc: Rpc,
     namespace: String,
     /// Whether this process restored a session (its ids get the namespace).
     restored: bool,
@@ -55,15 +48,8 @@ pub struct AcpDriver {
 impl AcpDriver {
     /// Takes over a spawned child's stdio (both must be piped).
     pub fn attach(child: &mut Child, idle: Duration, namespace: &str) -> AcpDriver {
-        let stdin = child.stdin.take().expect("provider stdin is piped");
-        let stdout = child.stdout.take().expect("provider stdout is piped");
         AcpDriver {
-            stdin,
-            lines: super::stdio::read_lines(stdout),
-            queue: VecDeque::new(),
-            next_id: 0,
-            idle,
-            exited: false,
+            rpc: Rpc::attach(child, idle, "acp", true),
             namespace: namespace.to_owned(),
             restored: false,
             loaded: HashSet::new(),
@@ -73,79 +59,8 @@ impl AcpDriver {
         }
     }
 
-    fn idle_err(&self) -> DriverError {
-        DriverError::Unresponsive {
-            idle_ms: self.idle.as_millis() as u64,
-        }
-    }
-
     async fn send(&mut self, msg: &Value) -> Result<(), DriverError> {
-        let mut line = serde_json::to_vec(msg).expect("messages serialize");
-        line.push(b'\n');
-        let write = async {
-            self.stdin.write_all(&line).await?;
-            self.stdin.flush().await
-        };
-        match tokio::time::timeout(self.idle, write).await {
-            Ok(Ok(())) => {
-                crate::engine::hit(&format!("runner.acp.{}.sent", kind_slug(msg)));
-                Ok(())
-            }
-            Ok(Err(_)) => Err(DriverError::Exited),
-            Err(_) => Err(self.idle_err()),
-        }
-    }
-
-    async fn receive(&mut self) -> Result<Value, DriverError> {
-        if self.exited {
-            return Err(DriverError::Exited);
-        }
-        match tokio::time::timeout(self.idle, self.lines.recv()).await {
-            Ok(Some(Line::Msg(v))) => {
-                crate::engine::hit(&format!("runner.acp.{}.received", kind_slug(&v)));
-                match super::unaddressed_error(&v) {
-                    Some(e) => Err(e),
-                    None => Ok(v),
-                }
-            }
-            Ok(Some(Line::Malformed(what))) => {
-                Err(DriverError::Protocol(format!("the provider sent {what}")))
-            }
-            Ok(Some(Line::Eof)) | Ok(None) => {
-                self.exited = true;
-                Err(DriverError::Exited)
-            }
-            Err(_) => Err(self.idle_err()),
-        }
-    }
-
-    fn is_response_to(msg: &Value, id: i64) -> bool {
-        msg.get("method").is_none() && msg.get("id").and_then(Value::as_i64) == Some(id)
-    }
-
-    fn result_of(method: &str, msg: &Value) -> Result<Value, DriverError> {
-        if let Some(err) = msg.get("error") {
-            return Err(DriverError::Rpc {
-                method: method.to_owned(),
-                code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-                message: err
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-            });
-        }
-        msg.get("result")
-            .cloned()
-            .ok_or_else(|| DriverError::Protocol(format!("the response to {method} has no result")))
-    }
-
-    async fn send_request(&mut self, method: &str, params: Value) -> Result<i64, DriverError> {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.send(&json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params }))
-            .await?;
-        Ok(id)
+        self.rpc.send(msg).await
     }
 
     /// Sends a request and waits for its result. Messages that arrive
@@ -155,21 +70,9 @@ impl AcpDriver {
         &mut self,
         method: &str,
         params: Value,
-        mut replay: Option<&mut Vec<Value>>,
+        replay: Option<&mut Vec<Value>>,
     ) -> Result<Value, DriverError> {
-        let id = self.send_request(method, params).await?;
-        loop {
-            let msg = self.receive().await?;
-            if Self::is_response_to(&msg, id) {
-                return Self::result_of(method, &msg);
-            }
-            match replay.as_deref_mut() {
-                Some(r) if msg.get("method").and_then(Value::as_str) == Some("session/update") => {
-                    r.push(msg);
-                }
-                _ => self.queue.push_back(msg),
-            }
-        }
+        self.rpc.request(method, params, replay).await
     }
 
     /// The handshake; the agent must be able to load sessions.
@@ -246,6 +149,7 @@ impl AcpDriver {
         client_id: &str,
     ) -> Result<String, DriverError> {
         let id = self
+            .rpc
             .send_request(
                 "session/prompt",
                 json!({
@@ -257,11 +161,11 @@ impl AcpDriver {
             .await?;
         self.active = Some((id, client_id.to_owned()));
         loop {
-            let msg = self.receive().await?;
-            if Self::is_response_to(&msg, id) {
+            let msg = self.rpc.receive().await?;
+            if is_response_to(&msg, id) {
                 // The turn ended (or was refused) before it was echoed.
                 self.active = None;
-                Self::result_of("session/prompt", &msg)?;
+                result_of("session/prompt", &msg)?;
                 return Err(DriverError::Protocol(
                     "session/prompt ended without echoing the user message".to_owned(),
                 ));
@@ -269,7 +173,7 @@ impl AcpDriver {
             if user_message_id(&msg) == Some(client_id) {
                 return Ok(client_id.to_owned());
             }
-            self.queue.push_back(msg);
+            self.rpc.push(msg);
         }
     }
 
@@ -311,10 +215,7 @@ impl AcpDriver {
 
     /// The next event of the turn in progress.
     pub async fn next_event(&mut self) -> Result<ProviderEvent, DriverError> {
-        let msg = match self.queue.pop_front() {
-            Some(m) => m,
-            None => self.receive().await?,
-        };
+        let msg = self.rpc.next().await?;
         let method = msg
             .get("method")
             .and_then(Value::as_str)
@@ -327,142 +228,19 @@ impl AcpDriver {
             .map(|(_, c)| c.clone())
             .unwrap_or_default();
         if method.is_empty() {
-            if let Some((id, client)) = self.active.clone()
-                && Self::is_response_to(&msg, id)
-            {
-                self.active = None;
-                let result = Self::result_of("session/prompt", &msg)?;
-                let status = match result.get("stopReason").and_then(Value::as_str) {
-                    Some("end_turn") => "completed",
-                    Some("cancelled") => "interrupted",
-                    Some(_) => "failed",
-                    None => {
-                        return Err(DriverError::Protocol(
-                            "session/prompt: missing stopReason".to_owned(),
-                        ));
-                    }
-                };
-                return Ok(ProviderEvent::TurnCompleted {
-                    turn_id: client,
-                    status: status.to_owned(),
-                });
-            }
-            return Ok(ProviderEvent::Other(String::new()));
+            return self.response_event(&msg);
         }
         let Some(request_id) = msg.get("id").cloned() else {
             if method == "session/update" {
-                let update = params.get("update").cloned().unwrap_or(Value::Null);
-                let kind = update
-                    .get("sessionUpdate")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let done = matches!(
-                    update.get("status").and_then(Value::as_str),
-                    Some("completed" | "failed")
-                );
-                if kind == "tool_call_update" && done {
-                    let mut item = serde_json::Map::new();
-                    item.insert("type".into(), json!("toolCall"));
-                    for k in ["toolCallId", "status", "title"] {
-                        if let Some(v) = update.get(k) {
-                            item.insert(k.into(), v.clone());
-                        }
-                    }
-                    return Ok(ProviderEvent::ItemCompleted {
-                        turn_id,
-                        item: Value::Object(item),
-                    });
-                }
-                return Ok(ProviderEvent::Other(format!("session/update {kind}")));
+                return Ok(update_event(&params, turn_id));
             }
             return Ok(ProviderEvent::Other(method));
         };
-        let s = |k: &str| {
-            params
-                .get(k)
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_default()
-        };
-        let call = match method.as_str() {
-            "session/request_permission" => {
-                let options = params
-                    .get("options")
-                    .and_then(Value::as_array)
-                    .cloned()
-                    .unwrap_or_default();
-                let pick = |kinds: &[&str]| {
-                    kinds.iter().find_map(|k| {
-                        options
-                            .iter()
-                            .find(|o| o.get("kind").and_then(Value::as_str) == Some(k))
-                            .and_then(|o| o.get("optionId").and_then(Value::as_str))
-                            .map(str::to_owned)
-                    })
-                };
-                let allow = pick(&["allow_once", "allow_always"]);
-                let reject = pick(&["reject_once", "reject_always"]);
-                self.permissions
-                    .insert(request_id.to_string(), (allow, reject));
-                let summary = params
-                    .pointer("/toolCall/title")
-                    .cloned()
-                    .or_else(|| params.pointer("/toolCall/toolCallId").cloned())
-                    .unwrap_or(Value::Null);
-                return Ok(ProviderEvent::Request {
-                    request_id,
-                    method,
-                    turn_id,
-                    summary,
-                    item_id: None,
-                });
-            }
-            "terminal/create" => ClientCall::TerminalCreate {
-                command: s("command"),
-                args: params
-                    .get("args")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(Value::as_str)
-                            .map(str::to_owned)
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                env: params
-                    .get("env")
-                    .and_then(Value::as_array)
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|e| {
-                                Some((
-                                    e.get("name")?.as_str()?.to_owned(),
-                                    e.get("value")?.as_str()?.to_owned(),
-                                ))
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-                cwd: params.get("cwd").and_then(Value::as_str).map(str::to_owned),
-            },
-            "terminal/wait_for_exit" => ClientCall::TerminalWait {
-                terminal_id: s("terminalId"),
-            },
-            "terminal/output" => ClientCall::TerminalOutput {
-                terminal_id: s("terminalId"),
-            },
-            "terminal/kill" => ClientCall::TerminalKill {
-                terminal_id: s("terminalId"),
-            },
-            "terminal/release" => ClientCall::TerminalRelease {
-                terminal_id: s("terminalId"),
-            },
-            "fs/write_text_file" => ClientCall::WriteTextFile {
-                path: s("path"),
-                content: s("content"),
-            },
-            "fs/read_text_file" => ClientCall::ReadTextFile { path: s("path") },
-            _ => return Ok(ProviderEvent::UnsupportedRequest { request_id, method }),
+        if method == "session/request_permission" {
+            return Ok(self.permission_event(request_id, method, &params, turn_id));
+        }
+        let Some(call) = client_call(&method, &params) else {
+            return Ok(ProviderEvent::UnsupportedRequest { request_id, method });
         };
         let key = self.key(&request_id);
         Ok(ProviderEvent::ClientTool {
@@ -470,6 +248,72 @@ impl AcpDriver {
             key,
             call,
         })
+    }
+
+    /// A response: the end of the open `session/prompt` (its `stopReason`
+    /// read as the turn's status), or nothing of the turn.
+    fn response_event(&mut self, msg: &Value) -> Result<ProviderEvent, DriverError> {
+        let active = self.active.clone();
+        let Some((_, client)) = active.filter(|(id, _)| is_response_to(msg, *id)) else {
+            return Ok(ProviderEvent::Other(String::new()));
+        };
+        self.active = None;
+        let result = result_of("session/prompt", msg)?;
+        let status = match result.get("stopReason").and_then(Value::as_str) {
+            Some("end_turn") => "completed",
+            Some("cancelled") => "interrupted",
+            Some(_) => "failed",
+            None => {
+                return Err(DriverError::Protocol(
+                    "session/prompt: missing stopReason".to_owned(),
+                ));
+            }
+        };
+        Ok(ProviderEvent::TurnCompleted {
+            turn_id: client,
+            status: status.to_owned(),
+        })
+    }
+
+    /// `session/request_permission`: its allow and reject options are kept
+    /// for the answer.
+    fn permission_event(
+        &mut self,
+        request_id: Value,
+        method: String,
+        params: &Value,
+        turn_id: String,
+    ) -> ProviderEvent {
+        let options = params
+            .get("options")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let pick = |kinds: &[&str]| {
+            kinds.iter().find_map(|k| {
+                options
+                    .iter()
+                    .find(|o| o.get("kind").and_then(Value::as_str) == Some(k))
+                    .and_then(|o| o.get("optionId").and_then(Value::as_str))
+                    .map(str::to_owned)
+            })
+        };
+        let allow = pick(&["allow_once", "allow_always"]);
+        let reject = pick(&["reject_once", "reject_always"]);
+        self.permissions
+            .insert(request_id.to_string(), (allow, reject));
+        let summary = params
+            .pointer("/toolCall/title")
+            .cloned()
+            .or_else(|| params.pointer("/toolCall/toolCallId").cloned())
+            .unwrap_or(Value::Null);
+        ProviderEvent::Request {
+            request_id,
+            method,
+            turn_id,
+            summary,
+            item_id: None,
+        }
     }
 
     /// Answers a permission request: `accept` picks the allow option,
@@ -516,6 +360,94 @@ impl AcpDriver {
     }
 }
 
+/// A `session/update` notification: a finished tool call is an item,
+/// anything else is named only.
+fn update_event(params: &Value, turn_id: String) -> ProviderEvent {
+    let update = params.get("update").cloned().unwrap_or(Value::Null);
+    let kind = update
+        .get("sessionUpdate")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let done = matches!(
+        update.get("status").and_then(Value::as_str),
+        Some("completed" | "failed")
+    );
+    if kind == "tool_call_update" && done {
+        let mut item = serde_json::Map::new();
+        item.insert("type".into(), json!("toolCall"));
+        for k in ["toolCallId", "status", "title"] {
+            if let Some(v) = update.get(k) {
+                item.insert(k.into(), v.clone());
+            }
+        }
+        return ProviderEvent::ItemCompleted {
+            turn_id,
+            item: Value::Object(item),
+        };
+    }
+    ProviderEvent::Other(format!("session/update {kind}"))
+}
+
+/// The client-side tool a request asks for (`terminal/*`, `fs/*`), if it
+/// is one.
+fn client_call(method: &str, params: &Value) -> Option<ClientCall> {
+    let s = |k: &str| {
+        params
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    Some(match method {
+        "terminal/create" => ClientCall::TerminalCreate {
+            command: s("command"),
+            args: params
+                .get("args")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            env: params
+                .get("env")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|e| {
+                            Some((
+                                e.get("name")?.as_str()?.to_owned(),
+                                e.get("value")?.as_str()?.to_owned(),
+                            ))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+            cwd: params.get("cwd").and_then(Value::as_str).map(str::to_owned),
+        },
+        "terminal/wait_for_exit" => ClientCall::TerminalWait {
+            terminal_id: s("terminalId"),
+        },
+        "terminal/output" => ClientCall::TerminalOutput {
+            terminal_id: s("terminalId"),
+        },
+        "terminal/kill" => ClientCall::TerminalKill {
+            terminal_id: s("terminalId"),
+        },
+        "terminal/release" => ClientCall::TerminalRelease {
+            terminal_id: s("terminalId"),
+        },
+        "fs/write_text_file" => ClientCall::WriteTextFile {
+            path: s("path"),
+            content: s("content"),
+        },
+        "fs/read_text_file" => ClientCall::ReadTextFile { path: s("path") },
+        _ => return None,
+    })
+}
+
 /// The message id of a `user_message_chunk` update (`messageId`, or
 /// `_meta.messageId`), if `msg` is one.
 fn user_message_id(msg: &Value) -> Option<&str> {
@@ -530,15 +462,6 @@ fn user_message_id(msg: &Value) -> Option<&str> {
         .get("messageId")
         .and_then(Value::as_str)
         .or_else(|| update.pointer("/_meta/messageId").and_then(Value::as_str))
-}
-
-/// The cut-point slug of a message: its method, or `response`/`error`.
-fn kind_slug(msg: &Value) -> String {
-    match msg.get("method").and_then(Value::as_str) {
-        Some(m) => cutpoint::slug(m),
-        None if msg.get("error").is_some() => "error".to_owned(),
-        None => "response".to_owned(),
-    }
 }
 
 #[cfg(test)]

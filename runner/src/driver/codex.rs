@@ -10,124 +10,42 @@
 //! The driver keeps no durable state and makes no recovery decision: it reports
 //! what the provider says and the engine decides.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt as _;
-use tokio::process::{Child, ChildStdin};
-use tokio::sync::mpsc;
+use tokio::process::Child;
 
-use super::stdio::Line;
+use super::jsonrpc::Rpc;
 use super::{DriverError, ProviderEvent, TurnLookup};
 
 /// A live Codex app-server process and the client end of its stdio.
 pub struct CodexDriver {
-    stdin: ChildStdin,
-    lines: mpsc::UnboundedReceiver<Line>,
-    queue: VecDeque<Value>,
-    next_id: i64,
+    rpc: Rpc,
     loaded: HashSet<String>,
     /// Threads opened by this process on which no turn was started: Codex
     /// has not written them, and `thread/read {includeTurns}` fails on them.
     fresh: HashSet<String>,
-    idle: Duration,
-    exited: bool,
 }
 
 impl CodexDriver {
     /// Takes over a spawned child's stdio (both must be piped).
     pub fn attach(child: &mut Child, idle: Duration) -> CodexDriver {
-        let stdin = child.stdin.take().expect("provider stdin is piped");
-        let stdout = child.stdout.take().expect("provider stdout is piped");
-        let rx = super::stdio::read_lines(stdout);
         CodexDriver {
-            stdin,
-            lines: rx,
-            queue: VecDeque::new(),
-            next_id: 0,
+            rpc: Rpc::attach(child, idle, "codex", false),
             loaded: HashSet::new(),
             fresh: HashSet::new(),
-            idle,
-            exited: false,
         }
     }
 
     async fn send(&mut self, msg: &Value) -> Result<(), DriverError> {
-        let mut line = serde_json::to_vec(msg).expect("messages serialize");
-        line.push(b'\n');
-        let write = async {
-            self.stdin.write_all(&line).await?;
-            self.stdin.flush().await
-        };
-        match tokio::time::timeout(self.idle, write).await {
-            Ok(Ok(())) => {
-                crate::engine::hit(&format!("runner.codex.{}.sent", kind_slug(msg)));
-                Ok(())
-            }
-            Ok(Err(_)) => Err(DriverError::Exited),
-            Err(_) => Err(DriverError::Unresponsive {
-                idle_ms: self.idle.as_millis() as u64,
-            }),
-        }
-    }
-
-    /// Receives the next message, bounded by the idle timeout.
-    async fn receive(&mut self) -> Result<Value, DriverError> {
-        if self.exited {
-            return Err(DriverError::Exited);
-        }
-        match tokio::time::timeout(self.idle, self.lines.recv()).await {
-            Ok(Some(Line::Msg(v))) => {
-                crate::engine::hit(&format!("runner.codex.{}.received", kind_slug(&v)));
-                match super::unaddressed_error(&v) {
-                    Some(e) => Err(e),
-                    None => Ok(v),
-                }
-            }
-            Ok(Some(Line::Malformed(what))) => {
-                Err(DriverError::Protocol(format!("the provider sent {what}")))
-            }
-            Ok(Some(Line::Eof)) | Ok(None) => {
-                self.exited = true;
-                Err(DriverError::Exited)
-            }
-            Err(_) => Err(DriverError::Unresponsive {
-                idle_ms: self.idle.as_millis() as u64,
-            }),
-        }
+        self.rpc.send(msg).await
     }
 
     /// Sends a request and waits for its result; notifications that arrive
     /// meanwhile are queued for [`CodexDriver::next_event`].
     pub async fn request(&mut self, method: &str, params: Value) -> Result<Value, DriverError> {
-        self.next_id += 1;
-        let id = self.next_id;
-        self.send(&json!({ "id": id, "method": method, "params": params }))
-            .await?;
-        loop {
-            let msg = self.receive().await?;
-            let is_response =
-                msg.get("method").is_none() && msg.get("id").and_then(Value::as_i64) == Some(id);
-            if !is_response {
-                self.queue.push_back(msg);
-                continue;
-            }
-            if let Some(err) = msg.get("error") {
-                return Err(DriverError::Rpc {
-                    method: method.to_owned(),
-                    code: err.get("code").and_then(Value::as_i64).unwrap_or(0),
-                    message: err
-                        .get("message")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_owned(),
-                });
-            }
-            return msg.get("result").cloned().ok_or_else(|| {
-                DriverError::Protocol(format!("the response to {method} has no result"))
-            });
-        }
+        self.rpc.request(method, params, None).await
     }
 
     /// The handshake.
@@ -257,10 +175,7 @@ impl CodexDriver {
 
     /// The next event of the turn in progress.
     pub async fn next_event(&mut self) -> Result<ProviderEvent, DriverError> {
-        let msg = match self.queue.pop_front() {
-            Some(m) => m,
-            None => self.receive().await?,
-        };
+        let msg = self.rpc.next().await?;
         let method = msg
             .get("method")
             .and_then(Value::as_str)
@@ -310,15 +225,6 @@ impl CodexDriver {
             "error": { "code": -32601, "message": format!("runnerd does not handle {method}") },
         }))
         .await
-    }
-}
-
-/// The cut-point slug of a message: its method, or `response`/`error`.
-fn kind_slug(msg: &Value) -> String {
-    match msg.get("method").and_then(Value::as_str) {
-        Some(m) => cutpoint::slug(m),
-        None if msg.get("error").is_some() => "error".to_owned(),
-        None => "response".to_owned(),
     }
 }
 

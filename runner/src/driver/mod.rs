@@ -5,12 +5,17 @@
 //! turn, and answers "was this turn recorded?" from the provider's own store.
 //! Drivers hold no durable state and make no recovery decisions.
 //!
-//! [`Driver`] is the one trait-like surface the engine sees. It is an enum
-//! over the protocol drivers (static dispatch, no boxed futures): Codex
-//! app-server (`codex`), ACP (`acp`) and OpenCode (`opencode`).
+//! [`Driver`] is the one trait-like surface the engine sees for a provider
+//! that runs the agent loop itself. It is an enum over the protocol drivers
+//! (static dispatch, no boxed futures): Codex app-server (`codex`), ACP
+//! (`acp`) and OpenCode (`opencode`); the Codex and ACP drivers share their
+//! JSON-RPC over stdio (`jsonrpc`). The native profile has no such driver:
+//! the runner is the agent loop and `native` is only its model client, which
+//! the engine holds directly.
 
 pub mod acp;
 pub mod codex;
+pub mod jsonrpc;
 pub mod native;
 pub mod opencode;
 #[cfg(test)]
@@ -128,26 +133,6 @@ pub enum DriverError {
     },
 }
 
-/// A JSON-RPC error answer whose id is null or missing: the provider could
-/// not read something the runner sent (JSON-RPC 2.0 answers a parse error or
-/// an invalid request so), so whatever the runner waits for will never come.
-/// It fails the exchange at once, quoting the provider, instead of ending at
-/// the idle timeout as a silent provider would.
-pub(crate) fn unaddressed_error(msg: &Value) -> Option<DriverError> {
-    if msg.get("method").is_some() || !msg.get("id").is_none_or(Value::is_null) {
-        return None;
-    }
-    let err = msg.get("error")?;
-    let code = err.get("code").and_then(Value::as_i64).unwrap_or(0);
-    let message = err
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or("(no message)");
-    Some(DriverError::Protocol(format!(
-        "the provider could not read a message from the runner and answered error {code}: {message}"
-    )))
-}
-
 /// A live provider connection, whatever its protocol.
 pub enum Driver {
     /// Codex app-server.
@@ -156,14 +141,6 @@ pub enum Driver {
     Acp(acp::AcpDriver),
     /// OpenCode server.
     OpenCode(opencode::OpenCodeDriver),
-    /// An OpenAI-Responses model API; the runner is the agent loop.
-    Native(native::NativeDriver),
-}
-
-fn native_has_no(what: &str) -> DriverError {
-    DriverError::Protocol(format!(
-        "the native driver has no {what}: the runner is the agent loop"
-    ))
 }
 
 macro_rules! each {
@@ -172,7 +149,6 @@ macro_rules! each {
             Driver::Codex($d) => $e,
             Driver::Acp($d) => $e,
             Driver::OpenCode($d) => $e,
-            Driver::Native(_) => Err(native_has_no("provider turns")),
         }
     };
 }
@@ -180,6 +156,8 @@ macro_rules! each {
 impl Driver {
     /// Takes over a spawned child's stdio (both piped) and connects.
     /// `namespace` is unique per provider process (ACP call-id namespacing).
+    /// The native profile has no provider driver (its model client is
+    /// [`native::NativeDriver`]): asking for one is a protocol error.
     pub async fn attach(
         kind: DriverKind,
         child: &mut Child,
@@ -192,24 +170,18 @@ impl Driver {
             DriverKind::Opencode => {
                 Driver::OpenCode(opencode::OpenCodeDriver::attach(child, idle).await?)
             }
-            DriverKind::Native => Driver::Native(native::NativeDriver::attach(child, idle).await?),
+            DriverKind::Native => {
+                return Err(DriverError::Protocol(
+                    "the native profile has no provider driver: the runner is the agent loop"
+                        .to_owned(),
+                ));
+            }
         })
     }
 
     /// The handshake.
     pub async fn initialize(&mut self) -> Result<(), DriverError> {
-        match self {
-            Driver::Native(d) => d.initialize().await,
-            _ => each!(self, d => d.initialize().await),
-        }
-    }
-
-    /// The native model client, if this is the native driver.
-    pub fn native(&mut self) -> Option<&mut native::NativeDriver> {
-        match self {
-            Driver::Native(d) => Some(d),
-            _ => None,
-        }
+        each!(self, d => d.initialize().await)
     }
 
     /// The client id a turn for `message_id` carries (`continuation`: the one
@@ -218,18 +190,13 @@ impl Driver {
     pub fn client_id(&mut self, message_id: &str, continuation: bool) -> String {
         match self {
             Driver::OpenCode(d) => d.client_id(message_id, continuation),
-            _ if continuation => format!("{message_id}#continuation"),
-            _ => message_id.to_owned(),
+            _ => plain_client_id(message_id, continuation),
         }
     }
 
     /// Opens a fresh conversation in `cwd`; returns its id.
     pub async fn open_conversation(&mut self, cwd: &str) -> Result<String, DriverError> {
-        match self {
-            // The conversation lives in the runner's own store.
-            Driver::Native(_) => Ok(crate::engine::new_id("conv")),
-            _ => each!(self, d => d.open_conversation(cwd).await),
-        }
+        each!(self, d => d.open_conversation(cwd).await)
     }
 
     /// Loads an existing conversation into this provider process.
@@ -238,7 +205,6 @@ impl Driver {
             Driver::Codex(d) => d.resume_conversation(id, cwd).await,
             Driver::Acp(d) => d.resume_conversation(id, cwd).await,
             Driver::OpenCode(d) => d.resume_conversation(id).await,
-            Driver::Native(_) => Ok(()),
         }
     }
 
@@ -305,32 +271,13 @@ impl Driver {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// Only an error answer without an id is a failure of the exchange in
-    /// progress; an answer to a request and a request are not.
-    #[test]
-    fn an_error_without_an_id_is_unaddressed() {
-        let error = json!({ "code": -32700, "message": "Parse error: too long" });
-        for msg in [
-            json!({ "jsonrpc": "2.0", "id": null, "error": error }),
-            json!({ "error": error }),
-        ] {
-            let e = unaddressed_error(&msg).expect("unaddressed");
-            assert!(
-                e.to_string().contains("-32700: Parse error: too long"),
-                "{e}"
-            );
-        }
-        for msg in [
-            json!({ "id": 3, "error": error }),
-            json!({ "id": null, "result": {} }),
-            json!({ "id": null, "method": "x", "error": error }),
-        ] {
-            assert!(unaddressed_error(&msg).is_none(), "{msg}");
-        }
+/// The client id of a turn for `message_id` on a protocol that carries the
+/// controller's id as it is: the id itself, or `<id>#continuation` for the
+/// one continuation of a lost turn.
+pub fn plain_client_id(message_id: &str, continuation: bool) -> String {
+    if continuation {
+        format!("{message_id}#continuation")
+    } else {
+        message_id.to_owned()
     }
 }

@@ -82,39 +82,53 @@ impl NativeDriver {
             "store": false,
             "metadata": metadata,
         });
-        crate::engine::hit("runner.native.responses.sent");
+        crate::cut::hit("runner.native.responses.sent");
         let request = self
             .http
             .post(format!("{}/v1/responses", self.base))
             .header("accept", "text/event-stream")
             .json(&body)
             .send();
-        let mut response = match tokio::time::timeout(self.idle, request).await {
+        let response = match tokio::time::timeout(self.idle, request).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => return Err(DriverError::Exited),
             Err(_) => return Err(unresponsive(self.idle)),
         };
         let status = response.status().as_u16();
         if status != 200 {
-            let text = tokio::time::timeout(self.idle, response.text())
-                .await
-                .ok()
-                .and_then(Result::ok)
-                .unwrap_or_default();
-            let message = serde_json::from_str::<Value>(&text)
-                .ok()
-                .and_then(|v| {
-                    v.pointer("/error/message")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned)
-                })
-                .unwrap_or(text);
-            return Err(DriverError::Rpc {
-                method: "POST /v1/responses".into(),
-                code: i64::from(status),
-                message,
-            });
+            return Err(self.refused(status, response).await);
         }
+        self.read_stream(response).await
+    }
+
+    /// A non-200 answer as an error, with the API's message when it gives one.
+    async fn refused(&self, status: u16, response: reqwest::Response) -> DriverError {
+        let text = tokio::time::timeout(self.idle, response.text())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/error/message")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .unwrap_or(text);
+        DriverError::Rpc {
+            method: "POST /v1/responses".into(),
+            code: i64::from(status),
+            message,
+        }
+    }
+
+    /// Reads the response's SSE stream up to `response.completed`; every
+    /// event passes `runner.native.<type>.received`.
+    async fn read_stream(
+        &self,
+        mut response: reqwest::Response,
+    ) -> Result<ModelOutput, DriverError> {
         let mut buf: Vec<u8> = Vec::new();
         let mut done_items: Vec<Value> = Vec::new();
         loop {
@@ -132,7 +146,7 @@ impl NativeDriver {
                     Sse::Eof => return Err(DriverError::Exited),
                 };
                 let kind = event["type"].as_str().unwrap_or_default().to_owned();
-                crate::engine::hit(&format!("runner.native.{}.received", cutpoint::slug(&kind)));
+                crate::cut::hit(&format!("runner.native.{}.received", cutpoint::slug(&kind)));
                 match kind.as_str() {
                     "response.output_item.done" => {
                         if let Some(item) = event.get("item") {

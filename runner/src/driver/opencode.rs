@@ -348,7 +348,7 @@ impl OpenCodeDriver {
         if let Some(b) = &body {
             request = request.json(b);
         }
-        crate::engine::hit(&format!("runner.opencode.{slug}.sent"));
+        crate::cut::hit(&format!("runner.opencode.{slug}.sent"));
         let exchange = async {
             let response = request.send().await?;
             let status = response.status().as_u16();
@@ -370,12 +370,12 @@ impl OpenCodeDriver {
                 ))
             })?)
         };
-        crate::engine::hit(&format!("runner.opencode.{slug}.received"));
+        crate::cut::hit(&format!("runner.opencode.{slug}.received"));
         Ok((status, body))
     }
 
     async fn open_events(&mut self) -> Result<(), DriverError> {
-        crate::engine::hit("runner.opencode.event.sent");
+        crate::cut::hit("runner.opencode.event.sent");
         let request = self
             .http
             .get(format!("{}/event", self.base))
@@ -392,7 +392,7 @@ impl OpenCodeDriver {
                 response.status()
             )));
         }
-        crate::engine::hit("runner.opencode.event.received");
+        crate::cut::hit("runner.opencode.event.received");
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let mut buf: Vec<u8> = Vec::new();
@@ -444,7 +444,7 @@ impl OpenCodeDriver {
             Err(_) => return Err(unresponsive(self.idle)),
         };
         let kind = event["type"].as_str().unwrap_or_default();
-        crate::engine::hit(&format!(
+        crate::cut::hit(&format!(
             "runner.opencode.{}.received",
             cutpoint::slug(kind)
         ));

@@ -1,0 +1,361 @@
+//! The task's actor: the loop that reads the durable snapshot and takes one
+//! step at a time, and the settling of a step's error.
+//!
+//! A step does one thing and returns: start a provider, open a
+//! conversation, recover a cut turn, play the next message's turn, or
+//! settle the run when nothing is left. The actor then reads the snapshot
+//! again, so every decision is made from what is durable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::provider::Live;
+use super::{Engine, PROVIDER_LOSSES_MAX, StepError, driver_err};
+use crate::causes::{Cause, CauseCode, ContractEvent};
+use crate::driver::DriverError;
+use crate::store::{Message, Run, Snapshot, TaskState, TurnRow};
+
+/// First and longest pause before a task whose outcome could not be
+/// recorded starts over from its durable state (doubling in between).
+const RECORD_RETRY_FIRST: Duration = Duration::from_millis(50);
+const RECORD_RETRY_MAX: Duration = Duration::from_secs(5);
+
+impl Engine {
+    pub(super) async fn actor(
+        self: Arc<Self>,
+        task_id: String,
+        mut wake: mpsc::UnboundedReceiver<()>,
+    ) {
+        let mut live: Option<Live> = None;
+        let mut losses: HashMap<String, u32> = HashMap::new();
+        let mut record_retry = RECORD_RETRY_FIRST;
+        loop {
+            let tid = task_id.clone();
+            let snap = match self.store.call(move |db| db.snapshot(&tid)).await {
+                Ok(Some(s)) => s,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::error!(task = %task_id, "failed to read the task: {e}");
+                    return;
+                }
+            };
+            if snap.task.state.settled() {
+                if let Some(l) = live.take()
+                    && let Err(e) = self.stop_live(&task_id, l).await
+                {
+                    // A settled task keeps no provider; the proof is recorded.
+                    // Without one, its process stays in the store unproven
+                    // and blocks a Retry until a later stop proves it.
+                    tracing::warn!(task = %task_id, "a settled task's provider: {e}");
+                }
+                if wake.recv().await.is_none() {
+                    return;
+                }
+                continue;
+            }
+            let Some(run) = snap.run.clone() else {
+                tracing::error!(task = %task_id, "a running task has no run");
+                return;
+            };
+            if live.as_ref().is_some_and(|l| l.run_id != run.run_id)
+                && let Some(l) = live.take()
+            {
+                let _ = self.stop_live(&task_id, l).await;
+            }
+            let outcome = self.step(&snap, &run, &mut live).await;
+            if self
+                .settle_step_error(&task_id, &run, outcome, &mut live, &mut losses)
+                .await
+            {
+                record_retry = RECORD_RETRY_FIRST;
+                continue;
+            }
+            // The outcome could not be recorded (its provider is stopped):
+            // the store still holds the run as it was before the failed
+            // write. Start over from it after a pause, as a restarted runner
+            // would; ending the actor here left the task running with no
+            // one to run it until a restart (a write that failed once, then
+            // the write of its `storage_failed`). A full disk fails every
+            // try the same way, and nothing is sent meanwhile.
+            tracing::warn!(task = %task_id, "starting over from the durable state in {record_retry:?}");
+            tokio::time::sleep(record_retry).await;
+            record_retry = (record_retry * 2).min(RECORD_RETRY_MAX);
+        }
+    }
+
+    /// Applies a step's error to the run: a failure settles it, a lost
+    /// provider is recorded and replaced (or fails the run past
+    /// [`PROVIDER_LOSSES_MAX`]), a failed write is `storage_failed`. A
+    /// provider that cannot be proven stopped while any of that is recorded
+    /// settles the task `needs_human` with the quarantine's cause, never
+    /// leaving it `running` without an actor. Returns false when the
+    /// outcome could not be recorded (the store itself failed).
+    async fn settle_step_error(
+        &self,
+        task_id: &str,
+        run: &Run,
+        outcome: Result<(), StepError>,
+        live: &mut Option<Live>,
+        losses: &mut HashMap<String, u32>,
+    ) -> bool {
+        let recorded = match outcome {
+            Ok(()) => return true,
+            Err(StepError::Fail(cause)) => self.fail(task_id, run, cause, live).await,
+            Err(StepError::Lost(err)) => {
+                let n = losses.entry(run.run_id.clone()).or_insert(0);
+                *n += 1;
+                if *n > PROVIDER_LOSSES_MAX {
+                    let cause = Cause::new(
+                        CauseCode::ProviderStartFailed,
+                        format!("the provider was lost {n} times in this run; last: {err}"),
+                    );
+                    self.fail(task_id, run, cause, live).await
+                } else {
+                    self.provider_lost(task_id, run, err, live).await
+                }
+            }
+            Err(StepError::Storage(e)) => {
+                tracing::error!(task = %task_id, "storage failed: {e}");
+                let cause = Cause::new(
+                    CauseCode::StorageFailed,
+                    format!("a durable write failed ({e}); nothing was sent after it"),
+                );
+                self.fail(task_id, run, cause, live).await
+            }
+        };
+        let settled = match recorded {
+            Ok(()) => return true,
+            // A quarantine raised while recording: a person must look.
+            Err(StepError::Fail(q)) => self.settle_failed(task_id, run, q).await,
+            Err(e) => Err(e),
+        };
+        match settled {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::error!(task = %task_id, "failed to record the run's outcome: {e}");
+                if let Some(l) = live.take() {
+                    let _ = self.stop_live(task_id, l).await;
+                }
+                false
+            }
+        }
+    }
+
+    /// One step of a running task.
+    async fn step(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        live: &mut Option<Live>,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let Some(l) = live.as_mut() else {
+            *live = Some(self.start_provider(snap, run).await?);
+            return Ok(());
+        };
+        let Some(conversation) = run.conversation_id.clone() else {
+            return self.open_conversation(snap, run, l).await;
+        };
+        match l
+            .link
+            .resume_conversation(&conversation, &snap.task.workspace)
+            .await
+        {
+            Err(DriverError::ConversationGone(_)) => {
+                return self.conversation_gone(snap, run, &conversation).await;
+            }
+            other => other.map_err(driver_err)?,
+        }
+        if let Some(turn) = snap.turns.last().filter(|t| t.unsettled()) {
+            return self.recover_turn(snap, run, &conversation, turn, l).await;
+        }
+        if let Some(message) = self.next_message(snap, run).cloned() {
+            return self
+                .start_primary(snap, run, &conversation, message, l)
+                .await;
+        }
+        let live_now = live.take().expect("checked above");
+        self.stop_live(task_id, live_now).await?;
+        self.settle_completed(task_id, run).await
+    }
+
+    /// Records a conversation's intent, opens it, records its id.
+    async fn open_conversation(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        self.write("conversation_intent", move |db| {
+            db.conversation_intent(&tid, &rid)
+        })
+        .await?;
+        let id = l
+            .link
+            .open_conversation(&snap.task.workspace)
+            .await
+            .map_err(driver_err)?;
+        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        self.write("conversation", move |db| {
+            db.conversation_opened(&tid, &rid, &id)
+        })
+        .await
+    }
+
+    /// The message the next primary turn answers: the run's own trigger
+    /// message first (a Retry's re-sent message), then the queue in
+    /// admission order.
+    fn next_message<'s>(&self, snap: &'s Snapshot, run: &Run) -> Option<&'s Message> {
+        let trigger = || {
+            snap.queue
+                .iter()
+                .find(|m| m.message_id == run.trigger_message_id)
+        };
+        if crate::seeded::lose_follow_up_on_restart() && run.owner_epoch != self.opts.epoch {
+            // SEEDED BUG lose-follow-up-on-restart: a run inherited from a
+            // previous runner process only finishes its own trigger message;
+            // the follow-ups queued behind it are never consumed.
+            return trigger();
+        }
+        trigger().or_else(|| snap.queue.first())
+    }
+
+    /// Records a primary turn's intent (which consumes the message), then
+    /// plays the turn.
+    async fn start_primary(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        message: Message,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let client_id = l.link.client_id(&message.message_id, false);
+        let (tid, rid, mid, cid) = (
+            task_id.clone(),
+            run.run_id.clone(),
+            message.message_id.clone(),
+            client_id.clone(),
+        );
+        let row = self
+            .write("turn_intent", move |db| {
+                db.turn_intent(&tid, &rid, &mid, "primary", &cid)
+            })
+            .await;
+        let row = match row {
+            Err(StepError::Storage(e)) if crate::seeded::send_after_failed_intent() => {
+                // SEEDED BUG send-after-failed-intent: the intent is taken
+                // for bookkeeping; its failure is logged and the turn is
+                // sent anyway, with no durable record that it was.
+                tracing::warn!(task = %task_id, "turn intent not recorded ({e}); sending anyway");
+                Ok(0)
+            }
+            other => other,
+        }?;
+        let turn = TurnRow {
+            turn_row: row,
+            run_id: run.run_id.clone(),
+            message_id: message.message_id.clone(),
+            kind: "primary".to_owned(),
+            client_id,
+            provider_turn_id: None,
+            status: "intent".to_owned(),
+        };
+        self.run_turn(snap, run, conversation, &turn, &message.text, l)
+            .await
+    }
+
+    /// Settles a run with nothing left to answer. A follow-up admitted while
+    /// the provider was stopping keeps the run open: the store settles only
+    /// a run with nothing left to answer, and the next step takes the
+    /// follow-up with a new provider.
+    async fn settle_completed(&self, task_id: &str, run: &Run) -> Result<(), StepError> {
+        let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
+        if crate::seeded::settle_ignores_queue() {
+            // SEEDED BUG settle-ignores-queue: the queue was empty when the
+            // runner decided, so it settles without looking again; a
+            // follow-up admitted while the provider stopped is stranded.
+            return self
+                .write("run_settled", move |db| {
+                    db.settle(&tid, &rid, TaskState::Completed, None)
+                })
+                .await;
+        }
+        let settled = self
+            .store
+            .call(move |db| db.settle_completed_if_idle(&tid, &rid))
+            .await?;
+        if settled {
+            crate::cut::persisted("run_settled");
+        }
+        Ok(())
+    }
+
+    /// Records the loss of a provider and stops what is left of it.
+    async fn provider_lost(
+        &self,
+        task_id: &str,
+        run: &Run,
+        err: DriverError,
+        live: &mut Option<Live>,
+    ) -> Result<(), StepError> {
+        let event = match err {
+            DriverError::Unresponsive { .. } => ContractEvent::ProviderUnresponsive,
+            _ => ContractEvent::ProviderExited,
+        };
+        let pid = live.as_ref().map(|l| l.identity.pid);
+        let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
+        let detail = err.to_string();
+        self.write("provider_event", move |db| {
+            db.append(
+                "provider_event",
+                &tid,
+                Some(&rid),
+                event.as_str(),
+                serde_json::json!({ "pid": pid, "detail": detail }),
+            )
+        })
+        .await?;
+        if let Some(l) = live.take() {
+            self.stop_live(task_id, l).await?;
+        }
+        Ok(())
+    }
+
+    /// Fails the run: stops its provider (with proof), then settles.
+    async fn fail(
+        &self,
+        task_id: &str,
+        run: &Run,
+        cause: Cause,
+        live: &mut Option<Live>,
+    ) -> Result<(), StepError> {
+        if let Some(l) = live.take() {
+            // A provider that cannot be proven stopped turns any failure into
+            // a quarantine: a person must look before anything resumes.
+            if let Err(StepError::Fail(q)) = self.stop_live(task_id, l).await {
+                return self.settle_failed(task_id, run, q).await;
+            }
+        }
+        self.settle_failed(task_id, run, cause).await
+    }
+
+    async fn settle_failed(&self, task_id: &str, run: &Run, cause: Cause) -> Result<(), StepError> {
+        let state = if cause.code == CauseCode::CleanupQuarantined {
+            TaskState::NeedsHuman
+        } else {
+            TaskState::Failed
+        };
+        // SEEDED BUG null-cause: the failure is settled without its cause.
+        let cause = Some(cause).filter(|_| !crate::seeded::null_cause());
+        let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
+        self.write("run_settled", move |db| db.settle(&tid, &rid, state, cause))
+            .await
+    }
+}

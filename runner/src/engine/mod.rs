@@ -1,0 +1,238 @@
+//! The engine: one actor per task drives its runs and applies the recovery
+//! contract.
+//!
+//! Each task has one actor, a tokio task that owns the task's provider process
+//! and is the only code that advances the task. It decides every step from the
+//! durable snapshot (`Store::snapshot`), never from memory, so the code that
+//! runs after a restart is the code that runs every time: if the snapshot shows
+//! an unsettled turn, the turn's execution was cut (by a runner restart or a
+//! lost provider) and the actor classifies it by what both sides recorded
+//! (DESIGN §3.5). Every effectful provider request is preceded by a durable
+//! intent and followed by a durable record of its outcome, each followed by a
+//! cut point named `runner.<write>.persisted`. The engine never re-sends an
+//! input whose delivery is uncertain; it asks the provider instead.
+//!
+//! The parts, in the order a step meets them:
+//! - `actor`: the actor loop, one step (provider, conversation, next
+//!   message, settle) and how a step's error settles the run;
+//! - `provider`: a provider process's lifecycle: the old ones stopped with
+//!   proof, a new one spawned write-ahead and connected ([`Live`]);
+//! - `recovery`: the pure classification of a cut turn ([`recovery::classify`]),
+//!   row for row with `docs/recovery-contract.md`;
+//! - `turn`: carrying out a classification, and the write-ahead turn loop;
+//! - `client_tools`: ACP client-side tools under write-ahead;
+//! - `native_loop`: the native profile's agent loop, where the runner is the agent;
+//! - `retry`: the Retry request (stop proof, fresh run).
+
+mod actor;
+mod client_tools;
+mod native_loop;
+mod provider;
+mod recovery;
+mod retry;
+mod turn;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use crate::causes::{Cause, CauseCode};
+use crate::driver::DriverError;
+use crate::profiles::Profile;
+use crate::store::{Db, Store, StoreError};
+
+pub use crate::cut::hit;
+pub use crate::ids::new_id;
+pub use retry::RetryOutcome;
+
+/// How many model responses one native turn may take.
+pub const NATIVE_MODEL_CALLS_MAX: u32 = 32;
+
+/// The text a continuation turn sends instead of the original message.
+pub const CONTINUE_TEXT: &str = "[turncut:continue] The previous turn was interrupted by a restart. Continue it; do not redo finished steps. [turncut:check-aborted] A command reported as aborted may have run before the restart: check whether its effect is already there before running it again.";
+
+/// How many times one run may lose its provider in one runner process before
+/// the run fails instead of restarting the provider again.
+pub const PROVIDER_LOSSES_MAX: u32 = 4;
+
+/// Configuration of the engine.
+pub struct EngineOptions {
+    /// The runner's state directory (providers get subdirectories).
+    pub state_dir: PathBuf,
+    /// The owner epoch of this runner process.
+    pub epoch: i64,
+    /// A provider silent this long during a request or a turn is killed.
+    pub idle: Duration,
+    /// How long a provider gets after SIGTERM before SIGKILL.
+    pub term_grace: Duration,
+    /// How long to wait for death after SIGKILL.
+    pub kill_grace: Duration,
+    /// Configured profiles.
+    pub profiles: BTreeMap<String, Profile>,
+    /// The provider credential, if any; it only ever reaches a provider's environment.
+    pub credential: Option<Secret>,
+}
+
+/// A credential. Its `Debug` never shows the value.
+#[derive(Clone)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a credential.
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+/// The engine: the store, the options and the task actors.
+pub struct Engine {
+    store: Store,
+    opts: EngineOptions,
+    actors: Mutex<HashMap<String, mpsc::UnboundedSender<()>>>,
+}
+
+/// Why a step did not complete.
+enum StepError {
+    /// The run fails with this cause.
+    Fail(Cause),
+    /// The provider is gone or silent; recovery follows.
+    Lost(DriverError),
+    /// A durable write failed; nothing may be sent after it.
+    Storage(StoreError),
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepError::Fail(c) => write!(f, "{}: {}", c.code.as_str(), c.message),
+            StepError::Lost(e) => write!(f, "provider lost: {e}"),
+            StepError::Storage(e) => write!(f, "storage failed: {e}"),
+        }
+    }
+}
+
+impl From<StoreError> for StepError {
+    fn from(e: StoreError) -> Self {
+        StepError::Storage(e)
+    }
+}
+
+/// Maps a driver error during a turn or a request: loss is recoverable, the
+/// rest fails the run with `provider_protocol_error`.
+fn driver_err(e: DriverError) -> StepError {
+    match e {
+        DriverError::Exited | DriverError::Unresponsive { .. } => StepError::Lost(e),
+        DriverError::Protocol(_) | DriverError::Rpc { .. } | DriverError::ConversationGone(_) => {
+            StepError::Fail(Cause::new(CauseCode::ProviderProtocolError, e.to_string()))
+        }
+    }
+}
+
+impl Engine {
+    /// Creates the engine.
+    pub fn new(store: Store, opts: EngineOptions) -> Arc<Engine> {
+        Arc::new(Engine {
+            store,
+            opts,
+            actors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The owner epoch.
+    pub fn epoch(&self) -> i64 {
+        self.opts.epoch
+    }
+
+    /// Whether a profile exists.
+    pub fn has_profile(&self, name: &str) -> bool {
+        self.opts.profiles.contains_key(name)
+    }
+
+    /// Starts actors for every task that was executing when the runner stopped.
+    pub async fn recover_all(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let tasks = self.store.call(|db| db.unsettled_tasks()).await?;
+        if crate::seeded::stuck_after_restart() {
+            // SEEDED BUG stuck-after-restart: the tasks are counted (and
+            // logged as resumed) but no actor is woken for them.
+            return Ok(tasks.len());
+        }
+        for t in &tasks {
+            self.wake(t);
+        }
+        Ok(tasks.len())
+    }
+
+    /// Wakes the task's actor, starting it if needed.
+    pub fn wake(self: &Arc<Self>, task_id: &str) {
+        let mut actors = self.actors.lock().expect("actor table");
+        if let Some(tx) = actors.get(task_id)
+            && tx.send(()).is_ok()
+        {
+            return;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        actors.insert(task_id.to_owned(), tx);
+        let engine = Arc::clone(self);
+        let task_id = task_id.to_owned();
+        tokio::spawn(async move { engine.actor(task_id, rx).await });
+    }
+
+    /// A durable write of a step, then its cut point.
+    async fn write<R: Send + 'static>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut Db) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StepError> {
+        let r = self.store.call(f).await?;
+        crate::cut::persisted(name);
+        Ok(r)
+    }
+
+    /// The task's profile; the provider's start checked that it exists.
+    fn profile(&self, name: &str) -> &Profile {
+        self.opts
+            .profiles
+            .get(name)
+            .expect("checked when the provider started")
+    }
+
+    /// The text of a message of the task.
+    async fn message_text(&self, task_id: &str, message_id: &str) -> Result<String, StepError> {
+        let (tid, mid) = (task_id.to_owned(), message_id.to_owned());
+        let m = self.store.call(move |db| db.message(&tid, &mid)).await?;
+        m.map(|m| m.text).ok_or_else(|| {
+            StepError::Storage(StoreError::Corrupt {
+                table: "messages",
+                detail: format!("turn for unknown message {message_id}"),
+            })
+        })
+    }
+
+    /// The strings no tool may see or show: the profile's credential
+    /// variable name and the credential itself.
+    fn scrub(&self, profile: &str) -> Vec<String> {
+        let mut scrub: Vec<String> = self
+            .opts
+            .profiles
+            .get(profile)
+            .map(|p| p.credential_env.clone())
+            .into_iter()
+            .collect();
+        scrub.extend(self.opts.credential.as_ref().map(|s| s.0.clone()));
+        scrub
+    }
+}

@@ -1,0 +1,288 @@
+//! The native profile's agent loop: the runner asks the model, persists its
+//! output before any side effect, executes each tool call itself
+//! (`executing` before the effect, the outcome before going on), and asks
+//! again until the model answers without calls.
+//!
+//! A native turn's checkpoint (`native::checkpoint::Checkpoint`) is the
+//! provider's record, so a cut turn is never classified against a provider:
+//! it resumes from the checkpoint, where calls cut while executing become
+//! `uncertain` and are never run again, and the model request is simply
+//! issued again (it has no side effects).
+
+use serde_json::{Value, json};
+
+use super::{Engine, NATIVE_MODEL_CALLS_MAX, StepError, driver_err};
+use crate::causes::{Cause, CauseCode};
+use crate::driver::native::NativeDriver;
+use crate::native::checkpoint::{CallStatus, Checkpoint};
+use crate::native::tools::{self, Limits, Tool, ToolOutput, Workspace};
+use crate::store::{Run, Snapshot, StoreError, TurnRow};
+
+/// One native turn in progress: what every durable write of it names.
+struct NativeTurn<'a> {
+    snap: &'a Snapshot,
+    run: &'a Run,
+    conversation: &'a str,
+    turn: &'a TurnRow,
+}
+
+impl NativeTurn<'_> {
+    fn row(&self) -> i64 {
+        self.turn.turn_row
+    }
+}
+
+/// A checkpoint that does not parse: the store is corrupt.
+fn corrupt(e: String) -> StepError {
+    StepError::Storage(StoreError::Corrupt {
+        table: "native_checkpoints",
+        detail: e,
+    })
+}
+
+impl Engine {
+    /// Plays a native turn: with `text`, a turn just intended; with `None`,
+    /// a cut turn resumed from its durable checkpoint.
+    pub(super) async fn native_turn(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        text: Option<&str>,
+        model: &mut NativeDriver,
+    ) -> Result<(), StepError> {
+        let nt = NativeTurn {
+            snap,
+            run,
+            conversation,
+            turn,
+        };
+        let mut cp = self.checkpoint(&nt, text).await?;
+        if text.is_none() {
+            self.recover_calls(&nt, &mut cp).await?;
+        }
+        let ws = Workspace::new(&snap.task.workspace).map_err(|e| {
+            StepError::Fail(Cause::new(
+                CauseCode::ProviderStartFailed,
+                format!("the task workspace is not usable: {e}"),
+            ))
+        })?;
+        let scrub = self.scrub(&snap.task.profile);
+        let scrub: Vec<&str> = scrub.iter().map(String::as_str).collect();
+        loop {
+            self.run_pending_calls(&nt, &mut cp, &ws, &scrub).await?;
+            if cp.model_calls >= NATIVE_MODEL_CALLS_MAX {
+                return Err(StepError::Fail(Cause::new(
+                    CauseCode::ProviderProtocolError,
+                    format!(
+                        "the model was asked {} times in one turn without a final answer",
+                        cp.model_calls
+                    ),
+                )));
+            }
+            if self.ask_model(&nt, &mut cp, model).await? == 0 {
+                return self.native_completed(&nt).await;
+            }
+        }
+    }
+
+    /// The turn's durable checkpoint, or a new one with the user message as
+    /// its first history item (the turn accepted first, when it was not).
+    async fn checkpoint(
+        &self,
+        nt: &NativeTurn<'_>,
+        text: Option<&str>,
+    ) -> Result<Checkpoint, StepError> {
+        let (task_id, row, turn) = (&nt.snap.task.task_id, nt.row(), nt.turn);
+        let stored = self.store.call(move |db| db.native_checkpoint(row)).await?;
+        if let Some(v) = stored {
+            return Checkpoint::from_json(&v).map_err(|e| corrupt(e.to_string()));
+        }
+        let text = match text {
+            Some(t) => t.to_owned(),
+            None => self.message_text(task_id, &turn.message_id).await?,
+        };
+        if turn.provider_turn_id.is_none() {
+            let (tid, rid, cid) = (
+                task_id.clone(),
+                nt.run.run_id.clone(),
+                turn.client_id.clone(),
+            );
+            self.write("turn_accepted", move |db| {
+                db.turn_accepted(&tid, &rid, row, &cid)
+            })
+            .await?;
+        }
+        let model = &self.profile(&nt.snap.task.profile).model;
+        let cp = Checkpoint::new(model, nt.conversation, &turn.message_id, &text);
+        let data = json!({ "turn_row": row });
+        self.native_save("native_checkpoint", nt, &cp, "native.checkpoint", data)
+            .await?;
+        Ok(cp)
+    }
+
+    /// On resume: every call cut while executing becomes `uncertain` (event
+    /// `tool_outcome_uncertain`), never executed again; the model is told.
+    async fn recover_calls(
+        &self,
+        nt: &NativeTurn<'_>,
+        cp: &mut Checkpoint,
+    ) -> Result<(), StepError> {
+        if crate::seeded::rerun_executing_tool() {
+            // SEEDED BUG rerun-executing-tool: a call cut while it ran is
+            // treated as never started, and runs again.
+            for c in &mut cp.pending_calls {
+                if c.status == CallStatus::Executing {
+                    c.status = CallStatus::Pending;
+                }
+            }
+        }
+        let cut_calls: Vec<String> = cp
+            .pending_calls
+            .iter()
+            .filter(|c| c.status == CallStatus::Executing)
+            .map(|c| c.call_id.clone())
+            .collect();
+        if cp.recover() > 0 {
+            let data = json!({ "turn_row": nt.row(), "keys": cut_calls, "action": "never executed again; the model is told" });
+            self.native_save("tool_uncertain", nt, cp, "tool_outcome_uncertain", data)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Executes the model's pending calls in order: a call with an effect is
+    /// `executing` before it, every outcome durable before the next call.
+    async fn run_pending_calls(
+        &self,
+        nt: &NativeTurn<'_>,
+        cp: &mut Checkpoint,
+        ws: &Workspace,
+        scrub: &[&str],
+    ) -> Result<(), StepError> {
+        let row = nt.row();
+        let limits = Limits::default();
+        while let Some(i) = cp
+            .pending_calls
+            .iter()
+            .position(|c| c.status == CallStatus::Pending)
+        {
+            let call = cp.pending_calls[i].clone();
+            let output = match Tool::parse(&call.name, &call.arguments) {
+                Err(e) => ToolOutput::from(e),
+                Ok(tool) => {
+                    if tool.has_effect() {
+                        cp.pending_calls[i].status = CallStatus::Executing;
+                        let data =
+                            json!({ "turn_row": row, "key": call.call_id, "kind": call.name });
+                        self.native_save("tool_executing", nt, cp, "tool.executing", data)
+                            .await?;
+                    }
+                    let out = tool.execute(ws, &limits, scrub).await;
+                    crate::cut::hit("runner.tool.executed");
+                    out
+                }
+            };
+            cp.pending_calls[i].status = CallStatus::Completed {
+                output: output.output,
+                ok: output.ok,
+            };
+            let more = cp
+                .pending_calls
+                .iter()
+                .any(|c| c.status == CallStatus::Pending);
+            // SEEDED BUG continue-before-outcome: the outcome of a call
+            // is only written with the next call's intent.
+            if more && crate::seeded::continue_before_outcome() {
+                continue;
+            }
+            let data = json!({ "turn_row": row, "key": call.call_id, "ok": output.ok });
+            self.native_save("tool_outcome", nt, cp, "tool.outcome", data)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Asks the model (the conversation so far, then this turn) and
+    /// persists its output with its calls, all `pending`; returns how many
+    /// calls it made.
+    async fn ask_model(
+        &self,
+        nt: &NativeTurn<'_>,
+        cp: &mut Checkpoint,
+        model: &mut NativeDriver,
+    ) -> Result<usize, StepError> {
+        let row = nt.row();
+        let (conv, r) = (nt.conversation.to_owned(), row);
+        let earlier = self
+            .store
+            .call(move |db| db.native_checkpoints_before(&conv, r))
+            .await?;
+        let mut input = Vec::new();
+        for v in &earlier {
+            let prev = Checkpoint::from_json(v).map_err(|e| corrupt(e.to_string()))?;
+            input.extend(prev.model_input());
+        }
+        input.extend(cp.model_input());
+        let metadata = json!({
+            "turncut_message_id": nt.turn.message_id,
+            "turncut_conversation": nt.conversation,
+        });
+        let profile = self.profile(&nt.snap.task.profile);
+        let out = model
+            .respond(&profile.model, input, tools::definitions(), metadata)
+            .await
+            .map_err(driver_err)?;
+        let calls = cp.record_response(out.items).map_err(|e| {
+            StepError::Fail(Cause::new(CauseCode::ProviderProtocolError, e.to_string()))
+        })?;
+        let data = json!({ "turn_row": row, "response_id": out.id, "calls": calls });
+        self.native_save("model_output", nt, cp, "model.output", data)
+            .await?;
+        Ok(calls)
+    }
+
+    /// A response without calls completes the turn.
+    async fn native_completed(&self, nt: &NativeTurn<'_>) -> Result<(), StepError> {
+        let (tid, rid, row) = (
+            nt.snap.task.task_id.clone(),
+            nt.run.run_id.clone(),
+            nt.row(),
+        );
+        let pt = nt.turn.client_id.clone();
+        self.write("turn_completed", move |db| {
+            db.turn_finished(
+                &tid,
+                &rid,
+                row,
+                "completed",
+                json!({ "provider_turn_id": pt }),
+            )
+        })
+        .await
+    }
+
+    /// Persists a native checkpoint with its run-log event; the write's cut
+    /// point follows.
+    async fn native_save(
+        &self,
+        write: &'static str,
+        nt: &NativeTurn<'_>,
+        cp: &Checkpoint,
+        kind: &'static str,
+        data: Value,
+    ) -> Result<(), StepError> {
+        let (tid, rid, conv, row) = (
+            nt.snap.task.task_id.clone(),
+            nt.run.run_id.clone(),
+            cp.conversation.clone(),
+            nt.row(),
+        );
+        let json = cp.to_json();
+        self.write(write, move |db| {
+            db.native_save(write, &tid, &rid, row, &conv, json, kind, data)
+        })
+        .await
+    }
+}

@@ -1,0 +1,459 @@
+//! Turns on a provider that runs the agent loop: carrying out the recovery
+//! of a cut turn ([`recovery::classify`] decides, this file acts), and the
+//! write-ahead turn loop (`run_turn`): the intent is durable before the
+//! turn is sent, the acceptance before its events are read, each output
+//! before the next event, each approval before it is answered.
+//!
+//! A native turn goes to `native_loop` instead: the runner is its agent.
+
+use serde_json::{Value, json};
+
+use super::provider::{Link, Live};
+use super::recovery::{self, LostConversation, Pending, ProviderSays, Recovery, TurnState};
+use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
+use crate::causes::{Cause, CauseCode};
+use crate::driver::{Driver, ProviderEvent};
+use crate::profiles::Profile;
+use crate::store::{Run, Snapshot, TurnRow};
+
+impl Engine {
+    /// The provider has no record of the run's conversation
+    /// ([`recovery::lost_conversation`]): the run forgets it (the next step
+    /// opens a fresh one, and a turn it had sent is looked up there, found
+    /// absent, and started once), or fails closed.
+    pub(super) async fn conversation_gone(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+    ) -> Result<(), StepError> {
+        let completed = snap
+            .turns
+            .iter()
+            .any(|t| t.run_id == run.run_id && t.status == "completed");
+        if let LostConversation::Fail(cause) = recovery::lost_conversation(conversation, completed)
+        {
+            return Err(StepError::Fail(cause));
+        }
+        let (tid, rid, old) = (
+            snap.task.task_id.clone(),
+            run.run_id.clone(),
+            conversation.to_owned(),
+        );
+        self.write("conversation_lost", move |db| {
+            db.conversation_lost(&tid, &rid, &old)
+        })
+        .await
+    }
+
+    /// Recovers a turn whose execution was cut (DESIGN §3.5): asks the
+    /// provider for it, classifies it, and carries out the decision.
+    pub(super) async fn recover_turn(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let driver = match &mut l.link {
+            Link::Agent(d) => d,
+            // The runner is the agent: its own checkpoint is the provider's
+            // record, so a cut native turn resumes from it (DESIGN §3.4 rules
+            // 4 and 5) instead of being classified against a provider.
+            Link::Native(model) => {
+                return self
+                    .native_turn(snap, run, conversation, turn, None, model)
+                    .await;
+            }
+        };
+        let state = TurnState::of(turn);
+        let found = driver
+            .lookup_turn(conversation, &TurnState::lookup(turn))
+            .await
+            .map_err(driver_err)?;
+        let unfinished = match state {
+            TurnState::Accepted { .. } => {
+                let (tid, row) = (task_id.clone(), turn.turn_row);
+                self.store
+                    .call(move |db| db.approved_items_unfinished(&tid, row))
+                    .await?
+            }
+            _ => Vec::new(),
+        };
+        let provider = ProviderSays {
+            turn: found
+                .as_ref()
+                .map(|(id, status)| (id.as_str(), status.as_str())),
+            unrecorded_reached_no_model: driver.unrecorded_reached_no_model(),
+        };
+        let pending = Pending {
+            requests: snap.pending_requests,
+            unfinished_approved: &unfinished,
+        };
+        let decision = recovery::classify(state, provider, pending);
+        self.carry_out(snap, run, conversation, turn, decision, l)
+            .await
+    }
+
+    /// Carries out a [`Recovery`] of `turn`.
+    async fn carry_out(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        decision: Recovery,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        match decision {
+            Recovery::Adopt => self.adopt(task_id, run, turn).await,
+            Recovery::Fail(cause) => Err(StepError::Fail(cause)),
+            Recovery::StartAbsent => {
+                let data = json!({ "message_id": turn.message_id, "action": "start the turn for the first time" });
+                self.absent_then_send(snap, run, conversation, turn, data, l)
+                    .await
+            }
+            Recovery::ResendUnrecorded => {
+                let data = json!({
+                    "message_id": turn.message_id,
+                    "provider_turn_id": turn.provider_turn_id,
+                    "action": "the provider never recorded the accepted turn's message; send it for the first time",
+                });
+                self.absent_then_send(snap, run, conversation, turn, data, l)
+                    .await
+            }
+            Recovery::Continue(cause) => {
+                self.continue_once(snap, run, conversation, turn, cause, l)
+                    .await
+            }
+            Recovery::ResendAmbiguous => {
+                let message = self.message_text(task_id, &turn.message_id).await?;
+                self.run_turn(snap, run, conversation, turn, &message, l)
+                    .await
+            }
+        }
+    }
+
+    /// Records `turn.absent_at_provider` with `data`, then sends the turn's
+    /// message: the provider never recorded it, so this is its first
+    /// delivery to a model.
+    async fn absent_then_send(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        data: Value,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        self.write("turn_absent", move |db| {
+            db.append(
+                "turn_absent",
+                &tid,
+                Some(&rid),
+                "turn.absent_at_provider",
+                data,
+            )
+        })
+        .await?;
+        let message = self.message_text(task_id, &turn.message_id).await?;
+        self.run_turn(snap, run, conversation, turn, &message, l)
+            .await
+    }
+
+    /// Marks an accepted turn lost with `cause` and plays its one
+    /// continuation (the continuation text, never the message).
+    async fn continue_once(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        cause: Cause,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let client_id = l.link.client_id(&turn.message_id, true);
+        let data = json!({ "cause": cause, "provider_turn_id": turn.provider_turn_id });
+        let row = self
+            .mark_lost_and_continue(task_id, run, turn, data, &client_id)
+            .await?;
+        let cont = TurnRow {
+            turn_row: row,
+            run_id: run.run_id.clone(),
+            message_id: turn.message_id.clone(),
+            kind: "continuation".to_owned(),
+            client_id,
+            provider_turn_id: None,
+            status: "intent".to_owned(),
+        };
+        if crate::seeded::continuation_resends_message() {
+            // SEEDED BUG continuation-resends-message: the continuation
+            // "resumes" by sending the user's message again.
+            let message = self.message_text(task_id, &turn.message_id).await?;
+            return self
+                .run_turn(snap, run, conversation, &cont, &message, l)
+                .await;
+        }
+        self.run_turn(snap, run, conversation, &cont, CONTINUE_TEXT, l)
+            .await
+    }
+
+    /// Marks an accepted turn lost and records its continuation's intent,
+    /// in one write (`Db::turn_lost_continued`); returns the continuation's row.
+    async fn mark_lost_and_continue(
+        &self,
+        task_id: &str,
+        run: &Run,
+        turn: &TurnRow,
+        data: Value,
+        client_id: &str,
+    ) -> Result<i64, StepError> {
+        let (tid, rid, row, cid) = (
+            task_id.to_owned(),
+            run.run_id.clone(),
+            turn.turn_row,
+            client_id.to_owned(),
+        );
+        if crate::seeded::split_lost_mark() {
+            let mid = turn.message_id.clone();
+            // SEEDED BUG split-lost-mark: the lost mark is a write of its
+            // own; a runner stopped right after it finds the turn settled
+            // with nothing to continue, and completes the run without it.
+            let (t, r) = (tid.clone(), rid.clone());
+            self.write("turn_completed", move |db| {
+                db.turn_finished(&t, &r, row, "interrupted", data)
+            })
+            .await?;
+            return self
+                .write("turn_intent", move |db| {
+                    db.turn_intent(&tid, &rid, &mid, "continuation", &cid)
+                })
+                .await;
+        }
+        self.write("turn_intent", move |db| {
+            db.turn_lost_continued(&tid, &rid, row, data, &cid)
+        })
+        .await
+    }
+
+    async fn adopt(&self, task_id: &str, run: &Run, turn: &TurnRow) -> Result<(), StepError> {
+        let (tid, rid, row) = (task_id.to_owned(), run.run_id.clone(), turn.turn_row);
+        self.write("turn_completed", move |db| {
+            db.turn_finished(&tid, &rid, row, "completed", json!({ "adopted": true }))
+        })
+        .await
+    }
+
+    /// Sends a turn and plays it to its end, persisting each output first.
+    pub(super) async fn run_turn(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        text: &str,
+        l: &mut Live,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        let Live {
+            link, terminals, ..
+        } = l;
+        let driver = match link {
+            Link::Agent(d) => d,
+            Link::Native(model) => {
+                return self
+                    .native_turn(snap, run, conversation, turn, Some(text), model)
+                    .await;
+            }
+        };
+        let profile = self.profile(&snap.task.profile);
+        let row = turn.turn_row;
+        let provider_turn = self
+            .send_turn(task_id, run, conversation, turn, text, driver)
+            .await?;
+        loop {
+            match driver.next_event().await.map_err(driver_err)? {
+                ProviderEvent::ItemCompleted { turn_id, item } if turn_id == provider_turn => {
+                    let (tid, rid) = (task_id.clone(), run.run_id.clone());
+                    let data = json!({ "turn_row": row, "item": item });
+                    self.write("item", move |db| {
+                        db.append("item", &tid, Some(&rid), "item.completed", data)
+                    })
+                    .await?;
+                }
+                ProviderEvent::Request {
+                    request_id,
+                    method,
+                    item_id,
+                    ..
+                } => {
+                    let request = Approval {
+                        turn_row: row,
+                        key: request_id.to_string(),
+                        method,
+                        item_id,
+                    };
+                    self.approve(snap, run, profile, driver, &request_id, request)
+                        .await?;
+                }
+                ProviderEvent::ClientTool {
+                    request_id,
+                    key,
+                    call,
+                } => {
+                    let result = self
+                        .client_tool(snap, run, row, &key, call, terminals)
+                        .await?;
+                    driver
+                        .respond_tool(&request_id, result)
+                        .await
+                        .map_err(driver_err)?;
+                }
+                ProviderEvent::UnsupportedRequest { request_id, method } => {
+                    driver
+                        .reject(&request_id, &method)
+                        .await
+                        .map_err(driver_err)?;
+                }
+                ProviderEvent::TurnCompleted { turn_id, status } if turn_id == provider_turn => {
+                    return self.turn_ended(snap, run, row, turn_id, status).await;
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends the turn and records the provider's acceptance
+    /// (`turn_accepted`) before any of its events is read; returns the
+    /// provider's turn id.
+    async fn send_turn(
+        &self,
+        task_id: &str,
+        run: &Run,
+        conversation: &str,
+        turn: &TurnRow,
+        text: &str,
+        driver: &mut Driver,
+    ) -> Result<String, StepError> {
+        let provider_turn = driver
+            .start_turn(conversation, text, &turn.client_id)
+            .await
+            .map_err(driver_err)?;
+        let (tid, rid, row, pt) = (
+            task_id.to_owned(),
+            run.run_id.clone(),
+            turn.turn_row,
+            provider_turn.clone(),
+        );
+        self.write("turn_accepted", move |db| {
+            db.turn_accepted(&tid, &rid, row, &pt)
+        })
+        .await?;
+        Ok(provider_turn)
+    }
+
+    /// Answers a provider request with the profile's decision: the request
+    /// and the decision are durable before the answer, the answer after it.
+    async fn approve(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        profile: &Profile,
+        driver: &mut Driver,
+        request_id: &Value,
+        request: Approval,
+    ) -> Result<(), StepError> {
+        let task_id = &snap.task.task_id;
+        for (write, status, decision) in [
+            ("approval_request", "requested", None),
+            (
+                "approval_intent",
+                "answering",
+                Some(profile.approval.clone()),
+            ),
+        ] {
+            let (tid, rid, r) = (task_id.clone(), run.run_id.clone(), request.clone());
+            self.write(write, move |db| {
+                db.provider_request(
+                    write,
+                    &tid,
+                    &rid,
+                    r.turn_row,
+                    &r.key,
+                    &r.method,
+                    status,
+                    decision.as_deref(),
+                    r.item_id.as_deref(),
+                )
+            })
+            .await?;
+        }
+        driver
+            .answer(request_id, &profile.approval)
+            .await
+            .map_err(driver_err)?;
+        let (tid, rid, d) = (
+            task_id.clone(),
+            run.run_id.clone(),
+            profile.approval.clone(),
+        );
+        self.write("approval_answer", move |db| {
+            db.provider_request(
+                "approval_answer",
+                &tid,
+                &rid,
+                request.turn_row,
+                &request.key,
+                &request.method,
+                "answered",
+                Some(&d),
+                request.item_id.as_deref(),
+            )
+        })
+        .await
+    }
+
+    /// Records the turn's end; a turn the provider ended other than
+    /// `completed` fails the run.
+    async fn turn_ended(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        row: i64,
+        turn_id: String,
+        status: String,
+    ) -> Result<(), StepError> {
+        let (tid, rid, st) = (
+            snap.task.task_id.clone(),
+            run.run_id.clone(),
+            status.clone(),
+        );
+        let provider_turn = turn_id.clone();
+        self.write("turn_completed", move |db| {
+            db.turn_finished(&tid, &rid, row, &st, json!({ "provider_turn_id": turn_id }))
+        })
+        .await?;
+        if status == "completed" {
+            return Ok(());
+        }
+        Err(StepError::Fail(Cause::new(
+            CauseCode::ProviderProtocolError,
+            format!("the provider ended turn {provider_turn} with status {status}"),
+        )))
+    }
+}
+
+/// A provider request for a decision, as the store records it.
+#[derive(Clone)]
+struct Approval {
+    turn_row: i64,
+    key: String,
+    method: String,
+    item_id: Option<String>,
+}
