@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 use crate::effect::EffectArgs;
 use crate::faults::Faults;
 use crate::script::Script;
+use crate::serving::Options;
 
 /// Faithful fake coding-agent providers with hang and kill points.
 #[derive(Debug, Parser)]
@@ -111,16 +112,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
                 3
             }
         },
-        Command::Codex(args) => run("codex", args, self_cmd, |o| {
-            crate::codex::serve(crate::codex::CodexOptions {
-                state_dir: o.state_dir,
-                journal: o.journal,
-                ledger: o.ledger,
-                script: o.script,
-                faults: o.faults,
-                self_cmd: o.self_cmd,
-            })
-        }),
+        Command::Codex(args) => run("codex", args, self_cmd, crate::codex::serve),
         Command::Opencode(args) => {
             // A port in use is bad input (exit 2), found before anything starts.
             let listener = match crate::opencode::bind(&args.hostname, args.port) {
@@ -131,15 +123,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
                 }
             };
             run("opencode", args.provider, self_cmd, |o| {
-                crate::opencode::serve(crate::opencode::OpencodeOptions {
-                    state_dir: o.state_dir,
-                    journal: o.journal,
-                    ledger: o.ledger,
-                    script: o.script,
-                    faults: o.faults,
-                    self_cmd: o.self_cmd,
-                    listener,
-                })
+                crate::opencode::serve(o, listener)
             })
         }
         Command::ModelApi(args) => {
@@ -152,38 +136,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
                 }
             };
             run("model-api", args.provider, self_cmd, |o| {
-                crate::model_api::serve(crate::model_api::ModelApiOptions {
-                    state_dir: o.state_dir,
-                    journal: o.journal,
-                    ledger: o.ledger,
-                    script: o.script,
-                    faults: o.faults,
-                    self_cmd: o.self_cmd,
-                    listener,
-                })
+                crate::model_api::serve(o, listener)
             })
         }
-        Command::Acp(args) => run("acp", args, self_cmd, |o| {
-            crate::acp::serve(crate::acp::AcpOptions {
-                state_dir: o.state_dir,
-                journal: o.journal,
-                ledger: o.ledger,
-                script: o.script,
-                faults: o.faults,
-                self_cmd: o.self_cmd,
-            })
-        }),
+        Command::Acp(args) => run("acp", args, self_cmd, crate::acp::serve),
     }
-}
-
-/// Validated options of any fake provider.
-struct ProviderOptions {
-    state_dir: PathBuf,
-    journal: Option<PathBuf>,
-    ledger: PathBuf,
-    script: Script,
-    faults: Faults,
-    self_cmd: Vec<OsString>,
 }
 
 /// Validates `args` (exit 2 when they are bad), then serves (exit 3 on a
@@ -192,7 +149,7 @@ fn run(
     name: &str,
     args: ProviderArgs,
     self_cmd: Vec<OsString>,
-    serve: impl FnOnce(ProviderOptions) -> anyhow::Result<()>,
+    serve: impl FnOnce(Options) -> anyhow::Result<()>,
 ) -> i32 {
     let opts = match provider_options(args, self_cmd) {
         Ok(o) => o,
@@ -210,10 +167,7 @@ fn run(
     }
 }
 
-fn provider_options(
-    args: ProviderArgs,
-    self_cmd: Vec<OsString>,
-) -> anyhow::Result<ProviderOptions> {
+fn provider_options(args: ProviderArgs, self_cmd: Vec<OsString>) -> anyhow::Result<Options> {
     cutpoint::init()?;
     let script = match &args.script {
         Some(p) => Script::load(p)?,
@@ -233,7 +187,7 @@ fn provider_options(
         args.journal
             .unwrap_or_else(|| args.state_dir.join("journal.jsonl")),
     );
-    Ok(ProviderOptions {
+    Ok(Options {
         state_dir: args.state_dir,
         journal: Some(journal),
         ledger,

@@ -4,7 +4,9 @@
 use std::io::BufRead as _;
 use std::sync::mpsc;
 
-use crate::codex::LINE_BYTES_MAX;
+/// Longest accepted input line, in bytes. Longer lines are discarded whole and
+/// answered with an error.
+pub const LINE_BYTES_MAX: usize = 1 << 20;
 
 /// One framed line of stdin.
 pub(crate) enum Input {

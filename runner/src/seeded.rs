@@ -7,14 +7,15 @@
 //! follow-up, a Retry). A bug site in the engine is one call of a hook below
 //! (`if seeded::stuck_after_restart() { … }`): with the feature, the hook says
 //! whether its bug is the active one; without it, every hook is a constant
-//! `false` and a build has neither the `SeededBug` type nor the flag.
+//! `false` and a build has neither the flag nor a live bug site. The
+//! `SeededBug` list itself is always built: it is the one list of the bugs,
+//! which `turncut mutants` runs and `docs/seeded-bugs.md` documents.
 //! `docs/seeded-bugs.md` lists what each bug breaks and which oracle should
 //! catch it.
 
 #[cfg(feature = "seeded-bugs")]
 use std::sync::OnceLock;
 
-#[cfg(feature = "seeded-bugs")]
 /// A seeded bug; the clap value names are the kebab-case variant names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum SeededBug {
@@ -56,7 +57,6 @@ pub enum SeededBug {
     SendAfterFailedIntent,
 }
 
-#[cfg(feature = "seeded-bugs")]
 impl SeededBug {
     /// Every seeded bug, in documentation order.
     pub const ALL: [SeededBug; 18] = [
@@ -79,6 +79,27 @@ impl SeededBug {
         SeededBug::SettleIgnoresQueue,
         SeededBug::SendAfterFailedIntent,
     ];
+
+    /// Whether the bug can fire on a native profile (`native`) or on a
+    /// provider profile. The native profile has no provider turn to look up,
+    /// continue or adopt and never fails closed (so no Retry and no failure
+    /// cause); the native bugs live only in its loop.
+    pub fn fires(self, native: bool) -> bool {
+        use SeededBug::*;
+        match self {
+            RerunExecutingTool | ContinueBeforeOutcome => native,
+            SplitLostMark
+            | ResendAmbiguousTurn
+            | SecondContinuation
+            | ContinuationResendsMessage
+            | NullCause
+            | WrongRecoverable
+            | RetryReusesConversation
+            | FailClosedWhenAbsent
+            | AdoptWithoutCompletion => !native,
+            _ => true,
+        }
+    }
 
     /// The name on the command line.
     pub fn as_str(self) -> &'static str {
@@ -105,7 +126,6 @@ impl SeededBug {
     }
 }
 
-#[cfg(feature = "seeded-bugs")]
 impl std::str::FromStr for SeededBug {
     type Err = String;
 

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use crate::codex::TurnStatus;
 use crate::recorded::RecordedTurn;
+pub use crate::turns::TurnStatus;
 
 /// Version of the stored session format.
 pub const STORE_VERSION: u32 = 1;
@@ -69,6 +69,15 @@ pub struct TurnRecord {
     pub started_at: i64,
     /// Completion time, seconds.
     pub completed_at: Option<i64>,
+}
+
+impl crate::turns::PlayedTurn for TurnRecord {
+    fn continuation(&self) -> bool {
+        self.continuation
+    }
+    fn authorized_by(&self) -> &str {
+        &self.authorized_by
+    }
 }
 
 /// The durable store.

@@ -8,8 +8,9 @@
 //! started by a process that died before any turn is gone. A turn is durable
 //! once `save` returns; its user message is saved after that, separately. On
 //! load, a turn that was still in progress becomes `interrupted` with no
-//! error, as the real app-server reports a turn whose process died. Whole-thread rewrites are fine for a fake; the
-//! runner's store is the one that must not grow its cost with history.
+//! error, as the real app-server reports a turn whose process died.
+//! Whole-thread rewrites are fine for a fake; the runner's store is the one
+//! that must not grow its cost with history.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -17,6 +18,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use crate::turns::TurnStatus;
 
 /// Version of the stored thread format.
 pub const STORE_VERSION: u32 = 1;
@@ -42,20 +45,6 @@ pub struct ThreadRecord {
     pub preview: String,
     /// Turns in order.
     pub turns: Vec<TurnRecord>,
-}
-
-/// Status of a stored turn, with the wire names of `TurnStatus`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum TurnStatus {
-    /// Running.
-    InProgress,
-    /// Finished normally.
-    Completed,
-    /// Stopped by `turn/interrupt`, a `cancel` decision, or the process dying.
-    Interrupted,
-    /// Failed.
-    Failed,
 }
 
 /// A stored turn.
@@ -91,6 +80,15 @@ pub struct TurnRecord {
     pub started_at: i64,
     /// Completion time, seconds.
     pub completed_at: Option<i64>,
+}
+
+impl crate::turns::PlayedTurn for TurnRecord {
+    fn continuation(&self) -> bool {
+        self.continuation
+    }
+    fn authorized_by(&self) -> &str {
+        &self.authorized_by
+    }
 }
 
 /// The durable store.

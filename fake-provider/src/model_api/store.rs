@@ -64,17 +64,6 @@ struct TurnsFile {
     turns: Vec<TurnRecord>,
 }
 
-/// Which process serves a state directory.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct LiveProcess {
-    v: u32,
-    generation: String,
-    pid: u32,
-    /// Start time in clock ticks (`/proc/<pid>/stat` field 22), so a reused
-    /// pid is never taken for the process.
-    start_ticks: Option<u64>,
-}
-
 /// The store, loaded in memory and written through.
 #[derive(Debug)]
 pub struct Store {
@@ -102,17 +91,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e),
         };
-        let live = LiveProcess {
-            v: STORE_VERSION,
-            generation: generation.to_owned(),
-            pid: std::process::id(),
-            start_ticks: start_ticks(std::process::id()),
-        };
-        write_atomic(
-            &dir,
-            "live.json",
-            &serde_json::to_vec(&live).expect("serializes"),
-        )?;
+        crate::process::write_live(&dir, STORE_VERSION, generation)?;
         Ok(Store {
             dir,
             generation: generation.to_owned(),
@@ -174,14 +153,7 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
     let Ok(file) = serde_json::from_str::<TurnsFile>(&text) else {
         return Vec::new();
     };
-    let live_generation = fs::read_to_string(dir.join("live.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<LiveProcess>(&t).ok())
-        .filter(|l| {
-            let alive = Path::new(&format!("/proc/{}", l.pid)).exists();
-            alive && start_ticks(l.pid) == l.start_ticks
-        })
-        .map(|l| l.generation);
+    let live_generation = crate::process::live_generation(&dir);
     file.turns
         .into_iter()
         .map(|t| {
@@ -202,14 +174,6 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
             }
         })
         .collect()
-}
-
-/// A process's start time in clock ticks, from `/proc/<pid>/stat`.
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses; fields resume after the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 #[cfg(test)]

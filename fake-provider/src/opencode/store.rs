@@ -44,6 +44,15 @@ pub struct UserMeta {
     pub script_index: usize,
 }
 
+impl crate::turns::PlayedTurn for UserMeta {
+    fn continuation(&self) -> bool {
+        self.continuation
+    }
+    fn authorized_by(&self) -> &str {
+        &self.authorized_by
+    }
+}
+
 /// A stored message: the wire `Message` plus the fake's own bookkeeping.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MessageRecord {
@@ -70,19 +79,7 @@ impl MessageRecord {
     }
 }
 
-/// Which process serves a state directory, for telling running turns from cut ones.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LiveProcess {
-    /// Format version.
-    pub v: u32,
-    /// The journal generation of the process.
-    pub generation: String,
-    /// Its pid.
-    pub pid: u32,
-    /// Its start time in clock ticks (`/proc/<pid>/stat` field 22), so a reused
-    /// pid is never taken for it.
-    pub start_ticks: Option<u64>,
-}
+pub use crate::process::LiveProcess;
 
 /// The store, loaded in memory and written through.
 #[derive(Debug)]
@@ -134,17 +131,7 @@ impl Store {
                     .insert(id, m);
             }
         }
-        let live = LiveProcess {
-            v: STORE_VERSION,
-            generation: generation.to_owned(),
-            pid: std::process::id(),
-            start_ticks: start_ticks(std::process::id()),
-        };
-        write_atomic(
-            &dir,
-            "live.json",
-            &serde_json::to_vec(&live).expect("serializes"),
-        )?;
+        crate::process::write_live(&dir, STORE_VERSION, generation)?;
         Ok(store)
     }
 
@@ -264,13 +251,7 @@ impl Store {
 /// unfinished by a process that is gone). An unreadable store reads as empty.
 pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
     let dir = state_dir.join("opencode");
-    let live: Option<LiveProcess> = read_json(&dir.join("live.json")).ok();
-    let live_generation = live
-        .filter(|l| {
-            let alive = Path::new(&format!("/proc/{}", l.pid)).exists();
-            alive && start_ticks(l.pid) == l.start_ticks
-        })
-        .map(|l| l.generation);
+    let live_generation = crate::process::live_generation(&dir);
     let Ok(sessions) = json_files(&dir.join("sessions")) else {
         return Vec::new();
     };
@@ -338,14 +319,6 @@ fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<T> {
             format!("{}: bad store file: {e}", path.display()),
         )
     })
-}
-
-/// A process's start time in clock ticks, from `/proc/<pid>/stat`.
-fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses; fields resume after the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 #[cfg(test)]

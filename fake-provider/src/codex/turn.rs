@@ -1,0 +1,588 @@
+//! How the fake Codex plays a turn: `turn/start` (which script turn, under
+//! whose authority, which calls a continuation skips), the steps of the
+//! scripted model (agent messages, token usage, command items), commands run
+//! in sessions of their own, approvals, and `turn/interrupt`.
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+
+use serde_json::{Value, json};
+
+use super::store::{TurnRecord, TurnStatus};
+use super::wire::{self, ItemsView, Tokens, TurnInterruptParams, TurnStartParams, turn_json};
+use super::{
+    ActiveTurn, CHECK_ABORTED_MARKER, Server, Waiting, model_item_id, slug, storage_error,
+};
+use crate::rpc::{INVALID_REQUEST, Refusal, Sent, params};
+use crate::script::{ScriptTool, ScriptTurn};
+use crate::serving::now_s;
+use crate::turns::{self, Step};
+
+/// What a `turn/start` plays: under whose authority, which script turn, and
+/// the steps.
+struct Planned {
+    authorized_by: String,
+    script_index: usize,
+    steps: VecDeque<Step>,
+}
+
+impl Server {
+    pub(super) fn turn_start(&mut self, id: &Value, msg: &Value) -> Result<Sent, Refusal> {
+        let p: TurnStartParams = params(msg)?;
+        self.thread_exists(&p.thread_id)?;
+        if self.active.contains_key(&p.thread_id) {
+            return Err((
+                INVALID_REQUEST,
+                format!("thread {} already has an active turn", p.thread_id),
+            ));
+        }
+        let text = p.text();
+        let continuation = turns::is_continuation(&text);
+        let turn_id = uuid::Uuid::now_v7().to_string();
+        let planned = self.plan_turn(&p, &text, continuation, &turn_id)?;
+        // As in the real server, the turn is durable before the `turn/start`
+        // response and its user message only after it (31-58 ms later in
+        // Codex 0.171.0): a restarted server reads back an interrupted turn
+        // with no items, found by turn id but not by `clientId`.
+        let user_item = json!({
+            "type": "userMessage",
+            "id": uuid::Uuid::now_v7().to_string(),
+            "content": p.input,
+            "clientId": p.client_user_message_id,
+        });
+        let record = TurnRecord {
+            id: turn_id.clone(),
+            client_id: p.client_user_message_id.clone(),
+            input: p.input.clone(),
+            continuation,
+            authorized_by: planned.authorized_by,
+            script_index: planned.script_index,
+            status: TurnStatus::InProgress,
+            error: None,
+            items: Vec::new(),
+            issued: Vec::new(),
+            finished: Vec::new(),
+            started_at: now_s(),
+            completed_at: None,
+        };
+        self.record_turn(&p.thread_id, &text, record, planned.steps)?;
+        let turn = turn_json(
+            self.turn_record(&p.thread_id, &turn_id),
+            ItemsView::NotLoaded,
+        );
+        Ok(self
+            .respond(id, "turn/start", json!({ "turn": turn }))
+            .and_then(|()| self.begin_turn(&p.thread_id, &turn_id, user_item, turn)))
+    }
+
+    /// Which script turn a `turn/start` plays and its steps. The naive
+    /// model: the same message plays the same script turn again; a new
+    /// message plays the next one. A continuation plays the script turn of
+    /// the turn it continues, under its authority, skipping calls as
+    /// [`Server::continued_call`] says.
+    fn plan_turn(
+        &self,
+        p: &TurnStartParams,
+        text: &str,
+        continuation: bool,
+        turn_id: &str,
+    ) -> Result<Planned, Refusal> {
+        let thread = self.store.get(&p.thread_id).expect("checked above");
+        if !continuation {
+            let by = p
+                .client_user_message_id
+                .clone()
+                .unwrap_or_else(|| turn_id.to_owned());
+            let index = turns::script_index(thread.turns.iter(), &by, turns::as_sent);
+            let script_turn = self.opts.script.turn(index).clone();
+            return Ok(Planned {
+                authorized_by: by,
+                script_index: index,
+                steps: turns::plan(script_turn, |_| Ok::<_, Refusal>(true))?,
+            });
+        }
+        let Some(target) = turns::continued(thread.turns.iter()) else {
+            return Err((
+                INVALID_REQUEST,
+                format!("thread {} has no user turn to continue", p.thread_id),
+            ));
+        };
+        if !has_user_message(target) {
+            // The user message was never recorded: the model never saw it,
+            // so the continuation authorizes nothing of it.
+            let nothing = ScriptTurn {
+                say: Vec::new(),
+                tools: Vec::new(),
+                final_message: "There is nothing to continue.".to_owned(),
+            };
+            self.journal.fact(
+                "continuation.empty",
+                json!({ "thread": p.thread_id, "reason": "the continued turn has no user message" }),
+            );
+            return Ok(Planned {
+                authorized_by: p.client_user_message_id.clone().unwrap_or_default(),
+                script_index: target.script_index,
+                steps: turns::plan(nothing, |_| Ok::<_, Refusal>(true))?,
+            });
+        }
+        // What the model of a continuation knows about the turn it continues.
+        let by = target.authorized_by.clone();
+        let script_turn = self.opts.script.turn(target.script_index).clone();
+        let steps = turns::plan(script_turn, |tool| {
+            let skip =
+                self.continued_call(&tool.key, &by, text, &target.issued, &target.finished)?;
+            Ok(!skip)
+        })?;
+        Ok(Planned {
+            authorized_by: by,
+            script_index: target.script_index,
+            steps,
+        })
+    }
+
+    /// Makes the new turn durable (the thread with it), journals
+    /// `turn.recorded` and makes it the thread's active turn.
+    fn record_turn(
+        &mut self,
+        thread_id: &str,
+        text: &str,
+        record: TurnRecord,
+        steps: VecDeque<Step>,
+    ) -> Result<(), Refusal> {
+        let fact = json!({
+            "thread": thread_id,
+            "turn": record.id,
+            "client_id": record.client_id,
+            "continuation": record.continuation,
+            "authorized_by": record.authorized_by,
+        });
+        let turn_id = record.id.clone();
+        {
+            let thread = self.store.get_mut(thread_id).expect("checked above");
+            if thread.preview.is_empty() && !record.continuation {
+                thread.preview = text.chars().take(200).collect();
+            }
+            thread.updated_at = now_s();
+            thread.turns.push(record);
+        }
+        self.store.save(thread_id).map_err(storage_error)?;
+        self.journal.fact("turn.recorded", fact);
+        self.point("codex.turn.recorded");
+        self.loaded.insert(thread_id.to_owned());
+        self.active.insert(
+            thread_id.to_owned(),
+            ActiveTurn {
+                turn_id,
+                steps,
+                waiting: None,
+                items: 0,
+                output_bytes: 0,
+            },
+        );
+        Ok(())
+    }
+
+    /// What follows the `turn/start` response: the user message recorded,
+    /// the turn announced, then played.
+    fn begin_turn(
+        &mut self,
+        thread_id: &str,
+        turn_id: &str,
+        user_item: Value,
+        turn: Value,
+    ) -> Sent {
+        self.record_item(thread_id, turn_id, user_item.clone());
+        self.point("codex.user_message.recorded");
+        self.status_changed(thread_id)?;
+        self.notify(
+            "turn/started",
+            json!({ "threadId": thread_id, "turn": turn }),
+        )?;
+        self.item_started(thread_id, turn_id, &user_item)?;
+        self.notify_item_completed(thread_id, turn_id, user_item)?;
+        self.pump(thread_id)
+    }
+
+    /// Whether a continuation's model skips the tool `key` of the turn it
+    /// continues. It saw the outcome of a finished call, so it skips it; a
+    /// call it never issued it makes now. A call issued and never finished
+    /// reads back `aborted`, as the real Codex tells its model after a
+    /// restart: a model that takes that at its word runs it again, effect or
+    /// not, unless the continuation `text` warns that an aborted command may
+    /// have run ([`CHECK_ABORTED_MARKER`]); then it checks the ledger first.
+    fn continued_call(
+        &self,
+        key: &str,
+        by: &str,
+        text: &str,
+        issued: &[String],
+        finished: &[String],
+    ) -> Result<bool, Refusal> {
+        let fact = json!({ "key": key, "by": by });
+        if finished.iter().any(|k| k == key) {
+            self.journal
+                .fact("effect.skipped", with(fact, "reason", "finished"));
+            return Ok(true);
+        }
+        if !issued.iter().any(|k| k == key) {
+            return Ok(false);
+        }
+        if !text.contains(CHECK_ABORTED_MARKER) {
+            self.journal
+                .fact("call.aborted", with(fact, "action", "run again"));
+            return Ok(false);
+        }
+        let done = turns::done_keys(&self.opts.ledger, by)
+            .map_err(|e| (INVALID_REQUEST, format!("failed to read ledger: {e}")))?
+            .contains(key);
+        let action = if done {
+            "already in ledger"
+        } else {
+            "run again"
+        };
+        self.journal
+            .fact("call.aborted", with(fact, "action", action));
+        Ok(done)
+    }
+
+    /// Plays the active turn of `thread_id` until it completes or waits for the
+    /// client.
+    pub(super) fn pump(&mut self, thread_id: &str) -> Sent {
+        loop {
+            let Some(active) = self.active.get_mut(thread_id) else {
+                return Ok(());
+            };
+            if active.waiting.is_some() {
+                return Ok(());
+            }
+            let turn_id = active.turn_id.clone();
+            let Some(step) = active.steps.pop_front() else {
+                return Ok(());
+            };
+            match step {
+                Step::Say(text) => self.agent_message(thread_id, &turn_id, &text)?,
+                Step::Tool(tool) => self.tool(thread_id, &turn_id, tool)?,
+                Step::Usage => self.token_usage(thread_id, &turn_id)?,
+                Step::Complete => {
+                    return self.finish_turn(thread_id, TurnStatus::Completed, None);
+                }
+            }
+        }
+    }
+
+    /// The id of the active turn's next model item (`msg_…` or `call_…`),
+    /// counting the turn's model items; `output` is what the model wrote for
+    /// it (for the token usage).
+    fn next_item_id(&mut self, thread_id: &str, prefix: &str, output: &str) -> String {
+        let active = self.active.get_mut(thread_id).expect("turn is active");
+        let n = active.items;
+        active.items += 1;
+        active.output_bytes += output.len();
+        model_item_id(prefix, &active.turn_id, n)
+    }
+
+    /// `thread/tokenUsage/updated` for the model response that just ended:
+    /// byte estimates (four bytes a token), the input being every item of
+    /// the thread so far and the output what the response produced.
+    fn token_usage(&mut self, thread_id: &str, turn_id: &str) -> Sent {
+        let output = self
+            .active
+            .get_mut(thread_id)
+            .map(|a| std::mem::take(&mut a.output_bytes))
+            .unwrap_or_default();
+        let context: usize = self
+            .store
+            .get(thread_id)
+            .expect("thread exists")
+            .turns
+            .iter()
+            .flat_map(|t| &t.items)
+            .map(|i| i.to_string().len())
+            .sum();
+        let last = Tokens {
+            input: context.div_ceil(4) as i64,
+            output: output.div_ceil(4) as i64,
+        };
+        let total = self.usage.entry(thread_id.to_owned()).or_default();
+        total.input += last.input;
+        total.output += last.output;
+        let total = *total;
+        self.notify(
+            "thread/tokenUsage/updated",
+            json!({
+                "threadId": thread_id,
+                "turnId": turn_id,
+                "tokenUsage": wire::token_usage(total, last),
+            }),
+        )
+    }
+
+    fn agent_message(&mut self, thread_id: &str, turn_id: &str, text: &str) -> Sent {
+        let item_id = self.next_item_id(thread_id, "msg", text);
+        self.item_started(
+            thread_id,
+            turn_id,
+            &json!({ "type": "agentMessage", "id": item_id, "text": "" }),
+        )?;
+        self.notify(
+            "item/agentMessage/delta",
+            json!({ "threadId": thread_id, "turnId": turn_id, "itemId": item_id, "delta": text }),
+        )?;
+        self.item_completed(
+            thread_id,
+            turn_id,
+            json!({ "type": "agentMessage", "id": item_id, "text": text }),
+        )
+    }
+
+    fn effect_argv(&self, thread_id: &str, turn_id: &str, key: &str, by: &str) -> Vec<OsString> {
+        let mut argv = self.opts.effect_argv(key, by, thread_id, turn_id);
+        argv.extend(
+            crate::script::duration_args(&self.opts.script, key)
+                .into_iter()
+                .map(OsString::from),
+        );
+        argv
+    }
+
+    /// The tool's command line as the model would write it: the effect argv,
+    /// shell-quoted.
+    fn tool_line(&self, thread_id: &str, turn_id: &str, key: &str) -> String {
+        let by = &self.turn_record(thread_id, turn_id).authorized_by;
+        let words = crate::serving::lossy(&self.effect_argv(thread_id, turn_id, key, by));
+        crate::shell::join(words.iter().map(String::as_str))
+    }
+
+    fn tool(&mut self, thread_id: &str, turn_id: &str, tool: ScriptTool) -> Sent {
+        let line = self.tool_line(thread_id, turn_id, &tool.key);
+        let item_id = self.next_item_id(thread_id, "call", &line);
+        let cwd = &self.store.get(thread_id).expect("thread exists").cwd;
+        let item = wire::command_item(&item_id, &line, cwd);
+        // The model's call is durable before anything runs, as the real
+        // rollout records a `function_call` first.
+        let key = tool.key.clone();
+        self.update_turn(thread_id, turn_id, |t| t.issued.push(key));
+        if !tool.approval {
+            self.item_started(thread_id, turn_id, &item)?;
+            return self.run_tool(thread_id, turn_id, item, &tool);
+        }
+        let reason = format!("The script asks to run the effect {}.", tool.key);
+        // Server request ids start at 0, as in the real app-server.
+        let request_id = self.next_request_id;
+        self.next_request_id += 1;
+        self.pending.insert(request_id, thread_id.to_owned());
+        let active = self.active.get_mut(thread_id).expect("turn is active");
+        active.waiting = Some(Waiting {
+            request_id,
+            item: item.clone(),
+            tool,
+        });
+        // The real order: the thread waits on the approval before the item starts.
+        self.status_changed(thread_id)?;
+        self.item_started(thread_id, turn_id, &item)?;
+        let method = "item/commandExecution/requestApproval";
+        self.write(&json!({
+            "id": request_id,
+            "method": method,
+            "params": wire::approval_params(thread_id, turn_id, &item, &reason),
+        }))?;
+        self.point(&format!("codex.{}.requested", slug(method)));
+        Ok(())
+    }
+
+    fn run_tool(
+        &mut self,
+        thread_id: &str,
+        turn_id: &str,
+        mut item: Value,
+        tool: &ScriptTool,
+    ) -> Sent {
+        let by = self.turn_record(thread_id, turn_id).authorized_by.clone();
+        let argv = self.effect_argv(thread_id, turn_id, &tool.key, &by);
+        self.point("codex.effect.starting");
+        let started = std::time::Instant::now();
+        let (status, output) = self.run_effect(thread_id, &argv, &tool.key);
+        let ok = status == Some(0);
+        self.journal.fact(
+            "effect.exited",
+            json!({ "key": tool.key, "by": by, "thread": thread_id, "turn": turn_id, "exit_code": status }),
+        );
+        self.point("codex.effect.exited");
+        self.notify(
+            "item/commandExecution/outputDelta",
+            json!({ "threadId": thread_id, "turnId": turn_id, "itemId": item["id"], "delta": output }),
+        )?;
+        item["status"] = json!(if ok { "completed" } else { "failed" });
+        item["exitCode"] = json!(status);
+        item["aggregatedOutput"] = json!(output);
+        item["durationMs"] = json!(started.elapsed().as_millis() as i64);
+        // The item and the model's sight of the outcome, in one write.
+        let key = tool.key.clone();
+        self.update_turn(thread_id, turn_id, |t| {
+            t.items.push(item.clone());
+            t.finished.push(key);
+        });
+        self.point("codex.item.recorded");
+        self.notify_item_completed(thread_id, turn_id, item)
+    }
+
+    /// Runs the effect command `argv` in the thread's cwd and waits for it.
+    fn run_effect(&self, thread_id: &str, argv: &[OsString], key: &str) -> (Option<i32>, String) {
+        let mut cmd = crate::serving::tool_command(argv);
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // As the real server, a command runs in a session of its own (the
+        // real one on a pseudo-terminal): a SIGKILL of the provider's
+        // process group misses it, and the command itself dies of the
+        // terminal's hangup (here: SIGHUP when the fake dies) while
+        // anything it started lives on.
+        // SAFETY: setsid and prctl are async-signal-safe and touch only the child.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()?;
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGHUP)?;
+                Ok(())
+            });
+        }
+        let cwd = &self.store.get(thread_id).expect("thread exists").cwd;
+        if std::path::Path::new(cwd).is_dir() {
+            cmd.current_dir(cwd);
+        }
+        let spawned = cmd.spawn().inspect(|child| {
+            let start_time = crate::process::start_ticks(child.id());
+            self.journal.fact(
+                "effect.spawned",
+                json!({ "key": key, "pid": child.id(), "start_time": start_time }),
+            );
+            self.point("codex.effect.spawned");
+        });
+        crate::serving::tool_outcome(spawned.and_then(std::process::Child::wait_with_output))
+    }
+
+    pub(super) fn on_response(&mut self, id: &Value, msg: &Value) -> Sent {
+        let Some(request_id) = id.as_i64() else {
+            self.journal
+                .fact("response.unexpected", json!({ "id": id }));
+            return Ok(());
+        };
+        let Some(thread_id) = self.pending.remove(&request_id) else {
+            self.journal
+                .fact("response.unexpected", json!({ "id": id }));
+            return Ok(());
+        };
+        self.point("codex.approval.received");
+        let Some(active) = self.active.get_mut(&thread_id) else {
+            return Ok(());
+        };
+        let Some(waiting) = active.waiting.take() else {
+            return Ok(());
+        };
+        debug_assert_eq!(waiting.request_id, request_id);
+        let turn_id = active.turn_id.clone();
+        let decision = wire::decision(msg);
+        self.journal.fact(
+            "approval.decided",
+            json!({ "thread": thread_id, "turn": turn_id, "key": waiting.tool.key, "decision": decision }),
+        );
+        self.notify(
+            "serverRequest/resolved",
+            json!({ "threadId": thread_id, "requestId": request_id }),
+        )?;
+        self.decided(&thread_id, &turn_id, waiting, &decision)
+    }
+
+    /// Carries out the client's decision on the waiting command. As the real
+    /// server: an accepted command's thread is active again before the
+    /// command runs; a refused one is declined first, and is not part of the
+    /// turn's history (`thread/read` leaves it out).
+    fn decided(
+        &mut self,
+        thread_id: &str,
+        turn_id: &str,
+        waiting: Waiting,
+        decision: &str,
+    ) -> Sent {
+        let accepted = matches!(decision, "accept" | "acceptForSession");
+        if !accepted {
+            let key = waiting.tool.key.clone();
+            self.update_turn(thread_id, turn_id, |t| t.finished.push(key));
+        }
+        if accepted {
+            self.status_changed(thread_id)?;
+            self.run_tool(thread_id, turn_id, waiting.item, &waiting.tool)?;
+            return self.pump(thread_id);
+        }
+        let mut item = waiting.item;
+        item["status"] = json!("declined");
+        self.notify_item_completed(thread_id, turn_id, item)?;
+        self.status_changed(thread_id)?;
+        if decision != "cancel" {
+            return self.pump(thread_id);
+        }
+        self.token_usage(thread_id, turn_id)?;
+        self.finish_turn(
+            thread_id,
+            TurnStatus::Interrupted,
+            Some("cancelled by the user"),
+        )
+    }
+
+    pub(super) fn turn_interrupt(&mut self, id: &Value, msg: &Value) -> Result<Sent, Refusal> {
+        let p: TurnInterruptParams = params(msg)?;
+        self.thread_exists(&p.thread_id)?;
+        match self.active.get(&p.thread_id) {
+            Some(a) if a.turn_id == p.turn_id => {}
+            _ => {
+                return Err((
+                    INVALID_REQUEST,
+                    format!("no active turn {} on thread {}", p.turn_id, p.thread_id),
+                ));
+            }
+        }
+        let pending = self
+            .active
+            .get_mut(&p.thread_id)
+            .and_then(|a| a.waiting.take());
+        Ok(self.interrupt(id, &p.thread_id, &p.turn_id, pending))
+    }
+
+    /// Ends a turn the client interrupted. As the real server: the model
+    /// response whose tool call waited is over (its token usage comes first),
+    /// the command item is never completed, and the pending approval request
+    /// is resolved only after `turn/completed`.
+    fn interrupt(
+        &mut self,
+        id: &Value,
+        thread_id: &str,
+        turn_id: &str,
+        pending: Option<Waiting>,
+    ) -> Sent {
+        if let Some(w) = &pending {
+            self.pending.remove(&w.request_id);
+            self.token_usage(thread_id, turn_id)?;
+        }
+        self.respond(id, "turn/interrupt", json!({}))?;
+        self.finish_turn(
+            thread_id,
+            TurnStatus::Interrupted,
+            Some("interrupted by the client"),
+        )?;
+        if let Some(w) = pending {
+            self.notify(
+                "serverRequest/resolved",
+                json!({ "threadId": thread_id, "requestId": w.request_id }),
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn has_user_message(turn: &TurnRecord) -> bool {
+    turn.items.iter().any(|i| i["type"] == "userMessage")
+}
+
+fn with(mut fact: Value, key: &str, value: &str) -> Value {
+    fact[key] = json!(value);
+    fact
+}
