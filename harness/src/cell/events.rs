@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{CellEnv, Layout, Shared, TASK_ID, start_runner, wait_until};
+use super::steps::wait_until;
+use super::{CellEnv, Layout, Shared, TASK_ID, start_runner};
 use crate::evidence::{Exchange, Op};
 use crate::model::{CellSpec, Cut, Event, Fault};
 use crate::nemesis;

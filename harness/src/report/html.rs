@@ -12,9 +12,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::matrix;
 use super::sequence::Sequences;
 use super::{Counts, Timelines, by_scenario, format_ms, in_order, reasons, truncate};
-use crate::model::{CellResult, Cut, Fault, OracleResult, Verdict, WaveResult};
+use crate::model::{CellResult, Fault, OracleResult, Verdict, WaveResult};
 
 const HTML_STYLE: &str = include_str!("report.css");
 
@@ -211,39 +212,7 @@ fn render_failures(out: &mut String, wave: &WaveResult) {
 fn render_grid(out: &mut String, index: usize, scenario: &str, cells: &[&CellResult]) {
     // A row per cut, in the order cells first reach it (cell order); clean
     // runs (no cut or no fault) get their own full-width row.
-    struct Row<'a> {
-        cut: Option<&'a Cut>,
-        by_fault: [Vec<&'a CellResult>; Fault::ALL.len()],
-        clean: Vec<&'a CellResult>,
-    }
-    let mut rows: Vec<Row> = Vec::new();
-    for &cell in cells {
-        let (cut, fault) = match (&cell.spec.cut, cell.spec.fault) {
-            (Some(cut), Some(fault)) => (Some(cut), Some(fault)),
-            _ => (None, None),
-        };
-        let i = match rows.iter().position(|r| r.cut == cut) {
-            Some(i) => i,
-            None => {
-                rows.push(Row {
-                    cut,
-                    by_fault: Default::default(),
-                    clean: Vec::new(),
-                });
-                rows.len() - 1
-            }
-        };
-        match fault {
-            Some(fault) => {
-                let column = Fault::ALL
-                    .iter()
-                    .position(|f| *f == fault)
-                    .expect("Fault::ALL lists every fault");
-                rows[i].by_fault[column].push(cell);
-            }
-            None => rows[i].clean.push(cell),
-        }
-    }
+    let rows = matrix::rows(cells.iter().map(|c| (&c.spec, *c)));
 
     let c = Counts::of(cells.iter().copied());
     let _ = write!(
