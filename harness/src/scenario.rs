@@ -208,6 +208,21 @@ struct RawStep {
     retry: Option<RawRetry>,
 }
 
+impl RawStep {
+    /// How many of submit, follow_up, await and retry the entry sets.
+    fn kinds(&self) -> usize {
+        [
+            self.submit.is_some(),
+            self.follow_up.is_some(),
+            self.await_.is_some(),
+            self.retry.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count()
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSubmit {
@@ -399,16 +414,7 @@ fn parse_steps(
     for step in raw.get_ref() {
         let span = step.span();
         let s = step.get_ref();
-        let set = [
-            s.submit.is_some(),
-            s.follow_up.is_some(),
-            s.await_.is_some(),
-            s.retry.is_some(),
-        ]
-        .iter()
-        .filter(|b| **b)
-        .count();
-        if set != 1 {
+        if s.kinds() != 1 {
             return Err(ctx.err(
                 span,
                 "each [[steps]] entry needs exactly one of submit, follow_up, await, retry",
