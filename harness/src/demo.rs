@@ -7,7 +7,7 @@
 //! never before, it reads back completed only after `codex.turn_completed.recorded`,
 //! and an effect is in the ledger only after `codex.effect.exited`. The
 //! boundaries come from a traced clean run, not from a list. It does not run a
-//! runner; the wave does that once runnerd exists.
+//! runner; `turncut wave` does that.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

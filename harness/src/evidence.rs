@@ -3,9 +3,10 @@
 //! really ran (effect ledger), and what was left behind (files, processes).
 //!
 //! The history is the only contract between running a cell (`cell`) and
-//! judging it (`oracles`): oracles read nothing else. Evidence can be written
-//! to a directory (for failing cells and `--keep`) and read back, so a cell can
-//! be judged again without running it.
+//! judging it (`oracles`): oracles read nothing else. The evidence of a cell
+//! that did not pass is written to its report directory (`cells/t###/`) for
+//! a person to read; `turncut replay` runs a cell again rather than judging
+//! written evidence.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -662,19 +663,13 @@ impl Evidence {
         out
     }
 
-    /// Writes the evidence as `evidence.json` plus the raw journal and ledger.
+    /// Writes the evidence as `evidence.json` in `dir` (a temporary file
+    /// renamed into place).
     pub fn write(&self, dir: &Path) -> std::io::Result<()> {
         std::fs::create_dir_all(dir)?;
         let text = serde_json::to_string_pretty(self).expect("evidence serializes");
         let tmp = dir.join("evidence.json.tmp");
         std::fs::write(&tmp, text)?;
         std::fs::rename(tmp, dir.join("evidence.json"))
-    }
-
-    /// Reads `evidence.json` back.
-    pub fn read(dir: &Path) -> std::io::Result<Evidence> {
-        let text = std::fs::read_to_string(dir.join("evidence.json"))?;
-        serde_json::from_str(&text)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
     }
 }

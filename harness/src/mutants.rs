@@ -137,19 +137,58 @@ pub fn run(
     scenarios_dir: &Option<PathBuf>,
     sel: &Selection<'_>,
 ) -> anyhow::Result<i32> {
-    let Selection {
-        jobs,
-        only,
-        budget,
-        profiles,
-        full,
-        reach,
-    } = *sel;
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
-    let dir = scenarios_dir.clone().unwrap_or_default();
     let bin = build_seeded()?;
+    let by_profile = ids_by_profile(&scenarios, sel.profiles)?;
+    let selected = selected_bugs(sel.only)?;
+    let mut env = CellEnv::new(exe, &scenarios_dir.clone().unwrap_or_default());
+    // A healthy cell settles in well under a second; a bug that strands a
+    // task should cost seconds, not the default wait.
+    env.wait_ms = 2_000;
+    env.runner_cmd = vec![bin.display().to_string()];
+    env.recut = !sel.reach.depth1_only;
+    let mut rows = Vec::new();
+    let started = Instant::now();
+    for bug in std::iter::once(CONTROL).chain(selected.iter().copied()) {
+        for (profile, ids) in &by_profile {
+            if bug != CONTROL && !applies(bug, profile) {
+                continue;
+            }
+            let row = run_row(&env, &scenarios, sel, bug, profile, ids)?;
+            eprintln!(
+                "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
+                row.failing,
+                row.cells,
+                row.caught_by_text("nothing"),
+                started.elapsed().as_secs_f64()
+            );
+            rows.push(row);
+        }
+    }
+    let ok = print_table(&rows);
+    println!(
+        "mutants: {} in {:.0} s",
+        if ok {
+            "every bug caught, control clean"
+        } else {
+            "FAILED"
+        },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// The bug name of the control run (runnerd with no seeded bug).
+const CONTROL: &str = "(none)";
+
+/// The scenario ids of each profile, only those of `profiles` when given
+/// (comma-separated; each must be a profile some scenario runs).
+fn ids_by_profile(
+    scenarios: &[scenario::Scenario],
+    profiles: Option<&str>,
+) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
     let mut by_profile: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for s in &scenarios {
+    for s in scenarios {
         for p in &s.profiles {
             by_profile.entry(p.clone()).or_default().push(s.id(p));
         }
@@ -165,129 +204,118 @@ pub fn run(
         }
         by_profile.retain(|p, _| wanted.contains(&p.as_str()));
     }
-    let selected: Vec<&str> = match only {
-        Some(list) => {
-            let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
-            for w in &wanted {
-                anyhow::ensure!(
-                    BUGS.contains(w),
-                    "unknown bug {w}; bugs are {}",
-                    BUGS.join(", ")
-                );
-            }
-            wanted
-        }
-        None => BUGS.to_vec(),
+    Ok(by_profile)
+}
+
+/// The bugs of `only` (comma-separated, each one of [`BUGS`]), or every bug.
+fn selected_bugs(only: Option<&str>) -> anyhow::Result<Vec<&str>> {
+    let Some(list) = only else {
+        return Ok(BUGS.to_vec());
     };
-    let mut rows = Vec::new();
-    let started = Instant::now();
-    for bug in std::iter::once("(none)").chain(selected.iter().copied()) {
-        for (profile, ids) in &by_profile {
-            if bug != "(none)" && !applies(bug, profile) {
-                continue;
-            }
-            let mut env = CellEnv::new(exe, &dir);
-            // A healthy cell settles in well under a second; a bug that
-            // strands a task should cost seconds, not the default wait.
-            env.wait_ms = 2_000;
-            env.runner_cmd = vec![bin.display().to_string()];
-            env.recut = !reach.depth1_only;
-            if bug != "(none)" {
-                env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
-            }
-            let seed = 7;
-            let cells = wave::plan_cells(&env, &scenarios, ids, seed, true, reach)?;
-            let cells = plan::sample(cells, budget, seed);
-            let stop = (bug != "(none)" && !full).then_some(wave::StopAfter::Caught(1));
-            let finished = wave::run_cells_until(&env, &scenarios, &cells, jobs, stop);
-            let mut row = Row {
-                bug: bug.to_owned(),
-                profile: profile.clone(),
-                cells: finished.len(),
-                caught_by: BTreeMap::new(),
-                failing: 0,
-                example: None,
-            };
-            for f in &finished {
-                if f.result.verdict == Verdict::Pass {
-                    continue;
-                }
-                row.failing += 1;
-                row.example.get_or_insert_with(|| f.result.spec.name());
-                for o in f
-                    .result
-                    .oracles
-                    .iter()
-                    .filter(|o| o.verdict == Verdict::Fail)
-                {
-                    *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
-                }
-                if f.result.error.is_some() {
-                    *row.caught_by.entry("harness-error".into()).or_default() += 1;
-                }
-            }
-            let by: Vec<String> = row
-                .caught_by
-                .iter()
-                .map(|(o, n)| format!("{o} ({n})"))
-                .collect();
-            eprintln!(
-                "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
-                row.failing,
-                row.cells,
-                if by.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    by.join(", ")
-                },
-                started.elapsed().as_secs_f64()
-            );
-            rows.push(row);
+    let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+    for w in &wanted {
+        anyhow::ensure!(
+            BUGS.contains(w),
+            "unknown bug {w}; bugs are {}",
+            BUGS.join(", ")
+        );
+    }
+    Ok(wanted)
+}
+
+/// Runs one profile's part of the wave with `bug` seeded (none for
+/// [`CONTROL`]); a bug's run stops at its first catch unless `full`.
+fn run_row(
+    env: &CellEnv,
+    scenarios: &[scenario::Scenario],
+    sel: &Selection<'_>,
+    bug: &str,
+    profile: &str,
+    ids: &[String],
+) -> anyhow::Result<Row> {
+    let mut env = env.clone();
+    if bug != CONTROL {
+        env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
+    }
+    let seed = 7;
+    let cells = wave::plan_cells(&env, scenarios, ids, seed, true, sel.reach)?;
+    let cells = plan::sample(cells, sel.budget, seed);
+    let stop = (bug != CONTROL && !sel.full).then_some(wave::StopAfter::Caught(1));
+    let finished = wave::run_cells_until(&env, scenarios, &cells, sel.jobs, stop);
+    let mut row = Row {
+        bug: bug.to_owned(),
+        profile: profile.to_owned(),
+        cells: finished.len(),
+        caught_by: BTreeMap::new(),
+        failing: 0,
+        example: None,
+    };
+    for f in finished
+        .iter()
+        .filter(|f| f.result.verdict != Verdict::Pass)
+    {
+        row.failing += 1;
+        row.example.get_or_insert_with(|| f.result.spec.name());
+        for o in f
+            .result
+            .oracles
+            .iter()
+            .filter(|o| o.verdict == Verdict::Fail)
+        {
+            *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
+        }
+        if f.result.error.is_some() {
+            *row.caught_by.entry("harness-error".into()).or_default() += 1;
         }
     }
-    println!("| bug | profile | caught by (failing cells) | failing / cells run | example |");
-    println!("|---|---|---|---|---|");
-    let mut ok = true;
-    for r in &rows {
-        let by: Vec<String> = r
+    Ok(row)
+}
+
+impl Row {
+    /// `oracle (n), …`, or `none` when nothing caught the bug.
+    fn caught_by_text(&self, none: &str) -> String {
+        let by: Vec<String> = self
             .caught_by
             .iter()
             .map(|(o, n)| format!("{o} ({n})"))
             .collect();
-        // A missed cut (vacuity) tested nothing: it catches no bug.
-        let caught = r
-            .caught_by
-            .keys()
-            .any(|k| k != "harness-error" && k != "vacuity");
-        let good = if r.bug == "(none)" {
-            r.failing == 0
+        if by.is_empty() {
+            none.to_owned()
         } else {
-            caught
-        };
+            by.join(", ")
+        }
+    }
+
+    /// A bug's row is good when an oracle caught it (a missed cut, vacuity,
+    /// tested nothing: it catches no bug); the control's when nothing failed.
+    fn good(&self) -> bool {
+        if self.bug == CONTROL {
+            return self.failing == 0;
+        }
+        self.caught_by
+            .keys()
+            .any(|k| k != "harness-error" && k != "vacuity")
+    }
+}
+
+/// Prints the bug × profile table; true when every row is good.
+fn print_table(rows: &[Row]) -> bool {
+    println!("| bug | profile | caught by (failing cells) | failing / cells run | example |");
+    println!("|---|---|---|---|---|");
+    let mut ok = true;
+    for r in rows {
+        let good = r.good();
         ok &= good;
         println!(
             "| {}{} | {} | {} | {} / {} | {} |",
             r.bug,
             if good { "" } else { " **NOT OK**" },
             r.profile,
-            if by.is_empty() {
-                "—".to_owned()
-            } else {
-                by.join(", ")
-            },
+            r.caught_by_text("—"),
             r.failing,
             r.cells,
             r.example.as_deref().unwrap_or("—")
         );
     }
-    println!(
-        "mutants: {} in {:.0} s",
-        if ok {
-            "every bug caught, control clean"
-        } else {
-            "FAILED"
-        },
-        started.elapsed().as_secs_f64()
-    );
-    Ok(if ok { 0 } else { 1 })
+    ok
 }

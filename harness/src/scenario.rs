@@ -22,7 +22,9 @@ pub const SUPPORTED_PROFILES: &[&str] = &[
     "runner-native-openai",
 ];
 
-/// Profiles the design names; listed in files, but not all runnable yet.
+/// Profiles the design names. A file may list only these; one this build
+/// cannot drive (none today: every known profile is in
+/// [`SUPPORTED_PROFILES`]) is refused with its own message.
 pub const KNOWN_PROFILES: &[&str] = &[
     "runner-codex",
     "runner-acpx-claude",
@@ -206,6 +208,21 @@ struct RawStep {
     retry: Option<RawRetry>,
 }
 
+impl RawStep {
+    /// How many of submit, follow_up, await and retry the entry sets.
+    fn kinds(&self) -> usize {
+        [
+            self.submit.is_some(),
+            self.follow_up.is_some(),
+            self.await_.is_some(),
+            self.retry.is_some(),
+        ]
+        .iter()
+        .filter(|b| **b)
+        .count()
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSubmit {
@@ -303,14 +320,54 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         }
         None => "local".to_owned(),
     };
-    if raw.profiles.get_ref().is_empty() {
+    let profiles = parse_profiles(&ctx, &raw.profiles)?;
+    let script = raw
+        .script
+        .map(Spanned::into_inner)
+        .unwrap_or_else(fake_provider::script::Script::builtin);
+    if let Err(m) = script.validate() {
+        return Err(ctx.err(0..0, format!("script: {m}")));
+    }
+    let steps = parse_steps(&ctx, &raw.steps)?;
+    let mut cut_places = std::collections::BTreeMap::new();
+    let (cut, faults, recut) = match raw.chaos {
+        None => (CutSelection::EveryBoundary, Fault::DEFAULT.to_vec(), None),
+        Some(ch) => parse_chaos(&ctx, &ch, &mut cut_places)?,
+    };
+    let expect = match raw.expect {
+        None => Expect::default(),
+        Some(e) => parse_expect(&ctx, e)?,
+    };
+    Ok(Scenario {
+        path: PathBuf::from(path),
+        suite: raw.suite.into_inner(),
+        case: raw.case.into_inner(),
+        location,
+        profiles,
+        title: raw.title,
+        script,
+        steps,
+        cut,
+        faults,
+        recut,
+        expect,
+        cut_places,
+    })
+}
+
+/// The `profiles` list: at least one, each known and supported, none twice.
+fn parse_profiles(
+    ctx: &Ctx<'_>,
+    raw: &Spanned<Vec<Spanned<String>>>,
+) -> Result<Vec<String>, ScenarioError> {
+    if raw.get_ref().is_empty() {
         return Err(ctx.err(
-            raw.profiles.span(),
+            raw.span(),
             "profiles is empty: list at least one, e.g. [\"runner-codex\"]",
         ));
     }
     let mut profiles = Vec::new();
-    for p in raw.profiles.get_ref() {
+    for p in raw.get_ref() {
         let name = p.get_ref();
         if !KNOWN_PROFILES.contains(&name.as_str()) {
             return Err(ctx.err(
@@ -335,37 +392,29 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         }
         profiles.push(name.clone());
     }
-    let script = raw
-        .script
-        .map(Spanned::into_inner)
-        .unwrap_or_else(fake_provider::script::Script::builtin);
-    if let Err(m) = script.validate() {
-        return Err(ctx.err(0..0, format!("script: {m}")));
-    }
+    Ok(profiles)
+}
 
+/// The `[[steps]]`: one submit first, then follow-ups, awaits and Retries
+/// (message ids `f1`, `r1`, … unless given).
+fn parse_steps(
+    ctx: &Ctx<'_>,
+    raw: &Spanned<Vec<Spanned<RawStep>>>,
+) -> Result<Vec<Step>, ScenarioError> {
     let mut steps = Vec::new();
     let mut submitted = false;
     let mut follow_ups = 0;
     let mut retries = 0;
-    if raw.steps.get_ref().is_empty() {
+    if raw.get_ref().is_empty() {
         return Err(ctx.err(
-            raw.steps.span(),
+            raw.span(),
             "steps is empty: start with [[steps]] submit = { prompt = \"…\" }",
         ));
     }
-    for step in raw.steps.get_ref() {
+    for step in raw.get_ref() {
         let span = step.span();
         let s = step.get_ref();
-        let set = [
-            s.submit.is_some(),
-            s.follow_up.is_some(),
-            s.await_.is_some(),
-            s.retry.is_some(),
-        ]
-        .iter()
-        .filter(|b| **b)
-        .count();
-        if set != 1 {
+        if s.kinds() != 1 {
             return Err(ctx.err(
                 span,
                 "each [[steps]] entry needs exactly one of submit, follow_up, await, retry",
@@ -390,53 +439,20 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         }
         if let Some(f) = &s.follow_up {
             follow_ups += 1;
-            let when = match f.when.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
-                None | Some(("now", _)) => FollowUpWhen::Now,
-                Some(("turn-active", _)) => FollowUpWhen::TurnActive,
-                Some(("settled", _)) => FollowUpWhen::Settled,
-                Some((other, sp)) => {
-                    return Err(ctx.err(
-                        sp,
-                        format!("follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\""),
-                    ));
-                }
-            };
             steps.push(Step::FollowUp {
                 text: f.text.clone(),
                 message_id: f
                     .message_id
                     .clone()
                     .unwrap_or_else(|| format!("f{follow_ups}")),
-                when,
+                when: follow_up_when(ctx, f)?,
             });
         } else if let Some(a) = &s.await_ {
-            let v = a.get_ref();
-            if !matches!(
-                v.as_str(),
-                "settled" | "completed" | "failed" | "needs_human"
-            ) {
-                return Err(ctx.err(
-                    a.span(),
-                    format!("await = {v:?} is not one of \"settled\", \"completed\", \"failed\", \"needs_human\""),
-                ));
-            }
-            steps.push(Step::Await(v.clone()));
+            steps.push(Step::Await(await_state(ctx, a)?));
         } else if let Some(r) = &s.retry {
             retries += 1;
-            let when = match r.when.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
-                None | Some(("failed-closed", _)) => RetryWhen::FailedClosed,
-                Some(("always", _)) => RetryWhen::Always,
-                Some((other, sp)) => {
-                    return Err(ctx.err(
-                        sp,
-                        format!(
-                            "retry when = {other:?} is not one of \"failed-closed\", \"always\""
-                        ),
-                    ));
-                }
-            };
             steps.push(Step::Retry {
-                when,
+                when: retry_when(ctx, r)?,
                 message_id: r
                     .message_id
                     .clone()
@@ -445,145 +461,186 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         }
     }
     if !submitted {
-        return Err(ctx.err(raw.steps.span(), "no step submits the task"));
+        return Err(ctx.err(raw.span(), "no step submits the task"));
     }
+    Ok(steps)
+}
 
-    let mut recut = None;
-    let mut cut_places = std::collections::BTreeMap::new();
-    let (cut, faults) = match raw.chaos {
-        None => (CutSelection::EveryBoundary, Fault::DEFAULT.to_vec()),
-        Some(ch) => {
-            if let Some(r) = &ch.recut {
-                let arms = cutpoint::parse_arm(r.get_ref())
-                    .map_err(|e| ctx.err(r.span(), format!("recut: {e}")))?;
-                match arms.as_slice() {
-                    [a] => {
-                        recut = Some(crate::model::Cut {
-                            point: a.point.clone(),
-                            n: a.n,
-                        })
-                    }
-                    _ => {
-                        return Err(ctx.err(
-                            r.span(),
-                            "recut takes one point such as \"runner.turn_accepted.persisted#1\"",
-                        ));
-                    }
-                }
-            }
-            let cut = match &ch.cut {
-                None => CutSelection::EveryBoundary,
-                Some(v) => match v.get_ref() {
-                    toml::Value::String(s) if s == "every-boundary" => CutSelection::EveryBoundary,
-                    toml::Value::String(s) if s == "none" => CutSelection::None,
-                    toml::Value::Array(items) => {
-                        let mut names = Vec::new();
-                        for it in items {
-                            match it.as_str() {
-                                Some(s) if s.contains('.') && !s.contains('#') => {
-                                    names.push(s.to_owned())
-                                }
-                                _ => {
-                                    return Err(ctx.err(
-                                        v.span(),
-                                        "cut lists point names such as \"runner.turn_intent.persisted\" (without #N: every occurrence is cut)",
-                                    ));
-                                }
-                            }
-                        }
-                        for n in &names {
-                            let span = v.span();
-                            let at = text[span.clone()]
-                                .find(&format!("\"{n}\""))
-                                .map_or(span.start, |i| span.start + i);
-                            cut_places.insert(n.clone(), fake_provider::script::line_col(text, at));
-                        }
-                        if names.is_empty() {
-                            return Err(ctx.err(
-                                v.span(),
-                                "cut = [] cuts nothing; write cut = \"none\" for a clean run only",
-                            ));
-                        }
-                        CutSelection::Points(names)
-                    }
-                    _ => {
-                        return Err(ctx.err(
-                            v.span(),
-                            "cut must be \"every-boundary\", \"none\" or a list of point names",
-                        ));
-                    }
-                },
-            };
-            let faults = match &ch.faults {
-                None => Fault::DEFAULT.to_vec(),
-                Some(list) => {
-                    let mut out = Vec::new();
-                    for f in list.get_ref() {
-                        match Fault::parse(f.get_ref()) {
-                            Some(fault) if !out.contains(&fault) => out.push(fault),
-                            Some(_) => {
-                                return Err(ctx.err(
-                                    f.span(),
-                                    format!("fault {:?} is listed twice", f.get_ref()),
-                                ));
-                            }
-                            None => {
-                                return Err(ctx.err(
-                                    f.span(),
-                                    format!(
-                                        "unknown fault {:?}{}; faults are {}",
-                                        f.get_ref(),
-                                        did_you_mean(f.get_ref(), Fault::ALL.map(Fault::as_str)),
-                                        Fault::ALL.map(Fault::as_str).join(", ")
-                                    ),
-                                ));
-                            }
-                        }
-                    }
-                    if out.is_empty() && cut != CutSelection::None {
-                        return Err(ctx.err(
-                            list.span(),
-                            "faults is empty; list at least one or set cut = \"none\"",
-                        ));
-                    }
-                    out
-                }
-            };
-            (cut, faults)
+/// An `await`: the state to wait for.
+fn await_state(ctx: &Ctx<'_>, a: &Spanned<String>) -> Result<String, ScenarioError> {
+    let v = a.get_ref();
+    if !matches!(
+        v.as_str(),
+        "settled" | "completed" | "failed" | "needs_human"
+    ) {
+        return Err(ctx.err(
+            a.span(),
+            format!("await = {v:?} is not one of \"settled\", \"completed\", \"failed\", \"needs_human\""),
+        ));
+    }
+    Ok(v.clone())
+}
+
+/// A follow-up's `when` (default `now`).
+fn follow_up_when(ctx: &Ctx<'_>, f: &RawFollowUp) -> Result<FollowUpWhen, ScenarioError> {
+    match f.when.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
+        None | Some(("now", _)) => Ok(FollowUpWhen::Now),
+        Some(("turn-active", _)) => Ok(FollowUpWhen::TurnActive),
+        Some(("settled", _)) => Ok(FollowUpWhen::Settled),
+        Some((other, sp)) => Err(ctx.err(
+            sp,
+            format!(
+                "follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\""
+            ),
+        )),
+    }
+}
+
+/// A Retry's `when` (default `failed-closed`).
+fn retry_when(ctx: &Ctx<'_>, r: &RawRetry) -> Result<RetryWhen, ScenarioError> {
+    match r.when.as_ref().map(|w| (w.get_ref().as_str(), w.span())) {
+        None | Some(("failed-closed", _)) => Ok(RetryWhen::FailedClosed),
+        Some(("always", _)) => Ok(RetryWhen::Always),
+        Some((other, sp)) => Err(ctx.err(
+            sp,
+            format!("retry when = {other:?} is not one of \"failed-closed\", \"always\""),
+        )),
+    }
+}
+
+/// The `[chaos]` table: the cut selection, the faults and the `recut`;
+/// the place of each listed cut point goes into `cut_places`.
+fn parse_chaos(
+    ctx: &Ctx<'_>,
+    ch: &RawChaos,
+    cut_places: &mut std::collections::BTreeMap<String, (usize, usize)>,
+) -> Result<(CutSelection, Vec<Fault>, Option<crate::model::Cut>), ScenarioError> {
+    let recut = match &ch.recut {
+        None => None,
+        Some(r) => Some(parse_recut(ctx, r)?),
+    };
+    let cut = match &ch.cut {
+        None => CutSelection::EveryBoundary,
+        Some(v) => parse_cut_selection(ctx, v, cut_places)?,
+    };
+    let faults = match &ch.faults {
+        None => Fault::DEFAULT.to_vec(),
+        Some(list) => parse_faults(ctx, list, &cut)?,
+    };
+    Ok((cut, faults, recut))
+}
+
+/// `recut`: one point such as `runner.turn_accepted.persisted#1`.
+fn parse_recut(ctx: &Ctx<'_>, r: &Spanned<String>) -> Result<crate::model::Cut, ScenarioError> {
+    let arms =
+        cutpoint::parse_arm(r.get_ref()).map_err(|e| ctx.err(r.span(), format!("recut: {e}")))?;
+    match arms.as_slice() {
+        [a] => Ok(crate::model::Cut {
+            point: a.point.clone(),
+            n: a.n,
+        }),
+        _ => Err(ctx.err(
+            r.span(),
+            "recut takes one point such as \"runner.turn_accepted.persisted#1\"",
+        )),
+    }
+}
+
+/// `cut`: `"every-boundary"`, `"none"` or a list of point names (each
+/// placed in `cut_places`).
+fn parse_cut_selection(
+    ctx: &Ctx<'_>,
+    v: &Spanned<toml::Value>,
+    cut_places: &mut std::collections::BTreeMap<String, (usize, usize)>,
+) -> Result<CutSelection, ScenarioError> {
+    let items = match v.get_ref() {
+        toml::Value::String(s) if s == "every-boundary" => return Ok(CutSelection::EveryBoundary),
+        toml::Value::String(s) if s == "none" => return Ok(CutSelection::None),
+        toml::Value::Array(items) => items,
+        _ => {
+            return Err(ctx.err(
+                v.span(),
+                "cut must be \"every-boundary\", \"none\" or a list of point names",
+            ));
         }
     };
-    let expect = match raw.expect {
-        None => Expect::default(),
-        Some(e) => {
-            if let Some(s) = &e.final_state
-                && !matches!(s.get_ref().as_str(), "completed" | "failed" | "needs_human")
-            {
+    let mut names = Vec::new();
+    for it in items {
+        match it.as_str() {
+            Some(s) if s.contains('.') && !s.contains('#') => names.push(s.to_owned()),
+            _ => {
                 return Err(ctx.err(
-                    s.span(),
-                    format!("expect.final_state = {:?} is not one of \"completed\", \"failed\", \"needs_human\"", s.get_ref()),
+                    v.span(),
+                    "cut lists point names such as \"runner.turn_intent.persisted\" (without #N: every occurrence is cut)",
                 ));
             }
-            Expect {
-                follow_ups_consumed: e.follow_ups_consumed,
-                final_state: e.final_state.map(Spanned::into_inner),
-                effects: e.effects,
+        }
+    }
+    for n in &names {
+        let span = v.span();
+        let at = ctx.text[span.clone()]
+            .find(&format!("\"{n}\""))
+            .map_or(span.start, |i| span.start + i);
+        cut_places.insert(n.clone(), fake_provider::script::line_col(ctx.text, at));
+    }
+    if names.is_empty() {
+        return Err(ctx.err(
+            v.span(),
+            "cut = [] cuts nothing; write cut = \"none\" for a clean run only",
+        ));
+    }
+    Ok(CutSelection::Points(names))
+}
+
+/// `faults`: known faults, none twice; empty only with `cut = "none"`.
+fn parse_faults(
+    ctx: &Ctx<'_>,
+    list: &Spanned<Vec<Spanned<String>>>,
+    cut: &CutSelection,
+) -> Result<Vec<Fault>, ScenarioError> {
+    let mut out = Vec::new();
+    for f in list.get_ref() {
+        match Fault::parse(f.get_ref()) {
+            Some(fault) if !out.contains(&fault) => out.push(fault),
+            Some(_) => {
+                return Err(ctx.err(f.span(), format!("fault {:?} is listed twice", f.get_ref())));
+            }
+            None => {
+                return Err(ctx.err(
+                    f.span(),
+                    format!(
+                        "unknown fault {:?}{}; faults are {}",
+                        f.get_ref(),
+                        did_you_mean(f.get_ref(), Fault::ALL.map(Fault::as_str)),
+                        Fault::ALL.map(Fault::as_str).join(", ")
+                    ),
+                ));
             }
         }
-    };
-    Ok(Scenario {
-        path: PathBuf::from(path),
-        suite: raw.suite.into_inner(),
-        case: raw.case.into_inner(),
-        location,
-        profiles,
-        title: raw.title,
-        script,
-        steps,
-        cut,
-        faults,
-        recut,
-        expect,
-        cut_places,
+    }
+    if out.is_empty() && *cut != CutSelection::None {
+        return Err(ctx.err(
+            list.span(),
+            "faults is empty; list at least one or set cut = \"none\"",
+        ));
+    }
+    Ok(out)
+}
+
+/// The `[expect]` table.
+fn parse_expect(ctx: &Ctx<'_>, e: RawExpect) -> Result<Expect, ScenarioError> {
+    if let Some(s) = &e.final_state
+        && !matches!(s.get_ref().as_str(), "completed" | "failed" | "needs_human")
+    {
+        return Err(ctx.err(
+            s.span(),
+            format!("expect.final_state = {:?} is not one of \"completed\", \"failed\", \"needs_human\"", s.get_ref()),
+        ));
+    }
+    Ok(Expect {
+        follow_ups_consumed: e.follow_ups_consumed,
+        final_state: e.final_state.map(Spanned::into_inner),
+        effects: e.effects,
     })
 }
 

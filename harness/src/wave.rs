@@ -86,27 +86,7 @@ pub fn plan_cells(
     quiet: bool,
     reach: Reach,
 ) -> anyhow::Result<Vec<CellSpec>> {
-    let mut found = Vec::new();
-    for id in ids {
-        let (scenario, profile) = scenario::find(scenarios, id).ok_or_else(|| {
-            anyhow::anyhow!("unknown scenario id {id}; `turncut list` shows the ids")
-        })?;
-        let mut discovery = plan::discover(env, scenario, &profile)?;
-        // Threads of the runner and of a fake interleave by timing, so the
-        // clean run's order of boundaries varies from run to run while their
-        // set does not: cells are numbered in a fixed order (runner points
-        // first, then by name and occurrence), so every shard of a wave,
-        // planned on its own machine, numbers the same cells the same way.
-        discovery
-            .boundaries
-            .sort_by(|a, b| (a.role != "runner", &a.cut).cmp(&(b.role != "runner", &b.cut)));
-        found.push(Discovered {
-            id,
-            scenario,
-            profile,
-            discovery,
-        });
-    }
+    let found = discover_all(env, scenarios, ids)?;
     for f in &found {
         check_points(env, f.scenario, &found)?;
     }
@@ -150,6 +130,37 @@ pub fn plan_cells(
         all.extend(cells.into_iter().map(|events| (f.id.clone(), events)));
     }
     Ok(plan::number_schedules(wave_seed, all))
+}
+
+/// Discovers the boundaries of every scenario id, sorted in the fixed order
+/// cells are numbered in.
+fn discover_all<'a>(
+    env: &CellEnv,
+    scenarios: &'a [Scenario],
+    ids: &'a [String],
+) -> anyhow::Result<Vec<Discovered<'a>>> {
+    let mut found = Vec::new();
+    for id in ids {
+        let (scenario, profile) = scenario::find(scenarios, id).ok_or_else(|| {
+            anyhow::anyhow!("unknown scenario id {id}; `turncut list` shows the ids")
+        })?;
+        let mut discovery = plan::discover(env, scenario, &profile)?;
+        // Threads of the runner and of a fake interleave by timing, so the
+        // clean run's order of boundaries varies from run to run while their
+        // set does not: cells are numbered in a fixed order (runner points
+        // first, then by name and occurrence), so every shard of a wave,
+        // planned on its own machine, numbers the same cells the same way.
+        discovery
+            .boundaries
+            .sort_by(|a, b| (a.role != "runner", &a.cut).cmp(&(b.role != "runner", &b.cut)));
+        found.push(Discovered {
+            id,
+            scenario,
+            profile,
+            discovery,
+        });
+    }
+    Ok(found)
 }
 
 /// `k` depth-2 cells of one scenario id: first events chosen by seed among
@@ -281,6 +292,23 @@ pub enum StopAfter {
     Caught(usize),
 }
 
+/// The progress bar with ETA of `cells` cells, on a terminal only (plain
+/// `[n/N]` lines otherwise).
+fn progress_bar(cells: usize) -> Option<indicatif::ProgressBar> {
+    if !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let pb = indicatif::ProgressBar::new(cells as u64);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:40}] {pos}/{len} cells, ETA {eta}  {msg}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    Some(pb)
+}
+
 /// Like [`run_cells`], but stops taking new cells by `stop`.
 pub fn run_cells_until(
     env: &CellEnv,
@@ -289,19 +317,7 @@ pub fn run_cells_until(
     jobs: usize,
     stop: Option<StopAfter>,
 ) -> Vec<Finished> {
-    let bar = if std::io::stderr().is_terminal() {
-        let pb = indicatif::ProgressBar::new(cells.len() as u64);
-        pb.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:40}] {pos}/{len} cells, ETA {eta}  {msg}",
-            )
-            .expect("a valid template")
-            .progress_chars("=> "),
-        );
-        Some(pb)
-    } else {
-        None
-    };
+    let bar = progress_bar(cells.len());
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);

@@ -34,7 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use harness::cell::CellEnv;
-use harness::model::{CellSpec, Fault, Verdict};
+use harness::model::{CellSpec, Cut, Fault, Verdict};
+use harness::report::matrix;
 use harness::wave::Finished;
 use harness::{plan, scenario, wave};
 
@@ -195,33 +196,32 @@ fn run_reaching_cuts(
     finished
 }
 
-/// One line per sampled cell: `point#n  fault  path[ | path…]`, runner
-/// points first, then the provider's, each by point name and occurrence, then
-/// by fault; not in the clean run's order: threads of one process (an HTTP
-/// fake's handlers and its turn) interleave their hits by timing, and the
-/// snapshot must not.
+/// One line per sampled cell: `point#n  fault  path[ | path…]`, the rows of
+/// the outcome matrix (`report::matrix`) with runner points first, then the
+/// provider's, each by point name and occurrence, then by fault (in
+/// `Fault::ALL` order); not in the clean run's order: threads of one
+/// process (an HTTP fake's handlers and its turn) interleave their hits by
+/// timing, and the snapshot must not.
 fn entries(
     boundaries: &[plan::Boundary],
     finished: &[Finished],
     paths: &BTreeMap<String, BTreeSet<String>>,
 ) -> String {
-    let mut rows: BTreeMap<(bool, String, u64, Fault), String> = BTreeMap::new();
-    for f in finished {
-        let spec = &f.result.spec;
-        let (Some(cut), Some(fault)) = (&spec.cut, spec.fault) else {
-            continue;
-        };
-        let provider = boundaries
+    let provider = |cut: &Cut| {
+        boundaries
             .iter()
             .find(|b| &b.cut == cut)
-            .is_some_and(|b| b.role != "runner");
-        let set = paths.get(&spec.name()).cloned().unwrap_or_default();
-        let text = set.into_iter().collect::<Vec<_>>().join(" | ");
-        rows.insert((provider, cut.point.clone(), cut.n, fault), text);
-    }
+            .is_some_and(|b| b.role != "runner")
+    };
+    let mut rows: Vec<(&Cut, [Vec<&Finished>; Fault::ALL.len()])> =
+        matrix::rows(finished.iter().map(|f| (&f.result.spec, f)))
+            .into_iter()
+            .filter_map(|r| Some((r.cut?, r.by_fault)))
+            .collect();
+    rows.sort_by_key(|(cut, _)| (provider(cut), cut.point.clone(), cut.n));
     let point_width = rows
-        .keys()
-        .map(|(_, p, n, _)| format!("{p}#{n}").len())
+        .iter()
+        .map(|(cut, _)| format!("{}#{}", cut.point, cut.n).len())
         .max()
         .unwrap_or(0);
     let fault_width = Fault::ALL
@@ -230,12 +230,21 @@ fn entries(
         .max()
         .unwrap_or(0);
     let mut out = String::new();
-    for ((_, point, n, fault), text) in &rows {
-        let cut = format!("{point}#{n}");
-        out.push_str(&format!(
-            "{cut:<point_width$}  {:<fault_width$}  {text}\n",
-            fault.as_str()
-        ));
+    for (cut, by_fault) in &rows {
+        for (fault, slot) in Fault::ALL.iter().zip(by_fault) {
+            // A cell run again is in its slot once per run, under one name.
+            let Some(f) = slot.first() else { continue };
+            let set = paths
+                .get(&f.result.spec.name())
+                .cloned()
+                .unwrap_or_default();
+            let text = set.into_iter().collect::<Vec<_>>().join(" | ");
+            out.push_str(&format!(
+                "{:<point_width$}  {:<fault_width$}  {text}\n",
+                format!("{}#{}", cut.point, cut.n),
+                fault.as_str()
+            ));
+        }
     }
     out
 }

@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{CellEnv, Layout, Shared, TASK_ID, start_runner, wait_until};
+use super::steps::wait_until;
+use super::{CellEnv, Layout, Shared, TASK_ID, start_runner};
 use crate::evidence::{Exchange, Op};
 use crate::model::{CellSpec, Cut, Event, Fault};
 use crate::nemesis;
@@ -382,6 +383,8 @@ pub(super) fn notify(shared: &Shared) {
 /// How long the read of the run log before a fault may take.
 const PRE_FAULT_READ: Duration = Duration::from_millis(500);
 
+/// Applies a process fault (or a storage fault, [`apply_storage`]) at the
+/// held hit, and restarts the runner it killed.
 pub(super) fn apply_fault(
     shared: &Shared,
     env: &CellEnv,
@@ -391,17 +394,7 @@ pub(super) fn apply_fault(
     held: cutpoint::HeldHit,
 ) -> anyhow::Result<()> {
     let client = shared.client().map(|(c, _)| c);
-    // What the controller could read before the fault: nothing of it may
-    // vanish. At a before-write point the store is blocked on the held write,
-    // so nothing can be read there; a later event's write may be held too
-    // (the acceptor already matched it), hence the short deadline: no read,
-    // no check.
-    let at_write = held.hit.point.starts_with(crate::model::WRITE_POINTS);
-    if let Some(c) = client.as_ref().filter(|_| !at_write)
-        && let Ok(evs) = c.events_within(TASK_ID, 0, PRE_FAULT_READ)
-    {
-        *shared.events_before.lock().expect("events") = Some(evs);
-    }
+    read_before_fault(shared, client.as_ref(), &held.hit);
     if fault.is_storage() {
         return apply_storage(shared, fault, held);
     }
@@ -457,6 +450,20 @@ pub(super) fn apply_fault(
         );
     }
     Ok(())
+}
+
+/// What the controller could read before the fault: nothing of it may
+/// vanish. At a before-write point the store is blocked on the held write,
+/// so nothing can be read there; a later event's write may be held too (the
+/// acceptor already matched it), hence the short deadline: no read, no
+/// check.
+fn read_before_fault(shared: &Shared, client: Option<&RunnerClient>, hit: &cutpoint::Hit) {
+    let at_write = hit.point.starts_with(crate::model::WRITE_POINTS);
+    if let Some(c) = client.filter(|_| !at_write)
+        && let Ok(evs) = c.events_within(TASK_ID, 0, PRE_FAULT_READ)
+    {
+        *shared.events_before.lock().expect("events") = Some(evs);
+    }
 }
 
 /// The message id a controller-action event sends: `fx1` for the

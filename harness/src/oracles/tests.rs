@@ -5,7 +5,7 @@ use crate::evidence::{Exchange, ProviderTurn};
 use crate::model::{CellSpec, Cut, Fault};
 use fake_provider::journal::{Entry, EntryKind};
 use fake_provider::ledger::LedgerEntry;
-use serde_json::json;
+use serde_json::{Value, json};
 
 fn entry(kind: EntryKind, fact: Option<&str>, data: Value) -> Entry {
     Entry {

@@ -12,9 +12,10 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use super::matrix;
 use super::sequence::Sequences;
 use super::{Counts, Timelines, by_scenario, format_ms, in_order, reasons, truncate};
-use crate::model::{CellResult, Cut, Fault, OracleResult, Verdict, WaveResult};
+use crate::model::{CellResult, Fault, OracleResult, Outcome, Verdict, WaveResult};
 
 const HTML_STYLE: &str = include_str!("report.css");
 
@@ -211,39 +212,7 @@ fn render_failures(out: &mut String, wave: &WaveResult) {
 fn render_grid(out: &mut String, index: usize, scenario: &str, cells: &[&CellResult]) {
     // A row per cut, in the order cells first reach it (cell order); clean
     // runs (no cut or no fault) get their own full-width row.
-    struct Row<'a> {
-        cut: Option<&'a Cut>,
-        by_fault: [Vec<&'a CellResult>; Fault::ALL.len()],
-        clean: Vec<&'a CellResult>,
-    }
-    let mut rows: Vec<Row> = Vec::new();
-    for &cell in cells {
-        let (cut, fault) = match (&cell.spec.cut, cell.spec.fault) {
-            (Some(cut), Some(fault)) => (Some(cut), Some(fault)),
-            _ => (None, None),
-        };
-        let i = match rows.iter().position(|r| r.cut == cut) {
-            Some(i) => i,
-            None => {
-                rows.push(Row {
-                    cut,
-                    by_fault: Default::default(),
-                    clean: Vec::new(),
-                });
-                rows.len() - 1
-            }
-        };
-        match fault {
-            Some(fault) => {
-                let column = Fault::ALL
-                    .iter()
-                    .position(|f| *f == fault)
-                    .expect("Fault::ALL lists every fault");
-                rows[i].by_fault[column].push(cell);
-            }
-            None => rows[i].clean.push(cell),
-        }
-    }
+    let rows = matrix::rows(cells.iter().map(|c| (&c.spec, *c)));
 
     let c = Counts::of(cells.iter().copied());
     let _ = write!(
@@ -426,6 +395,27 @@ fn render_details(out: &mut String, cell: &CellResult, timeline: Option<&String>
         let _ = writeln!(out, "<p class=\"muted\">ran twice: {}</p>", html(why));
     }
 
+    render_oracles(out, cell);
+    render_outcome(out, &cell.outcome);
+
+    let _ = writeln!(
+        out,
+        "<h4>reproduce</h4>\n<pre class=\"cmd\">{}</pre>",
+        html(&cell.reproduce)
+    );
+    if let Some(timeline) = timeline {
+        let _ = writeln!(
+            out,
+            "<h4>sequence</h4>\n<div class=\"seq\" data-seq=\"{}\"></div>\n<details><summary>timeline as text</summary><pre class=\"timeline\">{}</pre></details>",
+            html(&spec.cell_id),
+            html(timeline)
+        );
+    }
+    out.push_str("</template>\n");
+}
+
+/// A cell's oracle table (or the note that no oracle judged it).
+fn render_oracles(out: &mut String, cell: &CellResult) {
     out.push_str("<h4>oracles</h4>\n");
     if cell.oracles.is_empty() {
         out.push_str("<p class=\"muted\">no oracle judged this cell</p>\n");
@@ -436,8 +426,10 @@ fn render_details(out: &mut String, cell: &CellResult, timeline: Option<&String>
         }
         out.push_str("</table>\n");
     }
+}
 
-    let o = &cell.outcome;
+/// A cell's outcome: how the task ended and how the runner got there.
+fn render_outcome(out: &mut String, o: &Outcome) {
     out.push_str("<h4>outcome</h4>\n<dl>");
     for (term, value) in [
         ("state", o.state.clone()),
@@ -457,21 +449,6 @@ fn render_details(out: &mut String, cell: &CellResult, timeline: Option<&String>
         let _ = write!(out, "<dt>{}</dt><dd>{}</dd>", html(term), html(&value));
     }
     out.push_str("</dl>\n");
-
-    let _ = writeln!(
-        out,
-        "<h4>reproduce</h4>\n<pre class=\"cmd\">{}</pre>",
-        html(&cell.reproduce)
-    );
-    if let Some(timeline) = timeline {
-        let _ = writeln!(
-            out,
-            "<h4>sequence</h4>\n<div class=\"seq\" data-seq=\"{}\"></div>\n<details><summary>timeline as text</summary><pre class=\"timeline\">{}</pre></details>",
-            html(&spec.cell_id),
-            html(timeline)
-        );
-    }
-    out.push_str("</template>\n");
 }
 
 fn render_oracle_row(out: &mut String, o: &OracleResult) {

@@ -20,31 +20,7 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
         wave.wave_id,
         wave.verdict().as_str()
     );
-    let mut facts = vec![
-        format!("seed `{}`", wave.seed),
-        format!(
-            "{} cells: {} pass, {} unknown, {} fail",
-            counts.cells, counts.pass, counts.unknown, counts.fail
-        ),
-        format!("wall time {}", format_ms(wave.duration_ms)),
-        format!("{} jobs", wave.jobs),
-    ];
-    if let Some((i, n)) = wave.shard {
-        facts.push(format!("shard {i}/{n}"));
-    }
-    let retried = wave.cells.iter().filter(|c| c.retried.is_some()).count();
-    if retried > 0 {
-        facts.push(format!(
-            "{retried} cells ran twice (armed cut not reached at first)"
-        ));
-    }
-    let unreached = crate::wave::unreached(&wave.cells);
-    if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
-        facts.push(format!(
-            "{unreached} cells did not reach their armed cut on either attempt (tested nothing)"
-        ));
-    }
-    let _ = writeln!(out, "{}\n", facts.join(" · "));
+    let _ = writeln!(out, "{}\n", facts(wave, &counts).join(" · "));
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "**Not complete:** {}.\n", md_text(why));
     }
@@ -73,10 +49,45 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
         let _ = writeln!(out, "All {} cells passed.", counts.cells);
         return out;
     }
+    failing_cells(&mut out, wave, counts.cells - counts.pass);
+    out
+}
 
+/// The facts line under the title: seed, counts, time, jobs, shard, cells
+/// run twice and cells that never reached their cut.
+fn facts(wave: &WaveResult, counts: &Counts) -> Vec<String> {
+    let mut facts = vec![
+        format!("seed `{}`", wave.seed),
+        format!(
+            "{} cells: {} pass, {} unknown, {} fail",
+            counts.cells, counts.pass, counts.unknown, counts.fail
+        ),
+        format!("wall time {}", format_ms(wave.duration_ms)),
+        format!("{} jobs", wave.jobs),
+    ];
+    if let Some((i, n)) = wave.shard {
+        facts.push(format!("shard {i}/{n}"));
+    }
+    let retried = wave.cells.iter().filter(|c| c.retried.is_some()).count();
+    if retried > 0 {
+        facts.push(format!(
+            "{retried} cells ran twice (armed cut not reached at first)"
+        ));
+    }
+    let unreached = crate::wave::unreached(&wave.cells);
+    if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
+        facts.push(format!(
+            "{unreached} cells did not reach their armed cut on either attempt (tested nothing)"
+        ));
+    }
+    facts
+}
+
+/// The "Failing and unknown cells" section: a table per scenario, at most
+/// [`SUMMARY_CELL_ROWS_MAX`] rows in all (`not_passed` counts them all).
+fn failing_cells(out: &mut String, wave: &WaveResult, not_passed: usize) {
     out.push_str("## Failing and unknown cells\n");
     let mut rows = 0;
-    let not_passed = counts.cells - counts.pass;
     'scenarios: for (scenario, cells) in by_scenario(wave) {
         let mut heading_written = false;
         for cell in cells.iter().filter(|c| c.verdict != Verdict::Pass) {
@@ -123,7 +134,6 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
             rows += 1;
         }
     }
-    out
 }
 
 /// Escapes text for a markdown table cell: markup characters are

@@ -6,9 +6,10 @@
 //!
 //! Every sink here renders the same [`WaveResult`]; nothing in this module
 //! judges a cell, runs anything or decides an exit code. It does not write the
-//! per-cell evidence directories (`cells/t###/`), which belong to `evidence`,
-//! and it does not draw sequence diagrams: the model carries no timeline yet,
-//! so [`report_html`] only shows a timeline text a caller hands it.
+//! per-cell evidence directories (`cells/t###/`), which belong to `evidence`.
+//! Timelines are not part of the model: a caller hands them in
+//! ([`write_wave_with`]), and `report.html` draws each cell's sequence
+//! diagram from them. [`matrix`] places a scenario's cells by cut × fault.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -20,6 +21,7 @@ mod html;
 mod json;
 mod junit;
 mod markdown;
+pub mod matrix;
 mod merge;
 mod sequence;
 #[cfg(test)]
@@ -53,11 +55,10 @@ pub const SUMMARY_MESSAGE_CHARS_MAX: usize = 300;
 /// The detail of a [`cell_line`] is cut to this many characters.
 pub const CELL_LINE_DETAIL_CHARS_MAX: usize = 160;
 
-/// Timeline texts (sequence diagrams with the cut marked) by cell id, shown in
-/// the HTML side panel of a cell when present.
-///
-/// This is the hook for the DESIGN's per-cell sequence diagram: the model has
-/// no timeline yet, so [`write_wave`] passes an empty map.
+/// Timeline texts (`Evidence::timeline`, the cut marked) by cell id: the
+/// sequence diagram in a cell's HTML side panel and its `<system-out>` in
+/// `junit.xml`. `wave.json` does not keep them, so a merged report
+/// ([`write_wave`]) has none.
 pub type Timelines = BTreeMap<String, String>;
 
 /// Why a report could not be written, read or merged.

@@ -1,0 +1,277 @@
+//! The controller's side of a cell: the scenario's steps as HTTP requests
+//! to whichever runner is running (re-sent across restarts, a 503 sent
+//! again), and the waits on the task, each with the cell's deadline.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::events::notify;
+use super::{Layout, Shared, TASK_ID};
+use crate::evidence::{Evidence, Exchange, Op, Source};
+use crate::nemesis;
+use crate::runner_client::RunnerClient;
+use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
+
+/// Waits on the cell's condition variable until `done()` or the deadline.
+pub(super) fn wait_until(shared: &Shared, until: Instant, done: impl Fn() -> bool) {
+    let mut g = shared.generation.lock().expect("generation");
+    while !done() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        g = shared.changed.wait_timeout(g, left).expect("generation").0;
+    }
+}
+
+pub(super) fn settled(t: &Value) -> bool {
+    matches!(
+        t["state"].as_str(),
+        Some("completed" | "failed" | "needs_human")
+    )
+}
+
+/// Calls `f` with the current runner's client until it succeeds, across
+/// runner restarts: a failed call waits for the next runner generation (the
+/// nemesis restarts a killed runner at once), until the deadline.
+pub(super) fn with_runner<T>(
+    shared: &Shared,
+    until: Instant,
+    mut f: impl FnMut(&RunnerClient) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    loop {
+        let Some((client, generation)) = shared.client() else {
+            // The nemesis is between killing the runner and restarting it.
+            anyhow::ensure!(
+                Instant::now() < until,
+                "no runner came back before the deadline"
+            );
+            let seen = *shared.generation.lock().expect("generation");
+            shared.wait_generation(seen, until);
+            continue;
+        };
+        match f(&client) {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() >= until => return Err(e),
+            Err(_) => shared.wait_generation(generation, until),
+        }
+    }
+}
+
+/// Waits for the task to satisfy `pred` across runner restarts.
+pub(super) fn wait_task(
+    shared: &Shared,
+    until: Instant,
+    pred: impl Fn(&Value) -> bool,
+) -> anyhow::Result<Value> {
+    with_runner(shared, until, |client| {
+        let left = until.saturating_duration_since(Instant::now());
+        anyhow::ensure!(!left.is_zero(), "the deadline passed");
+        client.wait_task(TASK_ID, left, &pred)
+    })
+}
+
+/// Attempts of a controller request answered 503 (`storage_failed`).
+const SEND_ATTEMPTS_503: usize = 4;
+
+/// Sends one controller request, re-sent across runner restarts (the API is
+/// idempotent on ids), and records every attempt as an op, the final answer
+/// as an action and an exchange (status 0 when none came before the
+/// deadline); returns the HTTP status.
+#[allow(clippy::too_many_arguments)]
+fn send(
+    shared: &Shared,
+    until: Instant,
+    ev: &mut Evidence,
+    kind: &str,
+    path: &str,
+    body: &Value,
+    message_id: &str,
+    text: &str,
+) -> anyhow::Result<u16> {
+    // A 503 (`storage_failed`) changed nothing and may be repeated, as a
+    // controller would; a few attempts outlast a full disk that the harness
+    // brings back with a runner restart.
+    let mut answer = Err(anyhow::anyhow!("not sent"));
+    for _ in 0..SEND_ATTEMPTS_503 {
+        answer = with_runner(shared, until, |client| {
+            let at_ms = shared.started.elapsed().as_millis() as u64;
+            let answer = client
+                .post(path, body)
+                .map_err(|e| e.context(format!("POST {path}")));
+            ev.ops.push(Op::of(kind, message_id, at_ms, &answer));
+            answer
+        });
+        if !matches!(answer, Ok((503, _))) {
+            break;
+        }
+    }
+    let (status, answer) = match answer {
+        Ok(a) => a,
+        Err(e) => (0, json!({ "error": format!("{e:#}") })),
+    };
+    shared.act(kind, json!({ "message_id": message_id, "status": status }));
+    ev.exchanges.push(Exchange {
+        kind: kind.to_owned(),
+        message_id: message_id.to_owned(),
+        text: text.to_owned(),
+        status,
+        body: answer.clone(),
+    });
+    anyhow::ensure!(
+        status != 0,
+        "{kind} {message_id}: no answer before the deadline: {answer}"
+    );
+    Ok(status)
+}
+
+/// Runs the scenario's steps against whichever runner is running, until
+/// the last one or an error (a request with no answer before `until`).
+pub(super) fn run_steps(
+    scenario: &Scenario,
+    profile: &str,
+    shared: &Shared,
+    layout: &Layout,
+    until: Instant,
+    ev: &mut Evidence,
+) -> anyhow::Result<()> {
+    let workspace = layout.p("ws");
+    for step in &scenario.steps {
+        match step {
+            Step::Submit { prompt, message_id } => {
+                let body = json!({
+                    "task_id": TASK_ID, "message_id": message_id, "prompt": prompt,
+                    "profile": profile, "workspace": workspace.display().to_string(),
+                });
+                send(
+                    shared,
+                    until,
+                    ev,
+                    "submit",
+                    "/v1/tasks",
+                    &body,
+                    message_id,
+                    prompt,
+                )?;
+            }
+            Step::FollowUp {
+                text,
+                message_id,
+                when,
+            } => follow_up(shared, until, ev, text, message_id, *when)?,
+            Step::Await(_) => {
+                wait_task(shared, until, settled)?;
+                shared.act("settled", json!({}));
+            }
+            Step::Retry { when, message_id } => {
+                retry(shared, layout, until, ev, message_id, *when)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A follow-up step: waits for its moment (`when`), then sends it.
+fn follow_up(
+    shared: &Shared,
+    until: Instant,
+    ev: &mut Evidence,
+    text: &str,
+    message_id: &str,
+    when: FollowUpWhen,
+) -> anyhow::Result<()> {
+    match when {
+        FollowUpWhen::Now => {}
+        FollowUpWhen::TurnActive => {
+            // The runner is held at the sync point, unless a cut
+            // came first; then the task state is the best signal.
+            wait_until(shared, until, || {
+                shared.sync_reached.load(Ordering::SeqCst)
+                    || shared.stage.load(Ordering::SeqCst) > 0
+            });
+            if !shared.sync_reached.load(Ordering::SeqCst) {
+                let _ = wait_task(shared, until, |t| settled(t) || turn_active(t));
+            }
+        }
+        FollowUpWhen::Settled => {
+            let _ = wait_task(shared, until, settled);
+        }
+    }
+    let path = format!("/v1/tasks/{TASK_ID}/messages");
+    let body = json!({ "message_id": message_id, "text": text });
+    send(
+        shared,
+        until,
+        ev,
+        "follow_up",
+        &path,
+        &body,
+        message_id,
+        text,
+    )?;
+    if when == FollowUpWhen::TurnActive {
+        shared.follow_up_sent.store(true, Ordering::SeqCst);
+        notify(shared);
+    }
+    Ok(())
+}
+
+/// A Retry step: once the task settled, sent if it failed (or `always`);
+/// every provider process alive before it must be gone at its 201.
+fn retry(
+    shared: &Shared,
+    layout: &Layout,
+    until: Instant,
+    ev: &mut Evidence,
+    message_id: &str,
+    when: RetryWhen,
+) -> anyhow::Result<()> {
+    let task = wait_task(shared, until, settled)?;
+    let failed = matches!(task["state"].as_str(), Some("failed" | "needs_human"));
+    if !failed && when != RetryWhen::Always {
+        return Ok(());
+    }
+    let path = format!("/v1/tasks/{TASK_ID}/retry");
+    let body = json!({ "message_id": message_id });
+    // The stop proof, from the process table: every provider
+    // process alive before the Retry must be gone at its 201.
+    let before = cell_providers(&layout.p("cut.sock"));
+    let status = send(shared, until, ev, "retry", &path, &body, message_id, "")?;
+    if status == 201 {
+        match before {
+            Ok(procs) => ev.alive_at_retry.extend(
+                procs
+                    .into_iter()
+                    .filter(|(pid, start, _)| nemesis::alive_same(*pid, Some(*start)))
+                    .map(|(pid, _, cmd)| format!("pid {pid} ({cmd})")),
+            ),
+            Err(e) => ev.unreadable(Source::Processes, e),
+        }
+        // The 201 follows the durable admission, so the task
+        // reads `running` until the Retry run settles.
+        wait_task(shared, until, settled)?;
+    }
+    Ok(())
+}
+
+fn turn_active(t: &Value) -> bool {
+    t["runs"]
+        .as_array()
+        .and_then(|runs| runs.last())
+        .and_then(|r| r["turns"].as_array())
+        .and_then(|turns| turns.last())
+        .is_some_and(|turn| matches!(turn["status"].as_str(), Some("intent" | "accepted")))
+}
+
+/// found in the process table by the cut socket every process of the cell
+/// inherits (`TURNCUT_CUT_SOCKET`), whatever the runner says about them:
+/// `fake-provider` processes (providers and their effect commands).
+fn cell_providers(socket: &Path) -> Result<Vec<(u32, u64, String)>, String> {
+    let entry = format!("{}={}", cutpoint::ENV_SOCKET, socket.display());
+    let mut found = nemesis::processes_with_env(&entry)?;
+    found.retain(|(_, _, cmd)| cmd.contains("fake-provider"));
+    Ok(found)
+}

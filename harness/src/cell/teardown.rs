@@ -1,0 +1,230 @@
+//! The end of a cell: the final task and run log read from the last runner,
+//! every process of the cell killed (those still alive recorded as
+//! survivors), then the provider's evidence read once nothing writes it
+//! any more, and the canary searched for in every file.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use serde_json::Value;
+
+use super::{Layout, Shared, TASK_ID};
+use crate::evidence::{Evidence, Op, Source};
+use crate::nemesis;
+
+/// Ends the cell: the final runner reads, the cut thread joined, the runner
+/// and every other process of the cell killed, then the provider's evidence
+/// and the canary search.
+pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
+    read_runner(shared, ev);
+    shared.stop.store(true, Ordering::SeqCst);
+    if let Some(w) = shared.waker.lock().expect("waker").as_ref() {
+        w.wake();
+    }
+    if let Some(t) = shared.cut_thread.lock().expect("cut thread").take() {
+        let _ = t.join();
+    }
+    if let Some(r) = shared.runner.lock().expect("runner").take() {
+        let _ = r.kill();
+    }
+    ev.reached_cut = shared.reached.load(Ordering::SeqCst);
+    ev.events_applied = shared.faults_applied.load(Ordering::SeqCst);
+    ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
+    ev.events_before_fault = shared.events_before.lock().expect("events").take();
+    // The journal as it is now names the commands to look for; the evidence
+    // itself is read below, once every process of the cell is dead.
+    let early = fake_provider::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
+    if let Err(e) = std::fs::read_to_string("/proc/self/stat") {
+        ev.unreadable(Source::Processes, format!("/proc/self/stat: {e}"));
+    }
+    kill_survivors(layout, shared, &early, ev);
+    shared.holds.lock().expect("holds").clear();
+    read_provider_evidence(&layout.dir, ev);
+    ev.actions = shared.actions.lock().expect("actions").clone();
+    for (exchange, op) in shared.injected.lock().expect("injected").drain(..) {
+        ev.exchanges.push(exchange);
+        ev.ops.push(op);
+    }
+    search_canary(&layout.dir, ev);
+}
+
+/// Every process the cell knew of (the runners, the providers the run log
+/// names, the commands the journal `early` names) and every process that
+/// still carries the cell's tag is recorded as a survivor if alive, then
+/// killed: the cell must not leave orphans behind.
+fn kill_survivors(
+    layout: &Layout,
+    shared: &Shared,
+    early: &[fake_provider::journal::Entry],
+    ev: &mut Evidence,
+) {
+    // Every process the cell knew of must be gone now that the runner is.
+    let mut known = shared.pids.lock().expect("pids").clone();
+    for e in &ev.events {
+        if e["kind"] == "provider.spawned"
+            && let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64)
+        {
+            let start = e.pointer("/data/start_time").and_then(Value::as_u64);
+            known.push(("provider".into(), pid as u32, start));
+        }
+    }
+    // Commands a fake Codex ran in sessions of their own outlive its
+    // process group; the runner's stop must have ended them too.
+    for e in early {
+        if e.fact.as_deref() == Some("effect.spawned")
+            && let Some(pid) = e.data["pid"].as_u64()
+        {
+            known.push(("command".into(), pid as u32, e.data["start_time"].as_u64()));
+        }
+    }
+    known.sort();
+    known.dedup();
+    for (role, pid, start) in &known {
+        if nemesis::alive_same(*pid, *start) {
+            ev.survivors.push(format!("{role} pid {pid}"));
+            // Record, then clean up: the cell must not leave orphans behind.
+            let _ = nemesis::signal_group(*pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    // Whatever still carries the cell's tag was started under the runner and
+    // never stopped (a provider's child in a session of its own, say).
+    for (pid, cmdline) in nemesis::tagged_processes(&layout.dir.display().to_string()) {
+        if !known.iter().any(|(_, p, _)| *p == pid) {
+            ev.survivors.push(format!("pid {pid} ({cmdline})"));
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Records every file under the cell directory `dir` that holds the
+/// canary (it must be nowhere), and every file that could not be read.
+fn search_canary(dir: &Path, ev: &mut Evidence) {
+    let (files, problems) = crate::runner_client::walk_files(dir);
+    for p in problems {
+        ev.unreadable(Source::Files, p);
+    }
+    for file in files {
+        let bytes = match std::fs::read(&file) {
+            Ok(b) => b,
+            // A socket or a file removed while the cell ended is no gap.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                ev.unreadable(Source::Files, format!("{}: {e}", file.display()));
+                continue;
+            }
+        };
+        if bytes
+            .windows(ev.canary.len())
+            .any(|w| w == ev.canary.as_bytes())
+        {
+            let rel = file.strip_prefix(dir).unwrap_or(&file);
+            ev.canary_found_in.push(rel.display().to_string());
+        }
+    }
+}
+
+/// The final task view and run log, read at the end of the cell, each whole
+/// or recorded as unreadable (a view from an earlier wait does not stand in
+/// for a failed final read).
+fn read_runner(shared: &Shared, ev: &mut Evidence) {
+    let Some((client, _)) = shared.client() else {
+        ev.unreadable(Source::Task, "no runner was running at the end of the cell");
+        ev.unreadable(
+            Source::RunLog,
+            "no runner was running at the end of the cell",
+        );
+        return;
+    };
+    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let task = client.task(TASK_ID);
+    ev.ops.push(Op::of("read.task", "", at_ms, &task));
+    match task {
+        Ok((200, t)) => ev.task = t,
+        Ok((status, body)) => {
+            ev.unreadable(Source::Task, format!("GET task answered {status}: {body}"))
+        }
+        Err(e) => ev.unreadable(Source::Task, format!("GET task: {e:#}")),
+    }
+    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let events = client.events(TASK_ID, 0).map(|evs| (200, evs));
+    ev.ops.push(Op::of("read.events", "", at_ms, &events));
+    match events {
+        Ok((_, evs)) => ev.events = evs,
+        Err(e) => ev.unreadable(Source::RunLog, format!("GET events: {e:#}")),
+    }
+}
+
+/// The provider's journal, the effect ledger and every fake's store under
+/// the cell directory `dir`, each read whole or recorded as unreadable.
+pub fn read_provider_evidence(dir: &Path, ev: &mut Evidence) {
+    match fake_provider::journal::read(&dir.join("journal.jsonl")) {
+        Ok(j) => ev.journal = j,
+        Err(e) => ev.unreadable(Source::Journal, e.to_string()),
+    }
+    match fake_provider::ledger::read(&dir.join("ledger.jsonl")) {
+        Ok(l) => ev.ledger = l,
+        Err(e) => ev.unreadable(Source::Ledger, e.to_string()),
+    }
+    for l in &mut ev.ledger {
+        l.by = crate::evidence::controller_id(&l.by);
+    }
+    let (turns, problems) = crate::evidence::read_provider_turns(&dir.join("state/providers"));
+    ev.provider_turns = turns;
+    for p in problems {
+        ev.unreadable(Source::ProviderStore, p);
+    }
+}
+
+/// The live provider processes of the cell (pid, start time, command line),
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell directory with a journal, a ledger and a Codex store, each
+    /// whole; `break_it` then damages one.
+    fn read_with(break_it: impl Fn(&Path)) -> Evidence {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::write(d.join("journal.jsonl"), "").unwrap();
+        std::fs::write(d.join("ledger.jsonl"), "").unwrap();
+        let threads = d.join("state/providers/p1/threads");
+        std::fs::create_dir_all(&threads).unwrap();
+        std::fs::write(threads.join("th.json"), "{}").unwrap();
+        break_it(d);
+        let mut ev = Evidence::default();
+        read_provider_evidence(d, &mut ev);
+        ev
+    }
+
+    fn sources(ev: &Evidence) -> Vec<Source> {
+        ev.unreadable.iter().map(|u| u.source).collect()
+    }
+
+    #[test]
+    fn provider_evidence_is_read_whole_or_recorded_as_unreadable() {
+        assert_eq!(sources(&read_with(|_| {})), vec![]);
+        // A torn line inside the journal (a line in flight at the end is not
+        // yet part of it; see `journal::read`).
+        let torn =
+            read_with(|d| std::fs::write(d.join("journal.jsonl"), "{\"v\":1,\"gen\n").unwrap());
+        assert_eq!(sources(&torn), vec![Source::Journal]);
+        let ledger = read_with(|d| {
+            std::fs::remove_file(d.join("ledger.jsonl")).unwrap();
+            std::fs::create_dir(d.join("ledger.jsonl")).unwrap();
+        });
+        assert_eq!(sources(&ledger), vec![Source::Ledger]);
+        let store = read_with(|d| {
+            std::fs::write(d.join("state/providers/p1/threads/th.json"), "{\"id\":").unwrap()
+        });
+        assert_eq!(sources(&store), vec![Source::ProviderStore]);
+        assert!(
+            store.unreadable[0].reason.contains("th.json"),
+            "{:?}",
+            store.unreadable
+        );
+    }
+}

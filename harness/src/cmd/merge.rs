@@ -1,0 +1,47 @@
+//! `turncut report merge`: the shards of one wave joined into one report.
+
+use std::path::{Path, PathBuf};
+
+use harness::report;
+
+use super::reports::{append_step_summary, clear_old_cells};
+use super::{Exit, bad, emit, exit_for, harness_err, prepare_out};
+
+/// `turncut report merge`: joins the shards, copies their `cells/`
+/// directories and writes the merged reports.
+pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<i32, Exit> {
+    let mut waves = Vec::new();
+    for d in dirs {
+        waves.push(report::read_wave(&d.join("wave.json")).map_err(bad)?);
+    }
+    let merged = report::merge(waves).map_err(bad)?;
+    prepare_out(out)?;
+    clear_old_cells(out)?;
+    for d in dirs {
+        let cells = d.join("cells");
+        if cells.is_dir() {
+            copy_dir(&cells, &out.join("cells"))
+                .map_err(|e| harness_err(format!("copying {}: {e}", cells.display())))?;
+        }
+    }
+    report::write_wave(out, &merged).map_err(harness_err)?;
+    append_step_summary(&merged);
+    emit(&report::summary_markdown(&merged));
+    Ok(exit_for(merged.verdict()))
+}
+
+/// Copies a directory tree (file modes too, so `reproduce.sh` stays
+/// executable).
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,152 @@
+//! Running planned cells and reporting them: the wave result, the report
+//! files with `cells/t###/` for every cell that did not pass, the
+//! `$GITHUB_STEP_SUMMARY` and the outcome on stdout. Shared by `run`, `wave`,
+//! `explore` and `report merge`.
+
+use std::path::Path;
+use std::time::Instant;
+
+use harness::cell::CellEnv;
+use harness::model::{CellSpec, Verdict, WaveResult};
+use harness::{report, scenario, wave};
+
+use super::{Exit, emit, exit_for, harness_err};
+
+/// Removes the `cells/` of an earlier report in `out` (a wave id is the
+/// same for the same seed, so `reports/out/<wave-id>` is written again):
+/// a cell that failed then and passes now must not keep its old directory.
+pub(super) fn clear_old_cells(out: &Path) -> Result<(), Exit> {
+    let cells = out.join("cells");
+    if !out.join(report::WAVE_JSON).is_file() || !cells.is_dir() {
+        return Ok(());
+    }
+    std::fs::remove_dir_all(&cells)
+        .map_err(|e| harness_err(format!("removing the old {}: {e}", cells.display())))
+}
+
+/// Appends the summary to `$GITHUB_STEP_SUMMARY` when it is set (GitHub
+/// Actions); a failure to write it is reported but does not fail the wave.
+pub(super) fn append_step_summary(wave: &WaveResult) {
+    let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
+        return;
+    };
+    use std::io::Write as _;
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| f.write_all(report::summary_markdown(wave).as_bytes()));
+    if let Err(e) = written {
+        eprintln!("turncut: appending to $GITHUB_STEP_SUMMARY ({path}): {e}");
+    }
+}
+
+/// Cells to run and how to report them.
+pub(super) struct Job<'a> {
+    pub env: &'a CellEnv,
+    pub scenarios: &'a [scenario::Scenario],
+    pub cells: Vec<CellSpec>,
+    pub planned: usize,
+    pub jobs: usize,
+    pub seed: u64,
+    pub shard: Option<(u32, u32)>,
+    pub out: Option<&'a Path>,
+    pub wave_id: String,
+    pub max_fail: usize,
+}
+
+/// Runs the job's cells, writes the reports (with `out`) and prints the
+/// outcome; the exit code is 1 when a cell did not pass or did not run.
+pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
+    let started = Instant::now();
+    let max_fail = (job.max_fail > 0).then_some(job.max_fail);
+    wave::install_interrupt_handler();
+    let finished = wave::run_cells_until(
+        job.env,
+        job.scenarios,
+        &job.cells,
+        job.jobs,
+        max_fail.map(wave::StopAfter::NotPassing),
+    );
+    let stopped = wave::stop_reason(job.planned, &finished, max_fail);
+    let result = wave::wave_result(
+        &wave::WaveMeta {
+            wave_id: job.wave_id.clone(),
+            seed: job.seed,
+            shard: job.shard,
+            jobs: job.jobs,
+            run: wave::run_config(job.env, job.scenarios),
+        },
+        started,
+        &finished,
+        job.planned,
+        stopped,
+    );
+    if let Some(out) = job.out {
+        write_reports(job.env, out, &result, &finished)?;
+    }
+    print_outcome(&result);
+    Ok(exit_for(result.verdict()).max(i32::from(result.not_run > 0)))
+}
+
+/// The reports, and `cells/t###/` (evidence, timeline, reproduce.sh) for
+/// every cell that did not pass.
+pub(super) fn write_reports(
+    env: &CellEnv,
+    out: &Path,
+    result: &WaveResult,
+    finished: &[wave::Finished],
+) -> Result<(), Exit> {
+    let timelines: report::Timelines = finished
+        .iter()
+        .filter(|f| !f.timeline.is_empty())
+        .map(|f| (f.result.spec.cell_id.clone(), f.timeline.clone()))
+        .collect();
+    clear_old_cells(out)?;
+    report::write_wave_with(out, result, &timelines).map_err(harness_err)?;
+    for f in finished {
+        let Some(ev) = &f.evidence else { continue };
+        let dir = out.join("cells").join(&f.result.spec.cell_id);
+        let write = || -> std::io::Result<()> {
+            ev.write(&dir)?;
+            std::fs::write(dir.join("timeline.txt"), &f.timeline)?;
+            let script = dir.join("reproduce.sh");
+            std::fs::write(&script, wave::reproduce_script(env, &f.result))?;
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
+        };
+        write().map_err(|e| harness_err(format!("failed to write {}: {e}", dir.display())))?;
+    }
+    append_step_summary(result);
+    eprintln!("reports in {}", out.display());
+    Ok(())
+}
+
+/// The wave's counts and every cell that did not pass, with its reproduce
+/// command, on stdout.
+fn print_outcome(result: &WaveResult) {
+    let counts = |v: Verdict| result.cells.iter().filter(|c| c.verdict == v).count();
+    let mut times: Vec<u64> = result.cells.iter().map(|c| c.duration_ms).collect();
+    times.sort_unstable();
+    let median = times.get(times.len() / 2).copied().unwrap_or(0);
+    let mut text = format!(
+        "{}: {} cells, {} pass, {} unknown, {} fail; median cell {median} ms; wall {:.1} s\n",
+        result.wave_id,
+        result.cells.len(),
+        counts(Verdict::Pass),
+        counts(Verdict::Unknown),
+        counts(Verdict::Fail),
+        result.duration_ms as f64 / 1000.0
+    );
+    if let Some(why) = &result.stopped {
+        text.push_str(&format!("NOT COMPLETE: {why}\n"));
+    }
+    for c in result.cells.iter().filter(|c| c.verdict != Verdict::Pass) {
+        text.push_str(&format!(
+            "  {}\n    reproduce: {}\n",
+            report::cell_line(c),
+            c.reproduce
+        ));
+    }
+    emit(&text);
+}

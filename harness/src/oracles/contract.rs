@@ -1,0 +1,325 @@
+//! The `contract` oracle: the outcome is one the recovery contract allows
+//! for what the runner and the provider had recorded (a failed-closed run
+//! had a reason to, a completed or adopted turn was completed at the
+//! provider, every turn start and tool call was written ahead).
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::Value;
+
+use super::{Judgement, storage_fault_applied};
+use crate::contract;
+use crate::evidence::{Evidence, Source};
+use crate::model::OracleResult;
+use crate::runner_client::{RunView, TurnView};
+
+/// The provider's durable turns by id: (final status, authorizing message,
+/// continuation).
+type ProviderTurns = BTreeMap<String, (Option<String>, String, bool)>;
+
+/// The provider's durable turns of the evidence.
+fn provider_turns(e: &Evidence) -> ProviderTurns {
+    e.provider_turns
+        .iter()
+        .map(|t| {
+            (
+                t.turn.clone(),
+                (
+                    Some(t.status.clone()),
+                    t.authorized_by.clone(),
+                    t.continuation,
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Whether an approval was answered `accept` for a command item (`item_id`)
+/// that never completed in the run log: the command may have run.
+fn approved_command_unfinished(e: &Evidence) -> bool {
+    let completed: HashSet<(Option<i64>, &str)> = e
+        .events_of("item.completed")
+        .filter_map(|ev| {
+            let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
+            Some((row, ev.pointer("/data/item/id")?.as_str()?))
+        })
+        .collect();
+    e.events_of("provider_request").any(|ev| {
+        let accepted = ev.pointer("/data/status") == Some(&Value::from("answered"))
+            && ev
+                .pointer("/data/decision")
+                .and_then(Value::as_str)
+                .is_some_and(|d| d.starts_with("accept"));
+        let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
+        let item = ev.pointer("/data/item_id").and_then(Value::as_str);
+        accepted && item.is_some_and(|i| !completed.contains(&(row, i)))
+    })
+}
+
+/// The outcome is allowed by the contract for what both sides had recorded.
+pub fn contract_oracle(e: &Evidence) -> OracleResult {
+    let mut j = Judgement::new("contract").needs(
+        e,
+        &[
+            Source::Task,
+            Source::RunLog,
+            Source::Journal,
+            Source::ProviderStore,
+        ],
+    );
+    let recorded = provider_turns(e);
+    check_clean_run(&mut j, e);
+    let whole = e.gap(Source::RunLog).is_none() && e.gap(Source::Journal).is_none();
+    for (id, starts, records) in unrecorded_turn_starts(e).into_iter().filter(|_| whole) {
+        j.fail(
+            format!("the provider received {starts} turn start(s) for {id} but the run log holds {records} durable intent(s) for it: a turn was sent without its write-ahead record"),
+            ["journal".to_owned(), "events".to_owned()],
+        );
+    }
+    for run in &e.runs() {
+        if check_run_cause(&mut j, e, run) {
+            check_completed_run(&mut j, run, &recorded);
+        }
+    }
+    check_adopted_and_continued(&mut j, e, &recorded);
+    check_tool_write_ahead(&mut j, e);
+    j.done()
+}
+
+/// A clean run (no fault) ends in the state its scenario expects.
+fn check_clean_run(j: &mut Judgement, e: &Evidence) {
+    if let (Some(expected), None) = (&e.expected_state, &e.fault)
+        && e.state() != *expected
+    {
+        j.fail(
+            format!(
+                "a clean run ended {} (cause {:?}), the scenario expects {expected}",
+                e.state(),
+                e.cause_code()
+            ),
+            ["task".to_owned()],
+        );
+    }
+}
+
+/// A failed run's cause is one the evidence justifies: a closed ambiguous
+/// turn start that was really ambiguous, a pending approval or unfinished
+/// approved command, a continuation that was made, a storage fault, or a
+/// fail-closed cause after a fault. False when the run has no turn to judge
+/// further.
+fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
+    let run_id = &run.run_id;
+    let turns = &run.turns;
+    let Some(code) = run.cause.as_ref().map(|c| c.code.as_str()) else {
+        return true;
+    };
+    let at = format!("task.runs.{run_id}");
+    match code {
+        "ambiguous_turn_start" => {
+            let Some(t) = turns.iter().rev().find(|t| t.kind == "primary") else {
+                j.fail(
+                    format!("run {run_id} failed ambiguous_turn_start without a turn"),
+                    [at],
+                );
+                return false;
+            };
+            check_ambiguous_start(j, e, run_id, t, at);
+        }
+        "active_turn_recovery_closed" => {
+            if !approval_pending(e) && !approved_command_unfinished(e) {
+                j.fail(
+                    format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending and no approved command was left unfinished"),
+                    [at],
+                );
+            }
+        }
+        "continuation_exhausted" if !turns.iter().any(|t| t.kind == "continuation") => {
+            j.fail(
+                format!("run {run_id} failed continuation_exhausted without a continuation"),
+                [at],
+            );
+        }
+        "storage_failed" if storage_fault_applied(e) => {}
+        other if e.fault.is_some() && !contract::FAIL_CLOSED.contains(&other) => {
+            j.fail(
+                format!("run {run_id} failed with {other}, which no cut-and-restart justifies"),
+                [at],
+            );
+        }
+        _ => {}
+    }
+    true
+}
+
+/// A run that failed closed `ambiguous_turn_start` on its last primary turn
+/// `t`: the provider recorded a turn for the message (else starting it was
+/// provably safe) and the runner had not persisted its acceptance (else it
+/// should continue).
+fn check_ambiguous_start(j: &mut Judgement, e: &Evidence, run_id: &str, t: &TurnView, at: String) {
+    let recorded_client: HashSet<&str> = e
+        .provider_turns
+        .iter()
+        .filter_map(|t| t.client_id.as_deref())
+        .collect();
+    let accepted_rows: HashSet<i64> = e
+        .events_of("turn.accepted")
+        .filter_map(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64))
+        .collect();
+    let mid = t.message_id.as_str();
+    if !recorded_client.contains(mid) {
+        j.fail(
+            format!("run {run_id} failed closed ambiguous_turn_start but the provider never recorded a turn for {mid}: starting it was provably safe"),
+            [at.clone()],
+        );
+    }
+    if accepted_rows.contains(&t.turn_row) {
+        j.fail(
+            format!("run {run_id} failed ambiguous_turn_start for {mid} although the runner had persisted the acceptance: it should continue"),
+            [at],
+        );
+    }
+}
+
+/// Whether an approval request in the run log was never answered.
+fn approval_pending(e: &Evidence) -> bool {
+    e.events_of("provider_request").any(|ev| {
+        ev.pointer("/data/status") != Some(&Value::from("answered"))
+            && !e.events_of("provider_request").any(|o| {
+                o.pointer("/data/request_id") == ev.pointer("/data/request_id")
+                    && o.pointer("/data/turn_row") == ev.pointer("/data/turn_row")
+                    && o.pointer("/data/status") == Some(&Value::from("answered"))
+            })
+    })
+}
+
+/// A completed run answered every consumed message with a completed
+/// provider turn (its own or its continuation's).
+fn check_completed_run(j: &mut Judgement, run: &RunView, recorded: &ProviderTurns) {
+    if run.status != "completed" {
+        return;
+    }
+    let run_id = &run.run_id;
+    for t in run.turns.iter().filter(|t| t.kind == "primary") {
+        let mid = t.message_id.as_str();
+        let done = recorded
+            .values()
+            .any(|(status, by, _)| by == mid && status.as_deref() == Some("completed"));
+        if !done {
+            j.fail(
+                format!("run {run_id} completed but the provider never completed a turn for {mid}"),
+                [format!("task.runs.{run_id}")],
+            );
+        }
+    }
+}
+
+/// Whether the provider recorded turn `id` as completed.
+fn completed_at_provider(recorded: &ProviderTurns, id: &str) -> bool {
+    recorded
+        .get(id)
+        .is_some_and(|(s, _, _)| s.as_deref() == Some("completed"))
+}
+
+/// The runner adopts only a turn the provider completed, and continues only
+/// one it did not complete (where the profile's provider proves completion).
+fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &ProviderTurns) {
+    for ev in &e.events {
+        let seq = ev["seq"].as_i64().unwrap_or(0);
+        if ev["kind"] == "turn.finished" && ev.pointer("/data/adopted") == Some(&Value::Bool(true))
+        {
+            // Adoption is only right for a turn the provider completed: the
+            // row's latest acceptance before it (a message the provider never
+            // recorded is sent again and accepted anew).
+            let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
+            let turn = e
+                .events_of("turn.accepted")
+                .filter(|a| a["seq"].as_i64().unwrap_or(0) < seq)
+                .filter(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
+                .last()
+                .and_then(|a| a.pointer("/data/provider_turn_id").and_then(Value::as_str));
+            if !turn.is_some_and(|t| completed_at_provider(recorded, t)) {
+                j.fail(
+                    format!("the runner adopted turn {turn:?} as completed, but the provider did not complete it (events#{seq})"),
+                    [format!("events#{seq}")],
+                );
+            }
+        }
+        if ev["kind"] == "turn.failed"
+            && ev.pointer("/data/cause/code") == Some(&Value::from("provider_turn_lost_on_restore"))
+            && let Some(t) = ev.pointer("/data/provider_turn_id").and_then(Value::as_str)
+            && completed_at_provider(recorded, t)
+            && e.profile().is_none_or(contract::proves_completion)
+        {
+            j.fail(
+                format!("turn {t} was continued although the provider had completed it: it should be adopted (events#{seq})"),
+                [format!("events#{seq}")],
+            );
+        }
+    }
+}
+
+/// Write-ahead for tools the runner executes (ACP client tools, native
+/// tools): a call's outcome, or its uncertainty, is durable before the
+/// runner moves on to another call or asks the model again.
+fn check_tool_write_ahead(j: &mut Judgement, e: &Evidence) {
+    let mut open: Option<(String, i64)> = None;
+    for ev in &e.events {
+        let seq = ev["seq"].as_i64().unwrap_or(0);
+        let key = ev
+            .pointer("/data/key")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match ev["kind"].as_str().unwrap_or_default() {
+            "tool.executing" | "model.output" => {
+                if let Some((k, at)) = open.take() {
+                    j.fail(
+                        format!("the runner went on (events#{seq}) before persisting the outcome of tool call {k} (executing since events#{at})"),
+                        [format!("events#{at}"), format!("events#{seq}")],
+                    );
+                }
+                if ev["kind"] == "tool.executing" {
+                    open = Some((key.to_owned(), seq));
+                }
+            }
+            "tool.outcome" if open.as_ref().is_some_and(|(k, _)| k == key) => open = None,
+            // A settled run goes on no further: a Retry's run starts afresh.
+            "tool_outcome_uncertain" | "run.settled" => open = None,
+            _ => {}
+        }
+    }
+}
+
+/// The write-ahead rule, from both sides: every turn start the provider
+/// received (its journal) was preceded by a durable record in the runner's
+/// run log that allows it — a `turn.intent`, or a `turn.absent_at_provider`
+/// when an accepted turn the provider never recorded is sent again. More
+/// starts than records for a message means a turn was sent without a
+/// durable intent (e.g. after the intent's write failed).
+fn unrecorded_turn_starts(e: &Evidence) -> Vec<(String, usize, usize)> {
+    let mut starts: BTreeMap<String, usize> = BTreeMap::new();
+    for s in e.turn_starts() {
+        if let Some(id) = s.client_id {
+            *starts.entry(id).or_default() += 1;
+        }
+    }
+    let mut records: BTreeMap<String, usize> = BTreeMap::new();
+    for ev in e.events_of("turn.intent") {
+        if let Some(id) = ev.pointer("/data/client_id").and_then(Value::as_str) {
+            *records
+                .entry(crate::evidence::controller_id(id))
+                .or_default() += 1;
+        }
+    }
+    for ev in e.events_of("turn.absent_at_provider") {
+        if let Some(id) = ev.pointer("/data/message_id").and_then(Value::as_str) {
+            *records.entry(id.to_owned()).or_default() += 1;
+        }
+    }
+    starts
+        .into_iter()
+        .filter_map(|(id, n)| {
+            let r = records.get(&id).copied().unwrap_or(0);
+            (n > r).then_some((id, n, r))
+        })
+        .collect()
+}

@@ -1,0 +1,147 @@
+//! `retry.works`: a Retry is admitted with a run that completes in a fresh
+//! conversation after a proven stop, or refused with a listed reason.
+
+use super::no_replay::CONTINUATION_SUFFIX;
+use super::{Judgement, storage_fault_applied};
+use crate::contract;
+use crate::evidence::{Evidence, Exchange, Source};
+use crate::model::OracleResult;
+use crate::runner_client::RunView;
+
+/// A failed-closed task's Retry is admitted with a run (or refused with a
+/// listed reason), and that run completes in a fresh conversation.
+pub fn retry_works(e: &Evidence) -> OracleResult {
+    let mut j =
+        Judgement::new("retry.works").needs(e, &[Source::Task, Source::RunLog, Source::Processes]);
+    let runs = e.runs();
+    for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
+        match x.status {
+            201 => check_admitted(&mut j, e, &runs, x),
+            409 => {
+                let reason = x.body["block_reason"].as_str();
+                if !reason.is_some_and(|r| contract::RETRY_BLOCKS.contains(&r)) {
+                    j.fail(
+                        format!("Retry refused without a listed block reason: {}", x.body),
+                        [format!("exchange:{}", x.message_id)],
+                    );
+                }
+            }
+            // No answer before the deadline (the runner was cut mid-request,
+            // or the harness gave up): the harness cannot tell.
+            0 => {
+                j.unknown = Some(format!("Retry {} got no answer: {}", x.message_id, x.body));
+            }
+            other => j.fail(
+                format!("Retry answered {other}: {}", x.body),
+                [format!("exchange:{}", x.message_id)],
+            ),
+        }
+    }
+    j.done()
+}
+
+/// An admitted Retry (201): its run is among the task's runs, completes (or
+/// fails only as any run may after a later cut) in a fresh conversation, and
+/// was admitted after a recorded stop proof with no earlier provider alive.
+fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchange) {
+    let Some(run_id) = x.body["run_id"].as_str() else {
+        j.fail(
+            format!("Retry {} answered 201 without a run", x.message_id),
+            [format!("exchange:{}", x.message_id)],
+        );
+        return;
+    };
+    let Some(pos) = runs.iter().position(|r| r.run_id == run_id) else {
+        j.fail(
+            format!("Retry run {run_id} is not among the task's runs"),
+            ["task".to_owned()],
+        );
+        return;
+    };
+    let run = &runs[pos];
+    let faulted = faulted_after_retry(e, &x.message_id);
+    let closed_with_cause = run.cause.as_ref().is_some_and(|c| {
+        c.recoverable
+            || contract::FAIL_CLOSED.contains(&c.code.as_str())
+            || (c.code == "storage_failed" && storage_fault_applied(e))
+    });
+    // A Retry run that a later event cut may itself fail, but
+    // only the way the contract lets any run fail after a cut.
+    if run.status != "completed" && !(faulted && closed_with_cause) {
+        j.fail(
+            format!(
+                "Retry run {run_id} ended {} ({:?})",
+                run.status,
+                run.cause.as_ref().map(|c| &c.code)
+            ),
+            [format!("task.runs.{run_id}")],
+        );
+    }
+    let conv = &run.conversation_id;
+    // A Retry run that a later event cut before it opened a
+    // conversation has none; a reused one is wrong either way.
+    let missing = conv.is_none() && !(faulted && run.status != "completed");
+    let reused = conv.is_some() && runs[..pos].iter().any(|r| &r.conversation_id == conv);
+    if missing || reused {
+        j.fail(
+            format!("Retry run {run_id} did not open a fresh conversation ({conv:?})"),
+            [format!("task.runs.{run_id}")],
+        );
+    }
+    if !e.events_of("stopped_conversation_verified").any(|_| true) {
+        j.fail(
+            "Retry was admitted without a recorded stop proof (stopped_conversation_verified)"
+                .to_owned(),
+            ["events".to_owned()],
+        );
+    }
+    if let Some(problem) = retry_conversation_reused(e, &x.message_id) {
+        j.fail(problem, [format!("exchange:{}", x.message_id)]);
+    }
+    for p in &e.alive_at_retry {
+        j.fail(
+                format!("Retry was admitted while the earlier provider {p} was still running (process table)"),
+                ["processes".to_owned()],
+            );
+    }
+}
+
+/// The provider's side of "a Retry opens a fresh conversation": the Retry's
+/// first recorded turn is the first turn of its conversation (a fake's store
+/// keeps a conversation's turns in the order it recorded them).
+fn retry_conversation_reused(e: &Evidence, retry: &str) -> Option<String> {
+    let turns = &e.provider_turns;
+    let first = turns
+        .iter()
+        .position(|t| t.client_id.as_deref() == Some(retry))?;
+    let thread = &turns[first].thread;
+    // The Retry's own earlier turns (one lost and sent again, or continued,
+    // after a later event cut the Retry run) are no reuse.
+    let own = |t: &crate::evidence::ProviderTurn| {
+        t.authorized_by == retry || t.authorized_by == format!("{retry}{CONTINUATION_SUFFIX}")
+    };
+    let old = turns[..first]
+        .iter()
+        .find(|t| &t.thread == thread && !own(t))?;
+    Some(format!(
+        "Retry {retry} ran in conversation {thread}, which already held turn {} of {} (provider store)",
+        old.turn, old.authorized_by
+    ))
+}
+
+/// Whether a cut or event of the schedule was reached after the Retry
+/// `message_id` was sent: its run may then have been cut itself.
+fn faulted_after_retry(e: &Evidence, message_id: &str) -> bool {
+    let Some(sent) = e
+        .ops
+        .iter()
+        .filter(|o| o.kind == "retry" && o.message_id == message_id)
+        .map(|o| o.at_ms)
+        .min()
+    else {
+        return false;
+    };
+    e.actions
+        .iter()
+        .any(|a| matches!(a.what.as_str(), "cut.reached" | "event.reached") && a.at_ms >= sent)
+}
