@@ -268,7 +268,7 @@ impl Rig {
                 .push(format!("{id}: {n} recorded turns"));
         }
         let ledger =
-            fake_provider::ledger::read(&self.dir.join("ledger.jsonl")).unwrap_or_default();
+            wire::ledger::read(&self.dir.join("ledger.jsonl")).unwrap_or_default();
         let mut effects: BTreeMap<(String, String), usize> = BTreeMap::new();
         for l in &ledger {
             *effects.entry((l.key.clone(), l.by.clone())).or_default() += 1;

@@ -165,8 +165,8 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
             .and_then(Value::as_str)
             .unwrap_or("absent")
             .to_owned();
-        let effects = fake_provider::ledger::read(&fake.ledger())?.len();
-        let journal = fake_provider::journal::read(&fake.journal())?;
+        let effects = wire::ledger::read(&fake.ledger())?.len();
+        let journal = wire::journal::read(&fake.journal())?;
         let journal_recorded = journal
             .iter()
             .any(|e| e.fact.as_deref() == Some("turn.recorded"));
@@ -194,7 +194,7 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
 /// journal says, has ended: they outlive the fake.
 fn wait_for_commands(journal: &Path) -> anyhow::Result<()> {
     let deadline = Instant::now() + std::time::Duration::from_secs(30);
-    for e in fake_provider::journal::read(journal)? {
+    for e in wire::journal::read(journal)? {
         if e.fact.as_deref() != Some("effect.spawned") {
             continue;
         }
@@ -236,7 +236,7 @@ pub fn run(exe: &Path, keep: bool) -> anyhow::Result<bool> {
         transcript.len(),
         outcome.approvals,
         outcome.status,
-        fake_provider::ledger::read(&fake.ledger())?.len(),
+        wire::ledger::read(&fake.ledger())?.len(),
         started.elapsed().as_secs_f64() * 1e3
     );
 

@@ -11,8 +11,8 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use fake_provider::journal::{Entry, EntryKind};
-use fake_provider::ledger::LedgerEntry;
+use wire::journal::{Entry, EntryKind};
+use wire::ledger::LedgerEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

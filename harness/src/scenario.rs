@@ -121,7 +121,7 @@ pub struct Scenario {
     /// One line for people.
     pub title: String,
     /// The fake model's script.
-    pub script: fake_provider::script::Script,
+    pub script: wire::script::Script,
     /// Controller steps.
     pub steps: Vec<Step>,
     /// Cut points.
@@ -187,7 +187,7 @@ struct RawScenario {
     profiles: Spanned<Vec<Spanned<String>>>,
     title: String,
     #[serde(default)]
-    script: Option<Spanned<fake_provider::script::Script>>,
+    script: Option<Spanned<wire::script::Script>>,
     steps: Spanned<Vec<Spanned<RawStep>>>,
     #[serde(default)]
     chaos: Option<RawChaos>,
@@ -279,7 +279,7 @@ struct Ctx<'a> {
 
 impl Ctx<'_> {
     fn err(&self, span: std::ops::Range<usize>, message: impl Into<String>) -> ScenarioError {
-        let (line, col) = fake_provider::script::line_col(self.text, span.start);
+        let (line, col) = wire::script::line_col(self.text, span.start);
         ScenarioError {
             path: self.path.to_owned(),
             line,
@@ -324,7 +324,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
     let script = raw
         .script
         .map(Spanned::into_inner)
-        .unwrap_or_else(fake_provider::script::Script::builtin);
+        .unwrap_or_else(wire::script::Script::builtin);
     if let Err(m) = script.validate() {
         return Err(ctx.err(0..0, format!("script: {m}")));
     }
@@ -581,7 +581,7 @@ fn parse_cut_selection(
         let at = ctx.text[span.clone()]
             .find(&format!("\"{n}\""))
             .map_or(span.start, |i| span.start + i);
-        cut_places.insert(n.clone(), fake_provider::script::line_col(ctx.text, at));
+        cut_places.insert(n.clone(), wire::script::line_col(ctx.text, at));
     }
     if names.is_empty() {
         return Err(ctx.err(

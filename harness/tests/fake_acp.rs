@@ -332,7 +332,7 @@ fn dirs() -> Dirs {
 }
 
 fn ledger(d: &Dirs) -> Vec<(String, String, Option<String>)> {
-    fake_provider::ledger::read(&d.state.join("ledger.jsonl"))
+    wire::ledger::read(&d.state.join("ledger.jsonl"))
         .unwrap()
         .into_iter()
         .map(|e| (e.key, e.by, e.turn))
@@ -340,7 +340,7 @@ fn ledger(d: &Dirs) -> Vec<(String, String, Option<String>)> {
 }
 
 fn facts(d: &Dirs, name: &str) -> Vec<Value> {
-    fake_provider::journal::read(&d.state.join("journal.jsonl"))
+    wire::journal::read(&d.state.join("journal.jsonl"))
         .unwrap()
         .into_iter()
         .filter(|e| e.fact.as_deref() == Some(name))

@@ -23,7 +23,7 @@ fn cwd(dir: &Path) -> String {
     dir.display().to_string()
 }
 
-fn facts<'a>(journal: &'a [fake_provider::journal::Entry], name: &str) -> Vec<&'a Value> {
+fn facts<'a>(journal: &'a [wire::journal::Entry], name: &str) -> Vec<&'a Value> {
     journal
         .iter()
         .filter(|e| e.fact.as_deref() == Some(name))
@@ -157,7 +157,7 @@ fn full_turn_with_approval_conforms_to_the_schema_both_ways() {
     assert_conformant(&client);
     client.close().unwrap();
 
-    let ledger = fake_provider::ledger::read(&fake.ledger()).unwrap();
+    let ledger = wire::ledger::read(&fake.ledger()).unwrap();
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].key, "write-hello");
     assert_eq!(ledger[0].by, "m-1");
@@ -207,10 +207,10 @@ fn a_replayed_client_message_id_is_visible_in_the_journal_and_ledger() {
         assert_eq!(o.status, "completed");
     }
     client.close().unwrap();
-    let journal = fake_provider::journal::read(&fake.journal()).unwrap();
+    let journal = wire::journal::read(&fake.journal()).unwrap();
     let starts = journal
         .iter()
-        .filter(|e| e.kind == fake_provider::journal::EntryKind::In)
+        .filter(|e| e.kind == wire::journal::EntryKind::In)
         .filter(|e| e.data["method"] == "turn/start")
         .filter(|e| e.data.pointer("/params/clientUserMessageId") == Some(&json!("m-dup")))
         .count();
@@ -219,7 +219,7 @@ fn a_replayed_client_message_id_is_visible_in_the_journal_and_ledger() {
     assert_eq!(recorded.len(), 2);
     assert!(recorded.iter().all(|r| r["client_id"] == "m-dup"));
     // The naive model re-ran the effect: the ledger shows the replay.
-    let ledger = fake_provider::ledger::read(&fake.ledger()).unwrap();
+    let ledger = wire::ledger::read(&fake.ledger()).unwrap();
     assert_eq!(
         ledger
             .iter()
@@ -237,8 +237,8 @@ fn continue_after_effect(
     text: &str,
 ) -> (
     harness::codex_client::TurnOutcome,
-    Vec<fake_provider::ledger::LedgerEntry>,
-    Vec<fake_provider::journal::Entry>,
+    Vec<wire::ledger::LedgerEntry>,
+    Vec<wire::journal::Entry>,
 ) {
     let fake = fake(dir);
     let mut client = fake
@@ -267,8 +267,8 @@ fn continue_after_effect(
     assert_eq!(o.status, "completed");
     assert_conformant(&client);
     client.close().unwrap();
-    let ledger = fake_provider::ledger::read(&fake.ledger()).unwrap();
-    let journal = fake_provider::journal::read(&fake.journal()).unwrap();
+    let ledger = wire::ledger::read(&fake.ledger()).unwrap();
+    let journal = wire::journal::read(&fake.journal()).unwrap();
     let recorded = facts(&journal, "turn.recorded");
     assert_eq!(recorded.len(), 2);
     assert_eq!(recorded[1]["continuation"], true);
@@ -364,7 +364,7 @@ fn decline_goes_on_and_cancel_interrupts() {
     assert_conformant(&client);
     client.close().unwrap();
     assert!(
-        fake_provider::ledger::read(&fake.ledger())
+        wire::ledger::read(&fake.ledger())
             .unwrap()
             .is_empty()
     );
@@ -556,7 +556,7 @@ fn a_hang_point_stops_answering_but_keeps_the_process() {
     let status = client.kill().unwrap();
     use std::os::unix::process::ExitStatusExt as _;
     assert_eq!(status.signal(), Some(9));
-    let journal = fake_provider::journal::read(&fake.journal()).unwrap();
+    let journal = wire::journal::read(&fake.journal()).unwrap();
     assert_eq!(facts(&journal, "fault.hang").len(), 1);
 }
 
@@ -578,7 +578,7 @@ fn concurrent_effect_writers_never_tear_or_lose_lines() {
     for mut w in writers {
         assert!(w.wait().unwrap().success());
     }
-    let entries = fake_provider::ledger::read(&ledger).expect("every line parses");
+    let entries = wire::ledger::read(&ledger).expect("every line parses");
     assert_eq!(entries.len(), 8000);
     for i in 0..8 {
         let key = format!("k{i}");
@@ -610,7 +610,7 @@ fn the_effect_reports_a_credential_in_its_environment() {
     run(&[]);
     run(&[("SOME_VAR", "turncut-canary-1234")]);
     run(&[("OPENAI_API_KEY", "sk-anything")]);
-    let saw: Vec<bool> = fake_provider::ledger::read(&ledger)
+    let saw: Vec<bool> = wire::ledger::read(&ledger)
         .unwrap()
         .iter()
         .map(|e| e.saw_secret)
@@ -631,7 +631,7 @@ fn the_fake_never_hands_its_credential_to_a_tool() {
         .run_turn(&thread, "go", Some("m-1"), |_| "accept")
         .unwrap();
     client.close().unwrap();
-    let ledger = fake_provider::ledger::read(&fake.ledger()).unwrap();
+    let ledger = wire::ledger::read(&fake.ledger()).unwrap();
     assert_eq!(ledger.len(), 1);
     assert!(!ledger[0].saw_secret);
 }
@@ -670,7 +670,7 @@ final = "ok"
     assert_eq!(o.agent_messages, ["follow-up", "ok"]);
     assert_conformant(&client);
     client.close().unwrap();
-    let keys: Vec<String> = fake_provider::ledger::read(&fake.ledger())
+    let keys: Vec<String> = wire::ledger::read(&fake.ledger())
         .unwrap()
         .into_iter()
         .map(|e| e.key)

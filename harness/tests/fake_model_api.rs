@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use fake_provider::journal::EntryKind;
+use wire::journal::EntryKind;
 use harness::supervisor::GroupChild;
 use serde_json::{Value, json};
 
@@ -110,8 +110,8 @@ impl Fake {
         parse_sse(&text)
     }
 
-    fn journal(&self) -> Vec<fake_provider::journal::Entry> {
-        fake_provider::journal::read(&self.state.join("journal.jsonl")).unwrap()
+    fn journal(&self) -> Vec<wire::journal::Entry> {
+        wire::journal::read(&self.state.join("journal.jsonl")).unwrap()
     }
 
     fn facts(&self, name: &str) -> usize {
@@ -121,8 +121,8 @@ impl Fake {
             .count()
     }
 
-    fn ledger(&self) -> Vec<fake_provider::ledger::LedgerEntry> {
-        fake_provider::ledger::read(&self.state.join("ledger.jsonl")).unwrap()
+    fn ledger(&self) -> Vec<wire::ledger::LedgerEntry> {
+        wire::ledger::read(&self.state.join("ledger.jsonl")).unwrap()
     }
 }
 

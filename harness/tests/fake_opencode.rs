@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fake_provider::journal::{Entry, EntryKind};
+use wire::journal::{Entry, EntryKind};
 use harness::supervisor::GroupChild;
 use serde_json::{Value, json};
 
@@ -116,7 +116,7 @@ impl Fake {
     }
 
     fn journal(&self) -> Vec<Entry> {
-        fake_provider::journal::read(&self.state.join("journal.jsonl")).expect("journal reads")
+        wire::journal::read(&self.state.join("journal.jsonl")).expect("journal reads")
     }
 }
 
@@ -245,8 +245,8 @@ fn prompt(fake: &Fake, session: &str, message_id: &str, text: &str) -> (u16, Val
     )
 }
 
-fn ledger(state: &Path) -> Vec<fake_provider::ledger::LedgerEntry> {
-    fake_provider::ledger::read(&state.join("ledger.jsonl")).expect("ledger reads")
+fn ledger(state: &Path) -> Vec<wire::ledger::LedgerEntry> {
+    wire::ledger::read(&state.join("ledger.jsonl")).expect("ledger reads")
 }
 
 fn turn_status(state: &Path, turn: &str) -> String {

@@ -100,10 +100,10 @@ impl Rig {
     }
 
     fn journal_facts(&self, fact: &str) -> Vec<Value> {
-        fake_provider::journal::read(&self.path("journal.jsonl"))
+        wire::journal::read(&self.path("journal.jsonl"))
             .unwrap()
             .into_iter()
-            .filter(|e| e.kind == fake_provider::journal::EntryKind::Fact)
+            .filter(|e| e.kind == wire::journal::EntryKind::Fact)
             .map(|e| serde_json::to_value(&e).unwrap())
             .filter(|e| e["fact"] == fact)
             .collect()

@@ -173,12 +173,12 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
     );
 
     // Everything the driver sent, as the fake journaled it, is what the spec accepts.
-    let journal = fake_provider::journal::read(&state.join("journal.jsonl")).expect("journal");
+    let journal = wire::journal::read(&state.join("journal.jsonl")).expect("journal");
     let spec = conformance::opencode();
     let mut requests = 0;
     for entry in journal
         .iter()
-        .filter(|e| e.kind == fake_provider::journal::EntryKind::In)
+        .filter(|e| e.kind == wire::journal::EntryKind::In)
     {
         let d = &entry.data;
         let body = (!d["body"].is_null()).then_some(&d["body"]);

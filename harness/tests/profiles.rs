@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fake_provider::ledger::LedgerEntry;
+use wire::ledger::LedgerEntry;
 use harness::evidence::Evidence;
 use harness::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
 use serde_json::{Value, json};
@@ -114,7 +114,7 @@ impl Rig {
     /// The journal and store as evidence, for protocol-neutral reading.
     fn evidence(&self) -> Evidence {
         Evidence {
-            journal: fake_provider::journal::read(&self.path("journal.jsonl")).unwrap(),
+            journal: wire::journal::read(&self.path("journal.jsonl")).unwrap(),
             provider_turns: {
                 let (turns, problems) =
                     harness::evidence::read_provider_turns(&self.path("state/providers"));
@@ -143,7 +143,7 @@ impl Rig {
     }
 
     fn ledger(&self) -> Vec<LedgerEntry> {
-        fake_provider::ledger::read(&self.path("ledger.jsonl")).unwrap_or_default()
+        wire::ledger::read(&self.path("ledger.jsonl")).unwrap_or_default()
     }
 
     fn assert_effects_once(&self) {
@@ -314,11 +314,11 @@ fn acp_tools_run_by_the_runner_never_see_the_credential() {
 
 /// Requests the fake model API received (`POST /v1/responses` bodies).
 fn model_requests(rig: &Rig) -> Vec<Value> {
-    fake_provider::journal::read(&rig.path("journal.jsonl"))
+    wire::journal::read(&rig.path("journal.jsonl"))
         .unwrap()
         .into_iter()
         .filter(|e| {
-            e.kind == fake_provider::journal::EntryKind::In && e.data["path"] == "/v1/responses"
+            e.kind == wire::journal::EntryKind::In && e.data["path"] == "/v1/responses"
         })
         .map(|e| e.data["body"].clone())
         .collect()
@@ -467,16 +467,16 @@ fn native_restart_during_an_active_turn_consumes_the_follow_up_once() {
 #[test]
 fn every_acp_message_between_runnerd_and_the_agent_conforms_both_ways() {
     let (rig, _client, _task) = restart_with_a_follow_up_queued("runner-acpx-claude");
-    let journal = fake_provider::journal::read(&rig.path("journal.jsonl")).unwrap();
+    let journal = wire::journal::read(&rig.path("journal.jsonl")).unwrap();
     // One checker per provider process: request ids restart with each.
     let mut sessions: std::collections::BTreeMap<String, conformance::AcpSession> =
         std::collections::BTreeMap::new();
     let mut checked = 0;
     for e in &journal {
         let direction = match e.kind {
-            fake_provider::journal::EntryKind::In => conformance::Direction::ClientToServer,
-            fake_provider::journal::EntryKind::Out => conformance::Direction::ServerToClient,
-            fake_provider::journal::EntryKind::Fact => continue,
+            wire::journal::EntryKind::In => conformance::Direction::ClientToServer,
+            wire::journal::EntryKind::Out => conformance::Direction::ServerToClient,
+            wire::journal::EntryKind::Fact => continue,
         };
         let session = sessions.entry(e.generation.clone()).or_default();
         if let Err(v) = session.check(direction, &e.data) {
@@ -494,12 +494,12 @@ fn every_acp_message_between_runnerd_and_the_agent_conforms_both_ways() {
 fn every_opencode_exchange_between_runnerd_and_the_server_conforms() {
     let (rig, _client, _task) = restart_with_a_follow_up_queued("runner-opencode");
     let spec = conformance::opencode();
-    let journal = fake_provider::journal::read(&rig.path("journal.jsonl")).unwrap();
+    let journal = wire::journal::read(&rig.path("journal.jsonl")).unwrap();
     let mut checked = 0;
     for e in &journal {
         let d = &e.data;
         let result = match e.kind {
-            fake_provider::journal::EntryKind::In => {
+            wire::journal::EntryKind::In => {
                 let body = (!d["body"].is_null()).then_some(&d["body"]);
                 spec.check_request(
                     d["method"].as_str().unwrap_or_default(),
@@ -507,10 +507,10 @@ fn every_opencode_exchange_between_runnerd_and_the_server_conforms() {
                     body,
                 )
             }
-            fake_provider::journal::EntryKind::Out if d.get("event").is_some() => {
+            wire::journal::EntryKind::Out if d.get("event").is_some() => {
                 spec.check_event(&d["event"])
             }
-            fake_provider::journal::EntryKind::Out => {
+            wire::journal::EntryKind::Out => {
                 let (method, path) = (
                     d["method"].as_str().unwrap_or_default(),
                     d["path"].as_str().unwrap_or_default(),
@@ -522,7 +522,7 @@ fn every_opencode_exchange_between_runnerd_and_the_server_conforms() {
                 let status = d["status"].as_u64().unwrap_or_default() as u16;
                 spec.check_response(method, path, status, body)
             }
-            fake_provider::journal::EntryKind::Fact => continue,
+            wire::journal::EntryKind::Fact => continue,
         };
         if let Err(v) = result {
             panic!("not OpenCode: {v}\nentry: {d}");

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fake_provider::journal::EntryKind;
+use wire::journal::EntryKind;
 use harness::codex_client::{CodexClient, Dir};
 use harness::demo::FakeCodex;
 use harness::runner_client::{RunnerCommand, RunnerProcess};
@@ -257,7 +257,7 @@ fn the_real_codex_app_server_completes_a_task_through_the_runner() {
     );
 
     // The effect ran exactly once, under the fake model's id for the message.
-    let ledger = fake_provider::ledger::read(&dir.path().join("ledger.jsonl")).unwrap();
+    let ledger = wire::ledger::read(&dir.path().join("ledger.jsonl")).unwrap();
     assert_eq!(ledger.len(), 1, "{ledger:?}");
     assert_eq!(ledger[0].key, "write-hello");
     assert!(
@@ -267,7 +267,7 @@ fn the_real_codex_app_server_completes_a_task_through_the_runner() {
 
     // Every model request and every event Codex was sent is in the journal: a
     // request that played the tool and one that answered after its output.
-    let journal = fake_provider::journal::read(&dir.path().join("journal.jsonl")).unwrap();
+    let journal = wire::journal::read(&dir.path().join("journal.jsonl")).unwrap();
     let requests: Vec<&Value> = journal
         .iter()
         .filter(|e| e.kind == EntryKind::In)
@@ -947,7 +947,7 @@ fn crash_at(provider: &Provider, moment: Moment, cwd: &str, ledger: &Path) -> Af
         error_null: turn.is_none_or(|t| t["error"].is_null()),
         found_by_client_id,
         new_turn,
-        effects: fake_provider::ledger::read(ledger).unwrap().len(),
+        effects: wire::ledger::read(ledger).unwrap().len(),
         outlived,
         idle_after_resume,
         read_before_first_turn,
@@ -1030,7 +1030,7 @@ fn runner_at_a_real_crash(
 ) -> (
     Value,
     Vec<Value>,
-    Vec<fake_provider::ledger::LedgerEntry>,
+    Vec<wire::ledger::LedgerEntry>,
     Vec<Value>,
 ) {
     let dir = tempfile::tempdir().unwrap();
@@ -1096,7 +1096,7 @@ fn runner_at_a_real_crash(
     wait_until("every command to end", WAIT, || {
         effect_pids(&ledger).is_empty()
     });
-    let journal = fake_provider::journal::read(&dir.path().join("journal.jsonl")).unwrap();
+    let journal = wire::journal::read(&dir.path().join("journal.jsonl")).unwrap();
     let requests = journal
         .into_iter()
         .filter(|e| e.kind == EntryKind::In)
@@ -1110,7 +1110,7 @@ fn runner_at_a_real_crash(
     (
         task,
         events,
-        fake_provider::ledger::read(&ledger).unwrap(),
+        wire::ledger::read(&ledger).unwrap(),
         requests,
     )
 }

@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fake_provider::journal::{Entry, EntryKind};
-use fake_provider::ledger::LedgerEntry;
+use wire::journal::{Entry, EntryKind};
+use wire::ledger::LedgerEntry;
 use harness::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
 use serde_json::{Value, json};
 
@@ -132,11 +132,11 @@ impl Rig {
     }
 
     fn journal(&self) -> Vec<Entry> {
-        fake_provider::journal::read(&self.path("journal.jsonl")).unwrap()
+        wire::journal::read(&self.path("journal.jsonl")).unwrap()
     }
 
     fn ledger(&self) -> Vec<LedgerEntry> {
-        fake_provider::ledger::read(&self.path("ledger.jsonl")).unwrap()
+        wire::ledger::read(&self.path("ledger.jsonl")).unwrap()
     }
 
     /// `turn/start` requests the provider received, by client message id.

@@ -397,6 +397,6 @@ fn the_rules_find_what_they_look_for() {
     assert_eq!(fns, [("short", 1, 1), ("Foo::m", 10, 3)]);
     assert_eq!(s.test_lines, 7);
     assert!(s.crate_paths.contains(&("runner".into(), 11)));
-    let u = shape("y.rs", "use fake_provider::journal::read;\n");
+    let u = shape("y.rs", "use wire::journal::read;\n");
     assert!(u.crate_paths.contains(&("fake_provider".into(), 1)));
 }

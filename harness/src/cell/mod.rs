@@ -271,7 +271,7 @@ pub fn run_cell_traced(
     let canary = format!("turncut-canary-{:016x}", spec.seed);
     let shared = Arc::new(Shared::new(scenario, events, started, trace));
     let mut ev = Evidence {
-        started_ms: fake_provider::journal::now_ms(),
+        started_ms: wire::journal::now_ms(),
         spec: Some(spec.clone()),
         fault: spec.fault,
         canary: canary.clone(),

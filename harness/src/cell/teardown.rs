@@ -33,7 +33,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
     // The journal as it is now names the commands to look for; the evidence
     // itself is read below, once every process of the cell is dead.
-    let early = fake_provider::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
+    let early = wire::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
     if let Err(e) = std::fs::read_to_string("/proc/self/stat") {
         ev.unreadable(Source::Processes, format!("/proc/self/stat: {e}"));
     }
@@ -55,7 +55,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
 fn kill_survivors(
     layout: &Layout,
     shared: &Shared,
-    early: &[fake_provider::journal::Entry],
+    early: &[wire::journal::Entry],
     ev: &mut Evidence,
 ) {
     // Every process the cell knew of must be gone now that the runner is.
@@ -160,11 +160,11 @@ fn read_runner(shared: &Shared, ev: &mut Evidence) {
 /// The provider's journal, the effect ledger and every fake's store under
 /// the cell directory `dir`, each read whole or recorded as unreadable.
 pub fn read_provider_evidence(dir: &Path, ev: &mut Evidence) {
-    match fake_provider::journal::read(&dir.join("journal.jsonl")) {
+    match wire::journal::read(&dir.join("journal.jsonl")) {
         Ok(j) => ev.journal = j,
         Err(e) => ev.unreadable(Source::Journal, e.to_string()),
     }
-    match fake_provider::ledger::read(&dir.join("ledger.jsonl")) {
+    match wire::ledger::read(&dir.join("ledger.jsonl")) {
         Ok(l) => ev.ledger = l,
         Err(e) => ev.unreadable(Source::Ledger, e.to_string()),
     }

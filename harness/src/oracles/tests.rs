@@ -3,8 +3,8 @@
 use super::*;
 use crate::evidence::{Exchange, ProviderTurn};
 use crate::model::{CellSpec, Cut, Fault};
-use fake_provider::journal::{Entry, EntryKind};
-use fake_provider::ledger::LedgerEntry;
+use wire::journal::{Entry, EntryKind};
+use wire::ledger::LedgerEntry;
 use serde_json::{Value, json};
 
 fn entry(kind: EntryKind, fact: Option<&str>, data: Value) -> Entry {
