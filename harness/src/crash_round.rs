@@ -267,8 +267,7 @@ impl Rig {
                 .duplicated_turns
                 .push(format!("{id}: {n} recorded turns"));
         }
-        let ledger =
-            wire::ledger::read(&self.dir.join("ledger.jsonl")).unwrap_or_default();
+        let ledger = wire::ledger::read(&self.dir.join("ledger.jsonl")).unwrap_or_default();
         let mut effects: BTreeMap<(String, String), usize> = BTreeMap::new();
         for l in &ledger {
             *effects.entry((l.key.clone(), l.by.clone())).or_default() += 1;

@@ -11,10 +11,10 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use wire::journal::{Entry, EntryKind};
-use wire::ledger::LedgerEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use wire::journal::{Entry, EntryKind};
+use wire::ledger::LedgerEntry;
 
 use crate::model::{CellSpec, Fault};
 use crate::runner_client::{RunView, TaskView, event_views, task_view};

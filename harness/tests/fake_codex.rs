@@ -363,11 +363,7 @@ fn decline_goes_on_and_cancel_interrupts() {
     assert_eq!(turns[1]["status"], "interrupted");
     assert_conformant(&client);
     client.close().unwrap();
-    assert!(
-        wire::ledger::read(&fake.ledger())
-            .unwrap()
-            .is_empty()
-    );
+    assert!(wire::ledger::read(&fake.ledger()).unwrap().is_empty());
 }
 
 #[test]

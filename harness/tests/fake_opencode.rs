@@ -13,9 +13,9 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use wire::journal::{Entry, EntryKind};
 use harness::supervisor::GroupChild;
 use serde_json::{Value, json};
+use wire::journal::{Entry, EntryKind};
 
 /// How long any single wait may take before the test fails.
 const WAIT: Duration = Duration::from_secs(20);

@@ -10,10 +10,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use wire::ledger::LedgerEntry;
 use harness::evidence::Evidence;
 use harness::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
 use serde_json::{Value, json};
+use wire::ledger::LedgerEntry;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -317,9 +317,7 @@ fn model_requests(rig: &Rig) -> Vec<Value> {
     wire::journal::read(&rig.path("journal.jsonl"))
         .unwrap()
         .into_iter()
-        .filter(|e| {
-            e.kind == wire::journal::EntryKind::In && e.data["path"] == "/v1/responses"
-        })
+        .filter(|e| e.kind == wire::journal::EntryKind::In && e.data["path"] == "/v1/responses")
         .map(|e| e.data["body"].clone())
         .collect()
 }

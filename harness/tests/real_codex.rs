@@ -17,12 +17,12 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use wire::journal::EntryKind;
 use harness::codex_client::{CodexClient, Dir};
 use harness::demo::FakeCodex;
 use harness::runner_client::{RunnerCommand, RunnerProcess};
 use harness::supervisor::GroupChild;
 use serde_json::{Value, json};
+use wire::journal::EntryKind;
 
 /// The Codex version of `../shared/protocols/codex-app-server`.
 const CODEX_VERSION: &str = "0.171.0";
@@ -1107,12 +1107,7 @@ fn runner_at_a_real_crash(
     if task["state"] == "running" {
         println!("{log}");
     }
-    (
-        task,
-        events,
-        wire::ledger::read(&ledger).unwrap(),
-        requests,
-    )
+    (task, events, wire::ledger::read(&ledger).unwrap(), requests)
 }
 
 /// Whether a model request carried the user message `text`.

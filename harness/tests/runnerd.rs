@@ -9,10 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use wire::journal::{Entry, EntryKind};
-use wire::ledger::LedgerEntry;
 use harness::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
 use serde_json::{Value, json};
+use wire::journal::{Entry, EntryKind};
+use wire::ledger::LedgerEntry;
 
 const WAIT: Duration = Duration::from_secs(20);
 

@@ -88,17 +88,24 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             bug.as_str()
         );
     }
-    if let Err(e) = cutpoint::init() {
-        eprintln!("runnerd: {e}");
-        return 2;
-    }
-    let credential = match read_credential(args.provider_key_file.as_deref()) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("runnerd: {e:#}");
-            return 2;
+    match start(args) {
+        Ok(code) => code,
+        Err(Exit(code, message)) => {
+            eprintln!("runnerd: {message}");
+            code
         }
-    };
+    }
+}
+
+/// Why runnerd stops: its exit code and what it says.
+struct Exit(i32, String);
+
+/// Everything before serving: cut points, credential, logging, profiles,
+/// store, token and runtime; then serves until SIGTERM.
+fn start(args: Args) -> Result<i32, Exit> {
+    cutpoint::init().map_err(|e| Exit(2, e.to_string()))?;
+    let credential = read_credential(args.provider_key_file.as_deref())
+        .map_err(|e| Exit(2, format!("{e:#}")))?;
     // The credential lives in memory only from here on: no child inherits
     // it by accident, and it only reaches a provider through its profile.
     let _ = tracing_subscriber::fmt()
@@ -109,48 +116,32 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         .with_writer(std::io::stderr)
         .try_init();
     if !args.listen.ip().is_loopback() {
-        eprintln!(
-            "runnerd: --listen {} is not a loopback address; runnerd only serves 127.0.0.1 or ::1",
-            args.listen
-        );
-        return 2;
+        return Err(Exit(
+            2,
+            format!(
+                "--listen {} is not a loopback address; runnerd only serves 127.0.0.1 or ::1",
+                args.listen
+            ),
+        ));
     }
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("runnerd"));
-    let profiles = match crate::profiles::load(&exe, args.profiles.as_deref()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("runnerd: {e:#}");
-            return 2;
-        }
-    };
-    let (store, epoch) = match crate::store::Store::open(&args.state_dir) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!(
-                "runnerd: failed to open the store in {}: {e}",
+    let profiles = crate::profiles::load(&exe, args.profiles.as_deref())
+        .map_err(|e| Exit(2, format!("{e:#}")))?;
+    let (store, epoch) = crate::store::Store::open(&args.state_dir).map_err(|e| {
+        Exit(
+            3,
+            format!(
+                "failed to open the store in {}: {e}",
                 args.state_dir.display()
-            );
-            return 3;
-        }
-    };
-    let token = match token(&args) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("runnerd: {e:#}");
-            return 2;
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+            ),
+        )
+    })?;
+    let token = token(&args).map_err(|e| Exit(2, format!("{e:#}")))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("runnerd: failed to start the runtime: {e}");
-            return 3;
-        }
-    };
+        .map_err(|e| Exit(3, format!("failed to start the runtime: {e}")))?;
     let opts = EngineOptions {
         state_dir: args.state_dir.clone(),
         epoch,
@@ -160,57 +151,52 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         profiles,
         credential,
     };
-    runtime.block_on(async move {
-        let listener = match tokio::net::TcpListener::bind(args.listen).await {
-            Ok(l) => l,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                eprintln!(
-                    "runnerd: address {} is in use; pick another --listen port (0 picks a free one) or stop the process that holds it",
-                    args.listen
-                );
-                return 2;
-            }
-            Err(e) => {
-                eprintln!("runnerd: failed to listen on {}: {e}", args.listen);
-                return 2;
-            }
-        };
-        let engine = Engine::new(store, opts);
-        match engine.recover_all().await {
-            Ok(n) if n > 0 => tracing::info!("resuming {n} unsettled task(s)"),
-            Ok(_) => {}
-            Err(e) => {
-                eprintln!("runnerd: failed to read unsettled tasks: {e}");
-                return 3;
-            }
+    runtime.block_on(serve(args.listen, store, opts, token))
+}
+
+/// Binds, resumes the unsettled tasks, prints the address and serves the
+/// API until SIGTERM or Ctrl-C.
+async fn serve(
+    listen: std::net::SocketAddr,
+    store: crate::store::Store,
+    opts: EngineOptions,
+    token: String,
+) -> Result<i32, Exit> {
+    let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AddrInUse => Exit(2, format!(
+            "address {listen} is in use; pick another --listen port (0 picks a free one) or stop the process that holds it"
+        )),
+        _ => Exit(2, format!("failed to listen on {listen}: {e}")),
+    })?;
+    let engine = Engine::new(store, opts);
+    match engine.recover_all().await {
+        Ok(n) if n > 0 => tracing::info!("resuming {n} unsettled task(s)"),
+        Ok(_) => {}
+        Err(e) => return Err(Exit(3, format!("failed to read unsettled tasks: {e}"))),
+    }
+    let addr = listener
+        .local_addr()
+        .expect("a bound listener has an address");
+    let state = Arc::new(crate::api::ApiState { engine, token });
+    println!("listening on http://{addr}");
+    let _ = std::io::stdout().flush();
+    let shutdown = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler can be installed");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
         }
-        let addr = listener.local_addr().expect("a bound listener has an address");
-        let state = Arc::new(crate::api::ApiState { engine, token });
-        println!("listening on http://{addr}");
-        let _ = std::io::stdout().flush();
-        let shutdown = async {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .expect("a SIGTERM handler can be installed");
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
-        };
-        // No Nagle delay on small answers and event pages.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        match axum::serve(listener, crate::api::router(state))
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("runnerd: the server failed: {e}");
-                3
-            }
-        }
-    })
+    };
+    // No Nagle delay on small answers and event pages.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, crate::api::router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map(|()| 0)
+        .map_err(|e| Exit(3, format!("the server failed: {e}")))
 }
 
 /// Replaces this process image with itself (`/proc/self/exe`, the same

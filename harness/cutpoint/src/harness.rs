@@ -106,28 +106,37 @@ impl Listener {
     /// has woken, it returns [`Error::Woken`] instead of waiting.
     pub fn accept_hit(&self, deadline: Duration) -> Result<HeldHit, Error> {
         let start = Instant::now();
-        let timeout = |what| Error::Timeout {
-            what,
-            ms: u64::try_from(deadline.as_millis()).unwrap_or(u64::MAX),
+        let left = || Left {
+            left: deadline.saturating_sub(start.elapsed()),
+            deadline,
         };
-        let remaining = || deadline.saturating_sub(start.elapsed());
+        let stream = self.accept_within(&left)?;
+        let line = read_line_within(&stream, &left)?;
+        let hit = serde_json::from_slice(&line).map_err(|e| Error::BadMessage {
+            line: String::from_utf8_lossy(&line).into_owned(),
+            reason: e.to_string(),
+        })?;
+        Ok(HeldHit { hit, stream })
+    }
 
-        let stream = loop {
+    /// The next connection, waiting while time is `left` or until woken.
+    fn accept_within(&self, left: &dyn Fn() -> Left) -> Result<UnixStream, Error> {
+        loop {
             match self.inner.accept() {
-                Ok((stream, _)) => break stream,
+                Ok((stream, _)) => return Ok(stream),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(Error::io("cannot accept a cut-point connection", e)),
             }
-            let left = remaining();
-            if left.is_zero() {
-                return Err(timeout("a cut-point connection"));
+            let now = left();
+            if now.left.is_zero() {
+                return Err(now.timeout("a cut-point connection"));
             }
             let mut fds = [
                 PollFd::new(self.inner.as_fd(), PollFlags::POLLIN),
                 PollFd::new(self.woken.as_fd(), PollFlags::POLLIN),
             ];
-            match poll(&mut fds, poll_timeout(left)) {
+            match poll(&mut fds, poll_timeout(now.left)) {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(e) => return Err(Error::io("cannot poll the cut-point socket", e.into())),
             }
@@ -141,63 +150,78 @@ impl Listener {
             {
                 return Err(Error::Woken);
             }
-        };
+        }
+    }
+}
 
-        let context = "cannot read a cut-point message";
-        // Accepted sockets do not inherit O_NONBLOCK on Linux, but say so
-        // explicitly because the read below relies on blocking with a timeout.
-        stream
-            .set_nonblocking(false)
-            .map_err(|e| Error::io(context, e))?;
-        let mut line = Vec::new();
-        let mut chunk = [0u8; 512];
-        loop {
-            let left = remaining();
-            if left.is_zero() {
-                return Err(timeout("a cut-point message"));
-            }
-            stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| Error::io(context, e))?;
-            match (&stream).read(&mut chunk) {
-                Ok(0) => {
-                    return Err(Error::BadMessage {
-                        line: String::from_utf8_lossy(&line).into_owned(),
-                        reason: "connection closed before the end of the line".into(),
-                    });
-                }
-                Ok(read) => {
-                    line.extend_from_slice(&chunk[..read]);
-                    if let Some(end) = line.iter().position(|&b| b == b'\n') {
-                        line.truncate(end);
-                        break;
-                    }
-                    if line.len() > MAX_MESSAGE {
-                        return Err(Error::BadMessage {
-                            line: String::from_utf8_lossy(&line[..80]).into_owned(),
-                            reason: format!("no newline within {MAX_MESSAGE} bytes"),
-                        });
-                    }
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
-                Err(e) => return Err(Error::io(context, e)),
-            }
+/// The time left of an [`Listener::accept_hit`] deadline.
+struct Left {
+    left: Duration,
+    deadline: Duration,
+}
+
+impl Left {
+    fn timeout(&self, what: &'static str) -> Error {
+        Error::Timeout {
+            what,
+            ms: u64::try_from(self.deadline.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// One message line from `stream` (without its newline), read while time is
+/// `left`.
+fn read_line_within(stream: &UnixStream, left: &dyn Fn() -> Left) -> Result<Vec<u8>, Error> {
+    let context = "cannot read a cut-point message";
+    // Accepted sockets do not inherit O_NONBLOCK on Linux, but say so
+    // explicitly because the read below relies on blocking with a timeout.
+    stream
+        .set_nonblocking(false)
+        .map_err(|e| Error::io(context, e))?;
+    let mut line = Vec::new();
+    let mut chunk = [0u8; 512];
+    loop {
+        let now = left();
+        if now.left.is_zero() {
+            return Err(now.timeout("a cut-point message"));
         }
         stream
-            .set_read_timeout(None)
+            .set_read_timeout(Some(now.left))
             .map_err(|e| Error::io(context, e))?;
-        let hit = serde_json::from_slice(&line).map_err(|e| Error::BadMessage {
-            line: String::from_utf8_lossy(&line).into_owned(),
-            reason: e.to_string(),
-        })?;
-        Ok(HeldHit { hit, stream })
+        match (&*stream).read(&mut chunk) {
+            Ok(0) => {
+                return Err(Error::BadMessage {
+                    line: String::from_utf8_lossy(&line).into_owned(),
+                    reason: "connection closed before the end of the line".into(),
+                });
+            }
+            Ok(read) => {
+                line.extend_from_slice(&chunk[..read]);
+                if let Some(end) = line.iter().position(|&b| b == b'\n') {
+                    line.truncate(end);
+                    break;
+                }
+                if line.len() > MAX_MESSAGE {
+                    return Err(Error::BadMessage {
+                        line: String::from_utf8_lossy(&line[..80]).into_owned(),
+                        reason: format!("no newline within {MAX_MESSAGE} bytes"),
+                    });
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(Error::io(context, e)),
+        }
     }
+    stream
+        .set_read_timeout(None)
+        .map_err(|e| Error::io(context, e))?;
+    Ok(line)
 }
 
 impl Drop for Listener {

@@ -3,9 +3,9 @@
 use super::*;
 use crate::evidence::{Exchange, ProviderTurn};
 use crate::model::{CellSpec, Cut, Fault};
+use serde_json::{Value, json};
 use wire::journal::{Entry, EntryKind};
 use wire::ledger::LedgerEntry;
-use serde_json::{Value, json};
 
 fn entry(kind: EntryKind, fact: Option<&str>, data: Value) -> Entry {
     Entry {
