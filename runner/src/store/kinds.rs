@@ -33,7 +33,7 @@ macro_rules! closed_set {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
 
             /// The text stored in the column.
-            pub fn as_str(self) -> &'static str {
+            pub const fn as_str(self) -> &'static str {
                 match self {
                     $($name::$variant => $text,)+
                 }

@@ -20,7 +20,7 @@
 //! guaranteed not to get is the credential: its environment is built from an
 //! empty one, so nothing the runner holds in its own environment is inherited.
 //!
-//! The file tools live in `files`; `process` holds [`ToolProcess`] (which
+//! The file tools live in `files`; `process` holds `ToolProcess` (which
 //! ACP terminals use too), `Bash` on top of it and the layout of a command's
 //! output.
 
