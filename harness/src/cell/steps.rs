@@ -266,6 +266,7 @@ fn turn_active(t: &Value) -> bool {
         .is_some_and(|turn| matches!(turn["status"].as_str(), Some("intent" | "accepted")))
 }
 
+/// The live provider processes of the cell (pid, start time, command line),
 /// found in the process table by the cut socket every process of the cell
 /// inherits (`TURNCUT_CUT_SOCKET`), whatever the runner says about them:
 /// `fake-provider` processes (providers and their effect commands).

@@ -178,8 +178,6 @@ pub fn read_provider_evidence(dir: &Path, ev: &mut Evidence) {
     }
 }
 
-/// The live provider processes of the cell (pid, start time, command line),
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -125,14 +125,16 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
             };
             check_ambiguous_start(j, e, run_id, t, at);
         }
-        "active_turn_recovery_closed" => {
-            if !approval_pending(e) && !approved_command_unfinished(e) {
-                j.fail(
-                    format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending and no approved command was left unfinished"),
-                    [at],
-                );
-            }
+        "active_turn_recovery_closed"
+            if !approval_pending(e) && !approved_command_unfinished(e) =>
+        {
+            j.fail(
+                format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending and no approved command was left unfinished"),
+                [at],
+            );
         }
+        // Closed with a reason: nothing else to check for this cause.
+        "active_turn_recovery_closed" => {}
         "continuation_exhausted" if !turns.iter().any(|t| t.kind == "continuation") => {
             j.fail(
                 format!("run {run_id} failed continuation_exhausted without a continuation"),
