@@ -279,10 +279,7 @@ impl Rig {
         }
         for (pid, cmdline) in crate::nemesis::tagged_processes(&self.tag) {
             figures.orphans.push(format!("pid {pid}: {cmdline}"));
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = crate::nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGKILL);
         }
     }
 }

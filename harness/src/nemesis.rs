@@ -64,15 +64,18 @@ pub fn signal_group(pgid: u32, signal: Signal) -> std::io::Result<()> {
     }
 }
 
+/// Sends `signal` to the one process `pid`. A process that is already gone
+/// is not an error.
+pub fn signal_pid(pid: u32, signal: Signal) -> std::io::Result<()> {
+    match nix::sys::signal::kill(Pid::from_raw(pid as i32), signal) {
+        Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The start time (clock ticks since boot) of a live, non-zombie `pid`.
 pub fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    if matches!(fields.first(), Some(&("Z" | "X"))) {
-        return None;
-    }
-    fields.get(19)?.parse().ok()
+    wire::procstat::live_start_time(pid)
 }
 
 /// Whether exactly this process (pid and start time) is still alive.

@@ -104,8 +104,12 @@ fn lines_of(span: proc_macro2::Span) -> (usize, usize) {
 }
 
 impl Shape {
-    fn function(&mut self, name: &syn::Ident, span: proc_macro2::Span) {
-        let (first, n) = lines_of(span);
+    /// Records a function from its signature to its closing brace (its doc
+    /// comment and attributes do not count).
+    fn function(&mut self, sig: &syn::Signature, block: &syn::Block) {
+        let name = &sig.ident;
+        let first = sig.fn_token.span.start().line;
+        let n = block.brace_token.span.close().end().line - first + 1;
         let mut q = self.owner.clone();
         q.push(name.to_string());
         self.fns.push((q.join("::"), first, n));
@@ -129,7 +133,7 @@ impl<'ast> Visit<'ast> for Shape {
     }
 
     fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
-        self.function(&f.sig.ident, f.span());
+        self.function(&f.sig, &f.block);
         self.owner.push(f.sig.ident.to_string());
         syn::visit::visit_item_fn(self, f);
         self.owner.pop();
@@ -149,7 +153,7 @@ impl<'ast> Visit<'ast> for Shape {
         if is_cfg_test(&f.attrs) {
             return;
         }
-        self.function(&f.sig.ident, f.span());
+        self.function(&f.sig, &f.block);
         syn::visit::visit_impl_item_fn(self, f);
     }
 
@@ -397,6 +401,6 @@ fn the_rules_find_what_they_look_for() {
     assert_eq!(fns, [("short", 1, 1), ("Foo::m", 10, 3)]);
     assert_eq!(s.test_lines, 7);
     assert!(s.crate_paths.contains(&("runner".into(), 11)));
-    let u = shape("y.rs", "use wire::journal::read;\n");
-    assert!(u.crate_paths.contains(&("fake_provider".into(), 1)));
+    let u = shape("y.rs", "use fake_provider::journal::read;\n");
+    assert!(u.crate_paths.contains(&("fake_provider".into(), 1)), "{:?}", u.crate_paths);
 }

@@ -551,11 +551,7 @@ fn freeze_runner_children(shared: &Shared, layout: &Layout) {
     let mut frozen = Vec::new();
     for (pid, _) in nemesis::tagged_processes(&layout.dir.display().to_string()) {
         if Some(pid) != runner
-            && nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGSTOP,
-            )
-            .is_ok()
+            && nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok()
         {
             frozen.push(pid);
         }

@@ -91,10 +91,7 @@ fn kill_survivors(
     for (pid, cmdline) in nemesis::tagged_processes(&layout.dir.display().to_string()) {
         if !known.iter().any(|(_, p, _)| *p == pid) {
             ev.survivors.push(format!("pid {pid} ({cmdline})"));
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(pid as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
+            let _ = nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGKILL);
         }
     }
 }

@@ -157,6 +157,12 @@ async fn stopped(
     })
 }
 
+/// SIGKILLs the process group `pgid` (a tool's shell and what it started);
+/// a group already empty is fine.
+pub fn kill_group(pgid: Pid) {
+    let _ = killpg(pgid, Signal::SIGKILL);
+}
+
 /// Stops the process (and its group) identified by `id` and proves it.
 ///
 /// If `child` is Some, it is our own child: it is reaped before returning

@@ -11,7 +11,6 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 
@@ -86,8 +85,7 @@ struct GroupGuard(Option<Pid>);
 impl GroupGuard {
     fn kill_and_disarm(&mut self) {
         if let Some(pgid) = self.0.take() {
-            // ESRCH: the group is already empty.
-            let _ = killpg(pgid, Signal::SIGKILL);
+            crate::supervisor::kill_group(pgid);
         }
     }
 }
