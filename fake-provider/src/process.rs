@@ -15,10 +15,9 @@ use crate::recorded::write_atomic;
 /// A process's start time in clock ticks: field 22 of `/proc/<pid>/stat`.
 /// `None` when the process is gone or the file does not read as expected.
 pub fn start_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name may hold spaces and parentheses; fields resume after the last `)`.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    ::wire::procstat::read(i32::try_from(pid).ok()?)
+        .ok()
+        .map(|s| s.start_time)
 }
 
 /// Which process serves a state directory, for telling running turns from cut ones.

@@ -50,13 +50,11 @@ pub const FAIL_CLOSED: &[&str] = &[
 ];
 
 /// Whether a profile's "was this turn recorded?" lookup can tell a completed
-/// turn from an interrupted one. ACP cannot (a `session/load` replay shows the
-/// user message, not the turn's end), so its runner continues a recorded,
-/// accepted turn instead of adopting it; the continuation never re-sends the
-/// message and the provider skips effects already done. Unknown profiles are
-/// held to the precise rule.
+/// turn from an interrupted one (`wire::profiles::Builtin::proves_completion`:
+/// ACP cannot, so its runner continues a recorded, accepted turn instead of
+/// adopting it). Unknown profiles are held to the precise rule.
 pub fn proves_completion(profile: &str) -> bool {
-    profile != "runner-acpx-claude"
+    wire::profiles::builtin(profile).is_none_or(|p| p.proves_completion)
 }
 
 /// The expected `recoverable` flag of a cause, or `None` outside the set.

@@ -235,22 +235,7 @@ fn summarize(msg: &Value) -> String {
 /// The controller's message id inside a client id. The runner's OpenCode
 /// driver sends time-ordered ids that embed it (`msg_<16 hex>_<id>`, with
 /// `__continuation` for a continuation); Codex and ACP send it as is.
-pub fn controller_id(client_id: &str) -> String {
-    let Some(rest) = client_id.strip_prefix("msg_") else {
-        return client_id.to_owned();
-    };
-    let (hex, id) = match rest.split_once('_') {
-        Some(p) => p,
-        None => return client_id.to_owned(),
-    };
-    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return client_id.to_owned();
-    }
-    match id.strip_suffix("__continuation") {
-        Some(base) => format!("{base}#continuation"),
-        None => id.to_owned(),
-    }
-}
+pub use wire::client_id::controller_id;
 
 /// The store directories of the fakes, under a fake's state directory.
 const STORE_DIRS: [&str; 4] = ["threads", "sessions", "opencode", "model-api"];

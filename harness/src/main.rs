@@ -394,6 +394,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             exe,
             &common.scenarios,
             &harness::mutants::Selection {
+                bugs: &seeded_bugs(),
                 jobs: args.jobs,
                 only: args.bugs.as_deref(),
                 budget: args.budget,
@@ -404,4 +405,16 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         )
         .map_err(|e| harness_err(format!("{e:#}"))),
     }
+}
+
+/// runnerd's seeded bugs, from its own list (the one definition).
+fn seeded_bugs() -> Vec<harness::mutants::Bug> {
+    runner::seeded::SeededBug::ALL
+        .iter()
+        .map(|b| harness::mutants::Bug {
+            name: b.as_str(),
+            native: b.fires(true),
+            provider: b.fires(false),
+        })
+        .collect()
 }

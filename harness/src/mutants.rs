@@ -19,49 +19,25 @@ use crate::cell::CellEnv;
 use crate::model::Verdict;
 use crate::{plan, scenario, wave};
 
-/// The seeded bugs of runnerd (`docs/seeded-bugs.md`).
-pub const BUGS: &[&str] = &[
-    "resend-ambiguous-turn",
-    "second-continuation",
-    "continuation-resends-message",
-    "null-cause",
-    "wrong-recoverable",
-    "lose-follow-up-on-restart",
-    "retry-reuses-conversation",
-    "credential-in-store",
-    "skip-stop-proof",
-    "stuck-after-restart",
-    "fail-closed-when-absent",
-    "adopt-without-completion",
-    "rerun-executing-tool",
-    "continue-before-outcome",
-    "skip-marker-sweep",
-    "split-lost-mark",
-    "settle-ignores-queue",
-    "send-after-failed-intent",
-];
+/// A seeded bug of runnerd (`docs/seeded-bugs.md`), as `main.rs` reads it
+/// from runnerd's own list (`runner::seeded::SeededBug`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Bug {
+    /// Its `--seeded-bug` name.
+    pub name: &'static str,
+    /// Whether it can fire on a native profile.
+    pub native: bool,
+    /// Whether it can fire on a provider profile.
+    pub provider: bool,
+}
 
-/// Whether a seeded bug can fire for a profile. The native profile has no
-/// provider turn to look up, continue or adopt and never fails closed (so no
-/// Retry and no failure cause); the native bugs live only in its loop.
-pub fn applies(bug: &str, profile: &str) -> bool {
-    const NATIVE_ONLY: &[&str] = &["rerun-executing-tool", "continue-before-outcome"];
-    const NOT_NATIVE: &[&str] = &[
-        "split-lost-mark",
-        "resend-ambiguous-turn",
-        "second-continuation",
-        "continuation-resends-message",
-        "null-cause",
-        "wrong-recoverable",
-        "retry-reuses-conversation",
-        "fail-closed-when-absent",
-        "adopt-without-completion",
-    ];
-    let native = profile == "runner-native-openai";
-    if NATIVE_ONLY.contains(&bug) {
-        return native;
+impl Bug {
+    /// Whether the bug can fire for `profile` (an unknown profile counts as
+    /// a provider profile).
+    pub fn applies(&self, profile: &str) -> bool {
+        let native = wire::profiles::builtin(profile).is_some_and(|p| p.native());
+        if native { self.native } else { self.provider }
     }
-    !(native && NOT_NATIVE.contains(&bug))
 }
 
 /// Builds the seeded runnerd and returns its path.
@@ -117,6 +93,8 @@ pub struct Row {
 
 /// What `turncut mutants` runs.
 pub struct Selection<'a> {
+    /// Every seeded bug of runnerd.
+    pub bugs: &'a [Bug],
     /// Parallel cells.
     pub jobs: usize,
     /// Only these bugs (comma-separated).
@@ -140,7 +118,7 @@ pub fn run(
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
     let bin = build_seeded()?;
     let by_profile = ids_by_profile(&scenarios, sel.profiles)?;
-    let selected = selected_bugs(sel.only)?;
+    let selected = selected_bugs(sel.bugs, sel.only)?;
     let mut env = CellEnv::new(exe, &scenarios_dir.clone().unwrap_or_default());
     // A healthy cell settles in well under a second; a bug that strands a
     // task should cost seconds, not the default wait.
@@ -149,11 +127,13 @@ pub fn run(
     env.recut = !sel.reach.depth1_only;
     let mut rows = Vec::new();
     let started = Instant::now();
-    for bug in std::iter::once(CONTROL).chain(selected.iter().copied()) {
+    let control = std::iter::once(None);
+    for bug in control.chain(selected.iter().map(Some)) {
         for (profile, ids) in &by_profile {
-            if bug != CONTROL && !applies(bug, profile) {
+            if bug.is_some_and(|b| !b.applies(profile)) {
                 continue;
             }
+            let bug = bug.map_or(CONTROL, |b| b.name);
             let row = run_row(&env, &scenarios, sel, bug, profile, ids)?;
             eprintln!(
                 "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
@@ -207,20 +187,21 @@ fn ids_by_profile(
     Ok(by_profile)
 }
 
-/// The bugs of `only` (comma-separated, each one of [`BUGS`]), or every bug.
-fn selected_bugs(only: Option<&str>) -> anyhow::Result<Vec<&str>> {
+/// The bugs of `only` (comma-separated, each one of `bugs`), or every bug.
+fn selected_bugs(bugs: &[Bug], only: Option<&str>) -> anyhow::Result<Vec<Bug>> {
     let Some(list) = only else {
-        return Ok(BUGS.to_vec());
+        return Ok(bugs.to_vec());
     };
-    let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
-    for w in &wanted {
-        anyhow::ensure!(
-            BUGS.contains(w),
-            "unknown bug {w}; bugs are {}",
-            BUGS.join(", ")
-        );
-    }
-    Ok(wanted)
+    let names: Vec<&str> = bugs.iter().map(|b| b.name).collect();
+    list.split(',')
+        .map(str::trim)
+        .map(|w| {
+            bugs.iter()
+                .find(|b| b.name == w)
+                .copied()
+                .ok_or_else(|| anyhow::anyhow!("unknown bug {w}; bugs are {}", names.join(", ")))
+        })
+        .collect()
 }
 
 /// Runs one profile's part of the wave with `bug` seeded (none for

@@ -14,23 +14,10 @@ use toml::Spanned;
 
 use crate::model::Fault;
 
-/// Profiles this harness can drive.
-pub const SUPPORTED_PROFILES: &[&str] = &[
-    "runner-codex",
-    "runner-acpx-claude",
-    "runner-opencode",
-    "runner-native-openai",
-];
-
-/// Profiles the design names. A file may list only these; one this build
-/// cannot drive (none today: every known profile is in
-/// [`SUPPORTED_PROFILES`]) is refused with its own message.
-pub const KNOWN_PROFILES: &[&str] = &[
-    "runner-codex",
-    "runner-acpx-claude",
-    "runner-opencode",
-    "runner-native-openai",
-];
+/// Profiles a scenario may list: the built-in ones (`wire::profiles`).
+fn known_profiles() -> Vec<&'static str> {
+    wire::profiles::names().collect()
+}
 
 /// A problem in a scenario file, with its place.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -369,21 +356,12 @@ fn parse_profiles(
     let mut profiles = Vec::new();
     for p in raw.get_ref() {
         let name = p.get_ref();
-        if !KNOWN_PROFILES.contains(&name.as_str()) {
+        if wire::profiles::builtin(name).is_none() {
             return Err(ctx.err(
                 p.span(),
                 format!(
                     "unknown profile {name:?}; known profiles: {}",
-                    KNOWN_PROFILES.join(", ")
-                ),
-            ));
-        }
-        if !SUPPORTED_PROFILES.contains(&name.as_str()) {
-            return Err(ctx.err(
-                p.span(),
-                format!(
-                    "profile {name:?} is not supported by this build yet; supported: {}",
-                    SUPPORTED_PROFILES.join(", ")
+                    known_profiles().join(", ")
                 ),
             ));
         }

@@ -402,5 +402,9 @@ fn the_rules_find_what_they_look_for() {
     assert_eq!(s.test_lines, 7);
     assert!(s.crate_paths.contains(&("runner".into(), 11)));
     let u = shape("y.rs", "use fake_provider::journal::read;\n");
-    assert!(u.crate_paths.contains(&("fake_provider".into(), 1)), "{:?}", u.crate_paths);
+    assert!(
+        u.crate_paths.contains(&("fake_provider".into(), 1)),
+        "{:?}",
+        u.crate_paths
+    );
 }

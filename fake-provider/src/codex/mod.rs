@@ -69,13 +69,9 @@ use crate::turns::Step;
 use wire::{InitializeParams, ThreadIdParams, ThreadStartParams, Tokens};
 
 /// Text that marks a `turn/start` as a continuation of the thread's last user
-/// turn rather than a new user message. The runner sends it as the first text
-/// input of the continuation turn, never the original message.
-pub const CONTINUE_MARKER: &str = "[turncut:continue]";
-
-/// Text in a continuation that warns its model that a command reported
-/// `aborted` may have run (see `Server::continued_call`).
-pub const CHECK_ABORTED_MARKER: &str = "[turncut:check-aborted]";
+/// turn rather than a new user message, and the warning in a continuation
+/// that a command reported `aborted` may have run (see `Server::continued_call`).
+pub use ::wire::marker::{CHECK_ABORTED_MARKER, CONTINUE_MARKER};
 
 pub use cutpoint::slug;
 

@@ -52,15 +52,7 @@ impl Ids {
 /// The script's notion of "which message": the embedded id of a runner-encoded
 /// `msg_<16 hex>_<id>`, otherwise the whole id.
 pub(super) fn logical_message_id(id: &str) -> &str {
-    let rest = id.strip_prefix("msg_").unwrap_or(id);
-    match rest.split_at_checked(16) {
-        Some((hex, tail))
-            if hex.chars().all(|c| c.is_ascii_hexdigit()) && tail.starts_with('_') =>
-        {
-            &tail[1..]
-        }
-        _ => id,
-    }
+    ::wire::client_id::opencode_tail(id).unwrap_or(id)
 }
 
 pub(super) fn not_found(message: String) -> Value {

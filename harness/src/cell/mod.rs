@@ -388,16 +388,11 @@ fn outcome_of(ev: &Evidence) -> Outcome {
 }
 
 /// The runner driver and the fake that serve a profile in cells.
+/// (`wire::profiles`, the one profile table).
 pub fn profile_fake(
     profile: &str,
 ) -> Option<(&'static str, &'static str, &'static [&'static str])> {
-    match profile {
-        "runner-codex" => Some(("codex", "codex", &[])),
-        "runner-acpx-claude" => Some(("acp", "acp", &[])),
-        "runner-opencode" => Some(("opencode", "opencode", &["--port", "0"])),
-        "runner-native-openai" => Some(("native", "model-api", &["--port", "0"])),
-        _ => None,
-    }
+    wire::profiles::builtin(profile).map(|p| (p.protocol.as_str(), p.fake, p.fake_args))
 }
 
 fn write_inputs(

@@ -9,9 +9,9 @@ use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
 
 /// The suffix of a continuation's client id: `<message id>#continuation`.
-pub(super) const CONTINUATION_SUFFIX: &str = "#continuation";
+pub(super) use wire::client_id::CONTINUATION as CONTINUATION_SUFFIX;
 /// How a continuation's text starts (it never re-sends the message).
-const CONTINUE_MARKER: &str = "[turncut:continue]";
+use wire::marker::CONTINUE_MARKER;
 
 /// A message id starts at most one primary turn; a lost turn gets at most one
 /// continuation; a continuation never re-sends the message; every turn carries

@@ -276,7 +276,7 @@ impl Driver {
 /// one continuation of a lost turn.
 pub fn plain_client_id(message_id: &str, continuation: bool) -> String {
     if continuation {
-        format!("{message_id}#continuation")
+        wire::client_id::continuation_of(message_id)
     } else {
         message_id.to_owned()
     }

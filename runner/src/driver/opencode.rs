@@ -47,7 +47,7 @@ const EVENT_BYTES_MAX: usize = 8 << 20;
 pub(super) const LINE_BYTES_MAX: usize = 64 << 10;
 
 /// Suffix of the client id of a continuation turn.
-pub const CONTINUATION_SUFFIX: &str = "__continuation";
+pub use wire::client_id::OPENCODE_CONTINUATION as CONTINUATION_SUFFIX;
 
 /// The last hex value issued by [`OpenCodeDriver::client_id`] in this process.
 static LAST_ISSUED: AtomicU64 = AtomicU64::new(0);
@@ -127,13 +127,7 @@ impl OpenCodeDriver {
 
     /// A time-ordered OpenCode message id carrying the controller's id (see the module docs).
     pub fn client_id(&mut self, message_id: &str, continuation: bool) -> String {
-        let hex = next_hex(self.max_seen);
-        let suffix = if continuation {
-            CONTINUATION_SUFFIX
-        } else {
-            ""
-        };
-        format!("msg_{hex:016x}_{message_id}{suffix}")
+        wire::client_id::encode_opencode(next_hex(self.max_seen), message_id, continuation)
     }
 
     /// `POST /session`.
@@ -566,8 +560,7 @@ pub(super) fn parse_block(block: &[u8]) -> Option<Sse> {
 
 /// The hex value of a `msg_<16 hex>…` id.
 fn id_hex(id: &str) -> Option<u64> {
-    let hex = id.strip_prefix("msg_")?.get(..16)?;
-    u64::from_str_radix(hex, 16).ok()
+    wire::client_id::opencode_hex(id)
 }
 
 fn note_id(max_seen: &mut u64, id: &str) {

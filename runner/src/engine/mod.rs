@@ -52,7 +52,7 @@ pub use retry::RetryOutcome;
 pub const NATIVE_MODEL_CALLS_MAX: u32 = 32;
 
 /// The text a continuation turn sends instead of the original message.
-pub const CONTINUE_TEXT: &str = "[turncut:continue] The previous turn was interrupted by a restart. Continue it; do not redo finished steps. [turncut:check-aborted] A command reported as aborted may have run before the restart: check whether its effect is already there before running it again.";
+pub use wire::marker::CONTINUE_TEXT;
 
 /// How many times one run may lose its provider in one runner process before
 /// the run fails instead of restarting the provider again.

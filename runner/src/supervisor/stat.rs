@@ -10,23 +10,7 @@ use std::io;
 
 use super::ProcessIdentity;
 
-/// Why a `/proc/<pid>/stat` line could not be understood. It is surfaced as an
-/// `io::Error` of kind `InvalidData` so that callers see one error type.
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub(super) enum StatParseError {
-    #[error("no ')' closes the comm field")]
-    MissingCommEnd,
-    #[error("field {field} ({name}) is missing")]
-    MissingField { field: usize, name: &'static str },
-    #[error("field {field} ({name}) is not valid: {value:?}")]
-    BadField {
-        field: usize,
-        name: &'static str,
-        value: String,
-    },
-    #[error("the stat line is for pid {found}, not {expected}")]
-    PidMismatch { expected: i32, found: i32 },
-}
+pub(super) use wire::procstat::StatParseError;
 
 /// One reading of `/proc/<pid>/stat`: the identity plus the scheduler state,
 /// which is needed to tell a zombie from a live process, and the parent,
@@ -40,93 +24,19 @@ pub(super) struct StatSnapshot {
     pub(super) state: char,
 }
 
-/// Parses the contents of `/proc/<pid>/stat`.
-///
-/// The comm field (2) is in parentheses and may itself contain spaces and
-/// ')' characters (a process can name itself anything, including bytes that
-/// are not UTF-8), so the fixed fields are taken from after the LAST ')'.
+/// Parses the contents of `/proc/<pid>/stat` (`wire::procstat`, the one
+/// parser of every program here).
 pub(super) fn parse_stat(pid: i32, contents: &[u8]) -> Result<StatSnapshot, StatParseError> {
-    let close = contents
-        .iter()
-        .rposition(|&b| b == b')')
-        .ok_or(StatParseError::MissingCommEnd)?;
-
-    // Field 1 is the pid, before the comm field; checking it guards against
-    // reading a file that is not the one we asked for.
-    let head = &contents[..close];
-    let pid_end = head
-        .iter()
-        .position(|&b| b == b' ')
-        .ok_or(StatParseError::MissingField {
-            field: 1,
-            name: "pid",
-        })?;
-    let found: i32 = parse_field(&head[..pid_end], 1, "pid")?;
-    if found != pid {
-        return Err(StatParseError::PidMismatch {
-            expected: pid,
-            found,
-        });
-    }
-
-    // Everything after the comm field is ASCII; non-UTF-8 here means the file
-    // is not a stat line at all.
-    let tail =
-        std::str::from_utf8(&contents[close + 1..]).map_err(|_| StatParseError::BadField {
-            field: 3,
-            name: "state",
-            value: String::from_utf8_lossy(&contents[close + 1..]).into_owned(),
-        })?;
-    // Index 0 of the tail is field 3, so field n is at index n - 3.
-    let fields: Vec<&str> = tail.split_ascii_whitespace().collect();
-    let field = |n: usize, name: &'static str| {
-        fields
-            .get(n - 3)
-            .copied()
-            .ok_or(StatParseError::MissingField { field: n, name })
-    };
-
-    let state_text = field(3, "state")?;
-    let mut state_chars = state_text.chars();
-    let state = match (state_chars.next(), state_chars.next()) {
-        (Some(c), None) => c,
-        _ => {
-            return Err(StatParseError::BadField {
-                field: 3,
-                name: "state",
-                value: state_text.to_owned(),
-            });
-        }
-    };
-    let ppid: i32 = parse_field(field(4, "ppid")?.as_bytes(), 4, "ppid")?;
-    let pgid: i32 = parse_field(field(5, "pgrp")?.as_bytes(), 5, "pgrp")?;
-    let start_time: u64 = parse_field(field(22, "starttime")?.as_bytes(), 22, "starttime")?;
-
+    let stat = wire::procstat::parse(pid, contents)?;
     Ok(StatSnapshot {
         identity: ProcessIdentity {
             pid,
-            pgid,
-            start_time,
+            pgid: stat.pgid,
+            start_time: stat.start_time,
         },
-        ppid,
-        state,
+        ppid: stat.ppid,
+        state: stat.state,
     })
-}
-
-fn parse_field<T: std::str::FromStr>(
-    bytes: &[u8],
-    field: usize,
-    name: &'static str,
-) -> Result<T, StatParseError> {
-    let bad = || StatParseError::BadField {
-        field,
-        name,
-        value: String::from_utf8_lossy(bytes).into_owned(),
-    };
-    std::str::from_utf8(bytes)
-        .map_err(|_| bad())?
-        .parse()
-        .map_err(|_| bad())
 }
 
 /// Reads and parses `/proc/<pid>/stat`: `NotFound` when there is no such
