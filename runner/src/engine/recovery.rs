@@ -287,278 +287,81 @@ mod tests {
     }
 
     #[test]
+    #[rustfmt::skip]
     fn the_contract_rows() {
         let unfinished = ["item_1".to_owned()];
         let unfinished = &unfinished[..];
         let rows: Vec<(&str, TurnState, ProviderSays, Pending, Want)> = vec![
             // Codex: "nothing sent / intent only | turn absent, or without its
             // user message | start the turn once" (absent).
-            (
-                "codex intent, absent",
-                INTENT,
-                codex(None),
-                IDLE,
-                Want::StartAbsent,
-            ),
+            ("codex intent, absent", INTENT, codex(None), IDLE, Want::StartAbsent),
             // Codex: "intent only | turn recorded with its user message (any
             // status) | fail closed ambiguous_turn_start".
-            (
-                "codex intent, recorded completed",
-                INTENT,
-                codex(Some(("t1", "completed"))),
-                IDLE,
-                Want::Fail(AmbiguousTurnStart),
-            ),
-            (
-                "codex intent, recorded interrupted",
-                INTENT,
-                codex(Some(("t1", "interrupted"))),
-                IDLE,
-                Want::Fail(AmbiguousTurnStart),
-            ),
-            (
-                "codex intent, recorded in progress",
-                INTENT,
-                codex(Some(("t1", "inProgress"))),
-                IDLE,
-                Want::Fail(AmbiguousTurnStart),
-            ),
+            ("codex intent, recorded completed", INTENT, codex(Some(("t1", "completed"))), IDLE, Want::Fail(AmbiguousTurnStart)),
+            ("codex intent, recorded interrupted", INTENT, codex(Some(("t1", "interrupted"))), IDLE, Want::Fail(AmbiguousTurnStart)),
+            ("codex intent, recorded in progress", INTENT, codex(Some(("t1", "inProgress"))), IDLE, Want::Fail(AmbiguousTurnStart)),
             // Codex: "turn accepted | turn absent, or without its user message
             // | turn.absent_at_provider, then the message is sent once more".
-            (
-                "codex accepted, absent",
-                ACCEPTED,
-                codex(None),
-                IDLE,
-                Want::ResendUnrecorded,
-            ),
-            (
-                "codex accepted, not recorded",
-                ACCEPTED,
-                codex(Some(("t1", NOT_RECORDED))),
-                IDLE,
-                Want::ResendUnrecorded,
-            ),
+            ("codex accepted, absent", ACCEPTED, codex(None), IDLE, Want::ResendUnrecorded),
+            ("codex accepted, not recorded", ACCEPTED, codex(Some(("t1", NOT_RECORDED))), IDLE, Want::ResendUnrecorded),
             // The same holds with an approval pending: the model never saw it.
-            (
-                "codex accepted, not recorded, approval pending",
-                ACCEPTED,
-                codex(Some(("t1", NOT_RECORDED))),
-                APPROVAL_PENDING,
-                Want::ResendUnrecorded,
-            ),
+            ("codex accepted, not recorded, approval pending", ACCEPTED, codex(Some(("t1", NOT_RECORDED))), APPROVAL_PENDING, Want::ResendUnrecorded),
             // Codex: "turn accepted | turn recorded, interrupted or in
             // progress | turn.failed provider_turn_lost_on_restore
             // (recoverable), then one continuation".
-            (
-                "codex accepted, interrupted",
-                ACCEPTED,
-                codex(Some(("t1", "interrupted"))),
-                IDLE,
-                Want::ContinueRecoverable,
-            ),
-            (
-                "codex accepted, in progress",
-                ACCEPTED,
-                codex(Some(("t1", "inProgress"))),
-                IDLE,
-                Want::ContinueRecoverable,
-            ),
+            ("codex accepted, interrupted", ACCEPTED, codex(Some(("t1", "interrupted"))), IDLE, Want::ContinueRecoverable),
+            ("codex accepted, in progress", ACCEPTED, codex(Some(("t1", "inProgress"))), IDLE, Want::ContinueRecoverable),
             // Codex: "turn accepted | turn completed | adopt the result".
-            (
-                "codex accepted, completed",
-                ACCEPTED,
-                codex(Some(("t1", "completed"))),
-                IDLE,
-                Want::Adopt,
-            ),
-            (
-                "codex accepted, completed, approval pending",
-                ACCEPTED,
-                codex(Some(("t1", "completed"))),
-                APPROVAL_PENDING,
-                Want::Adopt,
-            ),
+            ("codex accepted, completed", ACCEPTED, codex(Some(("t1", "completed"))), IDLE, Want::Adopt),
+            ("codex accepted, completed, approval pending", ACCEPTED, codex(Some(("t1", "completed"))), APPROVAL_PENDING, Want::Adopt),
             // Codex: "turn accepted, approval requested or being answered |
             // turn not completed | close with active_turn_recovery_closed".
-            (
-                "codex accepted, approval pending",
-                ACCEPTED,
-                codex(Some(("t1", "interrupted"))),
-                APPROVAL_PENDING,
-                Want::Fail(ActiveTurnRecoveryClosed),
-            ),
+            ("codex accepted, approval pending", ACCEPTED, codex(Some(("t1", "interrupted"))), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
             // Codex: "turn accepted, an approval answered accept whose command
             // item never completed | turn not completed | close with
             // active_turn_recovery_closed".
-            (
-                "codex accepted, approved command unfinished",
-                ACCEPTED,
-                codex(Some(("t1", "interrupted"))),
-                approved_unfinished(unfinished),
-                Want::Fail(ActiveTurnRecoveryClosed),
-            ),
+            ("codex accepted, approved command unfinished", ACCEPTED, codex(Some(("t1", "interrupted"))), approved_unfinished(unfinished), Want::Fail(ActiveTurnRecoveryClosed)),
             // Codex: "continuation intent or accepted | continuation not
             // completed | fail with continuation_exhausted".
-            (
-                "codex continuation, absent",
-                CONTINUATION,
-                codex(None),
-                IDLE,
-                Want::Fail(ContinuationExhausted),
-            ),
-            (
-                "codex continuation, interrupted",
-                CONTINUATION,
-                codex(Some(("t2", "interrupted"))),
-                IDLE,
-                Want::Fail(ContinuationExhausted),
-            ),
-            (
-                "codex continuation, not recorded",
-                CONTINUATION,
-                codex(Some(("t2", NOT_RECORDED))),
-                IDLE,
-                Want::Fail(ContinuationExhausted),
-            ),
+            ("codex continuation, absent", CONTINUATION, codex(None), IDLE, Want::Fail(ContinuationExhausted)),
+            ("codex continuation, interrupted", CONTINUATION, codex(Some(("t2", "interrupted"))), IDLE, Want::Fail(ContinuationExhausted)),
+            ("codex continuation, not recorded", CONTINUATION, codex(Some(("t2", NOT_RECORDED))), IDLE, Want::Fail(ContinuationExhausted)),
             // Codex: "continuation accepted | continuation completed | adopt it".
-            (
-                "codex continuation, completed",
-                CONTINUATION,
-                codex(Some(("t2", "completed"))),
-                IDLE,
-                Want::Adopt,
-            ),
+            ("codex continuation, completed", CONTINUATION, codex(Some(("t2", "completed"))), IDLE, Want::Adopt),
             // ACP: "nothing sent / intent only | user message absent from the
             // replay | start the turn once".
-            (
-                "acp intent, absent",
-                INTENT,
-                other(None),
-                IDLE,
-                Want::StartAbsent,
-            ),
+            ("acp intent, absent", INTENT, other(None), IDLE, Want::StartAbsent),
             // ACP: "intent only | user message in the replay | fail closed
             // ambiguous_turn_start".
-            (
-                "acp intent, in replay",
-                INTENT,
-                other(Some(("m1", "interrupted"))),
-                IDLE,
-                Want::Fail(AmbiguousTurnStart),
-            ),
+            ("acp intent, in replay", INTENT, other(Some(("m1", "interrupted"))), IDLE, Want::Fail(AmbiguousTurnStart)),
             // ACP: "turn accepted (echo persisted) | user message in the
             // replay | provider_turn_lost_on_restore (recoverable), then one
             // continuation".
-            (
-                "acp accepted, in replay",
-                ACCEPTED,
-                other(Some(("m1", "interrupted"))),
-                IDLE,
-                Want::ContinueRecoverable,
-            ),
+            ("acp accepted, in replay", ACCEPTED, other(Some(("m1", "interrupted"))), IDLE, Want::ContinueRecoverable),
             // ACP: "turn accepted, permission requested or being answered |
             // any | close with active_turn_recovery_closed".
-            (
-                "acp accepted, permission pending",
-                ACCEPTED,
-                other(Some(("m1", "interrupted"))),
-                APPROVAL_PENDING,
-                Want::Fail(ActiveTurnRecoveryClosed),
-            ),
-            (
-                "acp accepted, permission pending, absent",
-                ACCEPTED,
-                other(None),
-                APPROVAL_PENDING,
-                Want::Fail(ActiveTurnRecoveryClosed),
-            ),
+            ("acp accepted, permission pending", ACCEPTED, other(Some(("m1", "interrupted"))), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
+            ("acp accepted, permission pending, absent", ACCEPTED, other(None), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
             // ACP: "turn accepted | user message absent | close with
             // active_turn_recovery_closed".
-            (
-                "acp accepted, absent",
-                ACCEPTED,
-                other(None),
-                IDLE,
-                Want::Fail(ActiveTurnRecoveryClosed),
-            ),
+            ("acp accepted, absent", ACCEPTED, other(None), IDLE, Want::Fail(ActiveTurnRecoveryClosed)),
             // ACP: "continuation intent or accepted | anything |
             // continuation_exhausted" (a replay never says completed).
-            (
-                "acp continuation, absent",
-                CONTINUATION,
-                other(None),
-                IDLE,
-                Want::Fail(ContinuationExhausted),
-            ),
-            (
-                "acp continuation, in replay",
-                CONTINUATION,
-                other(Some(("m1#continuation", "interrupted"))),
-                IDLE,
-                Want::Fail(ContinuationExhausted),
-            ),
+            ("acp continuation, absent", CONTINUATION, other(None), IDLE, Want::Fail(ContinuationExhausted)),
+            ("acp continuation, in replay", CONTINUATION, other(Some(("m1#continuation", "interrupted"))), IDLE, Want::Fail(ContinuationExhausted)),
             // OpenCode: "the Codex rows apply (an accepted turn the provider
             // completed is adopted)".
-            (
-                "opencode intent, absent",
-                INTENT,
-                other(None),
-                IDLE,
-                Want::StartAbsent,
-            ),
-            (
-                "opencode intent, recorded",
-                INTENT,
-                other(Some(("msg_1", "inProgress"))),
-                IDLE,
-                Want::Fail(AmbiguousTurnStart),
-            ),
-            (
-                "opencode accepted, completed",
-                ACCEPTED,
-                other(Some(("msg_1", "completed"))),
-                IDLE,
-                Want::Adopt,
-            ),
-            (
-                "opencode accepted, in progress",
-                ACCEPTED,
-                other(Some(("msg_1", "inProgress"))),
-                IDLE,
-                Want::ContinueRecoverable,
-            ),
-            (
-                "opencode continuation, completed",
-                CONTINUATION,
-                other(Some(("msg_1", "completed"))),
-                IDLE,
-                Want::Adopt,
-            ),
-            (
-                "opencode continuation, in progress",
-                CONTINUATION,
-                other(Some(("msg_1", "inProgress"))),
-                IDLE,
-                Want::Fail(ContinuationExhausted),
-            ),
+            ("opencode intent, absent", INTENT, other(None), IDLE, Want::StartAbsent),
+            ("opencode intent, recorded", INTENT, other(Some(("msg_1", "inProgress"))), IDLE, Want::Fail(AmbiguousTurnStart)),
+            ("opencode accepted, completed", ACCEPTED, other(Some(("msg_1", "completed"))), IDLE, Want::Adopt),
+            ("opencode accepted, in progress", ACCEPTED, other(Some(("msg_1", "inProgress"))), IDLE, Want::ContinueRecoverable),
+            ("opencode continuation, completed", CONTINUATION, other(Some(("msg_1", "completed"))), IDLE, Want::Adopt),
+            ("opencode continuation, in progress", CONTINUATION, other(Some(("msg_1", "inProgress"))), IDLE, Want::Fail(ContinuationExhausted)),
             // OpenCode: "An accepted turn the provider does not have closes
             // the run with active_turn_recovery_closed, as does a permission
             // asked and not answered".
-            (
-                "opencode accepted, absent",
-                ACCEPTED,
-                other(None),
-                IDLE,
-                Want::Fail(ActiveTurnRecoveryClosed),
-            ),
-            (
-                "opencode accepted, permission pending",
-                ACCEPTED,
-                other(Some(("msg_1", "inProgress"))),
-                APPROVAL_PENDING,
-                Want::Fail(ActiveTurnRecoveryClosed),
-            ),
+            ("opencode accepted, absent", ACCEPTED, other(None), IDLE, Want::Fail(ActiveTurnRecoveryClosed)),
+            ("opencode accepted, permission pending", ACCEPTED, other(Some(("msg_1", "inProgress"))), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
         ];
         for (name, turn, provider, pending, want) in rows {
             let got = classify(turn, provider, pending);
