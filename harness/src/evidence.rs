@@ -11,10 +11,10 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use wire::journal::{Entry, EntryKind};
-use wire::ledger::LedgerEntry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use wire::journal::{Entry, EntryKind};
+use wire::ledger::LedgerEntry;
 
 use crate::model::{CellSpec, Fault};
 use crate::runner_client::{RunView, TaskView, event_views, task_view};
@@ -252,9 +252,6 @@ pub fn controller_id(client_id: &str) -> String {
     }
 }
 
-/// The store directories of the fakes, under a fake's state directory.
-const STORE_DIRS: [&str; 4] = ["threads", "sessions", "opencode", "model-api"];
-
 /// Reads every fake's durable store under `dir` (Codex `threads/`, ACP
 /// `sessions/`, OpenCode `opencode/`, model API `model-api/`), at any depth, with client ids and
 /// authorizing ids translated to controller message ids. Also returns every
@@ -269,7 +266,7 @@ pub fn read_provider_turns(dir: &Path) -> (Vec<ProviderTurn>, Vec<String>) {
         let mut p = file.as_path();
         while let Some(parent) = p.parent() {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if STORE_DIRS.contains(&name) {
+            if wire::stores::STORE_DIRS.contains(&name) {
                 if !roots.iter().any(|r| r == parent) {
                     roots.push(parent.to_path_buf());
                 }
@@ -286,11 +283,11 @@ pub fn read_provider_turns(dir: &Path) -> (Vec<ProviderTurn>, Vec<String>) {
     }
     let mut out = Vec::new();
     for root in roots {
-        let turns = fake_provider::codex::store::recorded_turns(&root)
+        let turns = wire::stores::codex::recorded_turns(&root)
             .into_iter()
-            .chain(fake_provider::acp::store::recorded_turns(&root))
-            .chain(fake_provider::opencode::store::recorded_turns(&root))
-            .chain(fake_provider::model_api::store::recorded_turns(&root));
+            .chain(wire::stores::acp::recorded_turns(&root))
+            .chain(wire::stores::opencode::recorded_turns(&root))
+            .chain(wire::stores::model_api::recorded_turns(&root));
         for t in turns {
             out.push(ProviderTurn {
                 thread: t.thread,
