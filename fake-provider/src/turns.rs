@@ -14,28 +14,14 @@
 use std::collections::{HashSet, VecDeque};
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::codex::CONTINUE_MARKER;
 use crate::journal::Journal;
 use crate::script::{ScriptTool, ScriptTurn};
 
-/// Status of a stored turn, with the wire names of Codex's `TurnStatus`
-/// (also what the ACP store keeps).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum TurnStatus {
-    /// Running.
-    InProgress,
-    /// Finished normally.
-    Completed,
-    /// Stopped by the client (`turn/interrupt`, `session/cancel`, a `cancel`
-    /// decision), or by the process dying.
-    Interrupted,
-    /// Failed.
-    Failed,
-}
+/// Status of a stored turn (Codex and ACP): its format lives with the stores'.
+pub use wire::stores::TurnStatus;
 
 /// One thing the scripted model does in a turn, in order.
 #[derive(Debug)]

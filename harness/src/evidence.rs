@@ -237,9 +237,6 @@ fn summarize(msg: &Value) -> String {
 /// `__continuation` for a continuation); Codex and ACP send it as is.
 pub use wire::client_id::controller_id;
 
-/// The store directories of the fakes, under a fake's state directory.
-const STORE_DIRS: [&str; 4] = ["threads", "sessions", "opencode", "model-api"];
-
 /// Reads every fake's durable store under `dir` (Codex `threads/`, ACP
 /// `sessions/`, OpenCode `opencode/`, model API `model-api/`), at any depth, with client ids and
 /// authorizing ids translated to controller message ids. Also returns every
@@ -254,7 +251,7 @@ pub fn read_provider_turns(dir: &Path) -> (Vec<ProviderTurn>, Vec<String>) {
         let mut p = file.as_path();
         while let Some(parent) = p.parent() {
             let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if STORE_DIRS.contains(&name) {
+            if wire::stores::STORE_DIRS.contains(&name) {
                 if !roots.iter().any(|r| r == parent) {
                     roots.push(parent.to_path_buf());
                 }
@@ -271,11 +268,11 @@ pub fn read_provider_turns(dir: &Path) -> (Vec<ProviderTurn>, Vec<String>) {
     }
     let mut out = Vec::new();
     for root in roots {
-        let turns = fake_provider::codex::store::recorded_turns(&root)
+        let turns = wire::stores::codex::recorded_turns(&root)
             .into_iter()
-            .chain(fake_provider::acp::store::recorded_turns(&root))
-            .chain(fake_provider::opencode::store::recorded_turns(&root))
-            .chain(fake_provider::model_api::store::recorded_turns(&root));
+            .chain(wire::stores::acp::recorded_turns(&root))
+            .chain(wire::stores::opencode::recorded_turns(&root))
+            .chain(wire::stores::model_api::recorded_turns(&root));
         for t in turns {
             out.push(ProviderTurn {
                 thread: t.thread,

@@ -349,7 +349,7 @@ fn facts(d: &Dirs, name: &str) -> Vec<Value> {
 }
 
 fn turns(d: &Dirs) -> Vec<(String, Option<String>, String, bool, String)> {
-    fake_provider::acp::store::recorded_turns(&d.state)
+    wire::stores::acp::recorded_turns(&d.state)
         .into_iter()
         .map(|t: RecordedTurn| {
             (

@@ -299,7 +299,7 @@ fn a_full_turn_with_a_tool_runs_the_effect_once_in_the_real_event_order() {
     assert_eq!(out[0]["content"][0]["text"], "Looking at the workspace.");
     let calls1 = calls(&first);
     assert_eq!(calls1.len(), 1);
-    let turns = fake_provider::model_api::store::recorded_turns(dir.path());
+    let turns = wire::stores::model_api::recorded_turns(dir.path());
     assert_eq!(turns.len(), 1);
     assert_eq!(
         (
@@ -340,7 +340,7 @@ fn a_full_turn_with_a_tool_runs_the_effect_once_in_the_real_event_order() {
         ("write-hello", "m1")
     );
     assert_eq!(ledger[0].conversation.as_deref(), Some("c1"));
-    let turns = fake_provider::model_api::store::recorded_turns(dir.path());
+    let turns = wire::stores::model_api::recorded_turns(dir.path());
     assert_eq!(turns[0].status, "completed");
     assert_eq!(turns[0].client_id.as_deref(), Some("m1"));
     assert_eq!(turns[0].authorized_by, "m1");
@@ -432,7 +432,7 @@ fn an_exit_mid_stream_leaves_a_truncated_stream_and_an_interrupted_turn() {
     let exit = fake.child.wait().unwrap();
     use std::os::unix::process::ExitStatusExt as _;
     assert_eq!(exit.signal(), Some(9), "the fake SIGKILLed itself");
-    let turns = fake_provider::model_api::store::recorded_turns(dir.path());
+    let turns = wire::stores::model_api::recorded_turns(dir.path());
     assert_eq!(turns.len(), 1);
     assert_eq!(turns[0].status, "interrupted");
 
@@ -444,7 +444,7 @@ fn an_exit_mid_stream_leaves_a_truncated_stream_and_an_interrupted_turn() {
     let events = fake.stream(&request("m1", vec![user("go")]));
     assert_eq!(events.last().unwrap().event, "response.completed");
     assert_eq!(
-        fake_provider::model_api::store::recorded_turns(dir.path())[0].status,
+        wire::stores::model_api::recorded_turns(dir.path())[0].status,
         "inProgress"
     );
 }

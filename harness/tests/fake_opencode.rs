@@ -250,7 +250,7 @@ fn ledger(state: &Path) -> Vec<wire::ledger::LedgerEntry> {
 }
 
 fn turn_status(state: &Path, turn: &str) -> String {
-    fake_provider::opencode::store::recorded_turns(state)
+    wire::stores::opencode::recorded_turns(state)
         .into_iter()
         .find(|t| t.turn == turn)
         .unwrap_or_else(|| panic!("turn {turn} is recorded"))
@@ -480,7 +480,7 @@ fn a_turn_cut_by_sigkill_reads_back_interrupted_and_a_continuation_skips_done_ef
         "the done effect is skipped, so nothing asks"
     );
     assert_eq!(ledger(&state).len(), 1, "no effect ran twice");
-    let turns = fake_provider::opencode::store::recorded_turns(&state);
+    let turns = wire::stores::opencode::recorded_turns(&state);
     let continuation = turns.iter().find(|t| t.turn == c1).unwrap();
     assert!(continuation.continuation);
     assert_eq!(continuation.authorized_by, m1);

@@ -158,7 +158,7 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
         .expect("continuation accepted");
     let (status, _) = finish_turn(&mut driver, &c2).await;
     assert_eq!(status, "completed");
-    let turns = fake_provider::opencode::store::recorded_turns(&state);
+    let turns = wire::stores::opencode::recorded_turns(&state);
     let statuses: Vec<(&str, &str, bool)> = turns
         .iter()
         .map(|t| (t.turn.as_str(), t.status.as_str(), t.continuation))

@@ -291,7 +291,7 @@ fn the_real_codex_app_server_completes_a_task_through_the_runner() {
         .filter(|e| e.fact.as_deref() == Some("turn.finished"))
         .count();
     assert_eq!(finished, 1);
-    let turns = fake_provider::model_api::store::recorded_turns(&dir.path().join("model"));
+    let turns = wire::stores::model_api::recorded_turns(&dir.path().join("model"));
     assert_eq!(turns.len(), 1, "{turns:?}");
     assert_eq!(turns[0].status, "completed");
     // The runner's own view: the provider turn id Codex gave it.

@@ -388,7 +388,7 @@ fn a_recorded_turn_never_seen_accepted_fails_closed_and_retry_works() {
 /// User messages the provider recorded for `client_id` (a turn without
 /// one delivered nothing).
 fn recorded_messages(rig: &Rig, client_id: &str) -> usize {
-    fake_provider::codex::store::recorded_turns(&rig.path("state/providers/t1"))
+    wire::stores::codex::recorded_turns(&rig.path("state/providers/t1"))
         .iter()
         .filter(|t| t.client_id.as_deref() == Some(client_id))
         .count()

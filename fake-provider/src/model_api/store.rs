@@ -7,62 +7,18 @@
 //! the directory (pid, start time, generation), so [`recorded_turns`] can tell
 //! a turn a live process is still on from one whose process died: records are
 //! never rewritten on open. This module knows nothing about HTTP or the
-//! Responses wire format.
+//! Responses wire format; the file format and its reader live in
+//! `wire::stores::model_api`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+pub use wire::stores::model_api::{
+    CallRecord, STORE_DIR, STORE_VERSION, TURNS_FILE, TurnRecord, TurnStatus, TurnsFile,
+    recorded_turns,
+};
 
-use crate::recorded::{RecordedTurn, write_atomic};
-
-/// Version of the stored formats.
-pub const STORE_VERSION: u32 = 1;
-
-/// A turn's status as stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum TurnStatus {
-    /// Recorded; the final answer was not streamed yet.
-    InProgress,
-    /// The final answer was streamed.
-    Completed,
-}
-
-/// One function call the fake issued for a turn.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallRecord {
-    /// The `call_id` sent to the client.
-    pub call_id: String,
-    /// The script effect key it runs.
-    pub key: String,
-}
-
-/// One turn: a user message of a conversation and what the fake did for it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TurnRecord {
-    /// The conversation (`metadata.turncut_conversation`, `prompt_cache_key` or `default`).
-    pub conversation: String,
-    /// The turn's message id (`metadata.turncut_message_id` or a hash of the message).
-    pub message_id: String,
-    /// Which script turn it plays (0-based).
-    pub script_index: usize,
-    /// In progress or completed.
-    pub status: TurnStatus,
-    /// How many `POST /v1/responses` requests answered it.
-    pub requests: u64,
-    /// The generation of the process that wrote it last.
-    pub generation: String,
-    /// The function calls issued, oldest first.
-    #[serde(default)]
-    pub calls: Vec<CallRecord>,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct TurnsFile {
-    v: u32,
-    turns: Vec<TurnRecord>,
-}
+use crate::recorded::write_atomic;
 
 /// The store, loaded in memory and written through.
 #[derive(Debug)]
@@ -75,15 +31,15 @@ pub struct Store {
 impl Store {
     /// Opens the store under `state_dir` and records this process as the live one.
     pub fn open(state_dir: &Path, generation: &str) -> std::io::Result<Store> {
-        let dir = state_dir.join("model-api");
+        let dir = state_dir.join(STORE_DIR);
         fs::create_dir_all(&dir)?;
-        let turns = match fs::read_to_string(dir.join("turns.json")) {
+        let turns = match fs::read_to_string(dir.join(TURNS_FILE)) {
             Ok(text) => {
                 serde_json::from_str::<TurnsFile>(&text)
                     .map_err(|e| {
                         std::io::Error::new(
                             std::io::ErrorKind::InvalidData,
-                            format!("{}: bad store file: {e}", dir.join("turns.json").display()),
+                            format!("{}: bad store file: {e}", dir.join(TURNS_FILE).display()),
                         )
                     })?
                     .turns
@@ -132,48 +88,13 @@ impl Store {
         };
         write_atomic(
             &self.dir,
-            "turns.json",
+            TURNS_FILE,
             &serde_json::to_vec_pretty(&file).expect("serializes"),
         )?;
         // Memory follows the disk only once the disk has it.
         self.turns = file.turns;
         Ok(())
     }
-}
-
-/// Every turn of the store under `state_dir`: thread is the conversation, turn
-/// and client id the message id. `completed` once its final answer was
-/// streamed; `inProgress` while the live process last wrote it; `interrupted`
-/// when the process that last wrote it is gone. An unreadable store reads as empty.
-pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
-    let dir = state_dir.join("model-api");
-    let Ok(text) = fs::read_to_string(dir.join("turns.json")) else {
-        return Vec::new();
-    };
-    let Ok(file) = serde_json::from_str::<TurnsFile>(&text) else {
-        return Vec::new();
-    };
-    let live_generation = crate::process::live_generation(&dir);
-    file.turns
-        .into_iter()
-        .map(|t| {
-            let status = match t.status {
-                TurnStatus::Completed => "completed",
-                TurnStatus::InProgress if live_generation.as_deref() == Some(&t.generation) => {
-                    "inProgress"
-                }
-                TurnStatus::InProgress => "interrupted",
-            };
-            RecordedTurn {
-                thread: t.conversation,
-                turn: t.message_id.clone(),
-                client_id: Some(t.message_id.clone()),
-                status: status.to_owned(),
-                continuation: false,
-                authorized_by: t.message_id,
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]

@@ -10,39 +10,21 @@
 //! real server leaves it. `live.json` names the process currently serving the
 //! directory, so [`recorded_turns`] can tell a turn that is running from one
 //! that was cut. This module knows the wire shapes it stores, not the HTTP
-//! routes or the script.
+//! routes or the script; the file formats and their reader live in
+//! `wire::stores::opencode`.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use wire::stores::json_files;
+use wire::stores::opencode::read_json;
+pub use wire::stores::opencode::{
+    LiveProcess, MessageRecord, STORE_DIR, STORE_VERSION, SessionRecord, UserMeta, recorded_turns,
+};
 
-use crate::recorded::{RecordedTurn, write_atomic};
-
-/// Version of the stored formats.
-pub const STORE_VERSION: u32 = 1;
-
-/// A stored session: the wire `Session` object.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct SessionRecord {
-    /// Format version.
-    pub v: u32,
-    /// The `Session` as served.
-    pub info: Value,
-}
-
-/// What the fake keeps about a user message besides its wire form.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct UserMeta {
-    /// Whether the prompt text started with the continue marker.
-    pub continuation: bool,
-    /// The message id whose authority its effects run under.
-    pub authorized_by: String,
-    /// Which script turn it plays.
-    pub script_index: usize,
-}
+use crate::recorded::write_atomic;
 
 impl crate::turns::PlayedTurn for UserMeta {
     fn continuation(&self) -> bool {
@@ -52,34 +34,6 @@ impl crate::turns::PlayedTurn for UserMeta {
         &self.authorized_by
     }
 }
-
-/// A stored message: the wire `Message` plus the fake's own bookkeeping.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct MessageRecord {
-    /// Format version.
-    pub v: u32,
-    /// The `UserMessage` or `AssistantMessage` as served.
-    pub info: Value,
-    /// For user messages, the turn bookkeeping; absent for assistant messages.
-    #[serde(default)]
-    pub user: Option<UserMeta>,
-    /// The process generation that wrote it last.
-    pub generation: String,
-}
-
-impl MessageRecord {
-    /// `info.id`.
-    pub fn id(&self) -> &str {
-        self.info["id"].as_str().unwrap_or_default()
-    }
-
-    /// Whether this is an assistant message.
-    pub fn is_assistant(&self) -> bool {
-        self.info["role"] == "assistant"
-    }
-}
-
-pub use crate::process::LiveProcess;
 
 /// The store, loaded in memory and written through.
 #[derive(Debug)]
@@ -96,7 +50,7 @@ pub struct Store {
 impl Store {
     /// Opens the store under `state_dir` and records this process as the live one.
     pub fn open(state_dir: &Path, generation: &str) -> std::io::Result<Store> {
-        let dir = state_dir.join("opencode");
+        let dir = state_dir.join(STORE_DIR);
         for sub in ["sessions", "messages", "parts"] {
             fs::create_dir_all(dir.join(sub))?;
         }
@@ -241,84 +195,6 @@ impl Store {
         self.messages(session)
             .find(|m| m.is_assistant() && m.info["parentID"] == parent)
     }
-}
-
-/// Every user message of the store under `state_dir`, as a turn: thread is the
-/// session id, turn and client id the message id. A turn is `completed` when
-/// its assistant message has `time.completed` and no error, `inProgress` when
-/// the process that recorded it is still the live one and it is not finished,
-/// and `interrupted` otherwise (no answer, an aborted answer, or an answer left
-/// unfinished by a process that is gone). An unreadable store reads as empty.
-pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
-    let dir = state_dir.join("opencode");
-    let live_generation = crate::process::live_generation(&dir);
-    let Ok(sessions) = json_files(&dir.join("sessions")) else {
-        return Vec::new();
-    };
-    let mut turns = Vec::new();
-    for path in sessions {
-        let Some(session) = path.file_stem().and_then(|s| s.to_str()) else {
-            continue;
-        };
-        let Ok(files) = json_files(&dir.join("messages").join(session)) else {
-            continue;
-        };
-        let messages: Vec<MessageRecord> = files.iter().filter_map(|f| read_json(f).ok()).collect();
-        for m in &messages {
-            let Some(user) = &m.user else { continue };
-            let answer = messages
-                .iter()
-                .find(|a| a.is_assistant() && a.info["parentID"] == m.info["id"]);
-            let finished = answer.is_some_and(|a| !a.info["time"]["completed"].is_null());
-            let errored = answer.is_some_and(|a| !a.info["error"].is_null());
-            let live = live_generation.as_deref().is_some_and(|g| {
-                let writer = answer.map_or(&m.generation, |a| &a.generation);
-                writer == g
-            });
-            let status = match (finished, errored) {
-                (true, false) => "completed",
-                (false, _) if live => "inProgress",
-                _ => "interrupted",
-            };
-            turns.push(RecordedTurn {
-                thread: session.to_owned(),
-                turn: m.id().to_owned(),
-                client_id: Some(m.id().to_owned()),
-                status: status.to_owned(),
-                continuation: user.continuation,
-                authorized_by: user.authorized_by.clone(),
-            });
-        }
-    }
-    turns
-}
-
-fn json_files(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let mut out = Vec::new();
-    match fs::read_dir(dir) {
-        Ok(entries) => {
-            for entry in entries {
-                let path = entry?.path();
-                if path.extension().and_then(|e| e.to_str()) == Some("json") {
-                    out.push(path);
-                }
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e),
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<T> {
-    let text = fs::read_to_string(path)?;
-    serde_json::from_str(&text).map_err(|e| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{}: bad store file: {e}", path.display()),
-        )
-    })
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 //! provider durably recorded of a turn (`recorded`), the text that marks a
 //! continuation (`marker`), how a controller's message id travels inside a
 //! provider's client id (`client_id`), and how a process is told from a later
-//! one with its pid (`procstat`), and the built-in provider profiles
-//! (`profiles`). Each lives here and nowhere else.
+//! one with its pid (`procstat`), the built-in provider profiles
+//! (`profiles`), and the fakes' durable stores, as the harness reads them
+//! (`stores`). Each lives here and nowhere else.
 //!
 //! This crate depends on no other crate of the workspace: the runner, the
 //! fakes and the harness depend on it, never the other way round (the tidy
@@ -22,3 +23,4 @@ pub mod profiles;
 pub mod recorded;
 pub mod script;
 pub mod secret;
+pub mod stores;

@@ -1,0 +1,130 @@
+//! The fake OpenCode server's store: sessions, messages and parts as JSON
+//! files under `<state-dir>/opencode/`, laid out as
+//! `sessions/<sessionID>.json`, `messages/<sessionID>/<messageID>.json` and
+//! `parts/<messageID>/<partID>.json`, with the [`LIVE_FILE`] note naming the
+//! process that serves the directory.
+//!
+//! [`LIVE_FILE`]: crate::stores::LIVE_FILE
+
+use std::fs;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::recorded::RecordedTurn;
+pub use crate::stores::LiveProcess;
+use crate::stores::{json_files, live_generation};
+
+/// Version of the stored formats.
+pub const STORE_VERSION: u32 = 1;
+
+/// The directory under the state directory that holds the store.
+pub const STORE_DIR: &str = "opencode";
+
+/// A stored session: the wire `Session` object.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// Format version.
+    pub v: u32,
+    /// The `Session` as served.
+    pub info: Value,
+}
+
+/// What the fake keeps about a user message besides its wire form.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct UserMeta {
+    /// Whether the prompt text started with the continue marker.
+    pub continuation: bool,
+    /// The message id whose authority its effects run under.
+    pub authorized_by: String,
+    /// Which script turn it plays.
+    pub script_index: usize,
+}
+
+/// A stored message: the wire `Message` plus the fake's own bookkeeping.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MessageRecord {
+    /// Format version.
+    pub v: u32,
+    /// The `UserMessage` or `AssistantMessage` as served.
+    pub info: Value,
+    /// For user messages, the turn bookkeeping; absent for assistant messages.
+    #[serde(default)]
+    pub user: Option<UserMeta>,
+    /// The process generation that wrote it last.
+    pub generation: String,
+}
+
+impl MessageRecord {
+    /// `info.id`.
+    pub fn id(&self) -> &str {
+        self.info["id"].as_str().unwrap_or_default()
+    }
+
+    /// Whether this is an assistant message.
+    pub fn is_assistant(&self) -> bool {
+        self.info["role"] == "assistant"
+    }
+}
+
+/// Every user message of the store under `state_dir`, as a turn: thread is the
+/// session id, turn and client id the message id. A turn is `completed` when
+/// its assistant message has `time.completed` and no error, `inProgress` when
+/// the process that recorded it is still the live one and it is not finished,
+/// and `interrupted` otherwise (no answer, an aborted answer, or an answer left
+/// unfinished by a process that is gone). An unreadable store reads as empty.
+pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
+    let dir = state_dir.join(STORE_DIR);
+    let live_generation = live_generation(&dir);
+    let Ok(sessions) = json_files(&dir.join("sessions")) else {
+        return Vec::new();
+    };
+    let mut turns = Vec::new();
+    for path in sessions {
+        let Some(session) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        let Ok(files) = json_files(&dir.join("messages").join(session)) else {
+            continue;
+        };
+        let messages: Vec<MessageRecord> = files.iter().filter_map(|f| read_json(f).ok()).collect();
+        for m in &messages {
+            let Some(user) = &m.user else { continue };
+            let answer = messages
+                .iter()
+                .find(|a| a.is_assistant() && a.info["parentID"] == m.info["id"]);
+            let finished = answer.is_some_and(|a| !a.info["time"]["completed"].is_null());
+            let errored = answer.is_some_and(|a| !a.info["error"].is_null());
+            let live = live_generation.as_deref().is_some_and(|g| {
+                let writer = answer.map_or(&m.generation, |a| &a.generation);
+                writer == g
+            });
+            let status = match (finished, errored) {
+                (true, false) => "completed",
+                (false, _) if live => "inProgress",
+                _ => "interrupted",
+            };
+            turns.push(RecordedTurn {
+                thread: session.to_owned(),
+                turn: m.id().to_owned(),
+                client_id: Some(m.id().to_owned()),
+                status: status.to_owned(),
+                continuation: user.continuation,
+                authorized_by: user.authorized_by.clone(),
+            });
+        }
+    }
+    turns
+}
+
+/// Reads one store file; one that does not parse is `InvalidData`.
+pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<T> {
+    let text = fs::read_to_string(path)?;
+    serde_json::from_str(&text).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{}: bad store file: {e}", path.display()),
+        )
+    })
+}
