@@ -104,22 +104,10 @@ impl Op {
 }
 
 /// A turn as the provider durably recorded it (its own store, read after the
-/// cell): the provider's truth, which the journal can lag by a write.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProviderTurn {
-    /// The conversation.
-    pub thread: String,
-    /// The provider's turn id.
-    pub turn: String,
-    /// The client message id it was started with.
-    pub client_id: Option<String>,
-    /// `inProgress`, `completed`, `interrupted` or `failed`.
-    pub status: String,
-    /// Whether it is a continuation.
-    pub continuation: bool,
-    /// The message that authorizes its effects.
-    pub authorized_by: String,
-}
+/// cell): the provider's truth, which the journal can lag by a write. The
+/// evidence holds it with client ids and authorizing ids translated to
+/// controller message ids.
+pub use wire::recorded::RecordedTurn as ProviderTurn;
 
 /// Everything a cell leaves for the oracles.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
