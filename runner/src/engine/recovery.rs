@@ -11,7 +11,7 @@
 
 use crate::causes::{Cause, CauseCode};
 use crate::driver::{NOT_RECORDED, TurnLookup};
-use crate::store::TurnRow;
+use crate::store::{TurnKind, TurnRow};
 
 /// What the runner's store holds of a cut (unsettled) turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +31,7 @@ impl<'a> TurnState<'a> {
         // SEEDED BUG second-continuation: only a continuation that was never
         // accepted is treated as one; an accepted continuation is classified
         // like an accepted primary turn, and continued again.
-        let continuation = turn.kind == "continuation"
+        let continuation = turn.kind == TurnKind::Continuation
             && !(crate::seeded::second_continuation() && turn.provider_turn_id.is_some());
         match (&turn.provider_turn_id, continuation) {
             (_, true) => TurnState::Continuation,
