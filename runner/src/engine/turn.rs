@@ -83,9 +83,7 @@ impl Engine {
             _ => Vec::new(),
         };
         let provider = ProviderSays {
-            turn: found
-                .as_ref()
-                .map(|(id, status)| (id.as_str(), status.as_str())),
+            turn: found,
             unrecorded_reached_no_model: driver.unrecorded_reached_no_model(),
         };
         let pending = Pending {
