@@ -48,8 +48,7 @@ impl Db {
     }
     /// A message by id.
     pub fn message(&self, task_id: &str, message_id: &str) -> Result<Option<Message>, StoreError> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 "SELECT message_id, kind, text FROM messages WHERE task_id = ?1 AND message_id = ?2",
                 params![task_id, message_id],
@@ -57,6 +56,6 @@ impl Db {
             )
             .optional()?
             .map(Message::parse)
-            .transpose()?)
+            .transpose()
     }
 }
