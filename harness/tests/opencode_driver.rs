@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use runner::driver::opencode::OpenCodeDriver;
-use runner::driver::{DriverError, ProviderEvent, TurnLookup};
+use runner::driver::{DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
 use tokio::process::{Child, Command};
 
 const IDLE: Duration = Duration::from_secs(15);
@@ -91,7 +91,13 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
         .lookup_turn(&session, &TurnLookup::ClientId(m1.clone()))
         .await
         .expect("lookup");
-    assert_eq!(found, Some((m1.clone(), "completed".to_owned())));
+    assert_eq!(
+        found,
+        Some(FoundTurn {
+            id: m1.clone(),
+            status: ProviderTurnStatus::Completed
+        })
+    );
 
     // A second turn, cut while its permission is pending.
     let m2 = driver.client_id("m-2", false);
@@ -127,14 +133,20 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
             .lookup_turn(&session, &lookup(&m2))
             .await
             .expect("lookup"),
-        Some((m2.clone(), "interrupted".to_owned()))
+        Some(FoundTurn {
+            id: m2.clone(),
+            status: ProviderTurnStatus::Interrupted
+        })
     );
     assert_eq!(
         driver
             .lookup_turn(&session, &lookup(&m1))
             .await
             .expect("lookup"),
-        Some((m1.clone(), "completed".to_owned()))
+        Some(FoundTurn {
+            id: m1.clone(),
+            status: ProviderTurnStatus::Completed
+        })
     );
     let never = format!("{}_never", &m2[..20]);
     assert_eq!(

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use tokio::process::Child;
 
 use super::jsonrpc::{Rpc, is_response_to, result_of};
-use super::{ClientCall, DriverError, ProviderEvent, TurnLookup};
+use super::{ClientCall, DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
 
 /// The ACP protocol version this driver speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -184,7 +184,7 @@ impl AcpDriver {
         &mut self,
         session: &str,
         by: &TurnLookup,
-    ) -> Result<Option<(String, String)>, DriverError> {
+    ) -> Result<Option<FoundTurn>, DriverError> {
         let id = match by {
             TurnLookup::ClientId(id) | TurnLookup::TurnId(id) => id.clone(),
         };
@@ -198,7 +198,10 @@ impl AcpDriver {
         let found = replay
             .iter()
             .any(|m| user_message_id(m) == Some(id.as_str()));
-        Ok(found.then(|| (id, "interrupted".to_owned())))
+        Ok(found.then_some(FoundTurn {
+            id,
+            status: ProviderTurnStatus::Interrupted,
+        }))
     }
 
     fn key(&self, request_id: &Value) -> String {

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use tokio::process::Child;
 
 use super::jsonrpc::Rpc;
-use super::{DriverError, ProviderEvent, TurnLookup};
+use super::{DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
 
 /// A live Codex app-server process and the client end of its stdio.
 pub struct CodexDriver {
@@ -122,7 +122,7 @@ impl CodexDriver {
         &mut self,
         thread_id: &str,
         by: &TurnLookup,
-    ) -> Result<Option<(String, String)>, DriverError> {
+    ) -> Result<Option<FoundTurn>, DriverError> {
         if self.fresh.contains(thread_id) {
             // No turn was ever started on it: nothing can be recorded.
             return Ok(None);
@@ -158,10 +158,10 @@ impl CodexDriver {
                     .and_then(Value::as_array)
                     .is_some_and(|items| items.iter().any(|i| i["type"] == "userMessage"));
                 let status = match has_message {
-                    true => status,
-                    false => super::NOT_RECORDED.to_owned(),
+                    true => ProviderTurnStatus::from_provider(&status),
+                    false => ProviderTurnStatus::NotRecorded,
                 };
-                return Ok(Some((id, status)));
+                return Ok(Some(FoundTurn { id, status }));
             }
         }
         Ok(None)

@@ -94,10 +94,66 @@ impl ClientCall {
     }
 }
 
-/// The status [`Driver::lookup_turn`] reports for a turn the provider has
-/// without its user message (Codex writes it after the `turn/start`
-/// response): the message never reached the model.
-pub const NOT_RECORDED: &str = "notRecorded";
+/// A turn the provider recorded, as [`Driver::lookup_turn`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FoundTurn {
+    /// The provider's id of the turn.
+    pub id: String,
+    pub status: ProviderTurnStatus,
+}
+
+/// The status of a recorded turn, in the provider's spelling (`Display`
+/// prints it, and causes quote it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProviderTurnStatus {
+    /// `completed`.
+    Completed,
+    /// `interrupted`: also what a protocol that cannot tell a completed turn
+    /// from an interrupted one says.
+    Interrupted,
+    /// `inProgress`.
+    InProgress,
+    /// `failed`.
+    Failed,
+    /// `notRecorded`: the provider has the turn without its user message
+    /// (Codex writes it after the `turn/start` response), so the message
+    /// never reached the model.
+    NotRecorded,
+    /// Any other text the provider answered, kept as it said it.
+    Other(String),
+}
+
+impl ProviderTurnStatus {
+    /// The status a provider spelled `text`.
+    pub fn from_provider(text: &str) -> ProviderTurnStatus {
+        match text {
+            "completed" => ProviderTurnStatus::Completed,
+            "interrupted" => ProviderTurnStatus::Interrupted,
+            "inProgress" => ProviderTurnStatus::InProgress,
+            "failed" => ProviderTurnStatus::Failed,
+            "notRecorded" => ProviderTurnStatus::NotRecorded,
+            other => ProviderTurnStatus::Other(other.to_owned()),
+        }
+    }
+
+    /// The provider's spelling.
+    pub fn as_str(&self) -> &str {
+        match self {
+            ProviderTurnStatus::Completed => "completed",
+            ProviderTurnStatus::Interrupted => "interrupted",
+            ProviderTurnStatus::InProgress => "inProgress",
+            ProviderTurnStatus::Failed => "failed",
+            ProviderTurnStatus::NotRecorded => "notRecorded",
+            ProviderTurnStatus::Other(text) => text,
+        }
+    }
+}
+
+impl std::fmt::Display for ProviderTurnStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// How to find a turn in the provider's store.
 #[derive(Clone, Debug)]
@@ -220,22 +276,21 @@ impl Driver {
     }
 
     /// Whether a turn this provider did not record (absent, or
-    /// [`NOT_RECORDED`]) provably reached no model, so sending it again is
+    /// [`ProviderTurnStatus::NotRecorded`]) provably reached no model, so sending it again is
     /// its first delivery. True for Codex, which writes the user message
     /// before it asks the model.
     pub fn unrecorded_reached_no_model(&self) -> bool {
         matches!(self, Driver::Codex(_))
     }
 
-    /// Was this turn recorded? `Some((turn id, status))` with status
-    /// `completed`, `interrupted`, `inProgress`, `failed` or [`NOT_RECORDED`]. A protocol that
-    /// cannot tell a completed turn from an interrupted one says `interrupted`
-    /// (the safe side: a continuation, never an adoption).
+    /// Was this turn recorded? Its id and [`ProviderTurnStatus`]. A protocol
+    /// that cannot tell a completed turn from an interrupted one says
+    /// `interrupted` (the safe side: a continuation, never an adoption).
     pub async fn lookup_turn(
         &mut self,
         conversation: &str,
         by: &TurnLookup,
-    ) -> Result<Option<(String, String)>, DriverError> {
+    ) -> Result<Option<FoundTurn>, DriverError> {
         each!(self, d => d.lookup_turn(conversation, by).await)
     }
 

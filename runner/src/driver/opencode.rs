@@ -38,7 +38,7 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Child;
 use tokio::sync::mpsc;
 
-use super::{DriverError, ProviderEvent, TurnLookup};
+use super::{DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
 
 /// Longest SSE event accepted from the provider.
 const EVENT_BYTES_MAX: usize = 8 << 20;
@@ -182,7 +182,7 @@ impl OpenCodeDriver {
         &mut self,
         conversation: &str,
         by: &TurnLookup,
-    ) -> Result<Option<(String, String)>, DriverError> {
+    ) -> Result<Option<FoundTurn>, DriverError> {
         let (TurnLookup::ClientId(id) | TurnLookup::TurnId(id)) = by;
         if !id.starts_with("msg") {
             // Not an OpenCode message id, so never one the provider recorded.
@@ -208,7 +208,10 @@ impl OpenCodeDriver {
             Some(info) => message_status(info, None),
             None => "interrupted",
         };
-        Ok(Some((id.clone(), status.to_owned())))
+        Ok(Some(FoundTurn {
+            id: id.clone(),
+            status: ProviderTurnStatus::from_provider(status),
+        }))
     }
 
     /// The next event of the turn in progress, from the SSE stream.

@@ -16,7 +16,7 @@ use super::provider::Live;
 use super::{Engine, PROVIDER_LOSSES_MAX, StepError, driver_err};
 use crate::causes::{Cause, CauseCode, ContractEvent};
 use crate::driver::DriverError;
-use crate::store::{Message, Run, Snapshot, TaskState, TurnRow};
+use crate::store::{Message, Run, Snapshot, TaskState, TurnKind, TurnRow, TurnStatus};
 
 /// First and longest pause before a task whose outcome could not be
 /// recorded starts over from its durable state (doubling in between).
@@ -169,7 +169,7 @@ impl Engine {
             }
             other => other.map_err(driver_err)?,
         }
-        if let Some(turn) = snap.turns.last().filter(|t| t.unsettled()) {
+        if let Some(turn) = snap.turns.last().filter(|t| t.status.unsettled()) {
             return self.recover_turn(snap, run, &conversation, turn, l).await;
         }
         if let Some(message) = self.next_message(snap, run).cloned() {
@@ -245,7 +245,7 @@ impl Engine {
         );
         let row = self
             .write("turn_intent", move |db| {
-                db.turn_intent(&tid, &rid, &mid, "primary", &cid)
+                db.turn_intent(&tid, &rid, &mid, TurnKind::Primary, &cid)
             })
             .await;
         let row = match row {
@@ -262,10 +262,10 @@ impl Engine {
             turn_row: row,
             run_id: run.run_id.clone(),
             message_id: message.message_id.clone(),
-            kind: "primary".to_owned(),
+            kind: TurnKind::Primary,
             client_id,
             provider_turn_id: None,
-            status: "intent".to_owned(),
+            status: TurnStatus::Intent,
         };
         self.run_turn(snap, run, conversation, &turn, &message.text, l)
             .await

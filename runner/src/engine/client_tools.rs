@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{Engine, StepError};
 use crate::driver::ClientCall;
 use crate::native::tools::{self, Limits, Workspace};
-use crate::store::{Run, Snapshot};
+use crate::store::{Run, Snapshot, ToolCallStatus};
 
 /// A command the runner started for a client-side `terminal/create`.
 pub(super) struct Terminal {
@@ -148,7 +148,7 @@ impl Engine {
         &self,
         cx: &Ctx<'_>,
         key: &str,
-        status: &'static str,
+        status: ToolCallStatus,
         v: Value,
     ) -> Result<(), StepError> {
         let (tid, rid, k) = (cx.task_id.to_owned(), cx.run_id.to_owned(), key.to_owned());
@@ -190,7 +190,7 @@ impl Engine {
                 Ok(Ok(json!({ "terminalId": id })))
             }
             Err(msg) => {
-                self.tool_outcome(&cx, cx.key, "failed", json!({ "error": msg }))
+                self.tool_outcome(&cx, cx.key, ToolCallStatus::Failed, json!({ "error": msg }))
                     .await?;
                 Ok(Err(msg))
             }
@@ -214,9 +214,9 @@ impl Engine {
             let done = process.finish(cx.limits.bash_timeout).await;
             let (exit, output, truncated) = terminal_result(done, &cx.limits, &cx.scrub);
             let status = if exit["exitCode"] == 0 {
-                "completed"
+                ToolCallStatus::Completed
             } else {
-                "failed"
+                ToolCallStatus::Failed
             };
             self.tool_outcome(&cx, &key, status, exit.clone()).await?;
             let t = terminals.get_mut(terminal_id).expect("present above");
@@ -244,7 +244,8 @@ impl Engine {
             p.kill();
             drop(p.finish(Duration::ZERO).await);
             let error = json!({ "error": "released before it exited; killed" });
-            self.tool_outcome(&cx, &t.key, "failed", error).await?;
+            self.tool_outcome(&cx, &t.key, ToolCallStatus::Failed, error)
+                .await?;
         }
         Ok(Ok(json!({})))
     }
@@ -266,11 +267,12 @@ impl Engine {
         match written {
             Ok(done) => {
                 let v = json!({ "bytes": bytes, "result": done });
-                self.tool_outcome(&cx, cx.key, "completed", v).await?;
+                self.tool_outcome(&cx, cx.key, ToolCallStatus::Completed, v)
+                    .await?;
                 Ok(Ok(json!({})))
             }
             Err(msg) => {
-                self.tool_outcome(&cx, cx.key, "failed", json!({ "error": msg }))
+                self.tool_outcome(&cx, cx.key, ToolCallStatus::Failed, json!({ "error": msg }))
                     .await?;
                 Ok(Err(msg))
             }

@@ -16,7 +16,7 @@ use crate::causes::{Cause, CauseCode};
 use crate::driver::native::NativeDriver;
 use crate::native::checkpoint::{CallStatus, Checkpoint};
 use crate::native::tools::{self, Limits, Tool, ToolOutput, Workspace};
-use crate::store::{Run, Snapshot, StoreError, TurnRow};
+use crate::store::{Run, Snapshot, StoreError, TurnRow, TurnStatus};
 
 /// One native turn in progress: what every durable write of it names.
 struct NativeTurn<'a> {
@@ -256,7 +256,7 @@ impl Engine {
                 &tid,
                 &rid,
                 row,
-                "completed",
+                TurnStatus::Completed,
                 json!({ "provider_turn_id": pt }),
             )
         })

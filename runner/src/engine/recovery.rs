@@ -10,8 +10,8 @@
 //! their hooks (constant `false` without the `seeded-bugs` feature).
 
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{NOT_RECORDED, TurnLookup};
-use crate::store::TurnRow;
+use crate::driver::{FoundTurn, ProviderTurnStatus, TurnLookup};
+use crate::store::{TurnKind, TurnRow};
 
 /// What the runner's store holds of a cut (unsettled) turn.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +31,7 @@ impl<'a> TurnState<'a> {
         // SEEDED BUG second-continuation: only a continuation that was never
         // accepted is treated as one; an accepted continuation is classified
         // like an accepted primary turn, and continued again.
-        let continuation = turn.kind == "continuation"
+        let continuation = turn.kind == TurnKind::Continuation
             && !(crate::seeded::second_continuation() && turn.provider_turn_id.is_some());
         match (&turn.provider_turn_id, continuation) {
             (_, true) => TurnState::Continuation,
@@ -55,12 +55,11 @@ impl<'a> TurnState<'a> {
 }
 
 /// What the provider says of the turn.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct ProviderSays<'a> {
-    /// The turn as the provider recorded it: its id and status
-    /// (`completed`, `interrupted`, `inProgress`, `failed` or
-    /// [`NOT_RECORDED`]); `None` when it has no such turn.
-    pub turn: Option<(&'a str, &'a str)>,
+#[derive(Clone, Debug)]
+pub(super) struct ProviderSays {
+    /// The turn as the provider recorded it: its id and status; `None` when
+    /// it has no such turn.
+    pub turn: Option<FoundTurn>,
     /// Whether a turn this provider did not record provably reached no
     /// model (Codex: [`crate::driver::Driver::unrecorded_reached_no_model`]).
     pub unrecorded_reached_no_model: bool,
@@ -102,7 +101,10 @@ pub(super) fn classify(turn: TurnState, provider: ProviderSays, pending: Pending
     match turn {
         TurnState::Continuation => match provider.turn {
             // One continuation only: adopt it if it completed, else exhausted.
-            Some((_, "completed")) => Recovery::Adopt,
+            Some(FoundTurn {
+                status: ProviderTurnStatus::Completed,
+                ..
+            }) => Recovery::Adopt,
             _ => Recovery::Fail(Cause::new(
                 CauseCode::ContinuationExhausted,
                 "the continuation of a lost turn was itself cut; the runner never continues twice",
@@ -121,7 +123,7 @@ fn classify_intent(message_id: &str, provider: ProviderSays) -> Recovery {
         // SEEDED BUG resend-ambiguous-turn: the runner never saw the turn
         // accepted, so it "delivers" the message again.
         Some(_) if crate::seeded::resend_ambiguous_turn() => Recovery::ResendAmbiguous,
-        Some((id, status)) => Recovery::Fail(Cause::new(
+        Some(FoundTurn { id, status }) => Recovery::Fail(Cause::new(
             CauseCode::AmbiguousTurnStart,
             format!(
                 "the provider recorded turn {id} ({status}) for message {message_id} but the runner never saw it accepted; it is neither replayed nor adopted"
@@ -146,15 +148,18 @@ fn classify_intent(message_id: &str, provider: ProviderSays) -> Recovery {
 fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pending) -> Recovery {
     let unrecorded = provider
         .turn
-        .is_none_or(|(_, status)| status == NOT_RECORDED);
-    match provider.turn {
-        Some((_, "completed")) => Recovery::Adopt,
+        .as_ref()
+        .is_none_or(|t| t.status == ProviderTurnStatus::NotRecorded);
+    match provider.turn.map(|t| t.status) {
+        Some(ProviderTurnStatus::Completed) => Recovery::Adopt,
         // The provider never recorded the turn's user message (or the
         // turn): no model saw it, so this delivery is its first.
         _ if provider.unrecorded_reached_no_model && unrecorded => Recovery::ResendUnrecorded,
         // SEEDED BUG adopt-without-completion: an interrupted turn is
         // treated as finished and adopted instead of continued.
-        Some((_, "interrupted")) if crate::seeded::adopt_without_completion() => Recovery::Adopt,
+        Some(ProviderTurnStatus::Interrupted) if crate::seeded::adopt_without_completion() => {
+            Recovery::Adopt
+        }
         _ if pending.requests > 0 => Recovery::Fail(Cause::new(
             CauseCode::ActiveTurnRecoveryClosed,
             format!(
@@ -168,7 +173,7 @@ fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pendi
                 pending.unfinished_approved.join(", ")
             ),
         )),
-        Some((_, status)) => {
+        Some(status) => {
             let cause = Cause::new(
                 CauseCode::ProviderTurnLostOnRestore,
                 format!(
@@ -254,9 +259,9 @@ mod tests {
 
     /// The provider's answer on Codex (a turn it has without its user
     /// message is `notRecorded`, which provably reached no model).
-    fn codex(turn: Option<(&'static str, &'static str)>) -> ProviderSays<'static> {
+    fn codex(turn: Option<(&str, &str)>) -> ProviderSays {
         ProviderSays {
-            turn,
+            turn: turn.map(found),
             unrecorded_reached_no_model: true,
         }
     }
@@ -264,10 +269,18 @@ mod tests {
     /// The provider's answer on ACP and OpenCode: a turn the provider does
     /// not have may have reached a model. ACP reports a recorded turn
     /// `interrupted` (a replay cannot prove completion).
-    fn other(turn: Option<(&'static str, &'static str)>) -> ProviderSays<'static> {
+    fn other(turn: Option<(&str, &str)>) -> ProviderSays {
         ProviderSays {
-            turn,
+            turn: turn.map(found),
             unrecorded_reached_no_model: false,
+        }
+    }
+
+    /// A turn the provider answered with `(id, status)`, in its spelling.
+    fn found((id, status): (&str, &str)) -> FoundTurn {
+        FoundTurn {
+            id: id.to_owned(),
+            status: ProviderTurnStatus::from_provider(status),
         }
     }
 
@@ -303,9 +316,9 @@ mod tests {
             // Codex: "turn accepted | turn absent, or without its user message
             // | turn.absent_at_provider, then the message is sent once more".
             ("codex accepted, absent", ACCEPTED, codex(None), IDLE, Want::ResendUnrecorded),
-            ("codex accepted, not recorded", ACCEPTED, codex(Some(("t1", NOT_RECORDED))), IDLE, Want::ResendUnrecorded),
+            ("codex accepted, not recorded", ACCEPTED, codex(Some(("t1", "notRecorded"))), IDLE, Want::ResendUnrecorded),
             // The same holds with an approval pending: the model never saw it.
-            ("codex accepted, not recorded, approval pending", ACCEPTED, codex(Some(("t1", NOT_RECORDED))), APPROVAL_PENDING, Want::ResendUnrecorded),
+            ("codex accepted, not recorded, approval pending", ACCEPTED, codex(Some(("t1", "notRecorded"))), APPROVAL_PENDING, Want::ResendUnrecorded),
             // Codex: "turn accepted | turn recorded, interrupted or in
             // progress | turn.failed provider_turn_lost_on_restore
             // (recoverable), then one continuation".
@@ -325,7 +338,7 @@ mod tests {
             // completed | fail with continuation_exhausted".
             ("codex continuation, absent", CONTINUATION, codex(None), IDLE, Want::Fail(ContinuationExhausted)),
             ("codex continuation, interrupted", CONTINUATION, codex(Some(("t2", "interrupted"))), IDLE, Want::Fail(ContinuationExhausted)),
-            ("codex continuation, not recorded", CONTINUATION, codex(Some(("t2", NOT_RECORDED))), IDLE, Want::Fail(ContinuationExhausted)),
+            ("codex continuation, not recorded", CONTINUATION, codex(Some(("t2", "notRecorded"))), IDLE, Want::Fail(ContinuationExhausted)),
             // Codex: "continuation accepted | continuation completed | adopt it".
             ("codex continuation, completed", CONTINUATION, codex(Some(("t2", "completed"))), IDLE, Want::Adopt),
             // ACP: "nothing sent / intent only | user message absent from the
@@ -389,22 +402,25 @@ mod tests {
     /// turn id once the turn is accepted, else the client id.
     #[test]
     fn turn_rows_read_as_states() {
-        let row = |kind: &str, provider_turn_id: Option<&str>| TurnRow {
+        let row = |kind: TurnKind, provider_turn_id: Option<&str>| TurnRow {
             turn_row: 1,
             run_id: "run-1".into(),
             message_id: "m1".into(),
-            kind: kind.into(),
+            kind,
             client_id: "c1".into(),
             provider_turn_id: provider_turn_id.map(str::to_owned),
-            status: "intent".into(),
+            status: crate::store::TurnStatus::Intent,
         };
-        let intent = row("primary", None);
+        let intent = row(TurnKind::Primary, None);
         assert_eq!(TurnState::of(&intent), INTENT);
         assert!(matches!(TurnState::lookup(&intent), TurnLookup::ClientId(c) if c == "c1"));
-        let accepted = row("primary", Some("t1"));
+        let accepted = row(TurnKind::Primary, Some("t1"));
         assert_eq!(TurnState::of(&accepted), ACCEPTED);
         assert!(matches!(TurnState::lookup(&accepted), TurnLookup::TurnId(t) if t == "t1"));
-        for cont in [row("continuation", None), row("continuation", Some("t2"))] {
+        for cont in [
+            row(TurnKind::Continuation, None),
+            row(TurnKind::Continuation, Some("t2")),
+        ] {
             assert_eq!(TurnState::of(&cont), CONTINUATION);
         }
     }
@@ -441,5 +457,37 @@ mod tests {
             ),
             other => panic!("{other:?}"),
         }
+        // A status outside the provider's set is quoted as it said it, and
+        // reads as neither completed nor unrecorded.
+        match classify(ACCEPTED, codex(Some(("t1", "paused"))), IDLE) {
+            Recovery::Continue(c) => assert_eq!(
+                c.message,
+                "turn t1 was paused when its provider was lost; continuing once"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Each status reads back from the provider's spelling and prints it.
+    #[test]
+    fn provider_statuses_keep_their_spelling() {
+        for text in [
+            "completed",
+            "interrupted",
+            "inProgress",
+            "failed",
+            "notRecorded",
+            "paused",
+        ] {
+            assert_eq!(ProviderTurnStatus::from_provider(text).to_string(), text);
+        }
+        assert_eq!(
+            ProviderTurnStatus::from_provider("notRecorded"),
+            ProviderTurnStatus::NotRecorded
+        );
+        assert_eq!(
+            ProviderTurnStatus::from_provider("Completed"),
+            ProviderTurnStatus::Other("Completed".to_owned())
+        );
     }
 }

@@ -14,7 +14,7 @@ use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
 use crate::driver::{Driver, ProviderEvent};
 use crate::profiles::Profile;
-use crate::store::{Run, Snapshot, TurnRow};
+use crate::store::{RequestStatus, Run, Snapshot, TurnKind, TurnRow, TurnStatus};
 
 impl Engine {
     /// The provider has no record of the run's conversation
@@ -30,7 +30,7 @@ impl Engine {
         let completed = snap
             .turns
             .iter()
-            .any(|t| t.run_id == run.run_id && t.status == "completed");
+            .any(|t| t.run_id == run.run_id && t.status == TurnStatus::Completed);
         if let LostConversation::Fail(cause) = recovery::lost_conversation(conversation, completed)
         {
             return Err(StepError::Fail(cause));
@@ -83,9 +83,7 @@ impl Engine {
             _ => Vec::new(),
         };
         let provider = ProviderSays {
-            turn: found
-                .as_ref()
-                .map(|(id, status)| (id.as_str(), status.as_str())),
+            turn: found,
             unrecorded_reached_no_model: driver.unrecorded_reached_no_model(),
         };
         let pending = Pending {
@@ -187,10 +185,10 @@ impl Engine {
             turn_row: row,
             run_id: run.run_id.clone(),
             message_id: turn.message_id.clone(),
-            kind: "continuation".to_owned(),
+            kind: TurnKind::Continuation,
             client_id,
             provider_turn_id: None,
-            status: "intent".to_owned(),
+            status: TurnStatus::Intent,
         };
         if crate::seeded::continuation_resends_message() {
             // SEEDED BUG continuation-resends-message: the continuation
@@ -227,12 +225,12 @@ impl Engine {
             // with nothing to continue, and completes the run without it.
             let (t, r) = (tid.clone(), rid.clone());
             self.write("turn_completed", move |db| {
-                db.turn_finished(&t, &r, row, "interrupted", data)
+                db.turn_finished(&t, &r, row, TurnStatus::Interrupted, data)
             })
             .await?;
             return self
                 .write("turn_intent", move |db| {
-                    db.turn_intent(&tid, &rid, &mid, "continuation", &cid)
+                    db.turn_intent(&tid, &rid, &mid, TurnKind::Continuation, &cid)
                 })
                 .await;
         }
@@ -245,7 +243,13 @@ impl Engine {
     async fn adopt(&self, task_id: &str, run: &Run, turn: &TurnRow) -> Result<(), StepError> {
         let (tid, rid, row) = (task_id.to_owned(), run.run_id.clone(), turn.turn_row);
         self.write("turn_completed", move |db| {
-            db.turn_finished(&tid, &rid, row, "completed", json!({ "adopted": true }))
+            db.turn_finished(
+                &tid,
+                &rid,
+                row,
+                TurnStatus::Completed,
+                json!({ "adopted": true }),
+            )
         })
         .await
     }
@@ -371,10 +375,10 @@ impl Engine {
     ) -> Result<(), StepError> {
         let task_id = &snap.task.task_id;
         for (write, status, decision) in [
-            ("approval_request", "requested", None),
+            ("approval_request", RequestStatus::Requested, None),
             (
                 "approval_intent",
-                "answering",
+                RequestStatus::Answering,
                 Some(profile.approval.clone()),
             ),
         ] {
@@ -411,7 +415,7 @@ impl Engine {
                 request.turn_row,
                 &request.key,
                 &request.method,
-                "answered",
+                RequestStatus::Answered,
                 Some(&d),
                 request.item_id.as_deref(),
             )
@@ -420,7 +424,9 @@ impl Engine {
     }
 
     /// Records the turn's end; a turn the provider ended other than
-    /// `completed` fails the run.
+    /// `completed` fails the run. A status outside the turn's set (a
+    /// provider breaking its protocol) is stored `failed`; its event and the
+    /// cause keep the provider's text.
     async fn turn_ended(
         &self,
         snap: &Snapshot,
@@ -429,22 +435,19 @@ impl Engine {
         turn_id: String,
         status: String,
     ) -> Result<(), StepError> {
-        let (tid, rid, st) = (
-            snap.task.task_id.clone(),
-            run.run_id.clone(),
-            status.clone(),
-        );
-        let provider_turn = turn_id.clone();
+        let ended = status.parse().unwrap_or(TurnStatus::Failed);
+        let (tid, rid) = (snap.task.task_id.clone(), run.run_id.clone());
+        let data = json!({ "provider_turn_id": turn_id, "status": status });
         self.write("turn_completed", move |db| {
-            db.turn_finished(&tid, &rid, row, &st, json!({ "provider_turn_id": turn_id }))
+            db.turn_finished(&tid, &rid, row, ended, data)
         })
         .await?;
-        if status == "completed" {
+        if ended == TurnStatus::Completed {
             return Ok(());
         }
         Err(StepError::Fail(Cause::new(
             CauseCode::ProviderProtocolError,
-            format!("the provider ended turn {provider_turn} with status {status}"),
+            format!("the provider ended turn {turn_id} with status {status}"),
         )))
     }
 }

@@ -6,7 +6,7 @@
 use rusqlite::{OptionalExtension as _, params};
 use serde_json::Value;
 
-use super::{Db, RETRY_RESUME, StoreError, Task, TaskState, now_ms};
+use super::{Db, MessageKind, StoreError, Task, TaskState, TurnStatus, now_ms};
 use crate::causes::RetryBlock;
 
 /// Outcome of admitting a task.
@@ -118,7 +118,7 @@ impl Db {
             return Ok(FollowUpOutcome::UnknownTask);
         };
         if let Some(m) = self.message(task_id, message_id)? {
-            if m.kind == "follow_up" && m.text == text {
+            if m.kind == MessageKind::FollowUp && m.text == text {
                 return Ok(FollowUpOutcome::Queued { new_run: None });
             }
             return Ok(FollowUpOutcome::Conflict(format!(
@@ -226,7 +226,7 @@ impl Db {
         // again records one proof, not two.
         let admitted = serde_json::json!({
             "message_id": message_id, "run_id": run_id, "previous_run": task.current_run,
-            "resends": kind == "retry",
+            "resends": kind == MessageKind::Retry,
         });
         self.events_in(
             "retry_admitted",
@@ -277,7 +277,7 @@ impl Db {
             return Ok(RetryGate::Answered(Err(RetryBlock::NothingToRetry)));
         };
         if let Some(m) = self.message(task_id, message_id)? {
-            if m.kind == "retry" || m.kind == RETRY_RESUME {
+            if matches!(m.kind, MessageKind::Retry | MessageKind::RetryResume) {
                 let run = self.run_triggered_by(task_id, message_id)?;
                 return Ok(RetryGate::Answered(Ok(run)));
             }
@@ -301,9 +301,9 @@ impl Db {
         )?)
     }
 
-    /// What a Retry sends: `("retry", text)` re-sends `text` under the
-    /// Retry's id, `(RETRY_RESUME, "")` sends nothing of its own and lets the
-    /// Retry run answer the queue.
+    /// What a Retry sends: `(Retry, text)` re-sends `text` under the Retry's
+    /// id, `(RetryResume, "")` sends nothing of its own and lets the Retry run
+    /// answer the queue.
     ///
     /// The latest primary turn's message is re-sent when that message was
     /// not answered (its last turn did not complete: the execution was cut or
@@ -314,7 +314,7 @@ impl Db {
     /// twice, and re-sending the queued one under the Retry's id as well as
     /// its own would send it twice. With nothing queued, the latest message is
     /// re-sent.
-    fn retry_message(&self, task_id: &str) -> Result<(&'static str, String), StoreError> {
+    fn retry_message(&self, task_id: &str) -> Result<(MessageKind, String), StoreError> {
         let latest: Option<(String, String)> = self
             .conn
             .query_row(
@@ -330,12 +330,17 @@ impl Db {
                 |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()?;
+        let latest = latest
+            .map(|(text, status)| Ok::<_, StoreError>((text, status.parse::<TurnStatus>()?)))
+            .transpose()?;
         match latest {
-            Some((text, status)) if status != "completed" => Ok(("retry", text)),
-            _ if !self.queue(task_id)?.is_empty() => Ok((RETRY_RESUME, String::new())),
-            Some((text, _)) => Ok(("retry", text)),
+            Some((text, status)) if status != TurnStatus::Completed => {
+                Ok((MessageKind::Retry, text))
+            }
+            _ if !self.queue(task_id)?.is_empty() => Ok((MessageKind::RetryResume, String::new())),
+            Some((text, _)) => Ok((MessageKind::Retry, text)),
             None => Ok((
-                "retry",
+                MessageKind::Retry,
                 self.conn.query_row(
                     "SELECT text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
                     params![task_id],

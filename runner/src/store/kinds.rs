@@ -4,17 +4,17 @@
 //! the same spelling), so a row field switched from `String` to one of these
 //! changes no byte in the database, the run log or the control API.
 //!
-//! The row types still carry strings (`Run::kind`, `TurnRow::status`, …);
-//! these types are the step before switching them. A string outside its set
-//! reads as [`StoreError::Corrupt`], as an unknown task state does.
+//! The row types carry them (`Run::kind`, `TurnRow::status`, …) and the
+//! writes take them. A string outside its set reads as
+//! [`StoreError::Corrupt`], as an unknown task state does.
 
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
 
 /// Defines a closed set stored as text: the enum with its serde spelling,
-/// `ALL`, `as_str`, `Display` and `FromStr` (an unknown text is a corrupt
-/// row of `$table`).
+/// `ALL`, `as_str`, `Display`, `ToSql` (its text) and `FromStr` (an unknown
+/// text is a corrupt row of `$table`).
 macro_rules! closed_set {
     (
         $(#[$meta:meta])*
@@ -43,6 +43,12 @@ macro_rules! closed_set {
         impl std::fmt::Display for $name {
             fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str(self.as_str())
+            }
+        }
+
+        impl rusqlite::ToSql for $name {
+            fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+                Ok(rusqlite::types::ToSqlOutput::from(self.as_str()))
             }
         }
 
@@ -113,9 +119,8 @@ closed_set! {
 }
 
 impl TurnStatus {
-    /// Whether the turn still needs the provider (not settled): what
-    /// [`super::TurnRow::unsettled`] answers, and the statuses the
-    /// `turns_one_active` index allows once per run.
+    /// Whether the turn still needs the provider (not settled): the
+    /// statuses the `turns_one_active` index allows once per run.
     pub fn unsettled(self) -> bool {
         matches!(self, TurnStatus::Intent | TurnStatus::Accepted)
     }
@@ -211,15 +216,15 @@ mod tests {
         store
             .call_blocking(move |db| {
                 db.admit("t1", "m1", "hello", "p", "/ws", "run-1", epoch)?;
-                let row = db.turn_intent("t1", "run-1", "m1", "primary", "m1")?;
+                let row = db.turn_intent("t1", "run-1", "m1", TurnKind::Primary, "m1")?;
                 db.turn_accepted("t1", "run-1", row, "turn-1")?;
                 let cont = db.turn_lost_continued("t1", "run-1", row, json!({}), "m1-c")?;
-                db.turn_finished("t1", "run-1", cont, "failed", json!({}))?;
+                db.turn_finished("t1", "run-1", cont, TurnStatus::Failed, json!({}))?;
                 db.tool_executing("t1", "run-1", cont, "k1", "terminal", json!({}))?;
                 db.tool_executing("t1", "run-1", cont, "k2", "terminal", json!({}))?;
-                db.tool_outcome("t1", "run-1", "k1", "completed", json!({}))?;
+                db.tool_outcome("t1", "run-1", "k1", ToolCallStatus::Completed, json!({}))?;
                 db.tools_uncertain("t1", "run-1")?;
-                for status in ["requested", "answering", "answered"] {
+                for &status in RequestStatus::ALL {
                     db.provider_request(
                         "approval_request",
                         "t1",
@@ -235,8 +240,8 @@ mod tests {
                 db.settle("t1", "run-1", TaskState::Failed, None)?;
                 let retried = db.admit_retry("t1", "r1", "run-2", epoch, json!({}))?;
                 assert_eq!(retried.as_deref(), Ok("run-2"));
-                let row = db.turn_intent("t1", "run-2", "r1", "primary", "r1")?;
-                db.turn_finished("t1", "run-2", row, "completed", json!({}))?;
+                let row = db.turn_intent("t1", "run-2", "r1", TurnKind::Primary, "r1")?;
+                db.turn_finished("t1", "run-2", row, TurnStatus::Completed, json!({}))?;
                 assert!(db.settle_completed_if_idle("t1", "run-2")?);
                 db.follow_up("t1", "f1", "more", "run-3", epoch)?;
                 Ok(())

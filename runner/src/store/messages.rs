@@ -4,20 +4,30 @@
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
-use super::{Db, StoreError};
+use super::{Db, MessageKind, StoreError};
 
 /// The kind of a Retry message that re-sends nothing: the failure came
 /// before the turn of a queued message, and the Retry run answers the queue
 /// (see [`Db::admit_retry`]).
-pub const RETRY_RESUME: &str = "retry_resume";
+pub const RETRY_RESUME: &str = MessageKind::RetryResume.as_str();
 
 /// A message row.
 #[derive(Clone, Debug, Serialize)]
 pub struct Message {
     pub message_id: String,
-    /// `prompt`, `follow_up` or `retry`.
-    pub kind: String,
+    pub kind: MessageKind,
     pub text: String,
+}
+
+impl Message {
+    /// A row read as `(message_id, kind, text)`; an unknown kind is corrupt.
+    fn parse((message_id, kind, text): (String, String, String)) -> Result<Message, StoreError> {
+        Ok(Message {
+            message_id,
+            kind: kind.parse()?,
+            text,
+        })
+    }
 }
 
 impl Db {
@@ -31,32 +41,21 @@ impl Db {
                  AND t.message_id = m.message_id AND t.kind = 'primary')
              ORDER BY m.ord",
         )?;
-        let rows = stmt
-            .query_map(params![task_id], |r| {
-                Ok(Message {
-                    message_id: r.get(0)?,
-                    kind: r.get(1)?,
-                    text: r.get(2)?,
-                })
-            })?
+        let rows: Vec<(String, String, String)> = stmt
+            .query_map(params![task_id], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
             .collect::<Result<_, _>>()?;
-        Ok(rows)
+        rows.into_iter().map(Message::parse).collect()
     }
     /// A message by id.
     pub fn message(&self, task_id: &str, message_id: &str) -> Result<Option<Message>, StoreError> {
-        Ok(self
-            .conn
+        self.conn
             .query_row(
                 "SELECT message_id, kind, text FROM messages WHERE task_id = ?1 AND message_id = ?2",
                 params![task_id, message_id],
-                |r| {
-                    Ok(Message {
-                        message_id: r.get(0)?,
-                        kind: r.get(1)?,
-                        text: r.get(2)?,
-                    })
-                },
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
-            .optional()?)
+            .optional()?
+            .map(Message::parse)
+            .transpose()
     }
 }

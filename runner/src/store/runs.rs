@@ -5,7 +5,7 @@ use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
 use super::tasks::parse_cause;
-use super::{Db, StoreError};
+use super::{Db, RunKind, RunStatus, StoreError};
 use crate::causes::Cause;
 
 /// A run row.
@@ -13,12 +13,10 @@ use crate::causes::Cause;
 pub struct Run {
     pub run_id: String,
     pub task_id: String,
-    /// `initial`, `follow_up` or `retry`.
-    pub kind: String,
+    pub kind: RunKind,
     /// The message that started the run.
     pub trigger_message_id: String,
-    /// `running`, `completed` or `failed`.
-    pub status: String,
+    pub status: RunStatus,
     pub cause: Option<Cause>,
     pub conversation_id: Option<String>,
     pub owner_epoch: i64,
@@ -65,9 +63,9 @@ impl Db {
                 Ok(Run {
                     run_id,
                     task_id,
-                    kind,
+                    kind: kind.parse()?,
                     trigger_message_id,
-                    status,
+                    status: status.parse()?,
                     cause: parse_cause(cause, "runs")?,
                     conversation_id,
                     owner_epoch,

@@ -5,7 +5,7 @@
 use rusqlite::{OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
-use super::{Db, Message, ProviderProc, Run, SpawnIntent, StoreError, TurnRow};
+use super::{Db, Message, ProviderProc, Run, RunStatus, SpawnIntent, StoreError, TurnRow};
 use crate::causes::Cause;
 
 /// Task states.
@@ -203,9 +203,9 @@ impl Db {
         cause: Option<Cause>,
     ) -> Result<(), StoreError> {
         let run_status = if state == TaskState::Completed {
-            "completed"
+            RunStatus::Completed
         } else {
-            "failed"
+            RunStatus::Failed
         };
         let cause_text = cause_json(&cause);
         self.event_in(

@@ -6,20 +6,25 @@
 use rusqlite::{OptionalExtension as _, params};
 use serde_json::Value;
 
-use super::{Db, StoreError};
+use super::{Db, StoreError, ToolCallStatus};
 
 impl Db {
     /// The status of a client-side tool call (`executing`, `completed`,
     /// `failed`, `uncertain`), if the run has it.
-    pub fn tool_status(&self, run_id: &str, key: &str) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn
+    pub fn tool_status(
+        &self,
+        run_id: &str,
+        key: &str,
+    ) -> Result<Option<ToolCallStatus>, StoreError> {
+        self.conn
             .query_row(
                 "SELECT status FROM tool_calls WHERE run_id = ?1 AND key = ?2",
                 params![run_id, key],
-                |r| r.get(0),
+                |r| r.get::<_, String>(0),
             )
-            .optional()?)
+            .optional()?
+            .map(|s| s.parse())
+            .transpose()
     }
 
     /// Marks a client-side tool call `executing`, before its side effect
@@ -55,7 +60,7 @@ impl Db {
         task_id: &str,
         run_id: &str,
         key: &str,
-        status: &str,
+        status: ToolCallStatus,
         outcome: Value,
     ) -> Result<(), StoreError> {
         let text = serde_json::to_string(&outcome).expect("outcomes serialize");

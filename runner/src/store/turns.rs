@@ -6,7 +6,7 @@ use rusqlite::params;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{Db, StoreError, now_ms};
+use super::{Db, RequestStatus, StoreError, TurnKind, TurnStatus, now_ms};
 
 /// A turn row: one provider turn (or its intent).
 #[derive(Clone, Debug, Serialize)]
@@ -14,20 +14,11 @@ pub struct TurnRow {
     pub turn_row: i64,
     pub run_id: String,
     pub message_id: String,
-    /// `primary` or `continuation`.
-    pub kind: String,
+    pub kind: TurnKind,
     /// The id sent as the provider's client message id.
     pub client_id: String,
     pub provider_turn_id: Option<String>,
-    /// `intent`, `accepted`, `completed`, `interrupted` or `failed`.
-    pub status: String,
-}
-
-impl TurnRow {
-    /// Whether the turn still needs the provider (not settled).
-    pub fn unsettled(&self) -> bool {
-        matches!(self.status.as_str(), "intent" | "accepted")
-    }
+    pub status: TurnStatus,
 }
 
 impl Db {
@@ -37,20 +28,35 @@ impl Db {
             "SELECT turn_row, run_id, message_id, kind, client_id, provider_turn_id, status
              FROM turns WHERE run_id = ?1 ORDER BY turn_row",
         )?;
-        let rows = stmt
+        type Raw = (i64, String, String, String, String, Option<String>, String);
+        let rows: Vec<Raw> = stmt
             .query_map(params![run_id], |r| {
-                Ok(TurnRow {
-                    turn_row: r.get(0)?,
-                    run_id: r.get(1)?,
-                    message_id: r.get(2)?,
-                    kind: r.get(3)?,
-                    client_id: r.get(4)?,
-                    provider_turn_id: r.get(5)?,
-                    status: r.get(6)?,
-                })
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                    r.get(6)?,
+                ))
             })?
             .collect::<Result<_, _>>()?;
-        Ok(rows)
+        rows.into_iter()
+            .map(
+                |(turn_row, run_id, message_id, kind, client_id, provider_turn_id, status)| {
+                    Ok(TurnRow {
+                        turn_row,
+                        run_id,
+                        message_id,
+                        kind: kind.parse()?,
+                        client_id,
+                        provider_turn_id,
+                        status: status.parse()?,
+                    })
+                },
+            )
+            .collect()
     }
     /// Records a turn intent: the message is consumed here, exactly once for
     /// a primary turn (a unique index enforces it inside the write).
@@ -59,7 +65,7 @@ impl Db {
         task_id: &str,
         run_id: &str,
         message_id: &str,
-        kind: &str,
+        kind: TurnKind,
         client_id: &str,
     ) -> Result<i64, StoreError> {
         let mut row = 0;
@@ -107,20 +113,23 @@ impl Db {
         Ok(())
     }
 
-    /// Records a turn's end (`completed`, `interrupted`, `failed`).
+    /// Records a turn's end (`completed`, `interrupted`, `failed`). The
+    /// event's `status` is the turn's unless `data` already says one (the
+    /// text a provider ended the turn with, kept as it said it).
     pub fn turn_finished(
         &mut self,
         task_id: &str,
         run_id: &str,
         turn_row: i64,
-        status: &str,
+        status: TurnStatus,
         data: Value,
     ) -> Result<(), StoreError> {
-        let status = status.to_owned();
         let mut data = data;
         data["turn_row"] = serde_json::json!(turn_row);
-        data["status"] = serde_json::json!(status);
-        let kind = if status == "completed" {
+        if data.get("status").is_none() {
+            data["status"] = serde_json::json!(status);
+        }
+        let kind = if status == TurnStatus::Completed {
             "turn.finished"
         } else {
             "turn.failed"
@@ -198,14 +207,13 @@ impl Db {
         turn_row: i64,
         request_id: &str,
         method: &str,
-        status: &str,
+        status: RequestStatus,
         decision: Option<&str>,
         item_id: Option<&str>,
     ) -> Result<(), StoreError> {
-        let (request_id, method, status, decision) = (
+        let (request_id, method, decision) = (
             request_id.to_owned(),
             method.to_owned(),
-            status.to_owned(),
             decision.map(str::to_owned),
         );
         let mut data = serde_json::json!({
@@ -257,18 +265,19 @@ impl Db {
 
 #[cfg(test)]
 mod tests {
-    use crate::store::Store;
+    use crate::store::{Store, TurnKind, TurnStatus};
 
     #[test]
     fn a_second_active_turn_in_one_run_is_rejected_and_nothing_is_written() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = Store::open(dir.path()).unwrap();
         let first = store
-            .call_blocking(|db| db.turn_intent("t1", "run-1", "m1", "primary", "m1"))
+            .call_blocking(|db| db.turn_intent("t1", "run-1", "m1", TurnKind::Primary, "m1"))
             .unwrap();
         let events_before = store.call_blocking(|db| db.events("t1", 0, 100)).unwrap();
         // A concurrent turn on the same run: refused by the store itself.
-        let second = store.call_blocking(|db| db.turn_intent("t1", "run-1", "f1", "primary", "f1"));
+        let second =
+            store.call_blocking(|db| db.turn_intent("t1", "run-1", "f1", TurnKind::Primary, "f1"));
         assert!(second.is_err(), "{second:?}");
         let events_after = store.call_blocking(|db| db.events("t1", 0, 100)).unwrap();
         assert_eq!(
@@ -279,11 +288,17 @@ mod tests {
         // Once the first turn ends, the next one is admitted.
         store
             .call_blocking(move |db| {
-                db.turn_finished("t1", "run-1", first, "completed", serde_json::json!({}))
+                db.turn_finished(
+                    "t1",
+                    "run-1",
+                    first,
+                    TurnStatus::Completed,
+                    serde_json::json!({}),
+                )
             })
             .unwrap();
         store
-            .call_blocking(|db| db.turn_intent("t1", "run-1", "f1", "primary", "f1"))
+            .call_blocking(|db| db.turn_intent("t1", "run-1", "f1", TurnKind::Primary, "f1"))
             .unwrap();
     }
 }
