@@ -222,6 +222,34 @@ fn completed_at_provider(recorded: &ProviderTurns, id: &str) -> bool {
         .is_some_and(|(s, _, _)| s.as_deref() == Some("completed"))
 }
 
+/// The provider turn an adoption at run-log `seq` of turn `row` stands for:
+/// the row's latest acceptance before it (a message the provider never
+/// recorded is sent again and accepted anew); for a row never accepted (the
+/// runner was cut between sending the turn and recording its acceptance, and
+/// found it by its client id), the provider's turn with the row's client id.
+fn adopted_turn(e: &Evidence, seq: i64, row: Option<i64>) -> Option<String> {
+    let accepted = e
+        .events_of("turn.accepted")
+        .filter(|a| a["seq"].as_i64().unwrap_or(0) < seq)
+        .filter(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
+        .last()
+        .and_then(|a| a.pointer("/data/provider_turn_id").and_then(Value::as_str));
+    if let Some(t) = accepted {
+        return Some(t.to_owned());
+    }
+    let runs = e.runs();
+    let view = runs
+        .iter()
+        .flat_map(|r| &r.turns)
+        .find(|t| Some(t.turn_row) == row)?;
+    let client = crate::evidence::controller_id(&view.client_id);
+    e.provider_turns
+        .iter()
+        .filter(|t| t.client_id.as_deref() == Some(client.as_str()))
+        .map(|t| t.turn.clone())
+        .last()
+}
+
 /// The runner adopts only a turn the provider completed, and continues only
 /// one it did not complete (where the profile's provider proves completion).
 fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &ProviderTurns) {
@@ -229,17 +257,12 @@ fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &Provi
         let seq = ev["seq"].as_i64().unwrap_or(0);
         if ev["kind"] == "turn.finished" && ev.pointer("/data/adopted") == Some(&Value::Bool(true))
         {
-            // Adoption is only right for a turn the provider completed: the
-            // row's latest acceptance before it (a message the provider never
-            // recorded is sent again and accepted anew).
             let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
-            let turn = e
-                .events_of("turn.accepted")
-                .filter(|a| a["seq"].as_i64().unwrap_or(0) < seq)
-                .filter(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
-                .last()
-                .and_then(|a| a.pointer("/data/provider_turn_id").and_then(Value::as_str));
-            if !turn.is_some_and(|t| completed_at_provider(recorded, t)) {
+            let turn = adopted_turn(e, seq, row);
+            if !turn
+                .as_deref()
+                .is_some_and(|t| completed_at_provider(recorded, t))
+            {
                 j.fail(
                     format!("the runner adopted turn {turn:?} as completed, but the provider did not complete it (events#{seq})"),
                     [format!("events#{seq}")],

@@ -327,6 +327,28 @@ fn an_adoption_is_judged_against_the_rows_latest_acceptance() {
 }
 
 #[test]
+fn an_adoption_of_a_row_never_accepted_is_judged_by_its_client_id() {
+    // The runner sent m1, was cut before recording the acceptance, and the
+    // restarted runner found the turn by its client id, completed (pt1).
+    let mut e = good();
+    e.events.retain(|ev| ev["kind"] != "turn.accepted");
+    for (i, ev) in e.events.iter_mut().enumerate() {
+        ev["seq"] = json!(i + 1);
+    }
+    let finished = e
+        .events
+        .iter()
+        .position(|ev| ev["kind"] == "turn.finished")
+        .unwrap();
+    e.events[finished]["data"]["adopted"] = json!(true);
+    let (_, message) = verdict(&judge(&e), "contract");
+    assert!(!message.contains("did not complete it"), "{message}");
+    e.provider_turns[0].status = "interrupted".into();
+    let (_, message) = verdict(&judge(&e), "contract");
+    assert!(message.contains("adopted turn Some(\"pt1\")"), "{message}");
+}
+
+#[test]
 fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_unfinished() {
     // The run closed after answering `accept` for command call_x.
     let closed = |item_completed: bool| {
