@@ -245,9 +245,9 @@ fn adopted_turn(e: &Evidence, seq: i64, row: Option<i64>) -> Option<String> {
     let client = crate::evidence::controller_id(&view.client_id);
     e.provider_turns
         .iter()
-        .filter(|t| t.client_id.as_deref() == Some(client.as_str()))
+        .rev()
+        .find(|t| t.client_id.as_deref() == Some(client.as_str()))
         .map(|t| t.turn.clone())
-        .last()
 }
 
 /// The runner adopts only a turn the provider completed, and continues only
