@@ -36,7 +36,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::causes::{Refusal, RequestError};
-use crate::engine::{Engine, RetryOutcome, new_id};
+use crate::engine::{Engine, RetryOutcome};
+use crate::ids::new_id;
 use crate::store::{Admission, FollowUpOutcome, StoreError};
 
 /// Shared state of the handlers.
@@ -310,7 +311,7 @@ async fn create_task(
         .await;
     match admitted {
         Ok(Admission::Admitted { run_id }) => {
-            crate::engine::hit("runner.task_admitted.persisted");
+            crate::cut::hit("runner.task_admitted.persisted");
             state.engine.wake(&task_id);
             (
                 StatusCode::CREATED,
@@ -356,7 +357,7 @@ async fn follow_up(
         .await;
     match outcome {
         Ok(FollowUpOutcome::Queued { new_run }) => {
-            crate::engine::hit("runner.follow_up.persisted");
+            crate::cut::hit("runner.follow_up.persisted");
             state.engine.wake(&task_id);
             (
                 StatusCode::ACCEPTED,

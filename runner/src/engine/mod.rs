@@ -44,8 +44,6 @@ use crate::driver::DriverError;
 use crate::profiles::Profile;
 use crate::store::{Db, Store, StoreError};
 
-pub use crate::cut::hit;
-pub use crate::ids::new_id;
 pub use retry::RetryOutcome;
 
 /// How many model responses one native turn may take.
