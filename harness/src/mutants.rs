@@ -3,8 +3,11 @@
 //!
 //! It builds runnerd with the `seeded-bugs` feature into its own target
 //! directory (`target/seeded`, so the release `runnerd` never contains a bug),
-//! runs each profile's part of the wave once per bug with `--seeded-bug NAME`,
-//! and once with no bug as the control, and prints bug × profile → oracles
+//! plans each profile's part of the wave once, with no bug seeded (so every
+//! bug is judged on the cells the correct runner reaches, and a bug that
+//! strands a task cannot stop the planning's traced runs), runs those cells
+//! once per bug with `--seeded-bug NAME` and once with no bug as the
+//! control, and prints bug × profile → oracles
 //! that caught it → failing cells. A bug's run stops at its first caught cell
 //! unless `--full` asks for every cell (the control always runs in full). It
 //! exits 0 only when every bug is caught on every profile and the control
@@ -127,14 +130,22 @@ pub fn run(
     env.recut = !sel.reach.depth1_only;
     let mut rows = Vec::new();
     let started = Instant::now();
+    // The cells are planned once per profile, with no bug seeded: every bug
+    // runs the cells the correct runner reaches (a bug that strands a task
+    // would otherwise stop the discovery run itself).
+    let mut planned = BTreeMap::new();
+    for (profile, ids) in &by_profile {
+        let cells = wave::plan_cells(&env, &scenarios, ids, PLAN_SEED, true, sel.reach)?;
+        planned.insert(profile.clone(), plan::sample(cells, sel.budget, PLAN_SEED));
+    }
     let control = std::iter::once(None);
     for bug in control.chain(selected.iter().map(Some)) {
-        for (profile, ids) in &by_profile {
+        for profile in by_profile.keys() {
             if bug.is_some_and(|b| !b.applies(profile)) {
                 continue;
             }
             let bug = bug.map_or(CONTROL, |b| b.name);
-            let row = run_row(&env, &scenarios, sel, bug, profile, ids)?;
+            let row = run_row(&env, &scenarios, sel, bug, profile, &planned[profile]);
             eprintln!(
                 "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
                 row.failing,
@@ -212,17 +223,14 @@ fn run_row(
     sel: &Selection<'_>,
     bug: &str,
     profile: &str,
-    ids: &[String],
-) -> anyhow::Result<Row> {
+    cells: &[crate::model::CellSpec],
+) -> Row {
     let mut env = env.clone();
     if bug != CONTROL {
         env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
     }
-    let seed = 7;
-    let cells = wave::plan_cells(&env, scenarios, ids, seed, true, sel.reach)?;
-    let cells = plan::sample(cells, sel.budget, seed);
     let stop = (bug != CONTROL && !sel.full).then_some(wave::StopAfter::Caught(1));
-    let finished = wave::run_cells_until(&env, scenarios, &cells, sel.jobs, stop);
+    let finished = wave::run_cells_until(&env, scenarios, cells, sel.jobs, stop);
     let mut row = Row {
         bug: bug.to_owned(),
         profile: profile.to_owned(),
@@ -249,8 +257,11 @@ fn run_row(
             *row.caught_by.entry("harness-error".into()).or_default() += 1;
         }
     }
-    Ok(row)
+    row
 }
+
+/// The seed the mutants' cells are planned and sampled with.
+const PLAN_SEED: u64 = 7;
 
 impl Row {
     /// `oracle (n), …`, or `none` when nothing caught the bug.
