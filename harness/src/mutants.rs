@@ -3,11 +3,11 @@
 //!
 //! It builds runnerd with the `seeded-bugs` feature into its own target
 //! directory (`target/seeded`, so the release `runnerd` never contains a bug),
-//! plans each profile's part of the wave once, with no bug seeded (so every
-//! bug is judged on the cells the correct runner reaches, and a bug that
-//! strands a task cannot stop the planning's traced runs), runs those cells
-//! once per bug with `--seeded-bug NAME` and once with no bug as the
-//! control, and prints bug × profile → oracles
+//! runs each profile's part of the wave once per bug with `--seeded-bug NAME`
+//! (planned against that runner, as a wave plans against the runner it
+//! tests) and once with no bug as the control. Where the planning's traced
+//! runs cannot finish under a bug (it strands the task), the bug runs the
+//! control's cells instead and says so. It prints bug × profile → oracles
 //! that caught it → failing cells. A bug's run stops at its first caught cell
 //! unless `--full` asks for every cell (the control always runs in full). It
 //! exits 0 only when every bug is caught on every profile and the control
@@ -130,9 +130,8 @@ pub fn run(
     env.recut = !sel.reach.depth1_only;
     let mut rows = Vec::new();
     let started = Instant::now();
-    // The cells are planned once per profile, with no bug seeded: every bug
-    // runs the cells the correct runner reaches (a bug that strands a task
-    // would otherwise stop the discovery run itself).
+    // The control's cells, planned with no bug seeded: the fallback of a bug
+    // whose own planning cannot finish.
     let mut planned = BTreeMap::new();
     for (profile, ids) in &by_profile {
         let cells = wave::plan_cells(&env, &scenarios, ids, PLAN_SEED, true, sel.reach)?;
@@ -145,7 +144,16 @@ pub fn run(
                 continue;
             }
             let bug = bug.map_or(CONTROL, |b| b.name);
-            let row = run_row(&env, &scenarios, sel, bug, profile, &planned[profile]);
+            let cells = if bug == CONTROL {
+                Ok(planned[profile].clone())
+            } else {
+                plan_for(&env, &scenarios, sel, bug, &by_profile[profile])
+            };
+            let cells = cells.unwrap_or_else(|e| {
+                    eprintln!("{bug} on {profile}: planning under the bug failed ({e:#}); running the control's cells");
+                    planned[profile].clone()
+                });
+            let row = run_row(&env, &scenarios, sel, bug, profile, &cells);
             eprintln!(
                 "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
                 row.failing,
@@ -258,6 +266,20 @@ fn run_row(
         }
     }
     row
+}
+
+/// The cells of `ids` planned against the runner with `bug` seeded.
+fn plan_for(
+    env: &CellEnv,
+    scenarios: &[scenario::Scenario],
+    sel: &Selection<'_>,
+    bug: &str,
+    ids: &[String],
+) -> anyhow::Result<Vec<crate::model::CellSpec>> {
+    let mut env = env.clone();
+    env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
+    let cells = wave::plan_cells(&env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
+    Ok(plan::sample(cells, sel.budget, PLAN_SEED))
 }
 
 /// The seed the mutants' cells are planned and sampled with.
