@@ -107,7 +107,7 @@ pub(crate) fn fail_storage(journal: &Journal, e: &std::io::Error, what: &str) ->
 pub(crate) fn tool_command(argv: &[OsString]) -> std::process::Command {
     let mut cmd = std::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).stdin(std::process::Stdio::null());
-    for var in crate::ledger::CREDENTIAL_VARS {
+    for var in ::wire::secret::CREDENTIAL_VARS {
         cmd.env_remove(var);
     }
     for var in ["TURNCUT_CUT_SOCKET", "TURNCUT_CUT_ARM", "TURNCUT_CUT_TRACE"] {

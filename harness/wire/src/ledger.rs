@@ -12,9 +12,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-// The fakes still name these through the ledger; they live in `secret`.
-pub use crate::secret::{CANARY_PREFIX, CREDENTIAL_VARS};
-
 /// Version of the ledger line format.
 pub const LEDGER_VERSION: u32 = 1;
 
