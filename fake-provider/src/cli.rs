@@ -34,6 +34,9 @@ enum Command {
     ModelApi(ModelApiArgs),
     /// The tool command: append one line to the effect ledger.
     Effect(EffectArgs),
+    /// A transparent recorder in front of a real stdio provider: passes
+    /// every line both ways and journals it (`tap --journal J -- PROGRAM…`).
+    Tap(crate::tap::TapArgs),
 }
 
 /// Options shared by every fake provider.
@@ -112,6 +115,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
                 3
             }
         },
+        Command::Tap(args) => crate::tap::run_tap(&args),
         Command::Codex(args) => run("codex", args, self_cmd, crate::codex::serve),
         Command::Opencode(args) => {
             // A port in use is bad input (exit 2), found before anything starts.

@@ -22,5 +22,6 @@ pub mod recorded;
 mod rpc;
 pub mod serving;
 pub mod shell;
+pub mod tap;
 mod stdio;
 pub mod turns;

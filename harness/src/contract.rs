@@ -54,7 +54,7 @@ pub const FAIL_CLOSED: &[&str] = &[
 /// ACP cannot, so its runner continues a recorded, accepted turn instead of
 /// adopting it). Unknown profiles are held to the precise rule.
 pub fn proves_completion(profile: &str) -> bool {
-    wire::profiles::builtin(profile).is_none_or(|p| p.proves_completion)
+    wire::profiles::facts(profile).is_none_or(|p| p.proves_completion)
 }
 
 /// The expected `recoverable` flag of a cause, or `None` outside the set.

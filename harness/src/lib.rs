@@ -20,6 +20,7 @@ pub mod mutants;
 pub mod nemesis;
 pub mod oracles;
 pub mod plan;
+pub mod real;
 pub mod report;
 pub mod runner_client;
 pub mod scenario;

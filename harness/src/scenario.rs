@@ -14,7 +14,8 @@ use toml::Spanned;
 
 use crate::model::Fault;
 
-/// Profiles a scenario may list: the built-in ones (`wire::profiles`).
+/// Profiles a scenario may list: the built-in ones with fakes and with
+/// real products (`wire::profiles`).
 fn known_profiles() -> Vec<&'static str> {
     wire::profiles::names().collect()
 }
@@ -356,7 +357,7 @@ fn parse_profiles(
     let mut profiles = Vec::new();
     for p in raw.get_ref() {
         let name = p.get_ref();
-        if wire::profiles::builtin(name).is_none() {
+        if wire::profiles::facts(name).is_none() {
             return Err(ctx.err(
                 p.span(),
                 format!(

@@ -140,6 +140,14 @@ struct Shared {
     waker: Mutex<Option<cutpoint::Waker>>,
     /// Controller requests the cut thread made (a `follow-up` fault).
     injected: Mutex<Vec<(Exchange, Op)>>,
+    /// A real product's cell: the product and its fake model API.
+    real: Mutex<Option<RealCell>>,
+}
+
+/// What a cell of a `*-real` profile runs beside the runner.
+struct RealCell {
+    product: crate::real::Product,
+    model_api: crate::real::ModelApi,
 }
 
 impl Shared {
@@ -173,6 +181,7 @@ impl Shared {
             holds: Mutex::new(Vec::new()),
             waker: Mutex::new(None),
             injected: Mutex::new(Vec::new()),
+            real: Mutex::new(None),
             sync: scenario
                 .steps
                 .iter()
@@ -252,6 +261,8 @@ pub fn run_cell_traced(
 ) -> CellRun {
     let started = Instant::now();
     let events = schedule_of(scenario, spec, env.recut);
+    let real_env = real_timeouts(env, profile);
+    let env = real_env.as_ref().unwrap_or(env);
     let hang_env = hang_timeout(env, &events);
     let env = hang_env.as_ref().unwrap_or(env);
     let tmp = match crate::tempdirs::tempdir("cell") {
@@ -306,6 +317,16 @@ pub fn run_cell_traced(
         dir,
         kept,
     }
+}
+
+/// `env` with the idle timeouts raised to a real product's floor
+/// ([`crate::real::IDLE_FLOOR_MS`]) in a real profile's cell.
+fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
+    wire::profiles::real(profile).map(|_| CellEnv {
+        idle_timeout_ms: env.idle_timeout_ms.max(crate::real::IDLE_FLOOR_MS),
+        hang_idle_timeout_ms: env.hang_idle_timeout_ms.max(crate::real::HANG_IDLE_FLOOR_MS),
+        ..env.clone()
+    })
 }
 
 /// `env` with the hang idle timeout, when the schedule hangs a provider (a
@@ -395,14 +416,16 @@ pub fn profile_fake(
     wire::profiles::builtin(profile).map(|p| (p.protocol.as_str(), p.fake, p.fake_args))
 }
 
-fn write_inputs(
-    env: &CellEnv,
-    scenario: &Scenario,
-    profile: &str,
-    layout: &Layout,
-) -> anyhow::Result<()> {
+fn write_script(scenario: &Scenario, layout: &Layout) -> anyhow::Result<()> {
     let script = toml::to_string(&scenario.script)?;
     std::fs::write(layout.p("script.toml"), script)?;
+    std::fs::create_dir_all(layout.p("ws"))?;
+    Ok(())
+}
+
+/// The profile file of a fake profile's cell: the fake, playing the
+/// scenario's script, is the provider.
+fn write_fake_profile(env: &CellEnv, profile: &str, layout: &Layout) -> anyhow::Result<()> {
     let Some((driver, fake, extra)) = profile_fake(profile) else {
         anyhow::bail!("profile {profile} has no fake provider in this build");
     };
@@ -429,7 +452,81 @@ fn write_inputs(
         serde_json::to_string(&command)?
     );
     std::fs::write(layout.p("profiles.toml"), profiles)?;
-    std::fs::create_dir_all(layout.p("ws"))?;
+    Ok(())
+}
+
+/// The fake model API of a real profile's cell, playing the scenario's
+/// script, writing the cell's ledger and its own journal
+/// (`model-journal.jsonl`: the cell's `journal.jsonl` is the product's); its cut points are
+/// armed like the runner's, under the role [`crate::real::MODEL_ROLE`].
+fn start_model_api(
+    env: &CellEnv,
+    layout: &Layout,
+    shared: &Shared,
+) -> anyhow::Result<crate::real::ModelApi> {
+    let mut cmd = Command::new(&env.turncut);
+    cmd.args(["fake-provider", "model-api", "--state-dir"])
+        .arg(layout.p("model"))
+        .arg("--journal")
+        .arg(layout.p("model-journal.jsonl"))
+        .arg("--ledger")
+        .arg(layout.p("ledger.jsonl"))
+        .arg("--script")
+        .arg(layout.p("script.toml"))
+        .env(cutpoint::ENV_SOCKET, layout.p("cut.sock"))
+        .env(cutpoint::ENV_ROLE, crate::real::MODEL_ROLE)
+        .env_remove(cutpoint::ENV_ARM)
+        .env_remove(cutpoint::ENV_TRACE)
+        .env_remove(nemesis::TAG_ENV);
+    let arms: Vec<String> = shared.arms.iter().map(ToString::to_string).collect();
+    if !arms.is_empty() {
+        cmd.env(cutpoint::ENV_ARM, arms.join(","));
+    }
+    if let Some(t) = &shared.trace {
+        cmd.env(cutpoint::ENV_TRACE, t);
+    }
+    crate::real::ModelApi::start(&mut cmd, Duration::from_millis(env.wait_ms))
+}
+
+/// The profile file of a real profile's cell: the real product, pinned,
+/// its model the cell's fake model API; the runner hands it the credential
+/// as its API key.
+fn write_real_profile(
+    env: &CellEnv,
+    real: &'static wire::profiles::Real,
+    layout: &Layout,
+    shared: &Shared,
+) -> anyhow::Result<()> {
+    let bin = crate::real::locate(real).map_err(|e| anyhow::anyhow!("{}: {e}", real.name))?;
+    let product = crate::real::Product {
+        real,
+        bin,
+        home: layout.p("product"),
+    };
+    let model_api = start_model_api(env, layout, shared)?;
+    let mut command = product.command(&model_api.url, &layout.dir.display().to_string())?;
+    if product.speaks_stdio() {
+        // The wire evidence a fake journals itself, from a tap in front.
+        let mut tap = vec![
+            env.turncut.display().to_string(),
+            "fake-provider".into(),
+            "tap".into(),
+            "--journal".into(),
+            layout.p("journal.jsonl").display().to_string(),
+            "--".into(),
+        ];
+        tap.append(&mut command);
+        command = tap;
+    }
+    let driver = wire::profiles::facts(real.name).map_or("", |p| p.protocol.as_str());
+    let profiles = format!(
+        "[profile.{}]\ndriver = \"{driver}\"\ncommand = {}\ncredential_env = \"{}\"\n",
+        real.name,
+        serde_json::to_string(&command)?,
+        product.credential_env()
+    );
+    std::fs::write(layout.p("profiles.toml"), profiles)?;
+    *shared.real.lock().expect("real") = Some(RealCell { product, model_api });
     Ok(())
 }
 
@@ -518,9 +615,13 @@ fn drive(
     canary: &str,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
-    write_inputs(env, scenario, profile, layout)?;
+    write_script(scenario, layout)?;
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
     *shared.waker.lock().expect("waker") = Some(listener.waker()?);
+    match wire::profiles::real(profile) {
+        Some(real) => write_real_profile(env, real, layout, shared)?,
+        None => write_fake_profile(env, profile, layout)?,
+    }
     start_runner(env, layout, shared, canary)?;
     shared.act(
         "runner.started",

@@ -39,7 +39,16 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     }
     kill_survivors(layout, shared, &early, ev);
     shared.holds.lock().expect("holds").clear();
+    let real = shared.real.lock().expect("real").take();
+    let model_url = real.as_ref().map(|r| r.model_api.url.clone());
+    let product = real.map(|r| {
+        r.model_api.stop();
+        r.product
+    });
     read_provider_evidence(&layout.dir, ev);
+    if let (Some(product), Some(url)) = (product, model_url) {
+        read_real_turns(&product, &url, ev);
+    }
     ev.actions = shared.actions.lock().expect("actions").clone();
     for (exchange, op) in shared.injected.lock().expect("injected").drain(..) {
         ev.exchanges.push(exchange);
@@ -95,6 +104,22 @@ fn kill_survivors(
         }
     }
 }
+
+/// A real product's turns, read through its own API from its home (the
+/// fakes' stores are empty in its cell).
+fn read_real_turns(product: &crate::real::Product, model_url: &str, ev: &mut Evidence) {
+    match product.recorded_turns(model_url, READ_REAL_WITHIN) {
+        Ok(turns) => ev.provider_turns = turns,
+        Err(e) => ev.unreadable(
+            Source::ProviderStore,
+            format!("{} ({}): {e}", product.real.name, product.bin.display()),
+        ),
+    }
+}
+
+/// How long reading a real product's state back may take (it starts a
+/// fresh server on its home).
+const READ_REAL_WITHIN: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// Records every file under the cell directory `dir` that holds the
 /// canary (it must be nowhere), and every file that could not be read.

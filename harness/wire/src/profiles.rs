@@ -88,14 +88,64 @@ pub const BUILTIN: [Builtin; 4] = [
     },
 ];
 
-/// The built-in profile called `name`.
+/// A profile with a real product as its provider: the same protocol and
+/// recovery facts as the fake profile it mirrors, but the real program
+/// (installed from npm, pinned), whose model is the fake model API.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Real {
+    /// The profile name scenarios list.
+    pub name: &'static str,
+    /// The fake profile with the same protocol (the differential's partner).
+    pub mirrors: &'static str,
+    /// The npm package that installs it.
+    pub package: &'static str,
+    /// Its pinned version (the version of the vendored protocol spec).
+    pub version: &'static str,
+    /// The executable the package installs.
+    pub bin: &'static str,
+}
+
+/// Every profile with a real product.
+pub const REAL: [Real; 2] = [
+    Real {
+        name: "runner-codex-real",
+        mirrors: "runner-codex",
+        package: "@openai/codex",
+        version: "0.171.0",
+        bin: "codex",
+    },
+    Real {
+        name: "runner-opencode-real",
+        mirrors: "runner-opencode",
+        package: "opencode-ai",
+        version: "1.18.33",
+        bin: "opencode",
+    },
+];
+
+/// The built-in profile with a fake provider called `name`.
 pub fn builtin(name: &str) -> Option<&'static Builtin> {
     BUILTIN.iter().find(|p| p.name == name)
 }
 
-/// The names of the built-in profiles.
+/// The profile with a real provider called `name`.
+pub fn real(name: &str) -> Option<&'static Real> {
+    REAL.iter().find(|p| p.name == name)
+}
+
+/// The protocol and recovery facts of the profile `name`: its own, or
+/// those of the fake profile a real one mirrors.
+pub fn facts(name: &str) -> Option<&'static Builtin> {
+    builtin(name).or_else(|| real(name).and_then(|r| builtin(r.mirrors)))
+}
+
+/// The names of every profile a scenario may list: the fakes', then the
+/// real products'.
 pub fn names() -> impl Iterator<Item = &'static str> {
-    BUILTIN.iter().map(|p| p.name)
+    BUILTIN
+        .iter()
+        .map(|p| p.name)
+        .chain(REAL.iter().map(|p| p.name))
 }
 
 #[cfg(test)]
@@ -105,12 +155,23 @@ mod tests {
     #[test]
     fn names_are_unique_and_only_acp_cannot_prove_completion() {
         let mut names: Vec<_> = names().collect();
+        names.sort();
         names.dedup();
-        assert_eq!(names.len(), BUILTIN.len());
+        assert_eq!(names.len(), BUILTIN.len() + REAL.len());
         let weak: Vec<_> = BUILTIN.iter().filter(|p| !p.proves_completion).collect();
         assert_eq!(weak.len(), 1);
         assert_eq!(weak[0].protocol, Protocol::Acp);
         assert!(builtin("runner-native-openai").unwrap().native());
         assert!(builtin("runner-foo").is_none());
+    }
+
+    #[test]
+    fn a_real_profile_has_the_facts_of_the_fake_it_mirrors() {
+        for r in &REAL {
+            let fake = builtin(r.mirrors).expect("a real profile mirrors a fake one");
+            assert_eq!(facts(r.name), Some(fake));
+            assert!(builtin(r.name).is_none());
+            assert!(!fake.native());
+        }
     }
 }

@@ -1,0 +1,251 @@
+//! The real products behind the `*-real` profiles (`wire::profiles::REAL`):
+//! finding (or installing) the pinned program, the command line a cell's
+//! runner starts it with, the fake model API it talks to, and reading its
+//! own durable state back as evidence.
+//!
+//! A real product has no cut points of its own: a cell cuts at the runner's
+//! points and at the fake model API's (`model.*`, role [`MODEL_ROLE`]), and
+//! faults reach the product by signal to its process group.
+
+use std::path::{Path, PathBuf};
+use std::process::{ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use wire::profiles::Real;
+
+use crate::supervisor::GroupChild;
+
+mod codex;
+mod opencode;
+
+/// Set to `1` to let turncut install a missing real product with npm.
+pub const INSTALL_ENV: &str = "TURNCUT_INSTALL_REAL";
+
+/// Where the real products are installed and looked up after `PATH`
+/// (overrides the default `<workspace>/target/npm`).
+pub const PREFIX_ENV: &str = "TURNCUT_NPM_PREFIX";
+
+/// The cut-point role of the fake model API in a real profile's cell: its
+/// hits are boundaries, but a provider fault there signals the real
+/// product, not the model API.
+pub const MODEL_ROLE: &str = "model";
+
+/// The least provider idle timeout in a real product's cell: a real product
+/// goes quiet for longer than a fake between two messages (it thinks, it
+/// writes its rollout, it starts its tools).
+pub const IDLE_FLOOR_MS: u64 = 5_000;
+
+/// The least idle timeout in a real product's `hang-provider` cell.
+pub const HANG_IDLE_FLOOR_MS: u64 = 2_000;
+
+/// The npm prefix real products are installed under.
+pub fn npm_prefix() -> PathBuf {
+    if let Some(p) = std::env::var_os(PREFIX_ENV) {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("target/npm")
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    })
+}
+
+/// Whether `bin --version` names the pinned version.
+fn is_pinned(bin: &Path, real: &Real) -> Result<(), String> {
+    let out = Command::new(bin)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{} --version: {e}", bin.display()))?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    if said.contains(real.version) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is version {:?}, the profile pins {}@{}",
+            bin.display(),
+            said.trim(),
+            real.package,
+            real.version
+        ))
+    }
+}
+
+/// The pinned program of `real`: on `PATH`, else under [`npm_prefix`]; or
+/// why there is none.
+pub fn locate(real: &Real) -> Result<PathBuf, String> {
+    let cached = npm_prefix().join("node_modules/.bin").join(real.bin);
+    let mut why = Vec::new();
+    for candidate in on_path(real.bin).into_iter().chain([cached]) {
+        if !candidate.is_file() {
+            continue;
+        }
+        match is_pinned(&candidate, real) {
+            Ok(()) => return Ok(candidate),
+            Err(e) => why.push(e),
+        }
+    }
+    if why.is_empty() {
+        why.push(format!(
+            "{} is not on PATH nor in {}",
+            real.bin,
+            npm_prefix().display()
+        ));
+    }
+    Err(format!(
+        "{}; `turncut providers --install` (or {INSTALL_ENV}=1) installs {}@{} there",
+        why.join("; "),
+        real.package,
+        real.version
+    ))
+}
+
+/// Installs the pinned `real` under [`npm_prefix`] with npm.
+pub fn install(real: &Real) -> Result<PathBuf, String> {
+    let npm = on_path("npm").ok_or("npm is not on PATH (apt-get install npm)")?;
+    let prefix = npm_prefix();
+    let started = Instant::now();
+    let out = Command::new(npm)
+        .args(["install", "--no-audit", "--no-fund", "--prefix"])
+        .arg(&prefix)
+        .arg(format!("{}@{}", real.package, real.version))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("failed to run npm: {e}"))?;
+    eprintln!(
+        "npm install {}@{}: {} in {} ms",
+        real.package,
+        real.version,
+        out.status,
+        started.elapsed().as_millis()
+    );
+    if !out.status.success() {
+        return Err(format!(
+            "npm install {}@{} failed ({}): {}",
+            real.package,
+            real.version,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    locate(real)
+}
+
+/// [`locate`], installing first when [`INSTALL_ENV`] is `1`.
+pub fn locate_or_install(real: &Real) -> Result<PathBuf, String> {
+    match locate(real) {
+        Ok(p) => Ok(p),
+        Err(_) if std::env::var(INSTALL_ENV).as_deref() == Ok("1") => install(real),
+        Err(e) => Err(e),
+    }
+}
+
+/// A real product a cell runs: the program and its private home.
+#[derive(Clone, Debug)]
+pub struct Product {
+    /// The profile.
+    pub real: &'static Real,
+    /// The pinned program.
+    pub bin: PathBuf,
+    /// Its private home (config, data, HOME of its shells), kept across
+    /// restarts of the product.
+    pub home: PathBuf,
+}
+
+impl Product {
+    /// The argv the runner's profile starts it with (the credential comes
+    /// from the runner, by [`Product::credential_env`]), its tool shells
+    /// tagged with `tag` so the cell finds what they leave behind.
+    pub fn command(&self, model_url: &str, tag: &str) -> anyhow::Result<Vec<String>> {
+        std::fs::create_dir_all(self.home.join("home"))?;
+        match self.real.bin {
+            "codex" => Ok(codex::command(self, model_url, tag)),
+            "opencode" => opencode::command(self, model_url, tag),
+            other => anyhow::bail!("no command for the real product {other}"),
+        }
+    }
+
+    /// Whether it speaks a stdio protocol (a cell records its wire through
+    /// `fake-provider tap`).
+    pub fn speaks_stdio(&self) -> bool {
+        wire::profiles::facts(self.real.name)
+            .is_some_and(|p| p.protocol == wire::profiles::Protocol::Codex)
+    }
+
+    /// The variable the runner hands the credential to it in.
+    pub fn credential_env(&self) -> &'static str {
+        "OPENAI_API_KEY"
+    }
+
+    /// Every turn the product durably recorded, read through its own API
+    /// from its home once the cell's processes are dead.
+    pub fn recorded_turns(
+        &self,
+        model_url: &str,
+        within: Duration,
+    ) -> Result<Vec<wire::recorded::RecordedTurn>, String> {
+        match self.real.bin {
+            "codex" => codex::recorded_turns(self, model_url, within),
+            "opencode" => opencode::recorded_turns(self, model_url, within),
+            other => Err(format!("no reader for the real product {other}")),
+        }
+    }
+}
+
+/// The fake model API of a real profile's cell, killed (as a process group)
+/// on drop. It serves until its stdin closes.
+pub struct ModelApi {
+    child: GroupChild,
+    _stdin: Option<ChildStdin>,
+    /// Its base URL (`http://127.0.0.1:PORT`).
+    pub url: String,
+}
+
+impl ModelApi {
+    /// Starts `turncut fake-provider model-api` from `cmd` (whose arguments
+    /// name its state, journal, ledger and script) and waits, at most
+    /// `within`, for its listening line.
+    pub fn start(cmd: &mut Command, within: Duration) -> anyhow::Result<ModelApi> {
+        cmd.args(["--port", "0"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = GroupChild::spawn(cmd)?;
+        let stdin = child.inner().stdin.take();
+        let stdout = child.inner().stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = tx.send(line);
+            }
+            for _ in lines {}
+        });
+        let line = rx
+            .recv_timeout(within)
+            .map_err(|_| anyhow::anyhow!("the fake model API did not start within {within:?}"))?;
+        let url = line
+            .strip_prefix("model api listening on ")
+            .ok_or_else(|| anyhow::anyhow!("the fake model API said {line:?}"))?
+            .to_owned();
+        Ok(ModelApi {
+            child,
+            _stdin: stdin,
+            url,
+        })
+    }
+
+    /// Kills it and waits for it (its journal is whole afterwards).
+    pub fn stop(mut self) {
+        let _ = self.child.kill();
+    }
+}

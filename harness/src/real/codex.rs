@@ -1,0 +1,130 @@
+//! The real `codex app-server`: its command line against the fake model
+//! API, and its durable turns read back through `thread/list` and
+//! `thread/read {includeTurns}` after the cell.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use wire::recorded::RecordedTurn;
+
+use super::Product;
+use crate::codex_client::CodexClient;
+
+/// The argv of `codex app-server` with a private `CODEX_HOME` and `HOME`,
+/// a local Responses provider at `model_url`, a model name without built-in
+/// metadata (so Codex offers plain function tools such as `exec_command`),
+/// approvals on request and a read-only sandbox (the fake model asks for
+/// `require_escalated` on a tool that needs approval, so Codex asks the
+/// runner), and tool shells that get a core environment without the
+/// credential, tagged with `tag`.
+pub(super) fn command(p: &Product, model_url: &str, tag: &str) -> Vec<String> {
+    let provider = format!(
+        "model_providers.fake={{name=\"fake\",base_url=\"{model_url}/v1\",wire_api=\"responses\",env_key=\"OPENAI_API_KEY\",request_max_retries=0,stream_max_retries=0}}"
+    );
+    // A private HOME too: codex runs commands with `bash -lc`, and a login
+    // shell under the machine's HOME runs its profile.
+    let mut cmd: Vec<String> = vec![
+        "env".into(),
+        format!("CODEX_HOME={}", p.home.display()),
+        format!("HOME={}", p.home.join("home").display()),
+        p.bin.display().to_string(),
+        "app-server".into(),
+    ];
+    let tag = format!(
+        "shell_environment_policy.set={{{}={}}}",
+        crate::nemesis::TAG_ENV,
+        serde_json::to_string(tag).unwrap_or_default()
+    );
+    for config in [
+        "model_provider=\"fake\"",
+        &provider,
+        "model=\"turncut-fake-model\"",
+        "approval_policy=\"on-request\"",
+        "sandbox_mode=\"read-only\"",
+        // Codex hands its whole environment, provider key included, to the
+        // commands it runs unless told otherwise: a core environment
+        // without `*KEY*`, `*SECRET*` and `*TOKEN*` variables keeps the
+        // credential out of tool shells.
+        "shell_environment_policy.inherit=\"core\"",
+        "shell_environment_policy.ignore_default_excludes=false",
+        &tag,
+    ] {
+        cmd.extend(["-c".to_owned(), config.to_owned()]);
+    }
+    cmd
+}
+
+/// Every turn of every thread in the product's home, from a fresh
+/// `codex app-server` on it.
+pub(super) fn recorded_turns(
+    p: &Product,
+    model_url: &str,
+    within: Duration,
+) -> Result<Vec<RecordedTurn>, String> {
+    let argv = command(p, model_url, "reader");
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_remove(crate::nemesis::TAG_ENV)
+        .stderr(Stdio::null());
+    let mut client = CodexClient::spawn(&mut cmd).map_err(|e| format!("codex app-server: {e}"))?;
+    client.timeout = within;
+    let read = read_all(&mut client);
+    let _ = client.kill();
+    read
+}
+
+fn read_all(client: &mut CodexClient) -> Result<Vec<RecordedTurn>, String> {
+    client
+        .initialize()
+        .map_err(|e| format!("initialize: {e}"))?;
+    let list = client
+        .request("thread/list", json!({ "limit": 100 }))
+        .map_err(|e| format!("thread/list: {e}"))?;
+    let mut out = Vec::new();
+    for thread in list["data"].as_array().into_iter().flatten() {
+        let Some(id) = thread["id"].as_str() else {
+            return Err(format!("thread/list: a thread without an id: {thread}"));
+        };
+        let read = client
+            .request(
+                "thread/read",
+                json!({ "threadId": id, "includeTurns": true }),
+            )
+            .map_err(|e| format!("thread/read {id}: {e}"))?;
+        for turn in read.pointer("/thread/turns").and_then(Value::as_array).into_iter().flatten() {
+            out.push(recorded(id, turn));
+        }
+    }
+    Ok(out)
+}
+
+/// A wire turn as the oracles see a recorded turn: its user message's
+/// `clientId` (the runner's message id, `<id>#continuation` for a
+/// continuation), whether its text is a continuation, and its status.
+fn recorded(thread: &str, turn: &Value) -> RecordedTurn {
+    let user = turn["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["type"] == "userMessage");
+    let client_id = user.and_then(|u| u["clientId"].as_str()).map(str::to_owned);
+    let text = user
+        .and_then(|u| u["content"].as_array())
+        .and_then(|c| c.iter().find_map(|part| part["text"].as_str()))
+        .unwrap_or_default();
+    let continuation = wire::marker::is_continuation(text);
+    let authorized_by = client_id
+        .as_deref()
+        .map(|c| c.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(c))
+        .unwrap_or_default()
+        .to_owned();
+    RecordedTurn {
+        thread: thread.to_owned(),
+        turn: turn["id"].as_str().unwrap_or_default().to_owned(),
+        client_id,
+        status: turn["status"].as_str().unwrap_or("unknown").to_owned(),
+        continuation,
+        authorized_by,
+    }
+}
