@@ -440,6 +440,19 @@ pub struct WaveResult {
     /// Why the wave stopped before running every planned cell.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stopped: Option<String>,
+    /// Scenario ids that could not run here (a real product that is not
+    /// installed), with the reason: listed as skipped, never as passed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+}
+
+/// A scenario id a wave did not run, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The scenario id.
+    pub scenario_id: String,
+    /// Why it could not run, and how to make it run.
+    pub reason: String,
 }
 
 impl WaveResult {

@@ -148,6 +148,21 @@ pub fn locate_or_install(real: &Real) -> Result<PathBuf, String> {
     }
 }
 
+/// Why the profile `profile` cannot run here, if it is a real product's
+/// that is not installed (looked up, or installed, once per process).
+pub fn unavailable(profile: &str) -> Option<String> {
+    static FOUND: std::sync::Mutex<Vec<(&'static str, Option<String>)>> =
+        std::sync::Mutex::new(Vec::new());
+    let real = wire::profiles::real(profile)?;
+    let mut found = FOUND.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, why)) = found.iter().find(|(name, _)| *name == real.name) {
+        return why.clone();
+    }
+    let why = locate_or_install(real).err();
+    found.push((real.name, why.clone()));
+    why
+}
+
 /// A real product a cell runs: the program and its private home.
 #[derive(Clone, Debug)]
 pub struct Product {
@@ -242,6 +257,11 @@ impl ModelApi {
             _stdin: stdin,
             url,
         })
+    }
+
+    /// Its pid (the leader of its process group).
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
     }
 
     /// Kills it and waits for it (its journal is whole afterwards).

@@ -414,6 +414,26 @@ pub struct WaveMeta {
     pub jobs: usize,
     /// How the cells ran.
     pub run: RunConfig,
+    /// Scenario ids that could not run here.
+    pub skipped: Vec<crate::model::Skipped>,
+}
+
+/// `ids` split into those that can run here and those that cannot (a real
+/// product that is not installed), each of those with its reason.
+pub fn split_skipped(ids: Vec<String>) -> (Vec<String>, Vec<crate::model::Skipped>) {
+    let mut run = Vec::new();
+    let mut skipped = Vec::new();
+    for id in ids {
+        let profile = id.split('.').nth(1).unwrap_or_default();
+        match crate::real::unavailable(profile) {
+            Some(reason) => skipped.push(crate::model::Skipped {
+                scenario_id: id,
+                reason,
+            }),
+            None => run.push(id),
+        }
+    }
+    (run, skipped)
 }
 
 /// Assembles a wave of `planned` cells of which `finished` ran.
@@ -504,6 +524,7 @@ pub fn wave_result(
         run: meta.run.clone(),
         not_run: planned.saturating_sub(finished.len()),
         stopped,
+        skipped: meta.skipped.clone(),
     }
 }
 

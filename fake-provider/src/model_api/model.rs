@@ -40,10 +40,18 @@ pub(super) fn decide(
     let attempts = attempts(req, record, outputs);
     let mut keys: Vec<String> = Vec::new();
     if attempts.is_empty() {
-        if turn.tools.is_empty() {
+        // A continuation's model checks the ledger first, as the
+        // conversational fakes' does: its authority may have run a call.
+        let skip = crate::turns::LedgerSkip::read(ledger_file, &req.message_id, req.continuation)?;
+        keys.extend(
+            turn.tools
+                .iter()
+                .filter(|t| skip.keeps(t, journal))
+                .map(|t| t.key.clone()),
+        );
+        if keys.is_empty() {
             return Ok(Plan::Final(turn.final_message.clone()));
         }
-        keys.extend(turn.tools.iter().map(|t| t.key.clone()));
         if !req.parallel {
             keys.truncate(1);
         }

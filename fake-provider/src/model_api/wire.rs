@@ -34,6 +34,9 @@ pub(super) struct Request {
     pub items: Vec<Item>,
     pub message_id: String,
     pub conversation: String,
+    /// The latest user message continues an interrupted turn (it starts
+    /// with the continuation marker).
+    pub continuation: bool,
     pub parallel: bool,
     pub tool: ToolShape,
 }
@@ -109,14 +112,12 @@ impl Request {
                 _ => None,
             })
             .collect();
-        let Some(latest) = users.last() else {
+        if users.is_empty() {
             return Err((
                 "The input has no user message to answer.".to_owned(),
                 Some("input"),
             ));
-        };
-        let message_id = metadata("turncut_message_id")
-            .unwrap_or_else(|| format!("m_{:016x}", fnv1a(&format!("{}\n{latest}", users.len()))));
+        }
         let conversation = metadata("turncut_conversation")
             .or_else(|| {
                 raw.get("prompt_cache_key")
@@ -124,6 +125,11 @@ impl Request {
                     .map(str::to_owned)
             })
             .unwrap_or_else(|| "default".to_owned());
+        let message_id = metadata("turncut_message_id")
+            .unwrap_or_else(|| derived_message_id(&conversation, &users));
+        let continuation = users
+            .last()
+            .is_some_and(|u| wire::marker::is_continuation(u));
         let parallel = raw
             .get("parallel_tool_calls")
             .and_then(Value::as_bool)
@@ -135,6 +141,7 @@ impl Request {
             items,
             message_id,
             conversation,
+            continuation,
             parallel,
             tool,
         })
@@ -489,6 +496,22 @@ fn call_item(
     item
 }
 
+
+/// The message id of a request without `turncut_message_id` (a real
+/// product between the client and this fake): a hash of the conversation,
+/// the user message's position and its text. A continuation runs under the
+/// message it continues (the last user message that is not one), as the
+/// runner's continuation does, so its effects are judged under that
+/// authority; a Retry, in a fresh conversation, gets an id of its own.
+fn derived_message_id(conversation: &str, users: &[&str]) -> String {
+    let at = users
+        .iter()
+        .rposition(|u| !wire::marker::is_continuation(u))
+        .unwrap_or(users.len().saturating_sub(1));
+    let text = users.get(at).copied().unwrap_or_default();
+    format!("m_{:016x}", fnv1a(&format!("{conversation}\n{}\n{text}", at + 1)))
+}
+
 /// 64-bit FNV-1a: a hash that stays the same across builds and processes.
 fn fnv1a(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
@@ -528,6 +551,26 @@ mod tests {
             tools(json!([shell, bash])),
             ("Bash".into(), CommandString, false)
         );
+    }
+
+    #[test]
+    fn a_continuation_runs_under_the_message_it_continues() {
+        let req = |key: &str, input: Value| {
+            Request::parse(json!({ "input": input, "prompt_cache_key": key }))
+                .ok()
+                .unwrap()
+        };
+        let first = req("c1", json!([{ "role": "user", "content": "hi" }]));
+        let cont = req(
+            "c1",
+            json!([
+                { "role": "user", "content": "hi" },
+                { "role": "user", "content": wire::marker::CONTINUE_TEXT },
+            ]),
+        );
+        let elsewhere = req("c2", json!([{ "role": "user", "content": "hi" }]));
+        assert_eq!(first.message_id, cont.message_id);
+        assert_ne!(first.message_id, elsewhere.message_id);
     }
 
     #[test]

@@ -105,6 +105,7 @@ fn report_found(
             shard: None,
             jobs: args.jobs as usize,
             run: wave::run_config(env, scenarios),
+            skipped: Vec::new(),
         },
         Instant::now(),
         &finished,

@@ -53,6 +53,8 @@ pub(super) struct Job<'a> {
     pub out: Option<&'a Path>,
     pub wave_id: String,
     pub max_fail: usize,
+    /// Scenario ids that could not run here.
+    pub skipped: Vec<harness::model::Skipped>,
 }
 
 /// Runs the job's cells, writes the reports (with `out`) and prints the
@@ -76,6 +78,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
             shard: job.shard,
             jobs: job.jobs,
             run: wave::run_config(job.env, job.scenarios),
+            skipped: job.skipped.clone(),
         },
         started,
         &finished,
@@ -140,6 +143,15 @@ fn print_outcome(result: &WaveResult) {
     );
     if let Some(why) = &result.stopped {
         text.push_str(&format!("NOT COMPLETE: {why}\n"));
+    }
+    if !result.skipped.is_empty() {
+        text.push_str(&format!(
+            "{} scenario ids skipped (not run, not passed):\n",
+            result.skipped.len()
+        ));
+        for s in &result.skipped {
+            text.push_str(&format!("  skipped {}: {}\n", s.scenario_id, s.reason));
+        }
     }
     for c in result.cells.iter().filter(|c| c.verdict != Verdict::Pass) {
         text.push_str(&format!(

@@ -23,6 +23,23 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
     if let Some(out) = &args.out {
         prepare_out(out)?;
     }
+    let (_, skipped) = wave::split_skipped(vec![scenario_id.clone()]);
+    if let Some(s) = skipped.first() {
+        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
+        return run_and_report(&Job {
+            env: &env,
+            scenarios: &scenarios,
+            cells: Vec::new(),
+            planned: 0,
+            jobs: args.jobs as usize,
+            seed: RUN_SEED,
+            shard: None,
+            out: args.out.as_deref(),
+            wave_id: format!("run-{scenario_id}"),
+            max_fail: args.max_fail,
+            skipped,
+        });
+    }
     let schedule = args
         .schedule
         .as_deref()
@@ -63,6 +80,7 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
         out: args.out.as_deref(),
         wave_id: format!("run-{scenario_id}"),
         max_fail: args.max_fail,
+        skipped: Vec::new(),
     })
 }
 

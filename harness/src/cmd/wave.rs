@@ -30,13 +30,21 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
     if ids.is_empty() {
         return Err(bad("no scenario matches --only"));
     }
+    let (ids, skipped) = wave::split_skipped(ids);
+    for s in &skipped {
+        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
+    }
     if let Some(out) = &args.out {
         prepare_out(out)?;
     }
     eprintln!("turncut wave (seed {seed}, jobs {})", args.jobs);
     let reach = args.reach.reach();
     env.recut = !reach.depth1_only;
-    let cells = wave::plan_cells(&env, &scenarios, &ids, seed, false, reach).map_err(plan_err)?;
+    let cells = if ids.is_empty() {
+        Vec::new()
+    } else {
+        wave::plan_cells(&env, &scenarios, &ids, seed, false, reach).map_err(plan_err)?
+    };
     let cells = plan::sample(cells, args.budget.map(|b| b as usize), seed);
     // One id for every shard of this wave: the seed and the cells planned
     // before sharding.
@@ -67,6 +75,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
         out: Some(&out),
         wave_id,
         max_fail: args.max_fail,
+        skipped,
     })
 }
 

@@ -61,6 +61,14 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "<p class=\"warn\">Not complete: {}.</p>", html(why));
     }
+    for s in &wave.skipped {
+        let _ = writeln!(
+            out,
+            "<p class=\"warn skipped\">Skipped (not run, not passed) <code>{}</code>: {}</p>",
+            html(&s.scenario_id),
+            html(&s.reason)
+        );
+    }
     if wave.cells.is_empty() {
         out.push_str("<p>No cells ran.</p>\n");
     }

@@ -36,6 +36,15 @@ pub fn junit_xml(wave: &WaveResult, timelines: &Timelines) -> Result<String, Rep
         }
         report.add_test_suite(suite);
     }
+    for s in &wave.skipped {
+        let mut suite = TestSuite::new(s.scenario_id.as_str());
+        let mut status = TestCaseStatus::skipped();
+        status.set_type("skipped").set_message(s.reason.as_str());
+        let mut case = TestCase::new("not run here", status);
+        case.set_classname(s.scenario_id.as_str());
+        suite.add_test_case(case);
+        report.add_test_suite(suite);
+    }
     report.to_string().map_err(ReportError::Junit)
 }
 

@@ -24,6 +24,14 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "**Not complete:** {}.\n", md_text(why));
     }
+    for s in &wave.skipped {
+        let _ = writeln!(
+            out,
+            "**Skipped** (not run, not passed) {}: {}\n",
+            md_code(&s.scenario_id),
+            md_text(&s.reason)
+        );
+    }
 
     if wave.cells.is_empty() {
         out.push_str("No cells ran.\n");

@@ -32,6 +32,8 @@ pub fn merge(waves: Vec<WaveResult>) -> Result<WaveResult, ReportError> {
     let jobs = waves.iter().map(|w| w.jobs).sum();
     let run = first.run.clone();
     let not_run = waves.iter().map(|w| w.not_run).sum();
+    // Every shard planned the same ids, so each skipped the same ones.
+    let skipped = first.skipped.clone();
     let stopped: Vec<String> = waves
         .iter()
         .filter_map(|w| {
@@ -62,6 +64,7 @@ pub fn merge(waves: Vec<WaveResult>) -> Result<WaveResult, ReportError> {
         run,
         not_run,
         stopped: (!stopped.is_empty()).then(|| stopped.join("; ")),
+        skipped,
     })
 }
 

@@ -107,6 +107,7 @@ fn sample_wave() -> WaveResult {
         run: Default::default(),
         not_run: 0,
         stopped: None,
+        skipped: Vec::new(),
         cells: vec![
             cell("t001", a, None, None, vec![pass("no-replay.turn")]),
             cell(
@@ -276,6 +277,29 @@ fn summary_names_the_failure_its_message_and_reproduce_command() {
     // The injected markup is escaped, so GitHub shows it as text.
     assert!(!summary.contains("<b>"), "{summary}");
     assert!(!summary.contains("All 5 cells passed"), "{summary}");
+}
+
+#[test]
+fn a_skipped_scenario_is_listed_as_skipped_in_every_report_never_as_passed() {
+    let mut wave = sample_wave();
+    wave.cells.retain(|c| c.verdict == Verdict::Pass);
+    wave.skipped.push(crate::model::Skipped {
+        scenario_id: "everyday.runner-codex-real.local.single".to_owned(),
+        reason: "codex is not on PATH".to_owned(),
+    });
+    let summary = summary_markdown(&wave);
+    assert!(summary.contains("**Skipped** (not run, not passed)"), "{summary}");
+    assert!(summary.contains("codex is not on PATH"), "{summary}");
+    let xml = junit_xml(&wave, &Default::default()).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let skipped: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("skipped"))
+        .map(|n| n.attribute("message").unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(skipped, vec!["codex is not on PATH".to_owned()], "{xml}");
+    let page = report_html(&wave, &Default::default());
+    assert!(page.contains("Skipped (not run, not passed)"));
 }
 
 #[test]
