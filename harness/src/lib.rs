@@ -15,6 +15,7 @@ pub mod crash_round;
 pub mod demo;
 pub mod evidence;
 pub mod explore;
+pub mod fidelity;
 pub mod model;
 pub mod mutants;
 pub mod nemesis;

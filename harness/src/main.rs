@@ -114,6 +114,20 @@ enum Command {
     },
     /// Run the default wave against every seeded bug of runnerd.
     Mutants(MutantsArgs),
+    /// The real products of the `*-real` profiles: where each pinned
+    /// program is, or why it is missing; `--install` installs the missing
+    /// ones with npm (under target/npm, or $TURNCUT_NPM_PREFIX).
+    Providers {
+        /// Install the missing ones with npm.
+        #[arg(long)]
+        install: bool,
+    },
+    /// The crash-semantics differential: at each moment both a real
+    /// product and its fake can be cut at, kill each there, restart it and
+    /// compare what a recovering runner reads back, field by field. Exit 0
+    /// when every difference is explained, 1 when one is not or a product
+    /// could not be compared.
+    Fidelity,
     /// Drive the fake Codex provider through a turn and a crash sweep.
     Demo,
     /// Many tasks on one runner state, the runner SIGKILLed at seeded moments
@@ -382,6 +396,8 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             Err(e) => Err(harness_err(format!("demo failed: {e:#}"))),
         },
         Command::List { pattern } => cmd::list::list(exe, &common, pattern.as_deref()),
+        Command::Providers { install } => Ok(cmd::providers::providers(install)),
+        Command::Fidelity => Ok(cmd::providers::fidelity(exe)),
         Command::Boundaries { scenario_id } => cmd::list::boundaries(exe, &common, &scenario_id),
         Command::Run(args) => cmd::run::run(exe, &common, args),
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),

@@ -224,7 +224,8 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
         .flat_map(|f| f.discovery.boundaries.iter().cloned())
         .collect();
     if plan::check_points(s, &union).is_err() {
-        for p in &s.profiles {
+        // A real product that is not installed shows no boundaries here.
+        for p in s.profiles.iter().filter(|p| crate::real::unavailable(p).is_none()) {
             if !mine.iter().any(|f| &f.profile == p) {
                 union.extend(plan::discover(env, s, p)?.boundaries);
             }

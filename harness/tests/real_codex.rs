@@ -8,7 +8,7 @@
 //! the vendored schema (reported, not failed).
 //!
 //! Codex is looked up on `PATH`, then in `<workspace>/target/npm`; with
-//! `TURNCUT_INSTALL_CODEX=1` and `npm` present it is installed there first.
+//! `TURNCUT_INSTALL_REAL=1` and `npm` present it is installed there first.
 //! Without it the test prints `skipped: …` and passes. Every wait has a
 //! deadline; nothing sleeps to synchronize.
 
@@ -18,14 +18,13 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use harness::codex_client::{CodexClient, Dir};
+use harness::fidelity::{self, codex::Moment, effect_pids, wait_until};
 use harness::demo::FakeCodex;
 use harness::runner_client::{RunnerCommand, RunnerProcess};
 use harness::supervisor::GroupChild;
 use serde_json::{Value, json};
 use wire::journal::EntryKind;
 
-/// The Codex version of `../shared/protocols/codex-app-server`.
-const CODEX_VERSION: &str = "0.171.0";
 
 /// How long the whole task may take (Codex starts in about a second here).
 const TASK_WAIT: Duration = Duration::from_secs(120);
@@ -36,62 +35,11 @@ fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_turncut"))
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the harness crate lives in the workspace")
-        .to_owned()
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-/// The codex executable, or why there is none.
+/// The codex executable (`harness::real`: on PATH, in target/npm, or
+/// installed there with TURNCUT_INSTALL_REAL=1), or why there is none.
 fn find_codex() -> Result<PathBuf, String> {
-    if let Some(p) = on_path("codex") {
-        return Ok(p);
-    }
-    let prefix = workspace_root().join("target/npm");
-    let cached = prefix.join("node_modules/.bin/codex");
-    if cached.is_file() {
-        return Ok(cached);
-    }
-    if std::env::var("TURNCUT_INSTALL_CODEX").as_deref() != Ok("1") {
-        return Err(format!(
-            "codex is not on PATH nor in {}; set TURNCUT_INSTALL_CODEX=1 to install @openai/codex@{CODEX_VERSION} there",
-            prefix.display()
-        ));
-    }
-    let Some(npm) = on_path("npm") else {
-        return Err("codex is absent and npm is not on PATH to install it".to_owned());
-    };
-    let started = Instant::now();
-    let out = Command::new(npm)
-        .args(["install", "--no-audit", "--no-fund", "--prefix"])
-        .arg(&prefix)
-        .arg(format!("@openai/codex@{CODEX_VERSION}"))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("failed to run npm: {e}"))?;
-    eprintln!(
-        "npm install @openai/codex@{CODEX_VERSION}: {} in {} ms",
-        out.status,
-        started.elapsed().as_millis()
-    );
-    if cached.is_file() {
-        Ok(cached)
-    } else {
-        Err(format!(
-            "npm install @openai/codex@{CODEX_VERSION} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    let real = wire::profiles::real("runner-codex-real").expect("the codex real profile");
+    harness::real::locate_or_install(real)
 }
 
 /// The fake model API, killed (as a process group) on drop.
@@ -709,316 +657,18 @@ fn shape_diff(real: &Shape, fake: &Shape) -> String {
 // sees the moment.
 // ---------------------------------------------------------------------------
 
-/// The script of the crash moments: one message, one approved command that
-/// runs 1.5 s (long enough to kill its provider while it runs, short enough
-/// to wait for), a final message.
-const MOMENT_SCRIPT: &str = r#"
-[[turn]]
-say = ["Looking at the workspace."]
-tools = [{ key = "write-hello", kind = "command", approval = true, duration_ms = 1500 }]
-final = "Created hello.txt."
-"#;
-
-/// Where a turn is cut.
-#[derive(Clone, Copy, Debug)]
-enum Moment {
-    /// Right after the `thread/start` response, before any turn.
-    ThreadStarted,
-    /// Right after the `turn/start` response.
-    TurnStarted,
-    /// While the approved command runs.
-    CommandRunning,
-}
-
-impl Moment {
-    /// The fake's cut point for the moment.
-    fn fake_point(self) -> &'static str {
-        match self {
-            Moment::ThreadStarted => "codex.thread_start.responded",
-            Moment::TurnStarted => "codex.turn_start.responded",
-            Moment::CommandRunning => "codex.effect.spawned",
-        }
-    }
-
-    /// Whether the real codex's reading is one of the rarer outcomes
-    /// measured at this moment that a runner must treat like the usual one:
-    /// after a kill right after the `turn/start` response (22 runs): an
-    /// interrupted turn without items (20), no turn (1) or no thread (1);
-    /// the user message is never recorded in any of them.
-    fn known_variant(self, real: &AfterCrash) -> bool {
-        matches!(self, Moment::TurnStarted)
-            && !real.found_by_client_id
-            && real.effects == 0
-            && (real.turn == "absent")
-    }
-}
-
-/// What a recovering runner learns at a moment, and what happened.
-#[derive(Debug, PartialEq, Eq)]
-struct AfterCrash {
-    /// `thread/resume` succeeded, or its error.
-    resume: Result<(), String>,
-    /// The turn as read back after the resume: `<status> [item types]`, or
-    /// `absent`.
-    turn: String,
-    /// The turn's error field is null.
-    error_null: bool,
-    /// `thread/read` finds the user message by its `clientId`.
-    found_by_client_id: bool,
-    /// `turn/start` on the thread after the restart succeeded, or its error.
-    new_turn: Result<(), String>,
-    /// Effects in the ledger once every command has ended.
-    effects: usize,
-    /// A command process was alive right after the provider's group died.
-    outlived: bool,
-    /// A `thread/status/changed {idle}` followed the resume.
-    idle_after_resume: bool,
-    /// `thread/read {includeTurns}` on the new thread before its first turn
-    /// (not asked when the server dies right after `thread/start`).
-    read_before_first_turn: Option<Result<(), String>>,
-}
-
-/// The provider under test: the real codex (its argv) or the fake.
-enum Provider {
-    Real(Vec<String>),
-    Fake(FakeCodex, PathBuf),
-}
-
-impl Provider {
-    fn start(&self, cut: Option<Moment>) -> CodexClient {
-        let mut client = match self {
-            Provider::Real(argv) => {
-                let mut cmd = Command::new(&argv[0]);
-                cmd.args(&argv[1..]).stderr(Stdio::null());
-                CodexClient::spawn(&mut cmd).unwrap()
-            }
-            Provider::Fake(fake, script) => {
-                let mut extra = vec!["--script".to_owned(), script.display().to_string()];
-                // Killed by its own `--exit` where the client cannot see the
-                // moment; held (`--hang`) while its command runs, then
-                // killed by the client like the real one.
-                match cut {
-                    Some(Moment::CommandRunning) => {
-                        extra.extend(["--hang".to_owned(), "codex.effect.spawned".to_owned()]);
-                    }
-                    Some(m) => extra.extend(["--exit".to_owned(), m.fake_point().to_owned()]),
-                    None => {}
-                }
-                CodexClient::spawn(&mut fake.command(&extra)).unwrap()
-            }
-        };
-        client.timeout = TASK_WAIT;
-        client.initialize().unwrap();
-        client
-    }
-
-    fn is_real(&self) -> bool {
-        matches!(self, Provider::Real(_))
-    }
-}
-
-/// The pids of running `effect` processes that write `ledger`.
-fn effect_pids(ledger: &Path) -> Vec<i32> {
-    let needle = ledger.display().to_string();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let zombie = stat.rsplit(')').next().is_some_and(|s| s.starts_with(" Z"));
-            text.contains(" effect ") && text.contains(&needle) && !zombie
-        })
-        .collect()
-}
-
-/// Waits, with a deadline, until `what` holds. `/proc` and files announce
-/// nothing, so it re-checks, yielding the core between checks rather than
-/// sleeping a guessed interval.
-fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
-    let until = Instant::now() + deadline;
-    while !done() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
-}
-
-/// Plays `moment` on `provider` in `cwd`, kills it there, restarts it and
-/// reads back what a runner would.
-fn crash_at(provider: &Provider, moment: Moment, cwd: &str, ledger: &Path) -> AfterCrash {
-    let mut client = provider.start(Some(moment));
-    let thread = client.thread_start(cwd).unwrap();
-    let start = json!({
-        "threadId": thread,
-        "input": [{ "type": "text", "text": "Create hello.txt", "text_elements": [] }],
-        "clientUserMessageId": "m-1",
-    });
-    let mut outlived = false;
-    let read_before_first_turn = match moment {
-        Moment::ThreadStarted => None,
-        _ => Some(
-            client
-                .request(
-                    "thread/read",
-                    json!({ "threadId": thread, "includeTurns": true }),
-                )
-                .map(drop)
-                .map_err(|e| e.to_string()),
-        ),
-    };
-    match moment {
-        Moment::ThreadStarted => {}
-        Moment::TurnStarted => {
-            // The real server answered; the fake died right after answering.
-            let _ = client.request("turn/start", start.clone());
-        }
-        Moment::CommandRunning => {
-            client.request("turn/start", start.clone()).unwrap();
-            let approval = client
-                .wait_for("the approval request", |m| {
-                    m["method"] == "item/commandExecution/requestApproval"
-                })
-                .unwrap();
-            client
-                .send(json!({ "id": approval["id"], "result": { "decision": "accept" } }))
-                .unwrap();
-            wait_until("the command to run", TASK_WAIT, || {
-                !effect_pids(ledger).is_empty()
-            });
-        }
-    }
-    if provider.is_real() || matches!(moment, Moment::CommandRunning) {
-        let _ = client.kill();
-    } else {
-        let _ = client.wait_exit();
-    }
-    let mut again = provider.start(None);
-    let resume = again
-        .request(
-            "thread/resume",
-            json!({ "threadId": thread, "excludeTurns": true }),
-        )
-        .map(drop)
-        .map_err(|e| e.to_string());
-    // When a restarted runner would stop what is left and decide.
-    if matches!(moment, Moment::CommandRunning) {
-        outlived = !effect_pids(ledger).is_empty();
-        wait_until("the command to end", WAIT, || {
-            effect_pids(ledger).is_empty()
-        });
-    }
-    while let Ok(Some(_)) = again.expect_silence(Duration::from_millis(500)) {}
-    let idle_after_resume = again.transcript.iter().any(|(dir, m)| {
-        *dir == Dir::Received
-            && m["method"] == "thread/status/changed"
-            && m["params"]["status"]["type"] == "idle"
-    });
-    let read = again
-        .request(
-            "thread/read",
-            json!({ "threadId": thread, "includeTurns": true }),
-        )
-        .unwrap_or(Value::Null);
-    let turn = read.pointer("/thread/turns/0");
-    let found_by_client_id = read
-        .pointer("/thread/turns")
-        .and_then(Value::as_array)
-        .is_some_and(|ts| {
-            ts.iter()
-                .flat_map(|t| t["items"].as_array().into_iter().flatten())
-                .any(|i| i["clientId"] == "m-1")
-        });
-    let new_turn = again
-        .request("turn/start", json!({
-            "threadId": thread,
-            "input": [{ "type": "text", "text": fake_provider::codex::CONTINUE_MARKER, "text_elements": [] }],
-            "clientUserMessageId": "m-1#continuation",
-        }))
-        .map(drop)
-        .map_err(|e| e.to_string());
-    let _ = again.kill();
-    AfterCrash {
-        resume,
-        turn: turn.map_or("absent".to_owned(), turn_form),
-        error_null: turn.is_none_or(|t| t["error"].is_null()),
-        found_by_client_id,
-        new_turn,
-        effects: wire::ledger::read(ledger).unwrap().len(),
-        outlived,
-        idle_after_resume,
-        read_before_first_turn,
-    }
-}
-
-/// Error texts differ in the thread id only; compare them without it.
-fn without_ids(r: &Result<(), String>) -> Result<(), String> {
-    r.clone().map_err(|e| {
-        e.split(|c: char| c.is_whitespace())
-            .filter(|w| {
-                id_form(w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-')) != "uuid"
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
-    })
-}
-
+/// The crash-semantics differential of `turncut fidelity`, on codex: at
+/// each moment, the fake reads back what the real codex does.
 #[test]
 fn at_each_crash_moment_the_fake_codex_recovers_like_the_real_one() {
+    let Some(codex) = codex_or_skip() else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("script.toml");
-    std::fs::write(&script, MOMENT_SCRIPT).unwrap();
-    let real = find_codex()
-        .map_err(|r| println!("skipped the real codex: {r}"))
-        .ok();
-    let mut failures = Vec::new();
-    for moment in [
-        Moment::ThreadStarted,
-        Moment::TurnStarted,
-        Moment::CommandRunning,
-    ] {
-        let case = dir.path().join(format!("{moment:?}"));
-        let ws = case.join("ws");
-        std::fs::create_dir_all(&ws).unwrap();
-        let cwd = ws.display().to_string();
-        let fake = FakeCodex::via(exe(), &case.join("fake"));
-        let fake_ledger = fake.ledger();
-        let mut seen = crash_at(
-            &Provider::Fake(fake, script.clone()),
-            moment,
-            &cwd,
-            &fake_ledger,
-        );
-        seen.resume = without_ids(&seen.resume);
-        seen.new_turn = without_ids(&seen.new_turn);
-        println!("{moment:?}: the fake: {seen:?}");
-        let Some(codex) = &real else { continue };
-        let model_dir = case.join("model");
-        let (_model, url) = start_model_api_with(&model_dir, &script);
-        let home = case.join("codex-home");
-        std::fs::create_dir_all(&home).unwrap();
-        let argv = codex_command(codex, &home, &url);
-        let mut real_seen = crash_at(
-            &Provider::Real(argv),
-            moment,
-            &cwd,
-            &model_dir.join("ledger.jsonl"),
-        );
-        real_seen.resume = without_ids(&real_seen.resume);
-        real_seen.new_turn = without_ids(&real_seen.new_turn);
-        println!("{moment:?}: the real codex: {real_seen:?}");
-        if real_seen != seen && moment.known_variant(&real_seen) {
-            println!("{moment:?}: a known variant of the real codex, the same for recovery");
-        } else if real_seen != seen {
-            failures.push(format!(
-                "{moment:?}:\n  real {real_seen:?}\n  fake {seen:?}"
-            ));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let rows = fidelity::codex::rows(exe(), &codex, dir.path()).unwrap();
+    println!("{}", fidelity::render(&rows));
+    let differs: Vec<_> = rows.iter().filter(|r| r.differs()).collect();
+    assert!(differs.is_empty(), "{differs:#?}");
 }
 
 /// runnerd driving the real codex, cut at `arm` (a runner point, held), with
@@ -1039,7 +689,7 @@ fn runner_at_a_real_crash(
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::create_dir_all(&home).unwrap();
     let script = dir.path().join("script.toml");
-    std::fs::write(&script, MOMENT_SCRIPT).unwrap();
+    std::fs::write(&script, fidelity::codex::MOMENT_SCRIPT).unwrap();
     let (_model, url) = start_model_api_with(dir.path(), &script);
     let profiles = format!(
         "[profile.runner-codex-real]\ndriver = \"codex\"\ncommand = {}\n",
@@ -1075,7 +725,8 @@ fn runner_at_a_real_crash(
     if matches!(moment, Moment::CommandRunning) {
         wait_until("the command to run", TASK_WAIT, || {
             !effect_pids(&ledger).is_empty()
-        });
+        })
+        .unwrap();
     }
     let codex_pid = client
         .events("t1", 0)
@@ -1095,7 +746,8 @@ fn runner_at_a_real_crash(
     let events = client.events("t1", 0).unwrap();
     wait_until("every command to end", WAIT, || {
         effect_pids(&ledger).is_empty()
-    });
+    })
+    .unwrap();
     let journal = wire::journal::read(&dir.path().join("journal.jsonl")).unwrap();
     let requests = journal
         .into_iter()

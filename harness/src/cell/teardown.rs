@@ -37,14 +37,15 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     if let Err(e) = std::fs::read_to_string("/proc/self/stat") {
         ev.unreadable(Source::Processes, format!("/proc/self/stat: {e}"));
     }
-    kill_survivors(layout, shared, &early, ev);
-    shared.holds.lock().expect("holds").clear();
+    // A real product's model API serves the whole cell and ends with it.
     let real = shared.real.lock().expect("real").take();
     let model_url = real.as_ref().map(|r| r.model_api.url.clone());
     let product = real.map(|r| {
         r.model_api.stop();
         r.product
     });
+    kill_survivors(layout, shared, &early, ev);
+    shared.holds.lock().expect("holds").clear();
     read_provider_evidence(&layout.dir, ev);
     if let (Some(product), Some(url)) = (product, model_url) {
         read_real_turns(&product, &url, ev);

@@ -16,6 +16,7 @@ use crate::Common;
 pub mod crash_round;
 pub mod explore;
 pub mod list;
+pub mod providers;
 pub mod merge;
 pub mod replay;
 mod reports;
