@@ -22,6 +22,6 @@ pub mod recorded;
 mod rpc;
 pub mod serving;
 pub mod shell;
-pub mod tap;
 mod stdio;
+pub mod tap;
 pub mod turns;

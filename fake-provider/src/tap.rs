@@ -95,9 +95,8 @@ pub fn run_tap(args: &TapArgs) -> i32 {
     let j = Arc::clone(&journal);
     std::thread::spawn(move || pass(std::io::stdin(), to_child, &j, Journal::message_in));
     let j = Arc::clone(&journal);
-    let out = std::thread::spawn(move || {
-        pass(from_child, std::io::stdout(), &j, Journal::message_out)
-    });
+    let out =
+        std::thread::spawn(move || pass(from_child, std::io::stdout(), &j, Journal::message_out));
     let status = child.wait();
     let _ = out.join();
     match status {

@@ -225,7 +225,11 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
         .collect();
     if plan::check_points(s, &union).is_err() {
         // A real product that is not installed shows no boundaries here.
-        for p in s.profiles.iter().filter(|p| crate::real::unavailable(p).is_none()) {
+        for p in s
+            .profiles
+            .iter()
+            .filter(|p| crate::real::unavailable(p).is_none())
+        {
             if !mine.iter().any(|f| &f.profile == p) {
                 union.extend(plan::discover(env, s, p)?.boundaries);
             }
@@ -417,6 +421,49 @@ pub struct WaveMeta {
     pub run: RunConfig,
     /// Scenario ids that could not run here.
     pub skipped: Vec<crate::model::Skipped>,
+}
+
+/// Cells of each scenario id of a real product's profile that a wave runs
+/// when `--only` does not name the profile: a real product's cell costs
+/// about twice a fake's, and its every cell runs with `--only`.
+pub const REAL_CELLS_UNNAMED: usize = 40;
+
+/// `cells` with those of each real product's scenario id sampled to
+/// [`REAL_CELLS_UNNAMED`] (by `seed`), unless `only` names that profile;
+/// prints what it left out.
+pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<CellSpec> {
+    let profile_of = |c: &CellSpec| {
+        c.scenario_id
+            .split('.')
+            .nth(1)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let sampled =
+        |p: &str| wire::profiles::real(p).is_some() && !only.is_some_and(|o| o.contains(p));
+    let mut by_id: std::collections::BTreeMap<String, Vec<CellSpec>> = Default::default();
+    let mut out = Vec::new();
+    for c in cells {
+        if sampled(&profile_of(&c)) {
+            by_id.entry(c.scenario_id.clone()).or_default().push(c);
+        } else {
+            out.push(c);
+        }
+    }
+    for (id, cells) in by_id {
+        let all = cells.len();
+        let kept = plan::sample(cells, Some(REAL_CELLS_UNNAMED), seed);
+        if kept.len() < all {
+            eprintln!(
+                "sampled {} of {all} cells of {id} (a real product; --only {} runs them all)",
+                kept.len(),
+                id.split('.').nth(1).unwrap_or_default()
+            );
+        }
+        out.extend(kept);
+    }
+    crate::model::sort_cells(&mut out, |c| &c.cell_id);
+    out
 }
 
 /// `ids` split into those that can run here and those that cannot (a real

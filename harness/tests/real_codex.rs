@@ -18,13 +18,12 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use harness::codex_client::{CodexClient, Dir};
-use harness::fidelity::{self, codex::Moment, effect_pids, wait_until};
 use harness::demo::FakeCodex;
+use harness::fidelity::{self, codex::Moment, effect_pids, wait_until};
 use harness::runner_client::{RunnerCommand, RunnerProcess};
 use harness::supervisor::GroupChild;
 use serde_json::{Value, json};
 use wire::journal::EntryKind;
-
 
 /// How long the whole task may take (Codex starts in about a second here).
 const TASK_WAIT: Duration = Duration::from_secs(120);

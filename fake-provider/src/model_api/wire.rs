@@ -496,7 +496,6 @@ fn call_item(
     item
 }
 
-
 /// The message id of a request without `turncut_message_id` (a real
 /// product between the client and this fake): a hash of the conversation,
 /// the user message's position and its text. A continuation runs under the
@@ -509,7 +508,10 @@ fn derived_message_id(conversation: &str, users: &[&str]) -> String {
         .rposition(|u| !wire::marker::is_continuation(u))
         .unwrap_or(users.len().saturating_sub(1));
     let text = users.get(at).copied().unwrap_or_default();
-    format!("m_{:016x}", fnv1a(&format!("{conversation}\n{}\n{text}", at + 1)))
+    format!(
+        "m_{:016x}",
+        fnv1a(&format!("{conversation}\n{}\n{text}", at + 1))
+    )
 }
 
 /// 64-bit FNV-1a: a hash that stays the same across builds and processes.

@@ -324,7 +324,9 @@ pub fn run_cell_traced(
 fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
     wire::profiles::real(profile).map(|_| CellEnv {
         idle_timeout_ms: env.idle_timeout_ms.max(crate::real::IDLE_FLOOR_MS),
-        hang_idle_timeout_ms: env.hang_idle_timeout_ms.max(crate::real::HANG_IDLE_FLOOR_MS),
+        hang_idle_timeout_ms: env
+            .hang_idle_timeout_ms
+            .max(crate::real::HANG_IDLE_FLOOR_MS),
         ..env.clone()
     })
 }

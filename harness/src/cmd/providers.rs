@@ -17,7 +17,13 @@ pub fn providers(install: bool) -> i32 {
             other => other,
         };
         match found {
-            Ok(path) => println!("{:<22} {}@{}  {}", r.name, r.package, r.version, path.display()),
+            Ok(path) => println!(
+                "{:<22} {}@{}  {}",
+                r.name,
+                r.package,
+                r.version,
+                path.display()
+            ),
             Err(why) => {
                 missing += 1;
                 println!("{:<22} {}@{}  missing: {why}", r.name, r.package, r.version);

@@ -45,6 +45,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
     } else {
         wave::plan_cells(&env, &scenarios, &ids, seed, false, reach).map_err(plan_err)?
     };
+    let cells = wave::sample_real(cells, only, seed);
     let cells = plan::sample(cells, args.budget.map(|b| b as usize), seed);
     // One id for every shard of this wave: the seed and the cells planned
     // before sharding.

@@ -65,7 +65,9 @@ impl Moment {
             && !real.found_by_client_id
             && real.effects == 0
             && real.turn == "absent")
-            .then_some("codex lost the unwritten turn whole; like the usual reading, no user message")
+            .then_some(
+                "codex lost the unwritten turn whole; like the usual reading, no user message",
+            )
     }
 }
 
@@ -105,7 +107,10 @@ impl AfterCrash {
             ("thread/resume", r(&self.resume)),
             ("turn after restart", self.turn.clone()),
             ("turn error null", self.error_null.to_string()),
-            ("user message by clientId", self.found_by_client_id.to_string()),
+            (
+                "user message by clientId",
+                self.found_by_client_id.to_string(),
+            ),
             ("turn/start after restart", r(&self.new_turn)),
             ("effects in ledger", self.effects.to_string()),
             ("command outlived the kill", self.outlived.to_string()),
@@ -158,7 +163,9 @@ impl Provider {
         }
         .map_err(|e| format!("spawn: {e}"))?;
         client.timeout = WAIT;
-        client.initialize().map_err(|e| format!("initialize: {e}"))?;
+        client
+            .initialize()
+            .map_err(|e| format!("initialize: {e}"))?;
         Ok(client)
     }
 
@@ -178,7 +185,12 @@ fn turn_start(thread: &str) -> Value {
 
 /// Plays the turn up to `moment` on a started client; whether a command
 /// is running there.
-fn play_to(client: &mut CodexClient, moment: Moment, thread: &str, ledger: &Path) -> Result<(), String> {
+fn play_to(
+    client: &mut CodexClient,
+    moment: Moment,
+    thread: &str,
+    ledger: &Path,
+) -> Result<(), String> {
     match moment {
         Moment::ThreadStarted => Ok(()),
         Moment::TurnStarted => {
@@ -198,7 +210,9 @@ fn play_to(client: &mut CodexClient, moment: Moment, thread: &str, ledger: &Path
             client
                 .send(json!({ "id": approval["id"], "result": { "decision": "accept" } }))
                 .map_err(|e| e.to_string())?;
-            wait_until("the command to run", WAIT, || !effect_pids(ledger).is_empty())
+            wait_until("the command to run", WAIT, || {
+                !effect_pids(ledger).is_empty()
+            })
         }
     }
 }
@@ -212,10 +226,15 @@ pub fn crash_at(
     ledger: &Path,
 ) -> Result<AfterCrash, String> {
     let mut client = provider.start(Some(moment))?;
-    let thread = client.thread_start(cwd).map_err(|e| format!("thread/start: {e}"))?;
+    let thread = client
+        .thread_start(cwd)
+        .map_err(|e| format!("thread/start: {e}"))?;
     let read_before_first_turn = (moment != Moment::ThreadStarted).then(|| {
         client
-            .request("thread/read", json!({ "threadId": thread, "includeTurns": true }))
+            .request(
+                "thread/read",
+                json!({ "threadId": thread, "includeTurns": true }),
+            )
             .map(drop)
             .map_err(|e| e.to_string())
     });
@@ -227,14 +246,19 @@ pub fn crash_at(
     }
     let mut again = provider.start(None)?;
     let resume = again
-        .request("thread/resume", json!({ "threadId": thread, "excludeTurns": true }))
+        .request(
+            "thread/resume",
+            json!({ "threadId": thread, "excludeTurns": true }),
+        )
         .map(drop)
         .map_err(|e| e.to_string());
     // When a restarted runner would stop what is left and decide.
     let mut outlived = false;
     if moment == Moment::CommandRunning {
         outlived = !effect_pids(ledger).is_empty();
-        wait_until("the command to end", WAIT, || effect_pids(ledger).is_empty())?;
+        wait_until("the command to end", WAIT, || {
+            effect_pids(ledger).is_empty()
+        })?;
     }
     while let Ok(Some(_)) = again.expect_silence(Duration::from_millis(500)) {}
     let idle_after_resume = again.transcript.iter().any(|(dir, m)| {
@@ -243,7 +267,10 @@ pub fn crash_at(
             && m["params"]["status"]["type"] == "idle"
     });
     let read = again
-        .request("thread/read", json!({ "threadId": thread, "includeTurns": true }))
+        .request(
+            "thread/read",
+            json!({ "threadId": thread, "includeTurns": true }),
+        )
         .unwrap_or(Value::Null);
     let new_turn = again
         .request("turn/start", json!({
@@ -327,7 +354,12 @@ pub fn both_at(
     let cwd = ws.display().to_string();
     let fake = FakeCodex::via(turncut, &dir.join("fake"));
     let fake_ledger = fake.ledger();
-    let fake_seen = crash_at(&Provider::Fake(fake, script.clone()), moment, &cwd, &fake_ledger)?;
+    let fake_seen = crash_at(
+        &Provider::Fake(fake, script.clone()),
+        moment,
+        &cwd,
+        &fake_ledger,
+    )?;
     let model_dir = dir.join("model");
     let mut cmd = Command::new(turncut);
     cmd.args(["fake-provider", "model-api", "--script"])
@@ -347,7 +379,12 @@ pub fn both_at(
     let argv = product
         .command(&model.url, &dir.display().to_string())
         .map_err(|e| format!("{e:#}"))?;
-    let real_seen = crash_at(&Provider::Real(argv), moment, &cwd, &model_dir.join("ledger.jsonl"));
+    let real_seen = crash_at(
+        &Provider::Real(argv),
+        moment,
+        &cwd,
+        &model_dir.join("ledger.jsonl"),
+    );
     model.stop();
     Ok((real_seen?, fake_seen))
 }
@@ -363,8 +400,15 @@ pub fn rows(turncut: &Path, codex: &Path, dir: &Path) -> Result<Vec<Row>, String
             .zip(fake.fields())
             .map(|((name, r), (_, f))| (name, r, f))
             .collect();
-        let known = (real != fake).then(|| moment.known_variant(&real)).flatten();
-        rows.extend(compare("runner-codex-real", &format!("{moment:?}"), fields, known));
+        let known = (real != fake)
+            .then(|| moment.known_variant(&real))
+            .flatten();
+        rows.extend(compare(
+            "runner-codex-real",
+            &format!("{moment:?}"),
+            fields,
+            known,
+        ));
     }
     Ok(rows)
 }

@@ -92,7 +92,10 @@ pub fn render(rows: &[Row]) -> String {
         ));
     }
     let differs = rows.iter().filter(|r| r.differs()).count();
-    let known = rows.iter().filter(|r| r.verdict.starts_with("known")).count();
+    let known = rows
+        .iter()
+        .filter(|r| r.verdict.starts_with("known"))
+        .count();
     out.push_str(&format!(
         "{} rows: {} same, {known} known variants, {differs} unexplained differences\n",
         rows.len(),

@@ -95,7 +95,12 @@ fn read_all(client: &mut CodexClient) -> Result<Vec<RecordedTurn>, String> {
                 json!({ "threadId": id, "includeTurns": true }),
             )
             .map_err(|e| format!("thread/read {id}: {e}"))?;
-        for turn in read.pointer("/thread/turns").and_then(Value::as_array).into_iter().flatten() {
+        for turn in read
+            .pointer("/thread/turns")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             out.push(recorded(id, turn));
         }
     }

@@ -288,7 +288,10 @@ fn a_skipped_scenario_is_listed_as_skipped_in_every_report_never_as_passed() {
         reason: "codex is not on PATH".to_owned(),
     });
     let summary = summary_markdown(&wave);
-    assert!(summary.contains("**Skipped** (not run, not passed)"), "{summary}");
+    assert!(
+        summary.contains("**Skipped** (not run, not passed)"),
+        "{summary}"
+    );
     assert!(summary.contains("codex is not on PATH"), "{summary}");
     let xml = junit_xml(&wave, &Default::default()).unwrap();
     let doc = roxmltree::Document::parse(&xml).unwrap();

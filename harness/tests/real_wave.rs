@@ -1,0 +1,119 @@
+//! The real products' profiles in waves, through the `turncut` binary: a
+//! sampled wave on the real codex app-server (and on the real opencode
+//! serve) under kills and hangs, judged by the same oracles from the
+//! product's own state; and a product that is not installed listed as
+//! skipped with its reason, never run and never passed.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use harness::model::{Verdict, WaveResult};
+
+/// Cells of each real profile's wave here (the whole wave runs with
+/// `turncut wave --only <profile>`).
+const BUDGET: &str = "24";
+
+fn turncut() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_turncut"));
+    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    cmd.env_remove("GITHUB_STEP_SUMMARY");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn wave_at(dir: &Path) -> WaveResult {
+    harness::report::read_wave(&dir.join("wave.json")).unwrap()
+}
+
+/// A sampled wave of `profile`'s scenario ids, or `skipped: …`.
+fn sampled_wave(profile: &str) {
+    let real = wire::profiles::real(profile).unwrap();
+    if let Err(why) = harness::real::locate_or_install(real) {
+        println!("skipped: {why}");
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let status = run(turncut()
+        .args(["wave", "--only", profile, "--budget", BUDGET, "--seed", "3"])
+        .args(["--jobs", "2", "--out"])
+        .arg(out.path()))
+    .status;
+    let wave = wave_at(out.path());
+    let bad: Vec<String> = wave
+        .cells
+        .iter()
+        .filter(|c| c.verdict != Verdict::Pass)
+        .map(harness::report::cell_line)
+        .collect();
+    assert!(wave.skipped.is_empty(), "{:?}", wave.skipped);
+    assert_eq!(wave.cells.len(), BUDGET.parse::<usize>().unwrap());
+    assert!(bad.is_empty() && status.success(), "{}", bad.join("\n"));
+}
+
+#[test]
+fn a_sampled_wave_on_the_real_codex_passes() {
+    sampled_wave("runner-codex-real");
+}
+
+#[test]
+fn a_sampled_wave_on_the_real_opencode_passes() {
+    sampled_wave("runner-opencode-real");
+}
+
+/// Without the product (nothing on PATH, an empty npm prefix, no install),
+/// its ids are listed as skipped with the reason in every report; the
+/// fakes' ids still run.
+#[test]
+fn a_real_product_that_is_not_installed_is_listed_as_skipped() {
+    let out = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let output = run(turncut()
+        .args([
+            "wave",
+            "--only",
+            "single-task",
+            "--budget",
+            "2",
+            "--seed",
+            "3",
+            "--out",
+        ])
+        .arg(out.path())
+        .env("PATH", "/usr/bin:/bin")
+        .env(harness::real::PREFIX_ENV, empty.path())
+        .env_remove(harness::real::INSTALL_ENV));
+    assert!(output.status.success());
+    let wave = wave_at(out.path());
+    let skipped: Vec<&str> = wave
+        .skipped
+        .iter()
+        .map(|s| s.scenario_id.as_str())
+        .collect();
+    assert_eq!(
+        skipped,
+        vec!["everyday-workflows.runner-codex-real.local.single-task"]
+    );
+    assert!(
+        wave.skipped[0]
+            .reason
+            .contains("turncut providers --install")
+    );
+    assert!(
+        wave.cells
+            .iter()
+            .all(|c| !c.spec.scenario_id.contains("-real"))
+    );
+    let summary = std::fs::read_to_string(out.path().join("summary.md")).unwrap();
+    assert!(summary.contains("**Skipped**"), "{summary}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("scenario ids skipped"), "{stdout}");
+}
