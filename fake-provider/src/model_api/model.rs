@@ -40,25 +40,7 @@ pub(super) fn decide(
     let attempts = attempts(req, record, outputs);
     let mut keys: Vec<String> = Vec::new();
     if attempts.is_empty() {
-        // A continuation's model checks the ledger first, as the
-        // conversational fakes' does: its authority may have run a call.
-        let skip = crate::turns::LedgerSkip::read(ledger_file, &req.message_id, req.continuation)?;
-        keys.extend(
-            turn.tools
-                .iter()
-                .filter(|t| skip.keeps(t, journal))
-                .map(|t| t.key.clone()),
-        );
-        if keys.is_empty() {
-            return Ok(Plan::Final(turn.final_message.clone()));
-        }
-        if !req.parallel {
-            keys.truncate(1);
-        }
-        return Ok(Plan::Tools {
-            say: turn.say.clone(),
-            keys,
-        });
+        return first_request(ledger_file, journal, req, turn);
     }
     let mut ledger: Option<HashSet<String>> = None;
     for tool in &turn.tools {
@@ -99,6 +81,34 @@ pub(super) fn decide(
             say: Vec::new(),
             keys,
         }
+    })
+}
+
+/// The answer to a turn's first request: its calls, or its final message
+/// when it has none. A continuation's model checks the ledger first, as the
+/// conversational fakes' does: its authority may have run a call.
+fn first_request(
+    ledger_file: &Path,
+    journal: &Journal,
+    req: &Request,
+    turn: &ScriptTurn,
+) -> std::io::Result<Plan> {
+    let skip = crate::turns::LedgerSkip::read(ledger_file, &req.message_id, req.continuation)?;
+    let mut keys: Vec<String> = turn
+        .tools
+        .iter()
+        .filter(|t| skip.keeps(t, journal))
+        .map(|t| t.key.clone())
+        .collect();
+    if keys.is_empty() {
+        return Ok(Plan::Final(turn.final_message.clone()));
+    }
+    if !req.parallel {
+        keys.truncate(1);
+    }
+    Ok(Plan::Tools {
+        say: turn.say.clone(),
+        keys,
     })
 }
 

@@ -244,6 +244,19 @@ pub fn crash_at(
     } else {
         let _ = client.wait_exit();
     }
+    let mut after = read_after(provider, moment, &thread, ledger)?;
+    after.read_before_first_turn = read_before_first_turn.map(without_ids);
+    Ok(after)
+}
+
+/// After the kill at `moment`: the provider restarted on the same state,
+/// asked what a recovering runner asks about `thread`.
+fn read_after(
+    provider: &Provider,
+    moment: Moment,
+    thread: &str,
+    ledger: &Path,
+) -> Result<AfterCrash, String> {
     let mut again = provider.start(None)?;
     let resume = again
         .request(
@@ -291,7 +304,7 @@ pub fn crash_at(
         effects: wire::ledger::read(ledger).map_err(|e| e.to_string())?.len(),
         outlived,
         idle_after_resume,
-        read_before_first_turn: read_before_first_turn.map(without_ids),
+        read_before_first_turn: None,
     })
 }
 
