@@ -1,6 +1,5 @@
 //! The real products' profiles in waves, through the `turncut` binary: a
-//! sampled wave on the real codex app-server (and on the real opencode
-//! serve) under kills and hangs, judged by the same oracles from the
+//! sampled wave on the real codex app-server under kills and hangs, judged by the same oracles from the
 //! product's own state; and a product that is not installed listed as
 //! skipped with its reason, never run and never passed.
 
@@ -9,8 +8,9 @@ use std::process::{Command, Output};
 
 use harness::model::{Verdict, WaveResult};
 
-/// Cells of each real profile's wave here (the whole wave runs with
-/// `turncut wave --only <profile>`).
+/// Cells of each real profile's wave here, one-cut cells of its
+/// single-task scenario (the whole wave runs with `turncut wave --only
+/// <profile>`).
 const BUDGET: &str = "24";
 
 fn turncut() -> Command {
@@ -42,9 +42,10 @@ fn sampled_wave(profile: &str) {
         return;
     }
     let out = tempfile::tempdir().unwrap();
+    let only = format!("{profile}.local.single-task");
     let status = run(turncut()
-        .args(["wave", "--only", profile, "--budget", BUDGET, "--seed", "3"])
-        .args(["--jobs", "2", "--out"])
+        .args(["wave", "--only", &only, "--budget", BUDGET, "--seed", "3"])
+        .args(["--depth", "1", "--jobs", "2", "--out"])
         .arg(out.path()))
     .status;
     let wave = wave_at(out.path());
@@ -62,11 +63,6 @@ fn sampled_wave(profile: &str) {
 #[test]
 fn a_sampled_wave_on_the_real_codex_passes() {
     sampled_wave("runner-codex-real");
-}
-
-#[test]
-fn a_sampled_wave_on_the_real_opencode_passes() {
-    sampled_wave("runner-opencode-real");
 }
 
 /// Without the product (nothing on PATH, an empty npm prefix, no install),

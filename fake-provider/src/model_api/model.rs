@@ -43,6 +43,9 @@ pub(super) fn decide(
         return first_request(ledger_file, journal, req, turn);
     }
     let mut ledger: Option<HashSet<String>> = None;
+    // A continuation's later requests skip what its authority ran, too: a
+    // call left out of its first request has no attempt here.
+    let skip = crate::turns::LedgerSkip::read(ledger_file, &req.message_id, req.continuation)?;
     for tool in &turn.tools {
         let tries: Vec<&str> = attempts
             .iter()
@@ -50,7 +53,9 @@ pub(super) fn decide(
             .map(|(_, o)| *o)
             .collect();
         let Some(last) = tries.last() else {
-            keys.push(tool.key.clone());
+            if skip.keeps(tool, journal) {
+                keys.push(tool.key.clone());
+            }
             continue;
         };
         if !needs_retry(last) {
