@@ -37,6 +37,10 @@ enum Command {
     /// A transparent recorder in front of a real stdio provider: passes
     /// every line both ways and journals it (`tap --journal J -- PROGRAM…`).
     Tap(crate::tap::TapArgs),
+    /// A transparent recorder in front of a real HTTP provider: announces
+    /// its own port, forwards every request and journals it
+    /// (`tap-http --journal J -- PROGRAM…`).
+    TapHttp(crate::tap_http::TapHttpArgs),
 }
 
 /// Options shared by every fake provider.
@@ -116,6 +120,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
             }
         },
         Command::Tap(args) => crate::tap::run_tap(&args),
+        Command::TapHttp(args) => crate::tap_http::run_tap_http(&args),
         Command::Codex(args) => run("codex", args, self_cmd, crate::codex::serve),
         Command::Opencode(args) => {
             // A port in use is bad input (exit 2), found before anything starts.

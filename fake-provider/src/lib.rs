@@ -24,4 +24,5 @@ pub mod serving;
 pub mod shell;
 mod stdio;
 pub mod tap;
+pub mod tap_http;
 pub mod turns;
