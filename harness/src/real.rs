@@ -188,16 +188,27 @@ impl Product {
         }
     }
 
-    /// Whether it speaks a stdio protocol (a cell records its wire through
-    /// `fake-provider tap`).
-    pub fn speaks_stdio(&self) -> bool {
-        wire::profiles::facts(self.real.name)
-            .is_some_and(|p| p.protocol == wire::profiles::Protocol::Codex)
+    /// The `fake-provider` tap that records its wire in a cell: `tap` for a
+    /// stdio protocol, `tap-http` for OpenCode's HTTP.
+    pub fn tap(&self) -> &'static str {
+        match self.real.bin {
+            "opencode" => "tap-http",
+            _ => "tap",
+        }
     }
 
-    /// The variable the runner hands the credential to it in.
-    pub fn credential_env(&self) -> &'static str {
-        "OPENAI_API_KEY"
+    /// The profile lines that hand it the credential: as its API key in
+    /// its environment (codex keeps `*KEY*` variables out of its tool
+    /// shells), or through the runner's one-shot FIFO (OpenCode gives its
+    /// tools its whole environment; its configuration reads the FIFO).
+    pub fn credential_lines(&self) -> String {
+        match self.real.bin {
+            "opencode" => format!(
+                "credential_env = \"{}\"\ncredential_fifo = true\n",
+                opencode::CREDENTIAL_FIFO_ENV
+            ),
+            _ => "credential_env = \"OPENAI_API_KEY\"\n".to_owned(),
+        }
     }
 
     /// Every turn the product durably recorded, read through its own API

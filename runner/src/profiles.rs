@@ -32,6 +32,11 @@ pub struct Profile {
     /// The environment variable that carries the credential to the provider.
     #[serde(default = "default_credential_env")]
     pub credential_env: String,
+    /// Hand the credential through a one-shot FIFO whose path
+    /// `credential_env` names, for a provider that reads its key from a file
+    /// and gives its tools its whole environment (`engine::credential_fifo`).
+    #[serde(default)]
+    pub credential_fifo: bool,
     /// The model a native profile asks for.
     #[serde(default = "default_model")]
     pub model: String,
@@ -91,6 +96,7 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
                 command,
                 approval: default_approval(),
                 credential_env: default_credential_env(),
+                credential_fifo: false,
                 model: default_model(),
             },
         );

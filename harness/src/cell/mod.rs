@@ -507,12 +507,12 @@ fn write_real_profile(
     };
     let model_api = start_model_api(env, layout, shared)?;
     let mut command = product.command(&model_api.url, &layout.dir.display().to_string())?;
-    if product.speaks_stdio() {
+    {
         // The wire evidence a fake journals itself, from a tap in front.
         let mut tap = vec![
             env.turncut.display().to_string(),
             "fake-provider".into(),
-            "tap".into(),
+            product.tap().into(),
             "--journal".into(),
             layout.p("journal.jsonl").display().to_string(),
             "--".into(),
@@ -522,10 +522,10 @@ fn write_real_profile(
     }
     let driver = wire::profiles::facts(real.name).map_or("", |p| p.protocol.as_str());
     let profiles = format!(
-        "[profile.{}]\ndriver = \"{driver}\"\ncommand = {}\ncredential_env = \"{}\"\n",
+        "[profile.{}]\ndriver = \"{driver}\"\ncommand = {}\n{}",
         real.name,
         serde_json::to_string(&command)?,
-        product.credential_env()
+        product.credential_lines()
     );
     std::fs::write(layout.p("profiles.toml"), profiles)?;
     *shared.real.lock().expect("real") = Some(RealCell { product, model_api });

@@ -110,7 +110,16 @@ fn kill_survivors(
 /// fakes' stores are empty in its cell).
 fn read_real_turns(product: &crate::real::Product, model_url: &str, ev: &mut Evidence) {
     match product.recorded_turns(model_url, READ_REAL_WITHIN) {
-        Ok(turns) => ev.provider_turns = turns,
+        Ok(turns) => {
+            ev.provider_turns = turns
+                .into_iter()
+                .map(|mut t| {
+                    t.client_id = t.client_id.as_deref().map(crate::evidence::controller_id);
+                    t.authorized_by = crate::evidence::controller_id(&t.authorized_by);
+                    t
+                })
+                .collect()
+        }
         Err(e) => ev.unreadable(
             Source::ProviderStore,
             format!("{} ({}): {e}", product.real.name, product.bin.display()),

@@ -26,6 +26,7 @@
 
 mod actor;
 mod client_tools;
+mod credential_fifo;
 mod native_loop;
 mod provider;
 mod recovery;

@@ -273,8 +273,19 @@ impl Engine {
         if std::path::Path::new(workspace).is_dir() {
             cmd.current_dir(workspace);
         }
-        if let Some(secret) = &self.opts.credential {
-            cmd.env(&profile.credential_env, &secret.0);
+        match &self.opts.credential {
+            Some(secret) if profile.credential_fifo => {
+                match super::credential_fifo::serve(secret, marker) {
+                    Ok(path) => {
+                        cmd.env(&profile.credential_env, path);
+                    }
+                    Err(e) => tracing::warn!("no credential FIFO for the provider: {e}"),
+                }
+            }
+            Some(secret) => {
+                cmd.env(&profile.credential_env, &secret.0);
+            }
+            None => {}
         }
         cmd
     }
