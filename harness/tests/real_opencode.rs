@@ -256,7 +256,7 @@ fn opencode_or_skip() -> Option<PathBuf> {
 
 /// The fake model API playing `script` (the built-in one when `None`); its
 /// state, journal and ledger in `dir`. Killed (as a process group) on drop.
-fn start_model_api(dir: &Path, script: Option<&Path>) -> (GroupChild, String) {
+fn start_model_api(dir: &Path, script: Option<&Path>, extra: &[&str]) -> (GroupChild, String) {
     std::fs::create_dir_all(dir).unwrap();
     let mut cmd = Command::new(exe());
     cmd.args(["fake-provider", "model-api", "--port", "0"])
@@ -269,6 +269,7 @@ fn start_model_api(dir: &Path, script: Option<&Path>) -> (GroupChild, String) {
     if let Some(s) = script {
         cmd.arg("--script").arg(s);
     }
+    cmd.args(extra);
     let (child, line) = spawn_listening(&mut cmd, "model api listening on ");
     (child, line)
 }
@@ -334,7 +335,7 @@ fn the_real_opencode_serve_completes_a_task_through_the_runner() {
     let ws = dir.path().join("ws");
     let home = dir.path().join("opencode-home");
     std::fs::create_dir_all(&ws).unwrap();
-    let (_model, model_url) = start_model_api(dir.path(), None);
+    let (_model, model_url) = start_model_api(dir.path(), None, &[]);
     let profiles = format!(
         "[profile.runner-opencode-real]\ndriver = \"opencode\"\ncommand = {}\n",
         serde_json::to_string(&opencode_command(&opencode, &home, &model_url)).unwrap()
@@ -467,14 +468,18 @@ pub enum Moment {
     PromptAccepted,
     /// While the approved `bash` command runs.
     CommandRunning,
+    /// Once the command has completed, while the model writes its final
+    /// answer (the real server's model API is held at its second response).
+    AnswerStreaming,
 }
 
 impl Moment {
     /// Every moment, in the order of a turn.
-    pub const ALL: [Moment; 3] = [
+    pub const ALL: [Moment; 4] = [
         Moment::SessionCreated,
         Moment::PromptAccepted,
         Moment::CommandRunning,
+        Moment::AnswerStreaming,
     ];
 
     /// The fake's `--exit` point for the moment, where it dies by itself; none
@@ -484,7 +489,15 @@ impl Moment {
             Moment::SessionCreated => Some("opencode.session_create.responded"),
             Moment::PromptAccepted => Some("opencode.prompt_async.responded"),
             Moment::CommandRunning => None,
+            // The fourth part made durable: the script's text, the tool
+            // pending, running, then completed.
+            Moment::AnswerStreaming => Some("opencode.part.recorded#4"),
         }
+    }
+
+    /// The fake model API's `--hang` point behind the real server, if any.
+    fn model_hang(self) -> Option<&'static str> {
+        (self == Moment::AnswerStreaming).then_some("model.response_created.sent#2")
     }
 }
 
@@ -506,6 +519,9 @@ pub struct AfterCrash {
     /// <state>` (OpenCode's `step-start`/`step-finish` parts, which the fake
     /// deliberately does not simulate, are left out).
     pub parts: Vec<String>,
+    /// The turn's status as the runner's OpenCode driver reads these
+    /// messages (`runner::driver::opencode::turn_status`).
+    pub status: &'static str,
     /// Effects in the ledger once every command has ended.
     pub effects: usize,
     /// A command process was alive right after the server's group died.
@@ -524,6 +540,8 @@ enum Subject {
 struct Server {
     child: GroupChild,
     url: String,
+    /// The fake, started to exit by itself at the moment.
+    exits_at_moment: bool,
 }
 
 impl Subject {
@@ -553,8 +571,14 @@ impl Subject {
             .open(log)
             .unwrap();
         cmd.current_dir(cwd).stderr(log);
+        let exits_at_moment =
+            matches!(self, Subject::Fake { .. }) && moment.and_then(Moment::fake_exit).is_some();
         let (child, url) = spawn_listening(&mut cmd, "listening on ");
-        Server { child, url }
+        Server {
+            child,
+            url,
+            exits_at_moment,
+        }
     }
 }
 
@@ -641,13 +665,18 @@ impl Events {
 
     /// Waits for the next event of `kind`.
     fn until(&self, kind: &str) -> Value {
+        self.until_where(kind, |e| e["type"] == kind)
+    }
+
+    /// Waits for the next event that `wanted` accepts.
+    fn until_where(&self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + TASK_WAIT;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.rx.recv_timeout(left) {
-                Ok(event) if event["type"] == kind => return event,
+                Ok(event) if wanted(&event) => return event,
                 Ok(_) => {}
-                Err(_) => panic!("no {kind} event within {TASK_WAIT:?}"),
+                Err(_) => panic!("no {what} within {TASK_WAIT:?}"),
             }
         }
     }
@@ -699,8 +728,9 @@ fn wait_until(what: &str, deadline: Duration, mut done: impl FnMut() -> bool) {
 
 /// Plays the turn on `server` up to `moment`: the session, then the prompt,
 /// then the approved command running. Returns the session id.
-fn play_until(server: &Server, moment: Moment, message_id: &str, ledger: &Path) -> String {
-    let events = (moment == Moment::CommandRunning).then(|| Events::open(server));
+fn play_until(server: &mut Server, moment: Moment, message_id: &str, ledger: &Path) -> String {
+    let needs_events = matches!(moment, Moment::CommandRunning | Moment::AnswerStreaming);
+    let events = needs_events.then(|| Events::open(server));
     let (status, session) = server
         .call("POST", "/session", Some(json!({})))
         .expect("POST /session answers");
@@ -720,9 +750,22 @@ fn play_until(server: &Server, moment: Moment, message_id: &str, ledger: &Path) 
             Some(json!({ "reply": "once" })),
         );
         assert_eq!(reply, 200, "the permission reply");
-        wait_until("the command to run", TASK_WAIT, || {
-            !effect_pids(ledger).is_empty()
-        });
+        if moment == Moment::CommandRunning {
+            wait_until("the command to run", TASK_WAIT, || {
+                !effect_pids(ledger).is_empty()
+            });
+        } else if server.exits_at_moment {
+            wait_until("the fake to exit at its point", TASK_WAIT, || {
+                server.child.inner().try_wait().ok().flatten().is_some()
+            });
+        } else {
+            let step = asked["properties"]["tool"]["messageID"].clone();
+            events.until_where("the next step's assistant message", |e| {
+                e["type"] == "message.updated"
+                    && e["properties"]["info"]["role"] == "assistant"
+                    && e["properties"]["info"]["id"] != step
+            });
+        }
     }
     session
 }
@@ -775,7 +818,7 @@ fn crash_at(
 ) -> AfterCrash {
     let message_id = client_id("m-1", false);
     let mut server = subject.start(cwd, Some(moment), log);
-    let session = play_until(&server, moment, &message_id, ledger);
+    let session = play_until(&mut server, moment, &message_id, ledger);
     let _ = server.child.kill();
     let outlived = !effect_pids(ledger).is_empty();
     wait_until("every command to end", WAIT, || {
@@ -793,6 +836,8 @@ fn crash_at(
         .call("GET", &format!("/session/{session}/message"), None)
         .map_or(Value::Null, |(_, body)| body);
     let (answers, parts) = answers_of(&messages, &message_id);
+    let list = messages.as_array().map_or(&[][..], Vec::as_slice);
+    let status = runner::driver::opencode::turn_status(list, &message_id);
     let continuation = client_id("m-1", true);
     let marker = wire::marker::CONTINUE_MARKER;
     let new_prompt = again.prompt(&session, &continuation, marker);
@@ -801,6 +846,7 @@ fn crash_at(
         user_message,
         answers,
         parts,
+        status,
         effects,
         outlived,
         new_prompt,
@@ -821,7 +867,8 @@ fn real_crash_at(opencode: &Path, moment: Moment, case: &Path, script: &Path) ->
     let ws = case.join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     let model_dir = case.join("model");
-    let (_model, url) = start_model_api(&model_dir, Some(script));
+    let hang: Vec<&str> = moment.model_hang().map_or(vec![], |p| vec!["--hang", p]);
+    let (_model, url) = start_model_api(&model_dir, Some(script), &hang);
     let argv = opencode_command(opencode, &case.join("opencode-home"), &url);
     let ledger = model_dir.join("ledger.jsonl");
     crash_at(
@@ -862,7 +909,7 @@ struct KnownDifference {
 }
 
 /// Every known difference (each also in `docs/real-opencode-findings.md`).
-const KNOWN_DIFFERENCES: [KnownDifference; 2] = [
+const KNOWN_DIFFERENCES: [KnownDifference; 3] = [
     KnownDifference {
         moment: Moment::SessionCreated,
         field: "new_prompt",
@@ -883,6 +930,16 @@ const KNOWN_DIFFERENCES: [KnownDifference; 2] = [
                  OpenCode scenario's boundaries and the runner's reading of an accepted turn \
                  found absent (now active_turn_recovery_closed), left for its own change",
         take: |fake, real| fake.user_message = real.user_message,
+    },
+    KnownDifference {
+        moment: Moment::AnswerStreaming,
+        field: "answers",
+        reason: "the real server writes one assistant message per model step (the first \
+                 completes with finish=tool-calls once the tool's result is in, the next one \
+                 carries the final answer); the fake writes one per turn, as it simulates no \
+                 steps; the runner reads a turn by its last answer (turn_status), the same \
+                 status on both",
+        take: |fake, real| fake.answers.clone_from(&real.answers),
     },
 ];
 
