@@ -191,9 +191,14 @@ impl Turn {
 
     fn tool(&self, message_id: &str, tool: &ScriptTool) -> Outcome {
         let s = Arc::clone(&self.shared);
-        let argv = s
-            .opts
-            .effect_argv(&tool.key, &self.authorized_by, &self.session, &self.user_id);
+        let mut argv =
+            s.opts
+                .effect_argv(&tool.key, &self.authorized_by, &self.session, &self.user_id);
+        argv.extend(
+            crate::script::duration_args(&s.opts.script, &tool.key)
+                .into_iter()
+                .map(OsString::from),
+        );
         let words = crate::serving::lossy(&argv);
         let command = crate::shell::join(words.iter().map(String::as_str));
         let input = json!({ "command": command, "description": format!("effect {}", tool.key) });
@@ -304,12 +309,34 @@ impl Turn {
         }
     }
 
+    /// Runs the effect command `argv` and waits for it. As the real server's
+    /// `bash` tool (spawned `detached`), the command runs in a session of its
+    /// own: a SIGKILL of the server's process group misses it, and it runs to
+    /// its end, effect included (measured on 1.18.33 by
+    /// `harness/tests/real_opencode.rs`).
     fn run_effect(&self, argv: &[OsString], key: &str) -> (Option<i32>, String) {
         let s = &self.shared;
         s.point("opencode.effect.starting");
         let mut cmd = crate::serving::tool_command(argv);
-        cmd.stderr(std::process::Stdio::piped());
-        let (code, output) = crate::serving::tool_outcome(cmd.output());
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: setsid(2) is async-signal-safe and touches only the child.
+        unsafe {
+            use std::os::unix::process::CommandExt as _;
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()?;
+                Ok(())
+            });
+        }
+        let spawned = cmd.spawn().inspect(|child| {
+            let start_time = crate::process::start_ticks(child.id());
+            s.journal.fact(
+                "effect.spawned",
+                json!({ "key": key, "pid": child.id(), "start_time": start_time }),
+            );
+        });
+        let (code, output) =
+            crate::serving::tool_outcome(spawned.and_then(std::process::Child::wait_with_output));
         s.journal.fact(
             "effect.exited",
             json!({ "key": key, "by": self.authorized_by, "thread": self.session, "turn": self.user_id, "exit_code": code }),

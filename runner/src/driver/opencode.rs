@@ -200,14 +200,7 @@ impl OpenCodeDriver {
             body,
         )?;
         let messages = self.messages(conversation).await?;
-        let answer = messages
-            .iter()
-            .map(|m| &m["info"])
-            .find(|i| i["role"] == "assistant" && i["parentID"] == id.as_str());
-        let status = match answer {
-            Some(info) => message_status(info, None),
-            None => "interrupted",
-        };
+        let status = turn_status(&messages, id);
         Ok(Some(FoundTurn {
             id: id.clone(),
             status: ProviderTurnStatus::from_provider(status),
@@ -587,14 +580,35 @@ fn next_hex(floor: u64) -> u64 {
     issued
 }
 
-/// `completed` for an answer with `time.completed` and no error; `interrupted` for an
-/// aborted or unfinished one; `failed` for any other error.
+/// The status of the turn of the user message `message_id`, from the session's messages
+/// (`GET /session/{id}/message`): that of its **last** answer. OpenCode writes one
+/// assistant message per model step, all with `parentID` = the user message: a turn that
+/// ran a tool has a first answer that completed with `finish: "tool-calls"` and a later one
+/// with the final text, so the first one says nothing about the end of the turn (measured on
+/// 1.18.33 by `harness/tests/real_opencode.rs`). No answer at all is `interrupted`.
+pub fn turn_status(messages: &[Value], message_id: &str) -> &'static str {
+    let last = messages
+        .iter()
+        .map(|m| &m["info"])
+        .rfind(|i| i["role"] == "assistant" && i["parentID"] == message_id);
+    match last {
+        Some(info) => message_status(info, None),
+        None => "interrupted",
+    }
+}
+
+/// `completed` for an answer with `time.completed`, no error and a final `finish` (a step
+/// that ended in `tool-calls` or `unknown` is followed by another, as OpenCode's loop
+/// goes on after it); `interrupted` for an aborted or unfinished one; `failed` for any
+/// other error.
 fn message_status(info: &Value, session_error: Option<&Value>) -> &'static str {
     let error = match &info["error"] {
         Value::Null => session_error.cloned().unwrap_or(Value::Null),
         e => e.clone(),
     };
+    let step_only = matches!(info["finish"].as_str(), Some("tool-calls" | "unknown"));
     match (&error, info["time"]["completed"].is_null()) {
+        (Value::Null, false) if step_only => "interrupted",
         (Value::Null, false) => "completed",
         (Value::Null, true) => "interrupted",
         (e, _) if e["name"] == "MessageAbortedError" => "interrupted",
@@ -696,5 +710,32 @@ mod tests {
         let failed = json!({ "time": { "created": 1, "completed": 2 },
             "error": { "name": "UnknownError", "data": { "message": "x" } } });
         assert_eq!(message_status(&failed, None), "failed");
+        let step = json!({ "time": { "created": 1, "completed": 2 }, "finish": "tool-calls" });
+        assert_eq!(message_status(&step, None), "interrupted");
+        let stop = json!({ "time": { "created": 1, "completed": 2 }, "finish": "stop" });
+        assert_eq!(message_status(&stop, None), "completed");
+    }
+
+    #[test]
+    fn a_turn_is_as_finished_as_its_last_answer() {
+        let user = json!({ "info": { "id": "msg_1", "role": "user" } });
+        let answer = |id: &str, finish: Option<&str>, completed: Option<u64>| {
+            json!({ "info": { "id": id, "role": "assistant", "parentID": "msg_1",
+                "finish": finish, "time": { "created": 1, "completed": completed } } })
+        };
+        let step = answer("msg_2", Some("tool-calls"), Some(2));
+        let open = answer("msg_3", None, None);
+        let done = answer("msg_3", Some("stop"), Some(3));
+        let cut = [user.clone(), step.clone(), open];
+        assert_eq!(turn_status(&cut, "msg_1"), "interrupted");
+        assert_eq!(
+            turn_status(&[user.clone(), step.clone()], "msg_1"),
+            "interrupted"
+        );
+        assert_eq!(
+            turn_status(&[user.clone(), step, done], "msg_1"),
+            "completed"
+        );
+        assert_eq!(turn_status(&[user], "msg_1"), "interrupted");
     }
 }
