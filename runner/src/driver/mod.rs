@@ -277,10 +277,13 @@ impl Driver {
 
     /// Whether a turn this provider did not record (absent, or
     /// [`ProviderTurnStatus::NotRecorded`]) provably reached no model, so sending it again is
-    /// its first delivery. True for Codex, which writes the user message
-    /// before it asks the model.
+    /// its first delivery. True for Codex and OpenCode, which write the user
+    /// message before they ask the model (measured on the real products:
+    /// OpenCode 1.18.33 answers `prompt_async` 204 first and writes the user
+    /// message 5 ms to 1.2 s later, then runs the model; killed in between,
+    /// the message is gone and no model request was made).
     pub fn unrecorded_reached_no_model(&self) -> bool {
-        matches!(self, Driver::Codex(_))
+        matches!(self, Driver::Codex(_) | Driver::OpenCode(_))
     }
 
     /// Was this turn recorded? Its id and [`ProviderTurnStatus`]. A protocol

@@ -257,8 +257,8 @@ mod tests {
     };
     const CONTINUATION: TurnState<'static> = TurnState::Continuation;
 
-    /// The provider's answer on Codex (a turn it has without its user
-    /// message is `notRecorded`, which provably reached no model).
+    /// The provider's answer on Codex and OpenCode (a turn it does not have,
+    /// or has without its user message, provably reached no model).
     fn codex(turn: Option<(&str, &str)>) -> ProviderSays {
         ProviderSays {
             turn: turn.map(found),
@@ -266,9 +266,9 @@ mod tests {
         }
     }
 
-    /// The provider's answer on ACP and OpenCode: a turn the provider does
-    /// not have may have reached a model. ACP reports a recorded turn
-    /// `interrupted` (a replay cannot prove completion).
+    /// The provider's answer on ACP: a turn the agent does not have may
+    /// have reached a model. ACP reports a recorded turn `interrupted` (a
+    /// replay cannot prove completion).
     fn other(turn: Option<(&str, &str)>) -> ProviderSays {
         ProviderSays {
             turn: turn.map(found),
@@ -364,17 +364,18 @@ mod tests {
             ("acp continuation, in replay", CONTINUATION, other(Some(("m1#continuation", "interrupted"))), IDLE, Want::Fail(ContinuationExhausted)),
             // OpenCode: "the Codex rows apply (an accepted turn the provider
             // completed is adopted)".
-            ("opencode intent, absent", INTENT, other(None), IDLE, Want::StartAbsent),
-            ("opencode intent, recorded", INTENT, other(Some(("msg_1", "inProgress"))), IDLE, Want::Fail(AmbiguousTurnStart)),
-            ("opencode accepted, completed", ACCEPTED, other(Some(("msg_1", "completed"))), IDLE, Want::Adopt),
-            ("opencode accepted, in progress", ACCEPTED, other(Some(("msg_1", "inProgress"))), IDLE, Want::ContinueRecoverable),
-            ("opencode continuation, completed", CONTINUATION, other(Some(("msg_1", "completed"))), IDLE, Want::Adopt),
-            ("opencode continuation, in progress", CONTINUATION, other(Some(("msg_1", "inProgress"))), IDLE, Want::Fail(ContinuationExhausted)),
-            // OpenCode: "An accepted turn the provider does not have closes
-            // the run with active_turn_recovery_closed, as does a permission
-            // asked and not answered".
-            ("opencode accepted, absent", ACCEPTED, other(None), IDLE, Want::Fail(ActiveTurnRecoveryClosed)),
-            ("opencode accepted, permission pending", ACCEPTED, other(Some(("msg_1", "inProgress"))), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
+            ("opencode intent, absent", INTENT, codex(None), IDLE, Want::StartAbsent),
+            ("opencode intent, recorded", INTENT, codex(Some(("msg_1", "inProgress"))), IDLE, Want::Fail(AmbiguousTurnStart)),
+            ("opencode accepted, completed", ACCEPTED, codex(Some(("msg_1", "completed"))), IDLE, Want::Adopt),
+            ("opencode accepted, in progress", ACCEPTED, codex(Some(("msg_1", "inProgress"))), IDLE, Want::ContinueRecoverable),
+            ("opencode continuation, completed", CONTINUATION, codex(Some(("msg_1", "completed"))), IDLE, Want::Adopt),
+            ("opencode continuation, in progress", CONTINUATION, codex(Some(("msg_1", "inProgress"))), IDLE, Want::Fail(ContinuationExhausted)),
+            // OpenCode: "An accepted turn whose user message the provider
+            // does not have reached no model: the message is sent once more
+            // (turn.absent_at_provider). A permission asked and not answered
+            // closes the run with active_turn_recovery_closed".
+            ("opencode accepted, absent", ACCEPTED, codex(None), IDLE, Want::ResendUnrecorded),
+            ("opencode accepted, permission pending", ACCEPTED, codex(Some(("msg_1", "inProgress"))), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
         ];
         for (name, turn, provider, pending, want) in rows {
             let got = classify(turn, provider, pending);
