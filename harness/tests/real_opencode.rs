@@ -962,6 +962,55 @@ fn with_known_differences(
     (expected, reasons)
 }
 
+/// One row of the fidelity table: at `moment`, a reading of the real server
+/// seen in `runs` runs, the fake's reading, and the known differences that
+/// account for the fields in which they differ.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FidelityRow {
+    pub moment: Moment,
+    pub runs: usize,
+    pub real: AfterCrash,
+    pub fake: AfterCrash,
+    /// `<field>: <reason>` of each known difference that applied.
+    pub known: Vec<String>,
+    /// Whether the readings are equal once the known differences are applied.
+    pub faithful: bool,
+}
+
+/// The row for a real reading seen `runs` times against the fake's.
+fn fidelity_row(moment: Moment, runs: usize, real: AfterCrash, fake: AfterCrash) -> FidelityRow {
+    let (expected, known) = with_known_differences(moment, &real, &fake);
+    FidelityRow {
+        moment,
+        runs,
+        faithful: real == expected,
+        real,
+        fake,
+        known,
+    }
+}
+
+/// The real server's readings at `moment`, each with how often it came up.
+fn real_readings(
+    opencode: &Path,
+    moment: Moment,
+    dir: &Path,
+    script: &Path,
+) -> BTreeMap<AfterCrash, usize> {
+    let mut seen = BTreeMap::new();
+    for run in 0..probe_runs() {
+        let case = dir.join(format!("{moment:?}-real-{run}"));
+        let started = Instant::now();
+        let reading = real_crash_at(opencode, moment, &case, script);
+        println!(
+            "{moment:?}: the real opencode ({} ms): {reading:?}",
+            started.elapsed().as_millis()
+        );
+        *seen.entry(reading).or_default() += 1;
+    }
+    seen
+}
+
 #[test]
 fn at_each_crash_moment_the_fake_opencode_recovers_like_the_real_one() {
     let dir = tempfile::tempdir().unwrap();
@@ -970,37 +1019,30 @@ fn at_each_crash_moment_the_fake_opencode_recovers_like_the_real_one() {
     let real = find_opencode(&workspace_root())
         .map_err(|r| println!("skipped the real opencode: {r}"))
         .ok();
-    let mut failures = Vec::new();
+    let mut rows = Vec::new();
     for moment in Moment::ALL {
-        let fake = fake_crash_at(
-            moment,
-            &dir.path().join(format!("{moment:?}-fake")),
-            &script,
-        );
+        let case = dir.path().join(format!("{moment:?}-fake"));
+        let fake = fake_crash_at(moment, &case, &script);
         println!("{moment:?}: the fake: {fake:?}");
         let Some(opencode) = &real else { continue };
-        let mut seen: BTreeMap<AfterCrash, usize> = BTreeMap::new();
-        for run in 0..probe_runs() {
-            let case = dir.path().join(format!("{moment:?}-real-{run}"));
-            let started = Instant::now();
-            let reading = real_crash_at(opencode, moment, &case, &script);
-            println!(
-                "{moment:?}: the real opencode ({} ms): {reading:?}",
-                started.elapsed().as_millis()
-            );
-            *seen.entry(reading).or_default() += 1;
-        }
-        for (reading, count) in seen {
-            let (expected, reasons) = with_known_differences(moment, &reading, &fake);
-            for reason in reasons {
-                println!("{moment:?}: a known difference: {reason}");
-            }
-            if reading != expected {
-                failures.push(format!(
-                    "{moment:?} ({count} runs):\n  real {reading:?}\n  fake {fake:?}"
-                ));
-            }
+        for (reading, runs) in real_readings(opencode, moment, dir.path(), &script) {
+            rows.push(fidelity_row(moment, runs, reading, fake.clone()));
         }
     }
+    for row in &rows {
+        for known in &row.known {
+            println!("{:?}: a known difference: {known}", row.moment);
+        }
+    }
+    let failures: Vec<String> = rows
+        .iter()
+        .filter(|r| !r.faithful)
+        .map(|r| {
+            format!(
+                "{:?} ({} runs):\n  real {:?}\n  fake {:?}",
+                r.moment, r.runs, r.real, r.fake
+            )
+        })
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
