@@ -60,7 +60,10 @@ pub fn run_tap_http(args: &TapHttpArgs) -> i32 {
             return 1;
         }
     };
-    journal.fact("tap.spawned", json!({ "pid": child.id(), "upstream": upstream }));
+    journal.fact(
+        "tap.spawned",
+        json!({ "pid": child.id(), "upstream": upstream }),
+    );
     let listener = match std::net::TcpListener::bind(("127.0.0.1", 0)) {
         Ok(l) => l,
         Err(e) => {
@@ -140,15 +143,24 @@ fn serve(listener: std::net::TcpListener, tap: Arc<Tap>) {
 /// Journals the request, forwards it, and streams the answer back.
 async fn forward(State(tap): State<Arc<Tap>>, req: Request) -> Response {
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, BODY_MAX).await.unwrap_or_default();
+    let bytes = axum::body::to_bytes(body, BODY_MAX)
+        .await
+        .unwrap_or_default();
     let path = parts.uri.path().to_owned();
     let parsed: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     tap.journal
         .message_in(&json!({ "method": parts.method.as_str(), "path": path, "body": parsed }));
-    let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
+    let query = parts
+        .uri
+        .query()
+        .map(|q| format!("?{q}"))
+        .unwrap_or_default();
     let mut out = tap
         .client
-        .request(parts.method.clone(), format!("{}{path}{query}", tap.upstream))
+        .request(
+            parts.method.clone(),
+            format!("{}{path}{query}", tap.upstream),
+        )
         .body(bytes.to_vec());
     for (name, value) in &parts.headers {
         if name != axum::http::header::HOST && name != axum::http::header::CONTENT_LENGTH {

@@ -39,6 +39,11 @@ pub const IDLE_FLOOR_MS: u64 = 5_000;
 /// The least idle timeout in a real product's `hang-provider` cell.
 pub const HANG_IDLE_FLOOR_MS: u64 = 2_000;
 
+/// The least deadline of each wait in a real product's cell: a recovery
+/// restarts the product (OpenCode: 3-6 s to its first answer) and plays
+/// the turn again; 15 s was passed by healthy OpenCode cells.
+pub const WAIT_FLOOR_MS: u64 = 60_000;
+
 /// The npm prefix real products are installed under.
 pub fn npm_prefix() -> PathBuf {
     if let Some(p) = std::env::var_os(PREFIX_ENV) {

@@ -9,7 +9,7 @@
 //! difference is either fixed in the fake or listed as known, with its reason.
 //!
 //! OpenCode is looked up on `PATH` (only at the pinned version), then in
-//! `<workspace>/target/npm`; with `TURNCUT_INSTALL_OPENCODE=1` and `npm`
+//! `<workspace>/target/npm`; with `TURNCUT_INSTALL_REAL=1` and `npm`
 //! present it is installed there first. Without it the tests print
 //! `skipped: …` and pass. `TURNCUT_OPENCODE_PROBE_RUNS=N` plays each crash
 //! moment N times on the real server and prints how often each reading came
@@ -33,197 +33,25 @@ use nix::unistd::Pid;
 use serde_json::{Value, json};
 use wire::journal::EntryKind;
 
-/// The OpenCode version `fake-provider opencode` mimics (and the vendored
-/// `protocols/opencode/openapi.json` describes).
-pub const OPENCODE_VERSION: &str = "1.18.33";
-
-/// The npm package that ships the `opencode` executable.
-pub const OPENCODE_PACKAGE: &str = "opencode-ai";
-
-/// The model name the configuration declares for the fake model API.
-pub const FAKE_MODEL: &str = "turncut-fake-model";
-
-/// The environment OpenCode runs with, besides its private directories: no
-/// models.dev fetch (the provider and its model are declared in the
-/// configuration), no self-update, no LSP downloads, no configuration or
-/// skills from the workspace or from `~/.claude`, and npm offline: OpenCode
-/// installs `@opencode-ai/plugin` into its configuration directory in the
-/// background with its built-in npm (Arborist, which reads `npm_config_*`), so
-/// offline it fails fast (a logged warning) instead of reaching the registry.
-pub const OFFLINE_ENV: [(&str, &str); 7] = [
-    ("OPENCODE_DISABLE_MODELS_FETCH", "1"),
-    ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
-    ("OPENCODE_DISABLE_LSP_DOWNLOAD", "1"),
-    ("OPENCODE_DISABLE_PROJECT_CONFIG", "1"),
-    ("OPENCODE_DISABLE_CLAUDE_CODE", "1"),
-    ("OPENCODE_DISABLE_EXTERNAL_SKILLS", "1"),
-    ("npm_config_offline", "true"),
-];
-
-/// The `opencode` executable at [`OPENCODE_VERSION`], or why there is none:
-/// `opencode` on `PATH` when it reports that version, else
-/// `<workspace>/target/npm/node_modules/.bin/opencode`, installed there by
-/// [`install_opencode`] when `TURNCUT_INSTALL_OPENCODE=1`.
-pub fn find_opencode(workspace: &Path) -> Result<PathBuf, String> {
-    if let Some(p) =
-        on_path("opencode").filter(|p| version_of(p).as_deref() == Some(OPENCODE_VERSION))
-    {
-        return Ok(p);
-    }
-    let prefix = workspace.join("target/npm");
-    let cached = prefix.join("node_modules/.bin/opencode");
-    if cached.is_file() {
-        return Ok(cached);
-    }
-    if std::env::var("TURNCUT_INSTALL_OPENCODE").as_deref() != Ok("1") {
-        return Err(format!(
-            "opencode {OPENCODE_VERSION} is not on PATH nor in {}; set TURNCUT_INSTALL_OPENCODE=1 to install {OPENCODE_PACKAGE}@{OPENCODE_VERSION} there",
-            prefix.display()
-        ));
-    }
-    install_opencode(&prefix)?;
-    if cached.is_file() {
-        Ok(cached)
-    } else {
-        Err(format!("npm installed nothing at {}", cached.display()))
+/// The real OpenCode of the `runner-opencode-real` profile, with its home
+/// (`harness::real`: the one command line the cells run it with).
+fn product(opencode: &Path, home: &Path) -> harness::real::Product {
+    harness::real::Product {
+        real: wire::profiles::real("runner-opencode-real").expect("the opencode real profile"),
+        bin: opencode.to_owned(),
+        home: home.to_owned(),
     }
 }
 
-/// `npm install --no-audit --no-fund --prefix PREFIX opencode-ai@VERSION`.
-/// The package's own binary comes as an optional dependency per platform
-/// (`opencode-linux-x64`); npm 11 skips its postinstall script, which only
-/// links what is already there.
-pub fn install_opencode(prefix: &Path) -> Result<(), String> {
-    let Some(npm) = on_path("npm") else {
-        return Err("opencode is absent and npm is not on PATH to install it".to_owned());
-    };
-    let package = format!("{OPENCODE_PACKAGE}@{OPENCODE_VERSION}");
-    let started = Instant::now();
-    let out = Command::new(npm)
-        .args(["install", "--no-audit", "--no-fund", "--prefix"])
-        .arg(prefix)
-        .arg(&package)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("failed to run npm: {e}"))?;
-    eprintln!(
-        "npm install {package}: {} in {} ms",
-        out.status,
-        started.elapsed().as_millis()
-    );
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "npm install {package} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
-}
-
-/// The configuration for a server whose model is the fake model API at
-/// `model_url`, with `api_key` as the provider key: the built-in `openai`
-/// provider (OpenCode talks to it with the Responses API, `POST
-/// /v1/responses`, which the fake serves) pointed at the fake, one declared
-/// model (models.dev is not fetched, so none is known otherwise), `bash`
-/// asking for permission so the runner answers it, no session titles (the
-/// hidden `title` agent would send the fake model an extra request per
-/// session), and no autoupdate or sharing.
-pub fn opencode_config(model_url: &str, api_key: &str) -> Value {
-    json!({
-        "$schema": "https://opencode.ai/config.json",
-        "autoupdate": false,
-        "share": "disabled",
-        "model": format!("openai/{FAKE_MODEL}"),
-        "small_model": format!("openai/{FAKE_MODEL}"),
-        "agent": { "title": { "disable": true } },
-        "provider": {
-            "openai": {
-                "options": { "baseURL": format!("{model_url}/v1"), "apiKey": api_key },
-                "models": { FAKE_MODEL: { "name": "turncut fake model", "tool_call": true } },
-            },
-        },
-        "permission": { "bash": "ask" },
-    })
-}
-
-/// The command line of a real `opencode serve` on loopback whose model is the
-/// fake model API at `model_url`, with all its state under `home`: `env`
-/// sets a private `HOME` and XDG directories (so a restart on the same `home`
-/// finds its sessions in `home/.local/share/opencode/opencode.db`), points
-/// `OPENCODE_CONFIG` at `home/opencode.json` (written here, mode 0600, from
-/// [`opencode_config`] with a canary key) and sets [`OFFLINE_ENV`]; the
-/// credential variables the effect command looks for are unset.
-///
-/// The key travels in the file, never in the environment: OpenCode runs its
-/// `bash` tool with its own whole environment, so a key in
-/// `OPENCODE_CONFIG_CONTENT` or `OPENAI_API_KEY` reaches every tool shell
-/// (measured: the effect reported the canary).
-pub fn opencode_command(opencode: &Path, home: &Path, model_url: &str) -> Vec<String> {
-    let key = format!("{}real-opencode", wire::secret::CANARY_PREFIX);
-    let config = home.join("opencode.json");
-    std::fs::create_dir_all(home).expect("a private HOME");
-    write_private(&config, &opencode_config(model_url, &key).to_string());
-    let dir = |rel: &str| home.join(rel).display().to_string();
-    let mut cmd: Vec<String> = vec!["env".into()];
-    for var in wire::secret::CREDENTIAL_VARS {
-        cmd.extend(["-u".to_owned(), (*var).to_owned()]);
-    }
-    cmd.extend([
-        format!("HOME={}", home.display()),
-        format!("XDG_CONFIG_HOME={}", dir(".config")),
-        format!("XDG_DATA_HOME={}", dir(".local/share")),
-        format!("XDG_CACHE_HOME={}", dir(".cache")),
-        format!("XDG_STATE_HOME={}", dir(".local/state")),
-        format!("OPENCODE_CONFIG={}", config.display()),
-    ]);
-    cmd.extend(OFFLINE_ENV.iter().map(|(k, v)| format!("{k}={v}")));
-    cmd.extend([
-        opencode.display().to_string(),
-        "serve".into(),
-        "--hostname".into(),
-        "127.0.0.1".into(),
-        // 0: OpenCode tries 4096 first and takes any free port when it is
-        // busy; the driver reads the port from the listening line.
-        "--port".into(),
-        "0".into(),
-    ]);
-    cmd
-}
-
-/// Writes `text` to `path`, readable by its owner only.
-fn write_private(path: &Path, text: &str) {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .expect("write the opencode configuration");
-    f.write_all(text.as_bytes())
-        .expect("write the opencode configuration");
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|d| d.join(name))
-            .find(|p| p.is_file())
-    })
-}
-
-/// What `opencode --version` prints, trimmed.
-fn version_of(opencode: &Path) -> Option<String> {
-    let out = Command::new(opencode)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
-    Some(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+/// The argv of `opencode serve` against `model_url` with its home `home`,
+/// started here without a runner: no credential FIFO, an empty key.
+fn opencode_command(opencode: &Path, home: &Path, model_url: &str) -> Vec<String> {
+    let mut argv = vec![
+        "env".to_owned(),
+        "TURNCUT_CREDENTIAL_FIFO=/dev/null".to_owned(),
+    ];
+    argv.extend(product(opencode, home).command(model_url, "test").unwrap());
+    argv
 }
 
 // ---------------------------------------------------------------------------
@@ -240,16 +68,10 @@ fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_turncut"))
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the harness crate lives in the workspace")
-        .to_owned()
-}
-
 /// The opencode binary, or `None` after printing why the test skips.
 fn opencode_or_skip() -> Option<PathBuf> {
-    find_opencode(&workspace_root())
+    let real = wire::profiles::real("runner-opencode-real").expect("the opencode real profile");
+    harness::real::locate_or_install(real)
         .map_err(|reason| println!("skipped: {reason}"))
         .ok()
 }
@@ -336,9 +158,12 @@ fn the_real_opencode_serve_completes_a_task_through_the_runner() {
     let home = dir.path().join("opencode-home");
     std::fs::create_dir_all(&ws).unwrap();
     let (_model, model_url) = start_model_api(dir.path(), None, &[]);
+    // The key through the runner's one-shot FIFO, as in a cell.
+    let product = product(&opencode, &home);
     let profiles = format!(
-        "[profile.runner-opencode-real]\ndriver = \"opencode\"\ncommand = {}\n",
-        serde_json::to_string(&opencode_command(&opencode, &home, &model_url)).unwrap()
+        "[profile.runner-opencode-real]\ndriver = \"opencode\"\ncommand = {}\n{}",
+        serde_json::to_string(&product.command(&model_url, "test").unwrap()).unwrap(),
+        product.credential_lines()
     );
     std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
     let extra = vec![
@@ -349,9 +174,12 @@ fn the_real_opencode_serve_completes_a_task_through_the_runner() {
     ];
     let state = dir.path().join("state");
     let mut cmd = RunnerCommand::via(exe()).command(&state, &extra);
-    cmd.env_remove(wire::secret::CREDENTIAL_ENV)
-        .env_remove(cutpoint::ENV_ARM)
-        .env_remove(cutpoint::ENV_SOCKET);
+    cmd.env(
+        wire::secret::CREDENTIAL_ENV,
+        format!("{}real-opencode", wire::secret::CANARY_PREFIX),
+    )
+    .env_remove(cutpoint::ENV_ARM)
+    .env_remove(cutpoint::ENV_SOCKET);
     let stderr_log = dir.path().join("runnerd.stderr");
     let runner = RunnerProcess::start(&mut cmd, &state, &stderr_log, WAIT).unwrap();
     let client = runner.client();
@@ -1016,9 +844,7 @@ fn at_each_crash_moment_the_fake_opencode_recovers_like_the_real_one() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("script.toml");
     std::fs::write(&script, MOMENT_SCRIPT).unwrap();
-    let real = find_opencode(&workspace_root())
-        .map_err(|r| println!("skipped the real opencode: {r}"))
-        .ok();
+    let real = opencode_or_skip();
     let mut rows = Vec::new();
     for moment in Moment::ALL {
         let case = dir.path().join(format!("{moment:?}-fake"));

@@ -1,5 +1,6 @@
 //! The real products' profiles in waves, through the `turncut` binary: a
-//! sampled wave on the real codex app-server under kills and hangs, judged by the same oracles from the
+//! sampled wave on the real codex app-server and on the real opencode
+//! serve under kills and hangs, judged by the same oracles from the
 //! product's own state; and a product that is not installed listed as
 //! skipped with its reason, never run and never passed.
 
@@ -8,10 +9,13 @@ use std::process::{Command, Output};
 
 use harness::model::{Verdict, WaveResult};
 
-/// Cells of each real profile's wave here, one-cut cells of its
-/// single-task scenario (the whole wave runs with `turncut wave --only
-/// <profile>`).
-const BUDGET: &str = "24";
+/// Cells of a real profile's wave here: one-cut cells of its single-task
+/// scenario (the whole wave runs with `turncut wave --only <profile>`). An
+/// OpenCode cell starts the real server twice (the cell, then the reader
+/// of its state) and costs about 10 s.
+fn budget(profile: &str) -> usize {
+    if profile.contains("opencode") { 8 } else { 24 }
+}
 
 fn turncut() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_turncut"));
@@ -44,7 +48,8 @@ fn sampled_wave(profile: &str) {
     let out = tempfile::tempdir().unwrap();
     let only = format!("{profile}.local.single-task");
     let status = run(turncut()
-        .args(["wave", "--only", &only, "--budget", BUDGET, "--seed", "3"])
+        .args(["wave", "--only", &only, "--seed", "3", "--budget"])
+        .arg(budget(profile).to_string())
         .args(["--depth", "1", "--jobs", "2", "--out"])
         .arg(out.path()))
     .status;
@@ -56,13 +61,18 @@ fn sampled_wave(profile: &str) {
         .map(harness::report::cell_line)
         .collect();
     assert!(wave.skipped.is_empty(), "{:?}", wave.skipped);
-    assert_eq!(wave.cells.len(), BUDGET.parse::<usize>().unwrap());
+    assert_eq!(wave.cells.len(), budget(profile));
     assert!(bad.is_empty() && status.success(), "{}", bad.join("\n"));
 }
 
 #[test]
 fn a_sampled_wave_on_the_real_codex_passes() {
     sampled_wave("runner-codex-real");
+}
+
+#[test]
+fn a_sampled_wave_on_the_real_opencode_passes() {
+    sampled_wave("runner-opencode-real");
 }
 
 /// Without the product (nothing on PATH, an empty npm prefix, no install),
@@ -96,7 +106,10 @@ fn a_real_product_that_is_not_installed_is_listed_as_skipped() {
         .collect();
     assert_eq!(
         skipped,
-        vec!["everyday-workflows.runner-codex-real.local.single-task"]
+        vec![
+            "everyday-workflows.runner-codex-real.local.single-task",
+            "everyday-workflows.runner-opencode-real.local.single-task",
+        ]
     );
     assert!(
         wave.skipped[0]

@@ -109,7 +109,10 @@ pub(super) fn recorded_turns(
     let stdout = server.inner().stdout.take().ok_or("no stdout")?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
             if let Some(at) = line.find("listening on http://") {
                 let _ = tx.send(line[at + "listening on ".len()..].trim().to_owned());
             }

@@ -24,8 +24,11 @@ pub fn serve(secret: &Secret, marker: &str) -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("runnerd-{marker}"));
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     let path = dir.join("credential");
-    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR)
-        .map_err(std::io::Error::from)?;
+    nix::unistd::mkfifo(
+        &path,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .map_err(std::io::Error::from)?;
     let key = secret.0.clone();
     let (fifo, served) = (path.clone(), dir.clone());
     std::thread::Builder::new()
