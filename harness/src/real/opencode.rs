@@ -156,8 +156,8 @@ fn turn_of(session: &str, user: &Value, messages: &[Value]) -> RecordedTurn {
     let id = user["info"]["id"].as_str().unwrap_or_default().to_owned();
     let last = messages
         .iter()
-        .filter(|m| m["info"]["role"] == "assistant" && m["info"]["parentID"] == id.as_str())
-        .last();
+        .rev()
+        .find(|m| m["info"]["role"] == "assistant" && m["info"]["parentID"] == id.as_str());
     let done = last.is_some_and(|a| {
         let info = &a["info"];
         !info["time"]["completed"].is_null()
