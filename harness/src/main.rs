@@ -122,11 +122,11 @@ enum Command {
         #[arg(long)]
         install: bool,
     },
-    /// The crash-semantics differential: at each moment both a real
-    /// product and its fake can be cut at, kill each there, restart it and
-    /// compare what a recovering runner reads back, field by field. Exit 0
-    /// when every difference is explained, 1 when one is not or a product
-    /// could not be compared.
+    /// The crash-semantics differential of the real codex app-server and the
+    /// fake codex: at each moment both can be cut at, kill each there,
+    /// restart it and compare what a recovering runner reads back, field by
+    /// field. Exit 0 when every difference is explained, 1 when one is not
+    /// or codex is not installed. (OpenCode's: tests/real_opencode.rs.)
     Fidelity,
     /// Drive the fake Codex provider through a turn and a crash sweep.
     Demo,

@@ -33,8 +33,9 @@ pub fn providers(install: bool) -> i32 {
     i32::from(missing > 0)
 }
 
-/// `turncut fidelity`: the differential table of every real product that
-/// is installed; a product that is not is reported as not compared.
+/// `turncut fidelity`: the differential table of the real codex against
+/// the fake codex (OpenCode's moments are measured by
+/// `tests/real_opencode.rs`, which prints its own table).
 pub fn fidelity(exe: &Path) -> i32 {
     let started = Instant::now();
     let dir = match harness::tempdirs::tempdir("fidelity") {
@@ -44,25 +45,23 @@ pub fn fidelity(exe: &Path) -> i32 {
             return 3;
         }
     };
-    let mut rows = Vec::new();
-    let mut incomplete = false;
-    for r in &wire::profiles::REAL {
-        let found = real::locate_or_install(r);
-        let compared = match (r.bin, found) {
-            (_, Err(why)) => Err(format!("not compared: {why}")),
-            ("codex", Ok(bin)) => fidelity::codex::rows(exe, &bin, &dir.path().join(r.name)),
-            ("opencode", Ok(bin)) => fidelity::opencode::rows(exe, &bin, &dir.path().join(r.name)),
-            (other, Ok(_)) => Err(format!("no moments for {other}")),
-        };
-        match compared {
-            Ok(mut more) => rows.append(&mut more),
-            Err(why) => {
-                incomplete = true;
-                eprintln!("{}: {why}", r.name);
-            }
+    let Some(r) = wire::profiles::real("runner-codex-real") else {
+        return 3;
+    };
+    let rows = match real::locate_or_install(r)
+        .map_err(|why| format!("not compared: {why}"))
+        .and_then(|bin| fidelity::codex::rows(exe, &bin, &dir.path().join(r.name)))
+    {
+        Ok(rows) => rows,
+        Err(why) => {
+            eprintln!("{}: {why}", r.name);
+            return 1;
         }
-    }
+    };
     print!("{}", fidelity::render(&rows));
-    println!("wall {:.1} s", started.elapsed().as_secs_f64());
-    i32::from(incomplete || rows.iter().any(fidelity::Row::differs))
+    println!(
+        "wall {:.1} s (the OpenCode moments: cargo test -p harness --test real_opencode -- --nocapture)",
+        started.elapsed().as_secs_f64()
+    );
+    i32::from(rows.iter().any(fidelity::Row::differs))
 }

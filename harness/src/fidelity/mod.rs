@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub mod codex;
-pub mod opencode;
 
 /// One compared field at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
