@@ -122,12 +122,24 @@ enum Command {
         #[arg(long)]
         install: bool,
     },
-    /// The crash-semantics differential of the real codex app-server and the
-    /// fake codex: at each moment both can be cut at, kill each there,
-    /// restart it and compare what a recovering runner reads back, field by
-    /// field. Exit 0 when every difference is explained, 1 when one is not
-    /// or codex is not installed. (OpenCode's: tests/real_opencode.rs.)
-    Fidelity,
+    /// The crash-semantics differential of each real product and its fake
+    /// (the real codex app-server and fake codex at 3 moments, the real
+    /// opencode serve and fake OpenCode at 4): kill each at a moment both
+    /// can be cut at, restart it on the same state and compare what a
+    /// recovering runner reads back, field by field. Exit 0 when every
+    /// difference is explained, 1 when one is not or a product is missing
+    /// (`turncut providers --install`), 2 on a bad argument.
+    ///
+    /// Example: turncut fidelity --only runner-opencode-real --runs 3
+    Fidelity {
+        /// Only this real profile (runner-codex-real, runner-opencode-real).
+        #[arg(long)]
+        only: Option<String>,
+        /// Play each moment N times on the real product (each distinct
+        /// reading gets its rows, labelled with how often it came up).
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+        runs: u32,
+    },
     /// Drive the fake Codex provider through a turn and a crash sweep.
     Demo,
     /// Many tasks on one runner state, the runner SIGKILLed at seeded moments
@@ -397,7 +409,9 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         },
         Command::List { pattern } => cmd::list::list(exe, &common, pattern.as_deref()),
         Command::Providers { install } => Ok(cmd::providers::providers(install)),
-        Command::Fidelity => Ok(cmd::providers::fidelity(exe)),
+        Command::Fidelity { only, runs } => {
+            Ok(cmd::providers::fidelity(exe, only.as_deref(), runs))
+        }
         Command::Boundaries { scenario_id } => cmd::list::boundaries(exe, &common, &scenario_id),
         Command::Run(args) => cmd::run::run(exe, &common, args),
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),

@@ -19,6 +19,8 @@ use crate::supervisor::GroupChild;
 mod codex;
 mod opencode;
 
+pub(crate) use opencode::CREDENTIAL_FIFO_ENV;
+
 /// Set to `1` to let turncut install a missing real product with npm.
 pub const INSTALL_ENV: &str = "TURNCUT_INSTALL_REAL";
 
@@ -217,15 +219,17 @@ impl Product {
     }
 
     /// Every turn the product durably recorded, read through its own API
-    /// from its home once the cell's processes are dead.
+    /// from its home once the cell's processes are dead, by a server
+    /// started in `cwd` (the workspace the product ran in).
     pub fn recorded_turns(
         &self,
         model_url: &str,
+        cwd: &Path,
         within: Duration,
     ) -> Result<Vec<wire::recorded::RecordedTurn>, String> {
         match self.real.bin {
-            "codex" => codex::recorded_turns(self, model_url, within),
-            "opencode" => opencode::recorded_turns(self, model_url, within),
+            "codex" => codex::recorded_turns(self, model_url, cwd, within),
+            "opencode" => opencode::recorded_turns(self, model_url, cwd, within),
             other => Err(format!("no reader for the real product {other}")),
         }
     }

@@ -714,16 +714,18 @@ fn sh_quote(s: &str) -> String {
     }
 }
 
-/// Set by the first Ctrl-C: no new cell starts, the running ones finish and
-/// the partial report is written. A second Ctrl-C ends turncut at once.
+/// Set by the first Ctrl-C or SIGTERM: no new cell starts, the running ones
+/// finish (their teardown stops every process they started, a real product
+/// the runner left behind included) and the partial report is written. A
+/// second one ends turncut at once.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: nix::libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-/// Installs the Ctrl-C handler of a wave (SIGINT, one-shot: the handler
-/// resets itself, so the second Ctrl-C has the default effect).
+/// Installs the Ctrl-C handler of a wave (SIGINT and SIGTERM, one-shot:
+/// the handler resets itself, so the second signal has the default effect).
 pub fn install_interrupt_handler() {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
     let action = SigAction::new(
@@ -732,7 +734,9 @@ pub fn install_interrupt_handler() {
         SigSet::empty(),
     );
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    let _ = unsafe { sigaction(Signal::SIGINT, &action) };
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        let _ = unsafe { sigaction(signal, &action) };
+    }
 }
 
 #[cfg(test)]

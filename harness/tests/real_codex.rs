@@ -664,7 +664,7 @@ fn at_each_crash_moment_the_fake_codex_recovers_like_the_real_one() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let rows = fidelity::codex::rows(exe(), &codex, dir.path()).unwrap();
+    let rows = fidelity::codex::rows(exe(), &codex, dir.path(), 1).unwrap();
     println!("{}", fidelity::render(&rows));
     let differs: Vec<_> = rows.iter().filter(|r| r.differs()).collect();
     assert!(differs.is_empty(), "{differs:#?}");
@@ -688,7 +688,7 @@ fn runner_at_a_real_crash(
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::create_dir_all(&home).unwrap();
     let script = dir.path().join("script.toml");
-    std::fs::write(&script, fidelity::codex::MOMENT_SCRIPT).unwrap();
+    std::fs::write(&script, fidelity::MOMENT_SCRIPT).unwrap();
     let (_model, url) = start_model_api_with(dir.path(), &script);
     let profiles = format!(
         "[profile.runner-codex-real]\ndriver = \"codex\"\ncommand = {}\n",

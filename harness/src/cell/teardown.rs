@@ -48,7 +48,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     shared.holds.lock().expect("holds").clear();
     read_provider_evidence(&layout.dir, ev);
     if let (Some(product), Some(url)) = (product, model_url) {
-        read_real_turns(&product, &url, ev);
+        read_real_turns(&product, &url, &layout.p("ws"), ev);
     }
     ev.actions = shared.actions.lock().expect("actions").clone();
     for (exchange, op) in shared.injected.lock().expect("injected").drain(..) {
@@ -108,8 +108,8 @@ fn kill_survivors(
 
 /// A real product's turns, read through its own API from its home (the
 /// fakes' stores are empty in its cell).
-fn read_real_turns(product: &crate::real::Product, model_url: &str, ev: &mut Evidence) {
-    match product.recorded_turns(model_url, READ_REAL_WITHIN) {
+fn read_real_turns(product: &crate::real::Product, model_url: &str, ws: &Path, ev: &mut Evidence) {
+    match product.recorded_turns(model_url, ws, READ_REAL_WITHIN) {
         Ok(turns) => {
             ev.provider_turns = turns
                 .into_iter()

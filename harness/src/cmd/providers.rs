@@ -33,11 +33,23 @@ pub fn providers(install: bool) -> i32 {
     i32::from(missing > 0)
 }
 
-/// `turncut fidelity`: the differential table of the real codex against
-/// the fake codex (OpenCode's moments are measured by
-/// `tests/real_opencode.rs`, which prints its own table).
-pub fn fidelity(exe: &Path) -> i32 {
+/// `turncut fidelity [--only PROFILE] [--runs N]`: the differential table
+/// of each real product against its fake, one product after the other.
+pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> i32 {
     let started = Instant::now();
+    let chosen: Vec<&wire::profiles::Real> = wire::profiles::REAL
+        .iter()
+        .filter(|r| only.is_none_or(|o| o == r.name))
+        .collect();
+    if chosen.is_empty() {
+        let names: Vec<&str> = wire::profiles::REAL.iter().map(|r| r.name).collect();
+        eprintln!(
+            "turncut fidelity: --only {}: no such real profile; use one of {}",
+            only.unwrap_or_default(),
+            names.join(", ")
+        );
+        return 2;
+    }
     let dir = match harness::tempdirs::tempdir("fidelity") {
         Ok(d) => d,
         Err(e) => {
@@ -45,23 +57,38 @@ pub fn fidelity(exe: &Path) -> i32 {
             return 3;
         }
     };
-    let Some(r) = wire::profiles::real("runner-codex-real") else {
-        return 3;
-    };
-    let rows = match real::locate_or_install(r)
-        .map_err(|why| format!("not compared: {why}"))
-        .and_then(|bin| fidelity::codex::rows(exe, &bin, &dir.path().join(r.name)))
-    {
-        Ok(rows) => rows,
-        Err(why) => {
-            eprintln!("{}: {why}", r.name);
-            return 1;
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for r in chosen {
+        eprintln!(
+            "{}: {} moments, {runs} run(s) each …",
+            r.name,
+            moments(r.name)
+        );
+        let product_dir = dir.path().join(r.name);
+        let found = real::locate_or_install(r)
+            .map_err(|why| format!("not compared: {why}"))
+            .and_then(|bin| match r.name {
+                "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs),
+                _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs as usize),
+            });
+        match found {
+            Ok(more) => rows.extend(more),
+            Err(why) => {
+                failed = true;
+                eprintln!("{}: {why}", r.name);
+            }
         }
-    };
+    }
     print!("{}", fidelity::render(&rows));
-    println!(
-        "wall {:.1} s (the OpenCode moments: cargo test -p harness --test real_opencode -- --nocapture)",
-        started.elapsed().as_secs_f64()
-    );
-    i32::from(rows.iter().any(fidelity::Row::differs))
+    println!("wall {:.1} s", started.elapsed().as_secs_f64());
+    i32::from(failed || rows.iter().any(fidelity::Row::differs))
+}
+
+/// How many moments a product's differential plays.
+fn moments(profile: &str) -> usize {
+    match profile {
+        "runner-codex-real" => fidelity::codex::Moment::ALL.len(),
+        _ => fidelity::opencode::Moment::ALL.len(),
+    }
 }

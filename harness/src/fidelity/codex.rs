@@ -9,20 +9,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Row, compare, effect_pids, wait_until};
+use super::{MOMENT_SCRIPT, Row, compare, effect_pids, wait_until};
 use crate::codex_client::{CodexClient, Dir};
 use crate::demo::FakeCodex;
 use crate::real::{ModelApi, Product};
-
-/// The script of the crash moments: one message, one approved command that
-/// runs 1.5 s (long enough to kill its provider while it runs, short enough
-/// to wait for), a final message.
-pub const MOMENT_SCRIPT: &str = r#"
-[[turn]]
-say = ["Looking at the workspace."]
-tools = [{ key = "write-hello", kind = "command", approval = true, duration_ms = 1500 }]
-final = "Created hello.txt."
-"#;
 
 /// How long one request may take (codex starts in about a second here).
 const WAIT: Duration = Duration::from_secs(60);
@@ -402,26 +392,39 @@ pub fn both_at(
     Ok((real_seen?, fake_seen))
 }
 
-/// The rows of every codex moment.
-pub fn rows(turncut: &Path, codex: &Path, dir: &Path) -> Result<Vec<Row>, String> {
+/// The rows of every codex moment, the real codex played `runs` times at
+/// each (each distinct reading its own rows, with how often it came up).
+pub fn rows(turncut: &Path, codex: &Path, dir: &Path, runs: u32) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for moment in Moment::ALL {
-        let (real, fake) = both_at(turncut, codex, moment, &dir.join(format!("{moment:?}")))?;
-        let fields = real
-            .fields()
-            .into_iter()
-            .zip(fake.fields())
-            .map(|((name, r), (_, f))| (name, r, f))
-            .collect();
-        let known = (real != fake)
-            .then(|| moment.known_variant(&real))
-            .flatten();
-        rows.extend(compare(
-            "runner-codex-real",
-            &format!("{moment:?}"),
-            fields,
-            known,
-        ));
+        let mut seen: Vec<(AfterCrash, AfterCrash, u32)> = Vec::new();
+        for run in 0..runs.max(1) {
+            let case = dir.join(format!("{moment:?}-{run}"));
+            let (real, fake) = both_at(turncut, codex, moment, &case)?;
+            match seen.iter_mut().find(|(r, f, _)| *r == real && *f == fake) {
+                Some((_, _, n)) => *n += 1,
+                None => seen.push((real, fake, 1)),
+            }
+        }
+        for (real, fake, n) in seen {
+            let label = match runs {
+                0 | 1 => format!("{moment:?}"),
+                _ => format!("{moment:?} {n}/{runs}"),
+            };
+            rows.extend(moment_rows(moment, &label, &real, &fake));
+        }
     }
     Ok(rows)
+}
+
+/// The rows of one reading of each at `moment`.
+fn moment_rows(moment: Moment, label: &str, real: &AfterCrash, fake: &AfterCrash) -> Vec<Row> {
+    let fields = real
+        .fields()
+        .into_iter()
+        .zip(fake.fields())
+        .map(|((name, r), (_, f))| (name, r, f))
+        .collect();
+    let known = (real != fake).then(|| moment.known_variant(real)).flatten();
+    compare("runner-codex-real", label, fields, known)
 }

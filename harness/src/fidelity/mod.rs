@@ -10,6 +10,18 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub mod codex;
+pub mod opencode;
+
+/// The script of the crash moments, for the fakes and for the fake model
+/// API behind the real products: one message, one approved command that
+/// runs 1.5 s (long enough to kill its provider while it runs, short enough
+/// to wait for), a final message.
+pub const MOMENT_SCRIPT: &str = r#"
+[[turn]]
+say = ["Looking at the workspace."]
+tools = [{ key = "write-hello", kind = "command", approval = true, duration_ms = 1500 }]
+final = "Created hello.txt."
+"#;
 
 /// One compared field at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]

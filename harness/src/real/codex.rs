@@ -2,6 +2,7 @@
 //! API, and its durable turns read back through `thread/list` and
 //! `thread/read {includeTurns}` after the cell.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -63,11 +64,13 @@ pub(super) fn command(p: &Product, model_url: &str, tag: &str) -> Vec<String> {
 pub(super) fn recorded_turns(
     p: &Product,
     model_url: &str,
+    cwd: &Path,
     within: Duration,
 ) -> Result<Vec<RecordedTurn>, String> {
     let argv = command(p, model_url, "reader");
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
+        .current_dir(cwd)
         .env_remove(crate::nemesis::TAG_ENV)
         .stderr(Stdio::null());
     let mut client = CodexClient::spawn(&mut cmd).map_err(|e| format!("codex app-server: {e}"))?;

@@ -4,6 +4,7 @@
 //! `docs/real-providers.md`.
 
 use std::io::BufRead as _;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -21,7 +22,7 @@ const FAKE_MODEL: &str = "turncut-fake-model";
 /// The variable the runner names its one-shot credential FIFO in
 /// (`credential_fifo = true`): OpenCode gives its tools its whole
 /// environment, so the key itself must not be in it.
-pub(super) const CREDENTIAL_FIFO_ENV: &str = "TURNCUT_CREDENTIAL_FIFO";
+pub(crate) const CREDENTIAL_FIFO_ENV: &str = "TURNCUT_CREDENTIAL_FIFO";
 
 /// Offline and private: no models.dev fetch (the model is declared), no
 /// self-update, no LSP downloads, no project or `~/.claude` configuration,
@@ -95,11 +96,16 @@ pub(super) fn command(p: &Product, model_url: &str, _tag: &str) -> anyhow::Resul
 pub(super) fn recorded_turns(
     p: &Product,
     model_url: &str,
+    cwd: &Path,
     within: Duration,
 ) -> Result<Vec<RecordedTurn>, String> {
     let argv = command(p, model_url, "reader").map_err(|e| format!("{e:#}"))?;
     let mut cmd = Command::new(&argv[0]);
+    // In the cell's workspace: `GET /session` lists the sessions of the
+    // project of the server's directory only (a server started inside a
+    // git checkout lists none of the workspace's).
     cmd.args(&argv[1..])
+        .current_dir(cwd)
         .env(CREDENTIAL_FIFO_ENV, "/dev/null")
         .env_remove(crate::nemesis::TAG_ENV)
         .stdin(Stdio::null())
@@ -148,22 +154,11 @@ fn read_all(client: &RunnerClient) -> Result<Vec<RecordedTurn>, String> {
     Ok(out)
 }
 
-/// A user message as a turn. Its status is its last answer's: `completed`
-/// when that answer has `time.completed`, no error, and did not end a step
-/// in tool calls (the real server writes one answer per model step);
-/// `interrupted` otherwise (the server that wrote it is dead by now).
+/// A user message as a turn, its status its last answer's
+/// (`wire::stores::opencode::turn_status`, as the runner's driver reads it).
 fn turn_of(session: &str, user: &Value, messages: &[Value]) -> RecordedTurn {
     let id = user["info"]["id"].as_str().unwrap_or_default().to_owned();
-    let last = messages
-        .iter()
-        .rev()
-        .find(|m| m["info"]["role"] == "assistant" && m["info"]["parentID"] == id.as_str());
-    let done = last.is_some_and(|a| {
-        let info = &a["info"];
-        !info["time"]["completed"].is_null()
-            && info["error"].is_null()
-            && !matches!(info["finish"].as_str(), Some("tool-calls" | "unknown"))
-    });
+    let status = wire::stores::opencode::turn_status(messages, &id);
     let text = user["parts"]
         .as_array()
         .into_iter()
@@ -179,7 +174,7 @@ fn turn_of(session: &str, user: &Value, messages: &[Value]) -> RecordedTurn {
         thread: session.to_owned(),
         turn: id.clone(),
         client_id: Some(id),
-        status: if done { "completed" } else { "interrupted" }.to_owned(),
+        status: status.to_owned(),
         continuation: wire::marker::is_continuation(text),
         authorized_by,
     }

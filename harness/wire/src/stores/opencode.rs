@@ -128,3 +128,90 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<T
         )
     })
 }
+
+// How a turn reads from served messages (`GET /session/{id}/message`), the
+// real server's and the fake's alike: the runner's OpenCode driver and the
+// harness's reading of the real server both use these.
+
+/// The status of the turn of the user message `message_id`, from the session's messages
+/// (`GET /session/{id}/message`): that of its **last** answer. OpenCode writes one
+/// assistant message per model step, all with `parentID` = the user message: a turn that
+/// ran a tool has a first answer that completed with `finish: "tool-calls"` and a later one
+/// with the final text, so the first one says nothing about the end of the turn (measured on
+/// 1.18.33 by `turncut fidelity`). No answer at all is `interrupted`.
+pub fn turn_status(messages: &[Value], message_id: &str) -> &'static str {
+    let last = messages
+        .iter()
+        .map(|m| &m["info"])
+        .rfind(|i| i["role"] == "assistant" && i["parentID"] == message_id);
+    match last {
+        Some(info) => answer_status(info, None),
+        None => "interrupted",
+    }
+}
+
+/// `completed` for an answer with `time.completed`, no error and a final `finish` (a step
+/// that ended in `tool-calls` or `unknown` is followed by another, as OpenCode's loop
+/// goes on after it); `interrupted` for an aborted or unfinished one; `failed` for any
+/// other error.
+pub fn answer_status(info: &Value, session_error: Option<&Value>) -> &'static str {
+    let error = match &info["error"] {
+        Value::Null => session_error.cloned().unwrap_or(Value::Null),
+        e => e.clone(),
+    };
+    let step_only = matches!(info["finish"].as_str(), Some("tool-calls" | "unknown"));
+    match (&error, info["time"]["completed"].is_null()) {
+        (Value::Null, false) if step_only => "interrupted",
+        (Value::Null, false) => "completed",
+        (Value::Null, true) => "interrupted",
+        (e, _) if e["name"] == "MessageAbortedError" => "interrupted",
+        _ => "failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn statuses_come_from_the_answer() {
+        let done = json!({ "time": { "created": 1, "completed": 2 } });
+        assert_eq!(answer_status(&done, None), "completed");
+        let cut = json!({ "time": { "created": 1 } });
+        assert_eq!(answer_status(&cut, None), "interrupted");
+        let aborted = json!({ "time": { "created": 1, "completed": 2 },
+            "error": { "name": "MessageAbortedError", "data": { "message": "x" } } });
+        assert_eq!(answer_status(&aborted, None), "interrupted");
+        let failed = json!({ "time": { "created": 1, "completed": 2 },
+            "error": { "name": "UnknownError", "data": { "message": "x" } } });
+        assert_eq!(answer_status(&failed, None), "failed");
+        let step = json!({ "time": { "created": 1, "completed": 2 }, "finish": "tool-calls" });
+        assert_eq!(answer_status(&step, None), "interrupted");
+        let stop = json!({ "time": { "created": 1, "completed": 2 }, "finish": "stop" });
+        assert_eq!(answer_status(&stop, None), "completed");
+    }
+
+    #[test]
+    fn a_turn_is_as_finished_as_its_last_answer() {
+        let user = json!({ "info": { "id": "msg_1", "role": "user" } });
+        let answer = |id: &str, finish: Option<&str>, completed: Option<u64>| {
+            json!({ "info": { "id": id, "role": "assistant", "parentID": "msg_1",
+                "finish": finish, "time": { "created": 1, "completed": completed } } })
+        };
+        let step = answer("msg_2", Some("tool-calls"), Some(2));
+        let open = answer("msg_3", None, None);
+        let done = answer("msg_3", Some("stop"), Some(3));
+        let cut = [user.clone(), step.clone(), open];
+        assert_eq!(turn_status(&cut, "msg_1"), "interrupted");
+        assert_eq!(
+            turn_status(&[user.clone(), step.clone()], "msg_1"),
+            "interrupted"
+        );
+        assert_eq!(
+            turn_status(&[user.clone(), step, done], "msg_1"),
+            "completed"
+        );
+        assert_eq!(turn_status(&[user], "msg_1"), "interrupted");
+    }
+}
