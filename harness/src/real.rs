@@ -245,33 +245,37 @@ pub struct ModelApi {
 }
 
 impl ModelApi {
+    /// The command of `turncut fake-provider model-api` playing `script`,
+    /// its state, journal and ledger at these paths (start it with
+    /// [`ModelApi::start`]).
+    pub fn command(
+        turncut: &Path,
+        state: &Path,
+        journal: &Path,
+        ledger: &Path,
+        script: &Path,
+    ) -> Command {
+        let mut cmd = Command::new(turncut);
+        cmd.args(["fake-provider", "model-api", "--state-dir"])
+            .arg(state)
+            .arg("--journal")
+            .arg(journal)
+            .arg("--ledger")
+            .arg(ledger)
+            .arg("--script")
+            .arg(script);
+        cmd
+    }
+
     /// Starts `turncut fake-provider model-api` from `cmd` (whose arguments
     /// name its state, journal, ledger and script) and waits, at most
     /// `within`, for its listening line.
     pub fn start(cmd: &mut Command, within: Duration) -> anyhow::Result<ModelApi> {
         cmd.args(["--port", "0"])
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        let mut child = GroupChild::spawn(cmd)?;
+        let (mut child, url) = spawn_listening(cmd, "model api listening on ", within)?;
         let stdin = child.inner().stdin.take();
-        let stdout = child.inner().stdout.take().expect("piped stdout");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            use std::io::BufRead as _;
-            let mut lines = std::io::BufReader::new(stdout).lines();
-            if let Some(Ok(line)) = lines.next() {
-                let _ = tx.send(line);
-            }
-            for _ in lines {}
-        });
-        let line = rx
-            .recv_timeout(within)
-            .map_err(|_| anyhow::anyhow!("the fake model API did not start within {within:?}"))?;
-        let url = line
-            .strip_prefix("model api listening on ")
-            .ok_or_else(|| anyhow::anyhow!("the fake model API said {line:?}"))?
-            .to_owned();
         Ok(ModelApi {
             child,
             _stdin: stdin,
@@ -288,4 +292,39 @@ impl ModelApi {
     pub fn stop(mut self) {
         let _ = self.child.kill();
     }
+}
+
+/// Spawns `cmd` in a process group of its own with stdout piped, and
+/// returns it with what follows `marker` on the first stdout line that
+/// holds it (a server's URL; OpenCode prints a warning line first), waiting
+/// at most `within`. Stdout is drained afterwards.
+pub fn spawn_listening(
+    cmd: &mut Command,
+    marker: &str,
+    within: Duration,
+) -> anyhow::Result<(GroupChild, String)> {
+    use std::io::BufRead as _;
+    cmd.stdout(Stdio::piped());
+    let mut child = GroupChild::spawn(cmd)?;
+    let stdout = child
+        .inner()
+        .stdout
+        .take()
+        .ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let (tx, rx) = mpsc::channel();
+    let wanted = marker.to_owned();
+    std::thread::spawn(move || {
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        for line in lines.by_ref().map_while(Result::ok) {
+            if let Some(at) = line.find(&wanted) {
+                let _ = tx.send(line[at + wanted.len()..].trim().to_owned());
+                break;
+            }
+        }
+        for _ in lines {}
+    });
+    let url = rx
+        .recv_timeout(within)
+        .map_err(|_| anyhow::anyhow!("no line with {marker:?} within {within:?}"))?;
+    Ok((child, url))
 }

@@ -19,10 +19,8 @@
 //! install, configuration, command line): plain functions meant to move into
 //! library code as they are.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use harness::fidelity::{self, opencode::Moment};
@@ -85,29 +83,11 @@ fn start_model_api(dir: &Path, script: Option<&Path>, extra: &[&str]) -> (GroupC
     (child, line)
 }
 
-/// Spawns `cmd` in its own process group with stdin and stdout piped, and
-/// returns it with the URL of its first stdout line that contains `marker`
-/// (OpenCode prints a warning line first). Stdout is drained afterwards.
+/// Spawns `cmd` in its own process group with stdin piped (it serves until
+/// stdin closes) and returns it with the URL its listening line names.
 fn spawn_listening(cmd: &mut Command, marker: &str) -> (GroupChild, String) {
-    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-    let mut child = GroupChild::spawn(cmd).expect("spawn");
-    let stdout = child.inner().stdout.take().expect("piped stdout");
-    let (tx, rx) = mpsc::channel();
-    let wanted = marker.to_owned();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref().map_while(Result::ok) {
-            if let Some(at) = line.find(&wanted) {
-                let _ = tx.send(line[at + wanted.len()..].trim().to_owned());
-                break;
-            }
-        }
-        for _ in lines {}
-    });
-    let url = rx
-        .recv_timeout(TASK_WAIT)
-        .unwrap_or_else(|_| panic!("no line with {marker:?}"));
-    (child, url)
+    cmd.stdin(Stdio::piped());
+    harness::real::spawn_listening(cmd, marker, TASK_WAIT).expect("a listening line")
 }
 
 /// The process groups of the providers a runner spawned for `task` (from its

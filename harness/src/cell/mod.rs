@@ -468,16 +468,14 @@ fn start_model_api(
     layout: &Layout,
     shared: &Shared,
 ) -> anyhow::Result<crate::real::ModelApi> {
-    let mut cmd = Command::new(&env.turncut);
-    cmd.args(["fake-provider", "model-api", "--state-dir"])
-        .arg(layout.p("model"))
-        .arg("--journal")
-        .arg(layout.p("model-journal.jsonl"))
-        .arg("--ledger")
-        .arg(layout.p("ledger.jsonl"))
-        .arg("--script")
-        .arg(layout.p("script.toml"))
-        .env(cutpoint::ENV_SOCKET, layout.p("cut.sock"))
+    let mut cmd = crate::real::ModelApi::command(
+        &env.turncut,
+        &layout.p("model"),
+        &layout.p("model-journal.jsonl"),
+        &layout.p("ledger.jsonl"),
+        &layout.p("script.toml"),
+    );
+    cmd.env(cutpoint::ENV_SOCKET, layout.p("cut.sock"))
         .env(cutpoint::ENV_ROLE, crate::real::MODEL_ROLE)
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE)

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::{MOMENT_SCRIPT, Row, compare, effect_pids, wait_until};
 use crate::codex_client::{CodexClient, Dir};
 use crate::demo::FakeCodex;
-use crate::real::{ModelApi, Product};
+use crate::real::Product;
 
 /// How long one request may take (codex starts in about a second here).
 const WAIT: Duration = Duration::from_secs(60);
@@ -364,16 +364,7 @@ pub fn both_at(
         &fake_ledger,
     )?;
     let model_dir = dir.join("model");
-    let mut cmd = Command::new(turncut);
-    cmd.args(["fake-provider", "model-api", "--script"])
-        .arg(&script)
-        .arg("--state-dir")
-        .arg(model_dir.join("state"))
-        .arg("--journal")
-        .arg(model_dir.join("journal.jsonl"))
-        .arg("--ledger")
-        .arg(model_dir.join("ledger.jsonl"));
-    let model = ModelApi::start(&mut cmd, WAIT).map_err(|e| format!("{e:#}"))?;
+    let model = super::start_model_api(turncut, dir, &script, None)?;
     let product = Product {
         real: wire::profiles::real("runner-codex-real").ok_or("no runner-codex-real profile")?,
         bin: codex.to_owned(),

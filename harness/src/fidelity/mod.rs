@@ -158,3 +158,25 @@ pub fn effect_pids(ledger: &Path) -> Vec<i32> {
         })
         .collect()
 }
+
+/// The fake model API behind a real product at a moment: playing `script`,
+/// its state, journal and ledger under `dir/model`, held at `hang` if given.
+pub fn start_model_api(
+    turncut: &Path,
+    dir: &Path,
+    script: &Path,
+    hang: Option<&str>,
+) -> Result<crate::real::ModelApi, String> {
+    let model = dir.join("model");
+    let mut cmd = crate::real::ModelApi::command(
+        turncut,
+        &model.join("state"),
+        &model.join("journal.jsonl"),
+        &model.join("ledger.jsonl"),
+        script,
+    );
+    if let Some(point) = hang {
+        cmd.args(["--hang", point]);
+    }
+    crate::real::ModelApi::start(&mut cmd, Duration::from_secs(60)).map_err(|e| format!("{e:#}"))
+}

@@ -10,7 +10,6 @@
 //! moment; the real server, and the fake while its command runs, are killed
 //! by the client as soon as it sees the moment.
 
-use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -19,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{MOMENT_SCRIPT, Row, effect_pids, wait_until};
-use crate::real::{ModelApi, Product};
+use crate::real::{Product, spawn_listening};
 use crate::runner_client::RunnerClient;
 use crate::supervisor::GroupChild;
 
@@ -237,7 +236,9 @@ impl Subject<'_> {
         cmd.current_dir(cwd).stderr(log);
         let exits_at_moment =
             matches!(self, Subject::Fake { .. }) && moment.and_then(Moment::fake_exit).is_some();
-        let (child, url) = spawn_listening(&mut cmd, "listening on ")?;
+        cmd.stdin(Stdio::null());
+        let (child, url) =
+            spawn_listening(&mut cmd, "listening on ", WAIT).map_err(|e| format!("{e:#}"))?;
         Ok(Server {
             child,
             client: RunnerClient::new(&url, ""),
@@ -245,31 +246,6 @@ impl Subject<'_> {
             exits_at_moment,
         })
     }
-}
-
-/// Spawns `cmd` in its own process group and returns it with the URL of its
-/// first stdout line that contains `marker` (OpenCode prints a warning line
-/// first). Stdout is drained afterwards.
-fn spawn_listening(cmd: &mut Command, marker: &str) -> Result<(GroupChild, String), String> {
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
-    let mut child = GroupChild::spawn(cmd).map_err(|e| format!("spawn: {e}"))?;
-    let stdout = child.inner().stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = mpsc::channel();
-    let wanted = marker.to_owned();
-    std::thread::spawn(move || {
-        let mut lines = BufReader::new(stdout).lines();
-        for line in lines.by_ref().map_while(Result::ok) {
-            if let Some(at) = line.find(&wanted) {
-                let _ = tx.send(line[at + wanted.len()..].trim().to_owned());
-                break;
-            }
-        }
-        for _ in lines {}
-    });
-    let url = rx
-        .recv_timeout(WAIT)
-        .map_err(|_| format!("no line with {marker:?} within {WAIT:?}"))?;
-    Ok((child, url))
 }
 
 impl Server {
@@ -533,19 +509,7 @@ pub fn real_at(
 ) -> Result<AfterCrash, String> {
     let (ws, script) = case(dir)?;
     let model_dir = dir.join("model");
-    let mut cmd = Command::new(turncut);
-    cmd.args(["fake-provider", "model-api", "--script"])
-        .arg(&script)
-        .arg("--state-dir")
-        .arg(model_dir.join("state"))
-        .arg("--journal")
-        .arg(model_dir.join("journal.jsonl"))
-        .arg("--ledger")
-        .arg(model_dir.join("ledger.jsonl"));
-    if let Some(point) = moment.model_hang() {
-        cmd.args(["--hang", point]);
-    }
-    let model = ModelApi::start(&mut cmd, WAIT).map_err(|e| format!("{e:#}"))?;
+    let model = super::start_model_api(turncut, dir, &script, moment.model_hang())?;
     let product = Product {
         real: wire::profiles::real("runner-opencode-real").ok_or("no runner-opencode-real")?,
         bin: opencode.to_owned(),

@@ -3,10 +3,8 @@
 //! What each setting is for, as measured on 1.18.33, is in
 //! `docs/real-providers.md`.
 
-use std::io::BufRead as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -14,7 +12,6 @@ use wire::recorded::RecordedTurn;
 
 use super::Product;
 use crate::runner_client::RunnerClient;
-use crate::supervisor::GroupChild;
 
 /// The model name the configuration declares for the fake model API.
 const FAKE_MODEL: &str = "turncut-fake-model";
@@ -109,24 +106,9 @@ pub(super) fn recorded_turns(
         .env(CREDENTIAL_FIFO_ENV, "/dev/null")
         .env_remove(crate::nemesis::TAG_ENV)
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(Stdio::null());
-    let mut server = GroupChild::spawn(&mut cmd).map_err(|e| format!("opencode serve: {e}"))?;
-    let stdout = server.inner().stdout.take().ok_or("no stdout")?;
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-        {
-            if let Some(at) = line.find("listening on http://") {
-                let _ = tx.send(line[at + "listening on ".len()..].trim().to_owned());
-            }
-        }
-    });
-    let url = rx
-        .recv_timeout(within)
-        .map_err(|_| format!("opencode serve did not listen within {within:?}"))?;
+    let (mut server, url) = super::spawn_listening(&mut cmd, "listening on ", within)
+        .map_err(|e| format!("opencode serve: {e:#}"))?;
     let read = read_all(&RunnerClient::new(&url, ""));
     let _ = server.kill();
     read
