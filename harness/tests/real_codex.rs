@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use harness::codex_client::{CodexClient, Dir};
 use harness::demo::FakeCodex;
-use harness::fidelity::{self, codex::Moment, effect_pids, wait_until};
+use harness::fidelity::codex::{Moment, turn_form};
+use harness::fidelity::{self, effect_pids, wait_until};
 use harness::runner_client::{RunnerCommand, RunnerProcess};
 use harness::supervisor::GroupChild;
 use serde_json::{Value, json};
@@ -325,22 +326,6 @@ fn id_form(id: &str) -> String {
 
 fn is_delta(method: &str) -> bool {
     method.ends_with("/delta") || method.ends_with("Delta")
-}
-
-/// A turn in wire form: `<status> <itemsView> [<item type>, …]`.
-fn turn_form(turn: &Value) -> String {
-    let kinds: Vec<&str> = turn["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|i| i["type"].as_str().unwrap_or("?"))
-        .collect();
-    format!(
-        "{} {} [{}]",
-        turn["status"].as_str().unwrap_or("?"),
-        turn["itemsView"].as_str().unwrap_or("-"),
-        kinds.join(", ")
-    )
 }
 
 /// The shape of a transcript, and every command-form problem found in it.
