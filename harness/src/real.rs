@@ -38,8 +38,18 @@ pub const MODEL_ROLE: &str = "model";
 /// writes its rollout, it starts its tools).
 pub const IDLE_FLOOR_MS: u64 = 5_000;
 
-/// The least idle timeout in a real product's `hang-provider` cell.
-pub const HANG_IDLE_FLOOR_MS: u64 = 2_000;
+/// The least idle timeout in a real product's `hang-provider` cell. The
+/// runner bounds a provider's start by its idle timeout too, so this is at
+/// least the product's start: codex answers `initialize` well within 2 s;
+/// `opencode serve` takes 2-4 s to its listening line and its first answer
+/// (it loads its plugins), and at 2 s every restart after a hang was lost
+/// five times over (`provider_start_failed`, 5 of 5 hang cells).
+pub fn hang_idle_floor_ms(real: &Real) -> u64 {
+    match real.bin {
+        "opencode" => IDLE_FLOOR_MS,
+        _ => 2_000,
+    }
+}
 
 /// The least deadline of each wait in a real product's cell: a recovery
 /// restarts the product (OpenCode: 3-6 s to its first answer) and plays

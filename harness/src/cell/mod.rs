@@ -321,13 +321,14 @@ pub fn run_cell_traced(
 
 /// `env` with the idle timeouts and the wait deadline raised to a real
 /// product's floors ([`crate::real::IDLE_FLOOR_MS`],
-/// [`crate::real::WAIT_FLOOR_MS`]) in a real profile's cell.
+/// [`crate::real::hang_idle_floor_ms`], [`crate::real::WAIT_FLOOR_MS`]) in
+/// a real profile's cell.
 fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
-    wire::profiles::real(profile).map(|_| CellEnv {
+    wire::profiles::real(profile).map(|real| CellEnv {
         idle_timeout_ms: env.idle_timeout_ms.max(crate::real::IDLE_FLOOR_MS),
         hang_idle_timeout_ms: env
             .hang_idle_timeout_ms
-            .max(crate::real::HANG_IDLE_FLOOR_MS),
+            .max(crate::real::hang_idle_floor_ms(real)),
         wait_ms: env.wait_ms.max(crate::real::WAIT_FLOOR_MS),
         ..env.clone()
     })
