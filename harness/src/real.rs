@@ -129,6 +129,16 @@ pub fn locate(real: &Real) -> Result<PathBuf, String> {
 pub fn install(real: &Real) -> Result<PathBuf, String> {
     let npm = on_path("npm").ok_or("npm is not on PATH (apt-get install npm)")?;
     let prefix = npm_prefix();
+    // One npm at a time in a prefix (tests and cells of several processes
+    // may ask at once): an exclusive lock on a file in it, then look again.
+    std::fs::create_dir_all(&prefix).map_err(|e| format!("{}: {e}", prefix.display()))?;
+    let lock = std::fs::File::create(prefix.join(".turncut-install.lock"))
+        .map_err(|e| format!("{}: {e}", prefix.display()))?;
+    lock.lock()
+        .map_err(|e| format!("lock {}: {e}", prefix.display()))?;
+    if let Ok(found) = locate(real) {
+        return Ok(found);
+    }
     let started = Instant::now();
     let out = Command::new(npm)
         .args(["install", "--no-audit", "--no-fund", "--prefix"])
