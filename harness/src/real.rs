@@ -343,8 +343,13 @@ pub fn spawn_listening(
         }
         for _ in lines {}
     });
-    let url = rx
-        .recv_timeout(within)
-        .map_err(|_| anyhow::anyhow!("no line with {marker:?} within {within:?}"))?;
+    let url = rx.recv_timeout(within).map_err(|e| match e {
+        mpsc::RecvTimeoutError::Timeout => {
+            anyhow::anyhow!("no line with {marker:?} within {within:?}")
+        }
+        mpsc::RecvTimeoutError::Disconnected => {
+            anyhow::anyhow!("it closed its stdout (ended?) before a line with {marker:?}")
+        }
+    })?;
     Ok((child, url))
 }

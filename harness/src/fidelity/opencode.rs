@@ -19,7 +19,6 @@ use serde_json::{Value, json};
 
 use super::{MOMENT_SCRIPT, Row, effect_pids, wait_until};
 use crate::real::{Product, spawn_listening};
-use crate::runner_client::RunnerClient;
 use crate::supervisor::GroupChild;
 
 /// How long one step may take (OpenCode answers its first prompt in about
@@ -190,7 +189,7 @@ enum Subject<'a> {
 /// A running server, killed (as a process group) on drop.
 struct Server {
     child: GroupChild,
-    client: RunnerClient,
+    agent: ureq::Agent,
     url: String,
     /// The fake, started to exit by itself at the moment.
     exits_at_moment: bool,
@@ -236,12 +235,18 @@ impl Subject<'_> {
         cmd.current_dir(cwd).stderr(log);
         let exits_at_moment =
             matches!(self, Subject::Fake { .. }) && moment.and_then(Moment::fake_exit).is_some();
-        cmd.stdin(Stdio::null());
+        // Piped and kept open: the fake serves until its stdin closes.
+        cmd.stdin(Stdio::piped());
         let (child, url) =
             spawn_listening(&mut cmd, "listening on ", WAIT).map_err(|e| format!("{e:#}"))?;
         Ok(Server {
             child,
-            client: RunnerClient::new(&url, ""),
+            agent: ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .proxy(None)
+                .timeout_global(Some(WAIT))
+                .build()
+                .into(),
             url,
             exits_at_moment,
         })
@@ -250,13 +255,23 @@ impl Subject<'_> {
 
 impl Server {
     /// One JSON request: `(status, body or Null)`, or why it got no answer
-    /// (a server that died mid-request).
+    /// (a server that died mid-request). The body is sent whole with its
+    /// length (a fake that exits right after answering must have read it
+    /// all, or its close resets the connection before the answer is read).
     fn call(&self, path: &str, body: Option<Value>) -> Result<(u16, Value), String> {
-        match body {
-            None => self.client.get(path),
-            Some(b) => self.client.post(path, &b),
-        }
-        .map_err(|e| format!("{path}: {e:#}"))
+        let url = format!("{}{path}", self.url);
+        let response = match body {
+            None => self.agent.get(&url).call(),
+            Some(b) => self
+                .agent
+                .post(&url)
+                .header("content-type", "application/json")
+                .send(b.to_string()),
+        };
+        let mut response = response.map_err(|e| format!("{path}: {e}"))?;
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap_or_default();
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
     }
 
     /// The status of a request, 0 when it got no answer.
