@@ -86,7 +86,7 @@ impl CodexDriver {
             )
             .await;
         match resumed {
-            Err(DriverError::Rpc { message, .. }) if message.starts_with("no rollout found") => {
+            Err(DriverError::Rpc { message, .. }) if never_written(&message) => {
                 return Err(DriverError::ConversationGone(thread_id.to_owned()));
             }
             other => other?,
@@ -245,4 +245,32 @@ fn str_at(v: &Value, pointer: &str, what: &str) -> Result<String, DriverError> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| DriverError::Protocol(format!("{what}: missing {pointer}")))
+}
+
+/// Whether a `thread/resume` error says Codex never wrote the thread: no
+/// rollout file (`-32600 no rollout found …`: killed before its first
+/// turn), or one it created and never wrote into (`-32603 … rollout at
+/// <path> is empty`: the real 0.171.0 killed right after it began its first
+/// turn, measured in a `runner-codex-real` cell). Either way nothing of the
+/// thread, its first user message included, is durable.
+fn never_written(message: &str) -> bool {
+    message.starts_with("no rollout found")
+        || (message.contains("rollout at ") && message.ends_with(" is empty"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_never_written_is_told_by_both_resume_errors() {
+        assert!(never_written("no rollout found for thread id 01a2"));
+        assert!(never_written(
+            "failed to read thread: thread-store internal error: failed to read session \
+             metadata /h/sessions/r.jsonl: rollout at /h/sessions/r.jsonl is empty"
+        ));
+        assert!(!never_written(
+            "thread-store internal error: permission denied"
+        ));
+    }
 }
