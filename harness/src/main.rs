@@ -207,9 +207,15 @@ struct WaveArgs {
     /// Report directory [default: reports/out/<wave-id>].
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Only scenario ids containing this.
+    /// Only scenario ids containing this (a real product's ids only when it
+    /// names the profile, e.g. --only runner-codex-real).
     #[arg(long)]
     only: Option<String>,
+    /// Also the real products' scenario ids (runner-codex-real,
+    /// runner-opencode-real), sampled to 40 cells per id; a product that is
+    /// not installed is listed as skipped.
+    #[arg(long)]
+    real: bool,
     /// Stop starting cells after N did not pass and write the partial
     /// report (0: never).
     #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]

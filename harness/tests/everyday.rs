@@ -203,34 +203,32 @@ fn scenario_dir(chaos: &str) -> tempfile::TempDir {
         .1;
     let start = text.find("[chaos]").unwrap();
     let end = text.find("[expect]").unwrap();
-    let text = format!(
-        "{}[chaos]\n{chaos}\n\n{}",
-        &text[..start],
-        &text[end..]
-    )
-    .replace(
-        "profiles = [\"runner-codex\", \"runner-acpx-claude\", \"runner-opencode\", \"runner-native-openai\"]",
-        "profiles = [\"runner-codex\"]",
-    );
+    let text = format!("{}[chaos]\n{chaos}\n\n{}", &text[..start], &text[end..])
+        .lines()
+        .map(|l| match l.starts_with("profiles = [") {
+            true => "profiles = [\"runner-codex\"]",
+            false => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(text.contains("profiles = [\"runner-codex\"]\n"), "{text}");
     std::fs::write(dir.path().join("s.toml"), text).unwrap();
     dir
 }
 
-/// Runs turncut, expects exit 2 quickly (before any cell ran) with `needle`
-/// on stderr.
+/// Runs turncut, expects exit 2 before any cell ran, with `needle` on
+/// stderr.
 fn refused(args: &[&str], scenarios: Option<&Path>, needle: &str) {
     let mut cmd = turncut();
     cmd.args(args);
     if let Some(s) = scenarios {
         cmd.arg("--scenarios").arg(s);
     }
-    let started = Instant::now();
     let o = run(&mut cmd);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
     assert!(err.contains(needle), "{args:?}: {needle:?} not in {err}");
     assert!(!err.contains("cells, "), "no cell ran: {err}");
-    assert!(started.elapsed() < Duration::from_secs(20), "{args:?}");
 }
 
 #[test]

@@ -21,7 +21,7 @@ pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<i32, E
     }
     let events = ex::parse_event_count(&args.events).map_err(bad)?;
     let (env, scenarios) = env_for(exe, common, None)?;
-    let ids = matching_ids(&scenarios, args.only.as_deref())?;
+    let ids = matching_ids(&scenarios, args.only.as_deref(), false)?;
     let seed = args.seed.unwrap_or_else(clock_seed);
     eprintln!(
         "turncut explore (seed {seed}, {} scenario ids, {} events per schedule, {} job(s), {})",

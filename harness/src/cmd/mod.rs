@@ -167,12 +167,30 @@ fn prepare_out(out: &Path) -> Result<(), Exit> {
 }
 
 /// The scenario ids containing `only` (all without it); none is bad input.
-fn matching_ids(scenarios: &[scenario::Scenario], only: Option<&str>) -> Result<Vec<String>, Exit> {
-    let ids: Vec<String> = scenarios
+/// The scenario ids `--only` selects. A real product's id (`*-real`
+/// profiles: seconds per cell, not milliseconds) is in only when `real`
+/// (`--real`) or when `--only` names its profile; what is left out is said.
+fn matching_ids(
+    scenarios: &[scenario::Scenario],
+    only: Option<&str>,
+    real: bool,
+) -> Result<Vec<String>, Exit> {
+    let chosen = |id: &String| match wire::profiles::real(id.split('.').nth(1).unwrap_or_default())
+    {
+        Some(r) => real || only.is_some_and(|o| o.contains(r.name)),
+        None => true,
+    };
+    let (ids, left): (Vec<String>, Vec<String>) = scenarios
         .iter()
         .flat_map(|s| s.ids())
         .filter(|id| only.is_none_or(|o| id.contains(o)))
-        .collect();
+        .partition(chosen);
+    if !left.is_empty() {
+        eprintln!(
+            "left out {} scenario ids of real products (--real, or --only runner-codex-real / runner-opencode-real, runs them)",
+            left.len()
+        );
+    }
     if ids.is_empty() {
         return Err(bad(
             "no scenario matches --only; `turncut list` shows the ids",

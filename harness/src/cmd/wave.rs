@@ -8,7 +8,7 @@ use harness::model::Verdict;
 use harness::{plan, wave};
 
 use super::reports::{Job, run_and_report};
-use super::{Exit, bad, clock_seed, env_for, plan_err, prepare_out};
+use super::{Exit, bad, clock_seed, env_for, matching_ids, plan_err, prepare_out};
 use crate::{Common, WaveArgs};
 
 /// `turncut wave`.
@@ -22,14 +22,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
         .transpose()
         .map_err(|e| bad(format!("{e:#}")))?;
     let only = args.only.as_deref();
-    let ids: Vec<String> = scenarios
-        .iter()
-        .flat_map(|s| s.ids())
-        .filter(|id| only.is_none_or(|o| id.contains(o)))
-        .collect();
-    if ids.is_empty() {
-        return Err(bad("no scenario matches --only"));
-    }
+    let ids = matching_ids(&scenarios, only, args.real)?;
     let (ids, skipped) = wave::split_skipped(ids);
     for s in &skipped {
         eprintln!("skipped {}: {}", s.scenario_id, s.reason);
