@@ -85,6 +85,7 @@ fn a_real_product_that_is_not_installed_is_listed_as_skipped() {
     let output = run(turncut()
         .args([
             "wave",
+            "--real",
             "--only",
             "single-task",
             "--budget",
