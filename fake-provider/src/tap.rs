@@ -75,13 +75,7 @@ pub fn run_tap(args: &TapArgs) -> i32 {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    // SAFETY: prctl(2) is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            Ok(())
-        });
-    }
+    dies_with_tap(&mut cmd);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -102,5 +96,18 @@ pub fn run_tap(args: &TapArgs) -> i32 {
     match status {
         Ok(s) => s.code().unwrap_or(1),
         Err(_) => 1,
+    }
+}
+
+/// Makes the program `cmd` starts die with the tap (SIGKILL when the tap
+/// dies): a tap that is killed must not leave the product it recorded
+/// running unseen.
+pub(crate) fn dies_with_tap(cmd: &mut Command) {
+    // SAFETY: prctl(2) is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            Ok(())
+        });
     }
 }

@@ -11,7 +11,6 @@
 
 use std::ffi::OsString;
 use std::io::BufRead as _;
-use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -95,13 +94,7 @@ fn start(argv: &[OsString]) -> Result<(std::process::Child, String), String> {
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
-    // SAFETY: prctl(2) is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            Ok(())
-        });
-    }
+    crate::tap::dies_with_tap(&mut cmd);
     let mut child = cmd.spawn().map_err(|e| format!("{:?}: {e}", argv[0]))?;
     let stdout = child.stdout.take().expect("piped stdout");
     let mut lines = std::io::BufReader::new(stdout).lines();

@@ -150,6 +150,12 @@ impl Scenario {
     }
 }
 
+/// The profile of a scenario id `<suite>.<profile>.<location>.<case>`
+/// (what [`Scenario::id`] puts second).
+pub fn profile_of(scenario_id: &str) -> &str {
+    scenario_id.split('.').nth(1).unwrap_or_default()
+}
+
 /// ` (did you mean "x"?)` for the candidate closest to `word`, or nothing
 /// when none is close (at most a third of the word's characters differ).
 pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {

@@ -432,19 +432,12 @@ pub const REAL_CELLS_UNNAMED: usize = 40;
 /// [`REAL_CELLS_UNNAMED`] (by `seed`), unless `only` names that profile;
 /// prints what it left out.
 pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<CellSpec> {
-    let profile_of = |c: &CellSpec| {
-        c.scenario_id
-            .split('.')
-            .nth(1)
-            .unwrap_or_default()
-            .to_owned()
-    };
     let sampled =
         |p: &str| wire::profiles::real(p).is_some() && !only.is_some_and(|o| o.contains(p));
     let mut by_id: std::collections::BTreeMap<String, Vec<CellSpec>> = Default::default();
     let mut out = Vec::new();
     for c in cells {
-        if sampled(&profile_of(&c)) {
+        if sampled(crate::scenario::profile_of(&c.scenario_id)) {
             by_id.entry(c.scenario_id.clone()).or_default().push(c);
         } else {
             out.push(c);
@@ -457,7 +450,7 @@ pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<C
             eprintln!(
                 "sampled {} of {all} cells of {id} (a real product; --only {} runs them all)",
                 kept.len(),
-                id.split('.').nth(1).unwrap_or_default()
+                crate::scenario::profile_of(&id)
             );
         }
         out.extend(kept);
@@ -472,8 +465,7 @@ pub fn split_skipped(ids: Vec<String>) -> (Vec<String>, Vec<crate::model::Skippe
     let mut run = Vec::new();
     let mut skipped = Vec::new();
     for id in ids {
-        let profile = id.split('.').nth(1).unwrap_or_default();
-        match crate::real::unavailable(profile) {
+        match crate::real::unavailable(crate::scenario::profile_of(&id)) {
             Some(reason) => skipped.push(crate::model::Skipped {
                 scenario_id: id,
                 reason,

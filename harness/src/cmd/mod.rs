@@ -175,8 +175,7 @@ fn matching_ids(
     only: Option<&str>,
     real: bool,
 ) -> Result<Vec<String>, Exit> {
-    let chosen = |id: &String| match wire::profiles::real(id.split('.').nth(1).unwrap_or_default())
-    {
+    let chosen = |id: &String| match wire::profiles::real(scenario::profile_of(id)) {
         Some(r) => real || only.is_some_and(|o| o.contains(r.name)),
         None => true,
     };

@@ -24,49 +24,12 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
         prepare_out(out)?;
     }
     let (_, skipped) = wave::split_skipped(vec![scenario_id.clone()]);
-    if let Some(s) = skipped.first() {
+    for s in &skipped {
         eprintln!("skipped {}: {}", s.scenario_id, s.reason);
-        return run_and_report(&Job {
-            env: &env,
-            scenarios: &scenarios,
-            cells: Vec::new(),
-            planned: 0,
-            jobs: args.jobs as usize,
-            seed: RUN_SEED,
-            shard: None,
-            out: args.out.as_deref(),
-            wave_id: format!("run-{scenario_id}"),
-            max_fail: args.max_fail,
-            skipped,
-        });
     }
-    let schedule = args
-        .schedule
-        .as_deref()
-        .map(model::parse_schedule)
-        .transpose()
-        .map_err(|e| bad(format!("--schedule: {e}")))?;
-    let cells = match (schedule, args.cut, args.fault) {
-        (Some(events), _, _) => {
-            let d = plan::discover(&env, s, &profile).map_err(|e| harness_err(format!("{e:#}")))?;
-            plan::check_schedule(&d.boundaries, scenario_id, &events).map_err(bad)?;
-            vec![plan::schedule_cell(
-                RUN_SEED,
-                "t001".into(),
-                scenario_id.clone(),
-                &events,
-            )]
-        }
-        (None, Some(cut), Some(fault)) => one_cut(&env, s, &profile, scenario_id, &cut, &fault)?,
-        _ => wave::plan_cells(
-            &env,
-            &scenarios,
-            std::slice::from_ref(scenario_id),
-            RUN_SEED,
-            false,
-            wave::Reach::default(),
-        )
-        .map_err(plan_err)?,
+    let cells = match skipped.is_empty() {
+        true => cells_of(&env, &scenarios, s, &profile, &args)?,
+        false => Vec::new(),
     };
     let planned = cells.len();
     run_and_report(&Job {
@@ -80,8 +43,49 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
         out: args.out.as_deref(),
         wave_id: format!("run-{scenario_id}"),
         max_fail: args.max_fail,
-        skipped: Vec::new(),
+        skipped,
     })
+}
+
+/// The cells `turncut run` plays: the one of `--schedule`, the one of
+/// `--cut` and `--fault`, or every cell of the scenario id.
+fn cells_of(
+    env: &CellEnv,
+    scenarios: &[scenario::Scenario],
+    s: &scenario::Scenario,
+    profile: &str,
+    args: &RunArgs,
+) -> Result<Vec<CellSpec>, Exit> {
+    let scenario_id = &args.scenario_id;
+    let schedule = args
+        .schedule
+        .as_deref()
+        .map(model::parse_schedule)
+        .transpose()
+        .map_err(|e| bad(format!("--schedule: {e}")))?;
+    let cells = match (schedule, &args.cut, &args.fault) {
+        (Some(events), _, _) => {
+            let d = plan::discover(env, s, profile).map_err(|e| harness_err(format!("{e:#}")))?;
+            plan::check_schedule(&d.boundaries, scenario_id, &events).map_err(bad)?;
+            vec![plan::schedule_cell(
+                RUN_SEED,
+                "t001".into(),
+                scenario_id.clone(),
+                &events,
+            )]
+        }
+        (None, Some(cut), Some(fault)) => one_cut(env, s, profile, scenario_id, cut, fault)?,
+        _ => wave::plan_cells(
+            env,
+            scenarios,
+            std::slice::from_ref(scenario_id),
+            RUN_SEED,
+            false,
+            wave::Reach::default(),
+        )
+        .map_err(plan_err)?,
+    };
+    Ok(cells)
 }
 
 /// The one cell of `--cut` and `--fault`, checked against the boundaries of

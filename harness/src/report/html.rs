@@ -96,11 +96,6 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
     out
 }
 
-/// The profile of a scenario id `<suite>.<profile>.<location>.<case>`.
-fn profile_of(scenario: &str) -> &str {
-    scenario.split('.').nth(1).unwrap_or("")
-}
-
 /// The first oracle whose verdict is the cell's (or `harness error`).
 fn first_reason(cell: &CellResult) -> (String, String) {
     reasons(cell).into_iter().next().unwrap_or_default()
@@ -148,7 +143,7 @@ fn render_filters(out: &mut String, wave: &WaveResult) {
     let mut profiles: Vec<&str> = wave
         .cells
         .iter()
-        .map(|c| profile_of(&c.spec.scenario_id))
+        .map(|c| crate::scenario::profile_of(&c.spec.scenario_id))
         .collect();
     profiles.sort();
     profiles.dedup();
@@ -227,7 +222,7 @@ fn render_grid(out: &mut String, index: usize, scenario: &str, cells: &[&CellRes
         out,
         "<section id=\"s{index}\" class=\"scenario\" data-p=\"{}\">\n<h2><code>{}</code> <span class=\"counts\">{} cells: {} pass, {} unknown, {} fail</span></h2>\n\
          <table class=\"grid\">\n<thead><tr><th>cut point</th>",
-        html(profile_of(scenario)),
+        html(crate::scenario::profile_of(scenario)),
         html(scenario),
         c.cells,
         c.pass,
