@@ -465,3 +465,43 @@ impl WaveResult {
             .unwrap_or(Verdict::Pass)
     }
 }
+
+/// A scenario's `[expect]`: what its clean run must show. Every field is
+/// judged (`oracles::contract`): `final_state` and `effects` on the clean
+/// run, `follow_ups_consumed` on the clean run too.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expect {
+    /// Follow-ups consumed by turns.
+    pub follow_ups_consumed: Option<usize>,
+    /// Final state of the clean run.
+    pub final_state: Option<String>,
+    /// Effects in the ledger after the clean run.
+    pub effects: Option<usize>,
+}
+
+/// What a scenario step expects the runner to answer its request
+/// (`follow_up = { …, expect = "fenced" }`), judged by the `fence` oracle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplyExpect {
+    /// Accepted (202).
+    Accepted,
+    /// Refused by the fence (409 `prior_owner_fence_refused`).
+    Refused,
+    /// Refused when the task had failed (or needed a human) when it was
+    /// sent, accepted otherwise: the fence, whichever way the cell went.
+    Fenced,
+}
+
+impl std::str::FromStr for ReplyExpect {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<ReplyExpect, ()> {
+        match s {
+            "accepted" => Ok(ReplyExpect::Accepted),
+            "refused" => Ok(ReplyExpect::Refused),
+            "fenced" => Ok(ReplyExpect::Fenced),
+            _ => Err(()),
+        }
+    }
+}

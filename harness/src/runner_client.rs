@@ -41,6 +41,20 @@ pub struct TaskView {
     pub runs: Vec<RunView>,
     /// Accepted messages no primary turn has consumed yet (message ids).
     pub queued_messages: Vec<String>,
+    /// What a Retry would deliver now (a failed task only; optional: a
+    /// runner without it is judged without it).
+    #[serde(default)]
+    pub retry_would_deliver: Option<RetryDeliveryView>,
+}
+
+/// What a Retry of a failed task would deliver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryDeliveryView {
+    /// The message whose text it re-sends under its own id, if any.
+    pub resends: Option<String>,
+    /// The queued messages its run answers after it.
+    pub then: Vec<String>,
 }
 
 /// A run of a task.

@@ -64,6 +64,8 @@ pub enum Step {
         text: String,
         message_id: String,
         when: FollowUpWhen,
+        /// What the runner must answer, when the scenario says.
+        expect: Option<ReplyExpect>,
     },
     /// Wait until the task settles.
     Await(String),
@@ -82,16 +84,7 @@ pub enum CutSelection {
     None,
 }
 
-/// Expectations for the clean run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Expect {
-    /// Follow-ups consumed by turns.
-    pub follow_ups_consumed: Option<usize>,
-    /// Final state of the clean run.
-    pub final_state: Option<String>,
-    /// Effects in the ledger after the clean run.
-    pub effects: Option<usize>,
-}
+pub use crate::model::{Expect, ReplyExpect};
 
 /// A validated scenario file.
 #[derive(Clone, Debug)]
@@ -233,6 +226,8 @@ struct RawFollowUp {
     when: Option<Spanned<String>>,
     #[serde(default)]
     message_id: Option<String>,
+    #[serde(default)]
+    expect: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -431,6 +426,7 @@ fn parse_steps(
                     .clone()
                     .unwrap_or_else(|| format!("f{follow_ups}")),
                 when: follow_up_when(ctx, f)?,
+                expect: reply_expect(ctx, f)?,
             });
         } else if let Some(a) = &s.await_ {
             steps.push(Step::Await(await_state(ctx, a)?));
@@ -476,6 +472,21 @@ fn follow_up_when(ctx: &Ctx<'_>, f: &RawFollowUp) -> Result<FollowUpWhen, Scenar
             sp,
             format!(
                 "follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\""
+            ),
+        )),
+    }
+}
+
+/// A follow-up's `expect`: what the runner must answer it.
+fn reply_expect(ctx: &Ctx<'_>, f: &RawFollowUp) -> Result<Option<ReplyExpect>, ScenarioError> {
+    let Some(e) = &f.expect else { return Ok(None) };
+    match e.get_ref().parse() {
+        Ok(x) => Ok(Some(x)),
+        Err(()) => Err(ctx.err(
+            e.span(),
+            format!(
+                "follow_up expect = {:?} is not one of \"accepted\", \"refused\", \"fenced\"",
+                e.get_ref()
             ),
         )),
     }
@@ -770,7 +781,8 @@ follow_ups_consumed = 1
             Step::FollowUp {
                 text: "Also add a README".into(),
                 message_id: "f1".into(),
-                when: FollowUpWhen::TurnActive
+                when: FollowUpWhen::TurnActive,
+                expect: None,
             }
         );
         assert_eq!(s.faults, Fault::DEFAULT.to_vec());

@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 use crate::causes::{Refusal, RequestError};
 use crate::engine::{Engine, RetryOutcome};
 use crate::ids::new_id;
-use crate::store::{Admission, FollowUpOutcome, StoreError};
+use crate::store::{Admission, FollowUpOutcome, StoreError, TaskState};
 
 /// Shared state of the handlers.
 pub struct ApiState {
@@ -435,6 +435,14 @@ async fn get_task(
                 runs_json.push(v);
             }
             let queue = db.queue(&tid)?;
+            // What a Retry would deliver now, for a task a Retry can take.
+            let retry = match task.state {
+                TaskState::Failed | TaskState::NeedsHuman => {
+                    let d = db.retry_delivery(&tid)?;
+                    json!({ "resends": d.resends, "then": d.queued })
+                }
+                _ => Value::Null,
+            };
             Ok(Some(json!({
                 "task_id": task.task_id,
                 "profile": task.profile,
@@ -444,6 +452,7 @@ async fn get_task(
                 "current_run": task.current_run,
                 "runs": runs_json,
                 "queued_messages": queue.iter().map(|m| &m.message_id).collect::<Vec<_>>(),
+                "retry_would_deliver": retry,
             })))
         })
         .await;

@@ -55,11 +55,27 @@ pub enum SeededBug {
     SettleIgnoresQueue,
     /// Log a failed `turn_intent` write and send the turn anyway.
     SendAfterFailedIntent,
+    /// A Retry after a failure before the first turn re-sends the prompt while it is still queued.
+    RetryResendsQueued,
+    /// Answer a follow-up to a task that failed closed with 202 and reopen it.
+    FenceReopensFailed,
+    /// Write a turn's acceptance only when the turn ends.
+    AcceptAtTurnEnd,
+    /// Native: a resumed turn whose durable last output had no calls asks the model again.
+    NativeReasksFinal,
+    /// Settle a run failed without naming the messages it leaves queued.
+    StrandSilently,
+    /// Read a failed recovery lookup as "turn absent", and trust that mark after the restart.
+    LookupErrorAsAbsent,
+    /// Admit a Retry in one write and make it the task's current run in a second.
+    RetryCurrentInSecondWrite,
+    /// A Retry decides whether the latest message was answered from its primary turn only.
+    RetryDecidesByPrimaryTurn,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 18] = [
+    pub const ALL: [SeededBug; 26] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -78,6 +94,14 @@ impl SeededBug {
         SeededBug::SplitLostMark,
         SeededBug::SettleIgnoresQueue,
         SeededBug::SendAfterFailedIntent,
+        SeededBug::RetryResendsQueued,
+        SeededBug::FenceReopensFailed,
+        SeededBug::AcceptAtTurnEnd,
+        SeededBug::NativeReasksFinal,
+        SeededBug::StrandSilently,
+        SeededBug::LookupErrorAsAbsent,
+        SeededBug::RetryCurrentInSecondWrite,
+        SeededBug::RetryDecidesByPrimaryTurn,
     ];
 
     /// Whether the bug can fire on a native profile (`native`) or on a
@@ -87,7 +111,7 @@ impl SeededBug {
     pub fn fires(self, native: bool) -> bool {
         use SeededBug::*;
         match self {
-            RerunExecutingTool | ContinueBeforeOutcome => native,
+            RerunExecutingTool | ContinueBeforeOutcome | NativeReasksFinal => native,
             SplitLostMark
             | ResendAmbiguousTurn
             | SecondContinuation
@@ -96,7 +120,13 @@ impl SeededBug {
             | WrongRecoverable
             | RetryReusesConversation
             | FailClosedWhenAbsent
-            | AdoptWithoutCompletion => !native,
+            | AdoptWithoutCompletion
+            | FenceReopensFailed
+            | AcceptAtTurnEnd
+            | LookupErrorAsAbsent
+            | RetryCurrentInSecondWrite
+            | RetryDecidesByPrimaryTurn
+            | RetryResendsQueued => !native,
             _ => true,
         }
     }
@@ -122,6 +152,14 @@ impl SeededBug {
             SeededBug::SplitLostMark => "split-lost-mark",
             SeededBug::SettleIgnoresQueue => "settle-ignores-queue",
             SeededBug::SendAfterFailedIntent => "send-after-failed-intent",
+            SeededBug::RetryResendsQueued => "retry-resends-queued",
+            SeededBug::FenceReopensFailed => "fence-reopens-failed",
+            SeededBug::AcceptAtTurnEnd => "accept-at-turn-end",
+            SeededBug::NativeReasksFinal => "native-reasks-final",
+            SeededBug::StrandSilently => "strand-silently",
+            SeededBug::LookupErrorAsAbsent => "lookup-error-as-absent",
+            SeededBug::RetryCurrentInSecondWrite => "retry-current-in-second-write",
+            SeededBug::RetryDecidesByPrimaryTurn => "retry-decides-by-primary-turn",
         }
     }
 }
@@ -211,6 +249,37 @@ hooks! {
     settle_ignores_queue => SettleIgnoresQueue;
     /// `send-after-failed-intent`.
     send_after_failed_intent => SendAfterFailedIntent;
+    /// `retry-resends-queued`.
+    retry_resends_queued => RetryResendsQueued;
+    /// `fence-reopens-failed`.
+    fence_reopens_failed => FenceReopensFailed;
+    /// `accept-at-turn-end`.
+    accept_at_turn_end => AcceptAtTurnEnd;
+    /// `native-reasks-final`.
+    native_reasks_final => NativeReasksFinal;
+    /// `strand-silently`.
+    strand_silently => StrandSilently;
+    /// `lookup-error-as-absent`.
+    lookup_error_as_absent => LookupErrorAsAbsent;
+    /// `retry-current-in-second-write`.
+    retry_current_in_second_write => RetryCurrentInSecondWrite;
+    /// `retry-decides-by-primary-turn`.
+    retry_decides_by_primary_turn => RetryDecidesByPrimaryTurn;
+}
+
+/// `lookup-error-as-absent`'s second half: whether a failed lookup of turn
+/// `turn_row` was recorded as "absent" (the runner then trusts it and skips
+/// the lookup). Always `false` without the feature.
+pub async fn absent_marked(store: &crate::store::Store, turn_row: i64) -> bool {
+    #[cfg(feature = "seeded-bugs")]
+    if lookup_error_as_absent() {
+        return store
+            .call(move |db| db.seeded_absent_marked(turn_row))
+            .await
+            .unwrap_or(false);
+    }
+    let _ = (store, turn_row);
+    false
 }
 
 /// The provider identity write, which under `credential-in-store` also

@@ -525,6 +525,8 @@ fn inject_action(
         text: text.to_owned(),
         status,
         body,
+        state_before: None,
+        expect: None,
     };
     shared
         .injected

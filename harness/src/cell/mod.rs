@@ -286,11 +286,7 @@ pub fn run_cell_traced(
         spec: Some(spec.clone()),
         fault: spec.fault,
         canary: canary.clone(),
-        expected_state: if spec.cut.is_none() {
-            scenario.expect.final_state.clone()
-        } else {
-            None
-        },
+        expect: scenario.expect.clone(),
         ..Evidence::default()
     };
     let outcome = drive(

@@ -159,5 +159,6 @@ fn turn_of(session: &str, user: &Value, messages: &[Value]) -> RecordedTurn {
         status: status.to_owned(),
         continuation: wire::marker::is_continuation(text),
         authorized_by,
+        model_requests: None,
     }
 }

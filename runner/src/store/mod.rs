@@ -50,7 +50,7 @@ mod tasks;
 mod tools;
 mod turns;
 
-pub use admission::{Admission, FollowUpOutcome};
+pub use admission::{Admission, FollowUpOutcome, RetryDelivery};
 pub use events::Event;
 pub use kinds::{
     MessageKind, RequestStatus, RunKind, RunStatus, ToolCallStatus, TurnKind, TurnStatus,
