@@ -22,6 +22,7 @@ pub mod nemesis;
 pub mod oracles;
 pub mod plan;
 pub mod real;
+pub mod recuts;
 pub mod report;
 pub mod runner_client;
 pub mod scenario;

@@ -302,10 +302,14 @@ struct ReachArgs {
     /// only (the old depth-1 wave).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     depth: u8,
-    /// Depth-2 cells per scenario id (a second event during the recovery
-    /// from a first cut, discovered from a traced run).
-    #[arg(long, default_value_t = 2)]
+    /// Random depth-2 cells per scenario id (a second event at a boundary
+    /// of the recovery from a first cut drawn by the seed); the recovery
+    /// cuts of stage 2 cut every boundary of every path's recovery anyway.
+    #[arg(long, default_value_t = 0)]
     depth2: usize,
+    /// Stage 2 off: no recovery cuts after the one-cut cells.
+    #[arg(long)]
+    no_recuts: bool,
     /// Random schedules of 1-4 events per scenario id, drawn by the seed.
     #[arg(long, default_value_t = 2)]
     schedules: usize,
@@ -319,6 +323,7 @@ impl ReachArgs {
         wave::Reach {
             depth2: self.depth2,
             schedules: self.schedules,
+            recuts: !self.no_recuts,
             depth1_only: false,
         }
     }

@@ -244,7 +244,13 @@ fn run_row(
         env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
     }
     let stop = (bug != CONTROL && !sel.full).then_some(wave::StopAfter::Caught(1));
-    let finished = wave::run_cells_until(&env, scenarios, cells, sel.jobs, stop);
+    let stage2 = (!sel.reach.depth1_only).then(|| crate::recuts::Stage2 {
+        wave_seed: PLAN_SEED,
+        first_number: next_number(cells),
+        budget: sel.budget,
+    });
+    let (finished, _) =
+        crate::recuts::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
     let mut row = Row {
         bug: bug.to_owned(),
         profile: profile.to_owned(),
@@ -258,7 +264,14 @@ fn run_row(
         .filter(|f| f.result.verdict != Verdict::Pass)
     {
         row.failing += 1;
-        row.example.get_or_insert_with(|| f.result.spec.name());
+        if f.result.error.is_some() {
+            // A harness error is no catch, whatever the oracles said.
+            *row.caught_by.entry("harness-error".into()).or_default() += 1;
+            continue;
+        }
+        if wave::caught(&f.result) {
+            row.example.get_or_insert_with(|| f.result.spec.name());
+        }
         for o in f
             .result
             .oracles
@@ -267,11 +280,18 @@ fn run_row(
         {
             *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
         }
-        if f.result.error.is_some() {
-            *row.caught_by.entry("harness-error".into()).or_default() += 1;
-        }
     }
     row
+}
+
+/// The number after every cell of `cells` (stage 2 numbers on from it).
+fn next_number(cells: &[crate::model::CellSpec]) -> usize {
+    cells
+        .iter()
+        .filter_map(|c| c.cell_id.trim_start_matches('t').parse::<usize>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1
 }
 
 /// The cells of `ids` planned against the runner with `bug` seeded.

@@ -56,15 +56,8 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
     }
     let hits = cutpoint::trace_read(&trace)?;
     let mut boundaries: Vec<Boundary> = Vec::new();
-    let mut alive = 0i64;
-    for h in hits {
-        if h.role == "runner" {
-            match h.point.as_str() {
-                "runner.provider_identity.persisted" => alive += 1,
-                "runner.provider_stop.persisted" => alive -= 1,
-                _ => {}
-            }
-        }
+    let alive = provider_alive_at(&hits);
+    for (h, provider_alive) in hits.into_iter().zip(alive) {
         let cut = Cut {
             point: h.point.clone(),
             n: h.n,
@@ -72,9 +65,6 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
         if boundaries.iter().any(|b| b.cut == cut) {
             continue;
         }
-        // A provider hit is by definition from a live provider; a runner hit
-        // has one only inside the identity/stop window.
-        let provider_alive = h.role == "provider" || alive > 0;
         boundaries.push(Boundary {
             cut,
             role: h.role,
@@ -95,6 +85,27 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
             .map(str::to_owned)
             .collect(),
     })
+}
+
+/// Whether a provider is alive at each hit of a trace: a provider hit is
+/// by definition from a live provider; a runner hit has one only inside a
+/// window the runner opened with a recorded identity and has not closed
+/// with a recorded stop. A killed runner's providers are stopped by the
+/// next one, so its window counts until that stop.
+fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
+    let mut alive = 0i64;
+    hits.iter()
+        .map(|h| {
+            if h.role == "runner" {
+                match h.point.as_str() {
+                    "runner.provider_identity.persisted" => alive += 1,
+                    "runner.provider_stop.persisted" => alive = (alive - 1).max(0),
+                    _ => {}
+                }
+            }
+            h.role == "provider" || alive > 0
+        })
+        .collect()
 }
 
 /// The boundaries of the recovery after `first`: `scenario` runs once with
@@ -127,7 +138,8 @@ pub fn discover_after(
     };
     let mut counts: std::collections::HashMap<&str, u64> = Default::default();
     let mut out: Vec<Boundary> = Vec::new();
-    for h in &hits[mark + 1..] {
+    let alive = provider_alive_at(&hits);
+    for (h, alive) in hits.iter().zip(alive).skip(mark + 1) {
         if h.point == crate::cell::EVENT_MARK {
             continue;
         }
@@ -139,7 +151,7 @@ pub fn discover_after(
                 n: *n,
             },
             role: h.role.clone(),
-            provider_alive: h.role == "provider",
+            provider_alive: alive,
         });
     }
     Ok(out)

@@ -48,6 +48,9 @@ pub struct Reach {
     pub depth2: usize,
     /// Random schedules (`explore::draw`) per scenario id.
     pub schedules: usize,
+    /// Stage 2: every recovery path the one-cut cells walk, cut again at
+    /// each boundary of its recovery (`recuts`).
+    pub recuts: bool,
     /// The old depth-1 wave: one process fault per cell, no `recut`, no
     /// controller-action or storage faults, no depth 2, no schedules.
     pub depth1_only: bool,
@@ -56,8 +59,9 @@ pub struct Reach {
 impl Default for Reach {
     fn default() -> Self {
         Reach {
-            depth2: 2,
+            depth2: 0,
             schedules: 2,
+            recuts: true,
             depth1_only: false,
         }
     }
@@ -69,6 +73,7 @@ impl Reach {
         Reach {
             depth2: 0,
             schedules: 0,
+            recuts: false,
             depth1_only: true,
         }
     }
@@ -291,10 +296,19 @@ pub enum StopAfter {
     /// After N cells that did not pass (`--max-fail`): a broken runner ends
     /// the wave early, whatever its cells reached.
     NotPassing(usize),
-    /// After N cells that did not pass although they reached their armed
-    /// cut (`mutants`' first catch): a cell that missed its cut caught
-    /// nothing.
+    /// After N cells an oracle failed (`mutants`' first catch): a cell that
+    /// missed its cut, or that a harness error cut short, caught nothing.
     Caught(usize),
+}
+
+/// Whether an oracle other than vacuity failed the cell and the harness
+/// ran it whole: a catch. A harness error or an unreached cut never is.
+pub fn caught(r: &CellResult) -> bool {
+    r.error.is_none()
+        && r
+            .oracles
+            .iter()
+            .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
 }
 
 /// The progress bar with ETA of `cells` cells, on a terminal only (plain
@@ -345,7 +359,7 @@ pub fn run_cells_until(
                     let finished = run_one(env, scenarios, spec);
                     if finished.result.verdict != Verdict::Pass {
                         failed.fetch_add(1, Ordering::SeqCst);
-                        if unreached(std::slice::from_ref(&finished.result)) == 0 {
+                        if caught(&finished.result) {
                             decisive.fetch_add(1, Ordering::SeqCst);
                         }
                     }

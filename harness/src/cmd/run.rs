@@ -32,6 +32,13 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
         false => Vec::new(),
     };
     let planned = cells.len();
+    // Every cell of the scenario id: its recovery cuts too.
+    let every = args.schedule.is_none() && args.cut.is_none();
+    let stage2 = every.then_some(harness::recuts::Stage2 {
+        wave_seed: RUN_SEED,
+        first_number: planned + 1,
+        budget: None,
+    });
     run_and_report(&Job {
         env: &env,
         scenarios: &scenarios,
@@ -44,6 +51,7 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
         wave_id: format!("run-{scenario_id}"),
         max_fail: args.max_fail,
         skipped,
+        stage2,
     })
 }
 

@@ -38,6 +38,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
     } else {
         wave::plan_cells(&env, &scenarios, &ids, seed, false, reach).map_err(plan_err)?
     };
+    let first_recut = cells.len() + 1;
     let cells = wave::sample_real(cells, only, seed);
     let cells = plan::sample(cells, args.budget.map(|b| b as usize), seed);
     // One id for every shard of this wave: the seed and the cells planned
@@ -70,6 +71,11 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
         wave_id,
         max_fail: args.max_fail,
         skipped,
+        stage2: reach.recuts.then_some(harness::recuts::Stage2 {
+            wave_seed: seed,
+            first_number: first_recut,
+            budget: args.budget.map(|b| b as usize),
+        }),
     })
 }
 

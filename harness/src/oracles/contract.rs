@@ -418,8 +418,8 @@ fn unrecorded_turn_starts(e: &Evidence) -> Vec<(String, usize, usize)> {
 /// The model API's own count of requests for a native turn against the run
 /// log's durable model outputs for it: every durable output answered a
 /// request (outputs ≤ requests), and a request is asked again only where
-/// an answer was lost, which takes a fault (requests ≤ outputs + events
-/// applied).
+/// an answer was lost, which takes a fault or a provider the runner
+/// recorded lost (requests ≤ outputs + events applied + losses).
 fn check_model_requests(j: &mut Judgement, e: &Evidence) {
     let runs = e.runs();
     for t in &e.provider_turns {
@@ -441,11 +441,15 @@ fn check_model_requests(j: &mut Judgement, e: &Evidence) {
                     .is_some_and(|r| rows.contains(&r))
             })
             .count() as u64;
-        let lost_max = e.events_applied as u64;
+        // An answer is lost to a fault the harness applied, or to a
+        // provider the runner lost by itself (an idle timeout it recorded).
+        let lost_max = e.events_applied as u64
+            + e.events_of("provider_unresponsive").count() as u64
+            + e.events_of("provider_exited").count() as u64;
         if outputs > requests || requests > outputs + lost_max {
             j.fail(
                 format!(
-                    "the model API answered {requests} request(s) for turn {} of {}, the run log holds {outputs} durable output(s) and {lost_max} event(s) could have lost an answer",
+                    "the model API answered {requests} request(s) for turn {} of {}, the run log holds {outputs} durable output(s), and {lost_max} fault(s) or recorded provider loss(es) could have lost an answer",
                     t.turn, t.thread
                 ),
                 [format!("provider-turn:{}", t.turn), "events".to_owned()],

@@ -121,15 +121,18 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
         };
         let at = [format!("exchange:{id}")];
         if own + usize::from(by_retry) == 0 {
+            // A task still running at the end is liveness's finding.
+            let completed = e.state() == "completed";
             let problem = match (still_queued, failed, named, maybe) {
                 (true, true, true, _) | (false, _, _, true) => None,
                 (true, true, false, _) => Some(
-                    "is still queued in a task that failed, and no run-log event names it (message.stranded)",
+                    "it is still queued in a task that failed, and no run-log event names it (message.stranded)",
                 ),
-                (true, false, _, _) => {
-                    Some("is queued but the task completed without consuming it")
+                (true, false, _, _) if completed => {
+                    Some("the task completed without consuming it (still queued)")
                 }
-                (false, _, _, false) => Some("was never consumed and is no longer queued"),
+                (true, false, _, _) => None,
+                (false, _, _, false) => Some("it was never consumed and is no longer queued"),
             };
             if let Some(p) = problem {
                 j.fail(format!("{} {id} was {what} but {p}", x.kind), at.clone());

@@ -1,0 +1,339 @@
+//! Every recovery cut twice, by design rather than by draw: the second
+//! stage of a wave.
+//!
+//! The one-cut cells of a wave (stage 1) each walk a recovery path (the
+//! snapshot's path words: `continued → completed`, `failed
+//! ambiguous_turn_start → retry → completed`, …). For every path a profile's
+//! one-cut cells walked, in each scenario shape, the first cell that walked
+//! it (in cell order) is its representative: a traced run of its event
+//! lists the boundaries of the recovery that follows, and each boundary of
+//! that recovery — and where the path goes through a Retry, each boundary
+//! of the Retry up to its first accepted turn — gets a second event:
+//! `kill-runner`, `kill-provider` where a provider is alive, and
+//! `fail-write` at the runner's before-write points.
+//!
+//! A random draw put a second fault inside a recovery 126 times in a wave
+//! of 6,136 cells and never inside a Retry's own writes; bugs that live
+//! there (a lookup error read as "absent", a Retry made current by a second
+//! write, a Retry that re-sends an answered message) passed every cell.
+//!
+//! This module chooses the cells; `wave` runs them after stage 1.
+
+use std::collections::BTreeMap;
+
+use crate::cell::CellEnv;
+use crate::model::{CellResult, CellSpec, Event, Fault, WRITE_POINTS};
+use crate::plan::{self, Boundary};
+use crate::scenario::{self, Scenario};
+
+/// The path whose recovery is cut, and the stage-1 cell that walked it
+/// first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Representative {
+    /// The scenario id of the cell.
+    pub scenario_id: String,
+    /// Its one event.
+    pub first: Event,
+    /// The path it walked.
+    pub path: String,
+    /// The stage-1 cell.
+    pub cell_id: String,
+}
+
+/// What stage 2 reached, for the report and the closing figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Paths per profile (with their representative's recovery size).
+    pub paths: BTreeMap<String, Vec<(String, usize)>>,
+    /// Representatives whose traced run could not be made (with why).
+    pub undiscovered: Vec<(String, String)>,
+}
+
+/// The key that makes two stage-1 cells one path: the profile, the path
+/// and the scenario's case (the steps decide which work waits behind the
+/// recovery: a queued follow-up, a Retry).
+fn path_key(r: &CellResult) -> Option<(String, String, String)> {
+    let id = &r.spec.scenario_id;
+    let profile = scenario::profile_of(id).to_owned();
+    let case = id.rsplit('.').next().unwrap_or_default().to_owned();
+    Some((profile, case, r.outcome.path.clone()))
+}
+
+/// The representatives of the paths walked by `stage1`'s one-cut cells:
+/// per profile, case and path, the first cell in cell order that reached
+/// its cut.
+pub fn representatives(stage1: &[CellResult]) -> Vec<Representative> {
+    let mut cells: Vec<&CellResult> = stage1
+        .iter()
+        .filter(|r| r.spec.depth() == 1 && r.outcome.reached_cut)
+        .filter(|r| !r.outcome.path.is_empty() && r.outcome.path != "unknown")
+        .collect();
+    crate::model::sort_cells(&mut cells, |r| &r.spec.cell_id);
+    let mut seen: BTreeMap<(String, String, String), Representative> = BTreeMap::new();
+    for r in cells {
+        let (Some(key), Some(first)) = (path_key(r), r.spec.schedule()) else {
+            continue;
+        };
+        seen.entry(key).or_insert_with(|| Representative {
+            scenario_id: r.spec.scenario_id.clone(),
+            first: first[0].clone(),
+            path: r.outcome.path.clone(),
+            cell_id: r.spec.cell_id.clone(),
+        });
+    }
+    seen.into_values().collect()
+}
+
+/// The recovery after the first event: its boundaries up to the second
+/// turn accepted after the event (the recovered turn, then the next one,
+/// so the work waiting behind the recovery is cut too) or the end; and,
+/// when a Retry is admitted later, its boundaries from its admission to
+/// its first accepted turn.
+pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
+    let accepted = |b: &&Boundary| b.cut.point == "runner.turn_accepted.persisted";
+    let end = after
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| accepted(b))
+        .nth(1)
+        .map_or(after.len(), |(i, _)| i + 1);
+    let mut out: Vec<&Boundary> = after[..end].iter().collect();
+    if let Some(r) = after[end..]
+        .iter()
+        .position(|b| b.cut.point == "runner.write.retry_admitted")
+    {
+        let from = end + r;
+        let to = after[from..]
+            .iter()
+            .position(|b| accepted(&b))
+            .map_or(after.len(), |i| from + i + 1);
+        out.extend(&after[from..to]);
+    }
+    out
+}
+
+/// The second events at boundary `b`: `kill-runner` everywhere,
+/// `kill-provider` where a provider is alive, `fail-write` at a
+/// before-write point.
+pub fn second_faults(b: &Boundary) -> Vec<Fault> {
+    let write = b.cut.point.starts_with(WRITE_POINTS);
+    let mut out = vec![Fault::KillRunner];
+    if write {
+        out.push(Fault::FailWrite);
+    } else if b.provider_alive {
+        out.push(Fault::KillProvider);
+    }
+    out
+}
+
+/// The stage-2 cells of `stage1`, numbered after `first_number - 1`, with
+/// what they reach. The traced runs of the representatives run on `jobs`
+/// threads.
+pub fn recovery_cells(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    stage1: &[CellResult],
+    wave_seed: u64,
+    first_number: usize,
+    jobs: usize,
+) -> (Vec<CellSpec>, Reach) {
+    let reps = representatives(stage1);
+    let traced = discover_all(env, scenarios, &reps, jobs);
+    let mut reach = Reach::default();
+    let mut cells: Vec<(String, Vec<Event>)> = Vec::new();
+    for (rep, after) in reps.iter().zip(traced) {
+        let profile = scenario::profile_of(&rep.scenario_id).to_owned();
+        let after = match after {
+            Ok(a) => a,
+            Err(e) => {
+                reach
+                    .undiscovered
+                    .push((format!("{}@{}", rep.scenario_id, rep.first), e));
+                continue;
+            }
+        };
+        let span = span(&after);
+        reach
+            .paths
+            .entry(profile)
+            .or_default()
+            .push((rep.path.clone(), span.len()));
+        for b in span {
+            for fault in second_faults(b) {
+                let second = Event {
+                    cut: b.cut.clone(),
+                    fault,
+                };
+                cells.push((rep.scenario_id.clone(), vec![rep.first.clone(), second]));
+            }
+        }
+    }
+    let specs = cells
+        .into_iter()
+        .enumerate()
+        .map(|(i, (id, events))| {
+            plan::schedule_cell(
+                wave_seed,
+                format!("t{:03}", first_number + i),
+                id,
+                &events,
+            )
+        })
+        .collect();
+    (specs, reach)
+}
+
+/// How a wave's stage 2 is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stage2 {
+    /// The wave's seed (stage-2 cells are seeded by it and their names).
+    pub wave_seed: u64,
+    /// The number of the first stage-2 cell (after every planned stage-1
+    /// cell, sampled or sharded away or not, so numbers never collide).
+    pub first_number: usize,
+    /// At most this many stage-2 cells, sampled by seed (`--budget`).
+    pub budget: Option<usize>,
+}
+
+/// Runs a wave's cells (stage 1) and then, unless stage 1 stopped early,
+/// the recovery cuts of the paths they walked (stage 2); the finished
+/// cells of both, and what stage 2 reached.
+pub fn run_stages(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    cells: &[CellSpec],
+    jobs: usize,
+    stop: Option<crate::wave::StopAfter>,
+    stage2: Option<Stage2>,
+) -> (Vec<crate::wave::Finished>, Option<Reach>) {
+    let mut finished = crate::wave::run_cells_until(env, scenarios, cells, jobs, stop);
+    let Some(s2) = stage2.filter(|_| finished.len() == cells.len()) else {
+        return (finished, None);
+    };
+    let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
+    eprintln!("stage 2: tracing the recovery of each path the one-cut cells walked …");
+    let (more, reach) =
+        recovery_cells(env, scenarios, &stage1, s2.wave_seed, s2.first_number, jobs);
+    let more = plan::sample(more, s2.budget, s2.wave_seed);
+    eprintln!("{}", reach.summary(more.len()));
+    finished.extend(crate::wave::run_cells_until(env, scenarios, &more, jobs, stop));
+    (finished, Some(reach))
+}
+
+impl Reach {
+    /// One paragraph for the console: paths per profile and cells.
+    pub fn summary(&self, cells: usize) -> String {
+        let mut text = format!("stage 2: {cells} recovery cells over");
+        for (profile, paths) in &self.paths {
+            let boundaries: usize = paths.iter().map(|(_, n)| n).sum();
+            text.push_str(&format!(
+                " {profile} {} paths ({boundaries} boundaries);",
+                paths.len()
+            ));
+        }
+        for (rep, why) in &self.undiscovered {
+            text.push_str(&format!("\n  not traced {rep}: {why}"));
+        }
+        text
+    }
+}
+
+/// The traced run of each representative's event, on `jobs` threads, in
+/// the representatives' order.
+fn discover_all(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    reps: &[Representative],
+    jobs: usize,
+) -> Vec<Result<Vec<Boundary>, String>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let out: std::sync::Mutex<Vec<Option<Result<Vec<Boundary>, String>>>> =
+        std::sync::Mutex::new(vec![None; reps.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(rep) = reps.get(i) else { break };
+                    let found = match scenario::find(scenarios, &rep.scenario_id) {
+                        Some((s, profile)) => plan::discover_after(env, s, &profile, &rep.first)
+                            .map_err(|e| format!("{e:#}")),
+                        None => Err(format!("unknown scenario id {}", rep.scenario_id)),
+                    };
+                    out.lock().expect("discoveries")[i] = Some(found);
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .expect("discoveries")
+        .into_iter()
+        .map(|r| r.expect("every representative was discovered"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Cut;
+
+    fn b(point: &str, n: u64, alive: bool) -> Boundary {
+        Boundary {
+            cut: Cut {
+                point: point.into(),
+                n,
+            },
+            role: if point.starts_with("runner.") {
+                "runner".into()
+            } else {
+                "provider".into()
+            },
+            provider_alive: alive,
+        }
+    }
+
+    #[test]
+    fn the_span_ends_at_the_second_acceptance_and_takes_in_a_later_retry() {
+        let after = vec![
+            b("runner.provider_identity.persisted", 1, true),
+            b("runner.turn_accepted.persisted", 1, true),
+            b("codex.item.recorded", 1, true),
+            b("runner.turn_accepted.persisted", 2, true),
+            b("runner.run_settled.persisted", 1, false),
+            b("runner.write.retry_admitted", 1, false),
+            b("runner.retry_admitted.persisted", 1, false),
+            b("runner.turn_accepted.persisted", 3, true),
+            b("runner.turn_completed.persisted", 1, true),
+        ];
+        let got: Vec<String> = span(&after).iter().map(|b| b.cut.to_string()).collect();
+        assert_eq!(
+            got,
+            [
+                "runner.provider_identity.persisted#1",
+                "runner.turn_accepted.persisted#1",
+                "codex.item.recorded#1",
+                "runner.turn_accepted.persisted#2",
+                "runner.write.retry_admitted#1",
+                "runner.retry_admitted.persisted#1",
+                "runner.turn_accepted.persisted#3",
+            ]
+        );
+        assert_eq!(span(&after[..3]).len(), 3, "no second acceptance: to the end");
+    }
+
+    #[test]
+    fn second_faults_follow_the_boundary() {
+        assert_eq!(
+            second_faults(&b("runner.write.turn_intent", 1, true)),
+            [Fault::KillRunner, Fault::FailWrite]
+        );
+        assert_eq!(
+            second_faults(&b("codex.thread_read.received", 1, true)),
+            [Fault::KillRunner, Fault::KillProvider]
+        );
+        assert_eq!(
+            second_faults(&b("runner.run_settled.persisted", 1, false)),
+            [Fault::KillRunner]
+        );
+    }
+}
