@@ -26,6 +26,7 @@ pub mod recuts;
 pub mod report;
 pub mod runner_client;
 pub mod scenario;
+pub mod stress;
 pub mod supervisor;
 pub mod tempdirs;
 pub mod wave;

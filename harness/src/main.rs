@@ -49,6 +49,11 @@ struct Common {
     /// Keep every cell's temporary directory.
     #[arg(long, global = true)]
     keep: bool,
+    /// CPU pressure: N busy worker processes beside the cells for the whole
+    /// command (recorded in wave.json), to check that verdicts and the
+    /// runner's timeouts hold on a loaded host.
+    #[arg(long, global = true, default_value_t = 0)]
+    stress: usize,
 }
 
 /// How many cells may fail before a wave stops scheduling new ones: enough
@@ -362,6 +367,9 @@ fn main() {
         let self_cmd = vec![exe.into_os_string(), OsString::from("fake-provider")];
         std::process::exit(fake_provider::cli::main(forwarded, self_cmd));
     }
+    if args.get(1).is_some_and(|a| a == harness::stress::WORKER_ARG) {
+        harness::stress::work();
+    }
     if args.get(1).is_some_and(|a| a == "runnerd") {
         let forwarded = std::iter::once(OsString::from("runnerd")).chain(args[2..].iter().cloned());
         std::process::exit(runner::cli::main(forwarded));
@@ -408,6 +416,12 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 /// Runs a parsed command; `Ok` is the exit code.
 fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
     let common = cli.common;
+    // The workers live until the command returns (and die with turncut).
+    let stress = harness::stress::Stress::start(exe, common.stress)
+        .map_err(|e| harness_err(format!("failed to start --stress workers: {e}")))?;
+    if stress.workers() > 0 {
+        eprintln!("turncut: --stress {}: {} busy workers beside the cells", common.stress, stress.workers());
+    }
     match cli.command {
         Command::Runnerd { .. } | Command::FakeProvider { .. } => {
             unreachable!("dispatched in main")

@@ -82,6 +82,14 @@ impl Fault {
         matches!(self, Fault::FailWrite | Fault::DiskFull)
     }
 
+    /// Whether the fault is a signal to a process (a kill or a hang).
+    pub fn is_process(self) -> bool {
+        matches!(
+            self,
+            Fault::KillRunner | Fault::KillProvider | Fault::KillBoth | Fault::HangProvider
+        )
+    }
+
     /// Whether the fault may be applied at `point`: a storage fault only at
     /// a before-write point; at a before-write point only storage faults and
     /// `kill-runner` (the runner's store is blocked there, so nothing can
@@ -411,6 +419,9 @@ pub struct RunConfig {
     /// one), for JUnit's `file=`.
     #[serde(default)]
     pub scenario_files: std::collections::BTreeMap<String, String>,
+    /// `--stress N`: busy worker processes that ran beside the cells.
+    #[serde(default)]
+    pub stress: usize,
 }
 
 /// A whole wave.

@@ -21,6 +21,69 @@ pub struct Boundary {
     pub role: String,
     /// Whether a provider process is alive when it is hit.
     pub provider_alive: bool,
+    /// Its durable segment in the clean run: how many durable writes (the
+    /// runner's `runner.*.persisted`, a provider's `*.recorded`) came
+    /// before it. Boundaries of one segment leave the same durable state
+    /// behind a kill (see [`trim_by_segment`]).
+    pub segment: usize,
+}
+
+/// Whether a hit is a durable write: the runner's `runner.<write>.persisted`
+/// or a provider's `<proto>.<what>.recorded`.
+pub fn is_durable_write(point: &str) -> bool {
+    point.ends_with(".persisted") || point.ends_with(".recorded")
+}
+
+/// How many one-cut cells a process fault keeps per durable segment of an
+/// `every-boundary` scenario: its first boundary (the write itself), its
+/// last (just before the next write) and one more drawn by the seed.
+pub const SEGMENT_KEEP: usize = 3;
+
+/// Trims the one-cut process-fault cells of an `every-boundary` scenario to
+/// [`SEGMENT_KEEP`] per durable segment and fault: the boundaries of one
+/// segment leave the same durable state behind a kill, and the runner
+/// recovers from its durable state, so they walk the same recovery path;
+/// the wave's room goes to cutting those recoveries (`recuts`). The first
+/// and last boundary of a segment are always kept, and the one drawn by
+/// `seed` between them changes with the seed. Storage faults, controller
+/// actions and the clean cell are never trimmed.
+pub fn trim_by_segment(
+    cells: Vec<Vec<crate::model::Event>>,
+    boundaries: &[Boundary],
+    seed: u64,
+) -> Vec<Vec<crate::model::Event>> {
+    use std::collections::BTreeMap;
+    let segment_of = |c: &Cut| boundaries.iter().find(|b| &b.cut == c).map(|b| b.segment);
+    // Per (segment, fault): the boundaries in clean-run order.
+    let mut members: BTreeMap<(usize, Fault), Vec<usize>> = BTreeMap::new();
+    let order = |c: &Cut| boundaries.iter().position(|b| &b.cut == c);
+    for events in &cells {
+        if let [e] = events.as_slice()
+            && e.fault.is_process()
+            && let (Some(seg), Some(at)) = (segment_of(&e.cut), order(&e.cut))
+        {
+            members.entry((seg, e.fault)).or_default().push(at);
+        }
+    }
+    let mut keep: std::collections::HashSet<(usize, Fault)> = Default::default();
+    for ((seg, fault), mut at) in members {
+        at.sort_unstable();
+        let (first, last) = (at[0], at[at.len() - 1]);
+        keep.insert((first, fault));
+        keep.insert((last, fault));
+        if at.len() > 2 {
+            let inner = &at[1..at.len() - 1];
+            let pick = mix(seed ^ (seg as u64) ^ ((fault as u64) << 32)) as usize % inner.len();
+            keep.insert((inner[pick], fault));
+        }
+    }
+    cells
+        .into_iter()
+        .filter(|events| match events.as_slice() {
+            [e] if e.fault.is_process() => order(&e.cut).is_none_or(|at| keep.contains(&(at, e.fault))),
+            _ => true,
+        })
+        .collect()
 }
 
 /// The result of discovery.
@@ -57,7 +120,11 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
     let hits = cutpoint::trace_read(&trace)?;
     let mut boundaries: Vec<Boundary> = Vec::new();
     let alive = provider_alive_at(&hits);
+    let mut segment = 0;
     for (h, provider_alive) in hits.into_iter().zip(alive) {
+        if is_durable_write(&h.point) {
+            segment += 1;
+        }
         let cut = Cut {
             point: h.point.clone(),
             n: h.n,
@@ -66,6 +133,7 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
             continue;
         }
         boundaries.push(Boundary {
+            segment,
             cut,
             role: h.role,
             provider_alive,
@@ -152,6 +220,7 @@ pub fn discover_after(
             },
             role: h.role.clone(),
             provider_alive: alive,
+            segment: 0,
         });
     }
     Ok(out)

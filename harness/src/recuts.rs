@@ -50,19 +50,18 @@ pub struct Reach {
 }
 
 /// The key that makes two stage-1 cells one path: the profile, the path
-/// and the scenario's case (the steps decide which work waits behind the
-/// recovery: a queued follow-up, a Retry).
-fn path_key(r: &CellResult) -> Option<(String, String, String)> {
+/// and the scenario's shape (its steps decide which work waits behind the
+/// recovery: a follow-up queued during the turn, a Retry after a failure).
+fn path_key(scenarios: &[Scenario], r: &CellResult) -> Option<(String, String, String)> {
     let id = &r.spec.scenario_id;
-    let profile = scenario::profile_of(id).to_owned();
-    let case = id.rsplit('.').next().unwrap_or_default().to_owned();
-    Some((profile, case, r.outcome.path.clone()))
+    let (s, profile) = scenario::find(scenarios, id)?;
+    Some((profile, s.shape(), r.outcome.path.clone()))
 }
 
 /// The representatives of the paths walked by `stage1`'s one-cut cells:
-/// per profile, case and path, the first cell in cell order that reached
-/// its cut.
-pub fn representatives(stage1: &[CellResult]) -> Vec<Representative> {
+/// per profile, scenario shape and path, the first cell in cell order that
+/// reached its cut.
+pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Representative> {
     let mut cells: Vec<&CellResult> = stage1
         .iter()
         .filter(|r| r.spec.depth() == 1 && r.outcome.reached_cut)
@@ -71,7 +70,7 @@ pub fn representatives(stage1: &[CellResult]) -> Vec<Representative> {
     crate::model::sort_cells(&mut cells, |r| &r.spec.cell_id);
     let mut seen: BTreeMap<(String, String, String), Representative> = BTreeMap::new();
     for r in cells {
-        let (Some(key), Some(first)) = (path_key(r), r.spec.schedule()) else {
+        let (Some(key), Some(first)) = (path_key(scenarios, r), r.spec.schedule()) else {
             continue;
         };
         seen.entry(key).or_insert_with(|| Representative {
@@ -81,7 +80,22 @@ pub fn representatives(stage1: &[CellResult]) -> Vec<Representative> {
             cell_id: r.spec.cell_id.clone(),
         });
     }
-    seen.into_values().collect()
+    let mut reps: Vec<Representative> = seen.into_values().collect();
+    reps.sort_by(|a, b| crate::model::cell_id_key(&a.cell_id).cmp(&crate::model::cell_id_key(&b.cell_id)));
+    reps
+}
+
+/// Whether a boundary of a recovery is cut: every boundary but those that
+/// only carry a message already decided elsewhere — a provider's
+/// notification (`*.notified`) or response (`*.responded`), the runner's
+/// receipt of them (`runner.<protocol>.*.received`) — whose kill leaves
+/// the same state as the write or request next to it.
+pub fn cut_in_recovery(b: &Boundary) -> bool {
+    let p = b.cut.point.as_str();
+    let runner_receipt = p.starts_with("runner.")
+        && p.ends_with(".received")
+        && !p.starts_with("runner.write.");
+    !(p.ends_with(".notified") || p.ends_with(".responded") || runner_receipt)
 }
 
 /// The recovery after the first event: its boundaries up to the second
@@ -97,7 +111,7 @@ pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
         .filter(|(_, b)| accepted(b))
         .nth(1)
         .map_or(after.len(), |(i, _)| i + 1);
-    let mut out: Vec<&Boundary> = after[..end].iter().collect();
+    let mut out: Vec<&Boundary> = after[..end].iter().filter(|b| cut_in_recovery(b)).collect();
     if let Some(r) = after[end..]
         .iter()
         .position(|b| b.cut.point == "runner.write.retry_admitted")
@@ -107,20 +121,21 @@ pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
             .iter()
             .position(|b| accepted(&b))
             .map_or(after.len(), |i| from + i + 1);
-        out.extend(&after[from..to]);
+        out.extend(after[from..to].iter().filter(|b| cut_in_recovery(b)));
     }
     out
 }
 
 /// The second events at boundary `b`: `kill-runner` everywhere,
-/// `kill-provider` where a provider is alive, `fail-write` at a
-/// before-write point.
+/// `kill-provider` at a provider's own boundary (a provider killed while
+/// the runner works is lost at the provider's next boundary anyway),
+/// `fail-write` at a before-write point.
 pub fn second_faults(b: &Boundary) -> Vec<Fault> {
     let write = b.cut.point.starts_with(WRITE_POINTS);
     let mut out = vec![Fault::KillRunner];
     if write {
         out.push(Fault::FailWrite);
-    } else if b.provider_alive {
+    } else if b.role != "runner" && b.provider_alive {
         out.push(Fault::KillProvider);
     }
     out
@@ -137,7 +152,7 @@ pub fn recovery_cells(
     first_number: usize,
     jobs: usize,
 ) -> (Vec<CellSpec>, Reach) {
-    let reps = representatives(stage1);
+    let reps = representatives(scenarios, stage1);
     let traced = discover_all(env, scenarios, &reps, jobs);
     let mut reach = Reach::default();
     let mut cells: Vec<(String, Vec<Event>)> = Vec::new();
@@ -279,6 +294,7 @@ mod tests {
 
     fn b(point: &str, n: u64, alive: bool) -> Boundary {
         Boundary {
+            segment: 0,
             cut: Cut {
                 point: point.into(),
                 n,
@@ -298,6 +314,8 @@ mod tests {
             b("runner.provider_identity.persisted", 1, true),
             b("runner.turn_accepted.persisted", 1, true),
             b("codex.item.recorded", 1, true),
+            b("codex.item_completed.notified", 1, true),
+            b("runner.codex.item_completed.received", 1, true),
             b("runner.turn_accepted.persisted", 2, true),
             b("runner.run_settled.persisted", 1, false),
             b("runner.write.retry_admitted", 1, false),
@@ -319,6 +337,7 @@ mod tests {
             ]
         );
         assert_eq!(span(&after[..3]).len(), 3, "no second acceptance: to the end");
+        assert_eq!(span(&after[..5]).len(), 3, "notifications and their receipt are not cut");
     }
 
     #[test]
@@ -333,6 +352,10 @@ mod tests {
         );
         assert_eq!(
             second_faults(&b("runner.run_settled.persisted", 1, false)),
+            [Fault::KillRunner]
+        );
+        assert_eq!(
+            second_faults(&b("runner.turn_accepted.persisted", 1, true)),
             [Fault::KillRunner]
         );
     }

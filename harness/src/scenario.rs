@@ -125,7 +125,20 @@ impl Scenario {
         format!("{}.{profile}.{}.{}", self.suite, self.location, self.case)
     }
 
-    /// Every scenario id of this file.
+    /// What the controller does, step by step (`submit,follow-up@TurnActive,await,retry@FailedClosed`):
+    /// two scenarios with one shape leave the same work waiting behind a
+    /// recovery.
+    pub fn shape(&self) -> String {
+        let step = |s: &Step| match s {
+            Step::Submit { .. } => "submit".to_owned(),
+            Step::FollowUp { when, .. } => format!("follow-up@{when:?}"),
+            Step::Await(_) => "await".to_owned(),
+            Step::Retry { when, .. } => format!("retry@{when:?}"),
+        };
+        self.steps.iter().map(step).collect::<Vec<_>>().join(",")
+    }
+
+    /// The scenario ids of this file: one per profile.
     pub fn ids(&self) -> Vec<String> {
         self.profiles.iter().map(|p| self.id(p)).collect()
     }

@@ -107,6 +107,10 @@ pub fn plan_cells(
                     .collect()
             })
             .collect();
+        if f.scenario.cut == crate::scenario::CutSelection::EveryBoundary && reach.recuts {
+            let seed = plan::cell_seed(wave_seed ^ 0x7217, f.id);
+            cells = plan::trim_by_segment(cells, &d.boundaries, seed);
+        }
         let depth1 = cells.len();
         if reach.depth1_only {
             cells.retain(|events| events.iter().all(|e| Fault::DEFAULT.contains(&e.fault)));
@@ -606,6 +610,7 @@ pub fn run_config(env: &CellEnv, scenarios: &[Scenario]) -> RunConfig {
         hang_idle_timeout_ms: env.hang_idle_timeout_ms,
         cell_wait_ms: env.wait_ms,
         depth1_only: !env.recut,
+        stress: env.stress,
         scenarios: scenarios_arg(env),
         scenario_files: scenarios
             .iter()

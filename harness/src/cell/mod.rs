@@ -67,6 +67,8 @@ pub struct CellEnv {
     pub keep: bool,
     /// Apply a scenario's `recut` (off in a depth-1-only wave).
     pub recut: bool,
+    /// `--stress N`, recorded with the wave.
+    pub stress: usize,
 }
 
 impl CellEnv {
@@ -82,6 +84,7 @@ impl CellEnv {
             scenarios_dir: scenarios_dir.to_owned(),
             keep: false,
             recut: true,
+            stress: 0,
         }
     }
 }
