@@ -29,4 +29,5 @@ pub mod scenario;
 pub mod stress;
 pub mod supervisor;
 pub mod tempdirs;
+pub mod timing;
 pub mod wave;

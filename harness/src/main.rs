@@ -367,7 +367,10 @@ fn main() {
         let self_cmd = vec![exe.into_os_string(), OsString::from("fake-provider")];
         std::process::exit(fake_provider::cli::main(forwarded, self_cmd));
     }
-    if args.get(1).is_some_and(|a| a == harness::stress::WORKER_ARG) {
+    if args
+        .get(1)
+        .is_some_and(|a| a == harness::stress::WORKER_ARG)
+    {
         harness::stress::work();
     }
     if args.get(1).is_some_and(|a| a == "runnerd") {
@@ -420,7 +423,11 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
     let stress = harness::stress::Stress::start(exe, common.stress)
         .map_err(|e| harness_err(format!("failed to start --stress workers: {e}")))?;
     if stress.workers() > 0 {
-        eprintln!("turncut: --stress {}: {} busy workers beside the cells", common.stress, stress.workers());
+        eprintln!(
+            "turncut: --stress {}: {} busy workers beside the cells",
+            common.stress,
+            stress.workers()
+        );
     }
     match cli.command {
         Command::Runnerd { .. } | Command::FakeProvider { .. } => {

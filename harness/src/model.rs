@@ -380,6 +380,24 @@ pub struct CellResult {
     /// the first attempt); the result is the second attempt's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retried: Option<String>,
+    /// Timing reruns: the cell failed in a shape only timing produces and
+    /// ran again with longer timeouts (`timing`); the result is the last
+    /// attempt's. Never quiet: every report shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reruns: Vec<Rerun>,
+}
+
+/// One timing rerun of a cell: why, and the timeouts it ran with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rerun {
+    /// What looked like timing (`timing::timing_shape`).
+    pub why: String,
+    /// The runner's idle timeout of the rerun.
+    pub idle_timeout_ms: u64,
+    /// The hang cells' idle timeout of the rerun.
+    pub hang_idle_timeout_ms: u64,
+    /// The cell's wait deadline of the rerun.
+    pub cell_wait_ms: u64,
 }
 
 /// How the cells of a wave ran, recorded so that `turncut replay` runs a

@@ -249,8 +249,7 @@ fn run_row(
         first_number: next_number(cells),
         budget: sel.budget,
     });
-    let (finished, _) =
-        crate::recuts::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
+    let (finished, _) = crate::recuts::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
     let mut row = Row {
         bug: bug.to_owned(),
         profile: profile.to_owned(),

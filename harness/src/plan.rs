@@ -80,7 +80,9 @@ pub fn trim_by_segment(
     cells
         .into_iter()
         .filter(|events| match events.as_slice() {
-            [e] if e.fault.is_process() => order(&e.cut).is_none_or(|at| keep.contains(&(at, e.fault))),
+            [e] if e.fault.is_process() => {
+                order(&e.cut).is_none_or(|at| keep.contains(&(at, e.fault)))
+            }
             _ => true,
         })
         .collect()

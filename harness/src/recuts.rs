@@ -81,7 +81,9 @@ pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Rep
         });
     }
     let mut reps: Vec<Representative> = seen.into_values().collect();
-    reps.sort_by(|a, b| crate::model::cell_id_key(&a.cell_id).cmp(&crate::model::cell_id_key(&b.cell_id)));
+    reps.sort_by(|a, b| {
+        crate::model::cell_id_key(&a.cell_id).cmp(&crate::model::cell_id_key(&b.cell_id))
+    });
     reps
 }
 
@@ -92,9 +94,8 @@ pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Rep
 /// the same state as the write or request next to it.
 pub fn cut_in_recovery(b: &Boundary) -> bool {
     let p = b.cut.point.as_str();
-    let runner_receipt = p.starts_with("runner.")
-        && p.ends_with(".received")
-        && !p.starts_with("runner.write.");
+    let runner_receipt =
+        p.starts_with("runner.") && p.ends_with(".received") && !p.starts_with("runner.write.");
     !(p.ends_with(".notified") || p.ends_with(".responded") || runner_receipt)
 }
 
@@ -187,12 +188,7 @@ pub fn recovery_cells(
         .into_iter()
         .enumerate()
         .map(|(i, (id, events))| {
-            plan::schedule_cell(
-                wave_seed,
-                format!("t{:03}", first_number + i),
-                id,
-                &events,
-            )
+            plan::schedule_cell(wave_seed, format!("t{:03}", first_number + i), id, &events)
         })
         .collect();
     (specs, reach)
@@ -231,7 +227,9 @@ pub fn run_stages(
         recovery_cells(env, scenarios, &stage1, s2.wave_seed, s2.first_number, jobs);
     let more = plan::sample(more, s2.budget, s2.wave_seed);
     eprintln!("{}", reach.summary(more.len()));
-    finished.extend(crate::wave::run_cells_until(env, scenarios, &more, jobs, stop));
+    finished.extend(crate::wave::run_cells_until(
+        env, scenarios, &more, jobs, stop,
+    ));
     (finished, Some(reach))
 }
 
@@ -336,8 +334,16 @@ mod tests {
                 "runner.turn_accepted.persisted#3",
             ]
         );
-        assert_eq!(span(&after[..3]).len(), 3, "no second acceptance: to the end");
-        assert_eq!(span(&after[..5]).len(), 3, "notifications and their receipt are not cut");
+        assert_eq!(
+            span(&after[..3]).len(),
+            3,
+            "no second acceptance: to the end"
+        );
+        assert_eq!(
+            span(&after[..5]).len(),
+            3,
+            "notifications and their receipt are not cut"
+        );
     }
 
     #[test]

@@ -265,6 +265,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
                 reproduce: String::new(),
                 error: Some(format!("unknown scenario id {}", spec.scenario_id)),
                 retried: None,
+                reruns: Vec::new(),
             },
             evidence: None,
             timeline: String::new(),
@@ -275,6 +276,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
         run = run_cell(env, s, &profile, spec);
         run.result.retried = Some("the armed cut was not reached on the first attempt".into());
     }
+    let run = crate::timing::run_with_reruns(env, s, &profile, spec, run);
     let timeline = run.evidence.timeline();
     let evidence = (run.result.verdict != Verdict::Pass).then_some(run.evidence);
     Finished {
@@ -309,8 +311,7 @@ pub enum StopAfter {
 /// ran it whole: a catch. A harness error or an unreached cut never is.
 pub fn caught(r: &CellResult) -> bool {
     r.error.is_none()
-        && r
-            .oracles
+        && r.oracles
             .iter()
             .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
 }
@@ -780,6 +781,7 @@ mod tests {
                 reproduce: String::new(),
                 error: None,
                 retried: None,
+                reruns: Vec::new(),
             },
             evidence: None,
             timeline: String::new(),

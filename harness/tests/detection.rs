@@ -38,7 +38,10 @@ fn seeded_runnerd() -> Option<PathBuf> {
 fn run_cell(id: &str, cell: &[&str], runner: Option<(&PathBuf, &str)>) -> Value {
     let out = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(exe());
-    cmd.args(["run", id]).args(cell).arg("--out").arg(out.path());
+    cmd.args(["run", id])
+        .args(cell)
+        .arg("--out")
+        .arg(out.path());
     if let Some((bin, bug)) = runner {
         cmd.arg("--runner-cmd")
             .arg(bin)
@@ -58,7 +61,11 @@ fn run_cell(id: &str, cell: &[&str], runner: Option<(&PathBuf, &str)>) -> Value 
     assert_eq!(cells.len(), 1, "one cell: {wave}");
     let c = cells[0].clone();
     let pass = c["verdict"] == "pass";
-    assert_eq!(status.success(), pass, "exit status follows the verdict: {c}");
+    assert_eq!(
+        status.success(),
+        pass,
+        "exit status follows the verdict: {c}"
+    );
     c
 }
 
@@ -89,7 +96,12 @@ fn row_1_a_retry_that_re_sends_a_queued_prompt_runs_it_twice() {
     caught(
         "retry-resends-queued",
         "restart-chaos.runner-codex.local.storage-faults",
-        &["--cut", "runner.write.conversation#1", "--fault", "fail-write"],
+        &[
+            "--cut",
+            "runner.write.conversation#1",
+            "--fault",
+            "fail-write",
+        ],
         "no-replay.turn",
         "the same message ran 2 times",
     );
@@ -111,7 +123,12 @@ fn row_2b_acceptance_is_judged_from_the_provider_side() {
     caught(
         "accept-at-turn-end",
         "everyday-workflows.runner-codex.local.single-task",
-        &["--cut", "runner.approval_answer.persisted#1", "--fault", "kill-runner"],
+        &[
+            "--cut",
+            "runner.approval_answer.persisted#1",
+            "--fault",
+            "kill-runner",
+        ],
         "contract",
         "acted on turn m1's output",
     );
@@ -122,7 +139,12 @@ fn row_3_a_native_turn_answered_before_the_cut_is_not_asked_again() {
     caught(
         "native-reasks-final",
         "everyday-workflows.runner-native-openai.local.single-task",
-        &["--cut", "runner.model_output.persisted#2", "--fault", "kill-runner"],
+        &[
+            "--cut",
+            "runner.model_output.persisted#2",
+            "--fault",
+            "kill-runner",
+        ],
         "contract",
         "recorded its final answer 2 times",
     );
@@ -133,7 +155,12 @@ fn row_4_a_message_left_queued_by_a_failed_run_is_named() {
     caught(
         "strand-silently",
         "everyday-workflows.runner-codex.local.recover-controller",
-        &["--cut", "runner.approval_intent.persisted#1", "--fault", "kill-provider"],
+        &[
+            "--cut",
+            "runner.approval_intent.persisted#1",
+            "--fault",
+            "kill-provider",
+        ],
         "no-loss",
         "no message.stranded event names it",
     );

@@ -362,6 +362,7 @@ fn judged(env: &CellEnv, spec: &CellSpec, ev: &Evidence, started: Instant) -> Ce
         reproduce: reproduce(env, spec),
         error: ev.harness_error.clone(),
         retried: None,
+        reruns: Vec::new(),
     }
 }
 
@@ -379,6 +380,7 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
             reproduce: reproduce(env, spec),
             error: Some(error.clone()),
             retried: None,
+            reruns: Vec::new(),
         },
         evidence: Evidence {
             harness_error: Some(error),

@@ -188,7 +188,30 @@ pub fn vacuity(e: &Evidence) -> OracleResult {
             ["actions".to_owned()],
         );
     }
+    if let Some(missed) = event_never_applied(e) {
+        j.unknown = Some(missed);
+    }
     j.done()
+}
+
+/// A later event that matched a hit of a process already gone and never
+/// came again (`cell::events::not_applied`): the schedule ran only in part.
+fn event_never_applied(e: &Evidence) -> Option<String> {
+    let not = e
+        .actions
+        .iter()
+        .filter(|a| a.what == "event.not-applied")
+        .find(|a| {
+            !e.actions.iter().any(|r| {
+                r.what == "event.reached"
+                    && r.at_ms >= a.at_ms
+                    && r.detail["event"] == a.detail["event"]
+            })
+        })?;
+    Some(format!(
+        "event {} ({}) matched a hit of pid {}, which was already gone, and never came again: the schedule was applied only in part",
+        not.detail["event"], not.detail["point"], not.detail["pid"]
+    ))
 }
 
 #[cfg(test)]

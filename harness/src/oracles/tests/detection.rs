@@ -292,3 +292,25 @@ fn every_expect_field_is_judged_on_a_clean_cell() {
     };
     assert_eq!(verdict(&judge(&e), "contract").0, Verdict::Pass);
 }
+
+#[test]
+fn a_later_event_that_met_a_dead_process_and_never_came_again_is_unknown() {
+    use crate::evidence::Action;
+    let mut e = good();
+    let act = |at_ms, what: &str, detail| Action {
+        at_ms,
+        what: what.into(),
+        detail,
+    };
+    e.actions.push(act(
+        5,
+        "event.not-applied",
+        json!({ "event": 2, "point": "runner.write.tool_executing", "pid": 42 }),
+    ));
+    let (v, m) = verdict(&judge(&e), "vacuity");
+    assert_eq!(v, Verdict::Unknown, "{m}");
+    assert!(m.contains("already gone"), "{m}");
+    e.actions
+        .push(act(9, "event.reached", json!({ "event": 2 })));
+    assert_eq!(verdict(&judge(&e), "vacuity").0, Verdict::Pass);
+}
