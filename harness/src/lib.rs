@@ -21,6 +21,7 @@ pub mod mutants;
 pub mod nemesis;
 pub mod oracles;
 pub mod plan;
+pub mod planner;
 pub mod real;
 pub mod recuts;
 pub mod report;

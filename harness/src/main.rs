@@ -78,6 +78,16 @@ const WAVE_EXAMPLES: &str = "Examples:
 
 Exit codes: 0 all pass, 1 a check failed, 2 bad input, 3 harness error.";
 
+const PLAN_EXAMPLES: &str = "Examples:
+  turncut plan --seed 7 --out plan.json          # prints the wave id
+  turncut wave --plan plan.json --shard 1/2 --out out/1
+  turncut wave --plan plan.json --shard 2/2 --out out/2
+  turncut report merge out/1 out/2 --out out/all
+
+The plan holds every cell, the runner command and the timeouts; a shard runs
+exactly its cells, whatever its machine's load, so the shards of one plan
+always merge. Exit codes: 0 planned, 2 bad input, 3 harness error.";
+
 const EXPLORE_EXAMPLES: &str = "Examples:
   turncut explore --time 10m                       # every scenario id
   turncut explore --time 2m --only runner-codex --seed 7
@@ -99,6 +109,10 @@ enum Command {
     /// Run the wave: every cut point × fault of every scenario.
     #[command(after_help = WAVE_EXAMPLES)]
     Wave(WaveArgs),
+    /// Plan a wave once, to run anywhere (`turncut wave --plan FILE
+    /// --shard I/N`): every cell, written to --out; prints the wave id.
+    #[command(after_help = PLAN_EXAMPLES)]
+    Plan(PlanArgs),
     /// Run random schedules of 1-4 events (kills, hangs, follow-ups,
     /// Retries, at boundaries relative to what happened before) until one
     /// fails or the time is up; a failing schedule is shrunk by proptest to
@@ -197,13 +211,16 @@ struct RunArgs {
 
 #[derive(Debug, Args)]
 struct WaveArgs {
-    /// Wave seed [default: from the clock; printed].
+    /// Run exactly the cells of this plan (`turncut plan --out FILE`): no
+    /// planning, whatever this machine's load; the selection options below
+    /// are the plan's.
     #[arg(long)]
-    seed: Option<u64>,
-    /// Run only N cells, sampled by seed.
-    #[arg(long, value_parser = at_least_one)]
-    budget: Option<u64>,
-    /// Run shard I of N (1-based), e.g. 2/4.
+    plan: Option<PathBuf>,
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Run shard I of N (1-based), e.g. 2/4: whole groups of scenario ids
+    /// (a profile and a scenario shape), so each shard derives its own
+    /// part of stage 2.
     #[arg(long)]
     shard: Option<String>,
     /// Parallel cells.
@@ -212,6 +229,25 @@ struct WaveArgs {
     /// Report directory [default: reports/out/<wave-id>].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Stop starting cells after N did not pass and write the partial
+    /// report (0: never).
+    #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]
+    max_fail: usize,
+    /// Run every cell N times and list the cells whose verdict or
+    /// recovery path differ (exit 1 if any); no reports are written.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+}
+
+/// What a wave runs: `turncut plan` and `turncut wave` take the same.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+struct SelectArgs {
+    /// Wave seed [default: from the clock; printed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run only N cells, sampled by seed.
+    #[arg(long, value_parser = at_least_one)]
+    budget: Option<u64>,
     /// Only scenario ids containing this (a real product's ids only when it
     /// names the profile, e.g. --only runner-codex-real).
     #[arg(long)]
@@ -221,16 +257,17 @@ struct WaveArgs {
     /// not installed is listed as skipped.
     #[arg(long)]
     real: bool,
-    /// Stop starting cells after N did not pass and write the partial
-    /// report (0: never).
-    #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]
-    max_fail: usize,
-    /// Run every cell N times and list the cells whose verdict or
-    /// recovery path differ (exit 1 if any); no reports are written.
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
     #[command(flatten)]
     reach: ReachArgs,
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Where to write the plan (JSON).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -300,7 +337,7 @@ struct CrashRoundArgs {
 }
 
 /// How far a wave reaches beyond one cut per cell.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
 struct ReachArgs {
     /// 2: the default wave (one-cut cells, scenarios' recuts, controller
     /// actions, depth-2 and schedule cells); 1: one process fault per cell
@@ -318,6 +355,41 @@ struct ReachArgs {
     /// Random schedules of 1-4 events per scenario id, drawn by the seed.
     #[arg(long, default_value_t = 2)]
     schedules: usize,
+}
+
+impl SelectArgs {
+    /// Whether any selection option was given (they are the plan's with
+    /// `--plan`).
+    fn given(&self) -> bool {
+        use clap::FromArgMatches as _;
+        let defaults = clap::Command::new("defaults");
+        let defaults = <SelectArgs as Args>::augment_args(defaults).get_matches_from(["defaults"]);
+        let defaults = SelectArgs::from_arg_matches(&defaults).expect("the defaults parse");
+        *self != defaults
+    }
+
+    /// The options as a command line, for a plan's `selection`.
+    fn command_line(&self, seed: u64) -> String {
+        let mut words = vec![format!("--seed {seed}")];
+        if let Some(b) = self.budget {
+            words.push(format!("--budget {b}"));
+        }
+        if let Some(o) = &self.only {
+            words.push(format!("--only {o}"));
+        }
+        if self.real {
+            words.push("--real".into());
+        }
+        let r = &self.reach;
+        words.push(format!(
+            "--depth {} --depth2 {} --schedules {}",
+            r.depth, r.depth2, r.schedules
+        ));
+        if r.no_recuts {
+            words.push("--no-recuts".into());
+        }
+        words.join(" ")
+    }
 }
 
 impl ReachArgs {
@@ -447,6 +519,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         Command::Boundaries { scenario_id } => cmd::list::boundaries(exe, &common, &scenario_id),
         Command::Run(args) => cmd::run::run(exe, &common, args),
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),
+        Command::Plan(args) => cmd::wave::plan(exe, &common, args),
         Command::Replay { cell } => cmd::replay::replay(exe, &common, &cell),
         Command::Explore(args) => cmd::explore::explore(exe, &common, &args),
         Command::Report {

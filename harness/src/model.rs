@@ -534,3 +534,48 @@ impl std::str::FromStr for ReplyExpect {
         }
     }
 }
+
+/// Format version of a plan file (`turncut plan`).
+pub const PLAN_FORMAT_VERSION: u32 = 1;
+
+/// A wave's plan, computed once and run anywhere (`turncut plan`, `turncut
+/// wave --plan`): every cell, how the cells run, and what planning found.
+/// Its wave id is a hash of what it runs, so the shards of one plan merge
+/// whatever each shard's machine did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Format version, [`PLAN_FORMAT_VERSION`].
+    pub v: u32,
+    /// The wave id: the seed and a hash of the cells, stage 2 and the
+    /// scenario sources.
+    pub wave_id: String,
+    /// The wave seed.
+    pub seed: u64,
+    /// How the cells run (runner command and arguments, timeouts,
+    /// scenarios, turncut version).
+    pub run: RunConfig,
+    /// SHA-256 of every scenario source the plan was made from, in order.
+    pub scenarios_sha256: String,
+    /// The selection options, as a command line (for people).
+    pub selection: String,
+    /// The cells, sampled, in cell order.
+    pub cells: Vec<CellSpec>,
+    /// Stage 2 (the recovery cuts of the paths the cells walk), if on.
+    pub stage2: Option<Stage2Plan>,
+    /// Scenario ids not run, with why (a real product missing, an id that
+    /// could not be planned).
+    pub skipped: Vec<Skipped>,
+    /// Clean traced runs of planning that the runner failed, judged like
+    /// cells (ids `p###`).
+    pub judged: Vec<CellResult>,
+    /// Per scenario id, the boundaries only some clean runs reached.
+    pub timing_dependent: Vec<(String, Vec<String>)>,
+}
+
+/// Stage 2 of a plan: which of its cells are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stage2Plan {
+    /// With `--budget`, the share of stage-2 cells kept (parts per million:
+    /// the share of stage-1 cells the budget kept).
+    pub keep_ppm: Option<u32>,
+}

@@ -134,8 +134,17 @@ pub fn run(
     // whose own planning cannot finish.
     let mut planned = BTreeMap::new();
     for (profile, ids) in &by_profile {
-        let cells = wave::plan_cells(&env, &scenarios, ids, PLAN_SEED, true, sel.reach)?;
-        planned.insert(profile.clone(), plan::sample(cells, sel.budget, PLAN_SEED));
+        let p = crate::planner::plan_cells(&env, &scenarios, ids, PLAN_SEED, true, sel.reach)?;
+        anyhow::ensure!(
+            p.judged.is_empty() && p.not_planned.is_empty(),
+            "the control runner could not plan {profile}: {:?} {:?}",
+            p.not_planned,
+            p.judged.iter().map(|r| r.spec.name()).collect::<Vec<_>>()
+        );
+        planned.insert(
+            profile.clone(),
+            plan::sample(p.cells, sel.budget, PLAN_SEED),
+        );
     }
     let control = std::iter::once(None);
     for bug in control.chain(selected.iter().map(Some)) {
@@ -144,16 +153,19 @@ pub fn run(
                 continue;
             }
             let bug = bug.map_or(CONTROL, |b| b.name);
-            let cells = if bug == CONTROL {
-                Ok(planned[profile].clone())
+            let (cells, judged) = if bug == CONTROL {
+                (planned[profile].clone(), Vec::new())
             } else {
-                plan_for(&env, &scenarios, sel, bug, &by_profile[profile])
+                plan_for(
+                    &env,
+                    &scenarios,
+                    sel,
+                    bug,
+                    &by_profile[profile],
+                    &planned[profile],
+                )?
             };
-            let cells = cells.unwrap_or_else(|e| {
-                    eprintln!("{bug} on {profile}: planning under the bug failed ({e:#}); running the control's cells");
-                    planned[profile].clone()
-                });
-            let row = run_row(&env, &scenarios, sel, bug, profile, &cells);
+            let row = run_row(&env, &scenarios, sel, bug, profile, &cells, judged);
             eprintln!(
                 "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
                 row.failing,
@@ -238,73 +250,92 @@ fn run_row(
     bug: &str,
     profile: &str,
     cells: &[crate::model::CellSpec],
+    judged: Vec<crate::model::CellResult>,
 ) -> Row {
     let mut env = env.clone();
     if bug != CONTROL {
         env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
     }
     let stop = (bug != CONTROL && !sel.full).then_some(wave::StopAfter::Caught(1));
-    let stage2 = (!sel.reach.depth1_only).then(|| crate::recuts::Stage2 {
+    let stage2 = (!sel.reach.depth1_only).then_some(crate::recuts::Stage2 {
         wave_seed: PLAN_SEED,
-        first_number: next_number(cells),
-        budget: sel.budget,
+        keep_ppm: None,
     });
-    let (finished, _) = crate::recuts::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
+    // A clean run the bug already failed in planning is its first catch.
+    let caught_in_planning = stop.is_some() && judged.iter().any(planning_catch);
+    let mut results: Vec<crate::model::CellResult> = judged;
+    if !caught_in_planning {
+        let (finished, _) =
+            crate::recuts::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
+        results.extend(finished.into_iter().map(|f| f.result));
+    }
+    tally(bug, profile, &results)
+}
+
+/// Whether a judged planning run caught the bug: the runner failed an
+/// oracle other than vacuity in its clean run (its harness error is the
+/// deadline the stranded task never met).
+fn planning_catch(r: &crate::model::CellResult) -> bool {
+    r.oracles
+        .iter()
+        .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
+}
+
+/// One bug × profile row from its cells' results: what caught it. A
+/// harness error is no catch (a judged planning run is: `p###`).
+fn tally(bug: &str, profile: &str, results: &[crate::model::CellResult]) -> Row {
     let mut row = Row {
         bug: bug.to_owned(),
         profile: profile.to_owned(),
-        cells: finished.len(),
+        cells: results.len(),
         caught_by: BTreeMap::new(),
         failing: 0,
         example: None,
     };
-    for f in finished
-        .iter()
-        .filter(|f| f.result.verdict != Verdict::Pass)
-    {
+    for r in results.iter().filter(|r| r.verdict != Verdict::Pass) {
         row.failing += 1;
-        if f.result.error.is_some() {
-            // A harness error is no catch, whatever the oracles said.
+        let planning = r.spec.cell_id.starts_with('p') && planning_catch(r);
+        if r.error.is_some() && !planning {
             *row.caught_by.entry("harness-error".into()).or_default() += 1;
             continue;
         }
-        if wave::caught(&f.result) {
-            row.example.get_or_insert_with(|| f.result.spec.name());
-        }
-        for o in f
-            .result
-            .oracles
-            .iter()
-            .filter(|o| o.verdict == Verdict::Fail)
-        {
+        row.example.get_or_insert_with(|| r.spec.name());
+        for o in r.oracles.iter().filter(|o| o.verdict == Verdict::Fail) {
             *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
         }
     }
     row
 }
 
-/// The number after every cell of `cells` (stage 2 numbers on from it).
-fn next_number(cells: &[crate::model::CellSpec]) -> usize {
-    cells
-        .iter()
-        .filter_map(|c| c.cell_id.trim_start_matches('t').parse::<usize>().ok())
-        .max()
-        .unwrap_or(0)
-        + 1
-}
-
-/// The cells of `ids` planned against the runner with `bug` seeded.
+/// The cells of `ids` planned against the runner with `bug` seeded, as a
+/// wave plans against the runner it tests, and the clean traced runs the
+/// bug failed (judged like cells: a catch). An id the bug kept from being
+/// planned for another reason runs the control's cells (`control`).
 fn plan_for(
     env: &CellEnv,
     scenarios: &[scenario::Scenario],
     sel: &Selection<'_>,
     bug: &str,
     ids: &[String],
-) -> anyhow::Result<Vec<crate::model::CellSpec>> {
+    control: &[crate::model::CellSpec],
+) -> anyhow::Result<(Vec<crate::model::CellSpec>, Vec<crate::model::CellResult>)> {
     let mut env = env.clone();
     env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
-    let cells = wave::plan_cells(&env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
-    Ok(plan::sample(cells, sel.budget, PLAN_SEED))
+    let p = crate::planner::plan_cells(&env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
+    let mut cells = plan::sample(p.cells, sel.budget, PLAN_SEED);
+    for skipped in &p.not_planned {
+        eprintln!(
+            "{bug}: {} not planned under the bug ({}); running the control's cells for it",
+            skipped.scenario_id, skipped.reason
+        );
+        cells.extend(
+            control
+                .iter()
+                .filter(|c| c.scenario_id == skipped.scenario_id)
+                .cloned(),
+        );
+    }
+    Ok((cells, p.judged))
 }
 
 /// The seed the mutants' cells are planned and sampled with.

@@ -103,9 +103,36 @@ pub struct Discovery {
     pub clean_timeline: Vec<String>,
 }
 
+/// A clean traced run that could not give boundaries: why, and the run's
+/// judged result when it ran (a runner that strands its task fails its
+/// oracles here as in any cell).
+#[derive(Debug)]
+pub struct DiscoveryFailed {
+    /// What went wrong.
+    pub message: String,
+    /// The run's result, when it ran.
+    pub result: Option<Box<crate::model::CellResult>>,
+}
+
+impl std::fmt::Display for DiscoveryFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DiscoveryFailed {}
+
 /// Runs `scenario` once, clean, with tracing, and lists its boundaries.
-pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Result<Discovery> {
-    let dir = crate::tempdirs::tempdir("trace")?;
+pub fn discover(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+) -> Result<Discovery, DiscoveryFailed> {
+    let failed = |message: String| DiscoveryFailed {
+        message,
+        result: None,
+    };
+    let dir = crate::tempdirs::tempdir("trace").map_err(|e| failed(e.to_string()))?;
     let trace = dir.path().join("trace.jsonl");
     let spec = CellSpec {
         cell_id: "discovery".into(),
@@ -117,9 +144,12 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
     };
     let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
     if let Some(e) = &run.result.error {
-        anyhow::bail!("the clean traced run of {} failed: {e}", spec.scenario_id);
+        return Err(DiscoveryFailed {
+            message: format!("the clean traced run of {} failed: {e}", spec.scenario_id),
+            result: Some(Box::new(run.result)),
+        });
     }
-    let hits = cutpoint::trace_read(&trace)?;
+    let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
     let mut boundaries: Vec<Boundary> = Vec::new();
     let alive = provider_alive_at(&hits);
     let mut segment = 0;

@@ -49,30 +49,56 @@ pub struct Reach {
     pub undiscovered: Vec<(String, String)>,
 }
 
-/// The key that makes two stage-1 cells one path: the profile, the path
-/// and the scenario's shape (its steps decide which work waits behind the
-/// recovery: a follow-up queued during the turn, a Retry after a failure).
-fn path_key(scenarios: &[Scenario], r: &CellResult) -> Option<(String, String, String)> {
-    let id = &r.spec.scenario_id;
-    let (s, profile) = scenario::find(scenarios, id)?;
-    Some((profile, s.shape(), r.outcome.path.clone()))
+/// How much work a scenario's steps leave waiting behind a recovery: a
+/// follow-up sent during the turn or at once, a Retry, a follow-up after
+/// the task settled. A path's representative comes from the scenario that
+/// leaves the most, so its recovery cuts reach that work too (a Retry that
+/// re-sends an answered message while a follow-up waits needs one).
+fn waiting_work(s: &Scenario) -> usize {
+    s.steps
+        .iter()
+        .map(|step| match step {
+            scenario::Step::FollowUp {
+                when: scenario::FollowUpWhen::Settled,
+                ..
+            } => 1,
+            scenario::Step::FollowUp { .. } => 2,
+            scenario::Step::Retry { .. } => 1,
+            _ => 0,
+        })
+        .sum()
 }
 
 /// The representatives of the paths walked by `stage1`'s one-cut cells:
-/// per profile, scenario shape and path, the first cell in cell order that
-/// reached its cut.
+/// per profile and path, the first cell (in cell order) of the scenario
+/// that leaves the most work waiting ([`waiting_work`]) among the cells that
+/// walked it and reached their cut. The count grows with the paths, not
+/// with the boundaries or the scenarios.
 pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Representative> {
-    let mut cells: Vec<&CellResult> = stage1
+    let mut cells: Vec<(&CellResult, usize)> = stage1
         .iter()
         .filter(|r| r.spec.depth() == 1 && r.outcome.reached_cut)
         .filter(|r| !r.outcome.path.is_empty() && r.outcome.path != "unknown")
+        .filter_map(|r| {
+            let (s, _) = scenario::find(scenarios, &r.spec.scenario_id)?;
+            Some((r, waiting_work(s)))
+        })
         .collect();
-    crate::model::sort_cells(&mut cells, |r| &r.spec.cell_id);
-    let mut seen: BTreeMap<(String, String, String), Representative> = BTreeMap::new();
-    for r in cells {
-        let (Some(key), Some(first)) = (path_key(scenarios, r), r.spec.schedule()) else {
+    cells.sort_by(|(a, wa), (b, wb)| {
+        wb.cmp(wa).then_with(|| {
+            crate::model::cell_id_key(&a.spec.cell_id)
+                .cmp(&crate::model::cell_id_key(&b.spec.cell_id))
+        })
+    });
+    let mut seen: BTreeMap<(String, String), Representative> = BTreeMap::new();
+    for (r, _) in cells {
+        let Some(first) = r.spec.schedule() else {
             continue;
         };
+        let key = (
+            scenario::profile_of(&r.spec.scenario_id).to_owned(),
+            r.outcome.path.clone(),
+        );
         seen.entry(key).or_insert_with(|| Representative {
             scenario_id: r.spec.scenario_id.clone(),
             first: first[0].clone(),
@@ -99,28 +125,42 @@ pub fn cut_in_recovery(b: &Boundary) -> bool {
     !(p.ends_with(".notified") || p.ends_with(".responded") || runner_receipt)
 }
 
-/// The recovery after the first event: its boundaries up to the second
-/// turn accepted after the event (the recovered turn, then the next one,
-/// so the work waiting behind the recovery is cut too) or the end; and,
-/// when a Retry is admitted later, its boundaries from its admission to
-/// its first accepted turn.
+/// The recovery after the first event, as the boundaries to cut: every
+/// boundary ([`cut_in_recovery`]) up to the first turn accepted after the
+/// event (the recovered turn: the restart, the lookup, the decision and
+/// its writes, the continuation or re-send), then the runner's writes up to
+/// the second acceptance (the next message's turn, whose intent may fail
+/// after the recovery); and, when a Retry is admitted later, every boundary
+/// from its admission to its first accepted turn (stop proof, fresh
+/// conversation, first turn).
 pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
-    let accepted = |b: &&Boundary| b.cut.point == "runner.turn_accepted.persisted";
-    let end = after
+    let accepted = |b: &Boundary| b.cut.point == "runner.turn_accepted.persisted";
+    let nth_accepted = |n: usize| {
+        after
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| accepted(b))
+            .nth(n)
+            .map_or(after.len(), |(i, _)| i + 1)
+    };
+    let (first, second) = (nth_accepted(0), nth_accepted(1));
+    let mut out: Vec<&Boundary> = after[..first]
         .iter()
-        .enumerate()
-        .filter(|(_, b)| accepted(b))
-        .nth(1)
-        .map_or(after.len(), |(i, _)| i + 1);
-    let mut out: Vec<&Boundary> = after[..end].iter().filter(|b| cut_in_recovery(b)).collect();
-    if let Some(r) = after[end..]
+        .filter(|b| cut_in_recovery(b))
+        .collect();
+    out.extend(
+        after[first..second]
+            .iter()
+            .filter(|b| b.cut.point.starts_with(WRITE_POINTS)),
+    );
+    if let Some(r) = after[second..]
         .iter()
         .position(|b| b.cut.point == "runner.write.retry_admitted")
     {
-        let from = end + r;
+        let from = second + r;
         let to = after[from..]
             .iter()
-            .position(|b| accepted(&b))
+            .position(accepted)
             .map_or(after.len(), |i| from + i + 1);
         out.extend(after[from..to].iter().filter(|b| cut_in_recovery(b)));
     }
@@ -142,21 +182,22 @@ pub fn second_faults(b: &Boundary) -> Vec<Fault> {
     out
 }
 
-/// The stage-2 cells of `stage1`, numbered after `first_number - 1`, with
-/// what they reach. The traced runs of the representatives run on `jobs`
+/// The stage-2 cells of `stage1`, with what they reach. A stage-2 cell is
+/// named after its representative: `t042.7` is the seventh recovery cut of
+/// `t042`'s path, the same name in every shard and every run that picks
+/// the same representative. The traced runs of the representatives run on `jobs`
 /// threads.
 pub fn recovery_cells(
     env: &CellEnv,
     scenarios: &[Scenario],
     stage1: &[CellResult],
     wave_seed: u64,
-    first_number: usize,
     jobs: usize,
 ) -> (Vec<CellSpec>, Reach) {
     let reps = representatives(scenarios, stage1);
     let traced = discover_all(env, scenarios, &reps, jobs);
     let mut reach = Reach::default();
-    let mut cells: Vec<(String, Vec<Event>)> = Vec::new();
+    let mut cells: Vec<(String, String, Vec<Event>)> = Vec::new();
     for (rep, after) in reps.iter().zip(traced) {
         let profile = scenario::profile_of(&rep.scenario_id).to_owned();
         let after = match after {
@@ -174,22 +215,20 @@ pub fn recovery_cells(
             .entry(profile)
             .or_default()
             .push((rep.path.clone(), span.len()));
-        for b in span {
-            for fault in second_faults(b) {
-                let second = Event {
-                    cut: b.cut.clone(),
-                    fault,
-                };
-                cells.push((rep.scenario_id.clone(), vec![rep.first.clone(), second]));
-            }
+        let seconds = span.iter().flat_map(|b| {
+            second_faults(b).into_iter().map(|fault| Event {
+                cut: b.cut.clone(),
+                fault,
+            })
+        });
+        for (k, second) in seconds.enumerate() {
+            let id = format!("{}.{}", rep.cell_id, k + 1);
+            cells.push((id, rep.scenario_id.clone(), vec![rep.first.clone(), second]));
         }
     }
     let specs = cells
         .into_iter()
-        .enumerate()
-        .map(|(i, (id, events))| {
-            plan::schedule_cell(wave_seed, format!("t{:03}", first_number + i), id, &events)
-        })
+        .map(|(cell_id, id, events)| plan::schedule_cell(wave_seed, cell_id, id, &events))
         .collect();
     (specs, reach)
 }
@@ -199,11 +238,17 @@ pub fn recovery_cells(
 pub struct Stage2 {
     /// The wave's seed (stage-2 cells are seeded by it and their names).
     pub wave_seed: u64,
-    /// The number of the first stage-2 cell (after every planned stage-1
-    /// cell, sampled or sharded away or not, so numbers never collide).
-    pub first_number: usize,
-    /// At most this many stage-2 cells, sampled by seed (`--budget`).
-    pub budget: Option<usize>,
+    /// With `--budget`, the share of stage-2 cells kept, in parts per
+    /// million: each cell is kept or not by its own seed, so a shard keeps
+    /// exactly its part of what the whole wave would.
+    pub keep_ppm: Option<u32>,
+}
+
+/// Whether stage-2 cell `c` is kept at `keep_ppm`.
+fn kept(c: &CellSpec, wave_seed: u64, keep_ppm: Option<u32>) -> bool {
+    keep_ppm.is_none_or(|ppm| {
+        plan::cell_seed(wave_seed ^ 0x2ec7, &c.name()) % 1_000_000 < u64::from(ppm)
+    })
 }
 
 /// Runs a wave's cells (stage 1) and then, unless stage 1 stopped early,
@@ -223,9 +268,11 @@ pub fn run_stages(
     };
     let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
     eprintln!("stage 2: tracing the recovery of each path the one-cut cells walked …");
-    let (more, reach) =
-        recovery_cells(env, scenarios, &stage1, s2.wave_seed, s2.first_number, jobs);
-    let more = plan::sample(more, s2.budget, s2.wave_seed);
+    let (more, reach) = recovery_cells(env, scenarios, &stage1, s2.wave_seed, jobs);
+    let more: Vec<CellSpec> = more
+        .into_iter()
+        .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
+        .collect();
     eprintln!("{}", reach.summary(more.len()));
     finished.extend(crate::wave::run_cells_until(
         env, scenarios, &more, jobs, stop,
@@ -251,6 +298,9 @@ impl Reach {
     }
 }
 
+/// A representative's traced recovery, or why it could not be traced.
+type Traced = Result<Vec<Boundary>, String>;
+
 /// The traced run of each representative's event, on `jobs` threads, in
 /// the representatives' order.
 fn discover_all(
@@ -258,10 +308,9 @@ fn discover_all(
     scenarios: &[Scenario],
     reps: &[Representative],
     jobs: usize,
-) -> Vec<Result<Vec<Boundary>, String>> {
+) -> Vec<Traced> {
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let out: std::sync::Mutex<Vec<Option<Result<Vec<Boundary>, String>>>> =
-        std::sync::Mutex::new(vec![None; reps.len()]);
+    let out: std::sync::Mutex<Vec<Option<Traced>>> = std::sync::Mutex::new(vec![None; reps.len()]);
     std::thread::scope(|s| {
         for _ in 0..jobs.max(1) {
             s.spawn(|| {
@@ -307,17 +356,20 @@ mod tests {
     }
 
     #[test]
-    fn the_span_ends_at_the_second_acceptance_and_takes_in_a_later_retry() {
+    fn the_span_is_the_recovered_turn_the_next_writes_and_a_later_retry() {
         let after = vec![
             b("runner.provider_identity.persisted", 1, true),
+            b("codex.thread_read.received", 1, true),
+            b("codex.thread_read.responded", 1, true),
             b("runner.turn_accepted.persisted", 1, true),
             b("codex.item.recorded", 1, true),
-            b("codex.item_completed.notified", 1, true),
-            b("runner.codex.item_completed.received", 1, true),
+            b("runner.write.turn_intent", 1, true),
+            b("runner.turn_intent.persisted", 1, true),
             b("runner.turn_accepted.persisted", 2, true),
             b("runner.run_settled.persisted", 1, false),
             b("runner.write.retry_admitted", 1, false),
             b("runner.retry_admitted.persisted", 1, false),
+            b("codex.item_completed.notified", 1, true),
             b("runner.turn_accepted.persisted", 3, true),
             b("runner.turn_completed.persisted", 1, true),
         ];
@@ -326,24 +378,15 @@ mod tests {
             got,
             [
                 "runner.provider_identity.persisted#1",
+                "codex.thread_read.received#1",
                 "runner.turn_accepted.persisted#1",
-                "codex.item.recorded#1",
-                "runner.turn_accepted.persisted#2",
+                "runner.write.turn_intent#1",
                 "runner.write.retry_admitted#1",
                 "runner.retry_admitted.persisted#1",
                 "runner.turn_accepted.persisted#3",
             ]
         );
-        assert_eq!(
-            span(&after[..3]).len(),
-            3,
-            "no second acceptance: to the end"
-        );
-        assert_eq!(
-            span(&after[..5]).len(),
-            3,
-            "notifications and their receipt are not cut"
-        );
+        assert_eq!(span(&after[..3]).len(), 2, "no acceptance: to the end");
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
 
 /// `env` with longer timeouts for a rerun, or `None` when they cannot grow:
 /// a hang cell's idle timeout is capped at the non-hang one.
-fn longer(env: &CellEnv, hangs: bool) -> CellEnv {
+pub fn longer(env: &CellEnv, hangs: bool) -> CellEnv {
     let mut e = env.clone();
     if hangs {
         e.hang_idle_timeout_ms = (env.hang_idle_timeout_ms * IDLE_FACTOR).min(env.idle_timeout_ms);

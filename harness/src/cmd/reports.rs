@@ -57,6 +57,8 @@ pub(super) struct Job<'a> {
     pub skipped: Vec<harness::model::Skipped>,
     /// The recovery cuts of the paths the cells walk (stage 2), if any.
     pub stage2: Option<harness::recuts::Stage2>,
+    /// Planning runs the runner failed, judged like cells.
+    pub judged: Vec<harness::model::CellResult>,
 }
 
 /// Runs the job's cells, writes the reports (with `out`) and prints the
@@ -73,7 +75,13 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
         max_fail.map(wave::StopAfter::NotPassing),
         job.stage2,
     );
-    let planned = job.planned.max(finished.len());
+    let mut finished = finished;
+    finished.extend(job.judged.iter().map(|r| wave::Finished {
+        result: r.clone(),
+        evidence: None,
+        timeline: String::new(),
+    }));
+    let planned = (job.planned + job.judged.len()).max(finished.len());
     let stopped = wave::stop_reason(planned, &finished, max_fail);
     let result = wave::wave_result(
         &wave::WaveMeta {

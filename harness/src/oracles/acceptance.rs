@@ -49,8 +49,7 @@ fn acted_turns(e: &Evidence) -> BTreeMap<String, (usize, u64)> {
         }
         let turn = starts
             .iter()
-            .filter(|s| s.line <= i && s.entry.generation == entry.generation)
-            .last()
+            .rfind(|s| s.line <= i && s.entry.generation == entry.generation)
             .and_then(|s| s.client_id.clone());
         if let Some(c) = turn {
             acted.entry(c).or_insert((i + 1, entry.ts_ms));

@@ -25,18 +25,36 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
     j.done()
 }
 
-/// What a primary turn started with client id `id` stands for: its
-/// content (`Evidence::content_of`), or the id itself when the content is
-/// not known.
+/// What a turn or effect under client id `id` stands for: for a Retry,
+/// which re-sends a stored text, that content; any other message stands for
+/// itself (two messages the harness sent with one text are two messages).
 fn stands_for(e: &Evidence, id: &str) -> String {
-    e.content_of(id).unwrap_or_else(|| format!("message {id}"))
+    match e.content_of(id).filter(|_| is_retry(e, id)) {
+        Some(text) => format!("text {text:?}"),
+        None => match e
+            .exchanges
+            .iter()
+            .find(|x| x.message_id == id && !x.text.is_empty())
+        {
+            Some(x) => format!("text {:?}", x.text),
+            None => format!("message {id}"),
+        },
+    }
 }
 
-/// The same content reaches the provider at most once per conversation,
-/// whatever id it carries: a Retry re-sends a message's text under its own
-/// id in a fresh conversation, and that message must not also run there
-/// under its own id (a Retry that re-sent a prompt still queued ran it
-/// twice, once as `r1` and once as `m1`, and every per-id check passed).
+/// Whether `id` is a Retry the harness sent.
+fn is_retry(e: &Evidence, id: &str) -> bool {
+    e.exchanges
+        .iter()
+        .any(|x| x.kind == "retry" && x.message_id == id)
+}
+
+/// A Retry's content reaches the provider at most once per conversation:
+/// a Retry re-sends a message's text under its own id in a fresh
+/// conversation, and that message must not also run there under its own id
+/// (a Retry that re-sent a prompt still queued ran it twice, once as `r1`
+/// and once as `m1`, and every per-id check passed). Two messages the
+/// harness sent with the same text are two messages.
 fn check_content_replay(j: &mut Judgement, e: &Evidence) {
     let mut by_content: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
     for t in e.provider_turns.iter().filter(|t| !t.continuation) {
@@ -49,12 +67,13 @@ fn check_content_replay(j: &mut Judgement, e: &Evidence) {
     }
     for ((thread, content), ids) in by_content {
         let mut distinct = ids.clone();
+        distinct.sort_unstable();
         distinct.dedup();
         // The same id twice is `check_recorded_turns`' finding.
-        if distinct.len() > 1 {
+        if distinct.len() > 1 && distinct.iter().any(|i| is_retry(e, i)) {
             j.fail(
                 format!(
-                    "the same message ran {} times in conversation {thread}, as {ids:?}: {content:?} (provider store)",
+                    "the same message ran {} times in conversation {thread}, as {ids:?}: {content} (provider store)",
                     ids.len()
                 ),
                 ids.iter().map(|i| format!("provider-turn:{i}")),
@@ -168,8 +187,13 @@ pub fn no_replay_effect(e: &Evidence) -> OracleResult {
             .push(i + 1);
     }
     for ((key, who, _), lines) in seen {
-        if lines.len() > 1 {
-            let by: Vec<&str> = lines.iter().map(|l| e.ledger[l - 1].by.as_str()).collect();
+        let by: Vec<&str> = lines.iter().map(|l| e.ledger[l - 1].by.as_str()).collect();
+        let mut distinct = by.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        // Two messages with one text may each run the effect once.
+        let replayed = distinct.len() == 1 || distinct.iter().any(|b| is_retry(e, b));
+        if lines.len() > 1 && replayed {
             j.fail(
                 format!(
                     "effect {key} ran {} times for {who:?} (by {by:?}; ledger lines {lines:?})",

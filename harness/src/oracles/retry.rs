@@ -174,17 +174,14 @@ fn resent_answered_before_queue(e: &Evidence, retry: &str) -> Option<String> {
         .filter(|t| t.message_id == resent)
         .map(|t| t.turn_row)
         .collect();
-    let last_end = e
-        .events
-        .iter()
-        .filter(|ev| ev["seq"].as_i64().unwrap_or(0) < seq)
-        .filter(|ev| matches!(ev["kind"].as_str(), Some("turn.finished" | "turn.failed")))
-        .filter(|ev| {
-            ev.pointer("/data/turn_row")
+    let last_end = e.events.iter().rfind(|ev| {
+        ev["seq"].as_i64().unwrap_or(0) < seq
+            && matches!(ev["kind"].as_str(), Some("turn.finished" | "turn.failed"))
+            && ev
+                .pointer("/data/turn_row")
                 .and_then(Value::as_i64)
                 .is_some_and(|r| rows.contains(&r))
-        })
-        .last()?;
+    })?;
     let queued = e.queued_before(seq);
     (last_end["kind"] == "turn.finished" && !queued.is_empty()).then(|| {
         format!(

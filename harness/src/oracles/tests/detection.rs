@@ -44,6 +44,23 @@ fn a_message_replayed_under_a_retry_id_in_one_conversation_is_caught() {
     assert_only_fails(&e, "no-replay.turn", "the same message ran 2 times");
     let e = retried_in("th-fresh");
     assert_eq!(verdict(&judge(&e), "no-replay.turn").0, Verdict::Pass);
+    // Two follow-ups the harness sent with one text are two messages.
+    let mut e = good();
+    for id in ["fx1", "fx2"] {
+        e.exchanges.push(exchange(
+            "follow_up",
+            id,
+            "Also add a CHANGELOG",
+            202,
+            json!({}),
+        ));
+        e.journal.push(turn_start(id, "Also add a CHANGELOG"));
+        e.provider_turns
+            .push(pturn(&format!("p{id}"), id, id, "completed", false));
+        e.ledger.push(ledger("write-changelog", id));
+    }
+    assert_eq!(verdict(&judge(&e), "no-replay.turn").0, Verdict::Pass);
+    assert_eq!(verdict(&judge(&e), "no-replay.effect").0, Verdict::Pass);
 }
 
 #[test]
