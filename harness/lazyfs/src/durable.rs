@@ -248,7 +248,8 @@ impl State {
             return;
         };
         node.lookups = node.lookups.saturating_sub(n);
-        if node.lookups > 0 || open || ino == ROOT || !node.stat().is_ok_and(|st| st.st_nlink == 0) {
+        if node.lookups > 0 || open || ino == ROOT || !node.stat().is_ok_and(|st| st.st_nlink == 0)
+        {
             return;
         }
         let path = self.path_of(ino);
@@ -352,7 +353,12 @@ impl State {
         Ok((ino, st))
     }
 
-    pub(crate) fn mkdir(&mut self, parent: Ino, name: &OsStr, mode: u32) -> io::Result<(Ino, FileStat)> {
+    pub(crate) fn mkdir(
+        &mut self,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+    ) -> io::Result<(Ino, FileStat)> {
         self.before_name_change(parent, None)?;
         let dir = self.dir_fd(parent)?;
         nix::sys::stat::mkdirat(dir, name, Mode::from_bits_truncate(mode))?;
@@ -367,7 +373,13 @@ impl State {
         self.created(fd)
     }
 
-    pub(crate) fn mknod(&mut self, parent: Ino, name: &OsStr, mode: u32, rdev: u32) -> io::Result<(Ino, FileStat)> {
+    pub(crate) fn mknod(
+        &mut self,
+        parent: Ino,
+        name: &OsStr,
+        mode: u32,
+        rdev: u32,
+    ) -> io::Result<(Ino, FileStat)> {
         let kind = SFlag::from_bits_truncate(mode & SFlag::S_IFMT.bits());
         if ![SFlag::S_IFREG, SFlag::S_IFIFO, SFlag::S_IFSOCK].contains(&kind) {
             return Err(io::Error::from_raw_os_error(libc::EPERM));
@@ -377,11 +389,21 @@ impl State {
         let perm = Mode::from_bits_truncate(mode);
         nix::sys::stat::mknodat(dir, name, kind, perm, rdev.into())?;
         let fd = o_path(dir, name)?;
-        nix::sys::stat::fchmodat(dir, name, perm, nix::sys::stat::FchmodatFlags::NoFollowSymlink)?;
+        nix::sys::stat::fchmodat(
+            dir,
+            name,
+            perm,
+            nix::sys::stat::FchmodatFlags::NoFollowSymlink,
+        )?;
         self.created(fd)
     }
 
-    pub(crate) fn symlink(&mut self, parent: Ino, name: &OsStr, target: &Path) -> io::Result<(Ino, FileStat)> {
+    pub(crate) fn symlink(
+        &mut self,
+        parent: Ino,
+        name: &OsStr,
+        target: &Path,
+    ) -> io::Result<(Ino, FileStat)> {
         self.before_name_change(parent, None)?;
         let dir = self.dir_fd(parent)?;
         nix::unistd::symlinkat(target, dir, name)?;
@@ -390,7 +412,12 @@ impl State {
     }
 
     /// A new name for `ino` (a hard link).
-    pub(crate) fn link(&mut self, ino: Ino, parent: Ino, name: &OsStr) -> io::Result<(Ino, FileStat)> {
+    pub(crate) fn link(
+        &mut self,
+        ino: Ino,
+        parent: Ino,
+        name: &OsStr,
+    ) -> io::Result<(Ino, FileStat)> {
         self.before_name_change(parent, None)?;
         let from = self.node(ino)?.proc_path()?;
         let dir = self.dir_fd(parent)?;
@@ -418,7 +445,8 @@ impl State {
         self.before_name_change(parent, None)?;
         let dir = self.dir_fd(parent)?;
         let perm = Mode::from_bits_truncate(mode);
-        let oflags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let oflags =
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
         let file = File::from(nix::fcntl::openat(dir, name, oflags, perm)?);
         nix::sys::stat::fchmod(&file, perm)?;
         let fd = o_path(dir, name)?;
@@ -447,7 +475,13 @@ impl State {
         self.before_name_change(from.0, None)?;
         self.before_name_change(to.0, Some(to.1))?;
         let flags = nix::fcntl::RenameFlags::from_bits_truncate(flags);
-        nix::fcntl::renameat2(self.dir_fd(from.0)?, from.1, self.dir_fd(to.0)?, to.1, flags)?;
+        nix::fcntl::renameat2(
+            self.dir_fd(from.0)?,
+            from.1,
+            self.dir_fd(to.0)?,
+            to.1,
+            flags,
+        )?;
         if let Ok(ino) = self.child(to.0, to.1) {
             self.node_mut(ino)?.counters.renames_onto += 1;
         }
@@ -471,7 +505,9 @@ impl State {
     }
 
     pub(crate) fn handle(&self, fh: u64) -> io::Result<&Handle> {
-        self.handles.get(&fh).ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
+        self.handles
+            .get(&fh)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
     }
 
     /// Opens a file. The backing file is opened read-write when it can be
@@ -556,7 +592,13 @@ impl State {
         self.truncate(ino, &file, size)
     }
 
-    pub(crate) fn fallocate(&mut self, fh: u64, offset: u64, len: u64, mode: i32) -> io::Result<()> {
+    pub(crate) fn fallocate(
+        &mut self,
+        fh: u64,
+        offset: u64,
+        len: u64,
+        mode: i32,
+    ) -> io::Result<()> {
         let ino = self.handle(fh)?.node;
         self.materialize(ino)?;
         let file = self.handle(fh)?.file.as_ref().ok_or_else(gone)?;
@@ -653,7 +695,12 @@ impl State {
         Ok(())
     }
 
-    pub(crate) fn setattr_owner(&mut self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+    pub(crate) fn setattr_owner(
+        &mut self,
+        ino: Ino,
+        uid: Option<u32>,
+        gid: Option<u32>,
+    ) -> io::Result<()> {
         let fd = self.node(ino)?.fd.as_ref().ok_or_else(gone)?;
         nix::unistd::fchownat(
             fd,

@@ -117,7 +117,10 @@ impl Filesystem for Fs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.state.lock().expect("lazyfs state").forget(ino.0, nlookup);
+        self.state
+            .lock()
+            .expect("lazyfs state")
+            .forget(ino.0, nlookup);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -315,7 +318,14 @@ impl Filesystem for Fs {
         });
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         self.empty(reply, |s| s.fsync(fh.0, datasync));
     }
 
@@ -362,7 +372,14 @@ impl Filesystem for Fs {
         });
     }
 
-    fn fsyncdir(&self, _req: &Request, ino: INodeNo, _fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
         self.empty(reply, |s| s.fsyncdir(ino.0, datasync));
     }
 

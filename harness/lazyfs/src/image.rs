@@ -115,7 +115,9 @@ fn write_image(state: &mut State, staging: &Path) -> io::Result<()> {
             let mode = node.mode & 0o7777;
             match node.kind {
                 Kind::Dir => {
-                    let here = places.get(&ino).is_none_or(|p| *p == (dir, name.clone(), seq));
+                    let here = places
+                        .get(&ino)
+                        .is_none_or(|p| *p == (dir, name.clone(), seq));
                     if here && visited.insert(ino) {
                         std::fs::create_dir(&path)?;
                         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
@@ -129,7 +131,15 @@ fn write_image(state: &mut State, staging: &Path) -> io::Result<()> {
                     }
                     match &node.durable {
                         Durable::Content(bytes) => std::fs::write(&path, bytes)?,
-                        _ => std::fs::hard_link(node.proc_path()?, &path)?,
+                        // The unchanged inode itself, linked through its
+                        // `/proc/self/fd` link (followed), not copied.
+                        _ => nix::unistd::linkat(
+                            nix::fcntl::AT_FDCWD,
+                            &node.proc_path()?,
+                            nix::fcntl::AT_FDCWD,
+                            &path,
+                            nix::fcntl::AtFlags::AT_SYMLINK_FOLLOW,
+                        )?,
                     }
                     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
                     written.insert(ino, path);
@@ -164,7 +174,11 @@ fn snapshot(root: &Path) -> io::Result<BTreeMap<String, Snap>> {
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            let rel = if rel.is_empty() { name } else { format!("{rel}/{name}") };
+            let rel = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
             let ft = entry.file_type()?;
             let snap = if ft.is_dir() {
                 stack.push((entry.path(), rel.clone()));
@@ -189,8 +203,10 @@ fn diff(before: &BTreeMap<String, Snap>, after: &BTreeMap<String, Snap>) -> Vec<
     let paths: std::collections::BTreeSet<&String> = before.keys().chain(after.keys()).collect();
     for path in paths {
         let covered = changes.iter().any(|c| {
-            matches!(c.kind, ChangeKind::Gone | ChangeKind::Back | ChangeKind::Replaced)
-                && path.starts_with(&format!("{}/", c.path))
+            matches!(
+                c.kind,
+                ChangeKind::Gone | ChangeKind::Back | ChangeKind::Replaced
+            ) && path.starts_with(&format!("{}/", c.path))
         });
         if covered {
             continue;

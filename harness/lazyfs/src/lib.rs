@@ -201,7 +201,10 @@ impl LazyFs {
     pub fn counters(&self) -> Counters {
         let mut all = self.past.clone();
         if let Some(live) = &self.live {
-            merge(&mut all, &live.state.lock().expect("lazyfs state").counters());
+            merge(
+                &mut all,
+                &live.state.lock().expect("lazyfs state").counters(),
+            );
         }
         all
     }

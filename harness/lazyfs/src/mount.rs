@@ -171,7 +171,13 @@ fn fusermount(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
         Ok(fd) => {
             // The helper keeps running; its stderr is not read any more.
             drop(child.stderr.take());
-            Ok((fd, Helper { child, socket: ours }))
+            Ok((
+                fd,
+                Helper {
+                    child,
+                    socket: ours,
+                },
+            ))
         }
         Err(e) => {
             drop(ours);
@@ -193,7 +199,12 @@ fn receive_fd(socket: &UnixStream) -> io::Result<OwnedFd> {
     let mut iov = [io::IoSliceMut::new(&mut byte)];
     let mut space = nix::cmsg_space!(RawFd);
     let msg = loop {
-        match recvmsg::<()>(socket.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC) {
+        match recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
             Err(nix::errno::Errno::EINTR) => continue,
             other => break other?,
         }
