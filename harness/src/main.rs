@@ -449,8 +449,11 @@ fn seeded_bugs() -> Vec<harness::mutants::Bug> {
         .iter()
         .map(|b| harness::mutants::Bug {
             name: b.as_str(),
-            native: b.fires(true),
-            provider: b.fires(false),
+            protocols: wire::profiles::BUILTIN
+                .iter()
+                .map(|p| p.protocol)
+                .filter(|&p| b.fires(p))
+                .collect(),
         })
         .collect()
 }

@@ -24,22 +24,25 @@ use crate::{plan, scenario, wave};
 
 /// A seeded bug of runnerd (`docs/seeded-bugs.md`), as `main.rs` reads it
 /// from runnerd's own list (`runner::seeded::SeededBug`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bug {
     /// Its `--seeded-bug` name.
     pub name: &'static str,
-    /// Whether it can fire on a native profile.
-    pub native: bool,
-    /// Whether it can fire on a provider profile.
-    pub provider: bool,
+    /// The protocols of the profiles it can fire on.
+    pub protocols: Vec<wire::profiles::Protocol>,
 }
 
 impl Bug {
-    /// Whether the bug can fire for `profile` (an unknown profile counts as
-    /// a provider profile).
+    /// Whether the bug can fire for `profile`: a real profile counts as the
+    /// fake profile it mirrors, an unknown one as a Codex profile.
     pub fn applies(&self, profile: &str) -> bool {
-        let native = wire::profiles::builtin(profile).is_some_and(|p| p.native());
-        if native { self.native } else { self.provider }
+        let profile = wire::profiles::REAL
+            .iter()
+            .find(|r| r.name == profile)
+            .map_or(profile, |r| r.mirrors);
+        let protocol = wire::profiles::builtin(profile)
+            .map_or(wire::profiles::Protocol::Codex, |p| p.protocol);
+        self.protocols.contains(&protocol)
     }
 }
 
@@ -223,7 +226,7 @@ fn selected_bugs(bugs: &[Bug], only: Option<&str>) -> anyhow::Result<Vec<Bug>> {
         .map(|w| {
             bugs.iter()
                 .find(|b| b.name == w)
-                .copied()
+                .cloned()
                 .ok_or_else(|| anyhow::anyhow!("unknown bug {w}; bugs are {}", names.join(", ")))
         })
         .collect()

@@ -55,11 +55,17 @@ pub enum SeededBug {
     SettleIgnoresQueue,
     /// Log a failed `turn_intent` write and send the turn anyway.
     SendAfterFailedIntent,
+    /// Open the store with `synchronous=NORMAL`: a commit is durable only at the next checkpoint.
+    WalSynchronousNormal,
+    /// Write a workspace file by temporary file and rename without syncing the file first.
+    AtomicWriteWithoutFsync,
+    /// Write a workspace file by temporary file and rename without syncing the directory after.
+    RenameWithoutDirSync,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 18] = [
+    pub const ALL: [SeededBug; 21] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -78,14 +84,22 @@ impl SeededBug {
         SeededBug::SplitLostMark,
         SeededBug::SettleIgnoresQueue,
         SeededBug::SendAfterFailedIntent,
+        SeededBug::WalSynchronousNormal,
+        SeededBug::AtomicWriteWithoutFsync,
+        SeededBug::RenameWithoutDirSync,
     ];
 
-    /// Whether the bug can fire on a native profile (`native`) or on a
-    /// provider profile. The native profile has no provider turn to look up,
-    /// continue or adopt and never fails closed (so no Retry and no failure
-    /// cause); the native bugs live only in its loop.
-    pub fn fires(self, native: bool) -> bool {
+    /// Whether the bug can fire on a profile speaking `protocol`. The native
+    /// profile has no provider turn to look up, continue or adopt and never
+    /// fails closed (so no Retry and no failure cause); the native bugs live
+    /// only in its loop. runnerd writes workspace files itself only for ACP's
+    /// client tool `fs/write_text_file` and the native `Write`/`Edit` tools
+    /// (a Codex or OpenCode provider writes its own), so the atomic-write
+    /// bugs fire only there.
+    pub fn fires(self, protocol: wire::profiles::Protocol) -> bool {
         use SeededBug::*;
+        use wire::profiles::Protocol;
+        let native = protocol == Protocol::Native;
         match self {
             RerunExecutingTool | ContinueBeforeOutcome => native,
             SplitLostMark
@@ -97,6 +111,9 @@ impl SeededBug {
             | RetryReusesConversation
             | FailClosedWhenAbsent
             | AdoptWithoutCompletion => !native,
+            AtomicWriteWithoutFsync | RenameWithoutDirSync => {
+                matches!(protocol, Protocol::Acp | Protocol::Native)
+            }
             _ => true,
         }
     }
@@ -122,6 +139,9 @@ impl SeededBug {
             SeededBug::SplitLostMark => "split-lost-mark",
             SeededBug::SettleIgnoresQueue => "settle-ignores-queue",
             SeededBug::SendAfterFailedIntent => "send-after-failed-intent",
+            SeededBug::WalSynchronousNormal => "wal-synchronous-normal",
+            SeededBug::AtomicWriteWithoutFsync => "atomic-write-without-fsync",
+            SeededBug::RenameWithoutDirSync => "rename-without-dir-sync",
         }
     }
 }
@@ -211,6 +231,12 @@ hooks! {
     settle_ignores_queue => SettleIgnoresQueue;
     /// `send-after-failed-intent`.
     send_after_failed_intent => SendAfterFailedIntent;
+    /// `wal-synchronous-normal`.
+    wal_synchronous_normal => WalSynchronousNormal;
+    /// `atomic-write-without-fsync`.
+    atomic_write_without_fsync => AtomicWriteWithoutFsync;
+    /// `rename-without-dir-sync`.
+    rename_without_dir_sync => RenameWithoutDirSync;
 }
 
 /// The provider identity write, which under `credential-in-store` also

@@ -225,12 +225,21 @@ pub(crate) fn replace_atomically(target: &Path, bytes: &[u8], mode: Option<u32>)
         if let Some(mode) = mode {
             file.set_permissions(Permissions::from_mode(mode))?;
         }
-        file.sync_all()?;
+        // SEEDED BUG atomic-write-without-fsync: the rename can reach the
+        // disk before the bytes (ext4 without auto_da_alloc: an empty file).
+        if !crate::seeded::atomic_write_without_fsync() {
+            file.sync_all()?;
+        }
         std::fs::rename(&tmp, target)
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
+    }
+    // SEEDED BUG rename-without-dir-sync: the rename is not durable, so a
+    // power loss brings back the old file (or none).
+    if crate::seeded::rename_without_dir_sync() {
+        return Ok(());
     }
     File::open(dir)?.sync_all()
 }
