@@ -161,6 +161,10 @@ impl std::str::FromStr for SeededBug {
     }
 }
 
+/// Whether this build has the bugs (the `seeded-bugs` feature): a test that
+/// needs a bug says so and skips without it.
+pub const COMPILED: bool = cfg!(feature = "seeded-bugs");
+
 #[cfg(feature = "seeded-bugs")]
 static ACTIVE: OnceLock<SeededBug> = OnceLock::new();
 

@@ -13,7 +13,7 @@
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Component, Path, PathBuf};
 
 /// Why a directory cannot be a workspace.
@@ -143,7 +143,7 @@ impl Workspace {
             .ok_or_else(|| format!("{path} has no parent directory"))?;
         // `parent` is inside the workspace and its missing part is plain names,
         // so this creates directories only inside the workspace.
-        std::fs::create_dir_all(parent)
+        create_dir_all_durably(parent, 0o777)
             .map_err(|e| format!("cannot create the directories of {path}: {e}"))?;
         replace_atomically(&real, content.as_bytes(), mode)
             .map_err(|e| format!("cannot write {path}: {e}"))?;
@@ -202,6 +202,31 @@ pub(crate) fn read_bounded(
             e.utf8_error().valid_up_to()
         )
     })
+}
+
+/// Creates `dir` and its missing parents (each with `mode`, less the
+/// umask), each new one durable: a new name is durable only once its
+/// directory is synced (`docs/lazyfs.md`), so after each `mkdir` its parent
+/// is synced. Without it a power loss can take a whole new directory, and
+/// everything synced inside it, away.
+pub(crate) fn create_dir_all_durably(dir: &Path, mode: u32) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.exists()) {
+        missing.push(d);
+        at = d.parent();
+    }
+    for d in missing.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(mode).create(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => continue,
+            Err(e) => return Err(e),
+        }
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            File::open(parent)?.sync_all()?;
+        }
+    }
+    Ok(())
 }
 
 /// Replaces `target` with `bytes` atomically: a temporary file in the same
