@@ -46,7 +46,9 @@ fn rows_after_cut(synchronous: &str, test: &str) -> usize {
     let (backing, mnt) = (dir.path().join("backing"), dir.path().join("mnt"));
     std::fs::create_dir(&backing).expect("mkdir");
     std::fs::create_dir(&mnt).expect("mkdir");
+    let started = std::time::Instant::now();
     let mut fs = lazyfs::LazyFs::mount(&backing, &mnt).expect("mount");
+    eprintln!("mounted in {:?}", started.elapsed());
     let db = mnt.join("runner.sqlite3");
     {
         // The table, made durable by a clean close (a checkpoint, synced).
