@@ -257,3 +257,70 @@ fn the_lazyfs_command_cuts_power_on_sigusr1_and_unmounts_on_sigterm() {
     let mounts = std::fs::read_to_string("/proc/self/mounts").expect("mounts");
     assert!(!mounts.contains(&*m.to_string_lossy()), "unmounted");
 }
+
+/// The fake Codex syncs its threads where the real codex 0.171 does
+/// (`docs/real-providers.md`): only when it exits on a closed stdin. After a
+/// turn, a SIGKILL keeps the thread on disk but a power cut then loses it;
+/// after the clean exit, the thread survives the cut.
+#[test]
+fn the_fake_codex_thread_survives_a_power_cut_only_after_a_clean_exit() {
+    if fuse_missing() {
+        return;
+    }
+    let threads_after = |clean_exit: bool| -> Vec<String> {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = |n: &str| dir.path().join(n);
+        // The provider's state directory exists, durable, as runnerd makes it.
+        for d in ["backing", "backing/codex", "mnt", "ws"] {
+            std::fs::create_dir(p(d)).expect("mkdir");
+        }
+        std::fs::write(p("script.toml"), "[[turn]]\nsay = [\"Hello.\"]\n").expect("script");
+        let mut fs = LazyFs::mount(&p("backing"), &p("mnt")).expect("mount");
+        let mut cmd = Command::new(exe());
+        cmd.args(["fake-provider", "codex", "--state-dir"])
+            .arg(p("mnt/codex"))
+            .arg("--journal")
+            .arg(p("journal.jsonl"))
+            .arg("--ledger")
+            .arg(p("ledger.jsonl"))
+            .arg("--script")
+            .arg(p("script.toml"))
+            .env_remove(cutpoint::ENV_SOCKET)
+            .env_remove(cutpoint::ENV_ARM);
+        let mut client = harness::codex_client::CodexClient::spawn(&mut cmd).expect("spawn");
+        client.initialize().expect("initialize");
+        let thread = client
+            .thread_start(&p("ws").display().to_string())
+            .expect("thread");
+        let turn = client
+            .run_turn(&thread, "Hi", Some("m-1"), |_| "accept")
+            .expect("turn");
+        assert_eq!(turn.status, "completed");
+        let on_disk = std::fs::read_dir(p("mnt/codex/threads"))
+            .expect("threads")
+            .count();
+        assert_eq!(on_disk, 1, "the thread is written");
+        if clean_exit {
+            assert!(client.close().expect("exit").success());
+        } else {
+            client.kill().expect("SIGKILL");
+        }
+        cut_when_idle(&mut fs);
+        std::fs::read_dir(p("mnt/codex/threads"))
+            .map(|d| {
+                d.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        threads_after(false),
+        Vec::<String>::new(),
+        "a SIGKILL, then a power cut"
+    );
+    assert_eq!(
+        threads_after(true).len(),
+        1,
+        "a clean exit, then a power cut"
+    );
+}

@@ -89,7 +89,10 @@ pub fn serve(opts: Options) -> anyhow::Result<()> {
         pending: HashMap::new(),
         usage: HashMap::new(),
     };
-    crate::rpc::serve_lines(&mut server)
+    let served = crate::rpc::serve_lines(&mut server);
+    // Stdin closed: the real codex closes its databases, which syncs them.
+    server.store.checkpoint()?;
+    served
 }
 
 struct Server {
