@@ -177,7 +177,7 @@ impl LazyFs {
         let state = match live.stop(&self.mountpoint) {
             Ok(state) => state,
             Err((live, e)) => {
-                self.live = Some(live);
+                self.live = Some(*live);
                 return Err(e);
             }
         };
@@ -220,7 +220,7 @@ impl LazyFs {
                 Ok(std::mem::take(&mut self.past))
             }
             Err((live, e)) => {
-                self.live = Some(live);
+                self.live = Some(*live);
                 Err(e)
             }
         }

@@ -98,7 +98,7 @@ impl Live {
 
     /// Unmounts (not lazily: a busy mount is refused and stays served),
     /// waits for the FUSE thread to end, and returns the state.
-    pub(crate) fn stop(self, mountpoint: &Path) -> Result<Arc<Mutex<State>>, (Live, Error)> {
+    pub(crate) fn stop(self, mountpoint: &Path) -> Result<Arc<Mutex<State>>, (Box<Live>, Error)> {
         match nix::mount::umount2(mountpoint, nix::mount::MntFlags::empty()) {
             Ok(()) => {}
             Err(nix::errno::Errno::EBUSY) => {
@@ -107,14 +107,14 @@ impl Live {
                     mountpoint: mountpoint.to_path_buf(),
                     pids,
                 };
-                return Err((self, e));
+                return Err((Box::new(self), e));
             }
             Err(e) => {
                 let e = Error::Unmount {
                     mountpoint: mountpoint.to_path_buf(),
                     source: e.into(),
                 };
-                return Err((self, e));
+                return Err((Box::new(self), e));
             }
         }
         let Live {
