@@ -78,3 +78,27 @@ pub(crate) fn checkpoint(dir: &std::path::Path) -> std::io::Result<()> {
     }
     std::fs::File::open(dir)?.sync_all()
 }
+
+/// Runs `sync` when SIGTERM arrives, then exits with the status a shell
+/// reports for a SIGTERM death (143): the real codex closes its databases
+/// when it is terminated, which syncs them (`docs/real-providers.md`), and
+/// runnerd stops a provider with SIGTERM. SIGTERM is blocked in the calling
+/// thread, which every thread it starts later inherits, so call this before
+/// any other thread starts: the waiter is then the only one to receive it.
+pub(crate) fn sync_on_sigterm(
+    sync: impl FnOnce() -> std::io::Result<()> + Send + 'static,
+) -> std::io::Result<()> {
+    use nix::sys::signal::{SigSet, Signal};
+    let mut set = SigSet::empty();
+    set.add(Signal::SIGTERM);
+    set.thread_block()?;
+    std::thread::Builder::new()
+        .name("sigterm-sync".to_owned())
+        .spawn(move || {
+            if set.wait().is_ok() {
+                let _ = sync();
+            }
+            std::process::exit(128 + Signal::SIGTERM as i32);
+        })?;
+    Ok(())
+}

@@ -258,16 +258,25 @@ fn the_lazyfs_command_cuts_power_on_sigusr1_and_unmounts_on_sigterm() {
     assert!(!mounts.contains(&*m.to_string_lossy()), "unmounted");
 }
 
+/// How the fake Codex ends before the power cut.
+#[derive(Clone, Copy, Debug)]
+enum End {
+    Sigkill,
+    /// As runnerd stops a provider.
+    Sigterm,
+    StdinClosed,
+}
+
 /// The fake Codex syncs its threads where the real codex 0.171 does
-/// (`docs/real-providers.md`): only when it exits on a closed stdin. After a
-/// turn, a SIGKILL keeps the thread on disk but a power cut then loses it;
-/// after the clean exit, the thread survives the cut.
+/// (`docs/real-providers.md`): only when it exits, on a closed stdin or on
+/// SIGTERM. After a turn, a SIGKILL keeps the thread on disk but a power cut
+/// then loses it; after either exit, the thread survives the cut.
 #[test]
-fn the_fake_codex_thread_survives_a_power_cut_only_after_a_clean_exit() {
+fn the_fake_codex_thread_survives_a_power_cut_only_after_its_exit() {
     if fuse_missing() {
         return;
     }
-    let threads_after = |clean_exit: bool| -> Vec<String> {
+    let threads_after = |end: End| -> Vec<String> {
         let dir = tempfile::tempdir().expect("tempdir");
         let p = |n: &str| dir.path().join(n);
         // The provider's state directory exists, durable, as runnerd makes it.
@@ -300,10 +309,15 @@ fn the_fake_codex_thread_survives_a_power_cut_only_after_a_clean_exit() {
             .expect("threads")
             .count();
         assert_eq!(on_disk, 1, "the thread is written");
-        if clean_exit {
-            assert!(client.close().expect("exit").success());
-        } else {
-            client.kill().expect("SIGKILL");
+        match end {
+            End::Sigkill => drop(client.kill().expect("SIGKILL")),
+            End::Sigterm => {
+                let pid = nix::unistd::Pid::from_raw(client.pid() as i32);
+                nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).expect("SIGTERM");
+                let status = client.wait_exit().expect("exit");
+                assert_eq!(status.code(), Some(143), "{status}");
+            }
+            End::StdinClosed => assert!(client.close().expect("exit").success()),
         }
         cut_when_idle(&mut fs);
         std::fs::read_dir(p("mnt/codex/threads"))
@@ -314,13 +328,11 @@ fn the_fake_codex_thread_survives_a_power_cut_only_after_a_clean_exit() {
             .unwrap_or_default()
     };
     assert_eq!(
-        threads_after(false),
+        threads_after(End::Sigkill),
         Vec::<String>::new(),
         "a SIGKILL, then a power cut"
     );
-    assert_eq!(
-        threads_after(true).len(),
-        1,
-        "a clean exit, then a power cut"
-    );
+    for end in [End::Sigterm, End::StdinClosed] {
+        assert_eq!(threads_after(end).len(), 1, "{end:?}, then a power cut");
+    }
 }

@@ -113,10 +113,22 @@ impl Store {
     /// state directory too, which names the store's (as the real codex's
     /// database files are named in its `CODEX_HOME`, which SQLite syncs).
     pub fn checkpoint(&self) -> std::io::Result<()> {
-        crate::recorded::checkpoint(&self.dir)?;
-        match self.dir.parent() {
-            Some(state) => fs::File::open(state)?.sync_all(),
-            None => Ok(()),
-        }
+        checkpoint(&self.dir)
+    }
+
+    /// Makes every thread of the store under `state_dir` durable when
+    /// SIGTERM arrives, as the real codex does when it is terminated; call it
+    /// before any other thread starts.
+    pub fn checkpoint_on_sigterm(state_dir: &Path) -> std::io::Result<()> {
+        let dir = state_dir.join(THREADS_DIR);
+        crate::recorded::sync_on_sigterm(move || checkpoint(&dir))
+    }
+}
+
+fn checkpoint(dir: &Path) -> std::io::Result<()> {
+    crate::recorded::checkpoint(dir)?;
+    match dir.parent() {
+        Some(state) => fs::File::open(state)?.sync_all(),
+        None => Ok(()),
     }
 }
