@@ -35,7 +35,7 @@ say = ["Looking at the workspace."]
 tools = [{ key = "write-hello", kind = "command", approval = true }]
 final = "Created hello.txt."
 """
-TRACE = "execve,openat,fsync,fdatasync,sync_file_range,msync,sync,syncfs,rename,renameat,renameat2,unlink,unlinkat,mkdir,mkdirat"
+TRACE = "execve,open,openat,openat2,creat,fsync,fdatasync,sync_file_range,msync,sync,syncfs,rename,renameat,renameat2,unlink,unlinkat,mkdir,mkdirat"
 WAIT_S = 60
 EVENTS = []
 
@@ -250,6 +250,11 @@ def main():
     with tempfile.TemporaryDirectory(prefix="measure-syncs-") as d:
         home, ws = (codex if product == "codex" else opencode)(turncut, bin_, d)
         report(d, {"$HOME": home, "$WS": ws, "$TMP": d})
+        print("\nfiles left in the product's home:")
+        for root, _, files in sorted(os.walk(home)):
+            for f in sorted(files):
+                path = os.path.join(root, f)
+                print(f"  {os.path.getsize(path):9d}  {path.replace(home, '$HOME')}")
         if os.environ.get("MEASURE_SYNCS_KEEP"):
             # The raw strace output, for a closer look.
             subprocess.run(["cp", f"{d}/trace", os.environ["MEASURE_SYNCS_KEEP"]], check=True)
