@@ -167,6 +167,12 @@ enum Command {
     ///
     /// Example: turncut crash-round --tasks 50 --kills 8 --seed 1
     CrashRound(CrashRoundArgs),
+    /// A lazy file system (docs/lazyfs.md): a FUSE passthrough that drops,
+    /// at a power cut, every write not yet made durable.
+    Lazyfs {
+        #[command(subcommand)]
+        command: LazyfsCommand,
+    },
     /// Run the reference runner (same as the standalone `runnerd` binary).
     #[command(name = "runnerd", disable_help_flag = true)]
     Runnerd {
@@ -178,6 +184,22 @@ enum Command {
     FakeProvider {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LazyfsCommand {
+    /// Serve BACKING at MOUNTPOINT in the foreground. SIGUSR1 cuts the
+    /// power (BACKING becomes the durable image, mounted again; the changes
+    /// are printed); SIGTERM or Ctrl-C unmounts, prints the counters (writes,
+    /// bytes, fsyncs per path) and exits 0. Every process using the mount
+    /// must be gone before a cut. Exit 2 on a bad directory, 3 when FUSE
+    /// cannot be used here.
+    ///
+    /// Example: turncut lazyfs mount /tmp/b /tmp/m & … kill -USR1 %1
+    Mount {
+        backing: PathBuf,
+        mountpoint: PathBuf,
     },
 }
 
@@ -506,6 +528,13 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             unreachable!("dispatched in main")
         }
         Command::CrashRound(args) => cmd::crash_round::run(exe, &common, &args),
+        Command::Lazyfs {
+            command:
+                LazyfsCommand::Mount {
+                    backing,
+                    mountpoint,
+                },
+        } => cmd::lazyfs::mount(&backing, &mountpoint),
         Command::Demo => match harness::demo::run(exe, common.keep) {
             Ok(true) => Ok(0),
             Ok(false) => Ok(1),
@@ -548,8 +577,11 @@ fn seeded_bugs() -> Vec<harness::mutants::Bug> {
         .iter()
         .map(|b| harness::mutants::Bug {
             name: b.as_str(),
-            native: b.fires(true),
-            provider: b.fires(false),
+            protocols: wire::profiles::BUILTIN
+                .iter()
+                .map(|p| p.protocol)
+                .filter(|&p| b.fires(p))
+                .collect(),
         })
         .collect()
 }

@@ -24,22 +24,25 @@ use crate::{plan, scenario, wave};
 
 /// A seeded bug of runnerd (`docs/seeded-bugs.md`), as `main.rs` reads it
 /// from runnerd's own list (`runner::seeded::SeededBug`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bug {
     /// Its `--seeded-bug` name.
     pub name: &'static str,
-    /// Whether it can fire on a native profile.
-    pub native: bool,
-    /// Whether it can fire on a provider profile.
-    pub provider: bool,
+    /// The protocols of the profiles it can fire on.
+    pub protocols: Vec<wire::profiles::Protocol>,
 }
 
 impl Bug {
-    /// Whether the bug can fire for `profile` (an unknown profile counts as
-    /// a provider profile).
+    /// Whether the bug can fire for `profile`: a real profile counts as the
+    /// fake profile it mirrors, an unknown one as a Codex profile.
     pub fn applies(&self, profile: &str) -> bool {
-        let native = wire::profiles::builtin(profile).is_some_and(|p| p.native());
-        if native { self.native } else { self.provider }
+        let profile = wire::profiles::REAL
+            .iter()
+            .find(|r| r.name == profile)
+            .map_or(profile, |r| r.mirrors);
+        let protocol = wire::profiles::builtin(profile)
+            .map_or(wire::profiles::Protocol::Codex, |p| p.protocol);
+        self.protocols.contains(&protocol)
     }
 }
 
@@ -130,22 +133,7 @@ pub fn run(
     env.recut = !sel.reach.depth1_only;
     let mut rows = Vec::new();
     let started = Instant::now();
-    // The control's cells, planned with no bug seeded: the fallback of a bug
-    // whose own planning cannot finish.
-    let mut planned = BTreeMap::new();
-    for (profile, ids) in &by_profile {
-        let p = crate::planner::plan_cells(&env, &scenarios, ids, PLAN_SEED, true, sel.reach)?;
-        anyhow::ensure!(
-            p.judged.is_empty() && p.not_planned.is_empty(),
-            "the control runner could not plan {profile}: {:?} {:?}",
-            p.not_planned,
-            p.judged.iter().map(|r| r.spec.name()).collect::<Vec<_>>()
-        );
-        planned.insert(
-            profile.clone(),
-            plan::sample(p.cells, sel.budget, PLAN_SEED),
-        );
-    }
+    let planned = plan_control(&env, &scenarios, sel, &by_profile)?;
     let control = std::iter::once(None);
     for bug in control.chain(selected.iter().map(Some)) {
         for profile in by_profile.keys() {
@@ -187,6 +175,31 @@ pub fn run(
         started.elapsed().as_secs_f64()
     );
     Ok(if ok { 0 } else { 1 })
+}
+
+/// The control's cells per profile, planned with no bug seeded: the
+/// fallback of an id a bug keeps from being planned.
+fn plan_control(
+    env: &CellEnv,
+    scenarios: &[scenario::Scenario],
+    sel: &Selection<'_>,
+    by_profile: &BTreeMap<String, Vec<String>>,
+) -> anyhow::Result<BTreeMap<String, Vec<crate::model::CellSpec>>> {
+    let mut planned = BTreeMap::new();
+    for (profile, ids) in by_profile {
+        let p = crate::planner::plan_cells(env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
+        anyhow::ensure!(
+            p.judged.is_empty() && p.not_planned.is_empty(),
+            "the control runner could not plan {profile}: {:?} {:?}",
+            p.not_planned,
+            p.judged.iter().map(|r| r.spec.name()).collect::<Vec<_>>()
+        );
+        planned.insert(
+            profile.clone(),
+            plan::sample(p.cells, sel.budget, PLAN_SEED),
+        );
+    }
+    Ok(planned)
 }
 
 /// The bug name of the control run (runnerd with no seeded bug).
@@ -235,7 +248,7 @@ fn selected_bugs(bugs: &[Bug], only: Option<&str>) -> anyhow::Result<Vec<Bug>> {
         .map(|w| {
             bugs.iter()
                 .find(|b| b.name == w)
-                .copied()
+                .cloned()
                 .ok_or_else(|| anyhow::anyhow!("unknown bug {w}; bugs are {}", names.join(", ")))
         })
         .collect()

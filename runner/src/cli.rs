@@ -325,6 +325,8 @@ fn token(args: &Args) -> anyhow::Result<String> {
     f.write_all(t.as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, &path)?;
+    // The rename is durable only once the directory is synced.
+    std::fs::File::open(&args.state_dir)?.sync_all()?;
     Ok(t)
 }
 

@@ -71,11 +71,17 @@ pub enum SeededBug {
     RetryCurrentInSecondWrite,
     /// A Retry decides whether the latest message was answered from its primary turn only.
     RetryDecidesByPrimaryTurn,
+    /// Open the store with `synchronous=NORMAL`: a commit is durable only at the next checkpoint.
+    WalSynchronousNormal,
+    /// Write a workspace file by temporary file and rename without syncing the file first.
+    AtomicWriteWithoutFsync,
+    /// Write a workspace file by temporary file and rename without syncing the directory after.
+    RenameWithoutDirSync,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 26] = [
+    pub const ALL: [SeededBug; 29] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -102,14 +108,22 @@ impl SeededBug {
         SeededBug::LookupErrorAsAbsent,
         SeededBug::RetryCurrentInSecondWrite,
         SeededBug::RetryDecidesByPrimaryTurn,
+        SeededBug::WalSynchronousNormal,
+        SeededBug::AtomicWriteWithoutFsync,
+        SeededBug::RenameWithoutDirSync,
     ];
 
-    /// Whether the bug can fire on a native profile (`native`) or on a
-    /// provider profile. The native profile has no provider turn to look up,
-    /// continue or adopt and never fails closed (so no Retry and no failure
-    /// cause); the native bugs live only in its loop.
-    pub fn fires(self, native: bool) -> bool {
+    /// Whether the bug can fire on a profile speaking `protocol`. The native
+    /// profile has no provider turn to look up, continue or adopt and never
+    /// fails closed (so no Retry and no failure cause); the native bugs live
+    /// only in its loop. runnerd writes workspace files itself only for ACP's
+    /// client tool `fs/write_text_file` and the native `Write`/`Edit` tools
+    /// (a Codex or OpenCode provider writes its own), so the atomic-write
+    /// bugs fire only there.
+    pub fn fires(self, protocol: wire::profiles::Protocol) -> bool {
         use SeededBug::*;
+        use wire::profiles::Protocol;
+        let native = protocol == Protocol::Native;
         match self {
             RerunExecutingTool | ContinueBeforeOutcome | NativeReasksFinal => native,
             SplitLostMark
@@ -127,6 +141,9 @@ impl SeededBug {
             | RetryCurrentInSecondWrite
             | RetryDecidesByPrimaryTurn
             | RetryResendsQueued => !native,
+            AtomicWriteWithoutFsync | RenameWithoutDirSync => {
+                matches!(protocol, Protocol::Acp | Protocol::Native)
+            }
             _ => true,
         }
     }
@@ -160,6 +177,9 @@ impl SeededBug {
             SeededBug::LookupErrorAsAbsent => "lookup-error-as-absent",
             SeededBug::RetryCurrentInSecondWrite => "retry-current-in-second-write",
             SeededBug::RetryDecidesByPrimaryTurn => "retry-decides-by-primary-turn",
+            SeededBug::WalSynchronousNormal => "wal-synchronous-normal",
+            SeededBug::AtomicWriteWithoutFsync => "atomic-write-without-fsync",
+            SeededBug::RenameWithoutDirSync => "rename-without-dir-sync",
         }
     }
 }
@@ -178,6 +198,10 @@ impl std::str::FromStr for SeededBug {
         })
     }
 }
+
+/// Whether this build has the bugs (the `seeded-bugs` feature): a test that
+/// needs a bug says so and skips without it.
+pub const COMPILED: bool = cfg!(feature = "seeded-bugs");
 
 #[cfg(feature = "seeded-bugs")]
 static ACTIVE: OnceLock<SeededBug> = OnceLock::new();
@@ -265,6 +289,12 @@ hooks! {
     retry_current_in_second_write => RetryCurrentInSecondWrite;
     /// `retry-decides-by-primary-turn`.
     retry_decides_by_primary_turn => RetryDecidesByPrimaryTurn;
+    /// `wal-synchronous-normal`.
+    wal_synchronous_normal => WalSynchronousNormal;
+    /// `atomic-write-without-fsync`.
+    atomic_write_without_fsync => AtomicWriteWithoutFsync;
+    /// `rename-without-dir-sync`.
+    rename_without_dir_sync => RenameWithoutDirSync;
 }
 
 /// `lookup-error-as-absent`'s second half: whether a failed lookup of turn

@@ -13,7 +13,7 @@
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::io::{self, Read as _, Write as _};
-use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Component, Path, PathBuf};
 
 /// Why a directory cannot be a workspace.
@@ -143,7 +143,7 @@ impl Workspace {
             .ok_or_else(|| format!("{path} has no parent directory"))?;
         // `parent` is inside the workspace and its missing part is plain names,
         // so this creates directories only inside the workspace.
-        std::fs::create_dir_all(parent)
+        create_dir_all_durably(parent, 0o777)
             .map_err(|e| format!("cannot create the directories of {path}: {e}"))?;
         replace_atomically(&real, content.as_bytes(), mode)
             .map_err(|e| format!("cannot write {path}: {e}"))?;
@@ -204,6 +204,31 @@ pub(crate) fn read_bounded(
     })
 }
 
+/// Creates `dir` and its missing parents (each with `mode`, less the
+/// umask), each new one durable: a new name is durable only once its
+/// directory is synced (`docs/lazyfs.md`), so after each `mkdir` its parent
+/// is synced. Without it a power loss can take a whole new directory, and
+/// everything synced inside it, away.
+pub(crate) fn create_dir_all_durably(dir: &Path, mode: u32) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.exists()) {
+        missing.push(d);
+        at = d.parent();
+    }
+    for d in missing.into_iter().rev() {
+        match std::fs::DirBuilder::new().mode(mode).create(d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && d.is_dir() => continue,
+            Err(e) => return Err(e),
+        }
+        if let Some(parent) = d.parent().filter(|p| !p.as_os_str().is_empty()) {
+            File::open(parent)?.sync_all()?;
+        }
+    }
+    Ok(())
+}
+
 /// Replaces `target` with `bytes` atomically: a temporary file in the same
 /// directory (created exclusively, 0600), written and synced, given `mode`
 /// (the replaced file's permission bits, or 0600 for a new file), renamed
@@ -225,12 +250,21 @@ pub(crate) fn replace_atomically(target: &Path, bytes: &[u8], mode: Option<u32>)
         if let Some(mode) = mode {
             file.set_permissions(Permissions::from_mode(mode))?;
         }
-        file.sync_all()?;
+        // SEEDED BUG atomic-write-without-fsync: the rename can reach the
+        // disk before the bytes (ext4 without auto_da_alloc: an empty file).
+        if !crate::seeded::atomic_write_without_fsync() {
+            file.sync_all()?;
+        }
         std::fs::rename(&tmp, target)
     })();
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
+    }
+    // SEEDED BUG rename-without-dir-sync: the rename is not durable, so a
+    // power loss brings back the old file (or none).
+    if crate::seeded::rename_without_dir_sync() {
+        return Ok(());
     }
     File::open(dir)?.sync_all()
 }

@@ -1,7 +1,9 @@
 //! The HTTP handlers of the fake OpenCode server, one per route of the
 //! vendored OpenAPI document it simulates, and the recording of a prompt
-//! (`prompt_async`): the user message made durable before the 204, then its
-//! turn started on a thread of its own.
+//! (`prompt_async`): the user message written to the store before the 204
+//! (a crash of the process keeps it; like the real server's, it is not
+//! synced, so a power cut does not), then its turn started on a thread of its
+//! own.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -305,7 +307,7 @@ pub(super) async fn prompt_async(
 
 type Refusal = (StatusCode, Value);
 
-/// Validates a prompt, picks its script turn and makes the user message durable.
+/// Validates a prompt, picks its script turn and stores the user message.
 fn record_user_message(
     s: &Shared,
     st: &mut ServerState,
@@ -418,7 +420,7 @@ fn plan_prompt(
     Ok((meta, steps))
 }
 
-/// Makes the user message durable: its parts first, the message last (the
+/// Stores the user message: its parts first, the message last (the
 /// message file is what makes the turn recorded).
 fn store_user_message(
     s: &Shared,

@@ -15,6 +15,7 @@ use crate::Common;
 
 pub mod crash_round;
 pub mod explore;
+pub mod lazyfs;
 pub mod list;
 pub mod merge;
 pub mod providers;
@@ -38,7 +39,7 @@ pub fn harness_err(m: impl std::fmt::Display) -> Exit {
 
 /// Writes `text` to stdout; a closed pipe (`turncut list | head -1`) ends
 /// turncut quietly with exit 0 instead of a panic.
-fn emit(text: &str) {
+pub(crate) fn emit(text: &str) {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {

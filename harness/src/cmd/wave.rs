@@ -44,27 +44,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
         plan.wave_id, plan.seed, args.jobs
     );
     let env = env_of_plan(env, &plan);
-    let (cells, judged) = match shard {
-        Some((i, n)) => {
-            let of = planner::shard_of_groups(&scenarios, &plan.cells, n);
-            let mine = |id: &str| of.get(id) == Some(&i);
-            (
-                plan.cells
-                    .iter()
-                    .filter(|c| mine(&c.scenario_id))
-                    .cloned()
-                    .collect(),
-                plan.judged
-                    .iter()
-                    .filter(|r| {
-                        i == 1 && !of.contains_key(&r.spec.scenario_id) || mine(&r.spec.scenario_id)
-                    })
-                    .cloned()
-                    .collect(),
-            )
-        }
-        None => (plan.cells.clone(), plan.judged.clone()),
-    };
+    let (cells, judged) = shard_of_plan(&scenarios, &plan, shard);
     let jobs = args.jobs as usize;
     if args.repeat > 1 {
         let rounds = wave::run_repeated(&env, &scenarios, &cells, jobs, args.repeat);
@@ -98,6 +78,36 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
             keep_ppm: s.keep_ppm,
         }),
     })
+}
+
+/// The cells and judged planning runs of `shard` of `plan` (all without
+/// one): whole groups of scenario ids ([`planner::shard_of_groups`]); a
+/// judged run of an id with no cells goes to shard 1.
+fn shard_of_plan(
+    scenarios: &[Scenario],
+    plan: &Plan,
+    shard: Option<(u32, u32)>,
+) -> (
+    Vec<harness::model::CellSpec>,
+    Vec<harness::model::CellResult>,
+) {
+    let Some((i, n)) = shard else {
+        return (plan.cells.clone(), plan.judged.clone());
+    };
+    let of = planner::shard_of_groups(scenarios, &plan.cells, n);
+    let mine = |id: &str| of.get(id).map_or(i == 1, |s| *s == i);
+    (
+        plan.cells
+            .iter()
+            .filter(|c| mine(&c.scenario_id))
+            .cloned()
+            .collect(),
+        plan.judged
+            .iter()
+            .filter(|r| mine(&r.spec.scenario_id))
+            .cloned()
+            .collect(),
+    )
 }
 
 /// `turncut plan`: plans a wave and writes the plan.

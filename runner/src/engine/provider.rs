@@ -203,7 +203,9 @@ impl Engine {
             .state_dir
             .join("providers")
             .join(sanitize(task_id));
-        std::fs::create_dir_all(&provider_dir).map_err(|e| {
+        // Durable, as the provider's own store inside it: a power loss must
+        // not take the provider's record of the turns away with the name.
+        crate::workspace::create_dir_all_durably(&provider_dir, 0o777).map_err(|e| {
             StepError::Fail(Cause::new(
                 CauseCode::ProviderStartFailed,
                 format!("failed to create {}: {e}", provider_dir.display()),

@@ -47,6 +47,30 @@ pub struct RetryDelivery {
     pub queued: Vec<String>,
 }
 
+/// The rows of an admitted Retry: its message (kind and text, see
+/// [`RetryDelivery`]) and its run, owned by `epoch`, created `now`.
+fn insert_retry(
+    tx: &rusqlite::Transaction<'_>,
+    task_id: &str,
+    message_id: &str,
+    run_id: &str,
+    (kind, text): (MessageKind, &str),
+    (epoch, now): (i64, i64),
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
+         VALUES (?1, ?2, ?3, ?4,
+            (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?5)",
+        params![task_id, message_id, kind, text, now],
+    )?;
+    tx.execute(
+        "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
+         VALUES (?1, ?2, 'retry', ?3, 'running', ?4, ?5)",
+        params![run_id, task_id, message_id, epoch, now],
+    )?;
+    Ok(())
+}
+
 /// What [`Db::retry_gate`] decided.
 enum RetryGate {
     /// The task failed closed: the Retry may be admitted.
@@ -217,7 +241,7 @@ impl Db {
 
     /// Admits a Retry run after the stop proof: records
     /// `stopped_conversation_verified`, the Retry message (what it re-sends
-    /// under the Retry's id, see [`Db::retry_message`]) and a fresh run.
+    /// under the Retry's id, see [`Db::retry_delivery`]) and a fresh run.
     pub fn admit_retry(
         &mut self,
         task_id: &str,
@@ -263,17 +287,7 @@ impl Db {
                 (Some(run_id), "retry.admitted", admitted),
             ],
             |tx| {
-                tx.execute(
-                    "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
-                     VALUES (?1, ?2, ?3, ?4,
-                        (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?5)",
-                    params![task_id, message_id, kind, text, now],
-                )?;
-                tx.execute(
-                    "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
-                     VALUES (?1, ?2, 'retry', ?3, 'running', ?4, ?5)",
-                    params![run_id, task_id, message_id, epoch, now],
-                )?;
+                insert_retry(tx, task_id, message_id, run_id, (kind, &text), (epoch, now))?;
                 #[cfg(feature = "seeded-bugs")]
                 if let Some(conversation) = &reused {
                     tx.execute(
