@@ -24,6 +24,7 @@ pub mod plan;
 pub mod real;
 pub mod report;
 pub mod runner_client;
+pub mod runner_spec;
 pub mod scenario;
 pub mod supervisor;
 pub mod tempdirs;
