@@ -55,6 +55,25 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
         anyhow::bail!("the clean traced run of {} failed: {e}", spec.scenario_id);
     }
     let hits = cutpoint::trace_read(&trace)?;
+    Ok(Discovery {
+        boundaries: boundaries_of(hits),
+        clean_state: run.result.outcome.state.clone(),
+        clean_verdict: run.result.verdict,
+        clean_ms: run.result.duration_ms,
+        clean_timeline: run
+            .evidence
+            .events
+            .iter()
+            .filter_map(|e| e["kind"].as_str())
+            .filter(|k| *k != "message.queued")
+            .map(str::to_owned)
+            .collect(),
+    })
+}
+
+/// The boundaries of a clean run's trace, in its order: each distinct
+/// `point#n`, with whether a provider is alive when it is hit.
+pub fn boundaries_of(hits: Vec<cutpoint::Hit>) -> Vec<Boundary> {
     let mut boundaries: Vec<Boundary> = Vec::new();
     let mut alive = 0i64;
     for h in hits {
@@ -81,20 +100,7 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
             provider_alive,
         });
     }
-    Ok(Discovery {
-        boundaries,
-        clean_state: run.result.outcome.state.clone(),
-        clean_verdict: run.result.verdict,
-        clean_ms: run.result.duration_ms,
-        clean_timeline: run
-            .evidence
-            .events
-            .iter()
-            .filter_map(|e| e["kind"].as_str())
-            .filter(|k| *k != "message.queued")
-            .map(str::to_owned)
-            .collect(),
-    })
+    boundaries
 }
 
 /// The boundaries of the recovery after `first`: `scenario` runs once with

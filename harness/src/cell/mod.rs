@@ -533,6 +533,37 @@ fn write_real_profile(
     Ok(())
 }
 
+/// The command a cell starts its runner with, for a cell directory `dir`
+/// (`dir/state`, `dir/profiles.toml`, `dir/cut.sock`), disarmed and traced
+/// to `trace` if given: what `turncut doctor` starts, so it starts a runner
+/// exactly as a cell does.
+pub fn cell_runner_command(
+    env: &CellEnv,
+    dir: &Path,
+    canary: &str,
+    trace: Option<&Path>,
+) -> Command {
+    let layout = Layout {
+        dir: dir.to_owned(),
+    };
+    runner_command(env, &layout, canary, &[], None, trace)
+}
+
+/// Writes a cell's inputs into `dir`: the scenario's script, the workspace
+/// `dir/ws` and the profiles file in which `profile` runs its fake provider.
+pub fn write_cell_inputs(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let layout = Layout {
+        dir: dir.to_owned(),
+    };
+    write_script(scenario, &layout)?;
+    write_fake_profile(env, profile, &layout)
+}
+
 fn runner_command(
     env: &CellEnv,
     layout: &Layout,
