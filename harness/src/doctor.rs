@@ -606,6 +606,12 @@ fn render_traced(t: &Traced) -> String {
             out.push_str(&format!("  note: the runner never passes {point}: {why}\n"));
         }
     }
+    for o in t.oracles.iter().filter(|o| o.verdict == Verdict::Fail) {
+        out.push_str(&format!(
+            "  note: the clean cell already fails {}: every cell of a wave will show it\n",
+            o.oracle
+        ));
+    }
     if writes == 0 {
         out.push_str("  note: no runner.write.* point: a wave plans no storage fault (fail-write, disk-full)\n");
     }

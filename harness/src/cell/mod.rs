@@ -86,6 +86,14 @@ impl CellEnv {
     }
 }
 
+impl CellEnv {
+    /// Whether the runner is this build's runnerd (`turncut runnerd`), not a
+    /// runner of `--runner-cmd`, which may claim fewer profiles.
+    pub fn runs_runnerd(&self) -> bool {
+        self.runner_cmd == [self.turncut.display().to_string(), "runnerd".to_owned()]
+    }
+}
+
 /// A finished cell: its result, evidence and directory.
 pub struct CellRun {
     /// The judged result.
