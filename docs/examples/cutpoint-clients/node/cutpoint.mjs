@@ -179,7 +179,10 @@ function hold(line, point, n, canFail) {
       }
       resolve(null);
     };
-    const sock = createConnection(config.socket, () => sock.write(line));
+    // The line is queued before the connection completes, so it reaches the
+    // harness together with the connection, not a turn of the event loop later.
+    const sock = createConnection(config.socket);
+    sock.write(line);
     sock.setEncoding("utf8");
     sock.on("data", (chunk) => {
       reply += chunk;
