@@ -69,12 +69,13 @@ export class Codex {
     if (!this.closed) this.child.stdin!.write(JSON.stringify(msg) + "\n");
   }
 
-  request(method: string, params: object): Promise<any> {
+  /** A request, answered within `waitMs` (the idle timeout by default). */
+  request(method: string, params: object, waitMs: number = this.idleMs): Promise<any> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
-        if (this.pending.delete(id)) reject(new ProviderLost("provider_unresponsive", `no answer to ${method} within ${this.idleMs} ms`));
-      }, this.idleMs);
+        if (this.pending.delete(id)) reject(new ProviderLost("provider_unresponsive", `no answer to ${method} within ${waitMs} ms`));
+      }, waitMs);
       const done = (f: (v: any) => void) => (v: any) => {
         clearTimeout(timer);
         f(v);
@@ -103,8 +104,10 @@ export class Codex {
     return this.inbox.shift()!;
   }
 
-  async initialize(): Promise<void> {
-    await this.request("initialize", { clientInfo: { name: "ts-runner", title: null, version: "0.1.0" } });
+  /** The handshake, within `startMs`: a process that is still starting is not
+   * a provider silent while it works, which is what the idle timeout bounds. */
+  async initialize(startMs: number): Promise<void> {
+    await this.request("initialize", { clientInfo: { name: "ts-runner", title: null, version: "0.1.0" } }, Math.max(startMs, this.idleMs));
     this.send({ method: "initialized" });
   }
 

@@ -8,18 +8,20 @@
 // (a runner crash leaves them running, as it would in production).
 
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { randomUUID } from "node:crypto";
 import * as cut from "../../cutpoint-clients/node/cutpoint.mjs";
 import { Codex, ProviderLost, RpcError } from "./codex.ts";
+import { MARKER_ENV, aliveSame, startTime, sweep } from "./processes.ts";
+import { classify, type Found, type TurnState } from "./recovery.ts";
 import { StorageError, type Cause, type Run, type Store, type Task, type Turn } from "./store.ts";
 
 export type Profile = { driver: string; command: string[]; approval: string; credential_env: string };
 export type Options = { stateDir: string; idleMs: number; termGraceMs: number; profiles: Map<string, Profile> };
 
 /** A provider this runner process started, with its client. */
-type Live = { child: ChildProcess; codex: Codex; row: number; pid: number; pgid: number; start_time: number; loaded: Set<string> };
+type Live = { child: ChildProcess; codex: Codex; row: number; marker: string; pid: number; pgid: number; start_time: number; loaded: Set<string> };
 
 /** A step that must fail the run with this cause. */
 class Fail extends Error {
@@ -34,19 +36,22 @@ export function newId(prefix: string): string {
   return `${prefix}-${randomUUID().replaceAll("-", "")}`;
 }
 
-/** Start time of a process in clock ticks since boot (/proc/PID/stat field 22). */
-export function startTime(pid: number): number | null {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19]);
-  } catch {
-    return null;
-  }
-}
+/** The continuation's text (wire::marker::CONTINUE_TEXT): never the message again. */
+export const CONTINUE_TEXT =
+  "[turncut:continue] The previous turn was interrupted by a restart. Continue it; do not redo finished steps. [turncut:check-aborted] A command reported as aborted may have run before the restart: check whether its effect is already there before running it again.";
+
+/** Providers a run may lose in one runner process; the next loss fails it
+ * provider_start_failed (runnerd's PROVIDER_LOSSES_MAX). */
+const LOST_PROVIDERS_MAX = 4;
+
+/** How long a new provider may take to answer `initialize`. */
+const PROVIDER_START_MS = 5_000;
 
 export class Engine {
   private live = new Map<string, Live>();
   private actors = new Map<string, { again: boolean }>();
+  /** Providers lost per run in this process (a bound, not a record). */
+  private lost = new Map<string, number>();
 
   readonly store: Store;
   readonly opts: Options;
@@ -83,6 +88,9 @@ export class Engine {
     if (!task || task.state !== "running") return false;
     const run = this.store.run(task.current_run)!;
     try {
+      // Old provider first: whatever an earlier runner process started for
+      // this task is stopped, with proof, before the conversation is used.
+      if (!this.live.has(taskId)) await this.stopOld(task, run.run_id);
       const unfinished = this.store.turns(run.run_id).find((t) => t.status === "intent" || t.status === "accepted");
       if (unfinished) {
         await this.resumeTurn(task, run, unfinished);
@@ -103,11 +111,19 @@ export class Engine {
 
   /** A step's error: a lost provider is recovered by the next step; any
    * other error fails the run with its cause. */
-  private async stepFailed(task: Task, run: Run, e: unknown): Promise<boolean> {
+  private async stepFailed(task: Task, run: Run, error: unknown): Promise<boolean> {
+    let e = error;
     const live = this.live.get(task.task_id);
     if (e instanceof ProviderLost) {
-      if (live) await this.stopLive(task.task_id, run.run_id, e.kind, e.message);
-      return true;
+      const lost = (this.lost.get(run.run_id) ?? 0) + 1;
+      this.lost.set(run.run_id, lost);
+      try {
+        if (live) await this.stopLive(task.task_id, run.run_id, e.kind, e.message);
+        if (lost <= LOST_PROVIDERS_MAX) return true;
+        e = new Fail("provider_start_failed", `the run lost ${lost} providers: ${e.message}`);
+      } catch (again) {
+        e = again;
+      }
     }
     const cause: Cause =
       e instanceof StorageError
@@ -116,7 +132,7 @@ export class Engine {
           ? { code: e.code, recoverable: false, message: e.message }
           : { code: "provider_protocol_error", recoverable: false, message: String((e as Error).message ?? e) };
     try {
-      if (live) await this.stopLive(task.task_id, run.run_id, null, "");
+      if (this.live.has(task.task_id)) await this.stopLive(task.task_id, run.run_id, null, "");
       await this.settle(task, run, cause);
     } catch (again) {
       process.stderr.write(`ts-runner: task ${task.task_id}: could not record ${cause.code}: ${again}\n`);
@@ -142,16 +158,87 @@ export class Engine {
     return this.store.turns(run.run_id).find((t) => t.turn_row === row)!;
   }
 
-  /** A turn left unfinished by a crash or a lost provider: start it again. */
+  /** A turn left unfinished by a crash or a lost provider: ask the provider
+   * what it recorded, then adopt, continue once, send (the provider never
+   * recorded it), or fail closed (recovery.ts). */
   private async resumeTurn(task: Task, run: Run, turn: Turn): Promise<void> {
-    const text = this.store.message(task.task_id, turn.message_id)!.text;
-    await this.runTurn(task, run, turn, text);
+    const live = await this.provider(task, run);
+    const thread = await this.conversation(task, run, live);
+    const turns = await this.readTurns(live, thread);
+    const state: TurnState =
+      turn.kind === "continuation" ? { kind: "continuation" } : turn.provider_turn_id ? { kind: "accepted", providerTurnId: turn.provider_turn_id } : { kind: "intent" };
+    const match = turns.find((t) =>
+      turn.provider_turn_id ? t.id === turn.provider_turn_id : (t.items ?? []).some((i: any) => i.type === "userMessage" && i.clientId === turn.client_id),
+    );
+    const found: Found = match ? { recorded: (match.items ?? []).some((i: any) => i.type === "userMessage"), status: match.status } : null;
+    const decision = classify(state, found, this.approvalOpen(task.task_id, turn.turn_row));
+    const message = this.store.message(task.task_id, turn.message_id)!;
+    switch (decision.do) {
+      case "adopt":
+        await this.store.write("turn_completed", task.task_id, [[run.run_id, "turn.finished", { turn_row: turn.turn_row, provider_turn_id: turn.provider_turn_id, status: "completed", adopted: true }]], () =>
+          this.store.exec("UPDATE turns SET status = 'completed' WHERE turn_row = ?", turn.turn_row),
+        );
+        return;
+      case "fail":
+        throw new Fail(decision.code, decision.message);
+      case "send":
+        await this.store.write("turn_absent", task.task_id, [[run.run_id, "turn.absent_at_provider", { message_id: turn.message_id, provider_turn_id: turn.provider_turn_id, action: "the provider never recorded it; send it once" }]]);
+        return this.runTurn(task, run, turn, turn.kind === "continuation" ? CONTINUE_TEXT : message.text, live, thread);
+      case "continue":
+        return this.continueOnce(task, run, turn, live, thread);
+    }
+  }
+
+  /** The thread's turns; a thread never written has none. */
+  private async readTurns(live: Live, thread: string): Promise<any[]> {
+    try {
+      return await live.codex.readTurns(thread);
+    } catch (e) {
+      if (e instanceof RpcError && e.message.includes("not supported yet")) return [];
+      throw e;
+    }
+  }
+
+  /** Whether the turn had an approval requested and never answered, or
+   * answered accept for a command item that never completed (the run log). */
+  private approvalOpen(taskId: string, turnRow: number): boolean {
+    const events = this.store.events(taskId, 0).filter((e) => e.data.turn_row === turnRow);
+    const last = new Map<string, Record<string, unknown>>();
+    for (const e of events) if (e.kind === "provider_request") last.set(String(e.data.request_id), e.data);
+    const completed = new Set(events.filter((e) => e.kind === "item.completed").map((e) => (e.data.item as { id?: string }).id));
+    return [...last.values()].some((r) => r.status !== "answered" || (String(r.decision).startsWith("accept") && !completed.has(r.item_id as string)));
+  }
+
+  /** The lost turn marked interrupted and its one continuation written
+   * ahead, in one write; then the continuation text is sent. */
+  private async continueOnce(task: Task, run: Run, turn: Turn, live: Live, thread: string): Promise<void> {
+    const cause: Cause = { code: "provider_turn_lost_on_restore", recoverable: true, message: `turn ${turn.provider_turn_id} was lost with its provider; it is continued once` };
+    const clientId = `${turn.message_id}#continuation`;
+    let row = 0;
+    await this.store.write(
+      "turn_intent",
+      task.task_id,
+      [
+        [run.run_id, "turn.failed", { turn_row: turn.turn_row, provider_turn_id: turn.provider_turn_id, status: "interrupted", cause }],
+        [run.run_id, "turn.intent", { message_id: turn.message_id, kind: "continuation", client_id: clientId }],
+      ],
+      () => {
+        this.store.exec("UPDATE turns SET status = 'interrupted' WHERE turn_row = ?", turn.turn_row);
+        this.store.exec(
+          "INSERT INTO turns(run_id, task_id, message_id, kind, client_id, status) VALUES (?, ?, ?, 'continuation', ?, 'intent')",
+          run.run_id, task.task_id, turn.message_id, clientId,
+        );
+        row = this.store.lastInsertRow();
+      },
+    );
+    const continuation = this.store.turns(run.run_id).find((t) => t.turn_row === row)!;
+    await this.runTurn(task, run, continuation, CONTINUE_TEXT, live, thread);
   }
 
   /** Sends the turn and follows it to its end. */
-  private async runTurn(task: Task, run: Run, turn: Turn, text: string): Promise<void> {
-    const live = await this.provider(task, run);
-    const thread = await this.conversation(task, run, live);
+  private async runTurn(task: Task, run: Run, turn: Turn, text: string, have?: Live, haveThread?: string): Promise<void> {
+    const live = have ?? (await this.provider(task, run));
+    const thread = haveThread ?? (await this.conversation(task, run, live));
     const providerTurn = await live.codex.startTurn(thread, text, turn.client_id);
     await this.store.write("turn_accepted", task.task_id, [[run.run_id, "turn.accepted", { turn_row: turn.turn_row, provider_turn_id: providerTurn }]], () =>
       this.store.exec("UPDATE turns SET provider_turn_id = ?, status = 'accepted' WHERE turn_row = ?", providerTurn, turn.turn_row),
@@ -200,7 +287,21 @@ export class Engine {
       return thread;
     }
     if (!live.loaded.has(current.conversation_id)) {
-      await live.codex.resumeThread(current.conversation_id, task.workspace);
+      try {
+        await live.codex.resumeThread(current.conversation_id, task.workspace);
+      } catch (e) {
+        if (!(e instanceof RpcError && e.message.startsWith("no rollout found"))) throw e;
+        // Codex writes a thread with its first turn: a thread the provider
+        // never wrote is forgotten and a fresh one opened, unless a turn of
+        // the run had completed in it (then history is lost).
+        if (this.store.turns(run.run_id).some((t) => t.status === "completed")) {
+          throw new Fail("provider_protocol_error", `the provider lost conversation ${current.conversation_id} with completed turns`);
+        }
+        await this.store.write("conversation_lost", task.task_id, [[run.run_id, "conversation.lost", { conversation_id: current.conversation_id, action: "open a fresh conversation" }]], () =>
+          this.store.exec("UPDATE runs SET conversation_id = NULL WHERE run_id = ?", run.run_id),
+        );
+        return this.conversation(task, run, live);
+      }
       live.loaded.add(current.conversation_id);
     }
     return current.conversation_id;
@@ -216,11 +317,18 @@ export class Engine {
     const argv = profile.command.map((a) =>
       a.replaceAll("{provider_dir}", providerDir).replaceAll("{workspace}", task.workspace).replaceAll("{task_id}", task.task_id),
     );
+    // Write-ahead: the marker is durable before the process exists.
+    const marker = newId("spawn");
+    let row = 0;
+    await this.store.write("provider_spawn_intent", task.task_id, [[run.run_id, "provider.spawn_intent", { marker }]], () => {
+      this.store.exec("INSERT INTO providers(task_id, marker) VALUES (?, ?)", task.task_id, marker);
+      row = this.store.lastInsertRow();
+    });
     const child = spawn(argv[0], argv.slice(1), {
       cwd: task.workspace,
       stdio: ["pipe", "pipe", "inherit"],
       detached: true,
-      env: { ...process.env, TURNCUT_ROLE: "provider" },
+      env: { ...process.env, TURNCUT_ROLE: "provider", [MARKER_ENV]: marker },
     });
     const spawned = await new Promise<boolean>((resolve) => {
       child.once("spawn", () => resolve(true));
@@ -230,15 +338,13 @@ export class Engine {
     await cut.hit("runner.provider.spawned");
     const pid = child.pid!;
     const identity = { pid, pgid: pid, start_time: startTime(pid) ?? 0 };
-    let row = 0;
-    await this.store.write("provider_identity", task.task_id, [[run.run_id, "provider.spawned", identity]], () => {
-      this.store.exec("INSERT INTO providers(task_id, pid, pgid, start_time) VALUES (?, ?, ?, ?)", task.task_id, pid, pid, identity.start_time);
-      row = this.store.lastInsertRow();
-    });
-    const live: Live = { child, codex: new Codex(child, this.opts.idleMs), row, ...identity, loaded: new Set() };
+    await this.store.write("provider_identity", task.task_id, [[run.run_id, "provider.spawned", identity]], () =>
+      this.store.exec("UPDATE providers SET pid = ?, pgid = ?, start_time = ? WHERE row = ?", pid, pid, identity.start_time, row),
+    );
+    const live: Live = { child, codex: new Codex(child, this.opts.idleMs), row, marker, ...identity, loaded: new Set() };
     this.live.set(task.task_id, live);
     try {
-      await live.codex.initialize();
+      await live.codex.initialize(PROVIDER_START_MS);
     } catch (e) {
       if (e instanceof RpcError) throw new Fail("provider_start_failed", `initialize: ${e.message}`);
       throw e;
@@ -266,19 +372,38 @@ export class Engine {
       } catch {}
     }
     await exited;
+    // What it started in other sessions carries its marker.
+    const swept = await sweep(live.pgid, live.marker, 2000);
+    if (swept.survivors.length > 0) throw new Fail("cleanup_quarantined", `processes ${swept.survivors.join(", ")} of provider ${live.pid} survived SIGKILL`);
     const events: Array<[string, string, Record<string, unknown>]> = [];
     if (lost) events.push([runId, lost, { pid: live.pid, detail }]);
-    events.push([runId, "provider.stopped", { identity: { pid: live.pid, pgid: live.pgid, start_time: live.start_time }, signals }]);
+    events.push([runId, "provider.stopped", { identity: { pid: live.pid, pgid: live.pgid, start_time: live.start_time }, signals, marked_killed: swept.killed }]);
     await this.store.write("provider_stop", taskId, events, () => this.store.exec("UPDATE providers SET stopped = 1 WHERE row = ?", live.row));
+  }
+
+  /** Stops every provider an earlier runner process started for the task
+   * (its group if the same process is still there, then everything with its
+   * marker) and records each stop; throws when one cannot be stopped. */
+  private async stopOld(task: Task, runId: string): Promise<void> {
+    for (const p of this.store.liveProviders(task.task_id)) {
+      const same = p.pid !== null && aliveSame(p.pid, p.start_time);
+      const swept = await sweep(same ? p.pgid : null, p.marker, 2000);
+      if (swept.survivors.length > 0) throw new Fail("cleanup_quarantined", `processes ${swept.survivors.join(", ")} of an earlier provider survived SIGKILL`);
+      const event: [string, string, Record<string, unknown>] =
+        p.pid === null
+          ? [runId, "provider.spawn_swept", { marker: p.marker, killed: swept.killed }]
+          : [runId, "provider.stopped", { identity: { pid: p.pid, pgid: p.pgid, start_time: p.start_time }, method: "swept after a restart", marked_killed: swept.killed }];
+      await this.store.write("provider_stop", task.task_id, [event], () => this.store.exec("UPDATE providers SET stopped = 1 WHERE row = ?", p.row));
+    }
   }
 
   /** Settles the run (and the task): its provider stopped first. */
   async settle(task: Task, run: Run, cause: Cause | null): Promise<void> {
     if (this.live.has(task.task_id)) await this.stopLive(task.task_id, run.run_id, null, "");
-    const state = cause ? "failed" : "completed";
+    const state = cause === null ? "completed" : cause.code === "cleanup_quarantined" ? "needs_human" : "failed";
     const text = cause ? JSON.stringify(cause) : null;
     await this.store.write("run_settled", task.task_id, [[run.run_id, "run.settled", { state, cause }]], () => {
-      this.store.exec("UPDATE runs SET status = ?, cause = ? WHERE run_id = ?", state, text, run.run_id);
+      this.store.exec("UPDATE runs SET status = ?, cause = ? WHERE run_id = ?", state === "completed" ? "completed" : "failed", text, run.run_id);
       this.store.exec("UPDATE tasks SET state = ?, cause = ? WHERE task_id = ?", state, text, task.task_id);
     });
   }
@@ -292,21 +417,30 @@ export class Engine {
     if (task.state === "running") return { status: 409, body: { block_reason: "execution_active" } };
     if (task.state !== "failed" || known) return { status: 409, body: { block_reason: "nothing_to_retry" } };
     const failed = this.store.run(task.current_run)!;
-    const lastTurn = this.store.turns(failed.run_id).at(-1);
-    const resend = this.store.message(task.task_id, lastTurn?.message_id ?? failed.trigger_message_id)!;
+    const resend = this.retryMessage(task);
     const runId = newId("run");
-    const stopped = this.store.liveProviders(task.task_id).map((p) => ({ pid: p.pid, start_time: p.start_time }));
+    // The stop proof: every provider the task ever had is gone.
+    const earlier = this.store.liveProviders(task.task_id).map((p) => ({ pid: p.pid, start_time: p.start_time }));
+    try {
+      await this.stopOld(task, failed.run_id);
+    } catch (e) {
+      if (e instanceof Fail) return { status: 409, body: { block_reason: "process_running" } };
+      throw e;
+    }
+    const stopped = { providers_stopped: earlier, still_alive: 0 };
     await this.store.write(
       "retry_admitted",
       task.task_id,
       [
-        [failed.run_id, "stopped_conversation_verified", { providers: stopped }],
+        [failed.run_id, "stopped_conversation_verified", stopped],
         [runId, "retry.admitted", { message_id: messageId, run_id: runId, previous_run: failed.run_id, resends: true }],
       ],
       () => {
+        // The Retry's own message (ord 0: before any queued follow-up), or,
+        // with nothing to re-send, a consumed record of its answer.
         this.store.exec(
-          "INSERT INTO messages(task_id, message_id, kind, text, ord, answer) VALUES (?, ?, 'retry', ?, ?, ?)",
-          task.task_id, messageId, resend.text, 0, runId,
+          "INSERT INTO messages(task_id, message_id, kind, text, ord, answer, consumed_run) VALUES (?, ?, 'retry', ?, 0, ?, ?)",
+          task.task_id, messageId, resend ?? "", runId, resend === null ? runId : null,
         );
         this.store.exec(
           "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms) VALUES (?, ?, 'retry', ?, 'running', ?, ?)",
@@ -317,6 +451,21 @@ export class Engine {
     );
     this.wake(task.task_id);
     return { status: 201, body: { task_id: task.task_id, run_id: runId } };
+  }
+
+  /** What a Retry re-sends (runnerd's rule): the latest primary turn's
+   * message when its last turn did not complete; nothing when it did and a
+   * message no turn took is queued (the failure came before that message's
+   * turn: the Retry run answers the queue, and re-sending the answered one
+   * would do its work twice); else the latest message, or the first. */
+  private retryMessage(task: Task): string | null {
+    const turns = this.store.runs(task.task_id).flatMap((r) => this.store.turns(r.run_id));
+    const primary = turns.filter((t) => t.kind === "primary").at(-1);
+    const last = primary && turns.filter((t) => t.message_id === primary.message_id).at(-1);
+    if (primary && last && last.status !== "completed") return this.store.message(task.task_id, primary.message_id)!.text;
+    if (this.store.queue(task.task_id).length > 0) return null;
+    if (primary) return this.store.message(task.task_id, primary.message_id)!.text;
+    return this.store.message(task.task_id, this.store.run(task.current_run)!.trigger_message_id)!.text;
   }
 
   /** After a start: every task that was running goes on. */

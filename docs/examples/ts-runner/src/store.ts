@@ -52,7 +52,8 @@ export type Turn = {
   status: "intent" | "accepted" | "completed" | "interrupted" | "failed";
 };
 export type Message = { message_id: string; kind: string; text: string; consumed_run: string | null };
-export type Provider = { row: number; task_id: string; pid: number; pgid: number; start_time: number; stopped: number };
+/** A provider spawn: its marker from the intent on, its identity once recorded. */
+export type Provider = { row: number; task_id: string; marker: string; pid: number | null; pgid: number | null; start_time: number | null; stopped: number };
 export type NewEvent = [runId: string | null, kind: string, data: Record<string, unknown>];
 
 /** A write the harness failed (or a full disk): the step that made it stops. */
@@ -76,8 +77,8 @@ CREATE TABLE IF NOT EXISTS runs(run_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, 
 CREATE TABLE IF NOT EXISTS turns(turn_row INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL,
   task_id TEXT NOT NULL, message_id TEXT NOT NULL, kind TEXT NOT NULL, client_id TEXT NOT NULL,
   provider_turn_id TEXT, status TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS providers(row INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL,
-  pid INTEGER NOT NULL, pgid INTEGER NOT NULL, start_time INTEGER NOT NULL, stopped INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS providers(row INTEGER PRIMARY KEY AUTOINCREMENT, task_id TEXT NOT NULL, marker TEXT NOT NULL,
+  pid INTEGER, pgid INTEGER, start_time INTEGER, stopped INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS events(task_id TEXT NOT NULL, seq INTEGER NOT NULL, run_id TEXT, ts_ms INTEGER NOT NULL,
   kind TEXT NOT NULL, data TEXT NOT NULL, PRIMARY KEY(task_id, seq));
 `;
@@ -183,7 +184,7 @@ export class Store {
   /** Accepted messages no primary turn consumed yet, in order. */
   queue(taskId: string): Message[] {
     return this.db
-      .prepare("SELECT * FROM messages WHERE task_id = ? AND consumed_run IS NULL ORDER BY ord")
+      .prepare("SELECT * FROM messages WHERE task_id = ? AND consumed_run IS NULL ORDER BY ord, rowid")
       .all(taskId) as Message[];
   }
 
