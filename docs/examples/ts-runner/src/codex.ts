@@ -10,6 +10,13 @@ import { createInterface } from "node:readline";
 
 export type Incoming = { id?: number | string; method?: string; params?: any; result?: any; error?: any };
 
+/** One turn of the event loop's I/O: a timer callback runs before the poll
+ * phase reads the provider's pipe, so output that arrived while the runner
+ * itself was blocked is read before the provider is called silent. */
+function ioTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
 /** The provider went away, or said nothing for too long. */
 export class ProviderLost extends Error {
   kind: "provider_exited" | "provider_unresponsive";
@@ -73,7 +80,10 @@ export class Codex {
   request(method: string, params: object, waitMs: number = this.idleMs): Promise<any> {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const timer = setTimeout(async () => {
+        // The runner's own stall (a long fsync blocks the event loop) is not
+        // the provider's silence: read what already arrived first.
+        await ioTurn();
         if (this.pending.delete(id)) reject(new ProviderLost("provider_unresponsive", `no answer to ${method} within ${waitMs} ms`));
       }, waitMs);
       const done = (f: (v: any) => void) => (v: any) => {
@@ -91,7 +101,12 @@ export class Codex {
     while (this.inbox.length === 0) {
       if (this.closed) throw new ProviderLost("provider_exited", "the provider's stdout closed");
       const left = deadline - Date.now();
-      if (left <= 0) throw new ProviderLost("provider_unresponsive", `silent for ${this.idleMs} ms during a turn`);
+      if (left <= 0) {
+        // As in `request`: what the provider sent while the runner stalled counts.
+        await ioTurn();
+        if (this.inbox.length > 0) break;
+        throw new ProviderLost("provider_unresponsive", `silent for ${this.idleMs} ms during a turn`);
+      }
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, left);
         this.waiter = () => {

@@ -4,8 +4,12 @@
 // resume the conversation, then either finish an unfinished turn or start the
 // next queued message as a turn (write-ahead: the intent is durable before
 // turn/start, the acceptance before the turn's events are read), and settle
-// the run when nothing is left. Providers run in process groups of their own
-// (a runner crash leaves them running, as it would in production).
+// the run when nothing is left. A turn left unfinished by a crash or a lost
+// provider is looked up at the provider and classified (recovery.ts) before
+// anything is sent again. Providers run in process groups of their own (a
+// runner crash leaves them running, as it would in production), carry a spawn
+// marker (processes.ts), and are stopped with proof before a runner process
+// uses the task's conversation ("old provider first").
 
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdirSync } from "node:fs";
