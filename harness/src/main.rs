@@ -159,6 +159,19 @@ enum Command {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
         runs: u32,
     },
+    /// Check a runner (--runner-cmd; runnerd by default) against the runner
+    /// contract (docs/runner-contract.md) before a wave: it starts it as a
+    /// cell does, makes every call of the spec, runs a clean task per
+    /// profile it claims and a traced clean cell, and prints which oracles
+    /// can judge it and how many boundaries a wave cuts. Exit 0 when a wave
+    /// can run, 2 with the first missing piece and where the spec says it.
+    ///
+    /// Example: turncut doctor --runner-cmd './my-runner --verbose' --profile runner-codex
+    Doctor {
+        /// Only these fake profiles (repeatable) [default: every one].
+        #[arg(long = "profile")]
+        profiles: Vec<String>,
+    },
     /// Drive the fake Codex provider through a turn and a crash sweep.
     Demo,
     /// Many tasks on one runner state, the runner SIGKILLed at seeded moments
@@ -540,6 +553,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
             Ok(false) => Ok(1),
             Err(e) => Err(harness_err(format!("demo failed: {e:#}"))),
         },
+        Command::Doctor { profiles } => cmd::doctor::doctor(exe, &common, &profiles),
         Command::List { pattern } => cmd::list::list(exe, &common, pattern.as_deref()),
         Command::Providers { install } => Ok(cmd::providers::providers(install)),
         Command::Fidelity { only, runs } => {

@@ -150,6 +150,25 @@ pub fn discover(
         });
     }
     let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
+    Ok(Discovery {
+        boundaries: boundaries_of(hits),
+        clean_state: run.result.outcome.state.clone(),
+        clean_verdict: run.result.verdict,
+        clean_ms: run.result.duration_ms,
+        clean_timeline: run
+            .evidence
+            .events
+            .iter()
+            .filter_map(|e| e["kind"].as_str())
+            .filter(|k| *k != "message.queued")
+            .map(str::to_owned)
+            .collect(),
+    })
+}
+
+/// The boundaries of a clean run's trace, in its order: each distinct
+/// `point#n`, with whether a provider is alive when it is hit.
+pub fn boundaries_of(hits: Vec<cutpoint::Hit>) -> Vec<Boundary> {
     let mut boundaries: Vec<Boundary> = Vec::new();
     let alive = provider_alive_at(&hits);
     let mut segment = 0;
@@ -171,20 +190,7 @@ pub fn discover(
             provider_alive,
         });
     }
-    Ok(Discovery {
-        boundaries,
-        clean_state: run.result.outcome.state.clone(),
-        clean_verdict: run.result.verdict,
-        clean_ms: run.result.duration_ms,
-        clean_timeline: run
-            .evidence
-            .events
-            .iter()
-            .filter_map(|e| e["kind"].as_str())
-            .filter(|k| *k != "message.queued")
-            .map(str::to_owned)
-            .collect(),
-    })
+    boundaries
 }
 
 /// Whether a provider is alive at each hit of a trace: a provider hit is

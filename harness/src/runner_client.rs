@@ -428,6 +428,36 @@ impl RunnerClient {
         })
     }
 
+    /// The first `n` `data:` lines of the task's event stream (the backlog
+    /// first), or an error after `deadline`.
+    pub fn sse_lines(
+        &self,
+        task_id: &str,
+        n: usize,
+        deadline: Duration,
+    ) -> anyhow::Result<Vec<String>> {
+        let r = self
+            .agent
+            .get(format!("{}/v1/tasks/{task_id}/events", self.base))
+            .header("Authorization", &self.auth())
+            .header("Accept", "text/event-stream")
+            .config()
+            .timeout_global(Some(deadline))
+            .build()
+            .call()?;
+        anyhow::ensure!(r.status() == 200, "event stream answered {}", r.status());
+        let mut out = Vec::new();
+        for line in BufReader::new(r.into_body().into_reader()).lines() {
+            if let Some(data) = line?.strip_prefix("data:") {
+                out.push(data.trim_start().to_owned());
+                if out.len() == n {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// A channel that receives `()` for every run-log event of the task.
     fn subscribe(&self, task_id: &str) -> anyhow::Result<mpsc::Receiver<()>> {
         let r = self

@@ -89,6 +89,14 @@ impl CellEnv {
     }
 }
 
+impl CellEnv {
+    /// Whether the runner is this build's runnerd (`turncut runnerd`), not a
+    /// runner of `--runner-cmd`, which may claim fewer profiles.
+    pub fn runs_runnerd(&self) -> bool {
+        self.runner_cmd == [self.turncut.display().to_string(), "runnerd".to_owned()]
+    }
+}
+
 /// A finished cell: its result, evidence and directory.
 pub struct CellRun {
     /// The judged result.
@@ -532,6 +540,37 @@ fn write_real_profile(
     std::fs::write(layout.p("profiles.toml"), profiles)?;
     *shared.real.lock().expect("real") = Some(RealCell { product, model_api });
     Ok(())
+}
+
+/// The command a cell starts its runner with, for a cell directory `dir`
+/// (`dir/state`, `dir/profiles.toml`, `dir/cut.sock`), disarmed and traced
+/// to `trace` if given: what `turncut doctor` starts, so it starts a runner
+/// exactly as a cell does.
+pub fn cell_runner_command(
+    env: &CellEnv,
+    dir: &Path,
+    canary: &str,
+    trace: Option<&Path>,
+) -> Command {
+    let layout = Layout {
+        dir: dir.to_owned(),
+    };
+    runner_command(env, &layout, canary, &[], None, trace)
+}
+
+/// Writes a cell's inputs into `dir`: the scenario's script, the workspace
+/// `dir/ws` and the profiles file in which `profile` runs its fake provider.
+pub fn write_cell_inputs(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let layout = Layout {
+        dir: dir.to_owned(),
+    };
+    write_script(scenario, &layout)?;
+    write_fake_profile(env, profile, &layout)
 }
 
 fn runner_command(

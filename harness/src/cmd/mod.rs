@@ -14,6 +14,7 @@ use harness::scenario;
 use crate::Common;
 
 pub mod crash_round;
+pub mod doctor;
 pub mod explore;
 pub mod lazyfs;
 pub mod list;
