@@ -101,16 +101,20 @@ pub enum ContractEvent {
     StoppedConversationVerified,
     /// A follow-up to a task that failed closed was refused.
     PriorOwnerFenceRefused,
+    /// A run settled failed leaving a message queued; it waits for a Retry.
+    #[serde(rename = "message.stranded")]
+    MessageStranded,
 }
 
 impl ContractEvent {
     /// Every contract event, in documentation order.
-    pub const ALL: [ContractEvent; 5] = [
+    pub const ALL: [ContractEvent; 6] = [
         ContractEvent::ProviderExited,
         ContractEvent::ProviderUnresponsive,
         ContractEvent::ToolOutcomeUncertain,
         ContractEvent::StoppedConversationVerified,
         ContractEvent::PriorOwnerFenceRefused,
+        ContractEvent::MessageStranded,
     ];
 
     /// The wire name.
@@ -121,6 +125,7 @@ impl ContractEvent {
             ContractEvent::ToolOutcomeUncertain => "tool_outcome_uncertain",
             ContractEvent::StoppedConversationVerified => "stopped_conversation_verified",
             ContractEvent::PriorOwnerFenceRefused => "prior_owner_fence_refused",
+            ContractEvent::MessageStranded => "message.stranded",
         }
     }
 }

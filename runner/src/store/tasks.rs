@@ -221,7 +221,7 @@ impl Db {
             for m in self.queue(task_id)? {
                 events.push((
                     Some(run_id),
-                    "message.stranded",
+                    crate::causes::ContractEvent::MessageStranded.as_str(),
                     serde_json::json!({
                         "message_id": m.message_id,
                         "cause": code,
