@@ -241,7 +241,7 @@ mod tests {
         assert!(
             kinds
                 .iter()
-                .any(|k| k.kind == "message.stranded" && k.status == KindStatus::Required)
+                .any(|k| k.kind == "message.stranded" && k.status == KindStatus::When)
         );
         // Every kind with a data schema has its `if kind = …` branch, and back.
         let branches: Vec<&str> = events_schema()["allOf"]
