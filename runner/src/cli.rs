@@ -4,7 +4,8 @@
 //! [--profiles FILE] [--token-file FILE] [--provider-key-file FILE]`. It prints
 //! one line `listening on http://ADDR` when ready. Exit codes: 0 after SIGTERM or
 //! SIGINT, 2 bad input (arguments, profiles, key file, address in use or not
-//! loopback), 3 runtime error (storage). A build with the `seeded-bugs` feature
+//! loopback, a state directory another runnerd holds: `state_lock`), 3
+//! runtime error (storage). A build with the `seeded-bugs` feature
 //! also takes `--seeded-bug NAME` (`crate::seeded`); other builds reject it.
 
 use std::ffi::OsString;
@@ -70,9 +71,16 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    // Before anything else (no thread exists yet): the kernel keeps the
-    // initial environment readable in /proc/PID/environ for the life of the
-    // image, so an image that was started with the credential replaces itself.
+    // Before anything else (no thread exists yet): closed to inspection by
+    // the tools it runs, and named as before a re-execution.
+    if let Err(e) = crate::own_process::forbid_inspection() {
+        eprintln!("runnerd: failed to make the process not dumpable: {e}");
+        return 2;
+    }
+    crate::own_process::keep_name(&std::env::args_os().next().unwrap_or_default());
+    // The kernel keeps the initial environment readable in /proc/PID/environ
+    // for the life of the image, so an image that was started with the
+    // credential replaces itself.
     if std::env::var_os(CREDENTIAL_ENV).is_some() {
         let e = reexec_without_credential(args.provider_key_file.is_none());
         eprintln!(
@@ -100,10 +108,17 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
 /// Why runnerd stops: its exit code and what it says.
 struct Exit(i32, String);
 
-/// Everything before serving: cut points, credential, logging, profiles,
-/// store, token and runtime; then serves until SIGTERM.
-fn start(args: Args) -> Result<i32, Exit> {
+/// Everything before serving: cut points, the state directory and its
+/// lock, credential, logging, profiles, store, token and runtime; then
+/// serves until SIGTERM.
+fn start(mut args: Args) -> Result<i32, Exit> {
     cutpoint::init().map_err(|e| Exit(2, e.to_string()))?;
+    args.state_dir = state_dir(&args.state_dir)?;
+    // Held until this function returns, which is when runnerd exits.
+    let _lock = crate::state_lock::acquire(&args.state_dir).map_err(|e| match e {
+        crate::state_lock::LockError::Held { .. } => Exit(2, e.to_string()),
+        crate::state_lock::LockError::Io { .. } => Exit(3, e.to_string()),
+    })?;
     let credential = read_credential(args.provider_key_file.as_deref())
         .map_err(|e| Exit(2, format!("{e:#}")))?;
     // The credential lives in memory only from here on: no child inherits
@@ -152,6 +167,25 @@ fn start(args: Args) -> Result<i32, Exit> {
         credential,
     };
     runtime.block_on(serve(args.listen, store, opts, token))
+}
+
+/// The state directory, created (0700) if missing, as an absolute canonical
+/// path: everything derived from it (`{provider_dir}` in a provider's command
+/// line) must not depend on the working directory of whoever reads it, and a
+/// provider runs in the task's workspace.
+fn state_dir(dir: &Path) -> Result<PathBuf, Exit> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .and_then(|()| dir.canonicalize())
+        .map_err(|e| {
+            Exit(
+                2,
+                format!("failed to use the state directory {}: {e}", dir.display()),
+            )
+        })
 }
 
 /// Binds, resumes the unsettled tasks, prints the address and serves the
