@@ -40,9 +40,17 @@ pub struct Args {
     /// Loopback address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
-    /// Kill a provider silent for this long during a request or a turn.
+    /// Kill a provider that makes no progress for this long during a
+    /// request or a turn (other messages do not count toward a request).
     #[arg(long, default_value_t = 30_000)]
     pub provider_idle_timeout_ms: u64,
+    /// The longest one provider request may take, progress or not.
+    #[arg(long, default_value_t = crate::driver::budget::REQUEST_TIMEOUT_MS)]
+    pub provider_request_timeout_ms: u64,
+    /// Stop a provider (provider_protocol_error) that writes more than this
+    /// many bytes per second.
+    #[arg(long, default_value_t = crate::driver::budget::OUTPUT_BYTES_PER_S_MAX)]
+    pub provider_output_bytes_per_s_max: u64,
     /// Grace after SIGTERM before SIGKILL when stopping a provider.
     #[arg(long, default_value_t = 500)]
     pub provider_term_grace_ms: u64,
@@ -160,7 +168,11 @@ fn start(mut args: Args) -> Result<i32, Exit> {
     let opts = EngineOptions {
         state_dir: args.state_dir.clone(),
         epoch,
-        idle: Duration::from_millis(args.provider_idle_timeout_ms),
+        bounds: crate::driver::Bounds {
+            idle: Duration::from_millis(args.provider_idle_timeout_ms),
+            request: Duration::from_millis(args.provider_request_timeout_ms),
+            output_bytes_per_s_max: args.provider_output_bytes_per_s_max,
+        },
         term_grace: Duration::from_millis(args.provider_term_grace_ms),
         kill_grace: Duration::from_secs(2),
         profiles,

@@ -47,12 +47,12 @@ impl Link {
     async fn attach(
         kind: DriverKind,
         child: &mut tokio::process::Child,
-        idle: std::time::Duration,
+        bounds: driver::Bounds,
         namespace: &str,
     ) -> Result<Link, DriverError> {
         Ok(match kind {
-            DriverKind::Native => Link::Native(NativeDriver::attach(child, idle).await?),
-            kind => Link::Agent(Driver::attach(kind, child, idle, namespace).await?),
+            DriverKind::Native => Link::Native(NativeDriver::attach(child, bounds).await?),
+            kind => Link::Agent(Driver::attach(kind, child, bounds, namespace).await?),
         })
     }
 
@@ -329,7 +329,7 @@ impl Engine {
         let attached = Link::attach(
             profile.driver,
             &mut child,
-            self.opts.idle,
+            self.opts.bounds,
             &proc_row.to_string(),
         )
         .await;
