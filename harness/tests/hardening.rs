@@ -15,6 +15,7 @@
 
 mod hardening {
     pub mod flood;
+    pub mod http;
     pub mod state;
 }
 

@@ -54,6 +54,14 @@ pub struct Args {
     /// Grace after SIGTERM before SIGKILL when stopping a provider.
     #[arg(long, default_value_t = 500)]
     pub provider_term_grace_ms: u64,
+    /// The most control API connections open at once; one more is answered
+    /// 503 too_many_connections.
+    #[arg(long, default_value_t = crate::server::CONNECTIONS_MAX)]
+    pub connections_max: usize,
+    /// Close a connection whose request head has not arrived this long
+    /// after it opened (or after its previous request).
+    #[arg(long, default_value_t = crate::server::HEADER_READ_TIMEOUT_MS)]
+    pub http_header_read_timeout_ms: u64,
     /// Profiles file (TOML) adding or overriding profiles.
     #[arg(long)]
     pub profiles: Option<PathBuf>,
@@ -178,7 +186,16 @@ fn start(mut args: Args) -> Result<i32, Exit> {
         profiles,
         credential,
     };
-    runtime.block_on(serve(args.listen, store, opts, token))
+    let limits = crate::server::Limits {
+        connections_max: args.connections_max,
+        header_read_timeout: Duration::from_millis(args.http_header_read_timeout_ms),
+        shutdown_grace: Duration::from_millis(crate::server::SHUTDOWN_GRACE_MS),
+    };
+    let code = runtime.block_on(serve(args.listen, store, opts, token, limits));
+    // Tasks still running (an actor waiting on its provider, a tool) must
+    // not hold the exit: the grace has passed.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    code
 }
 
 /// The state directory, created (0700) if missing, as an absolute canonical
@@ -207,6 +224,7 @@ async fn serve(
     store: crate::store::Store,
     opts: EngineOptions,
     token: String,
+    limits: crate::server::Limits,
 ) -> Result<i32, Exit> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => Exit(2, format!(
@@ -234,15 +252,8 @@ async fn serve(
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    // No Nagle delay on small answers and event pages.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, crate::api::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map(|()| 0)
-        .map_err(|e| Exit(3, format!("the server failed: {e}")))
+    crate::server::serve(listener, crate::api::router(state), limits, shutdown).await;
+    Ok(0)
 }
 
 /// Replaces this process image with itself (`/proc/self/exe`, the same

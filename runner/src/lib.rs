@@ -20,6 +20,7 @@ pub mod native;
 pub mod own_process;
 pub mod profiles;
 pub mod seeded;
+pub mod server;
 pub mod state_lock;
 pub mod store;
 pub mod supervisor;
