@@ -261,7 +261,10 @@ pub(super) async fn bash(
     }
     let env = owned(tool_env(ws, scrub, |name| std::env::var(name).ok()));
     let args = ["-c".to_owned(), command.to_owned()];
-    let process = match ToolProcess::spawn("/bin/sh", &args, ws.root(), env, limits.output_bytes) {
+    // The workspace through runnerd's descriptor of it: a workspace renamed
+    // or replaced by a link since cannot redirect the shell.
+    let cwd = ws.dir_path();
+    let process = match ToolProcess::spawn("/bin/sh", &args, &cwd, env, limits.output_bytes) {
         Ok(p) => p,
         Err(e) => return ToolOutput::failure(format!("cannot start /bin/sh: {e}")),
     };
