@@ -138,8 +138,10 @@ fn driver_err(e: DriverError) -> StepError {
 }
 
 impl Engine {
-    /// Creates the engine.
+    /// Creates the engine (its runner holds the state directory's lock, so
+    /// what an earlier runner left of its credential FIFOs is removed).
     pub fn new(store: Store, opts: EngineOptions) -> Arc<Engine> {
+        credential_fifo::sweep(&opts.state_dir);
         Arc::new(Engine {
             store,
             opts,

@@ -275,7 +275,7 @@ impl Engine {
         }
         match &self.opts.credential {
             Some(secret) if profile.credential_fifo => {
-                match super::credential_fifo::serve(secret, marker) {
+                match super::credential_fifo::serve(&self.opts.state_dir, secret, marker) {
                     Ok(path) => {
                         cmd.env(&profile.credential_env, path);
                     }
