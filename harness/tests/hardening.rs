@@ -14,6 +14,7 @@
 //! build (how each was seen to fail before its fix).
 
 mod hardening {
+    pub mod containment;
     pub mod credential;
     pub mod flood;
     pub mod http;

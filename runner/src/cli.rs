@@ -62,6 +62,11 @@ pub struct Args {
     /// after it opened (or after its previous request).
     #[arg(long, default_value_t = crate::server::HEADER_READ_TIMEOUT_MS)]
     pub http_header_read_timeout_ms: u64,
+    /// The container every provider runs in: auto (cgroup v2, else the v1
+    /// freezer, else the subreaper), cgroup-v2, cgroup-v1-freezer or
+    /// subreaper.
+    #[arg(long, default_value = "auto")]
+    pub provider_containment: crate::supervisor::containment::Choice,
     /// Profiles file (TOML) adding or overriding profiles.
     #[arg(long)]
     pub profiles: Option<PathBuf>,
@@ -158,6 +163,9 @@ fn start(mut args: Args) -> Result<i32, Exit> {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("runnerd"));
     let profiles = crate::profiles::load(&exe, args.profiles.as_deref())
         .map_err(|e| Exit(2, format!("{e:#}")))?;
+    let containment = crate::supervisor::containment::init(args.provider_containment)
+        .map_err(|e| Exit(2, format!("--provider-containment: {e}")))?;
+    tracing::info!("providers run in containers of {}", containment.mechanism());
     let (store, epoch) = crate::store::Store::open(&args.state_dir).map_err(|e| {
         Exit(
             3,

@@ -178,6 +178,7 @@ impl Engine {
             signals: Vec::new(),
             group_gone: true,
             marked: None,
+            contained: None,
         };
         let proof = serde_json::to_value(&proof).expect("proofs serialize");
         let (tid, rid, row) = (task_id.to_owned(), p.run_id.clone(), p.proc_row);
@@ -223,12 +224,22 @@ impl Engine {
             })
             .await?;
         let mut cmd = self.provider_command(&argv, &marker, &snap.task.workspace, profile);
-        let (mut child, identity) = supervisor::spawn_provider(&mut cmd).map_err(|e| {
-            StepError::Fail(Cause::new(
-                CauseCode::ProviderStartFailed,
-                format!("failed to start {}: {e}", argv[0]),
-            ))
-        })?;
+        let start_failed =
+            |what: String| StepError::Fail(Cause::new(CauseCode::ProviderStartFailed, what));
+        // Its container, named by the durable marker, exists before it does.
+        let containment = supervisor::containment::get();
+        let group = match containment.map(|c| (c.mechanism(), c.prepare(&marker))) {
+            Some((mechanism, Err(e))) => {
+                return Err(start_failed(format!(
+                    "failed to make the provider's container ({mechanism}): {e}"
+                )));
+            }
+            Some((_, Ok(group))) => group,
+            None => None,
+        };
+        let (mut child, identity) = supervisor::spawn_provider(&mut cmd, group.as_ref())
+            .map_err(|e| start_failed(format!("failed to start {}: {e}", argv[0])))?;
+        drop(group);
         // The window between the spawn and the durable identity.
         crate::cut::hit("runner.provider.spawned");
         let recorded = self
@@ -439,6 +450,18 @@ impl Engine {
     /// quarantine the task.
     async fn sweep_spawn(&self, task_id: &str, spawn: &SpawnIntent) -> Result<(), StepError> {
         let sweep = supervisor::sweep_marker(&spawn.marker, self.opts.kill_grace).await;
+        let contained = match supervisor::containment::get() {
+            Some(c) => Some(c.empty(&spawn.marker, self.opts.kill_grace).await),
+            None => None,
+        };
+        if contained.as_ref().is_some_and(|c| !c.gone) {
+            return Err(StepError::Fail(Cause::new(
+                CauseCode::CleanupQuarantined,
+                "the container of a provider spawned before its identity was recorded \
+                 could not be proven empty"
+                    .to_owned(),
+            )));
+        }
         if !sweep.gone {
             return Err(StepError::Fail(Cause::new(
                 CauseCode::CleanupQuarantined,
@@ -449,7 +472,10 @@ impl Engine {
                 ),
             )));
         }
-        let proof = serde_json::to_value(&sweep).expect("sweeps serialize");
+        let mut proof = serde_json::to_value(&sweep).expect("sweeps serialize");
+        if let Some(c) = contained {
+            proof["contained"] = serde_json::to_value(&c).expect("proofs serialize");
+        }
         let (tid, rid, row) = (task_id.to_owned(), spawn.run_id.clone(), spawn.spawn_row);
         self.write("provider_stop", move |db| {
             db.record_spawn_swept(&tid, &rid, row, proof)

@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 
 use super::{Limits, ToolOutput, Workspace};
+use crate::supervisor::containment::ToolGroup;
 
 /// The `PATH` a tool shell gets when the runner has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -76,16 +77,20 @@ async fn capture(mut pipe: impl AsyncRead + Unpin, into: Arc<Mutex<Capture>>, ca
     }
 }
 
-/// Kills the command's process group when dropped unless disarmed, so a
-/// cancelled call leaves nothing running. It is disarmed before the shell is
-/// reaped: until then the shell's pid, which is the group id, cannot be
-/// reused, so the signal cannot reach an unrelated group.
-struct GroupGuard(Option<Pid>);
+/// Kills the command's process group, and its container when it has one
+/// (which also holds what left the group), when dropped unless disarmed,
+/// so a cancelled call leaves nothing running. It is disarmed before the
+/// shell is reaped: until then the shell's pid, which is the group id,
+/// cannot be reused, so the signal cannot reach an unrelated group.
+struct GroupGuard(Option<Pid>, Option<ToolGroup>);
 
 impl GroupGuard {
     fn kill_and_disarm(&mut self) {
         if let Some(pgid) = self.0.take() {
             crate::supervisor::kill_group(pgid);
+        }
+        if let Some(group) = self.1.take() {
+            group.kill();
         }
     }
 }
@@ -167,6 +172,12 @@ impl ToolProcess {
             .process_group(0)
             .kill_on_drop(true);
         let runner = std::process::id();
+        // Its container, where runnerd has one: what it starts cannot hide.
+        let container = crate::supervisor::containment::get().and_then(|c| c.tool_group());
+        let procs = container
+            .as_ref()
+            .map(|g| g.procs().try_clone())
+            .transpose()?;
         // SAFETY: the closure runs between fork and exec and only makes
         // async-signal-safe calls without allocating. The death signal is tied to
         // the thread that forks, a runtime worker that lives as long as the
@@ -174,6 +185,9 @@ impl ToolProcess {
         // died before prctl.
         unsafe {
             cmd.pre_exec(move || {
+                if let Some(procs) = &procs {
+                    crate::supervisor::containment::join(procs)?;
+                }
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
                     return Err(io::Error::last_os_error());
                 }
@@ -183,12 +197,22 @@ impl ToolProcess {
                 Ok(())
             });
         }
-        let mut child = cmd.spawn()?;
+        let spawned = cmd.spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(group) = container {
+                    group.kill();
+                }
+                return Err(e);
+            }
+        };
         let pid = child
             .id()
             .ok_or_else(|| io::Error::other("the command exited before it could be watched"))?
             as libc::pid_t;
-        let group = GroupGuard(Some(Pid::from_raw(pid)));
+        crate::supervisor::containment::own_child(pid as u32);
+        let group = GroupGuard(Some(Pid::from_raw(pid)), container);
         let (stdout, stderr) = (
             Arc::new(Mutex::new(Capture::default())),
             Arc::new(Mutex::new(Capture::default())),
