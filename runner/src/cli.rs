@@ -181,7 +181,27 @@ fn start(mut args: Args) -> Result<i32, Exit> {
         .enable_all()
         .build()
         .map_err(|e| Exit(3, format!("failed to start the runtime: {e}")))?;
-    let opts = EngineOptions {
+    let opts = engine_options(&args, epoch, profiles, credential);
+    let limits = crate::server::Limits {
+        connections_max: args.connections_max,
+        header_read_timeout: Duration::from_millis(args.http_header_read_timeout_ms),
+        shutdown_grace: Duration::from_millis(crate::server::SHUTDOWN_GRACE_MS),
+    };
+    let code = runtime.block_on(serve(args.listen, store, opts, token, limits));
+    // Tasks still running (an actor waiting on its provider, a tool) must
+    // not hold the exit: the grace has passed.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    code
+}
+
+/// The engine's options from the command line.
+fn engine_options(
+    args: &Args,
+    epoch: i64,
+    profiles: std::collections::BTreeMap<String, crate::profiles::Profile>,
+    credential: Option<Secret>,
+) -> EngineOptions {
+    EngineOptions {
         state_dir: args.state_dir.clone(),
         epoch,
         bounds: crate::driver::Bounds {
@@ -193,17 +213,7 @@ fn start(mut args: Args) -> Result<i32, Exit> {
         kill_grace: Duration::from_secs(2),
         profiles,
         credential,
-    };
-    let limits = crate::server::Limits {
-        connections_max: args.connections_max,
-        header_read_timeout: Duration::from_millis(args.http_header_read_timeout_ms),
-        shutdown_grace: Duration::from_millis(crate::server::SHUTDOWN_GRACE_MS),
-    };
-    let code = runtime.block_on(serve(args.listen, store, opts, token, limits));
-    // Tasks still running (an actor waiting on its provider, a tool) must
-    // not hold the exit: the grace has passed.
-    runtime.shutdown_timeout(Duration::from_millis(500));
-    code
+    }
 }
 
 /// The state directory, created (0700) if missing, as an absolute canonical

@@ -147,8 +147,7 @@ impl NativeDriver {
     ) -> Result<ModelOutput, DriverError> {
         let mut budget = OutputBudget::new(self.bounds.output_bytes_per_s_max);
         let mut buf: Vec<u8> = Vec::new();
-        let mut done_items: Vec<Value> = Vec::new();
-        let mut held_bytes = 0;
+        let mut items = Items::default();
         loop {
             // An event that ends the buffer's first block, if any.
             if let Some(end) = find_blank_line(&buf) {
@@ -164,39 +163,8 @@ impl NativeDriver {
                     }
                     Sse::Eof => return Err(DriverError::Exited),
                 };
-                let kind = event["type"].as_str().unwrap_or_default().to_owned();
-                crate::cut::hit(&format!("runner.native.{}.received", cutpoint::slug(&kind)));
-                match kind.as_str() {
-                    "response.output_item.done" => {
-                        held_bytes += block.len();
-                        if held_bytes > BODY_BYTES_MAX {
-                            return Err(DriverError::Protocol(format!(
-                                "the model API sent more than {BODY_BYTES_MAX} bytes of output items"
-                            )));
-                        }
-                        if let Some(item) = event.get("item") {
-                            done_items.push(item.clone());
-                        }
-                    }
-                    "response.completed" => {
-                        let r = &event["response"];
-                        let items = r["output"]
-                            .as_array()
-                            .cloned()
-                            .filter(|o| !o.is_empty())
-                            .unwrap_or(done_items);
-                        return Ok(ModelOutput {
-                            id: r["id"].as_str().unwrap_or_default().to_owned(),
-                            items,
-                        });
-                    }
-                    "response.failed" | "response.incomplete" | "error" => {
-                        return Err(DriverError::Protocol(format!(
-                            "the model API ended the response with {kind}: {}",
-                            event.pointer("/response/error").unwrap_or(&event)
-                        )));
-                    }
-                    _ => {}
+                if let Some(output) = on_event(&event, block.len(), &mut items)? {
+                    return Ok(output);
                 }
                 continue;
             }
@@ -219,4 +187,56 @@ impl NativeDriver {
             }
         }
     }
+}
+
+/// The output items of a response stream so far.
+#[derive(Default)]
+struct Items {
+    done: Vec<Value>,
+    /// The bytes of the events they came in.
+    held_bytes: usize,
+}
+
+/// One event of a response stream (of `block_len` bytes): the output once
+/// the response is complete, an error if it failed.
+fn on_event(
+    event: &Value,
+    block_len: usize,
+    items: &mut Items,
+) -> Result<Option<ModelOutput>, DriverError> {
+    let kind = event["type"].as_str().unwrap_or_default();
+    crate::cut::hit(&format!("runner.native.{}.received", cutpoint::slug(kind)));
+    match kind {
+        "response.output_item.done" => {
+            items.held_bytes += block_len;
+            if items.held_bytes > BODY_BYTES_MAX {
+                return Err(DriverError::Protocol(format!(
+                    "the model API sent more than {BODY_BYTES_MAX} bytes of output items"
+                )));
+            }
+            if let Some(item) = event.get("item") {
+                items.done.push(item.clone());
+            }
+        }
+        "response.completed" => {
+            let r = &event["response"];
+            let output = r["output"]
+                .as_array()
+                .cloned()
+                .filter(|o| !o.is_empty())
+                .unwrap_or_else(|| std::mem::take(&mut items.done));
+            return Ok(Some(ModelOutput {
+                id: r["id"].as_str().unwrap_or_default().to_owned(),
+                items: output,
+            }));
+        }
+        "response.failed" | "response.incomplete" | "error" => {
+            return Err(DriverError::Protocol(format!(
+                "the model API ended the response with {kind}: {}",
+                event.pointer("/response/error").unwrap_or(event)
+            )));
+        }
+        _ => {}
+    }
+    Ok(None)
 }

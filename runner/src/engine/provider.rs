@@ -224,21 +224,14 @@ impl Engine {
             })
             .await?;
         let mut cmd = self.provider_command(&argv, &marker, &snap.task.workspace, profile);
-        let start_failed =
-            |what: String| StepError::Fail(Cause::new(CauseCode::ProviderStartFailed, what));
-        // Its container, named by the durable marker, exists before it does.
-        let containment = supervisor::containment::get();
-        let group = match containment.map(|c| (c.mechanism(), c.prepare(&marker))) {
-            Some((mechanism, Err(e))) => {
-                return Err(start_failed(format!(
-                    "failed to make the provider's container ({mechanism}): {e}"
-                )));
-            }
-            Some((_, Ok(group))) => group,
-            None => None,
-        };
-        let (mut child, identity) = supervisor::spawn_provider(&mut cmd, group.as_ref())
-            .map_err(|e| start_failed(format!("failed to start {}: {e}", argv[0])))?;
+        let group = container(&marker)?;
+        let (mut child, identity) =
+            supervisor::spawn_provider(&mut cmd, group.as_ref()).map_err(|e| {
+                StepError::Fail(Cause::new(
+                    CauseCode::ProviderStartFailed,
+                    format!("failed to start {}: {e}", argv[0]),
+                ))
+            })?;
         drop(group);
         // The window between the spawn and the durable identity.
         crate::cut::hit("runner.provider.spawned");
@@ -522,6 +515,24 @@ impl Engine {
             ))),
         }
     }
+}
+
+/// The control group of the provider spawned with `marker`, named by the
+/// durable marker and made before the provider exists (`None` where
+/// runnerd's container is the subreaper).
+fn container(marker: &str) -> Result<Option<std::os::fd::OwnedFd>, StepError> {
+    let Some(containment) = supervisor::containment::get() else {
+        return Ok(None);
+    };
+    containment.prepare(marker).map_err(|e| {
+        StepError::Fail(Cause::new(
+            CauseCode::ProviderStartFailed,
+            format!(
+                "failed to make the provider's container ({}): {e}",
+                containment.mechanism()
+            ),
+        ))
+    })
 }
 
 /// A failure to reach a new provider: a lost one is recovered like any

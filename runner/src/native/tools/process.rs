@@ -121,6 +121,32 @@ fn wait_exited(pid: libc::pid_t) {
     }
 }
 
+/// What a tool command does in the child before it executes: join its
+/// container (`procs`), take `PR_SET_PDEATHSIG(SIGKILL)`, and check its
+/// runner is still its parent.
+fn before_exec(cmd: &mut tokio::process::Command, procs: Option<std::os::fd::OwnedFd>) {
+    let runner = std::process::id();
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe calls without allocating. The death signal is tied to
+    // the thread that forks, a runtime worker that lives as long as the
+    // runner's runtime; the parent check closes the race with a runner that
+    // died before prctl.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(procs) = &procs {
+                crate::supervisor::containment::join(procs)?;
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != runner {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}
+
 /// A tool command the runner started: stdin is null, the environment is
 /// exactly what the caller passes (start from [`tool_env`]), the command leads
 /// its own process group and gets `PR_SET_PDEATHSIG(SIGKILL)`, so it dies
@@ -171,32 +197,13 @@ impl ToolProcess {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let runner = std::process::id();
         // Its container, where runnerd has one: what it starts cannot hide.
         let container = crate::supervisor::containment::get().and_then(|c| c.tool_group());
         let procs = container
             .as_ref()
             .map(|g| g.procs().try_clone())
             .transpose()?;
-        // SAFETY: the closure runs between fork and exec and only makes
-        // async-signal-safe calls without allocating. The death signal is tied to
-        // the thread that forks, a runtime worker that lives as long as the
-        // runner's runtime; the parent check closes the race with a runner that
-        // died before prctl.
-        unsafe {
-            cmd.pre_exec(move || {
-                if let Some(procs) = &procs {
-                    crate::supervisor::containment::join(procs)?;
-                }
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(io::Error::last_os_error());
-                }
-                if libc::getppid() as u32 != runner {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
+        before_exec(&mut cmd, procs);
         let spawned = cmd.spawn();
         let mut child = match spawned {
             Ok(child) => child,
