@@ -145,3 +145,40 @@ fn a_chattering_provider_that_never_answers_is_not_kept_alive_by_its_chatter() {
         );
     }
 }
+
+/// A model API (the native profile's provider: a perl HTTP server here)
+/// that answers `POST /v1/responses` 200 and then streams only SSE
+/// comments, every 200 ms, forever: a comment is no progress toward the
+/// response, so the request ends at the idle timeout (1 s) and the task
+/// fails with a cause instead of waiting forever on the chatter.
+#[test]
+fn a_model_api_that_streams_only_comments_is_not_kept_alive_by_them() {
+    let server = r#"exec perl -MIO::Socket::INET -e '
+        $| = 1;
+        my $l = IO::Socket::INET->new(LocalAddr => "127.0.0.1", LocalPort => 0, Listen => 5, ReuseAddr => 1) or die;
+        print "listening on http://127.0.0.1:" . $l->sockport . "\n";
+        while (my $c = $l->accept) {
+            next if fork;
+            $c->autoflush(1);
+            while (my $line = <$c>) { last if $line eq "\r\n" }
+            print $c "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n";
+            while (print $c ": ping\n\n") { select(undef, undef, undef, 0.2) }
+            exit 0;
+        }'"#;
+    let mut rig = scripted_provider("runner-native-openai", "native", server);
+    rig.extra[3] = "1000".to_owned();
+    let client = rig.start();
+    let (status, body) = client
+        .create_task("t1", "m1", "Go", "runner-native-openai", &rig.ws())
+        .unwrap();
+    assert_eq!(status, 201, "{body}");
+    let task = client
+        .wait_settled("t1", WAIT)
+        .unwrap_or_else(|e| panic!("{e}\n{}", rig.log()));
+    assert_eq!(state(&task), "failed", "{task}");
+    let message = task["cause"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("POST /v1/responses was not answered"),
+        "{message}"
+    );
+}
