@@ -44,6 +44,15 @@ fn a_second_runnerd_on_the_same_state_is_refused_at_once_naming_the_holder() {
         "the second runner opened the store"
     );
 
+    // No child of runnerd holds the lock's file (O_CLOEXEC).
+    let held: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{provider}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .collect();
+    assert!(
+        !held.iter().any(|p| p.ends_with("runnerd.lock")),
+        "the provider holds the lock file: {held:?}"
+    );
     rig.runner.take().expect("a runner").kill().unwrap();
     assert!(
         wire::procstat::live_start_time(provider).is_some(),

@@ -229,28 +229,31 @@ pub fn join(procs: &OwnedFd) -> std::io::Result<()> {
     cgroup::join(procs)
 }
 
-/// Notes a child runnerd started itself (not an orphan it adopted).
-pub fn own_child(pid: u32) {
-    let Ok(pid) = i32::try_from(pid) else {
-        return;
-    };
+/// Spawns a child of runnerd with `spawn` and notes it as one runnerd
+/// started itself (not an orphan it adopted): under the same lock as the
+/// search for adopted orphans, so a child just spawned is never taken for
+/// one.
+pub fn spawn_own<T>(
+    spawn: impl FnOnce() -> std::io::Result<T>,
+    pid_of: impl Fn(&T) -> Option<u32>,
+) -> std::io::Result<T> {
     let mut own = OWN_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
     let own = own.get_or_insert_with(HashSet::new);
     // Forget those that are no longer runnerd's children (reaped).
     let me = std::process::id() as i32;
     own.retain(|p| read_stat(*p).is_ok_and(|s| s.ppid == me));
-    own.insert(pid);
+    let spawned = spawn()?;
+    if let Some(pid) = pid_of(&spawned).and_then(|p| i32::try_from(p).ok()) {
+        own.insert(pid);
+    }
+    Ok(spawned)
 }
 
-/// runnerd's children that it did not start: orphans it adopted as a
-/// subreaper. Zombies among them are reaped here.
-fn adopted() -> Vec<i32> {
+/// SIGKILLs runnerd's children that it did not start (orphans it adopted as
+/// a subreaper) and reaps the dead ones; those it found alive.
+fn kill_adopted_once() -> Vec<i32> {
     let me = std::process::id() as i32;
-    let own = OWN_CHILDREN
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()
-        .unwrap_or_default();
+    let own = OWN_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -262,13 +265,16 @@ fn adopted() -> Vec<i32> {
         let Ok(stat) = read_stat(pid) else {
             continue;
         };
-        if stat.ppid != me || own.contains(&pid) {
+        if stat.ppid != me || own.as_ref().is_some_and(|o| o.contains(&pid)) {
             continue;
         }
         if matches!(stat.state, 'Z' | 'X') {
             // Not one of tokio's children: reaping it takes nothing away.
             let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
         } else {
+            // An adopted child stays runnerd's until it is reaped, so its
+            // pid cannot be reused in between.
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             found.push(pid);
         }
     }
@@ -279,22 +285,20 @@ fn adopted() -> Vec<i32> {
 /// the pids killed and whether none is left.
 async fn kill_adopted(grace: Duration) -> (Vec<i32>, bool) {
     let deadline = Instant::now() + grace;
-    let mut killed = Vec::new();
+    let mut killed: Vec<i32> = Vec::new();
     let mut delay = INITIAL_POLL_INTERVAL;
     loop {
-        let alive = adopted();
+        let alive = kill_adopted_once();
         if alive.is_empty() {
             return (killed, true);
         }
         for pid in alive {
-            // An adopted child stays runnerd's until it is reaped, so its
-            // pid cannot be reused in between.
-            if kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() && !killed.contains(&pid) {
+            if !killed.contains(&pid) {
                 killed.push(pid);
             }
         }
         if !backoff(&mut delay, deadline).await {
-            return (killed, adopted().is_empty());
+            return (killed, kill_adopted_once().is_empty());
         }
     }
 }

@@ -34,10 +34,7 @@ pub fn spawn_provider(
             cmd.pre_exec(move || super::cgroup::join(&procs));
         }
     }
-    let mut child = cmd.spawn()?;
-    if let Some(pid) = child.id() {
-        super::containment::own_child(pid);
-    }
+    let mut child = super::containment::spawn_own(|| cmd.spawn(), Child::id)?;
 
     let pid = match child.id().map(i32::try_from) {
         Some(Ok(pid)) if pid > 0 => pid,

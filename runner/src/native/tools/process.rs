@@ -204,7 +204,8 @@ impl ToolProcess {
             .map(|g| g.procs().try_clone())
             .transpose()?;
         before_exec(&mut cmd, procs);
-        let spawned = cmd.spawn();
+        let spawned =
+            crate::supervisor::containment::spawn_own(|| cmd.spawn(), tokio::process::Child::id);
         let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
@@ -218,7 +219,6 @@ impl ToolProcess {
             .id()
             .ok_or_else(|| io::Error::other("the command exited before it could be watched"))?
             as libc::pid_t;
-        crate::supervisor::containment::own_child(pid as u32);
         let group = GroupGuard(Some(Pid::from_raw(pid)), container);
         let (stdout, stderr) = (
             Arc::new(Mutex::new(Capture::default())),
