@@ -101,8 +101,9 @@ impl Listener {
     /// hit, and returns it held: the process stays blocked until the
     /// [`HeldHit`] is resumed or dropped.
     ///
-    /// The deadline covers both the connection and its message. A connection
-    /// already queued is returned even with a zero deadline. Once a [`Waker`]
+    /// The deadline covers the connection; its message gets what is left of
+    /// it, and at least [`MESSAGE_WAIT_MIN`]. A connection already queued is
+    /// returned even with a zero deadline. Once a [`Waker`]
     /// has woken, it returns [`Error::Woken`] instead of waiting.
     pub fn accept_hit(&self, deadline: Duration) -> Result<HeldHit, Error> {
         let start = Instant::now();
@@ -111,7 +112,19 @@ impl Listener {
             deadline,
         };
         let stream = self.accept_within(&left)?;
-        let line = read_line_within(&stream, &left)?;
+        // A connection accepted is a process blocked on its hit, which writes
+        // its line right after it connects: however little of the wait for a
+        // connection is left, the line gets at least MESSAGE_WAIT_MIN.
+        // Dropping the connection instead would lose the hit for good (the
+        // process goes on as if unarmed; seen under load as a turn-active
+        // sync point that never came, the cell waiting out its deadline).
+        let read_start = Instant::now();
+        let message_wait = left().left.max(MESSAGE_WAIT_MIN);
+        let read_left = || Left {
+            left: message_wait.saturating_sub(read_start.elapsed()),
+            deadline: message_wait,
+        };
+        let line = read_line_within(&stream, &read_left)?;
         let hit = serde_json::from_slice(&line).map_err(|e| Error::BadMessage {
             line: String::from_utf8_lossy(&line).into_owned(),
             reason: e.to_string(),
@@ -153,6 +166,9 @@ impl Listener {
         }
     }
 }
+
+/// The least time an accepted connection's message is waited for.
+pub const MESSAGE_WAIT_MIN: Duration = Duration::from_secs(2);
 
 /// The time left of an [`Listener::accept_hit`] deadline.
 struct Left {
@@ -371,6 +387,29 @@ mod tests {
         assert_eq!(held.hit.point, "a.b.c");
     }
 
+    /// A process that connects near the end of a short wait and writes its
+    /// line a little later is still held, not dropped (which lost its hit).
+    #[test]
+    fn a_late_line_of_an_accepted_connection_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let mut client = UnixStream::connect(listener.path()).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(150));
+                client
+                    .write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"a.b.c\",\"n\":1}\n")
+                    .unwrap();
+                let mut reply = String::new();
+                client.read_to_string(&mut reply).unwrap();
+                assert_eq!(reply, "continue\n");
+            });
+            let held = listener.accept_hit(Duration::from_millis(50)).unwrap();
+            assert_eq!(held.hit.point, "a.b.c");
+            held.resume().unwrap();
+        });
+    }
+
     #[test]
     fn bind_replaces_a_stale_socket_and_drop_removes_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -447,6 +486,8 @@ mod tests {
         assert!(matches!(err, Error::BadMessage { ref line, .. } if line == "hello"));
     }
 
+    /// A connection that never sends its line times out after the message
+    /// floor, however short the wait for a connection was.
     #[test]
     fn silent_peer_times_out_on_the_message() {
         let dir = tempfile::tempdir().unwrap();
@@ -458,7 +499,10 @@ mod tests {
             .unwrap();
         assert_eq!(
             err.to_string(),
-            "timed out after 50 ms waiting for a cut-point message"
+            format!(
+                "timed out after {} ms waiting for a cut-point message",
+                MESSAGE_WAIT_MIN.as_millis()
+            )
         );
     }
 
