@@ -541,7 +541,7 @@ pub fn write_fake_profile(
     ];
     command.extend(extra.iter().map(|s| s.to_string()));
     let profiles = format!(
-        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
+        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\ncredential_fifo = true\n",
         serde_json::to_string(&command)?
     );
     let path = dir.join("profiles.toml");

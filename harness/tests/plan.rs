@@ -75,7 +75,10 @@ fn shards_of_one_plan_under_different_loads_merge_into_its_unsharded_run() {
     let whole = wave(&d("plan.json"), &d("whole"), None, "0");
     let one = wave(&d("plan.json"), &d("one"), Some("1/2"), "8");
     let two = wave(&d("plan.json"), &d("two"), Some("2/2"), "0");
-    assert!(!one.cells.is_empty() && !two.cells.is_empty(), "both shards run cells");
+    assert!(
+        !one.cells.is_empty() && !two.cells.is_empty(),
+        "both shards run cells"
+    );
     assert_eq!(one.run.stress, 8, "wave.json records --stress");
     let o = run(turncut()
         .args(["report", "merge"])

@@ -223,11 +223,13 @@ pub enum RequestError {
     BodyTooLarge,
     /// The store failed; the request may be repeated.
     StorageFailed,
+    /// runnerd has its limit of open connections; try again later.
+    TooManyConnections,
 }
 
 impl RequestError {
     /// Every request error reason, in documentation order.
-    pub const ALL: [RequestError; 12] = [
+    pub const ALL: [RequestError; 13] = [
         RequestError::BadJson,
         RequestError::InvalidId,
         RequestError::InvalidWorkspace,
@@ -240,6 +242,7 @@ impl RequestError {
         RequestError::TextTooLarge,
         RequestError::BodyTooLarge,
         RequestError::StorageFailed,
+        RequestError::TooManyConnections,
     ];
 
     /// The wire name.
@@ -257,6 +260,7 @@ impl RequestError {
             RequestError::TextTooLarge => "text_too_large",
             RequestError::BodyTooLarge => "body_too_large",
             RequestError::StorageFailed => "storage_failed",
+            RequestError::TooManyConnections => "too_many_connections",
         }
     }
 
@@ -272,7 +276,7 @@ impl RequestError {
             RequestError::UnknownTask | RequestError::NoRoute => 404,
             RequestError::MethodNotAllowed => 405,
             RequestError::TextTooLarge | RequestError::BodyTooLarge => 413,
-            RequestError::StorageFailed => 503,
+            RequestError::StorageFailed | RequestError::TooManyConnections => 503,
         }
     }
 }

@@ -96,7 +96,9 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
                 command,
                 approval: default_approval(),
                 credential_env: default_credential_env(),
-                credential_fifo: false,
+                // The fakes read their key from the FIFO, as a careful
+                // provider would: it is in no environment a tool can read.
+                credential_fifo: true,
                 model: default_model(),
             },
         );

@@ -386,6 +386,29 @@ mod tests {
         assert_eq!(held.hit.point, "a.b.c");
     }
 
+    /// A process that connects near the end of a short wait and writes its
+    /// line a little later is still held, not dropped (which lost its hit).
+    #[test]
+    fn a_late_line_of_an_accepted_connection_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let mut client = UnixStream::connect(listener.path()).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(150));
+                client
+                    .write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"a.b.c\",\"n\":1}\n")
+                    .unwrap();
+                let mut reply = String::new();
+                client.read_to_string(&mut reply).unwrap();
+                assert_eq!(reply, "continue\n");
+            });
+            let held = listener.accept_hit(Duration::from_millis(50)).unwrap();
+            assert_eq!(held.hit.point, "a.b.c");
+            held.resume().unwrap();
+        });
+    }
+
     #[test]
     fn bind_replaces_a_stale_socket_and_drop_removes_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -462,6 +485,8 @@ mod tests {
         assert!(matches!(err, Error::BadMessage { ref line, .. } if line == "hello"));
     }
 
+    /// A connection that never sends its line times out after the message
+    /// floor, however short the wait for a connection was.
     #[test]
     fn silent_peer_times_out_on_the_message() {
         let dir = tempfile::tempdir().unwrap();

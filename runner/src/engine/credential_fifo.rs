@@ -4,24 +4,50 @@
 //! `{file:{env:VAR}}`). The profile's `credential_env` then names the
 //! FIFO's path instead of holding the key: the key is neither in the
 //! provider's environment, which its tool shells inherit whole, nor on any
-//! disk (a FIFO's data lives in the kernel). The FIFO is served once and
-//! removed right after.
+//! disk (a FIFO's data lives in the kernel). The FIFO, in a 0700 directory
+//! of its own under the state directory (`credentials/<marker>`), is served
+//! once and removed right after; what a killed runner left there is removed
+//! by the next one ([`sweep`], under the state directory's lock).
 //!
-//! A provider that dies before it reads the FIFO leaves the serving thread
-//! blocked and an empty FIFO in its private directory until the runner
-//! exits; nothing of the key is written anywhere.
+//! The built-in profiles (the fakes) take their key this way too, so that
+//! no sibling of a provider (an ACP terminal, a native `Bash`, both children
+//! of runnerd with its uid) finds it in the provider's `/proc/PID/environ`.
+//!
+//! The serving thread waits for a reader at most [`READER_WAIT_MS`]: a
+//! provider that dies first, or never reads its key, leaves nothing behind
+//! once that time has passed; nothing of the key is written anywhere.
 
 use std::io::Write as _;
-use std::os::unix::fs::DirBuilderExt as _;
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::Secret;
 
-/// Creates a private directory under the system's temporary directory
-/// holding a FIFO, and serves `secret` through it once on a thread of its
-/// own; the FIFO's path.
-pub fn serve(secret: &Secret, marker: &str) -> std::io::Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("runnerd-{marker}"));
+/// How long the FIFO waits for its provider to open it.
+pub const READER_WAIT_MS: u64 = 60_000;
+
+/// The directory of the state directory `state` that holds the FIFOs.
+fn base(state: &Path) -> PathBuf {
+    state.join("credentials")
+}
+
+/// Removes every FIFO an earlier runner left in `state` (its provider died
+/// or it was killed before the key was read); only one runner holds a state
+/// directory, so none of them is being served.
+pub fn sweep(state: &Path) {
+    let _ = std::fs::remove_dir_all(base(state));
+}
+
+/// Creates a private directory under the state directory `state` holding a
+/// FIFO, and serves `secret` through it once on a thread of its own; the
+/// FIFO's path.
+pub fn serve(state: &Path, secret: &Secret, marker: &str) -> std::io::Result<PathBuf> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(base(state))?;
+    let dir = base(state).join(marker);
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     let path = dir.join("credential");
     nix::unistd::mkfifo(
@@ -34,13 +60,34 @@ pub fn serve(secret: &Secret, marker: &str) -> std::io::Result<PathBuf> {
     std::thread::Builder::new()
         .name("credential-fifo".to_owned())
         .spawn(move || {
-            // Blocks until the provider opens the FIFO for reading.
-            if let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(&fifo) {
+            if let Some(mut w) = open_when_read(&fifo) {
                 let _ = w.write_all(key.as_bytes());
             }
             remove(&fifo, &served);
         })?;
     Ok(path)
+}
+
+/// The FIFO opened for writing once a reader has it open (a non-blocking
+/// open fails with `ENXIO` until then), or `None` after [`READER_WAIT_MS`].
+fn open_when_read(fifo: &Path) -> Option<std::fs::File> {
+    let deadline = Instant::now() + Duration::from_millis(READER_WAIT_MS);
+    let mut delay = Duration::from_millis(1);
+    loop {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo);
+        match opened {
+            // A key is far below a pipe's capacity: one non-blocking write.
+            Ok(w) => return Some(w),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && Instant::now() < deadline => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(50));
+            }
+            Err(_) => return None,
+        }
+    }
 }
 
 fn remove(fifo: &Path, dir: &Path) {
@@ -54,7 +101,13 @@ mod tests {
 
     #[test]
     fn the_fifo_gives_the_key_once_then_is_gone() {
-        let path = serve(&Secret::new("k-123".to_owned()), "spawn-test-fifo").unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let path = serve(
+            state.path(),
+            &Secret::new("k-123".to_owned()),
+            "spawn-test-fifo",
+        )
+        .unwrap();
         let meta = std::fs::metadata(&path).unwrap();
         use std::os::unix::fs::FileTypeExt as _;
         assert!(meta.file_type().is_fifo());

@@ -47,12 +47,12 @@ impl Link {
     async fn attach(
         kind: DriverKind,
         child: &mut tokio::process::Child,
-        idle: std::time::Duration,
+        bounds: driver::Bounds,
         namespace: &str,
     ) -> Result<Link, DriverError> {
         Ok(match kind {
-            DriverKind::Native => Link::Native(NativeDriver::attach(child, idle).await?),
-            kind => Link::Agent(Driver::attach(kind, child, idle, namespace).await?),
+            DriverKind::Native => Link::Native(NativeDriver::attach(child, bounds).await?),
+            kind => Link::Agent(Driver::attach(kind, child, bounds, namespace).await?),
         })
     }
 
@@ -178,6 +178,7 @@ impl Engine {
             signals: Vec::new(),
             group_gone: true,
             marked: None,
+            contained: None,
         };
         let proof = serde_json::to_value(&proof).expect("proofs serialize");
         let (tid, rid, row) = (task_id.to_owned(), p.run_id.clone(), p.proc_row);
@@ -225,12 +226,15 @@ impl Engine {
             })
             .await?;
         let mut cmd = self.provider_command(&argv, &marker, &snap.task.workspace, profile);
-        let (mut child, identity) = supervisor::spawn_provider(&mut cmd).map_err(|e| {
-            StepError::Fail(Cause::new(
-                CauseCode::ProviderStartFailed,
-                format!("failed to start {}: {e}", argv[0]),
-            ))
-        })?;
+        let group = container(&marker)?;
+        let (mut child, identity) =
+            supervisor::spawn_provider(&mut cmd, group.as_ref()).map_err(|e| {
+                StepError::Fail(Cause::new(
+                    CauseCode::ProviderStartFailed,
+                    format!("failed to start {}: {e}", argv[0]),
+                ))
+            })?;
+        drop(group);
         // The window between the spawn and the durable identity.
         crate::cut::hit("runner.provider.spawned");
         let recorded = self
@@ -277,7 +281,7 @@ impl Engine {
         }
         match &self.opts.credential {
             Some(secret) if profile.credential_fifo => {
-                match super::credential_fifo::serve(secret, marker) {
+                match super::credential_fifo::serve(&self.opts.state_dir, secret, marker) {
                     Ok(path) => {
                         cmd.env(&profile.credential_env, path);
                     }
@@ -331,7 +335,7 @@ impl Engine {
         let attached = Link::attach(
             profile.driver,
             &mut child,
-            self.opts.idle,
+            self.opts.bounds,
             &proc_row.to_string(),
         )
         .await;
@@ -441,6 +445,18 @@ impl Engine {
     /// quarantine the task.
     async fn sweep_spawn(&self, task_id: &str, spawn: &SpawnIntent) -> Result<(), StepError> {
         let sweep = supervisor::sweep_marker(&spawn.marker, self.opts.kill_grace).await;
+        let contained = match supervisor::containment::get() {
+            Some(c) => Some(c.empty(&spawn.marker, self.opts.kill_grace).await),
+            None => None,
+        };
+        if contained.as_ref().is_some_and(|c| !c.gone) {
+            return Err(StepError::Fail(Cause::new(
+                CauseCode::CleanupQuarantined,
+                "the container of a provider spawned before its identity was recorded \
+                 could not be proven empty"
+                    .to_owned(),
+            )));
+        }
         if !sweep.gone {
             return Err(StepError::Fail(Cause::new(
                 CauseCode::CleanupQuarantined,
@@ -451,7 +467,10 @@ impl Engine {
                 ),
             )));
         }
-        let proof = serde_json::to_value(&sweep).expect("sweeps serialize");
+        let mut proof = serde_json::to_value(&sweep).expect("sweeps serialize");
+        if let Some(c) = contained {
+            proof["contained"] = serde_json::to_value(&c).expect("proofs serialize");
+        }
         let (tid, rid, row) = (task_id.to_owned(), spawn.run_id.clone(), spawn.spawn_row);
         self.write("provider_stop", move |db| {
             db.record_spawn_swept(&tid, &rid, row, proof)
@@ -498,6 +517,24 @@ impl Engine {
             ))),
         }
     }
+}
+
+/// The control group of the provider spawned with `marker`, named by the
+/// durable marker and made before the provider exists (`None` where
+/// runnerd's container is the subreaper).
+fn container(marker: &str) -> Result<Option<std::os::fd::OwnedFd>, StepError> {
+    let Some(containment) = supervisor::containment::get() else {
+        return Ok(None);
+    };
+    containment.prepare(marker).map_err(|e| {
+        StepError::Fail(Cause::new(
+            CauseCode::ProviderStartFailed,
+            format!(
+                "failed to make the provider's container ({}): {e}",
+                containment.mechanism()
+            ),
+        ))
+    })
 }
 
 /// A failure to reach a new provider: a lost one is recovered like any
