@@ -174,25 +174,20 @@ fn check_retry_texts(j: &mut Judgement, e: &Evidence, resends: &BTreeMap<String,
 }
 
 /// When a run settles failed, every message it leaves queued is named by a
-/// `message.stranded` event after the settlement (the queue is read from
-/// the run log itself: admitted, minus taken by a primary turn's intent).
+/// `message.stranded` event of that run written with the settlement: the
+/// events next to the `run.settled` (before or after it: one write has no
+/// order of its own). The queue is read from the run log itself: admitted,
+/// minus taken by a primary turn's intent.
 fn check_stranded_at_settle(j: &mut Judgement, e: &Evidence) {
     let seq = |ev: &Value| ev["seq"].as_i64().unwrap_or(0);
-    let id = |ev: &Value| {
-        ev.pointer("/data/message_id")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
     for settled in e.events_of("run.settled") {
         let at = seq(settled);
         if settled.pointer("/data/state") == Some(&Value::from("completed")) {
             continue;
         }
-        let queued = e.queued_before(at);
-        for q in queued {
-            let named = e
-                .events_of("message.stranded")
-                .any(|ev| seq(ev) > at && id(ev).as_deref() == Some(q.as_str()));
+        let named = stranded_beside(&e.events, settled);
+        for q in e.queued_before(at) {
+            let named = named.contains(&q);
             if !named {
                 j.fail(
                     format!("the run settled failed (events#{at}) leaving message {q} queued, and no message.stranded event names it"),
@@ -201,4 +196,20 @@ fn check_stranded_at_settle(j: &mut Judgement, e: &Evidence) {
             }
         }
     }
+}
+
+/// The messages the `message.stranded` events next to `settled` (a
+/// contiguous run of them, of the same run, on either side) name.
+fn stranded_beside(events: &[Value], settled: &Value) -> Vec<String> {
+    let Some(i) = events.iter().position(|ev| std::ptr::eq(ev, settled)) else {
+        return Vec::new();
+    };
+    let stranded =
+        |ev: &&Value| ev["kind"] == "message.stranded" && ev["run_id"] == settled["run_id"];
+    let before = events[..i].iter().rev().take_while(stranded);
+    let after = events[i + 1..].iter().take_while(stranded);
+    before
+        .chain(after)
+        .filter_map(|ev| ev.pointer("/data/message_id")?.as_str().map(str::to_owned))
+        .collect()
 }

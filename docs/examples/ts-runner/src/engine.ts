@@ -19,7 +19,7 @@ import * as cut from "../../cutpoint-clients/node/cutpoint.mjs";
 import { Codex, ProviderLost, RpcError } from "./codex.ts";
 import { MARKER_ENV, aliveSame, startTime, sweep } from "./processes.ts";
 import { classify, type Found, type TurnState } from "./recovery.ts";
-import { StorageError, type Cause, type Run, type Store, type Task, type Turn } from "./store.ts";
+import { StorageError, type Cause, type Message, type Run, type Store, type Task, type Turn } from "./store.ts";
 
 export type Profile = { driver: string; command: string[]; approval: string; credential_env: string };
 export type Options = { stateDir: string; idleMs: number; termGraceMs: number; profiles: Map<string, Profile> };
@@ -406,7 +406,13 @@ export class Engine {
     if (this.live.has(task.task_id)) await this.stopLive(task.task_id, run.run_id, null, "");
     const state = cause === null ? "completed" : cause.code === "cleanup_quarantined" ? "needs_human" : "failed";
     const text = cause ? JSON.stringify(cause) : null;
-    await this.store.write("run_settled", task.task_id, [[run.run_id, "run.settled", { state, cause }]], () => {
+    // Every message still queued when a run settles failed is named, with
+    // what it waits for: a Retry delivers it (no-loss reads these).
+    const stranded: [string, string, Record<string, unknown>][] =
+      state === "failed"
+        ? this.store.queue(task.task_id).map((m) => [run.run_id, "message.stranded", { message_id: m.message_id, cause, waits_for: "retry" }])
+        : [];
+    await this.store.write("run_settled", task.task_id, [...stranded, [run.run_id, "run.settled", { state, cause }]], () => {
       this.store.exec("UPDATE runs SET status = ?, cause = ? WHERE run_id = ?", state === "completed" ? "completed" : "failed", text, run.run_id);
       this.store.exec("UPDATE tasks SET state = ?, cause = ? WHERE task_id = ?", state, text, task.task_id);
     });
@@ -437,14 +443,25 @@ export class Engine {
       task.task_id,
       [
         [failed.run_id, "stopped_conversation_verified", stopped],
-        [runId, "retry.admitted", { message_id: messageId, run_id: runId, previous_run: failed.run_id, resends: true }],
+        [
+          runId,
+          "retry.admitted",
+          {
+            message_id: messageId,
+            run_id: runId,
+            previous_run: failed.run_id,
+            resends: resend !== null,
+            resends_message: resend?.message_id ?? null,
+            delivers: this.store.queue(task.task_id).map((m) => m.message_id),
+          },
+        ],
       ],
       () => {
         // The Retry's own message (ord 0: before any queued follow-up), or,
         // with nothing to re-send, a consumed record of its answer.
         this.store.exec(
           "INSERT INTO messages(task_id, message_id, kind, text, ord, answer, consumed_run) VALUES (?, ?, 'retry', ?, 0, ?, ?)",
-          task.task_id, messageId, resend ?? "", runId, resend === null ? runId : null,
+          task.task_id, messageId, resend?.text ?? "", runId, resend === null ? runId : null,
         );
         this.store.exec(
           "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms) VALUES (?, ?, 'retry', ?, 'running', ?, ?)",
@@ -462,14 +479,14 @@ export class Engine {
    * message no turn took is queued (the failure came before that message's
    * turn: the Retry run answers the queue, and re-sending the answered one
    * would do its work twice); else the latest message, or the first. */
-  private retryMessage(task: Task): string | null {
+  private retryMessage(task: Task): Message | null {
     const turns = this.store.runs(task.task_id).flatMap((r) => this.store.turns(r.run_id));
     const primary = turns.filter((t) => t.kind === "primary").at(-1);
     const last = primary && turns.filter((t) => t.message_id === primary.message_id).at(-1);
-    if (primary && last && last.status !== "completed") return this.store.message(task.task_id, primary.message_id)!.text;
+    if (primary && last && last.status !== "completed") return this.store.message(task.task_id, primary.message_id)!;
     if (this.store.queue(task.task_id).length > 0) return null;
-    if (primary) return this.store.message(task.task_id, primary.message_id)!.text;
-    return this.store.message(task.task_id, this.store.run(task.current_run)!.trigger_message_id)!.text;
+    if (primary) return this.store.message(task.task_id, primary.message_id)!;
+    return this.store.message(task.task_id, this.store.run(task.current_run)!.trigger_message_id)!;
   }
 
   /** After a start: every task that was running goes on. */

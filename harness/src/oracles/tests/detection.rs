@@ -180,6 +180,16 @@ fn a_run_that_settles_failed_names_every_message_it_leaves_queued() {
     ));
     let (v, m) = verdict(&judge(&e), "no-loss");
     assert!(!m.contains("leaving message"), "{v:?} {m}");
+    // Written in the settlement's write, before its run.settled: named too.
+    let stranded = e.events.pop().expect("the stranded event");
+    e.events.insert(e.events.len() - 1, stranded.clone());
+    let (v, m) = verdict(&judge(&e), "no-loss");
+    assert!(!m.contains("leaving message"), "{v:?} {m}");
+    // Named only later, after something else happened: not at the settle.
+    e.events.remove(e.events.len() - 2);
+    e.events.push(event(8, "provider_exited", json!({ "pid": 1 })));
+    e.events.push(stranded);
+    assert_only_fails(&e, "no-loss", "leaving message f1 queued");
 }
 
 #[test]
