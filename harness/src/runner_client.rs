@@ -379,8 +379,9 @@ impl RunnerClient {
             .timeout_global(Some(timeout))
             .build()
             .call()?;
-        anyhow::ensure!(r.status() == 200, "events answered {}", r.status());
+        let status = r.status();
         let text = r.body_mut().read_to_string()?;
+        anyhow::ensure!(status == 200, "events answered {status}: {text}");
         text.lines()
             .filter(|l| !l.is_empty())
             .map(|l| Ok(serde_json::from_str(l)?))
@@ -409,7 +410,7 @@ impl RunnerClient {
                     deadline.as_millis()
                 );
             }
-            match wake.recv_timeout(left) {
+            match wake.wake.recv_timeout(left) {
                 Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     anyhow::bail!("the runner's event stream for {task_id} closed; last: {task}")
@@ -458,29 +459,58 @@ impl RunnerClient {
         Ok(out)
     }
 
-    /// A channel that receives `()` for every run-log event of the task.
-    fn subscribe(&self, task_id: &str) -> anyhow::Result<mpsc::Receiver<()>> {
-        let r = self
-            .agent
-            .get(format!("{}/v1/tasks/{task_id}/events", self.base))
-            .header("Authorization", &self.auth())
-            .header("Accept", "text/event-stream")
-            .config()
-            .timeout_global(None)
-            .build()
-            .call()?;
-        anyhow::ensure!(r.status() == 200, "event stream answered {}", r.status());
+    /// A wake-up per change of the task's run log: the task's SSE stream,
+    /// read on a thread. Any bytes from the stream wake the waiter (an event,
+    /// or the 15 s keep-alive: a spare wake only re-reads the task). The
+    /// stream is a connection of its own, shut down when the subscription is
+    /// dropped: a waiter that is done must not leave it open (a runner holds
+    /// a bounded number of connections; 256 settled waits of a crash round
+    /// once took them all and the next request was answered 503).
+    fn subscribe(&self, task_id: &str) -> anyhow::Result<Subscription> {
+        use std::io::{Read as _, Write as _};
+        let addr = self
+            .base
+            .strip_prefix("http://")
+            .ok_or_else(|| anyhow::anyhow!("the runner's address {} is not http://", self.base))?;
+        let stream = std::net::TcpStream::connect(addr)?;
+        let mut request = stream.try_clone()?;
+        write!(
+            request,
+            "GET /v1/tasks/{task_id}/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
+            self.auth()
+        )?;
+        let mut reader = BufReader::new(stream.try_clone()?);
+        let mut status = String::new();
+        reader.read_line(&mut status)?;
+        anyhow::ensure!(
+            status.split_whitespace().nth(1) == Some("200"),
+            "event stream answered {}",
+            status.trim_end()
+        );
         let (tx, rx) = mpsc::channel();
-        let reader = BufReader::new(r.into_body().into_reader());
         std::thread::spawn(move || {
-            for line in reader.lines() {
-                let Ok(line) = line else { return };
-                if line.starts_with("data:") && tx.send(()).is_err() {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = reader.read(&mut buf) {
+                let _ = n;
+                if tx.send(()).is_err() {
                     return;
                 }
             }
         });
-        Ok(rx)
+        Ok(Subscription { wake: rx, stream })
+    }
+}
+
+/// A task's run-log stream as wake-ups ([`RunnerClient::subscribe`]); its
+/// connection is shut down on drop.
+struct Subscription {
+    wake: mpsc::Receiver<()>,
+    stream: std::net::TcpStream,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
     }
 }
 

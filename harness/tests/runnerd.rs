@@ -1414,3 +1414,24 @@ fn a_retry_refused_by_a_failed_write_changed_nothing_and_can_be_repeated() {
     assert_eq!(proofs, 1, "one proof for one admitted Retry");
     assert_eq!(all_turn_starts(&rig), 1);
 }
+
+#[test]
+fn a_finished_wait_gives_its_connection_back() {
+    // Each wait watches the task's event stream on a connection of its own;
+    // one left open after the wait (a settled task's stream never speaks
+    // again but for a keep-alive) costs the runner one of its bounded
+    // connections: with 4 allowed, the fifth wait was answered 503.
+    let mut rig = Rig::new(&[]);
+    rig.runner_extra
+        .extend(["--connections-max".to_owned(), "4".to_owned()]);
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    for i in 0..12 {
+        let task = client
+            .wait_settled("t1", WAIT)
+            .unwrap_or_else(|e| panic!("wait {i}: {e:#}"));
+        assert_eq!(state(&task), "completed", "{task}");
+    }
+    let (status, _) = client.task("t1").unwrap();
+    assert_eq!(status, 200);
+}

@@ -187,7 +187,8 @@ fn a_run_that_settles_failed_names_every_message_it_leaves_queued() {
     assert!(!m.contains("leaving message"), "{v:?} {m}");
     // Named only later, after something else happened: not at the settle.
     e.events.remove(e.events.len() - 2);
-    e.events.push(event(8, "provider_exited", json!({ "pid": 1 })));
+    e.events
+        .push(event(8, "provider_exited", json!({ "pid": 1 })));
     e.events.push(stranded);
     assert_only_fails(&e, "no-loss", "leaving message f1 queued");
 }
