@@ -168,6 +168,14 @@ pub struct Evidence {
     pub alive_at_retry: Vec<String>,
     /// A harness error that cut the cell short.
     pub harness_error: Option<String>,
+    /// Every file of the workspace at the end of the cell (after the power
+    /// cut of a power-cut cell), by path relative to it, as text (bytes
+    /// that are not UTF-8 replaced); `None` when it was not read.
+    #[serde(default)]
+    pub workspace: Option<BTreeMap<String, String>>,
+    /// The workspace's path as the runner was given it.
+    #[serde(default)]
+    pub workspace_root: String,
     /// Sources the harness could not read whole, with the reason. An oracle
     /// that needs one of them says `unknown`, never pass.
     #[serde(default)]
@@ -192,6 +200,8 @@ pub enum Source {
     Processes,
     /// The cell's files (the canary search).
     Files,
+    /// The workspace's files at the end of the cell.
+    Workspace,
 }
 
 impl Source {
@@ -205,6 +215,7 @@ impl Source {
             Source::ProviderStore => "provider-store",
             Source::Processes => "processes",
             Source::Files => "files",
+            Source::Workspace => "workspace",
         }
     }
 }
@@ -356,6 +367,10 @@ impl Evidence {
             }),
             Source::ProviderStore => self.store_gap(),
             Source::Ledger => self.ledger_gap(),
+            Source::Workspace => self
+                .workspace
+                .is_none()
+                .then(|| "the workspace was never read".to_owned()),
             Source::Processes | Source::Files => None,
         };
         why.map(|w| format!("{}: {w}", source.as_str()))

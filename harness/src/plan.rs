@@ -368,6 +368,9 @@ pub fn expand(
             if fault.is_storage() != write_point {
                 continue;
             }
+            if fault == Fault::PowerCut && !Fault::power_cut_planned_at(&b.cut.point, &b.role) {
+                continue;
+            }
             debug_assert!(fault.applies_at(&b.cut.point));
             out.push((Some(b.cut.clone()), Some(fault)));
         }

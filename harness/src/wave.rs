@@ -316,6 +316,36 @@ pub fn split_skipped(ids: Vec<String>) -> (Vec<String>, Vec<crate::model::Skippe
     (run, skipped)
 }
 
+/// `cells` split into those that can run here and the power-cut cells
+/// that cannot (FUSE cannot be mounted: `lazyfs::unavailable`), each of
+/// those listed by its name with the reason: skipped, never passed.
+pub fn split_power_cut(cells: Vec<CellSpec>) -> (Vec<CellSpec>, Vec<crate::model::Skipped>) {
+    split_power_cut_with(cells, lazyfs::unavailable())
+}
+
+fn split_power_cut_with(
+    cells: Vec<CellSpec>,
+    unavailable: Option<String>,
+) -> (Vec<CellSpec>, Vec<crate::model::Skipped>) {
+    let Some(why) = unavailable else {
+        return (cells, Vec::new());
+    };
+    let (cut, run): (Vec<CellSpec>, Vec<CellSpec>) = cells.into_iter().partition(|c| {
+        c.schedule()
+            .is_some_and(|events| crate::cell::needs_lazy_mounts(&events))
+    });
+    let skipped = cut
+        .iter()
+        .map(|c| crate::model::Skipped {
+            scenario_id: c.name(),
+            reason: format!(
+                "a power-cut cell needs a lazy mount, and FUSE cannot be used here: {why}"
+            ),
+        })
+        .collect();
+    (run, skipped)
+}
+
 /// Assembles a wave of `planned` cells of which `finished` ran.
 /// Runs `cells` `times` times over (`wave --repeat`), each time on `jobs`
 /// threads; one result list per round.
