@@ -89,6 +89,9 @@ pub(super) fn cut_power(
     for pid in &killed {
         nemesis::wait_gone(*pid, until);
     }
+    // Every process of the cell is dead (or the cut below is refused):
+    // whatever a provider journaled before now may be gone from its store.
+    let dead_at_epoch_ms = wire::journal::now_ms();
     let mut changed: Vec<String> = Vec::new();
     let mut took_ms = 0;
     {
@@ -116,7 +119,8 @@ pub(super) fn cut_power(
     }
     shared.act(
         "fault.power-cut",
-        json!({ "killed": killed, "changes": changed.len(), "took_ms": took_ms,
+        json!({ "killed": killed, "dead_at_epoch_ms": dead_at_epoch_ms,
+                "changes": changed.len(), "took_ms": took_ms,
                 "changed": changed.iter().take(CHANGES_LISTED_MAX).collect::<Vec<_>>() }),
     );
     start_runner(env, layout, shared, canary)?;

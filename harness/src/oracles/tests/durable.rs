@@ -93,3 +93,84 @@ fn durable_effect_is_unknown_without_the_workspace_or_the_request() {
     assert_eq!(v, Verdict::Unknown, "{m}");
     assert!(m.contains("the journal never asked for"), "{m}");
 }
+
+#[test]
+fn a_power_cut_excuses_a_provider_turn_journaled_before_it_not_after() {
+    use crate::evidence::Action;
+    // `good()`'s turn pt1, journaled (ts 0) but gone from the store.
+    let mut e = good();
+    e.provider_turns.clear();
+    assert!(e.gap(Source::ProviderStore).is_some(), "no cut: truncated");
+    e.actions.push(Action {
+        at_ms: 5,
+        what: "fault.power-cut".into(),
+        detail: json!({ "dead_at_epoch_ms": 10 }),
+    });
+    assert_eq!(e.gap(Source::ProviderStore), None, "lost by the cut");
+    for j in &mut e.journal {
+        j.ts_ms = 11;
+    }
+    assert!(
+        e.gap(Source::ProviderStore).is_some(),
+        "journaled after the cut: truncated"
+    );
+}
+
+/// `good()` whose provider store lost turn pt1 (journaled at ts 0), with a
+/// power cut at `cut_ms` when `cut` (else none).
+fn store_lost_pt1(cut: bool) -> Evidence {
+    let mut e = good();
+    e.provider_turns.clear();
+    if cut {
+        e.actions.push(crate::evidence::Action {
+            at_ms: 5,
+            what: "fault.power-cut".into(),
+            detail: json!({ "dead_at_epoch_ms": 10 }),
+        });
+    }
+    e
+}
+
+#[test]
+fn a_turn_a_power_cut_took_from_the_store_still_counts_as_the_providers() {
+    // Without a cut a completed run whose turn the store lacks is caught.
+    assert_only_fails(
+        &store_lost_pt1(false),
+        "contract",
+        "never completed a turn for m1",
+    );
+    // With the cut, the journal's turn (completed before it) stands.
+    let e = store_lost_pt1(true);
+    assert_eq!(e.turns_lost_to_power_cut().len(), 1);
+    let results = judge(&e);
+    assert_eq!(worst(&results), Verdict::Pass, "{results:#?}");
+}
+
+#[test]
+fn failing_closed_on_a_conversation_a_power_cut_took_is_the_contracts_outcome() {
+    let fail = |e: &mut Evidence| {
+        let cause = json!({ "code": "provider_protocol_error", "recoverable": false,
+                            "message": "the provider lost conversation th, which has completed turns" });
+        e.task["state"] = json!("failed");
+        e.task["cause"] = cause.clone();
+        e.task["runs"][0]["status"] = json!("failed");
+        e.task["runs"][0]["cause"] = cause.clone();
+        e.events[4] = event(
+            5,
+            "run.settled",
+            json!({ "state": "failed", "cause": cause }),
+        );
+    };
+    let mut e = store_lost_pt1(true);
+    fail(&mut e);
+    assert_eq!(
+        verdict(&judge(&e), "contract").0,
+        Verdict::Pass,
+        "{:#?}",
+        judge(&e)
+    );
+    // The same cause with the provider's record intact: no cut justifies it.
+    let mut e = good();
+    fail(&mut e);
+    assert_only_fails(&e, "contract", "which no cut-and-restart justifies");
+}
