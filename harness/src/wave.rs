@@ -607,6 +607,38 @@ mod tests {
     use super::*;
     use crate::model::{Cut, Fault, Outcome};
 
+    #[test]
+    fn without_fuse_every_power_cut_cell_is_skipped_with_the_reason() {
+        let cell = |id: &str, first: Fault, then: Option<Fault>| {
+            let cut = |p: &str| Cut {
+                point: p.into(),
+                n: 1,
+            };
+            let mut events = vec![crate::model::Event {
+                cut: cut("runner.turn_intent.persisted"),
+                fault: first,
+            }];
+            events.extend(then.map(|fault| crate::model::Event {
+                cut: cut("runner.turn_accepted.persisted"),
+                fault,
+            }));
+            plan::schedule_cell(1, id.into(), "s.runner-codex.local.c".into(), &events)
+        };
+        let cells = vec![
+            cell("t001", Fault::KillBoth, None),
+            cell("t002", Fault::PowerCut, None),
+            cell("t003", Fault::KillRunner, Some(Fault::PowerCut)),
+        ];
+        let (run, skipped) = split_power_cut_with(cells.clone(), None);
+        assert_eq!((run.len(), skipped.len()), (3, 0), "FUSE here: all run");
+        let (run, skipped) = split_power_cut_with(cells, Some("no /dev/fuse".into()));
+        assert_eq!(run.len(), 1);
+        assert_eq!(run[0].cell_id, "t001");
+        assert_eq!(skipped.len(), 2);
+        assert!(skipped.iter().all(|s| s.reason.contains("no /dev/fuse")));
+        assert!(skipped[1].scenario_id.contains("/power-cut"), "{skipped:?}");
+    }
+
     fn finished(id: &str, verdict: Verdict, path: &str, reached: bool) -> Finished {
         Finished {
             result: CellResult {

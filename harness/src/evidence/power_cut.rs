@@ -74,5 +74,4 @@ impl Evidence {
         all.extend(self.turns_lost_to_power_cut());
         all
     }
-
 }
