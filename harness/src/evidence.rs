@@ -175,6 +175,10 @@ pub struct Evidence {
     /// that are not UTF-8 replaced); `None` when it was not read.
     #[serde(default)]
     pub workspace: Option<BTreeMap<String, String>>,
+    /// The workspace's files right after the cell's last power cut, before
+    /// the runner started again; `None` without a power cut.
+    #[serde(default)]
+    pub workspace_after_cut: Option<BTreeMap<String, String>>,
     /// The workspace's path as the runner was given it.
     #[serde(default)]
     pub workspace_root: String,

@@ -251,6 +251,6 @@ fn row_9_a_store_that_commits_without_syncing_loses_the_task_to_a_power_cut() {
             "power-cut",
         ],
         "no-loss",
-        "is gone or changed",
+        "the task is lost",
     );
 }

@@ -157,6 +157,8 @@ struct Shared {
     real: Mutex<Option<RealCell>>,
     /// A power-cut cell's lazy mounts (`power::mount_disks`).
     lazy: Mutex<Vec<lazyfs::LazyFs>>,
+    /// The workspace's files right after the last power cut.
+    workspace_after_cut: Mutex<Option<std::collections::BTreeMap<String, String>>>,
 }
 
 /// What a cell of a `*-real` profile runs beside the runner.
@@ -198,6 +200,7 @@ impl Shared {
             injected: Mutex::new(Vec::new()),
             real: Mutex::new(None),
             lazy: Mutex::new(Vec::new()),
+            workspace_after_cut: Mutex::new(None),
             sync: scenario
                 .steps
                 .iter()

@@ -117,10 +117,15 @@ pub(super) fn cut_power(
             }));
         }
     }
+    // What survived on disk, before the runner can write anything again:
+    // `durable.effect` holds it to what the run log said was done before
+    // the cut.
+    let (files, gaps) = super::teardown::workspace_files(&layout.p("ws"));
+    *shared.workspace_after_cut.lock().expect("workspace") = Some(files);
     shared.act(
         "fault.power-cut",
         json!({ "killed": killed, "dead_at_epoch_ms": dead_at_epoch_ms,
-                "changes": changed.len(), "took_ms": took_ms,
+                "changes": changed.len(), "took_ms": took_ms, "workspace_unreadable": gaps,
                 "changed": changed.iter().take(CHANGES_LISTED_MAX).collect::<Vec<_>>() }),
     );
     start_runner(env, layout, shared, canary)?;

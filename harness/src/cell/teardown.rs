@@ -31,6 +31,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     ev.events_applied = shared.faults_applied.load(Ordering::SeqCst);
     ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
+    ev.workspace_after_cut = shared.workspace_after_cut.lock().expect("workspace").take();
     // The journal as it is now names the commands to look for; the evidence
     // itself is read below, once every process of the cell is dead.
     let early = wire::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
@@ -118,6 +119,17 @@ const WORKSPACE_FILE_BYTES_MAX: u64 = 1 << 20;
 /// cell: what survived the cut and whatever recovery wrote after it).
 fn read_workspace(ws: &Path, ev: &mut Evidence) {
     ev.workspace_root = ws.display().to_string();
+    let (read, gaps) = workspace_files(ws);
+    for g in gaps {
+        ev.unreadable(Source::Workspace, g);
+    }
+    ev.workspace = Some(read);
+}
+
+/// Every file of the workspace `ws` as text, and what could not be read.
+pub(super) fn workspace_files(
+    ws: &Path,
+) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
     let (files, problems) = crate::runner_client::walk_files(ws);
     let mut read = std::collections::BTreeMap::new();
     let mut gaps = problems;
@@ -146,10 +158,7 @@ fn read_workspace(ws: &Path, ev: &mut Evidence) {
             Err(e) => gaps.push(format!("{rel}: {e}")),
         }
     }
-    for g in gaps {
-        ev.unreadable(Source::Workspace, g);
-    }
-    ev.workspace = Some(read);
+    (read, gaps)
 }
 
 /// A real product's turns, read through its own API from its home (the

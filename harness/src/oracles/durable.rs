@@ -29,11 +29,12 @@ struct Claim<'a> {
     seq: i64,
 }
 
-/// Every file write the run log holds as completed, in run-log order.
-fn claims(e: &Evidence) -> Vec<Claim<'_>> {
+/// Every file write the run log `events` holds as completed, in run-log
+/// order.
+fn claims(events: &[Value]) -> Vec<Claim<'_>> {
     let mut paths: BTreeMap<&str, &str> = BTreeMap::new();
     let mut out = Vec::new();
-    for ev in &e.events {
+    for ev in events {
         let data = &ev["data"];
         let key = data["key"].as_str();
         match (ev["kind"].as_str(), key) {
@@ -79,20 +80,40 @@ fn in_workspace<'a>(e: &Evidence, path: &'a str) -> Option<&'a str> {
     Some(relative.trim_start_matches("./"))
 }
 
-/// The oracle; see the module doc.
+/// The oracle; see the module doc. Judged twice in a power-cut cell: the
+/// writes the run log held as done before the cut (the controller's own
+/// read) against the workspace right after it, before the runner could
+/// write again; and the final run log against the final workspace.
 pub fn durable_effect(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("durable.effect");
-    let claims = claims(e);
-    if claims.is_empty() {
+    let at_end = claims(&e.events);
+    let before_cut = match (&e.events_before_fault, &e.workspace_after_cut) {
+        (Some(events), Some(files)) => Some((claims(events), files)),
+        _ => None,
+    };
+    if at_end.is_empty() && before_cut.as_ref().is_none_or(|(c, _)| c.is_empty()) {
         return j.done();
     }
     j = j.needs(e, &[Source::RunLog, Source::Journal, Source::Workspace]);
-    let Some(files) = &e.workspace else {
-        return j.done();
-    };
-    // The last completed write of a path decides what it holds.
+    if let Some((claims, files)) = &before_cut {
+        check(&mut j, e, claims, files, "after the power cut");
+    }
+    if let Some(files) = &e.workspace {
+        check(&mut j, e, &at_end, files, "at the end of the cell");
+    }
+    j.done()
+}
+
+/// Holds each path's last completed write in `claims` to `files`.
+fn check(
+    j: &mut Judgement,
+    e: &Evidence,
+    claims: &[Claim<'_>],
+    files: &BTreeMap<String, String>,
+    when: &str,
+) {
     let mut last: BTreeMap<&str, &Claim<'_>> = BTreeMap::new();
-    for c in &claims {
+    for c in claims {
         last.insert(c.path, c);
     }
     for c in last.values() {
@@ -115,14 +136,14 @@ pub fn durable_effect(e: &Evidence) -> OracleResult {
         match files.get(rel) {
             None => j.fail(
                 format!(
-                    "the run log holds the write of {} (tool {}) as completed, but the file is not in the workspace",
+                    "the run log holds the write of {} (tool {}) as completed, but the file is not in the workspace {when}",
                     c.path, c.key
                 ),
                 [at],
             ),
             Some(now) if !wanted.contains(&now.as_str()) => j.fail(
                 format!(
-                    "the run log holds the write of {} (tool {}) as completed, but the file holds {} bytes no write asked for (asked: {:?})",
+                    "the run log holds the write of {} (tool {}) as completed, but the file holds {} bytes no write asked for {when} (asked: {:?})",
                     c.path,
                     c.key,
                     now.len(),
@@ -133,5 +154,4 @@ pub fn durable_effect(e: &Evidence) -> OracleResult {
             Some(_) => {}
         }
     }
-    j.done()
 }

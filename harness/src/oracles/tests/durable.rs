@@ -174,3 +174,23 @@ fn failing_closed_on_a_conversation_a_power_cut_took_is_the_contracts_outcome() 
     fail(&mut e);
     assert_only_fails(&e, "contract", "which no cut-and-restart justifies");
 }
+
+#[test]
+fn durable_effect_holds_a_write_done_before_a_power_cut_to_the_disk_right_after_it() {
+    // The file is right at the end (the provider asked again after the
+    // restart), but right after the cut it was empty: the runner had said
+    // the write was done.
+    let mut e = wrote_notes(Some("written by write-notes\n"));
+    e.events_before_fault = Some(e.events[..5].to_vec());
+    e.workspace_after_cut = Some([("notes.txt".to_owned(), String::new())].into());
+    assert_only_fails(
+        &e,
+        "durable.effect",
+        "no write asked for after the power cut",
+    );
+    e.workspace_after_cut = Some(std::collections::BTreeMap::from([(
+        "notes.txt".to_owned(),
+        "written by write-notes\n".to_owned(),
+    )]));
+    assert_eq!(verdict(&judge(&e), "durable.effect").0, Verdict::Pass);
+}
