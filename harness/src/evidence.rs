@@ -19,6 +19,8 @@ use wire::ledger::LedgerEntry;
 use crate::model::{CellSpec, Fault};
 use crate::runner_client::{RunView, TaskView, event_views, task_view};
 
+mod power_cut;
+
 /// One thing the harness did, with its time.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Action {
@@ -168,6 +170,18 @@ pub struct Evidence {
     pub alive_at_retry: Vec<String>,
     /// A harness error that cut the cell short.
     pub harness_error: Option<String>,
+    /// Every file of the workspace at the end of the cell (after the power
+    /// cut of a power-cut cell), by path relative to it, as text (bytes
+    /// that are not UTF-8 replaced); `None` when it was not read.
+    #[serde(default)]
+    pub workspace: Option<BTreeMap<String, String>>,
+    /// The workspace's files right after the cell's last power cut, before
+    /// the runner started again; `None` without a power cut.
+    #[serde(default)]
+    pub workspace_after_cut: Option<BTreeMap<String, String>>,
+    /// The workspace's path as the runner was given it.
+    #[serde(default)]
+    pub workspace_root: String,
     /// Sources the harness could not read whole, with the reason. An oracle
     /// that needs one of them says `unknown`, never pass.
     #[serde(default)]
@@ -192,6 +206,8 @@ pub enum Source {
     Processes,
     /// The cell's files (the canary search).
     Files,
+    /// The workspace's files at the end of the cell.
+    Workspace,
 }
 
 impl Source {
@@ -205,6 +221,7 @@ impl Source {
             Source::ProviderStore => "provider-store",
             Source::Processes => "processes",
             Source::Files => "files",
+            Source::Workspace => "workspace",
         }
     }
 }
@@ -356,6 +373,10 @@ impl Evidence {
             }),
             Source::ProviderStore => self.store_gap(),
             Source::Ledger => self.ledger_gap(),
+            Source::Workspace => self
+                .workspace
+                .is_none()
+                .then(|| "the workspace was never read".to_owned()),
             Source::Processes | Source::Files => None,
         };
         why.map(|w| format!("{}: {w}", source.as_str()))
@@ -412,10 +433,17 @@ impl Evidence {
             .iter()
             .map(|t| t.turn.as_str())
             .collect();
+        // A power cut drops what a provider recorded without syncing, as
+        // its real product would lose it: a turn journaled before the last
+        // cut may be gone from the store (the journal is off the mount).
+        let cut_ms = self.last_power_cut_ms();
         let missing: Vec<(usize, &str)> = self
-            .facts("turn.recorded")
-            .into_iter()
-            .filter_map(|(line, d)| d["turn"].as_str().map(|t| (line, t)))
+            .journal
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.fact.as_deref() == Some("turn.recorded"))
+            .filter(|(_, e)| cut_ms.is_none_or(|cut| e.ts_ms > cut))
+            .filter_map(|(i, e)| e.data["turn"].as_str().map(|t| (i + 1, t)))
             .filter(|(_, t)| !stored.contains(t))
             .collect();
         let (line, turn) = missing.first()?;

@@ -27,7 +27,9 @@ use crate::scenario::{self, Scenario};
 use crate::wave::{self, Finished};
 
 /// The faults a generated schedule draws from, in shrinking order (a
-/// schedule shrinks towards the first).
+/// schedule shrinks towards the first). `power-cut` is not drawn: it needs
+/// FUSE and lazy mounts, and the wave plans its cells where they count
+/// (`Fault::power_cut_planned_at`); a `--schedule` may name it.
 pub const SCHEDULE_FAULTS: [Fault; 8] = [
     Fault::KillRunner,
     Fault::KillProvider,

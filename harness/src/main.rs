@@ -66,7 +66,9 @@ const RUN_EXAMPLES: &str = "Examples:
   turncut run everyday-workflows.runner-codex.local.single-task \\
       --cut runner.turn_intent.persisted#1 --fault kill-runner
 
-Faults: kill-runner, kill-provider, kill-both, hang-provider.
+Faults: kill-runner, kill-provider, kill-both, hang-provider, power-cut (the
+state and the workspace on lazy mounts: every unsynced write lost; needs FUSE),
+follow-up, retry, fail-write, disk-full.
 `turncut boundaries <scenario-id>` lists the cut points.";
 
 const WAVE_EXAMPLES: &str = "Examples:

@@ -39,11 +39,18 @@ pub enum Fault {
     /// the disk comes back when the harness restarts the runner, at its
     /// next attempted write.
     DiskFull,
+    /// A power loss: every process of the cell frozen, then SIGKILLed, then
+    /// every write not yet made durable dropped from the runner's state
+    /// directory (with the providers' stores inside it) and the workspace,
+    /// which sit on lazy mounts in such a cell (`docs/lazyfs.md`); the runner
+    /// starts again on what survived. The ledger and the journal are the
+    /// world's record and stay off the mounts.
+    PowerCut,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
@@ -52,6 +59,7 @@ impl Fault {
         Fault::Retry,
         Fault::FailWrite,
         Fault::DiskFull,
+        Fault::PowerCut,
     ];
 
     /// The faults of a scenario that names none: the process faults.
@@ -73,6 +81,7 @@ impl Fault {
             Fault::Retry => "retry",
             Fault::FailWrite => "fail-write",
             Fault::DiskFull => "disk-full",
+            Fault::PowerCut => "power-cut",
         }
     }
 
@@ -91,16 +100,31 @@ impl Fault {
     }
 
     /// Whether the fault may be applied at `point`: a storage fault only at
-    /// a before-write point; at a before-write point only storage faults and
-    /// `kill-runner` (the runner's store is blocked there, so nothing can
-    /// read the run log to find the provider, and a controller request
-    /// would wait on the held write).
+    /// a before-write point; at a before-write point only storage faults,
+    /// `kill-runner` and `power-cut` (the runner's store is blocked there,
+    /// so nothing can read the run log to find the provider, and a
+    /// controller request would wait on the held write; a power cut finds
+    /// the cell's processes by its tag, not through the runner).
     pub fn applies_at(self, point: &str) -> bool {
         let write = point.starts_with(WRITE_POINTS);
         if self.is_storage() {
             write
         } else {
-            !write || self == Fault::KillRunner
+            !write || matches!(self, Fault::KillRunner | Fault::PowerCut)
+        }
+    }
+
+    /// Whether the default wave plans a `power-cut` cell at `point` of
+    /// `role`: after each of the runner's durable writes
+    /// (`runner.<write>.persisted`), and at a provider's boundaries right
+    /// after the runner sent it something (`<proto>.<what>.received`, a
+    /// request or an answer; `<proto>.<what>.answered`, the runner's answer
+    /// to a client request). Those are the moments a runner's claim
+    /// (durable, then sent) or a provider's unsynced record is exposed.
+    pub fn power_cut_planned_at(point: &str, role: &str) -> bool {
+        match role {
+            "runner" => point.starts_with("runner.") && point.ends_with(".persisted"),
+            _ => point.ends_with(".received") || point.ends_with(".answered"),
         }
     }
 

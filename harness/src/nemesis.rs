@@ -4,7 +4,9 @@
 //! groups of their own and live on as orphans, as after a real crash);
 //! `kill-provider` SIGKILLs the provider's group; `kill-both` does both;
 //! `hang-provider` SIGSTOPs the provider's group, so it stops answering while
-//! staying alive. Together with `supervisor`, this is the only harness code
+//! staying alive; `power-cut` freezes every process of the cell, then
+//! SIGKILLs them all (`freeze_and_kill`), before the cell cuts the power
+//! under them. Together with `supervisor`, this is the only harness code
 //! that sends signals. It decides nothing about when to cut.
 
 use nix::sys::signal::{Signal, killpg};
@@ -41,18 +43,99 @@ pub fn plan(fault: Fault) -> Plan {
             kill_runner: false,
             provider_signal: Some(Signal::SIGSTOP),
         },
-        // A controller action (`cell::inject_action`) or a storage fault
-        // (the cut-point reply `fail <errno>`): no signal.
-        Fault::FollowUp | Fault::Retry | Fault::FailWrite | Fault::DiskFull => Plan {
-            kill_runner: false,
-            provider_signal: None,
-        },
+        // A controller action (`cell::inject_action`), a storage fault (the
+        // cut-point reply `fail <errno>`), or a power cut, which kills every
+        // process of the cell by its tag (`freeze_and_kill`), not by plan.
+        Fault::FollowUp | Fault::Retry | Fault::FailWrite | Fault::DiskFull | Fault::PowerCut => {
+            Plan {
+                kill_runner: false,
+                provider_signal: None,
+            }
+        }
     }
 }
 
 /// Whether a fault targets the provider (and so needs a live one).
 pub fn needs_provider(fault: Fault) -> bool {
     plan(fault).provider_signal.is_some()
+}
+
+/// How many times the census of a cell's processes runs before the kill: a
+/// process started while the first census was read (a provider the runner
+/// was spawning) is found by the next one, and the runner, frozen by the
+/// first, starts nothing more.
+const CENSUS_ROUNDS: usize = 3;
+
+/// A power loss for the processes tagged `tag` (a cell's runner, its
+/// providers and whatever they started) and the process `runner`: every one
+/// is frozen (SIGSTOP) first, so none acts on another's death (a provider
+/// that syncs its store when its stdin closes would otherwise get the
+/// chance a real power loss never gives), then all are SIGKILLed. Returns
+/// the pids killed; the caller waits for them to exit.
+pub fn freeze_and_kill(tag: &str, runner: Option<u32>) -> Vec<u32> {
+    let mut frozen: Vec<u32> = Vec::new();
+    if let Some(pid) = runner {
+        let _ = signal_pid(pid, Signal::SIGSTOP);
+        frozen.push(pid);
+    }
+    for _ in 0..CENSUS_ROUNDS {
+        let found: Vec<u32> = tagged_processes(tag)
+            .into_iter()
+            .map(|(pid, _)| pid)
+            .filter(|pid| !frozen.contains(pid))
+            .collect();
+        if found.is_empty() {
+            break;
+        }
+        for pid in found {
+            let _ = signal_pid(pid, Signal::SIGSTOP);
+            frozen.push(pid);
+        }
+    }
+    for pid in &frozen {
+        let _ = signal_pid(*pid, Signal::SIGKILL);
+    }
+    frozen
+}
+
+/// SIGKILLs processes that still use a cell's lazy mount after
+/// [`freeze_and_kill`] (a tool command whose environment lost the cell's
+/// tag): only the cell's own processes can be inside its private mount.
+pub fn kill_mount_users(pids: &[u32]) {
+    for pid in pids {
+        let _ = signal_pid(*pid, Signal::SIGKILL);
+    }
+}
+
+/// Waits until process `pid` has exited (a zombie has: it holds no file
+/// any more), or `until`; false when it is still alive then. Exact through
+/// a pidfd; where the kernel has no `pidfd_open`, by its start time, looked
+/// at every few milliseconds.
+pub fn wait_gone(pid: u32, until: std::time::Instant) -> bool {
+    use std::os::fd::{AsFd as _, FromRawFd as _, OwnedFd};
+    let start = start_time(pid);
+    // SAFETY: pidfd_open(2) takes a pid and a flags word and returns a new
+    // descriptor or -1; nothing else is touched.
+    let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid as nix::libc::pid_t, 0) };
+    if fd >= 0 {
+        // SAFETY: `fd` was just returned by pidfd_open and nothing else owns it.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [nix::poll::PollFd::new(
+            fd.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        return nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)).unwrap_or(0) > 0
+            || !alive_same(pid, start);
+    }
+    while alive_same(pid, start) {
+        if std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    true
 }
 
 /// Sends `signal` to the process group led by `pgid`. A group that is already

@@ -357,22 +357,30 @@ pub fn expand(
         }
     };
     for b in selected {
-        // Before-write points are where storage faults apply; the other
-        // faults cut at the boundaries after each write (explore and depth-2
-        // cells reach the before-write points with any fault).
-        let write_point = b.cut.point.starts_with(crate::model::WRITE_POINTS);
         for &fault in &scenario.faults {
-            if nemesis::needs_provider(fault) && !b.provider_alive {
-                continue;
+            if planned_at(b, fault) {
+                debug_assert!(fault.applies_at(&b.cut.point));
+                out.push((Some(b.cut.clone()), Some(fault)));
             }
-            if fault.is_storage() != write_point {
-                continue;
-            }
-            debug_assert!(fault.applies_at(&b.cut.point));
-            out.push((Some(b.cut.clone()), Some(fault)));
         }
     }
     Ok(out)
+}
+
+/// Whether a one-cut cell of `fault` is planned at boundary `b`: a provider
+/// fault needs a live provider; before-write points are where storage
+/// faults apply, and the other faults cut at the boundaries after each
+/// write (explore and depth-2 cells reach the before-write points with any
+/// fault); a power cut where `Fault::power_cut_planned_at` says.
+fn planned_at(b: &Boundary, fault: Fault) -> bool {
+    let write_point = b.cut.point.starts_with(crate::model::WRITE_POINTS);
+    if nemesis::needs_provider(fault) && !b.provider_alive {
+        return false;
+    }
+    if fault.is_storage() != write_point {
+        return false;
+    }
+    fault != Fault::PowerCut || Fault::power_cut_planned_at(&b.cut.point, &b.role)
 }
 
 /// Checks a `--cut`/`--fault` pair against the boundaries of a clean run

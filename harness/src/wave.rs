@@ -316,6 +316,36 @@ pub fn split_skipped(ids: Vec<String>) -> (Vec<String>, Vec<crate::model::Skippe
     (run, skipped)
 }
 
+/// `cells` split into those that can run here and the power-cut cells
+/// that cannot (FUSE cannot be mounted: `lazyfs::unavailable`), each of
+/// those listed by its name with the reason: skipped, never passed.
+pub fn split_power_cut(cells: Vec<CellSpec>) -> (Vec<CellSpec>, Vec<crate::model::Skipped>) {
+    split_power_cut_with(cells, lazyfs::unavailable())
+}
+
+fn split_power_cut_with(
+    cells: Vec<CellSpec>,
+    unavailable: Option<String>,
+) -> (Vec<CellSpec>, Vec<crate::model::Skipped>) {
+    let Some(why) = unavailable else {
+        return (cells, Vec::new());
+    };
+    let (cut, run): (Vec<CellSpec>, Vec<CellSpec>) = cells.into_iter().partition(|c| {
+        c.schedule()
+            .is_some_and(|events| crate::cell::needs_lazy_mounts(&events))
+    });
+    let skipped = cut
+        .iter()
+        .map(|c| crate::model::Skipped {
+            scenario_id: c.name(),
+            reason: format!(
+                "a power-cut cell needs a lazy mount, and FUSE cannot be used here: {why}"
+            ),
+        })
+        .collect();
+    (run, skipped)
+}
+
 /// Assembles a wave of `planned` cells of which `finished` ran.
 /// Runs `cells` `times` times over (`wave --repeat`), each time on `jobs`
 /// threads; one result list per round.
@@ -576,6 +606,38 @@ pub fn install_interrupt_handler() {
 mod tests {
     use super::*;
     use crate::model::{Cut, Fault, Outcome};
+
+    #[test]
+    fn without_fuse_every_power_cut_cell_is_skipped_with_the_reason() {
+        let cell = |id: &str, first: Fault, then: Option<Fault>| {
+            let cut = |p: &str| Cut {
+                point: p.into(),
+                n: 1,
+            };
+            let mut events = vec![crate::model::Event {
+                cut: cut("runner.turn_intent.persisted"),
+                fault: first,
+            }];
+            events.extend(then.map(|fault| crate::model::Event {
+                cut: cut("runner.turn_accepted.persisted"),
+                fault,
+            }));
+            plan::schedule_cell(1, id.into(), "s.runner-codex.local.c".into(), &events)
+        };
+        let cells = vec![
+            cell("t001", Fault::KillBoth, None),
+            cell("t002", Fault::PowerCut, None),
+            cell("t003", Fault::KillRunner, Some(Fault::PowerCut)),
+        ];
+        let (run, skipped) = split_power_cut_with(cells.clone(), None);
+        assert_eq!((run.len(), skipped.len()), (3, 0), "FUSE here: all run");
+        let (run, skipped) = split_power_cut_with(cells, Some("no /dev/fuse".into()));
+        assert_eq!(run.len(), 1);
+        assert_eq!(run[0].cell_id, "t001");
+        assert_eq!(skipped.len(), 2);
+        assert!(skipped.iter().all(|s| s.reason.contains("no /dev/fuse")));
+        assert!(skipped[1].scenario_id.contains("/power-cut"), "{skipped:?}");
+    }
 
     fn finished(id: &str, verdict: Verdict, path: &str, reached: bool) -> Finished {
         Finished {

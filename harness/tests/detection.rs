@@ -209,3 +209,48 @@ fn row_7_a_retry_does_not_re_send_a_message_answered_by_its_continuation() {
         "re-sent m1, whose last turn",
     );
 }
+
+/// Why a power-cut cell cannot run here (no FUSE), said; `None` when it can.
+fn no_fuse() -> Option<String> {
+    let why = lazyfs::unavailable()?;
+    println!("skipped: a power-cut cell needs FUSE: {why}");
+    Some(why)
+}
+
+#[test]
+fn row_8_a_workspace_file_the_run_log_holds_as_written_survives_a_power_cut() {
+    if no_fuse().is_some() {
+        return;
+    }
+    caught(
+        "atomic-write-without-fsync",
+        "restart-chaos.runner-acpx-claude.local.power-cut",
+        &[
+            "--cut",
+            "runner.tool_outcome.persisted#1",
+            "--fault",
+            "power-cut",
+        ],
+        "durable.effect",
+        "holds 0 bytes no write asked for",
+    );
+}
+
+#[test]
+fn row_9_a_store_that_commits_without_syncing_loses_the_task_to_a_power_cut() {
+    if no_fuse().is_some() {
+        return;
+    }
+    caught(
+        "wal-synchronous-normal",
+        "restart-chaos.runner-codex.local.power-cut",
+        &[
+            "--cut",
+            "runner.turn_accepted.persisted#1",
+            "--fault",
+            "power-cut",
+        ],
+        "no-loss",
+        "the task is lost",
+    );
+}

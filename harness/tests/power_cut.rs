@@ -258,6 +258,50 @@ fn the_lazyfs_command_cuts_power_on_sigusr1_and_unmounts_on_sigterm() {
     assert!(!mounts.contains(&*m.to_string_lossy()), "unmounted");
 }
 
+/// The cell: `turncut run` with `--fault power-cut` where the fake
+/// Codex has just received the `turn/start` (its turn not yet recorded,
+/// nothing of it synced). Every process of the cell is killed, the power
+/// cut under the runner's state and the workspace, and the recovery passes
+/// every oracle; the timeline shows the cut, and no lazy mount is left.
+#[test]
+fn a_power_cut_cell_runs_and_passes_through_turncut_run() {
+    if fuse_missing() {
+        return;
+    }
+    let out = tempfile::tempdir().expect("tempdir");
+    let run = Command::new(exe())
+        .args([
+            "run",
+            "restart-chaos.runner-codex.local.cut-turn-start-retry",
+            "--cut",
+            "codex.turn_start.received#1",
+            "--fault",
+            "power-cut",
+            "--out",
+        ])
+        .arg(out.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("turncut runs");
+    let pid = run.id();
+    let run = run.wait_with_output().expect("turncut ends");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let wave: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("wave.json")).expect("wave.json"))
+            .expect("wave.json parses");
+    let cell = &wave["cells"][0];
+    assert_eq!(cell["verdict"], "pass", "{cell:#}\n{stderr}");
+    assert!(run.status.success(), "{stderr}");
+    assert_eq!(cell["spec"]["fault"], "power-cut", "{cell:#}");
+    assert_eq!(cell["outcome"]["reached_cut"], true, "{cell:#}");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").expect("mounts");
+    assert!(
+        !mounts.contains(&format!("turncut-cell-{pid}.")),
+        "a cell's lazy mount is left: {mounts}"
+    );
+}
+
 /// How the fake Codex ends before the power cut.
 #[derive(Clone, Copy, Debug)]
 enum End {

@@ -438,6 +438,9 @@ pub(super) fn apply_fault(
     if fault.is_storage() {
         return apply_storage(shared, fault, held);
     }
+    if fault == Fault::PowerCut {
+        return super::power::cut_power(shared, env, layout, canary, held);
+    }
     let plan = nemesis::plan(fault);
     let provider = if held.hit.role == "provider" {
         Some(held.hit.pid)

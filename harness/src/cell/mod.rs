@@ -28,10 +28,12 @@ use crate::runner_client::{RunnerClient, RunnerProcess};
 use crate::scenario::{FollowUpWhen, Scenario, Step};
 
 mod events;
+mod power;
 mod steps;
 mod teardown;
 pub use events::{EVENT_MARK, injected_message_id, schedule_of};
 use events::{arms_for, cut_loop};
+pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 use steps::{run_steps, settled, wait_task, wait_until};
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
@@ -153,6 +155,10 @@ struct Shared {
     injected: Mutex<Vec<(Exchange, Op)>>,
     /// A real product's cell: the product and its fake model API.
     real: Mutex<Option<RealCell>>,
+    /// A power-cut cell's lazy mounts (`power::mount_disks`).
+    lazy: Mutex<Vec<lazyfs::LazyFs>>,
+    /// The workspace's files right after the last power cut.
+    workspace_after_cut: Mutex<Option<std::collections::BTreeMap<String, String>>>,
 }
 
 /// What a cell of a `*-real` profile runs beside the runner.
@@ -193,6 +199,8 @@ impl Shared {
             waker: Mutex::new(None),
             injected: Mutex::new(Vec::new()),
             real: Mutex::new(None),
+            lazy: Mutex::new(Vec::new()),
+            workspace_after_cut: Mutex::new(None),
             sync: scenario
                 .steps
                 .iter()
@@ -659,6 +667,9 @@ fn drive(
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
     write_script(scenario, layout)?;
+    if power::needs_lazy_mounts(&shared.events) {
+        power::mount_disks(layout, shared)?;
+    }
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
     *shared.waker.lock().expect("waker") = Some(listener.waker()?);
     match wire::profiles::real(profile) {

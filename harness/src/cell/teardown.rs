@@ -31,6 +31,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     ev.events_applied = shared.faults_applied.load(Ordering::SeqCst);
     ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
+    ev.workspace_after_cut = shared.workspace_after_cut.lock().expect("workspace").take();
     // The journal as it is now names the commands to look for; the evidence
     // itself is read below, once every process of the cell is dead.
     let early = wire::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
@@ -47,6 +48,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     kill_survivors(layout, shared, &early, ev);
     shared.holds.lock().expect("holds").clear();
     read_provider_evidence(&layout.dir, ev);
+    read_workspace(&layout.p("ws"), ev);
     if let (Some(product), Some(url)) = (product, model_url) {
         read_real_turns(&product, &url, &layout.p("ws"), ev);
     }
@@ -56,6 +58,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
         ev.ops.push(op);
     }
     search_canary(&layout.dir, ev);
+    super::power::unmount_disks(shared);
 }
 
 /// Every process the cell knew of (the runners, the providers the run log
@@ -104,6 +107,58 @@ fn kill_survivors(
             let _ = nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGKILL);
         }
     }
+}
+
+/// The most workspace files the evidence holds, and the most bytes of each:
+/// a scenario's workspace holds a few small files; more is recorded as a
+/// gap, never cut silently.
+const WORKSPACE_FILES_MAX: usize = 256;
+const WORKSPACE_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// Every file of the workspace `ws` (through the lazy mount of a power-cut
+/// cell: what survived the cut and whatever recovery wrote after it).
+fn read_workspace(ws: &Path, ev: &mut Evidence) {
+    ev.workspace_root = ws.display().to_string();
+    let (read, gaps) = workspace_files(ws);
+    for g in gaps {
+        ev.unreadable(Source::Workspace, g);
+    }
+    ev.workspace = Some(read);
+}
+
+/// Every file of the workspace `ws` as text, and what could not be read.
+pub(super) fn workspace_files(
+    ws: &Path,
+) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
+    let (files, problems) = crate::runner_client::walk_files(ws);
+    let mut read = std::collections::BTreeMap::new();
+    let mut gaps = problems;
+    if files.len() > WORKSPACE_FILES_MAX {
+        gaps.push(format!(
+            "{} files, more than {WORKSPACE_FILES_MAX}",
+            files.len()
+        ));
+    }
+    for file in files.iter().take(WORKSPACE_FILES_MAX) {
+        let rel = file.strip_prefix(ws).unwrap_or(file).display().to_string();
+        let bytes = std::fs::metadata(file).and_then(|m| {
+            if m.len() > WORKSPACE_FILE_BYTES_MAX {
+                Err(std::io::Error::other(format!(
+                    "{} bytes, more than {WORKSPACE_FILE_BYTES_MAX}",
+                    m.len()
+                )))
+            } else {
+                std::fs::read(file)
+            }
+        });
+        match bytes {
+            Ok(b) => {
+                read.insert(rel, String::from_utf8_lossy(&b).into_owned());
+            }
+            Err(e) => gaps.push(format!("{rel}: {e}")),
+        }
+    }
+    (read, gaps)
 }
 
 /// A real product's turns, read through its own API from its home (the

@@ -67,10 +67,14 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
     let started = Instant::now();
     let max_fail = (job.max_fail > 0).then_some(job.max_fail);
     wave::install_interrupt_handler();
+    let (cells, no_fuse) = wave::split_power_cut(job.cells.clone());
+    for s in &no_fuse {
+        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
+    }
     let (finished, _) = harness::recuts::run_stages(
         job.env,
         job.scenarios,
-        &job.cells,
+        &cells,
         job.jobs,
         max_fail.map(wave::StopAfter::NotPassing),
         job.stage2,
@@ -81,7 +85,9 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
         evidence: None,
         timeline: String::new(),
     }));
-    let planned = (job.planned + job.judged.len()).max(finished.len());
+    let planned = (job.planned + job.judged.len())
+        .saturating_sub(no_fuse.len())
+        .max(finished.len());
     let stopped = wave::stop_reason(planned, &finished, max_fail);
     let result = wave::wave_result(
         &wave::WaveMeta {
@@ -90,7 +96,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
             shard: job.shard,
             jobs: job.jobs,
             run: wave::run_config(job.env, job.scenarios),
-            skipped: job.skipped.clone(),
+            skipped: job.skipped.iter().cloned().chain(no_fuse).collect(),
         },
         started,
         &finished,

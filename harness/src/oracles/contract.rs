@@ -17,20 +17,13 @@ use crate::runner_client::{RunView, TurnView};
 /// continuation).
 type ProviderTurns = BTreeMap<String, (Option<String>, String, bool)>;
 
-/// The provider's durable turns of the evidence.
+/// The provider's durable turns of the evidence, and the turns a power cut
+/// took from its store (`Evidence::turns_lost_to_power_cut`): the provider
+/// recorded and answered them, as its own journal says.
 fn provider_turns(e: &Evidence) -> ProviderTurns {
-    e.provider_turns
-        .iter()
-        .map(|t| {
-            (
-                t.turn.clone(),
-                (
-                    Some(t.status.clone()),
-                    t.authorized_by.clone(),
-                    t.continuation,
-                ),
-            )
-        })
+    e.provider_turns_and_lost()
+        .into_iter()
+        .map(|t| (t.turn, (Some(t.status), t.authorized_by, t.continuation)))
         .collect()
 }
 
@@ -208,6 +201,9 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
             );
         }
         "storage_failed" if storage_fault_applied(e) => {}
+        // The contract's row "a conversation with a completed turn | no
+        // thread": a power cut took turns the provider never synced.
+        "provider_protocol_error" if !e.turns_lost_to_power_cut().is_empty() => {}
         other if e.fault.is_some() && !contract::FAIL_CLOSED.contains(&other) => {
             j.fail(
                 format!("run {run_id} failed with {other}, which no cut-and-restart justifies"),

@@ -8,7 +8,7 @@
 //! it failing on deliberately broken evidence (`tests.rs`).
 //!
 //! One module per family: `no_replay`, `cause`, `contract`, `retry`,
-//! `fence`, `no_loss`; the small ones (liveness, secrecy, hygiene, vacuity) and the
+//! `fence`, `no_loss`, `durable`; the small ones (liveness, secrecy, hygiene, vacuity) and the
 //! `Judgement` they all fill are here.
 
 use crate::evidence::{Evidence, Source};
@@ -17,6 +17,7 @@ use crate::model::{OracleResult, Verdict};
 mod acceptance;
 mod cause;
 mod contract;
+mod durable;
 mod fence;
 mod no_loss;
 mod no_replay;
@@ -24,6 +25,7 @@ mod retry;
 
 pub use cause::cause_structured;
 pub use contract::contract_oracle;
+pub use durable::durable_effect;
 pub use fence::fence;
 pub use no_loss::no_loss;
 pub use no_replay::{no_replay_effect, no_replay_turn};
@@ -38,6 +40,7 @@ pub const ORACLES: &[&str] = &[
     "retry.works",
     "fence",
     "no-loss",
+    "durable.effect",
     "liveness",
     "secrecy",
     "hygiene",
@@ -54,6 +57,7 @@ pub fn judge(e: &Evidence) -> Vec<OracleResult> {
         retry_works(e),
         fence(e),
         no_loss(e),
+        durable_effect(e),
         liveness(e),
         secrecy(e),
         hygiene(e),

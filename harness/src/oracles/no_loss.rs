@@ -103,9 +103,17 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
             .iter()
             .filter(|t| !t.continuation && t.client_id.as_deref() == Some(id))
             .count();
+        // A turn a power cut took from the provider's store consumed the
+        // message too (it ran; its re-send after the cut is the contract's
+        // `turn.absent_at_provider`, so it does not count twice).
+        let lost = e
+            .turns_lost_to_power_cut()
+            .iter()
+            .filter(|t| !t.continuation && t.client_id.as_deref() == Some(id))
+            .count();
         // A Retry that re-sends this message's text under its own id
         // consumes it (`retry.admitted` names it; the text is checked).
-        let by_retry = e.provider_turns.iter().any(|t| {
+        let by_retry = e.provider_turns_and_lost().iter().any(|t| {
             t.client_id
                 .as_deref()
                 .is_some_and(|c| resends.get(c).map(String::as_str) == Some(id))
@@ -120,7 +128,7 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
             "accepted"
         };
         let at = [format!("exchange:{id}")];
-        if own + usize::from(by_retry) == 0 {
+        if own + lost + usize::from(by_retry) == 0 {
             // A task still running at the end is liveness's finding.
             let completed = e.state() == "completed";
             let problem = match (still_queued, failed, named, maybe) {

@@ -137,9 +137,15 @@ impl OpenCodeDriver {
     }
 
     /// `GET /session/{id}`, then its messages, to learn the largest message id.
+    /// A session the server does not have (404: OpenCode syncs nothing of a
+    /// turn, so a power loss can take the whole session) is
+    /// [`DriverError::ConversationGone`], as a thread Codex never wrote.
     pub async fn resume_conversation(&mut self, id: &str) -> Result<(), DriverError> {
         let path = format!("/session/{id}");
         let (status, body) = self.call("session_get", Method::GET, &path, None).await?;
+        if status == 404 {
+            return Err(DriverError::ConversationGone(id.to_owned()));
+        }
         expect("GET /session/{sessionID}", status, 200, body)?;
         self.messages(id).await?;
         Ok(())

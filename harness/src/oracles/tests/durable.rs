@@ -1,0 +1,196 @@
+//! `durable.effect`: a file write the run log holds as completed must be on
+//! disk with what the provider asked to write. Made to fail by the states a
+//! power cut leaves under a runner that skips a sync: the file empty (its
+//! bytes never synced) or gone (its rename never made durable).
+
+use super::*;
+
+/// `good()` whose turn wrote `notes.txt` through the runner (ACP
+/// `fs/write_text_file`), the workspace holding `file` at the end.
+fn wrote_notes(file: Option<&str>) -> Evidence {
+    let mut e = good();
+    let settled = e.events.split_off(3);
+    e.events.extend([
+        event(
+            4,
+            "tool.executing",
+            json!({ "turn_row": 1, "key": "call_1", "kind": "write_text_file",
+                    "detail": { "path": "notes.txt", "bytes": 23 } }),
+        ),
+        event(
+            5,
+            "tool.outcome",
+            json!({ "key": "call_1", "status": "completed", "outcome": { "bytes": 23 } }),
+        ),
+    ]);
+    for (i, mut ev) in settled.into_iter().enumerate() {
+        ev["seq"] = json!(6 + i);
+        e.events.push(ev);
+    }
+    e.journal.push(entry(
+        EntryKind::Out,
+        None,
+        json!({ "jsonrpc": "2.0", "id": 7, "method": "fs/write_text_file",
+                "params": { "sessionId": "s", "path": "notes.txt", "content": "written by write-notes\n" } }),
+    ));
+    e.workspace_root = "/ws".into();
+    e.workspace = Some(
+        file.map(|c| ("notes.txt".to_owned(), c.to_owned()))
+            .into_iter()
+            .collect(),
+    );
+    e
+}
+
+#[test]
+fn durable_effect_passes_a_write_that_is_on_disk() {
+    let results = judge(&wrote_notes(Some("written by write-notes\n")));
+    assert_eq!(worst(&results), Verdict::Pass, "{results:#?}");
+}
+
+#[test]
+fn durable_effect_catches_a_file_whose_bytes_were_never_synced() {
+    assert_only_fails(
+        &wrote_notes(Some("")),
+        "durable.effect",
+        "the file holds 0 bytes no write asked for",
+    );
+}
+
+#[test]
+fn durable_effect_catches_a_file_whose_rename_was_never_synced() {
+    assert_only_fails(
+        &wrote_notes(None),
+        "durable.effect",
+        "the file is not in the workspace",
+    );
+}
+
+#[test]
+fn durable_effect_judges_only_what_the_run_log_holds_as_done() {
+    // The outcome never became durable (the call is uncertain after the
+    // cut): the runner claims nothing, whatever the file holds.
+    let mut e = wrote_notes(None);
+    e.events[4]["data"]["status"] = json!("uncertain");
+    assert_eq!(verdict(&judge(&e), "durable.effect").0, Verdict::Pass);
+    // An absolute path inside the workspace is the same file.
+    let mut e = wrote_notes(Some(""));
+    e.events[3]["data"]["detail"]["path"] = json!("/ws/notes.txt");
+    e.journal.last_mut().unwrap().data["params"]["path"] = json!("/ws/notes.txt");
+    assert_only_fails(&e, "durable.effect", "/ws/notes.txt");
+}
+
+#[test]
+fn durable_effect_is_unknown_without_the_workspace_or_the_request() {
+    let mut e = wrote_notes(None);
+    e.workspace = None;
+    let (v, m) = verdict(&judge(&e), "durable.effect");
+    assert_eq!(v, Verdict::Unknown, "{m}");
+    assert!(m.contains("the workspace was never read"), "{m}");
+    let mut e = wrote_notes(Some("x"));
+    e.journal.pop();
+    let (v, m) = verdict(&judge(&e), "durable.effect");
+    assert_eq!(v, Verdict::Unknown, "{m}");
+    assert!(m.contains("the journal never asked for"), "{m}");
+}
+
+#[test]
+fn a_power_cut_excuses_a_provider_turn_journaled_before_it_not_after() {
+    use crate::evidence::Action;
+    // `good()`'s turn pt1, journaled (ts 0) but gone from the store.
+    let mut e = good();
+    e.provider_turns.clear();
+    assert!(e.gap(Source::ProviderStore).is_some(), "no cut: truncated");
+    e.actions.push(Action {
+        at_ms: 5,
+        what: "fault.power-cut".into(),
+        detail: json!({ "dead_at_epoch_ms": 10 }),
+    });
+    assert_eq!(e.gap(Source::ProviderStore), None, "lost by the cut");
+    for j in &mut e.journal {
+        j.ts_ms = 11;
+    }
+    assert!(
+        e.gap(Source::ProviderStore).is_some(),
+        "journaled after the cut: truncated"
+    );
+}
+
+/// `good()` whose provider store lost turn pt1 (journaled at ts 0), with a
+/// power cut at `cut_ms` when `cut` (else none).
+fn store_lost_pt1(cut: bool) -> Evidence {
+    let mut e = good();
+    e.provider_turns.clear();
+    if cut {
+        e.actions.push(crate::evidence::Action {
+            at_ms: 5,
+            what: "fault.power-cut".into(),
+            detail: json!({ "dead_at_epoch_ms": 10 }),
+        });
+    }
+    e
+}
+
+#[test]
+fn a_turn_a_power_cut_took_from_the_store_still_counts_as_the_providers() {
+    // Without a cut a completed run whose turn the store lacks is caught.
+    assert_only_fails(
+        &store_lost_pt1(false),
+        "contract",
+        "never completed a turn for m1",
+    );
+    // With the cut, the journal's turn (completed before it) stands.
+    let e = store_lost_pt1(true);
+    assert_eq!(e.turns_lost_to_power_cut().len(), 1);
+    let results = judge(&e);
+    assert_eq!(worst(&results), Verdict::Pass, "{results:#?}");
+}
+
+#[test]
+fn failing_closed_on_a_conversation_a_power_cut_took_is_the_contracts_outcome() {
+    let fail = |e: &mut Evidence| {
+        let cause = json!({ "code": "provider_protocol_error", "recoverable": false,
+                            "message": "the provider lost conversation th, which has completed turns" });
+        e.task["state"] = json!("failed");
+        e.task["cause"] = cause.clone();
+        e.task["runs"][0]["status"] = json!("failed");
+        e.task["runs"][0]["cause"] = cause.clone();
+        e.events[4] = event(
+            5,
+            "run.settled",
+            json!({ "state": "failed", "cause": cause }),
+        );
+    };
+    let mut e = store_lost_pt1(true);
+    fail(&mut e);
+    assert_eq!(
+        verdict(&judge(&e), "contract").0,
+        Verdict::Pass,
+        "{:#?}",
+        judge(&e)
+    );
+    // The same cause with the provider's record intact: no cut justifies it.
+    let mut e = good();
+    fail(&mut e);
+    assert_only_fails(&e, "contract", "which no cut-and-restart justifies");
+}
+
+#[test]
+fn durable_effect_holds_a_write_done_before_a_power_cut_to_the_disk_right_after_it() {
+    // The file is right at the end (the provider asked again after the
+    // restart), but right after the cut it was empty: the runner had said
+    // the write was done.
+    let mut e = wrote_notes(Some("written by write-notes\n"));
+    e.events_before_fault = Some(e.events[..5].to_vec());
+    e.workspace_after_cut = Some([("notes.txt".to_owned(), String::new())].into());
+    assert_only_fails(
+        &e,
+        "durable.effect",
+        "no write asked for after the power cut",
+    );
+    e.workspace_after_cut = Some(std::collections::BTreeMap::from([(
+        "notes.txt".to_owned(),
+        "written by write-notes\n".to_owned(),
+    )]));
+    assert_eq!(verdict(&judge(&e), "durable.effect").0, Verdict::Pass);
+}
