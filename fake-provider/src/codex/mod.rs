@@ -45,6 +45,7 @@
 //! −32601 even though the real server knows them. A line that is not JSON gets
 //! an error with `id: null` (JSON-RPC 2.0), which the real server would only log.
 
+mod patch;
 pub mod store;
 mod turn;
 pub mod wire;
@@ -60,7 +61,8 @@ pub use wire::{
 
 use crate::journal::{Journal, now_ms};
 use crate::rpc::{
-    INVALID_PARAMS, INVALID_REQUEST, Incoming, LineServer, METHOD_NOT_FOUND, Refusal, Sent, params,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, LineServer, METHOD_NOT_FOUND,
+    Refusal, Sent, params,
 };
 use crate::script::ScriptTool;
 use crate::serving::{Options, now_s};
@@ -88,6 +90,7 @@ pub fn serve(opts: Options) -> anyhow::Result<()> {
         active: HashMap::new(),
         pending: HashMap::new(),
         usage: HashMap::new(),
+        policies: HashMap::new(),
     };
     crate::rpc::serve_lines(&mut server)
 }
@@ -106,12 +109,41 @@ struct Server {
     pending: HashMap<i64, String>,
     /// Token usage per thread since this process started (not durable).
     usage: HashMap<String, Tokens>,
+    /// The approval policy each thread was given in this process (by
+    /// `thread/start`, `thread/resume` or `turn/start`): durable only with
+    /// the next turn context written (`begin_turn`).
+    policies: HashMap<String, String>,
 }
+
+/// The approval policy of a thread that was given none, or whose policy
+/// was lost: the real server's configured default (`approval_policy` in
+/// the real profile's configuration).
+pub const DEFAULT_APPROVAL_POLICY: &str = "on-request";
+
+/// The approval policies the fake plays: `untrusted` asks before every
+/// command, `on-request` and `on-failure` before the ones the model asks to
+/// run unsandboxed (a tool with `approval`) and before every patch (the
+/// fake's sandbox is read-only, as the real profile's), `never` asks nothing
+/// and runs everything.
+const APPROVAL_POLICIES: [&str; 4] = ["untrusted", "on-failure", "on-request", "never"];
 
 struct ActiveTurn {
     turn_id: String,
     steps: VecDeque<Step>,
     waiting: Option<Waiting>,
+    /// Messages sent by `turn/start` while this turn was active: the real
+    /// server answers with this turn and hands them to the model at its next
+    /// request, in this turn. Not durable until then.
+    queued: Vec<Queued>,
+    /// The message id the turn's effects run under after a queued message
+    /// was taken up (else the turn record's `authorized_by`).
+    authorized_by: Option<String>,
+    /// A tool was played since the last end of a model response: the next
+    /// one ends a response that called tools, after which the model is
+    /// asked again and takes up the queued messages.
+    tools_pending: bool,
+    /// The turn's diff (`turn/diff/updated`) once a patch applied.
+    diff: Option<String>,
     /// Model items (agent messages, tool calls) begun so far: the ordinal of
     /// the next one's id (see [`model_item_id`]).
     items: u32,
@@ -123,6 +155,12 @@ struct Waiting {
     request_id: i64,
     item: Value,
     tool: ScriptTool,
+}
+
+/// A user message queued into the active turn.
+struct Queued {
+    client_id: Option<String>,
+    input: Vec<Value>,
 }
 
 impl LineServer for Server {
@@ -221,6 +259,7 @@ impl Server {
         } else {
             ThreadStartParams::default()
         };
+        let policy = checked_policy(p.approval_policy)?;
         let cwd = match p.cwd {
             Some(c) if std::path::Path::new(&c).is_absolute() => c,
             Some(c) => return Err((INVALID_PARAMS, format!("cwd must be absolute: {c}"))),
@@ -238,9 +277,13 @@ impl Server {
             cwd,
             model: p.model.unwrap_or_else(|| "fake-model".to_owned()),
             preview: String::new(),
+            approval_policy: None,
             turns: Vec::new(),
         };
         let thread_id = thread.id.clone();
+        if let Some(policy) = policy {
+            self.policies.insert(thread_id.clone(), policy);
+        }
         // Not durable yet: the real server writes a thread's rollout only
         // when its first turn starts.
         self.store.insert(thread);
@@ -258,11 +301,15 @@ impl Server {
 
     fn thread_resume(&mut self, id: &Value, msg: &Value) -> Result<Sent, Refusal> {
         let p: ThreadIdParams = params(msg)?;
+        self.thread_readable(&p.thread_id)?;
         if self.store.get(&p.thread_id).is_none() {
             return Err((
                 INVALID_REQUEST,
                 format!("no rollout found for thread id {}", p.thread_id),
             ));
+        }
+        if let Some(policy) = checked_policy(p.approval_policy.clone())? {
+            self.policies.insert(p.thread_id.clone(), policy);
         }
         let newly = self.loaded.insert(p.thread_id.clone());
         let response = self.session_response(&p.thread_id, !p.exclude_turns);
@@ -279,19 +326,17 @@ impl Server {
 
     fn thread_read(&mut self, id: &Value, msg: &Value) -> Result<Sent, Refusal> {
         let p: ThreadIdParams = params(msg)?;
+        self.thread_readable(&p.thread_id)?;
         if self.store.get(&p.thread_id).is_none() {
             return Err((
                 INVALID_REQUEST,
                 format!("thread not loaded: {}", p.thread_id),
             ));
         }
-        // Measured on Codex 0.171.0: a thread not yet written (no turn)
-        // cannot list its turns.
-        let unwritten = self
-            .store
-            .get(&p.thread_id)
-            .is_some_and(|t| t.turns.is_empty());
-        if p.include_turns && unwritten {
+        // Measured on Codex 0.171.0: a thread not yet written (no turn
+        // started) cannot list its turns; one written without a turn lists
+        // none.
+        if p.include_turns && !self.store.is_written(&p.thread_id) {
             return Err((
                 METHOD_NOT_FOUND,
                 "list_turns is not supported yet".to_owned(),
@@ -299,6 +344,36 @@ impl Server {
         }
         let thread = self.thread_json(&p.thread_id, p.include_turns);
         Ok(self.respond(id, "thread/read", json!({ "thread": thread })))
+    }
+
+    /// The error of reading a thread whose file was created and never
+    /// written, as the real server words it (the path is the fake's file).
+    fn thread_readable(&self, thread_id: &str) -> Result<(), Refusal> {
+        match self.store.empty_file(thread_id) {
+            None => Ok(()),
+            Some(path) => Err((
+                INTERNAL_ERROR,
+                format!(
+                    "failed to read thread: thread-store internal error: failed to read session \
+                     metadata {0}: rollout at {0} is empty",
+                    path.display()
+                ),
+            )),
+        }
+    }
+
+    /// The thread's approval policy: given in this process, else durable
+    /// with its last turn context, else the default.
+    fn approval_policy(&self, thread_id: &str) -> &str {
+        self.policies
+            .get(thread_id)
+            .map(String::as_str)
+            .or_else(|| {
+                self.store
+                    .get(thread_id)
+                    .and_then(|t| t.approval_policy.as_deref())
+            })
+            .unwrap_or(DEFAULT_APPROVAL_POLICY)
     }
 
     fn thread_exists(&self, thread_id: &str) -> Result<(), Refusal> {
@@ -310,7 +385,11 @@ impl Server {
 
     fn session_response(&self, thread_id: &str, include_turns: bool) -> Value {
         let t = self.store.get(thread_id).expect("thread exists");
-        wire::session_response(t, self.thread_json(thread_id, include_turns))
+        wire::session_response(
+            t,
+            self.approval_policy(thread_id),
+            self.thread_json(thread_id, include_turns),
+        )
     }
 
     /// The thread's `ThreadStatus`: `active` (waiting on an approval or not)
@@ -411,6 +490,12 @@ impl Server {
         if let Err(e) = self.store.save(thread_id) {
             self.fail_storage(&e);
         }
+        if let Some(diff) = &active.diff {
+            self.notify(
+                "turn/diff/updated",
+                json!({ "threadId": thread_id, "turnId": active.turn_id, "diff": diff }),
+            )?;
+        }
         self.journal.fact(
             "turn.finished",
             json!({ "thread": thread_id, "turn": active.turn_id, "status": status }),
@@ -440,4 +525,18 @@ impl Server {
 
 fn storage_error(e: std::io::Error) -> Refusal {
     (INVALID_REQUEST, format!("failed to save thread: {e}"))
+}
+
+/// An approval policy the fake plays, or the error the client gets.
+fn checked_policy(policy: Option<String>) -> Result<Option<String>, Refusal> {
+    match policy {
+        Some(p) if !APPROVAL_POLICIES.contains(&p.as_str()) => Err((
+            INVALID_PARAMS,
+            format!(
+                "approvalPolicy {p:?} is not simulated; use one of {}",
+                APPROVAL_POLICIES.join(", ")
+            ),
+        )),
+        other => Ok(other),
+    }
 }

@@ -4,9 +4,13 @@
 //! (write a temporary file, fsync it, rename, fsync the directory) on every
 //! change, so a SIGKILL at any instant leaves either the old or the new version.
 //! As in the real app-server, a new thread lives in memory only until its
-//! first turn is saved (the real one writes its rollout then), so a thread
-//! started by a process that died before any turn is gone. A turn is durable
-//! once `save` returns; its user message is saved after that, separately. On
+//! first turn starts (the real one writes its rollout then), so a thread
+//! started by a process that died before any turn is gone. Its first turn
+//! writes it in three steps, as the real rollout is: the file created empty
+//! ([`Store::create_empty`]; read back, the thread cannot be resumed: "rollout
+//! at … is empty"), the thread without a turn, then the turn. A turn is
+//! durable once `save` returns; its user message is saved after that,
+//! separately. On
 //! load, a turn that was still in progress becomes `interrupted` with no
 //! error, as the real app-server reports a turn whose process died.
 //! Whole-thread rewrites are fine for a fake; the runner's store is the one
@@ -35,6 +39,10 @@ impl crate::turns::PlayedTurn for TurnRecord {
 pub struct Store {
     dir: PathBuf,
     threads: BTreeMap<String, ThreadRecord>,
+    /// Threads whose file exists (possibly empty): written at least once.
+    written: std::collections::BTreeSet<String>,
+    /// Threads whose file is empty: created, never written.
+    empty: std::collections::BTreeSet<String>,
 }
 
 impl Store {
@@ -46,6 +54,8 @@ impl Store {
         let mut store = Store {
             dir,
             threads: BTreeMap::new(),
+            written: Default::default(),
+            empty: Default::default(),
         };
         let mut interrupted = Vec::new();
         for entry in fs::read_dir(&store.dir)? {
@@ -54,6 +64,14 @@ impl Store {
                 continue;
             }
             let text = fs::read_to_string(&path)?;
+            if text.is_empty() {
+                let id = path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default();
+                store.empty.insert(id.to_owned());
+                continue;
+            }
             let mut thread: ThreadRecord = serde_json::from_str(&text).map_err(|e| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
@@ -71,6 +89,7 @@ impl Store {
             if changed {
                 interrupted.push(thread.id.clone());
             }
+            store.written.insert(thread.id.clone());
             store.threads.insert(thread.id.clone(), thread);
         }
         for id in interrupted {
@@ -96,9 +115,29 @@ impl Store {
     }
 
     /// Makes the current state of thread `id` durable.
-    pub fn save(&self, id: &str) -> std::io::Result<()> {
+    pub fn save(&mut self, id: &str) -> std::io::Result<()> {
         let thread = &self.threads[id];
         let bytes = serde_json::to_vec(thread).expect("threads serialize");
-        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes)
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes)?;
+        self.written.insert(id.to_owned());
+        Ok(())
+    }
+
+    /// Creates thread `id`'s file empty, durably, as the real server creates
+    /// a rollout file before it writes into it.
+    pub fn create_empty(&mut self, id: &str) -> std::io::Result<()> {
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), b"")
+    }
+
+    /// Whether thread `id` has been written (its file holds the thread).
+    pub fn is_written(&self, id: &str) -> bool {
+        self.written.contains(id)
+    }
+
+    /// The path of thread `id`'s file, if it was created and never written.
+    pub fn empty_file(&self, id: &str) -> Option<PathBuf> {
+        self.empty
+            .contains(id)
+            .then(|| self.dir.join(format!("{id}.json")))
     }
 }
