@@ -101,15 +101,11 @@ impl Server {
                 steps: turns::plan(script_turn, |_| Ok::<_, Refusal>(true))?,
             });
         }
-        let Some(target) = turns::continued(thread.turns.iter()) else {
-            return Err((
-                INVALID_REQUEST,
-                format!("thread {} has no user turn to continue", p.thread_id),
-            ));
-        };
-        if !has_user_message(target) {
-            // The user message was never recorded: the model never saw it,
-            // so the continuation authorizes nothing of it.
+        let target = turns::continued(thread.turns.iter());
+        let Some(target) = target.filter(|t| has_user_message(t)) else {
+            // No user message was ever recorded (no turn, or its message
+            // never written): the model never saw it, so the continuation
+            // authorizes nothing. The real server takes any `turn/start`.
             let nothing = ScriptTurn {
                 say: Vec::new(),
                 tools: Vec::new(),
@@ -117,14 +113,14 @@ impl Server {
             };
             self.journal.fact(
                 "continuation.empty",
-                json!({ "thread": p.thread_id, "reason": "the continued turn has no user message" }),
+                json!({ "thread": p.thread_id, "reason": "no user message to continue" }),
             );
             return Ok(Planned {
                 authorized_by: p.client_user_message_id.clone().unwrap_or_default(),
-                script_index: target.script_index,
+                script_index: target.map_or(0, |t| t.script_index),
                 steps: turns::plan(nothing, |_| Ok::<_, Refusal>(true))?,
             });
-        }
+        };
         // What the model of a continuation knows about the turn it continues.
         let by = target.authorized_by.clone();
         let script_turn = self.opts.script.turn(target.script_index).clone();
