@@ -31,6 +31,10 @@ pub(super) struct Live {
     pub(super) link: Link,
     /// Terminals of client-side tools (ACP), by terminal id.
     pub(super) terminals: HashMap<String, Terminal>,
+    /// The credential FIFO served to this process, if its profile has one;
+    /// held only to be dropped with it (a read still awaited is then never
+    /// served).
+    pub(super) _credential: Option<super::credential_fifo::Served>,
 }
 
 /// How the runner talks to a live provider process. There is one per live
@@ -108,6 +112,7 @@ struct Spawned {
     identity: ProcessIdentity,
     marker: String,
     proc_row: i64,
+    credential: Option<super::credential_fifo::Served>,
 }
 
 impl Engine {
@@ -222,13 +227,17 @@ impl Engine {
                 db.spawn_intent(&tid, &rid, &m)
             })
             .await?;
-        let mut cmd = self.provider_command(&argv, &marker, &snap.task.workspace, profile);
+        let (mut cmd, credential) =
+            self.provider_command(&argv, &marker, &snap.task.workspace, profile);
         let (mut child, identity) = supervisor::spawn_provider(&mut cmd).map_err(|e| {
             StepError::Fail(Cause::new(
                 CauseCode::ProviderStartFailed,
                 format!("failed to start {}: {e}", argv[0]),
             ))
         })?;
+        if let Some(served) = &credential {
+            served.provider(identity.pid);
+        }
         // The window between the spawn and the durable identity.
         crate::cut::hit("runner.provider.spawned");
         let recorded = self
@@ -240,6 +249,7 @@ impl Engine {
                 identity,
                 marker,
                 proc_row,
+                credential,
             }),
             Err(e) => {
                 let _ = supervisor::stop_marked(
@@ -256,14 +266,18 @@ impl Engine {
     }
 
     /// The provider's command line, with its spawn marker and role in the
-    /// environment and the credential, in the task workspace when it exists.
+    /// environment and the credential, in the task workspace when it exists;
+    /// and the credential FIFO it is served through, if its profile has one.
     fn provider_command(
         &self,
         argv: &[String],
         marker: &str,
         workspace: &str,
         profile: &Profile,
-    ) -> tokio::process::Command {
+    ) -> (
+        tokio::process::Command,
+        Option<super::credential_fifo::Served>,
+    ) {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::piped())
@@ -273,11 +287,13 @@ impl Engine {
         if std::path::Path::new(workspace).is_dir() {
             cmd.current_dir(workspace);
         }
+        let mut served = None;
         match &self.opts.credential {
             Some(secret) if profile.credential_fifo => {
-                match super::credential_fifo::serve(secret, marker) {
-                    Ok(path) => {
-                        cmd.env(&profile.credential_env, path);
+                match super::credential_fifo::serve(secret, marker, profile.credential_reads) {
+                    Ok(fifo) => {
+                        cmd.env(&profile.credential_env, &fifo.path);
+                        served = Some(fifo);
                     }
                     Err(e) => tracing::warn!("no credential FIFO for the provider: {e}"),
                 }
@@ -287,7 +303,7 @@ impl Engine {
             }
             None => {}
         }
-        cmd
+        (cmd, served)
     }
 
     /// Records a spawned provider's identity (`provider_identity`).
@@ -325,6 +341,7 @@ impl Engine {
             identity,
             marker,
             proc_row,
+            credential,
         } = spawned;
         let attached = Link::attach(
             profile.driver,
@@ -363,6 +380,7 @@ impl Engine {
             run_id: run.run_id.clone(),
             link,
             terminals: HashMap::new(),
+            _credential: credential,
         };
         if let Err(e) = handshake {
             let _ = self.stop_live(task_id, live).await;
