@@ -8,19 +8,24 @@
 //! sends them (`thread/started`, `thread/status/changed`, `turn/started`,
 //! `item/started`/`item/completed` for `userMessage`, `agentMessage` with
 //! `item/agentMessage/delta`, `commandExecution` with
-//! `item/commandExecution/outputDelta`, `thread/tokenUsage/updated` after each
-//! model response, and `turn/completed` with status completed, interrupted or
-//! failed); the server request `item/commandExecution/requestApproval` with the
-//! decisions `accept`, `decline` and `cancel`, followed by
-//! `serverRequest/resolved`. Model items carry model-style ids (`msg_…`,
+//! `item/commandExecution/outputDelta`, `fileChange` with
+//! `turn/diff/updated`, `thread/tokenUsage/updated` after each model response,
+//! and `turn/completed` with status completed, interrupted or failed); the
+//! server requests `item/commandExecution/requestApproval` and
+//! `item/fileChange/requestApproval` with the decisions `accept`, `decline`
+//! and `cancel`, followed by `serverRequest/resolved`; a thread's approval
+//! policy; a `turn/start` during an active turn taken into it. Model items carry model-style ids (`msg_…`,
 //! `call_…`) and commands read `/bin/bash -lc '<line>'`, as Codex reports them.
 //! `harness/tests/real_codex.rs` compares all this with the real server.
 //! Threads and turns are durable in `--state-dir` and crash as the real
 //! product's do (measured on 0.171.0): a thread is written with its first
-//! turn, a turn (without items) before the `turn/start` response, its user
-//! message after it; a turn that was in progress when the process died reads
-//! back `interrupted` (error null); commands run in a session of their own
-//! and die of the hangup when the fake dies; a call issued and never
+//! turn (its file created empty, then the thread, then the turn), a turn
+//! (without items) before the `turn/start` response, its user message (and
+//! the thread's approval policy, the real turn context) after it; a turn
+//! that was in progress when the process died reads back `interrupted`
+//! (error null); commands run as `bash -c` in a session of their own, every
+//! signal at its default, and the shell dies of SIGTERM when the fake dies
+//! (a compound command's children live on); a call issued and never
 //! finished reads back `aborted` to a continuation's model.
 //!
 //! The model is the script (`crate::script`): a user turn plays the script turn
@@ -33,13 +38,13 @@
 //!
 //! Files: this one holds the server (handshake, threads, sending, the end of
 //! a turn); `turn.rs` plays turns (planning, items, tools, approvals,
-//! interrupts); `wire.rs` holds the wire forms; `store.rs` the durable
-//! threads.
+//! queued messages, interrupts); `patch.rs` plays `apply_patch`; `wire.rs`
+//! holds the wire forms; `store.rs` the durable threads.
 //!
 //! What it deliberately does not simulate: models, reasoning, tokenization
-//! (token usage is a byte estimate), sandboxes, exec policies, patches and
-//! file-change approvals, MCP, accounts, config, more than one client
-//! connection, and `turn/steer`; so it never sends the account and config
+//! (token usage is a byte estimate), sandboxes (a patch asks as under a
+//! read-only one), exec policies, patches other than one added file, MCP,
+//! accounts, config, more than one client connection, and `turn/steer`; so it never sends the account and config
 //! notifications (`account/rateLimits/updated`, `warning`, `configWarning`,
 //! `remoteControl/status/changed`). Methods outside the list above answer
 //! −32601 even though the real server knows them. A line that is not JSON gets

@@ -9,6 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+pub mod acp;
 pub mod codex;
 pub mod opencode;
 
