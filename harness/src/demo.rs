@@ -147,18 +147,11 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
         client.wait_exit()?;
         wait_for_commands(&fake.journal())?;
         let mut again = fake.start(&[])?;
-        // A thread killed before its first turn was never written: the
-        // restarted server does not know it ("thread not loaded"), or, killed
-        // as it began writing it, cannot read it ("rollout at … is empty").
         let read = match again.request(
             "thread/read",
             serde_json::json!({ "threadId": thread, "includeTurns": true }),
         ) {
-            Err(ClientError::Rpc { message, .. })
-                if message.starts_with("thread not loaded") || message.ends_with(" is empty") =>
-            {
-                Value::Null
-            }
+            Err(ClientError::Rpc { message, .. }) if never_written(&message) => Value::Null,
             other => other?,
         };
         again.close()?;
@@ -191,6 +184,14 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
         });
     }
     Ok(rows)
+}
+
+/// Whether a `thread/read` error says the thread was never written: killed
+/// before its first turn, the restarted server does not know it ("thread not
+/// loaded"); killed as it began writing it, it cannot read it ("rollout at …
+/// is empty").
+fn never_written(message: &str) -> bool {
+    message.starts_with("thread not loaded") || message.ends_with(" is empty")
 }
 
 /// Waits (with a deadline) until every command the fake spawned, as its

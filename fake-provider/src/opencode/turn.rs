@@ -248,36 +248,10 @@ impl Turn {
         });
         self.save_part(&part);
         if tool.approval {
-            match self.ask_permission(message_id, &call_id, &command, &tool.key) {
-                Permission::Granted => {}
-                Permission::Aborted => {
-                    part["state"] = json!({
-                        "status": "error", "input": input, "error": "Tool execution aborted",
-                        "time": { "start": start, "end": now_ms() },
-                    });
-                    self.save_part(&part);
-                    return Outcome::Aborted;
-                }
-                Permission::Rejected => {
-                    part["state"] = json!({
-                        "status": "error", "input": input,
-                        "error": "The user rejected permission to use this specific tool call.",
-                        "time": { "start": start, "end": now_ms() },
-                    });
-                    self.save_part(&part);
-                    return Outcome::Completed;
-                }
+            let asked = (message_id, call_id.as_str(), command.as_str());
+            if let Some(refused) = self.permit(asked, tool, &mut part, start) {
+                return refused;
             }
-        }
-        if tool.approval {
-            // Granted: the command starts, its part `running` again with
-            // its title and (empty) output metadata.
-            part["state"] = json!({
-                "status": "running", "input": input, "title": title,
-                "metadata": { "output": "", "description": title },
-                "time": { "start": start },
-            });
-            self.save_part(&part);
         }
         let (code, output) = self.run_effect(&argv, &tool.key);
         part["state"] = if code == Some(0) {
@@ -296,6 +270,44 @@ impl Turn {
         };
         self.save_part(&part);
         Outcome::Completed
+    }
+
+    /// Asks for permission to run the `bash` call `(message, call, command)`
+    /// of `tool`, whose `part` is `running` since `start`: granted, the part
+    /// is `running` again with its title and (empty) output metadata and
+    /// `None` is returned; refused or aborted, the part is `error` and the
+    /// turn's outcome is returned.
+    fn permit(
+        &self,
+        (message_id, call_id, command): (&str, &str, &str),
+        tool: &ScriptTool,
+        part: &mut Value,
+        start: u64,
+    ) -> Option<Outcome> {
+        let input = part["state"]["input"].clone();
+        let (error, outcome) = match self.ask_permission(message_id, call_id, command, &tool.key) {
+            Permission::Granted => {
+                let title = format!("effect {}", tool.key);
+                part["state"] = json!({
+                    "status": "running", "input": input, "title": title,
+                    "metadata": { "output": "", "description": title },
+                    "time": { "start": start },
+                });
+                self.save_part(part);
+                return None;
+            }
+            Permission::Aborted => ("Tool execution aborted", Outcome::Aborted),
+            Permission::Rejected => (
+                "The user rejected permission to use this specific tool call.",
+                Outcome::Completed,
+            ),
+        };
+        part["state"] = json!({
+            "status": "error", "input": input, "error": error,
+            "time": { "start": start, "end": now_ms() },
+        });
+        self.save_part(part);
+        Some(outcome)
     }
 
     /// Asks the client's permission for the `bash` call `call_id` of effect

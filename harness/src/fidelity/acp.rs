@@ -294,10 +294,6 @@ fn crash_at(
     ledger: &Path,
 ) -> Result<AfterCrash, String> {
     let mut c = subject.start(ws, Some(moment))?;
-    let mut client = Client {
-        terminals: Vec::new(),
-        grant: moment == Moment::ToolRunning,
-    };
     let cwd = ws.display().to_string();
     let session = c
         .request("session/new", json!({ "cwd": cwd, "mcpServers": [] }))
@@ -305,35 +301,14 @@ fn crash_at(
         .as_str()
         .unwrap_or_default()
         .to_owned();
-    if moment != Moment::SessionCreated {
-        let prompt = json!({ "sessionId": session, "prompt": [{ "type": "text", "text": PROMPT }],
-                             "_meta": { "messageId": "m-1" } });
-        c.send_request("session/prompt", prompt)
-            .map_err(|e| e.to_string())?;
-        let reached = match moment {
-            Moment::PromptAccepted => client.until(&mut c, "the prompt accepted", accepted),
-            Moment::PermissionPending => client.until(&mut c, "the permission request", |m| {
-                m["method"] == "session/request_permission"
-            }),
-            _ => {
-                client
-                    .until(&mut c, "the permission request", |m| {
-                        m["method"] == "session/request_permission"
-                    })
-                    .and_then(|m| client.answer(&mut c, &m))?;
-                client.serve_until(&mut c, "the command running", || {
-                    !effect_pids(ledger).is_empty()
-                })
-            }
-        };
-        reached.or_else(|e| {
-            if subject.exits_at(moment) {
-                Ok(Value::Null)
-            } else {
-                Err(e)
-            }
-        })?;
-    }
+    let reached = play_until(&mut c, moment, &session, ledger);
+    reached.or_else(|e| {
+        if subject.exits_at(moment) {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    })?;
     if subject.exits_at(moment) {
         let _ = c.wait_exit();
     }
@@ -370,6 +345,43 @@ fn crash_at(
         outlived,
         continuation,
     })
+}
+
+/// Sends the moment's prompt on `session` (unless the moment is before it)
+/// and plays the turn up to `moment`.
+fn play_until(
+    c: &mut CodexClient,
+    moment: Moment,
+    session: &str,
+    ledger: &Path,
+) -> Result<(), String> {
+    if moment == Moment::SessionCreated {
+        return Ok(());
+    }
+    let mut client = Client {
+        terminals: Vec::new(),
+        grant: false,
+    };
+    let prompt = json!({ "sessionId": session, "prompt": [{ "type": "text", "text": PROMPT }],
+                         "_meta": { "messageId": "m-1" } });
+    c.send_request("session/prompt", prompt)
+        .map_err(|e| e.to_string())?;
+    let permission = |m: &Value| m["method"] == "session/request_permission";
+    match moment {
+        Moment::PromptAccepted => client.until(c, "the prompt accepted", accepted).map(drop),
+        Moment::PermissionPending => client
+            .until(c, "the permission request", permission)
+            .map(drop),
+        _ => {
+            let asked = client.until(c, "the permission request", permission)?;
+            client.grant = true;
+            client.answer(c, &asked)?;
+            let running = || !effect_pids(ledger).is_empty();
+            client
+                .serve_until(c, "the command running", running)
+                .map(drop)
+        }
+    }
 }
 
 /// `session/load` of `session`: its outcome and the updates it replayed.

@@ -346,23 +346,12 @@ fn read_after(
     wait_until("every command to end", WAIT, || {
         effect_pids(ledger).is_empty()
     })?;
-    let turns: Vec<String> = read
-        .pointer("/thread/turns")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(turn_form)
-        .collect();
     let first = read.pointer("/thread/turns/0");
     Ok(AfterCrash {
         second_answer: None,
         resume: without_ids(resume),
         policy,
-        turn: if turns.is_empty() {
-            "absent".to_owned()
-        } else {
-            turns.join("; ")
-        },
+        turn: turns_form(&read),
         error_null: first.is_none_or(|t| t["error"].is_null()),
         found: MESSAGES
             .into_iter()
@@ -425,6 +414,22 @@ fn found_by_client_id(read: &Value, id: &str) -> bool {
                 .flat_map(|t| t["items"].as_array().into_iter().flatten())
                 .any(|i| i["clientId"] == id)
         })
+}
+
+/// The turns of a `thread/read` in wire form, or `absent`.
+fn turns_form(read: &Value) -> String {
+    let turns: Vec<String> = read
+        .pointer("/thread/turns")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(turn_form)
+        .collect();
+    if turns.is_empty() {
+        "absent".to_owned()
+    } else {
+        turns.join("; ")
+    }
 }
 
 /// A turn in wire form: `<status> <itemsView> [<item type>, …]`.
