@@ -12,7 +12,7 @@ use std::path::Path;
 use wire::stores::LIVE_FILE;
 pub use wire::stores::LiveProcess;
 
-use crate::recorded::write_atomic;
+use crate::recorded::{Durability, write_atomic};
 
 /// A process's start time in clock ticks: field 22 of `/proc/<pid>/stat`.
 /// `None` when the process is gone or the file does not read as expected.
@@ -33,6 +33,7 @@ pub(crate) fn write_live(dir: &Path, version: u32, generation: &str) -> std::io:
         dir,
         LIVE_FILE,
         &serde_json::to_vec(&live).expect("serializes"),
+        Durability::Synced,
     )
 }
 

@@ -25,6 +25,7 @@ pub const EVENTS: &[&str] = &[
     "tool_outcome_uncertain",
     "stopped_conversation_verified",
     "prior_owner_fence_refused",
+    "message.stranded",
 ];
 
 /// Reasons a Retry may be refused.

@@ -156,7 +156,7 @@ impl Rig {
         let mut command = vec!["sh".to_owned(), "-c".into(), wrapper.into(), "sh".into()];
         command.extend(fake);
         let profiles = format!(
-            "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\n",
+            "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\ncredential_fifo = true\n",
             serde_json::to_string(&command)?
         );
         std::fs::write(dir.join("profiles.toml"), profiles)?;

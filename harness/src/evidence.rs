@@ -8,7 +8,7 @@
 //! a person to read; `turncut replay` runs a cell again rather than judging
 //! written evidence.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -45,6 +45,13 @@ pub struct Exchange {
     pub status: u16,
     /// The JSON body.
     pub body: Value,
+    /// The task's state as the harness read it just before sending (a
+    /// follow-up sent once the task settled): the fence's other side.
+    #[serde(default)]
+    pub state_before: Option<String>,
+    /// What the scenario step expects the runner to answer.
+    #[serde(default)]
+    pub expect: Option<crate::model::ReplyExpect>,
 }
 
 /// How a controller request ended, as Jepsen records operations.
@@ -144,8 +151,9 @@ pub struct Evidence {
     pub ledger: Vec<LedgerEntry>,
     /// Every turn in the provider's durable store at the end.
     pub provider_turns: Vec<ProviderTurn>,
-    /// For a clean cell, the scenario's expected final state.
-    pub expected_state: Option<String>,
+    /// The scenario's `[expect]` (judged on a clean cell).
+    #[serde(default)]
+    pub expect: crate::model::Expect,
     /// Whether the task was still unsettled at the deadline.
     pub deadline_passed: bool,
     /// The canary credential planted in the runner's environment.
@@ -269,6 +277,7 @@ pub fn read_provider_turns(dir: &Path) -> (Vec<ProviderTurn>, Vec<String>) {
                 status: t.status,
                 continuation: t.continuation,
                 authorized_by: controller_id(&t.authorized_by),
+                model_requests: t.model_requests,
             });
         }
     }
@@ -436,6 +445,77 @@ impl Evidence {
             "truncated: effect {} exited 0 (journal:{line}) but is not in the ledger",
             d["key"]
         ))
+    }
+
+    /// The message each admitted Retry says it re-sends: Retry id → message
+    /// id, from its `retry.admitted` event (`resends_message`). A Retry that
+    /// re-sends nothing (it answers the queue) is absent.
+    pub fn retry_resends(&self) -> BTreeMap<String, String> {
+        self.events_of("retry.admitted")
+            .filter_map(|ev| {
+                let retry = ev.pointer("/data/message_id")?.as_str()?;
+                let resends = ev.pointer("/data/resends_message")?.as_str()?;
+                Some((retry.to_owned(), resends.to_owned()))
+            })
+            .collect()
+    }
+
+    /// What a client message id carried to the provider, as content: the
+    /// text the harness sent under it (a prompt, a follow-up), or for a
+    /// Retry, which sends a stored text, the text the provider received
+    /// under its id (journal), else the text of the message its
+    /// `retry.admitted` names. A message is judged by its content, so a
+    /// text replayed under another id is still the same message.
+    pub fn content_of(&self, client_id: &str) -> Option<String> {
+        let sent = |id: &str| {
+            self.exchanges
+                .iter()
+                .find(|x| x.message_id == id && !x.text.is_empty())
+                .map(|x| x.text.clone())
+        };
+        if let Some(t) = sent(client_id) {
+            return Some(t);
+        }
+        let received = self
+            .turn_starts()
+            .into_iter()
+            .find(|s| s.client_id.as_deref() == Some(client_id) && !s.text.is_empty())
+            .map(|s| s.text);
+        received.or_else(|| sent(self.retry_resends().get(client_id)?))
+    }
+
+    /// The messages queued just before run-log event `seq`, as the run log
+    /// itself tells it: admitted (the prompt, follow-ups, a Retry that
+    /// re-sends a text), minus those a primary turn's intent took.
+    pub fn queued_before(&self, seq: i64) -> Vec<String> {
+        let id = |ev: &Value| {
+            ev.pointer("/data/message_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let mut queued: Vec<String> = Vec::new();
+        for ev in self
+            .events
+            .iter()
+            .take_while(|ev| ev["seq"].as_i64().unwrap_or(0) < seq)
+        {
+            match ev["kind"].as_str() {
+                Some("task.admitted" | "message.queued") => queued.extend(id(ev)),
+                Some("retry.admitted")
+                    if ev.pointer("/data/resends") == Some(&Value::Bool(true)) =>
+                {
+                    queued.extend(id(ev))
+                }
+                Some("turn.intent")
+                    if ev.pointer("/data/kind") == Some(&Value::from("primary")) =>
+                {
+                    let taken = id(ev);
+                    queued.retain(|q| Some(q) != taken.as_ref());
+                }
+                _ => {}
+            }
+        }
+        queued
     }
 
     /// Message ids the harness issued (submit, follow-ups, Retry).

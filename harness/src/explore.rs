@@ -471,6 +471,7 @@ mod tests {
 
     fn b(role: &str, point: &str, n: u64, alive: bool) -> Boundary {
         Boundary {
+            segment: 0,
             cut: Cut {
                 point: point.into(),
                 n,

@@ -49,6 +49,11 @@ struct Common {
     /// Keep every cell's temporary directory.
     #[arg(long, global = true)]
     keep: bool,
+    /// CPU pressure: N busy worker processes beside the cells for the whole
+    /// command (recorded in wave.json), to check that verdicts and the
+    /// runner's timeouts hold on a loaded host.
+    #[arg(long, global = true, default_value_t = 0)]
+    stress: usize,
 }
 
 /// How many cells may fail before a wave stops scheduling new ones: enough
@@ -73,6 +78,16 @@ const WAVE_EXAMPLES: &str = "Examples:
 
 Exit codes: 0 all pass, 1 a check failed, 2 bad input, 3 harness error.";
 
+const PLAN_EXAMPLES: &str = "Examples:
+  turncut plan --seed 7 --out plan.json          # prints the wave id
+  turncut wave --plan plan.json --shard 1/2 --out out/1
+  turncut wave --plan plan.json --shard 2/2 --out out/2
+  turncut report merge out/1 out/2 --out out/all
+
+The plan holds every cell, the runner command and the timeouts; a shard runs
+exactly its cells, whatever its machine's load, so the shards of one plan
+always merge. Exit codes: 0 planned, 2 bad input, 3 harness error.";
+
 const EXPLORE_EXAMPLES: &str = "Examples:
   turncut explore --time 10m                       # every scenario id
   turncut explore --time 2m --only runner-codex --seed 7
@@ -94,6 +109,10 @@ enum Command {
     /// Run the wave: every cut point × fault of every scenario.
     #[command(after_help = WAVE_EXAMPLES)]
     Wave(WaveArgs),
+    /// Plan a wave once, to run anywhere (`turncut wave --plan FILE
+    /// --shard I/N`): every cell, written to --out; prints the wave id.
+    #[command(after_help = PLAN_EXAMPLES)]
+    Plan(PlanArgs),
     /// Run random schedules of 1-4 events (kills, hangs, follow-ups,
     /// Retries, at boundaries relative to what happened before) until one
     /// fails or the time is up; a failing schedule is shrunk by proptest to
@@ -140,6 +159,19 @@ enum Command {
         #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
         runs: u32,
     },
+    /// Check a runner (--runner-cmd; runnerd by default) against the runner
+    /// contract (docs/runner-contract.md) before a wave: it starts it as a
+    /// cell does, makes every call of the spec, runs a clean task per
+    /// profile it claims and a traced clean cell, and prints which oracles
+    /// can judge it and how many boundaries a wave cuts. Exit 0 when a wave
+    /// can run, 2 with the first missing piece and where the spec says it.
+    ///
+    /// Example: turncut doctor --runner-cmd './my-runner --verbose' --profile runner-codex
+    Doctor {
+        /// Only these fake profiles (repeatable) [default: every one].
+        #[arg(long = "profile")]
+        profiles: Vec<String>,
+    },
     /// Drive the fake Codex provider through a turn and a crash sweep.
     Demo,
     /// Many tasks on one runner state, the runner SIGKILLed at seeded moments
@@ -148,6 +180,12 @@ enum Command {
     ///
     /// Example: turncut crash-round --tasks 50 --kills 8 --seed 1
     CrashRound(CrashRoundArgs),
+    /// A lazy file system (docs/lazyfs.md): a FUSE passthrough that drops,
+    /// at a power cut, every write not yet made durable.
+    Lazyfs {
+        #[command(subcommand)]
+        command: LazyfsCommand,
+    },
     /// Run the reference runner (same as the standalone `runnerd` binary).
     #[command(name = "runnerd", disable_help_flag = true)]
     Runnerd {
@@ -159,6 +197,22 @@ enum Command {
     FakeProvider {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LazyfsCommand {
+    /// Serve BACKING at MOUNTPOINT in the foreground. SIGUSR1 cuts the
+    /// power (BACKING becomes the durable image, mounted again; the changes
+    /// are printed); SIGTERM or Ctrl-C unmounts, prints the counters (writes,
+    /// bytes, fsyncs per path) and exits 0. Every process using the mount
+    /// must be gone before a cut. Exit 2 on a bad directory, 3 when FUSE
+    /// cannot be used here.
+    ///
+    /// Example: turncut lazyfs mount /tmp/b /tmp/m & … kill -USR1 %1
+    Mount {
+        backing: PathBuf,
+        mountpoint: PathBuf,
     },
 }
 
@@ -192,13 +246,16 @@ struct RunArgs {
 
 #[derive(Debug, Args)]
 struct WaveArgs {
-    /// Wave seed [default: from the clock; printed].
+    /// Run exactly the cells of this plan (`turncut plan --out FILE`): no
+    /// planning, whatever this machine's load; the selection options below
+    /// are the plan's.
     #[arg(long)]
-    seed: Option<u64>,
-    /// Run only N cells, sampled by seed.
-    #[arg(long, value_parser = at_least_one)]
-    budget: Option<u64>,
-    /// Run shard I of N (1-based), e.g. 2/4.
+    plan: Option<PathBuf>,
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Run shard I of N (1-based), e.g. 2/4: whole groups of scenario ids
+    /// (a profile and a scenario shape), so each shard derives its own
+    /// part of stage 2.
     #[arg(long)]
     shard: Option<String>,
     /// Parallel cells.
@@ -207,6 +264,25 @@ struct WaveArgs {
     /// Report directory [default: reports/out/<wave-id>].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Stop starting cells after N did not pass and write the partial
+    /// report (0: never).
+    #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]
+    max_fail: usize,
+    /// Run every cell N times and list the cells whose verdict or
+    /// recovery path differ (exit 1 if any); no reports are written.
+    #[arg(long, default_value_t = 1)]
+    repeat: usize,
+}
+
+/// What a wave runs: `turncut plan` and `turncut wave` take the same.
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
+struct SelectArgs {
+    /// Wave seed [default: from the clock; printed].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Run only N cells, sampled by seed.
+    #[arg(long, value_parser = at_least_one)]
+    budget: Option<u64>,
     /// Only scenario ids containing this (a real product's ids only when it
     /// names the profile, e.g. --only runner-codex-real).
     #[arg(long)]
@@ -216,16 +292,17 @@ struct WaveArgs {
     /// not installed is listed as skipped.
     #[arg(long)]
     real: bool,
-    /// Stop starting cells after N did not pass and write the partial
-    /// report (0: never).
-    #[arg(long, default_value_t = DEFAULT_MAX_FAIL)]
-    max_fail: usize,
-    /// Run every cell N times and list the cells whose verdict or
-    /// recovery path differ (exit 1 if any); no reports are written.
-    #[arg(long, default_value_t = 1)]
-    repeat: usize,
     #[command(flatten)]
     reach: ReachArgs,
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    select: SelectArgs,
+    /// Where to write the plan (JSON).
+    #[arg(long)]
+    out: PathBuf,
 }
 
 #[derive(Debug, Args)]
@@ -295,20 +372,59 @@ struct CrashRoundArgs {
 }
 
 /// How far a wave reaches beyond one cut per cell.
-#[derive(Debug, Args, Clone)]
+#[derive(Debug, Args, Clone, PartialEq, Eq)]
 struct ReachArgs {
     /// 2: the default wave (one-cut cells, scenarios' recuts, controller
     /// actions, depth-2 and schedule cells); 1: one process fault per cell
     /// only (the old depth-1 wave).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     depth: u8,
-    /// Depth-2 cells per scenario id (a second event during the recovery
-    /// from a first cut, discovered from a traced run).
-    #[arg(long, default_value_t = 2)]
+    /// Random depth-2 cells per scenario id (a second event at a boundary
+    /// of the recovery from a first cut drawn by the seed); the recovery
+    /// cuts of stage 2 cut every boundary of every path's recovery anyway.
+    #[arg(long, default_value_t = 0)]
     depth2: usize,
+    /// Stage 2 off: no recovery cuts after the one-cut cells.
+    #[arg(long)]
+    no_recuts: bool,
     /// Random schedules of 1-4 events per scenario id, drawn by the seed.
     #[arg(long, default_value_t = 2)]
     schedules: usize,
+}
+
+impl SelectArgs {
+    /// Whether any selection option was given (they are the plan's with
+    /// `--plan`).
+    fn given(&self) -> bool {
+        use clap::FromArgMatches as _;
+        let defaults = clap::Command::new("defaults");
+        let defaults = <SelectArgs as Args>::augment_args(defaults).get_matches_from(["defaults"]);
+        let defaults = SelectArgs::from_arg_matches(&defaults).expect("the defaults parse");
+        *self != defaults
+    }
+
+    /// The options as a command line, for a plan's `selection`.
+    fn command_line(&self, seed: u64) -> String {
+        let mut words = vec![format!("--seed {seed}")];
+        if let Some(b) = self.budget {
+            words.push(format!("--budget {b}"));
+        }
+        if let Some(o) = &self.only {
+            words.push(format!("--only {o}"));
+        }
+        if self.real {
+            words.push("--real".into());
+        }
+        let r = &self.reach;
+        words.push(format!(
+            "--depth {} --depth2 {} --schedules {}",
+            r.depth, r.depth2, r.schedules
+        ));
+        if r.no_recuts {
+            words.push("--no-recuts".into());
+        }
+        words.join(" ")
+    }
 }
 
 impl ReachArgs {
@@ -319,6 +435,7 @@ impl ReachArgs {
         wave::Reach {
             depth2: self.depth2,
             schedules: self.schedules,
+            recuts: !self.no_recuts,
             depth1_only: false,
         }
     }
@@ -356,6 +473,12 @@ fn main() {
             std::iter::once(OsString::from("fake-provider")).chain(args[2..].iter().cloned());
         let self_cmd = vec![exe.into_os_string(), OsString::from("fake-provider")];
         std::process::exit(fake_provider::cli::main(forwarded, self_cmd));
+    }
+    if args
+        .get(1)
+        .is_some_and(|a| a == harness::stress::WORKER_ARG)
+    {
+        harness::stress::work();
     }
     if args.get(1).is_some_and(|a| a == "runnerd") {
         let forwarded = std::iter::once(OsString::from("runnerd")).chain(args[2..].iter().cloned());
@@ -403,16 +526,34 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 /// Runs a parsed command; `Ok` is the exit code.
 fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
     let common = cli.common;
+    // The workers live until the command returns (and die with turncut).
+    let stress = harness::stress::Stress::start(exe, common.stress)
+        .map_err(|e| harness_err(format!("failed to start --stress workers: {e}")))?;
+    if stress.workers() > 0 {
+        eprintln!(
+            "turncut: --stress {}: {} busy workers beside the cells",
+            common.stress,
+            stress.workers()
+        );
+    }
     match cli.command {
         Command::Runnerd { .. } | Command::FakeProvider { .. } => {
             unreachable!("dispatched in main")
         }
         Command::CrashRound(args) => cmd::crash_round::run(exe, &common, &args),
+        Command::Lazyfs {
+            command:
+                LazyfsCommand::Mount {
+                    backing,
+                    mountpoint,
+                },
+        } => cmd::lazyfs::mount(&backing, &mountpoint),
         Command::Demo => match harness::demo::run(exe, common.keep) {
             Ok(true) => Ok(0),
             Ok(false) => Ok(1),
             Err(e) => Err(harness_err(format!("demo failed: {e:#}"))),
         },
+        Command::Doctor { profiles } => cmd::doctor::doctor(exe, &common, &profiles),
         Command::List { pattern } => cmd::list::list(exe, &common, pattern.as_deref()),
         Command::Providers { install } => Ok(cmd::providers::providers(install)),
         Command::Fidelity { only, runs } => {
@@ -421,6 +562,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         Command::Boundaries { scenario_id } => cmd::list::boundaries(exe, &common, &scenario_id),
         Command::Run(args) => cmd::run::run(exe, &common, args),
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),
+        Command::Plan(args) => cmd::wave::plan(exe, &common, args),
         Command::Replay { cell } => cmd::replay::replay(exe, &common, &cell),
         Command::Explore(args) => cmd::explore::explore(exe, &common, &args),
         Command::Report {
@@ -449,8 +591,11 @@ fn seeded_bugs() -> Vec<harness::mutants::Bug> {
         .iter()
         .map(|b| harness::mutants::Bug {
             name: b.as_str(),
-            native: b.fires(true),
-            provider: b.fires(false),
+            protocols: wire::profiles::BUILTIN
+                .iter()
+                .map(|p| p.protocol)
+                .filter(|&p| b.fires(p))
+                .collect(),
         })
         .collect()
 }

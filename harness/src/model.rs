@@ -82,6 +82,14 @@ impl Fault {
         matches!(self, Fault::FailWrite | Fault::DiskFull)
     }
 
+    /// Whether the fault is a signal to a process (a kill or a hang).
+    pub fn is_process(self) -> bool {
+        matches!(
+            self,
+            Fault::KillRunner | Fault::KillProvider | Fault::KillBoth | Fault::HangProvider
+        )
+    }
+
     /// Whether the fault may be applied at `point`: a storage fault only at
     /// a before-write point; at a before-write point only storage faults and
     /// `kill-runner` (the runner's store is blocked there, so nothing can
@@ -372,6 +380,24 @@ pub struct CellResult {
     /// the first attempt); the result is the second attempt's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retried: Option<String>,
+    /// Timing reruns: the cell failed in a shape only timing produces and
+    /// ran again with longer timeouts (`timing`); the result is the last
+    /// attempt's. Never quiet: every report shows them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reruns: Vec<Rerun>,
+}
+
+/// One timing rerun of a cell: why, and the timeouts it ran with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rerun {
+    /// What looked like timing (`timing::timing_shape`).
+    pub why: String,
+    /// The runner's idle timeout of the rerun.
+    pub idle_timeout_ms: u64,
+    /// The hang cells' idle timeout of the rerun.
+    pub hang_idle_timeout_ms: u64,
+    /// The cell's wait deadline of the rerun.
+    pub cell_wait_ms: u64,
 }
 
 /// How the cells of a wave ran, recorded so that `turncut replay` runs a
@@ -411,6 +437,9 @@ pub struct RunConfig {
     /// one), for JUnit's `file=`.
     #[serde(default)]
     pub scenario_files: std::collections::BTreeMap<String, String>,
+    /// `--stress N`: busy worker processes that ran beside the cells.
+    #[serde(default)]
+    pub stress: usize,
 }
 
 /// A whole wave.
@@ -464,4 +493,89 @@ impl WaveResult {
             .max()
             .unwrap_or(Verdict::Pass)
     }
+}
+
+/// A scenario's `[expect]`: what its clean run must show. Every field is
+/// judged (`oracles::contract`): `final_state` and `effects` on the clean
+/// run, `follow_ups_consumed` on the clean run too.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expect {
+    /// Follow-ups consumed by turns.
+    pub follow_ups_consumed: Option<usize>,
+    /// Final state of the clean run.
+    pub final_state: Option<String>,
+    /// Effects in the ledger after the clean run.
+    pub effects: Option<usize>,
+}
+
+/// What a scenario step expects the runner to answer its request
+/// (`follow_up = { …, expect = "fenced" }`), judged by the `fence` oracle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplyExpect {
+    /// Accepted (202).
+    Accepted,
+    /// Refused by the fence (409 `prior_owner_fence_refused`).
+    Refused,
+    /// Refused when the task had failed (or needed a human) when it was
+    /// sent, accepted otherwise: the fence, whichever way the cell went.
+    Fenced,
+}
+
+impl std::str::FromStr for ReplyExpect {
+    type Err = ();
+
+    fn from_str(s: &str) -> Result<ReplyExpect, ()> {
+        match s {
+            "accepted" => Ok(ReplyExpect::Accepted),
+            "refused" => Ok(ReplyExpect::Refused),
+            "fenced" => Ok(ReplyExpect::Fenced),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Format version of a plan file (`turncut plan`).
+pub const PLAN_FORMAT_VERSION: u32 = 1;
+
+/// A wave's plan, computed once and run anywhere (`turncut plan`, `turncut
+/// wave --plan`): every cell, how the cells run, and what planning found.
+/// Its wave id is a hash of what it runs, so the shards of one plan merge
+/// whatever each shard's machine did.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Format version, [`PLAN_FORMAT_VERSION`].
+    pub v: u32,
+    /// The wave id: the seed and a hash of the cells, stage 2 and the
+    /// scenario sources.
+    pub wave_id: String,
+    /// The wave seed.
+    pub seed: u64,
+    /// How the cells run (runner command and arguments, timeouts,
+    /// scenarios, turncut version).
+    pub run: RunConfig,
+    /// SHA-256 of every scenario source the plan was made from, in order.
+    pub scenarios_sha256: String,
+    /// The selection options, as a command line (for people).
+    pub selection: String,
+    /// The cells, sampled, in cell order.
+    pub cells: Vec<CellSpec>,
+    /// Stage 2 (the recovery cuts of the paths the cells walk), if on.
+    pub stage2: Option<Stage2Plan>,
+    /// Scenario ids not run, with why (a real product missing, an id that
+    /// could not be planned).
+    pub skipped: Vec<Skipped>,
+    /// Clean traced runs of planning that the runner failed, judged like
+    /// cells (ids `p###`).
+    pub judged: Vec<CellResult>,
+    /// Per scenario id, the boundaries only some clean runs reached.
+    pub timing_dependent: Vec<(String, Vec<String>)>,
+}
+
+/// Stage 2 of a plan: which of its cells are kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stage2Plan {
+    /// With `--budget`, the share of stage-2 cells kept (parts per million:
+    /// the share of stage-1 cells the budget kept).
+    pub keep_ppm: Option<u32>,
 }

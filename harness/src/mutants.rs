@@ -24,22 +24,25 @@ use crate::{plan, scenario, wave};
 
 /// A seeded bug of runnerd (`docs/seeded-bugs.md`), as `main.rs` reads it
 /// from runnerd's own list (`runner::seeded::SeededBug`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Bug {
     /// Its `--seeded-bug` name.
     pub name: &'static str,
-    /// Whether it can fire on a native profile.
-    pub native: bool,
-    /// Whether it can fire on a provider profile.
-    pub provider: bool,
+    /// The protocols of the profiles it can fire on.
+    pub protocols: Vec<wire::profiles::Protocol>,
 }
 
 impl Bug {
-    /// Whether the bug can fire for `profile` (an unknown profile counts as
-    /// a provider profile).
+    /// Whether the bug can fire for `profile`: a real profile counts as the
+    /// fake profile it mirrors, an unknown one as a Codex profile.
     pub fn applies(&self, profile: &str) -> bool {
-        let native = wire::profiles::builtin(profile).is_some_and(|p| p.native());
-        if native { self.native } else { self.provider }
+        let profile = wire::profiles::REAL
+            .iter()
+            .find(|r| r.name == profile)
+            .map_or(profile, |r| r.mirrors);
+        let protocol = wire::profiles::builtin(profile)
+            .map_or(wire::profiles::Protocol::Codex, |p| p.protocol);
+        self.protocols.contains(&protocol)
     }
 }
 
@@ -130,13 +133,7 @@ pub fn run(
     env.recut = !sel.reach.depth1_only;
     let mut rows = Vec::new();
     let started = Instant::now();
-    // The control's cells, planned with no bug seeded: the fallback of a bug
-    // whose own planning cannot finish.
-    let mut planned = BTreeMap::new();
-    for (profile, ids) in &by_profile {
-        let cells = wave::plan_cells(&env, &scenarios, ids, PLAN_SEED, true, sel.reach)?;
-        planned.insert(profile.clone(), plan::sample(cells, sel.budget, PLAN_SEED));
-    }
+    let planned = plan_control(&env, &scenarios, sel, &by_profile)?;
     let control = std::iter::once(None);
     for bug in control.chain(selected.iter().map(Some)) {
         for profile in by_profile.keys() {
@@ -144,16 +141,19 @@ pub fn run(
                 continue;
             }
             let bug = bug.map_or(CONTROL, |b| b.name);
-            let cells = if bug == CONTROL {
-                Ok(planned[profile].clone())
+            let (cells, judged) = if bug == CONTROL {
+                (planned[profile].clone(), Vec::new())
             } else {
-                plan_for(&env, &scenarios, sel, bug, &by_profile[profile])
+                plan_for(
+                    &env,
+                    &scenarios,
+                    sel,
+                    bug,
+                    &by_profile[profile],
+                    &planned[profile],
+                )?
             };
-            let cells = cells.unwrap_or_else(|e| {
-                    eprintln!("{bug} on {profile}: planning under the bug failed ({e:#}); running the control's cells");
-                    planned[profile].clone()
-                });
-            let row = run_row(&env, &scenarios, sel, bug, profile, &cells);
+            let row = run_row(&env, &scenarios, sel, bug, profile, &cells, judged);
             eprintln!(
                 "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
                 row.failing,
@@ -175,6 +175,31 @@ pub fn run(
         started.elapsed().as_secs_f64()
     );
     Ok(if ok { 0 } else { 1 })
+}
+
+/// The control's cells per profile, planned with no bug seeded: the
+/// fallback of an id a bug keeps from being planned.
+fn plan_control(
+    env: &CellEnv,
+    scenarios: &[scenario::Scenario],
+    sel: &Selection<'_>,
+    by_profile: &BTreeMap<String, Vec<String>>,
+) -> anyhow::Result<BTreeMap<String, Vec<crate::model::CellSpec>>> {
+    let mut planned = BTreeMap::new();
+    for (profile, ids) in by_profile {
+        let p = crate::planner::plan_cells(env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
+        anyhow::ensure!(
+            p.judged.is_empty() && p.not_planned.is_empty(),
+            "the control runner could not plan {profile}: {:?} {:?}",
+            p.not_planned,
+            p.judged.iter().map(|r| r.spec.name()).collect::<Vec<_>>()
+        );
+        planned.insert(
+            profile.clone(),
+            plan::sample(p.cells, sel.budget, PLAN_SEED),
+        );
+    }
+    Ok(planned)
 }
 
 /// The bug name of the control run (runnerd with no seeded bug).
@@ -223,7 +248,7 @@ fn selected_bugs(bugs: &[Bug], only: Option<&str>) -> anyhow::Result<Vec<Bug>> {
         .map(|w| {
             bugs.iter()
                 .find(|b| b.name == w)
-                .copied()
+                .cloned()
                 .ok_or_else(|| anyhow::anyhow!("unknown bug {w}; bugs are {}", names.join(", ")))
         })
         .collect()
@@ -238,54 +263,92 @@ fn run_row(
     bug: &str,
     profile: &str,
     cells: &[crate::model::CellSpec],
+    judged: Vec<crate::model::CellResult>,
 ) -> Row {
     let mut env = env.clone();
     if bug != CONTROL {
         env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
     }
     let stop = (bug != CONTROL && !sel.full).then_some(wave::StopAfter::Caught(1));
-    let finished = wave::run_cells_until(&env, scenarios, cells, sel.jobs, stop);
+    let stage2 = (!sel.reach.depth1_only).then_some(crate::recuts::Stage2 {
+        wave_seed: PLAN_SEED,
+        keep_ppm: None,
+    });
+    // A clean run the bug already failed in planning is its first catch.
+    let caught_in_planning = stop.is_some() && judged.iter().any(planning_catch);
+    let mut results: Vec<crate::model::CellResult> = judged;
+    if !caught_in_planning {
+        let (finished, _) =
+            crate::recuts::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
+        results.extend(finished.into_iter().map(|f| f.result));
+    }
+    tally(bug, profile, &results)
+}
+
+/// Whether a judged planning run caught the bug: the runner failed an
+/// oracle other than vacuity in its clean run (its harness error is the
+/// deadline the stranded task never met).
+fn planning_catch(r: &crate::model::CellResult) -> bool {
+    r.oracles
+        .iter()
+        .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
+}
+
+/// One bug × profile row from its cells' results: what caught it. A
+/// harness error is no catch (a judged planning run is: `p###`).
+fn tally(bug: &str, profile: &str, results: &[crate::model::CellResult]) -> Row {
     let mut row = Row {
         bug: bug.to_owned(),
         profile: profile.to_owned(),
-        cells: finished.len(),
+        cells: results.len(),
         caught_by: BTreeMap::new(),
         failing: 0,
         example: None,
     };
-    for f in finished
-        .iter()
-        .filter(|f| f.result.verdict != Verdict::Pass)
-    {
+    for r in results.iter().filter(|r| r.verdict != Verdict::Pass) {
         row.failing += 1;
-        row.example.get_or_insert_with(|| f.result.spec.name());
-        for o in f
-            .result
-            .oracles
-            .iter()
-            .filter(|o| o.verdict == Verdict::Fail)
-        {
-            *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
-        }
-        if f.result.error.is_some() {
+        let planning = r.spec.cell_id.starts_with('p') && planning_catch(r);
+        if r.error.is_some() && !planning {
             *row.caught_by.entry("harness-error".into()).or_default() += 1;
+            continue;
+        }
+        row.example.get_or_insert_with(|| r.spec.name());
+        for o in r.oracles.iter().filter(|o| o.verdict == Verdict::Fail) {
+            *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
         }
     }
     row
 }
 
-/// The cells of `ids` planned against the runner with `bug` seeded.
+/// The cells of `ids` planned against the runner with `bug` seeded, as a
+/// wave plans against the runner it tests, and the clean traced runs the
+/// bug failed (judged like cells: a catch). An id the bug kept from being
+/// planned for another reason runs the control's cells (`control`).
 fn plan_for(
     env: &CellEnv,
     scenarios: &[scenario::Scenario],
     sel: &Selection<'_>,
     bug: &str,
     ids: &[String],
-) -> anyhow::Result<Vec<crate::model::CellSpec>> {
+    control: &[crate::model::CellSpec],
+) -> anyhow::Result<(Vec<crate::model::CellSpec>, Vec<crate::model::CellResult>)> {
     let mut env = env.clone();
     env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
-    let cells = wave::plan_cells(&env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
-    Ok(plan::sample(cells, sel.budget, PLAN_SEED))
+    let p = crate::planner::plan_cells(&env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
+    let mut cells = plan::sample(p.cells, sel.budget, PLAN_SEED);
+    for skipped in &p.not_planned {
+        eprintln!(
+            "{bug}: {} not planned under the bug ({}); running the control's cells for it",
+            skipped.scenario_id, skipped.reason
+        );
+        cells.extend(
+            control
+                .iter()
+                .filter(|c| c.scenario_id == skipped.scenario_id)
+                .cloned(),
+        );
+    }
+    Ok((cells, p.judged))
 }
 
 /// The seed the mutants' cells are planned and sampled with.

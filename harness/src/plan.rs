@@ -21,6 +21,71 @@ pub struct Boundary {
     pub role: String,
     /// Whether a provider process is alive when it is hit.
     pub provider_alive: bool,
+    /// Its durable segment in the clean run: how many durable writes (the
+    /// runner's `runner.*.persisted`, a provider's `*.recorded`) came
+    /// before it. Boundaries of one segment leave the same durable state
+    /// behind a kill (see [`trim_by_segment`]).
+    pub segment: usize,
+}
+
+/// Whether a hit is a durable write: the runner's `runner.<write>.persisted`
+/// or a provider's `<proto>.<what>.recorded`.
+pub fn is_durable_write(point: &str) -> bool {
+    point.ends_with(".persisted") || point.ends_with(".recorded")
+}
+
+/// How many one-cut cells a process fault keeps per durable segment of an
+/// `every-boundary` scenario: its first boundary (the write itself), its
+/// last (just before the next write) and one more drawn by the seed.
+pub const SEGMENT_KEEP: usize = 3;
+
+/// Trims the one-cut process-fault cells of an `every-boundary` scenario to
+/// [`SEGMENT_KEEP`] per durable segment and fault: the boundaries of one
+/// segment leave the same durable state behind a kill, and the runner
+/// recovers from its durable state, so they walk the same recovery path;
+/// the wave's room goes to cutting those recoveries (`recuts`). The first
+/// and last boundary of a segment are always kept, and the one drawn by
+/// `seed` between them changes with the seed. Storage faults, controller
+/// actions and the clean cell are never trimmed.
+pub fn trim_by_segment(
+    cells: Vec<Vec<crate::model::Event>>,
+    boundaries: &[Boundary],
+    seed: u64,
+) -> Vec<Vec<crate::model::Event>> {
+    use std::collections::BTreeMap;
+    let segment_of = |c: &Cut| boundaries.iter().find(|b| &b.cut == c).map(|b| b.segment);
+    // Per (segment, fault): the boundaries in clean-run order.
+    let mut members: BTreeMap<(usize, Fault), Vec<usize>> = BTreeMap::new();
+    let order = |c: &Cut| boundaries.iter().position(|b| &b.cut == c);
+    for events in &cells {
+        if let [e] = events.as_slice()
+            && e.fault.is_process()
+            && let (Some(seg), Some(at)) = (segment_of(&e.cut), order(&e.cut))
+        {
+            members.entry((seg, e.fault)).or_default().push(at);
+        }
+    }
+    let mut keep: std::collections::HashSet<(usize, Fault)> = Default::default();
+    for ((seg, fault), mut at) in members {
+        at.sort_unstable();
+        let (first, last) = (at[0], at[at.len() - 1]);
+        keep.insert((first, fault));
+        keep.insert((last, fault));
+        if at.len() > 2 {
+            let inner = &at[1..at.len() - 1];
+            let pick = mix(seed ^ (seg as u64) ^ ((fault as u64) << 32)) as usize % inner.len();
+            keep.insert((inner[pick], fault));
+        }
+    }
+    cells
+        .into_iter()
+        .filter(|events| match events.as_slice() {
+            [e] if e.fault.is_process() => {
+                order(&e.cut).is_none_or(|at| keep.contains(&(at, e.fault)))
+            }
+            _ => true,
+        })
+        .collect()
 }
 
 /// The result of discovery.
@@ -38,9 +103,36 @@ pub struct Discovery {
     pub clean_timeline: Vec<String>,
 }
 
+/// A clean traced run that could not give boundaries: why, and the run's
+/// judged result when it ran (a runner that strands its task fails its
+/// oracles here as in any cell).
+#[derive(Debug)]
+pub struct DiscoveryFailed {
+    /// What went wrong.
+    pub message: String,
+    /// The run's result, when it ran.
+    pub result: Option<Box<crate::model::CellResult>>,
+}
+
+impl std::fmt::Display for DiscoveryFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for DiscoveryFailed {}
+
 /// Runs `scenario` once, clean, with tracing, and lists its boundaries.
-pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Result<Discovery> {
-    let dir = crate::tempdirs::tempdir("trace")?;
+pub fn discover(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+) -> Result<Discovery, DiscoveryFailed> {
+    let failed = |message: String| DiscoveryFailed {
+        message,
+        result: None,
+    };
+    let dir = crate::tempdirs::tempdir("trace").map_err(|e| failed(e.to_string()))?;
     let trace = dir.path().join("trace.jsonl");
     let spec = CellSpec {
         cell_id: "discovery".into(),
@@ -52,37 +144,14 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
     };
     let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
     if let Some(e) = &run.result.error {
-        anyhow::bail!("the clean traced run of {} failed: {e}", spec.scenario_id);
-    }
-    let hits = cutpoint::trace_read(&trace)?;
-    let mut boundaries: Vec<Boundary> = Vec::new();
-    let mut alive = 0i64;
-    for h in hits {
-        if h.role == "runner" {
-            match h.point.as_str() {
-                "runner.provider_identity.persisted" => alive += 1,
-                "runner.provider_stop.persisted" => alive -= 1,
-                _ => {}
-            }
-        }
-        let cut = Cut {
-            point: h.point.clone(),
-            n: h.n,
-        };
-        if boundaries.iter().any(|b| b.cut == cut) {
-            continue;
-        }
-        // A provider hit is by definition from a live provider; a runner hit
-        // has one only inside the identity/stop window.
-        let provider_alive = h.role == "provider" || alive > 0;
-        boundaries.push(Boundary {
-            cut,
-            role: h.role,
-            provider_alive,
+        return Err(DiscoveryFailed {
+            message: format!("the clean traced run of {} failed: {e}", spec.scenario_id),
+            result: Some(Box::new(run.result)),
         });
     }
+    let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
     Ok(Discovery {
-        boundaries,
+        boundaries: boundaries_of(hits),
         clean_state: run.result.outcome.state.clone(),
         clean_verdict: run.result.verdict,
         clean_ms: run.result.duration_ms,
@@ -95,6 +164,54 @@ pub fn discover(env: &CellEnv, scenario: &Scenario, profile: &str) -> anyhow::Re
             .map(str::to_owned)
             .collect(),
     })
+}
+
+/// The boundaries of a clean run's trace, in its order: each distinct
+/// `point#n`, with whether a provider is alive when it is hit.
+pub fn boundaries_of(hits: Vec<cutpoint::Hit>) -> Vec<Boundary> {
+    let mut boundaries: Vec<Boundary> = Vec::new();
+    let alive = provider_alive_at(&hits);
+    let mut segment = 0;
+    for (h, provider_alive) in hits.into_iter().zip(alive) {
+        if is_durable_write(&h.point) {
+            segment += 1;
+        }
+        let cut = Cut {
+            point: h.point.clone(),
+            n: h.n,
+        };
+        if boundaries.iter().any(|b| b.cut == cut) {
+            continue;
+        }
+        boundaries.push(Boundary {
+            segment,
+            cut,
+            role: h.role,
+            provider_alive,
+        });
+    }
+    boundaries
+}
+
+/// Whether a provider is alive at each hit of a trace: a provider hit is
+/// by definition from a live provider; a runner hit has one only inside a
+/// window the runner opened with a recorded identity and has not closed
+/// with a recorded stop. A killed runner's providers are stopped by the
+/// next one, so its window counts until that stop.
+fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
+    let mut alive = 0i64;
+    hits.iter()
+        .map(|h| {
+            if h.role == "runner" {
+                match h.point.as_str() {
+                    "runner.provider_identity.persisted" => alive += 1,
+                    "runner.provider_stop.persisted" => alive = (alive - 1).max(0),
+                    _ => {}
+                }
+            }
+            h.role == "provider" || alive > 0
+        })
+        .collect()
 }
 
 /// The boundaries of the recovery after `first`: `scenario` runs once with
@@ -127,7 +244,8 @@ pub fn discover_after(
     };
     let mut counts: std::collections::HashMap<&str, u64> = Default::default();
     let mut out: Vec<Boundary> = Vec::new();
-    for h in &hits[mark + 1..] {
+    let alive = provider_alive_at(&hits);
+    for (h, alive) in hits.iter().zip(alive).skip(mark + 1) {
         if h.point == crate::cell::EVENT_MARK {
             continue;
         }
@@ -139,7 +257,8 @@ pub fn discover_after(
                 n: *n,
             },
             role: h.role.clone(),
-            provider_alive: h.role == "provider",
+            provider_alive: alive,
+            segment: 0,
         });
     }
     Ok(out)

@@ -41,6 +41,20 @@ pub struct TaskView {
     pub runs: Vec<RunView>,
     /// Accepted messages no primary turn has consumed yet (message ids).
     pub queued_messages: Vec<String>,
+    /// What a Retry would deliver now (a failed task only; optional: a
+    /// runner without it is judged without it).
+    #[serde(default)]
+    pub retry_would_deliver: Option<RetryDeliveryView>,
+}
+
+/// What a Retry of a failed task would deliver.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryDeliveryView {
+    /// The message whose text it re-sends under its own id, if any.
+    pub resends: Option<String>,
+    /// The queued messages its run answers after it.
+    pub then: Vec<String>,
 }
 
 /// A run of a task.
@@ -414,6 +428,36 @@ impl RunnerClient {
         })
     }
 
+    /// The first `n` `data:` lines of the task's event stream (the backlog
+    /// first), or an error after `deadline`.
+    pub fn sse_lines(
+        &self,
+        task_id: &str,
+        n: usize,
+        deadline: Duration,
+    ) -> anyhow::Result<Vec<String>> {
+        let r = self
+            .agent
+            .get(format!("{}/v1/tasks/{task_id}/events", self.base))
+            .header("Authorization", &self.auth())
+            .header("Accept", "text/event-stream")
+            .config()
+            .timeout_global(Some(deadline))
+            .build()
+            .call()?;
+        anyhow::ensure!(r.status() == 200, "event stream answered {}", r.status());
+        let mut out = Vec::new();
+        for line in BufReader::new(r.into_body().into_reader()).lines() {
+            if let Some(data) = line?.strip_prefix("data:") {
+                out.push(data.trim_start().to_owned());
+                if out.len() == n {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// A channel that receives `()` for every run-log event of the task.
     fn subscribe(&self, task_id: &str) -> anyhow::Result<mpsc::Receiver<()>> {
         let r = self
@@ -497,7 +541,7 @@ pub fn write_fake_profile(
     ];
     command.extend(extra.iter().map(|s| s.to_string()));
     let profiles = format!(
-        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
+        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\ncredential_fifo = true\n",
         serde_json::to_string(&command)?
     );
     let path = dir.join("profiles.toml");

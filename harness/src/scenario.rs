@@ -64,6 +64,8 @@ pub enum Step {
         text: String,
         message_id: String,
         when: FollowUpWhen,
+        /// What the runner must answer, when the scenario says.
+        expect: Option<ReplyExpect>,
     },
     /// Wait until the task settles.
     Await(String),
@@ -82,16 +84,7 @@ pub enum CutSelection {
     None,
 }
 
-/// Expectations for the clean run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Expect {
-    /// Follow-ups consumed by turns.
-    pub follow_ups_consumed: Option<usize>,
-    /// Final state of the clean run.
-    pub final_state: Option<String>,
-    /// Effects in the ledger after the clean run.
-    pub effects: Option<usize>,
-}
+pub use crate::model::{Expect, ReplyExpect};
 
 /// A validated scenario file.
 #[derive(Clone, Debug)]
@@ -132,7 +125,20 @@ impl Scenario {
         format!("{}.{profile}.{}.{}", self.suite, self.location, self.case)
     }
 
-    /// Every scenario id of this file.
+    /// What the controller does, step by step (`submit,follow-up@TurnActive,await,retry@FailedClosed`):
+    /// two scenarios with one shape leave the same work waiting behind a
+    /// recovery.
+    pub fn shape(&self) -> String {
+        let step = |s: &Step| match s {
+            Step::Submit { .. } => "submit".to_owned(),
+            Step::FollowUp { when, .. } => format!("follow-up@{when:?}"),
+            Step::Await(_) => "await".to_owned(),
+            Step::Retry { when, .. } => format!("retry@{when:?}"),
+        };
+        self.steps.iter().map(step).collect::<Vec<_>>().join(",")
+    }
+
+    /// The scenario ids of this file: one per profile.
     pub fn ids(&self) -> Vec<String> {
         self.profiles.iter().map(|p| self.id(p)).collect()
     }
@@ -233,6 +239,8 @@ struct RawFollowUp {
     when: Option<Spanned<String>>,
     #[serde(default)]
     message_id: Option<String>,
+    #[serde(default)]
+    expect: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -431,6 +439,7 @@ fn parse_steps(
                     .clone()
                     .unwrap_or_else(|| format!("f{follow_ups}")),
                 when: follow_up_when(ctx, f)?,
+                expect: reply_expect(ctx, f)?,
             });
         } else if let Some(a) = &s.await_ {
             steps.push(Step::Await(await_state(ctx, a)?));
@@ -476,6 +485,21 @@ fn follow_up_when(ctx: &Ctx<'_>, f: &RawFollowUp) -> Result<FollowUpWhen, Scenar
             sp,
             format!(
                 "follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\""
+            ),
+        )),
+    }
+}
+
+/// A follow-up's `expect`: what the runner must answer it.
+fn reply_expect(ctx: &Ctx<'_>, f: &RawFollowUp) -> Result<Option<ReplyExpect>, ScenarioError> {
+    let Some(e) = &f.expect else { return Ok(None) };
+    match e.get_ref().parse() {
+        Ok(x) => Ok(Some(x)),
+        Err(()) => Err(ctx.err(
+            e.span(),
+            format!(
+                "follow_up expect = {:?} is not one of \"accepted\", \"refused\", \"fenced\"",
+                e.get_ref()
             ),
         )),
     }
@@ -770,7 +794,8 @@ follow_ups_consumed = 1
             Step::FollowUp {
                 text: "Also add a README".into(),
                 message_id: "f1".into(),
-                when: FollowUpWhen::TurnActive
+                when: FollowUpWhen::TurnActive,
+                expect: None,
             }
         );
         assert_eq!(s.faults, Fault::DEFAULT.to_vec());

@@ -12,9 +12,7 @@ use std::time::Instant;
 
 use crate::cell::{CellEnv, run_cell};
 use crate::evidence::Evidence;
-use crate::model::{
-    CellResult, CellSpec, Event, Fault, RunConfig, Verdict, WAVE_FORMAT_VERSION, WaveResult,
-};
+use crate::model::{CellResult, CellSpec, RunConfig, Verdict, WAVE_FORMAT_VERSION, WaveResult};
 use crate::plan;
 use crate::scenario::{self, Scenario};
 
@@ -31,14 +29,6 @@ pub struct Finished {
     pub timeline: String,
 }
 
-/// A scenario id with its discovered boundaries.
-struct Discovered<'a> {
-    id: &'a String,
-    scenario: &'a Scenario,
-    profile: String,
-    discovery: plan::Discovery,
-}
-
 /// What a wave reaches beyond one cut per cell.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Reach {
@@ -48,6 +38,9 @@ pub struct Reach {
     pub depth2: usize,
     /// Random schedules (`explore::draw`) per scenario id.
     pub schedules: usize,
+    /// Stage 2: every recovery path the one-cut cells walk, cut again at
+    /// each boundary of its recovery (`recuts`).
+    pub recuts: bool,
     /// The old depth-1 wave: one process fault per cell, no `recut`, no
     /// controller-action or storage faults, no depth 2, no schedules.
     pub depth1_only: bool,
@@ -56,8 +49,9 @@ pub struct Reach {
 impl Default for Reach {
     fn default() -> Self {
         Reach {
-            depth2: 2,
+            depth2: 0,
             schedules: 2,
+            recuts: true,
             depth1_only: false,
         }
     }
@@ -69,174 +63,10 @@ impl Reach {
         Reach {
             depth2: 0,
             schedules: 0,
+            recuts: false,
             depth1_only: true,
         }
     }
-}
-
-/// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
-/// boundaries with a clean traced run of each, checks every scenario's `cut`
-/// list against them (a bad point is a `ScenarioError`, before any cell
-/// runs), then expands, and adds the depth-2 and schedule cells of `reach`.
-pub fn plan_cells(
-    env: &CellEnv,
-    scenarios: &[Scenario],
-    ids: &[String],
-    wave_seed: u64,
-    quiet: bool,
-    reach: Reach,
-) -> anyhow::Result<Vec<CellSpec>> {
-    let found = discover_all(env, scenarios, ids)?;
-    for f in &found {
-        check_points(env, f.scenario, &found)?;
-    }
-    let mut all = Vec::new();
-    for f in &found {
-        let d = &f.discovery;
-        let mut cells: Vec<Vec<Event>> = plan::expand(f.scenario, &d.boundaries)?
-            .into_iter()
-            .map(|(cut, fault)| {
-                cut.zip(fault)
-                    .map(|(cut, fault)| Event { cut, fault })
-                    .into_iter()
-                    .collect()
-            })
-            .collect();
-        let depth1 = cells.len();
-        if reach.depth1_only {
-            cells.retain(|events| events.iter().all(|e| Fault::DEFAULT.contains(&e.fault)));
-        } else {
-            cells.extend(depth2_cells(env, f, &cells, reach.depth2, wave_seed)?);
-            let seed = plan::cell_seed(wave_seed, f.id);
-            cells.extend(crate::explore::draw(
-                &d.boundaries,
-                crate::explore::EventCount::default(),
-                seed,
-                reach.schedules,
-            ));
-        }
-        if !quiet {
-            eprintln!(
-                "planned {}: {} boundaries, {} cells ({} one-cut, {} deeper; clean run {} in {} ms)",
-                f.id,
-                d.boundaries.len(),
-                cells.len(),
-                depth1.min(cells.len()),
-                cells.len().saturating_sub(depth1),
-                d.clean_state,
-                d.clean_ms
-            );
-        }
-        all.extend(cells.into_iter().map(|events| (f.id.clone(), events)));
-    }
-    Ok(plan::number_schedules(wave_seed, all))
-}
-
-/// Discovers the boundaries of every scenario id, sorted in the fixed order
-/// cells are numbered in.
-fn discover_all<'a>(
-    env: &CellEnv,
-    scenarios: &'a [Scenario],
-    ids: &'a [String],
-) -> anyhow::Result<Vec<Discovered<'a>>> {
-    let mut found = Vec::new();
-    for id in ids {
-        let (scenario, profile) = scenario::find(scenarios, id).ok_or_else(|| {
-            anyhow::anyhow!("unknown scenario id {id}; `turncut list` shows the ids")
-        })?;
-        let mut discovery = plan::discover(env, scenario, &profile)?;
-        // Threads of the runner and of a fake interleave by timing, so the
-        // clean run's order of boundaries varies from run to run while their
-        // set does not: cells are numbered in a fixed order (runner points
-        // first, then by name and occurrence), so every shard of a wave,
-        // planned on its own machine, numbers the same cells the same way.
-        discovery
-            .boundaries
-            .sort_by(|a, b| (a.role != "runner", &a.cut).cmp(&(b.role != "runner", &b.cut)));
-        found.push(Discovered {
-            id,
-            scenario,
-            profile,
-            discovery,
-        });
-    }
-    Ok(found)
-}
-
-/// `k` depth-2 cells of one scenario id: first events chosen by seed among
-/// its one-cut cells with a process kill (they lead to a recovery), each
-/// followed by one event chosen by seed among the boundaries of that
-/// recovery, as a traced run of the first event shows them.
-fn depth2_cells(
-    env: &CellEnv,
-    f: &Discovered<'_>,
-    one_cut: &[Vec<Event>],
-    k: usize,
-    wave_seed: u64,
-) -> anyhow::Result<Vec<Vec<Event>>> {
-    let mut firsts: Vec<(u64, &Event)> = one_cut
-        .iter()
-        .filter_map(|events| events.first())
-        .filter(|e| {
-            matches!(
-                e.fault,
-                Fault::KillRunner | Fault::KillProvider | Fault::KillBoth
-            )
-        })
-        .map(|e| {
-            (
-                plan::cell_seed(wave_seed ^ 0xd2, &format!("{}@{e}", f.id)),
-                e,
-            )
-        })
-        .collect();
-    firsts.sort();
-    let mut out = Vec::new();
-    for (seed, first) in firsts.into_iter().take(k) {
-        let after = plan::discover_after(env, f.scenario, &f.profile, first)?;
-        if after.is_empty() {
-            continue;
-        }
-        let b = &after[(seed % after.len() as u64) as usize];
-        let faults: Vec<Fault> = crate::explore::SCHEDULE_FAULTS
-            .into_iter()
-            .filter(|f| f.applies_at(&b.cut.point))
-            .collect();
-        let fault = faults[(plan::mix(seed) % faults.len() as u64) as usize];
-        out.push(vec![
-            first.clone(),
-            Event {
-                cut: b.cut.clone(),
-                fault,
-            },
-        ]);
-    }
-    Ok(out)
-}
-
-/// Checks the `cut` list of `s` against the boundaries of all its profiles
-/// (a runner point may exist in one driver only); profiles not planned
-/// (`--only`) are discovered only when a point is missing from the others.
-fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
-    let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
-    let mut union: Vec<plan::Boundary> = mine
-        .iter()
-        .flat_map(|f| f.discovery.boundaries.iter().cloned())
-        .collect();
-    if plan::check_points(s, &union).is_err() {
-        // A real product that is not installed shows no boundaries here.
-        for p in s
-            .profiles
-            .iter()
-            .filter(|p| crate::real::unavailable(p).is_none())
-        {
-            if !mine.iter().any(|f| &f.profile == p) {
-                union.extend(plan::discover(env, s, p)?.boundaries);
-            }
-        }
-    }
-    plan::check_points(s, &union)?;
-    Ok(())
 }
 
 /// Runs one cell. A cell whose armed cut is not reached (its path before
@@ -256,6 +86,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
                 reproduce: String::new(),
                 error: Some(format!("unknown scenario id {}", spec.scenario_id)),
                 retried: None,
+                reruns: Vec::new(),
             },
             evidence: None,
             timeline: String::new(),
@@ -266,6 +97,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
         run = run_cell(env, s, &profile, spec);
         run.result.retried = Some("the armed cut was not reached on the first attempt".into());
     }
+    let run = crate::timing::run_with_reruns(env, s, &profile, spec, run);
     let timeline = run.evidence.timeline();
     let evidence = (run.result.verdict != Verdict::Pass).then_some(run.evidence);
     Finished {
@@ -291,10 +123,18 @@ pub enum StopAfter {
     /// After N cells that did not pass (`--max-fail`): a broken runner ends
     /// the wave early, whatever its cells reached.
     NotPassing(usize),
-    /// After N cells that did not pass although they reached their armed
-    /// cut (`mutants`' first catch): a cell that missed its cut caught
-    /// nothing.
+    /// After N cells an oracle failed (`mutants`' first catch): a cell that
+    /// missed its cut, or that a harness error cut short, caught nothing.
     Caught(usize),
+}
+
+/// Whether an oracle other than vacuity failed the cell and the harness
+/// ran it whole: a catch. A harness error or an unreached cut never is.
+pub fn caught(r: &CellResult) -> bool {
+    r.error.is_none()
+        && r.oracles
+            .iter()
+            .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
 }
 
 /// The progress bar with ETA of `cells` cells, on a terminal only (plain
@@ -345,7 +185,7 @@ pub fn run_cells_until(
                     let finished = run_one(env, scenarios, spec);
                     if finished.result.verdict != Verdict::Pass {
                         failed.fetch_add(1, Ordering::SeqCst);
-                        if unreached(std::slice::from_ref(&finished.result)) == 0 {
+                        if caught(&finished.result) {
                             decisive.fetch_add(1, Ordering::SeqCst);
                         }
                     }
@@ -592,6 +432,7 @@ pub fn run_config(env: &CellEnv, scenarios: &[Scenario]) -> RunConfig {
         hang_idle_timeout_ms: env.hang_idle_timeout_ms,
         cell_wait_ms: env.wait_ms,
         depth1_only: !env.recut,
+        stress: env.stress,
         scenarios: scenarios_arg(env),
         scenario_files: scenarios
             .iter()
@@ -761,6 +602,7 @@ mod tests {
                 reproduce: String::new(),
                 error: None,
                 retried: None,
+                reruns: Vec::new(),
             },
             evidence: None,
             timeline: String::new(),

@@ -34,7 +34,20 @@ fn a_sampled_wave_writes_its_reports_and_a_cell_replays_the_same() {
     let out = dir.path().join("wave");
     let status = turncut()
         .args([
-            "wave", "--seed", "7", "--budget", "10", "--jobs", "2", "--out",
+            "wave",
+            "--seed",
+            "7",
+            "--budget",
+            "10",
+            "--jobs",
+            "2",
+            "--no-recuts",
+        ])
+        // One scenario id: the test pays for one planning, not every id's.
+        .args([
+            "--only",
+            "everyday-workflows.runner-codex.local.single-task",
+            "--out",
         ])
         .arg(&out)
         .status()

@@ -72,6 +72,8 @@ fn two_shards_merge_into_the_unsharded_wave_with_their_cell_directories() {
         cmd.args([
             "wave", "--seed", "11", "--budget", "6", "--jobs", "2", "--only", ID,
         ])
+        // The merge of stage-1 shards; tests/plan.rs merges stage 2 too.
+        .arg("--no-recuts")
         .arg("--runner-cmd")
         .arg(&runner)
         .arg("--out")

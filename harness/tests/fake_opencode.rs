@@ -713,13 +713,18 @@ setTimeout(() => { console.error("deadline passed"); process.exit(3); }, 20000);
 const client = createOpencodeClient({ baseUrl });
 const health = await client.global.health({ throwOnError: true });
 const events = await client.event.subscribe();
+// The stream connects when it is first read: wait for `server.connected`, or
+// the events of a fast turn (the permission asked) are sent before it listens.
+const stream = events.stream[Symbol.asyncIterator]();
+const connected = (await stream.next()).value;
+if (connected.type !== "server.connected") throw new Error(`first event ${connected.type}`);
 const session = (await client.session.create({}, { throwOnError: true })).data;
 await client.session.promptAsync(
   { sessionID: session.id, messageID, parts: [{ type: "text", text: "Create hello.txt" }] },
   { throwOnError: true },
 );
 let reply;
-for await (const event of events.stream) {
+for await (const event of { [Symbol.asyncIterator]: () => stream }) {
   if (event.type === "permission.asked") {
     reply = (await client.permission.reply(
       { requestID: event.properties.id, reply: "once" }, { throwOnError: true })).data;

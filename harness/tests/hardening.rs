@@ -4,6 +4,23 @@
 //! are JSON with a reason code, and the token and key files checked like
 //! secrets. Every test drives a real `turncut runnerd` (and, where a provider
 //! is involved, a real `turncut fake-provider`); no fixed sleeps.
+//!
+//! Round two (issue 23), one module per concern under `hardening/`: one
+//! runnerd per state directory, its name and state path (`state`); hostile
+//! provider output (`flood`); the credential seen from a sibling
+//! (`credential`); races on the workspace (`workspace_race`); processes that
+//! escape (`containment`); the HTTP server under idle and slow clients
+//! (`http`). `TURNCUT_HARDENING_EXE` runs them all against another `turncut`
+//! build (how each was seen to fail before its fix).
+
+mod hardening {
+    pub mod containment;
+    pub mod credential;
+    pub mod flood;
+    pub mod http;
+    pub mod state;
+    pub mod workspace_race;
+}
 
 use std::os::unix::fs::{PermissionsExt as _, symlink};
 use std::path::{Path, PathBuf};
@@ -16,8 +33,14 @@ use serde_json::{Value, json};
 const WAIT: Duration = Duration::from_secs(20);
 const ACP: &str = "runner-acpx-claude";
 
+/// The `turncut` under test: this build, or `TURNCUT_HARDENING_EXE`.
 fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_turncut"))
+    static EXE: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    EXE.get_or_init(|| {
+        std::env::var_os("TURNCUT_HARDENING_EXE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_turncut")))
+    })
 }
 
 /// A runner with one profile's fake provider playing `script`, in a
@@ -118,6 +141,22 @@ fn state(task: &Value) -> &str {
     task["state"].as_str().unwrap_or_default()
 }
 
+/// Waits (woken by the run log's stream, within [`WAIT`]) until the task's
+/// run log holds an event of `kind`; returns the first.
+fn wait_event(client: &RunnerClient, task: &str, kind: &str) -> Value {
+    let found = std::cell::RefCell::new(None);
+    client
+        .wait_task(task, WAIT, |_| {
+            let events = client.events(task, 0).unwrap_or_default();
+            let hit = events.into_iter().find(|e| e["kind"] == kind);
+            let seen = hit.is_some();
+            *found.borrow_mut() = hit;
+            seen
+        })
+        .unwrap_or_else(|e| panic!("no {kind} event: {e:#}"));
+    found.into_inner().expect("found")
+}
+
 // ---- item 1: one confiner for every client tool ----
 
 /// An ACP agent's `fs/write_text_file` to a workspace name that is a dangling
@@ -176,7 +215,10 @@ final = "Done."
     );
     for f in &failed {
         let error = f["data"]["error"].as_str().unwrap_or_default();
-        assert!(error.contains("symbolic link to nothing"), "{error}");
+        assert!(
+            error.contains("is a symbolic link, and tools do not follow symbolic links"),
+            "{error}"
+        );
     }
     assert_eq!(
         std::fs::read_to_string(ws.join("sub/ok.txt")).unwrap(),

@@ -30,7 +30,9 @@ fn spawn(state: &Path) -> Child {
 }
 
 async fn connect(child: &mut Child) -> OpenCodeDriver {
-    let mut driver = OpenCodeDriver::attach(child, IDLE).await.expect("attach");
+    let mut driver = OpenCodeDriver::attach(child, runner::driver::Bounds::with_idle(IDLE))
+        .await
+        .expect("attach");
     driver.initialize().await.expect("initialize");
     driver
 }

@@ -287,7 +287,7 @@ final = "Both done."
     assert_eq!(rig.turn_starts("m1"), 1);
 }
 
-/// The credential reaches the ACP provider's environment, never a tool the
+/// The credential reaches the ACP provider (through its one-shot FIFO), never a tool the
 /// runner runs for it, never a state file.
 #[test]
 fn acp_tools_run_by_the_runner_never_see_the_credential() {

@@ -55,7 +55,7 @@ impl Rig {
         }
         command.extend(provider_extra.iter().map(|s| s.to_string()));
         let profiles = format!(
-            "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\n",
+            "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\ncredential_fifo = true\n",
             serde_json::to_string(&command).unwrap()
         );
         std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
@@ -673,12 +673,24 @@ fn the_canary_credential_reaches_only_the_provider_environment() {
     rig.env.push(("RUST_LOG".into(), "trace".into()));
     let client = rig.start(Some("codex.turn.recorded"));
     submit(&client, &rig, "t1", "m1");
-    // Prove the provider really got it: its environment holds the canary.
+    // The provider got it through its one-shot FIFO, not its environment
+    // (which its tools, and theirs, can read): the variable names the FIFO,
+    // which is gone once the provider has read it.
     let held = rig.hold();
     let environ = std::fs::read(format!("/proc/{}/environ", held.hit.pid)).unwrap();
+    let environ = String::from_utf8_lossy(&environ).into_owned();
     assert!(
-        String::from_utf8_lossy(&environ).contains(canary),
-        "the provider must receive the key"
+        !environ.contains(canary),
+        "the key is in the provider's environment"
+    );
+    let fifo = environ
+        .split('\0')
+        .find_map(|v| v.strip_prefix("TURNCUT_PROVIDER_API_KEY="))
+        .expect("the provider is told where its key is");
+    assert!(fifo.contains("/credentials/"), "{fifo}");
+    assert!(
+        !std::path::Path::new(fifo).exists(),
+        "the provider did not take its key from {fifo}"
     );
     held.resume().unwrap();
     let task = client.wait_settled("t1", WAIT).unwrap();
@@ -849,14 +861,16 @@ fn processes_with_arg(arg: &str) -> Vec<u32> {
 fn provider_with_children(rig: &Rig, tag: &str) {
     let profiles = std::fs::read_to_string(rig.path("profiles.toml")).unwrap();
     let start = profiles.find("command = ").unwrap() + "command = ".len();
-    let mut command: Vec<String> = serde_json::from_str(profiles[start..].trim()).unwrap();
+    let end = start + profiles[start..].find('\n').unwrap();
+    let mut command: Vec<String> = serde_json::from_str(&profiles[start..end]).unwrap();
     let wrapper = format!("sleep {tag} & setsid sleep {tag} & exec \"$@\"");
     let mut wrapped = vec!["sh".into(), "-c".into(), wrapper, "sh".into()];
     wrapped.append(&mut command);
     let profiles = format!(
-        "{}{}\n",
+        "{}{}{}",
         &profiles[..start],
-        serde_json::to_string(&wrapped).unwrap()
+        serde_json::to_string(&wrapped).unwrap(),
+        &profiles[end..]
     );
     std::fs::write(rig.path("profiles.toml"), profiles).unwrap();
 }

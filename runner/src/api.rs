@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 use crate::causes::{Refusal, RequestError};
 use crate::engine::{Engine, RetryOutcome};
 use crate::ids::new_id;
-use crate::store::{Admission, FollowUpOutcome, StoreError};
+use crate::store::{Admission, FollowUpOutcome, StoreError, TaskState};
 
 /// Shared state of the handlers.
 pub struct ApiState {
@@ -56,6 +56,14 @@ pub const TEXT_BYTES_MAX: usize = 128 * 1024;
 
 /// The largest request body, in bytes.
 pub const BODY_BYTES_MAX: usize = 1024 * 1024;
+
+/// How much of a body over [`BODY_BYTES_MAX`] is read (and dropped) after
+/// its 413 is sent, so that a client that sends its whole body before it
+/// reads the answer finds the answer instead of a reset connection.
+pub const BODY_DRAIN_BYTES_MAX: usize = 16 * 1024 * 1024;
+
+/// How long such a body is read after its 413.
+pub const BODY_DRAIN_MS: u64 = 10_000;
 
 /// The router.
 pub fn router(state: Arc<ApiState>) -> Router {
@@ -146,8 +154,13 @@ fn body_too_large() -> Rejection {
     }
 }
 
-/// Refuses a body whose announced length is over [`BODY_BYTES_MAX`] before
-/// reading any of it; a body without a length is cut by `DefaultBodyLimit`.
+/// Refuses a body whose announced length is over [`BODY_BYTES_MAX`] at
+/// once, before reading any of it, and then reads and drops it (up to
+/// [`BODY_DRAIN_BYTES_MAX`] and [`BODY_DRAIN_MS`]) while the answer goes
+/// out, and closes the connection: a client that writes its whole body
+/// first then reads the 413, where closing a connection with unread data
+/// would reset it under the client. A body without a length is cut by
+/// `DefaultBodyLimit`.
 async fn announced_size(request: Request, next: Next) -> Response {
     let announced = request
         .headers()
@@ -155,9 +168,33 @@ async fn announced_size(request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if announced.is_some_and(|n| n > BODY_BYTES_MAX as u64) {
-        return body_too_large().into_response();
+        drain_later(request.into_body());
+        let mut answer = body_too_large().into_response();
+        answer.headers_mut().insert(
+            header::CONNECTION,
+            header::HeaderValue::from_static("close"),
+        );
+        return answer;
     }
     next.run(request).await
+}
+
+/// Reads and drops `body` on a task of its own, within the drain bounds.
+fn drain_later(body: axum::body::Body) {
+    use tokio_stream::StreamExt as _;
+    tokio::spawn(async move {
+        let mut data = body.into_data_stream();
+        let drain = async {
+            let mut read = 0;
+            while let Some(Ok(chunk)) = data.next().await {
+                read += chunk.len();
+                if read > BODY_DRAIN_BYTES_MAX {
+                    return;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(BODY_DRAIN_MS), drain).await;
+    });
 }
 
 /// The body, or the JSON answer to a body axum could not read.
@@ -435,6 +472,14 @@ async fn get_task(
                 runs_json.push(v);
             }
             let queue = db.queue(&tid)?;
+            // What a Retry would deliver now, for a task a Retry can take.
+            let retry = match task.state {
+                TaskState::Failed | TaskState::NeedsHuman => {
+                    let d = db.retry_delivery(&tid)?;
+                    json!({ "resends": d.resends, "then": d.queued })
+                }
+                _ => Value::Null,
+            };
             Ok(Some(json!({
                 "task_id": task.task_id,
                 "profile": task.profile,
@@ -444,6 +489,7 @@ async fn get_task(
                 "current_run": task.current_run,
                 "runs": runs_json,
                 "queued_messages": queue.iter().map(|m| &m.message_id).collect::<Vec<_>>(),
+                "retry_would_deliver": retry,
             })))
         })
         .await;

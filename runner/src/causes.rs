@@ -101,16 +101,20 @@ pub enum ContractEvent {
     StoppedConversationVerified,
     /// A follow-up to a task that failed closed was refused.
     PriorOwnerFenceRefused,
+    /// A run settled failed leaving a message queued; it waits for a Retry.
+    #[serde(rename = "message.stranded")]
+    MessageStranded,
 }
 
 impl ContractEvent {
     /// Every contract event, in documentation order.
-    pub const ALL: [ContractEvent; 5] = [
+    pub const ALL: [ContractEvent; 6] = [
         ContractEvent::ProviderExited,
         ContractEvent::ProviderUnresponsive,
         ContractEvent::ToolOutcomeUncertain,
         ContractEvent::StoppedConversationVerified,
         ContractEvent::PriorOwnerFenceRefused,
+        ContractEvent::MessageStranded,
     ];
 
     /// The wire name.
@@ -121,6 +125,7 @@ impl ContractEvent {
             ContractEvent::ToolOutcomeUncertain => "tool_outcome_uncertain",
             ContractEvent::StoppedConversationVerified => "stopped_conversation_verified",
             ContractEvent::PriorOwnerFenceRefused => "prior_owner_fence_refused",
+            ContractEvent::MessageStranded => "message.stranded",
         }
     }
 }
@@ -218,11 +223,13 @@ pub enum RequestError {
     BodyTooLarge,
     /// The store failed; the request may be repeated.
     StorageFailed,
+    /// runnerd has its limit of open connections; try again later.
+    TooManyConnections,
 }
 
 impl RequestError {
     /// Every request error reason, in documentation order.
-    pub const ALL: [RequestError; 12] = [
+    pub const ALL: [RequestError; 13] = [
         RequestError::BadJson,
         RequestError::InvalidId,
         RequestError::InvalidWorkspace,
@@ -235,6 +242,7 @@ impl RequestError {
         RequestError::TextTooLarge,
         RequestError::BodyTooLarge,
         RequestError::StorageFailed,
+        RequestError::TooManyConnections,
     ];
 
     /// The wire name.
@@ -252,6 +260,7 @@ impl RequestError {
             RequestError::TextTooLarge => "text_too_large",
             RequestError::BodyTooLarge => "body_too_large",
             RequestError::StorageFailed => "storage_failed",
+            RequestError::TooManyConnections => "too_many_connections",
         }
     }
 
@@ -267,7 +276,7 @@ impl RequestError {
             RequestError::UnknownTask | RequestError::NoRoute => 404,
             RequestError::MethodNotAllowed => 405,
             RequestError::TextTooLarge | RequestError::BodyTooLarge => 413,
-            RequestError::StorageFailed => 503,
+            RequestError::StorageFailed | RequestError::TooManyConnections => 503,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! [--profiles FILE] [--token-file FILE] [--provider-key-file FILE]`. It prints
 //! one line `listening on http://ADDR` when ready. Exit codes: 0 after SIGTERM or
 //! SIGINT, 2 bad input (arguments, profiles, key file, address in use or not
-//! loopback), 3 runtime error (storage). A build with the `seeded-bugs` feature
+//! loopback, a state directory another runnerd holds: `state_lock`), 3
+//! runtime error (storage). A build with the `seeded-bugs` feature
 //! also takes `--seeded-bug NAME` (`crate::seeded`); other builds reject it.
 
 use std::ffi::OsString;
@@ -39,12 +40,33 @@ pub struct Args {
     /// Loopback address to listen on; port 0 picks a free port.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: SocketAddr,
-    /// Kill a provider silent for this long during a request or a turn.
+    /// Kill a provider that makes no progress for this long during a
+    /// request or a turn (other messages do not count toward a request).
     #[arg(long, default_value_t = 30_000)]
     pub provider_idle_timeout_ms: u64,
+    /// The longest one provider request may take, progress or not.
+    #[arg(long, default_value_t = crate::driver::budget::REQUEST_TIMEOUT_MS)]
+    pub provider_request_timeout_ms: u64,
+    /// Stop a provider (provider_protocol_error) that writes more than this
+    /// many bytes per second.
+    #[arg(long, default_value_t = crate::driver::budget::OUTPUT_BYTES_PER_S_MAX)]
+    pub provider_output_bytes_per_s_max: u64,
     /// Grace after SIGTERM before SIGKILL when stopping a provider.
     #[arg(long, default_value_t = 500)]
     pub provider_term_grace_ms: u64,
+    /// The most control API connections open at once; one more is answered
+    /// 503 too_many_connections.
+    #[arg(long, default_value_t = crate::server::CONNECTIONS_MAX)]
+    pub connections_max: usize,
+    /// Close a connection whose request head has not arrived this long
+    /// after it opened (or after its previous request).
+    #[arg(long, default_value_t = crate::server::HEADER_READ_TIMEOUT_MS)]
+    pub http_header_read_timeout_ms: u64,
+    /// The container every provider runs in: auto (cgroup v2, else the v1
+    /// freezer, else the subreaper), cgroup-v2, cgroup-v1-freezer or
+    /// subreaper.
+    #[arg(long, default_value = "auto")]
+    pub provider_containment: crate::supervisor::containment::Choice,
     /// Profiles file (TOML) adding or overriding profiles.
     #[arg(long)]
     pub profiles: Option<PathBuf>,
@@ -70,9 +92,16 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             return if e.use_stderr() { 2 } else { 0 };
         }
     };
-    // Before anything else (no thread exists yet): the kernel keeps the
-    // initial environment readable in /proc/PID/environ for the life of the
-    // image, so an image that was started with the credential replaces itself.
+    // Before anything else (no thread exists yet): closed to inspection by
+    // the tools it runs, and named as before a re-execution.
+    if let Err(e) = crate::own_process::forbid_inspection() {
+        eprintln!("runnerd: failed to make the process not dumpable: {e}");
+        return 2;
+    }
+    crate::own_process::keep_name(&std::env::args_os().next().unwrap_or_default());
+    // The kernel keeps the initial environment readable in /proc/PID/environ
+    // for the life of the image, so an image that was started with the
+    // credential replaces itself.
     if std::env::var_os(CREDENTIAL_ENV).is_some() {
         let e = reexec_without_credential(args.provider_key_file.is_none());
         eprintln!(
@@ -100,10 +129,17 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
 /// Why runnerd stops: its exit code and what it says.
 struct Exit(i32, String);
 
-/// Everything before serving: cut points, credential, logging, profiles,
-/// store, token and runtime; then serves until SIGTERM.
-fn start(args: Args) -> Result<i32, Exit> {
+/// Everything before serving: cut points, the state directory and its
+/// lock, credential, logging, profiles, store, token and runtime; then
+/// serves until SIGTERM.
+fn start(mut args: Args) -> Result<i32, Exit> {
     cutpoint::init().map_err(|e| Exit(2, e.to_string()))?;
+    args.state_dir = state_dir(&args.state_dir)?;
+    // Held until this function returns, which is when runnerd exits.
+    let _lock = crate::state_lock::acquire(&args.state_dir).map_err(|e| match e {
+        crate::state_lock::LockError::Held { .. } => Exit(2, e.to_string()),
+        crate::state_lock::LockError::Io { .. } => Exit(3, e.to_string()),
+    })?;
     let credential = read_credential(args.provider_key_file.as_deref())
         .map_err(|e| Exit(2, format!("{e:#}")))?;
     // The credential lives in memory only from here on: no child inherits
@@ -127,6 +163,9 @@ fn start(args: Args) -> Result<i32, Exit> {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("runnerd"));
     let profiles = crate::profiles::load(&exe, args.profiles.as_deref())
         .map_err(|e| Exit(2, format!("{e:#}")))?;
+    let containment = crate::supervisor::containment::init(args.provider_containment)
+        .map_err(|e| Exit(2, format!("--provider-containment: {e}")))?;
+    tracing::info!("providers run in containers of {}", containment.mechanism());
     let (store, epoch) = crate::store::Store::open(&args.state_dir).map_err(|e| {
         Exit(
             3,
@@ -142,16 +181,56 @@ fn start(args: Args) -> Result<i32, Exit> {
         .enable_all()
         .build()
         .map_err(|e| Exit(3, format!("failed to start the runtime: {e}")))?;
-    let opts = EngineOptions {
+    let opts = engine_options(&args, epoch, profiles, credential);
+    let limits = crate::server::Limits {
+        connections_max: args.connections_max,
+        header_read_timeout: Duration::from_millis(args.http_header_read_timeout_ms),
+        shutdown_grace: Duration::from_millis(crate::server::SHUTDOWN_GRACE_MS),
+    };
+    let code = runtime.block_on(serve(args.listen, store, opts, token, limits));
+    // Tasks still running (an actor waiting on its provider, a tool) must
+    // not hold the exit: the grace has passed.
+    runtime.shutdown_timeout(Duration::from_millis(500));
+    code
+}
+
+/// The engine's options from the command line.
+fn engine_options(
+    args: &Args,
+    epoch: i64,
+    profiles: std::collections::BTreeMap<String, crate::profiles::Profile>,
+    credential: Option<Secret>,
+) -> EngineOptions {
+    EngineOptions {
         state_dir: args.state_dir.clone(),
         epoch,
-        idle: Duration::from_millis(args.provider_idle_timeout_ms),
+        bounds: crate::driver::Bounds {
+            idle: Duration::from_millis(args.provider_idle_timeout_ms),
+            request: Duration::from_millis(args.provider_request_timeout_ms),
+            output_bytes_per_s_max: args.provider_output_bytes_per_s_max,
+        },
         term_grace: Duration::from_millis(args.provider_term_grace_ms),
         kill_grace: Duration::from_secs(2),
         profiles,
         credential,
-    };
-    runtime.block_on(serve(args.listen, store, opts, token))
+    }
+}
+
+/// The state directory, created (0700, durably) if missing, as an absolute canonical
+/// path: everything derived from it (`{provider_dir}` in a provider's command
+/// line) must not depend on the working directory of whoever reads it, and a
+/// provider runs in the task's workspace.
+fn state_dir(dir: &Path) -> Result<PathBuf, Exit> {
+    // Durably: a power cut must not take the new directory, and everything
+    // synced inside it, away (`docs/lazyfs.md`).
+    crate::workspace::create_dir_all_durably(dir, 0o700)
+        .and_then(|()| dir.canonicalize())
+        .map_err(|e| {
+            Exit(
+                2,
+                format!("failed to use the state directory {}: {e}", dir.display()),
+            )
+        })
 }
 
 /// Binds, resumes the unsettled tasks, prints the address and serves the
@@ -161,6 +240,7 @@ async fn serve(
     store: crate::store::Store,
     opts: EngineOptions,
     token: String,
+    limits: crate::server::Limits,
 ) -> Result<i32, Exit> {
     let listener = tokio::net::TcpListener::bind(listen).await.map_err(|e| match e.kind() {
         std::io::ErrorKind::AddrInUse => Exit(2, format!(
@@ -188,15 +268,8 @@ async fn serve(
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    // No Nagle delay on small answers and event pages.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, crate::api::router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map(|()| 0)
-        .map_err(|e| Exit(3, format!("the server failed: {e}")))
+    crate::server::serve(listener, crate::api::router(state), limits, shutdown).await;
+    Ok(0)
 }
 
 /// Replaces this process image with itself (`/proc/self/exe`, the same
@@ -325,6 +398,8 @@ fn token(args: &Args) -> anyhow::Result<String> {
     f.write_all(t.as_bytes())?;
     f.sync_all()?;
     std::fs::rename(&tmp, &path)?;
+    // The rename is durable only once the directory is synced.
+    std::fs::File::open(&args.state_dir)?.sync_all()?;
     Ok(t)
 }
 

@@ -105,7 +105,9 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
                 command,
                 approval: default_approval(),
                 credential_env: default_credential_env(),
-                credential_fifo: false,
+                // The fakes read their key from the FIFO, as a careful
+                // provider would: it is in no environment a tool can read.
+                credential_fifo: true,
                 credential_reads: default_credential_reads(),
                 model: default_model(),
             },

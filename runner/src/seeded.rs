@@ -55,11 +55,33 @@ pub enum SeededBug {
     SettleIgnoresQueue,
     /// Log a failed `turn_intent` write and send the turn anyway.
     SendAfterFailedIntent,
+    /// A Retry after a failure before the first turn re-sends the prompt while it is still queued.
+    RetryResendsQueued,
+    /// Answer a follow-up to a task that failed closed with 202 and reopen it.
+    FenceReopensFailed,
+    /// Write a turn's acceptance only when the turn ends.
+    AcceptAtTurnEnd,
+    /// Native: a resumed turn whose durable last output had no calls asks the model again.
+    NativeReasksFinal,
+    /// Settle a run failed without naming the messages it leaves queued.
+    StrandSilently,
+    /// Read a failed recovery lookup as "turn absent", and trust that mark after the restart.
+    LookupErrorAsAbsent,
+    /// Admit a Retry in one write and make it the task's current run in a second.
+    RetryCurrentInSecondWrite,
+    /// A Retry decides whether the latest message was answered from its primary turn only.
+    RetryDecidesByPrimaryTurn,
+    /// Open the store with `synchronous=NORMAL`: a commit is durable only at the next checkpoint.
+    WalSynchronousNormal,
+    /// Write a workspace file by temporary file and rename without syncing the file first.
+    AtomicWriteWithoutFsync,
+    /// Write a workspace file by temporary file and rename without syncing the directory after.
+    RenameWithoutDirSync,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 18] = [
+    pub const ALL: [SeededBug; 29] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -78,16 +100,32 @@ impl SeededBug {
         SeededBug::SplitLostMark,
         SeededBug::SettleIgnoresQueue,
         SeededBug::SendAfterFailedIntent,
+        SeededBug::RetryResendsQueued,
+        SeededBug::FenceReopensFailed,
+        SeededBug::AcceptAtTurnEnd,
+        SeededBug::NativeReasksFinal,
+        SeededBug::StrandSilently,
+        SeededBug::LookupErrorAsAbsent,
+        SeededBug::RetryCurrentInSecondWrite,
+        SeededBug::RetryDecidesByPrimaryTurn,
+        SeededBug::WalSynchronousNormal,
+        SeededBug::AtomicWriteWithoutFsync,
+        SeededBug::RenameWithoutDirSync,
     ];
 
-    /// Whether the bug can fire on a native profile (`native`) or on a
-    /// provider profile. The native profile has no provider turn to look up,
-    /// continue or adopt and never fails closed (so no Retry and no failure
-    /// cause); the native bugs live only in its loop.
-    pub fn fires(self, native: bool) -> bool {
+    /// Whether the bug can fire on a profile speaking `protocol`. The native
+    /// profile has no provider turn to look up, continue or adopt and never
+    /// fails closed (so no Retry and no failure cause); the native bugs live
+    /// only in its loop. runnerd writes workspace files itself only for ACP's
+    /// client tool `fs/write_text_file` and the native `Write`/`Edit` tools
+    /// (a Codex or OpenCode provider writes its own), so the atomic-write
+    /// bugs fire only there.
+    pub fn fires(self, protocol: wire::profiles::Protocol) -> bool {
         use SeededBug::*;
+        use wire::profiles::Protocol;
+        let native = protocol == Protocol::Native;
         match self {
-            RerunExecutingTool | ContinueBeforeOutcome => native,
+            RerunExecutingTool | ContinueBeforeOutcome | NativeReasksFinal => native,
             SplitLostMark
             | ResendAmbiguousTurn
             | SecondContinuation
@@ -96,7 +134,16 @@ impl SeededBug {
             | WrongRecoverable
             | RetryReusesConversation
             | FailClosedWhenAbsent
-            | AdoptWithoutCompletion => !native,
+            | AdoptWithoutCompletion
+            | FenceReopensFailed
+            | AcceptAtTurnEnd
+            | LookupErrorAsAbsent
+            | RetryCurrentInSecondWrite
+            | RetryDecidesByPrimaryTurn
+            | RetryResendsQueued => !native,
+            AtomicWriteWithoutFsync | RenameWithoutDirSync => {
+                matches!(protocol, Protocol::Acp | Protocol::Native)
+            }
             _ => true,
         }
     }
@@ -122,6 +169,17 @@ impl SeededBug {
             SeededBug::SplitLostMark => "split-lost-mark",
             SeededBug::SettleIgnoresQueue => "settle-ignores-queue",
             SeededBug::SendAfterFailedIntent => "send-after-failed-intent",
+            SeededBug::RetryResendsQueued => "retry-resends-queued",
+            SeededBug::FenceReopensFailed => "fence-reopens-failed",
+            SeededBug::AcceptAtTurnEnd => "accept-at-turn-end",
+            SeededBug::NativeReasksFinal => "native-reasks-final",
+            SeededBug::StrandSilently => "strand-silently",
+            SeededBug::LookupErrorAsAbsent => "lookup-error-as-absent",
+            SeededBug::RetryCurrentInSecondWrite => "retry-current-in-second-write",
+            SeededBug::RetryDecidesByPrimaryTurn => "retry-decides-by-primary-turn",
+            SeededBug::WalSynchronousNormal => "wal-synchronous-normal",
+            SeededBug::AtomicWriteWithoutFsync => "atomic-write-without-fsync",
+            SeededBug::RenameWithoutDirSync => "rename-without-dir-sync",
         }
     }
 }
@@ -140,6 +198,10 @@ impl std::str::FromStr for SeededBug {
         })
     }
 }
+
+/// Whether this build has the bugs (the `seeded-bugs` feature): a test that
+/// needs a bug says so and skips without it.
+pub const COMPILED: bool = cfg!(feature = "seeded-bugs");
 
 #[cfg(feature = "seeded-bugs")]
 static ACTIVE: OnceLock<SeededBug> = OnceLock::new();
@@ -211,6 +273,43 @@ hooks! {
     settle_ignores_queue => SettleIgnoresQueue;
     /// `send-after-failed-intent`.
     send_after_failed_intent => SendAfterFailedIntent;
+    /// `retry-resends-queued`.
+    retry_resends_queued => RetryResendsQueued;
+    /// `fence-reopens-failed`.
+    fence_reopens_failed => FenceReopensFailed;
+    /// `accept-at-turn-end`.
+    accept_at_turn_end => AcceptAtTurnEnd;
+    /// `native-reasks-final`.
+    native_reasks_final => NativeReasksFinal;
+    /// `strand-silently`.
+    strand_silently => StrandSilently;
+    /// `lookup-error-as-absent`.
+    lookup_error_as_absent => LookupErrorAsAbsent;
+    /// `retry-current-in-second-write`.
+    retry_current_in_second_write => RetryCurrentInSecondWrite;
+    /// `retry-decides-by-primary-turn`.
+    retry_decides_by_primary_turn => RetryDecidesByPrimaryTurn;
+    /// `wal-synchronous-normal`.
+    wal_synchronous_normal => WalSynchronousNormal;
+    /// `atomic-write-without-fsync`.
+    atomic_write_without_fsync => AtomicWriteWithoutFsync;
+    /// `rename-without-dir-sync`.
+    rename_without_dir_sync => RenameWithoutDirSync;
+}
+
+/// `lookup-error-as-absent`'s second half: whether a failed lookup of turn
+/// `turn_row` was recorded as "absent" (the runner then trusts it and skips
+/// the lookup). Always `false` without the feature.
+pub async fn absent_marked(store: &crate::store::Store, turn_row: i64) -> bool {
+    #[cfg(feature = "seeded-bugs")]
+    if lookup_error_as_absent() {
+        return store
+            .call(move |db| db.seeded_absent_marked(turn_row))
+            .await
+            .unwrap_or(false);
+    }
+    let _ = (store, turn_row);
+    false
 }
 
 /// The provider identity write, which under `credential-in-store` also

@@ -12,7 +12,6 @@
 //! reader live in `wire::stores::acp`.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use wire::stores::acp::read_sessions;
@@ -41,7 +40,7 @@ impl Store {
     /// turns that were in progress as interrupted.
     pub fn open(state_dir: &Path) -> std::io::Result<Store> {
         let dir = state_dir.join(SESSIONS_DIR);
-        fs::create_dir_all(&dir)?;
+        crate::recorded::create_dir_durably(&dir)?;
         let mut store = Store {
             dir,
             sessions: BTreeMap::new(),
@@ -92,6 +91,8 @@ impl Store {
             ));
         };
         let bytes = serde_json::to_vec(session).expect("sessions serialize");
-        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes)
+        // No real ACP agent is measured: the fake keeps its sessions durable.
+        let synced = crate::recorded::Durability::Synced;
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes, synced)
     }
 }

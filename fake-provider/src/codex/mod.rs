@@ -84,6 +84,8 @@ pub use cutpoint::slug;
 
 /// Serves the protocol on stdin/stdout until stdin closes.
 pub fn serve(opts: Options) -> anyhow::Result<()> {
+    // SIGTERM (runnerd's stop) syncs the store, as the real codex's does.
+    Store::checkpoint_on_sigterm(&opts.state_dir)?;
     let (journal, store) = crate::serving::start(&opts, "codex", None, |dir, _| Store::open(dir))?;
     let mut server = Server {
         opts,
@@ -97,7 +99,10 @@ pub fn serve(opts: Options) -> anyhow::Result<()> {
         usage: HashMap::new(),
         policies: HashMap::new(),
     };
-    crate::rpc::serve_lines(&mut server)
+    let served = crate::rpc::serve_lines(&mut server);
+    // Stdin closed: the real codex closes its databases, which syncs them.
+    server.store.checkpoint()?;
+    served
 }
 
 struct Server {

@@ -1,16 +1,19 @@
 //! The fake Codex app-server's durable thread store.
 //!
 //! One JSON file per thread under `<state-dir>/threads/`, replaced atomically
-//! (write a temporary file, fsync it, rename, fsync the directory) on every
-//! change, so a SIGKILL at any instant leaves either the old or the new version.
+//! (a temporary file renamed over it) on every change, so a SIGKILL at any
+//! instant leaves either the old or the new version. Nothing is synced until
+//! the process exits on a closed stdin ([`Store::checkpoint`]), as the real
+//! app-server syncs its thread database only when it closes it: a power cut
+//! before that loses what a SIGKILL keeps.
 //! As in the real app-server, a new thread lives in memory only until its
 //! first turn starts (the real one writes its rollout then), so a thread
 //! started by a process that died before any turn is gone. Its first turn
 //! writes it in three steps, as the real rollout is: the file created empty
 //! ([`Store::create_empty`]; read back, the thread cannot be resumed: "rollout
-//! at … is empty"), the thread without a turn, then the turn. A turn is
-//! durable once `save` returns; its user message is saved after that,
-//! separately. On
+//! at … is empty"), the thread without a turn, then the turn. A turn survives
+//! a crash of the process once `save` returns; its user message is saved
+//! after that, separately. On
 //! load, a turn that was still in progress becomes `interrupted` with no
 //! error, as the real app-server reports a turn whose process died.
 //! Whole-thread rewrites are fine for a fake; the runner's store is the one
@@ -50,7 +53,7 @@ impl Store {
     /// that were in progress as interrupted.
     pub fn open(state_dir: &Path) -> std::io::Result<Store> {
         let dir = state_dir.join(THREADS_DIR);
-        fs::create_dir_all(&dir)?;
+        crate::recorded::create_dir_durably(&dir)?;
         let mut store = Store {
             dir,
             threads: BTreeMap::new(),
@@ -114,19 +117,24 @@ impl Store {
         self.threads.insert(thread.id.clone(), thread);
     }
 
-    /// Makes the current state of thread `id` durable.
+    /// Writes the current state of thread `id`: it survives a crash of the
+    /// process, not a power cut until [`Store::checkpoint`] (the real codex
+    /// 0.171 commits its threads to SQLite in WAL mode and syncs the WAL only
+    /// when it closes the database: `docs/real-providers.md`).
     pub fn save(&mut self, id: &str) -> std::io::Result<()> {
         let thread = &self.threads[id];
         let bytes = serde_json::to_vec(thread).expect("threads serialize");
-        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes)?;
+        let unsynced = crate::recorded::Durability::Unsynced;
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes, unsynced)?;
         self.written.insert(id.to_owned());
         Ok(())
     }
 
-    /// Creates thread `id`'s file empty, durably, as the real server creates
-    /// a rollout file before it writes into it.
+    /// Creates thread `id`'s file empty, as the real server creates a
+    /// rollout file before it writes into it (unsynced, like [`Store::save`]).
     pub fn create_empty(&mut self, id: &str) -> std::io::Result<()> {
-        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), b"")
+        let unsynced = crate::recorded::Durability::Unsynced;
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), b"", unsynced)
     }
 
     /// Whether thread `id` has been written (its file holds the thread).
@@ -139,5 +147,28 @@ impl Store {
         self.empty
             .contains(id)
             .then(|| self.dir.join(format!("{id}.json")))
+    }
+
+    /// Makes every thread durable, as the real codex's clean exit does; the
+    /// state directory too, which names the store's (as the real codex's
+    /// database files are named in its `CODEX_HOME`, which SQLite syncs).
+    pub fn checkpoint(&self) -> std::io::Result<()> {
+        checkpoint(&self.dir)
+    }
+
+    /// Makes every thread of the store under `state_dir` durable when
+    /// SIGTERM arrives, as the real codex does when it is terminated; call it
+    /// before any other thread starts.
+    pub fn checkpoint_on_sigterm(state_dir: &Path) -> std::io::Result<()> {
+        let dir = state_dir.join(THREADS_DIR);
+        crate::recorded::sync_on_sigterm(move || checkpoint(&dir))
+    }
+}
+
+fn checkpoint(dir: &Path) -> std::io::Result<()> {
+    crate::recorded::checkpoint(dir)?;
+    match dir.parent() {
+        Some(state) => fs::File::open(state)?.sync_all(),
+        None => Ok(()),
     }
 }

@@ -18,7 +18,7 @@ pub use wire::stores::model_api::{
     recorded_turns,
 };
 
-use crate::recorded::write_atomic;
+use crate::recorded::{Durability, write_atomic};
 
 /// The store, loaded in memory and written through.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ impl Store {
     /// Opens the store under `state_dir` and records this process as the live one.
     pub fn open(state_dir: &Path, generation: &str) -> std::io::Result<Store> {
         let dir = state_dir.join(STORE_DIR);
-        fs::create_dir_all(&dir)?;
+        crate::recorded::create_dir_durably(&dir)?;
         let turns = match fs::read_to_string(dir.join(TURNS_FILE)) {
             Ok(text) => {
                 serde_json::from_str::<TurnsFile>(&text)
@@ -86,10 +86,13 @@ impl Store {
             v: STORE_VERSION,
             turns,
         };
+        // The model API's record stands for a remote service's: a power cut
+        // of the runner's machine does not touch it.
         write_atomic(
             &self.dir,
             TURNS_FILE,
             &serde_json::to_vec_pretty(&file).expect("serializes"),
+            Durability::Synced,
         )?;
         // Memory follows the disk only once the disk has it.
         self.turns = file.turns;

@@ -1,8 +1,10 @@
 //! The HTTP handlers of the fake OpenCode server, one per route of the
 //! vendored OpenAPI document it simulates, and the acceptance of a prompt
 //! (`prompt_async`): checked and planned, answered 204, then its turn started
-//! on a thread of its own, which makes the user message durable first (the
-//! real server answers before it writes the message).
+//! on a thread of its own, which writes the user message first (the real
+//! server answers before it writes the message; a crash of the process keeps
+//! it, but, like the real server's, it is not synced, so a power cut does
+//! not).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -296,8 +298,8 @@ pub(super) async fn prompt_async(
 
 type Refusal = (StatusCode, Value);
 
-/// Validates a prompt and picks its script turn; the turn makes the user
-/// message durable ([`store_user_message`]) once the 204 is out.
+/// Validates a prompt and picks its script turn; the turn stores the user
+/// message ([`store_user_message`]) once the 204 is out.
 fn accept_prompt(
     s: &Shared,
     st: &ServerState,
@@ -419,7 +421,7 @@ fn plan_prompt(
     Ok((meta, steps))
 }
 
-/// Makes the user message durable: its parts first, the message last (the
+/// Stores the user message: its parts first, the message last (the
 /// message file is what makes the turn recorded).
 pub(super) fn store_user_message(
     s: &Shared,

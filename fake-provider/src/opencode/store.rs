@@ -3,9 +3,10 @@
 //!
 //! Layout: `sessions/<sessionID>.json`, `messages/<sessionID>/<messageID>.json`
 //! and `parts/<messageID>/<partID>.json`, each replaced atomically (temporary
-//! file, fsync, rename, fsync of the directory) and only when it changed, so a
-//! SIGKILL at any instant leaves either the old or the new version of one
-//! object. Unlike the Codex store, nothing is rewritten on open: an assistant
+//! file renamed over it) and only when it changed, so a SIGKILL at any instant
+//! leaves either the old or the new version of one object. Nothing is synced,
+//! as the real server syncs nothing of a session ([`UNSYNCED`]): a power cut
+//! loses what a crash of the process keeps. Unlike the Codex store, nothing is rewritten on open: an assistant
 //! message whose process died stays without `time.completed`, exactly as the
 //! real server leaves it. `live.json` names the process currently serving the
 //! directory, so [`recorded_turns`] can tell a turn that is running from one
@@ -24,7 +25,13 @@ pub use wire::stores::opencode::{
     LiveProcess, MessageRecord, STORE_DIR, STORE_VERSION, SessionRecord, UserMeta, recorded_turns,
 };
 
-use crate::recorded::write_atomic;
+use crate::recorded::{Durability, write_atomic};
+
+/// How durable every write of the store is: the real `opencode serve`
+/// 1.18.33 keeps sessions, messages and parts in SQLite in WAL mode and syncs
+/// nothing after its start (no WAL sync during a turn nor at SIGTERM:
+/// `docs/real-providers.md`), so a power cut loses every session it wrote.
+const UNSYNCED: Durability = Durability::Unsynced;
 
 impl crate::turns::PlayedTurn for UserMeta {
     fn continuation(&self) -> bool {
@@ -52,8 +59,11 @@ impl Store {
     pub fn open(state_dir: &Path, generation: &str) -> std::io::Result<Store> {
         let dir = state_dir.join(STORE_DIR);
         for sub in ["sessions", "messages", "parts"] {
-            fs::create_dir_all(dir.join(sub))?;
+            crate::recorded::create_dir_durably(&dir.join(sub))?;
         }
+        // The real server checkpoints its database at its start (its WAL
+        // and database synced): what earlier processes wrote is durable now.
+        crate::recorded::checkpoint(&dir)?;
         let mut store = Store {
             dir: dir.clone(),
             generation: generation.to_owned(),
@@ -99,7 +109,7 @@ impl Store {
         self.sessions.get(id).map(|s| &s.info)
     }
 
-    /// Inserts or replaces a session, durably.
+    /// Inserts or replaces a session, written through (not synced: [`UNSYNCED`]).
     pub fn put_session(&mut self, info: Value) -> std::io::Result<()> {
         let id = info["id"].as_str().unwrap_or_default().to_owned();
         let record = SessionRecord {
@@ -110,6 +120,7 @@ impl Store {
             &self.dir.join("sessions"),
             &format!("{id}.json"),
             &serde_json::to_vec(&record).expect("serializes"),
+            UNSYNCED,
         )?;
         self.messages.entry(id.clone()).or_default();
         self.sessions.insert(id, record);
@@ -138,7 +149,7 @@ impl Store {
             .map(String::as_str)
     }
 
-    /// Inserts or replaces a message, durably.
+    /// Inserts or replaces a message, written through (not synced: [`UNSYNCED`]).
     pub fn put_message(
         &mut self,
         session: &str,
@@ -158,6 +169,7 @@ impl Store {
             &dir,
             &format!("{id}.json"),
             &serde_json::to_vec(&record).expect("serializes"),
+            UNSYNCED,
         )?;
         self.parts.entry(id.clone()).or_default();
         self.messages
@@ -175,7 +187,7 @@ impl Store {
             .unwrap_or_default()
     }
 
-    /// Inserts or replaces a part, durably.
+    /// Inserts or replaces a part, written through (not synced: [`UNSYNCED`]).
     pub fn put_part(&mut self, part: Value) -> std::io::Result<()> {
         let id = part["id"].as_str().unwrap_or_default().to_owned();
         let message = part["messageID"].as_str().unwrap_or_default().to_owned();
@@ -185,6 +197,7 @@ impl Store {
             &dir,
             &format!("{id}.json"),
             &serde_json::to_vec(&part).expect("serializes"),
+            UNSYNCED,
         )?;
         self.parts.entry(message).or_default().insert(id, part);
         Ok(())

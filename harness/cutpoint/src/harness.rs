@@ -24,6 +24,13 @@ use crate::{Error, Hit, IoFault};
 /// confused peer grow the buffer without bound.
 const MAX_MESSAGE: usize = 64 * 1024;
 
+/// How long the message of an accepted connection is awaited, whatever is
+/// left of the wait for the connection: a process writes its line right
+/// after connecting, but a loaded machine (or an event loop, as in the Node
+/// client) can put a moment between the two, and a connection dropped unread
+/// is a cut missed for good: the process logs it and goes on.
+pub const MESSAGE_WAIT_MS: u64 = 2_000;
+
 /// A unix stream socket on which armed processes report their hits.
 ///
 /// The socket file is removed when the listener is dropped, unless something
@@ -101,9 +108,11 @@ impl Listener {
     /// hit, and returns it held: the process stays blocked until the
     /// [`HeldHit`] is resumed or dropped.
     ///
-    /// The deadline covers both the connection and its message. A connection
-    /// already queued is returned even with a zero deadline. Once a [`Waker`]
-    /// has woken, it returns [`Error::Woken`] instead of waiting.
+    /// The deadline bounds the wait for a connection; the message of an
+    /// accepted connection is awaited for what is left of it, and at least
+    /// [`MESSAGE_WAIT_MS`]. A connection already queued is returned even with
+    /// a zero deadline. Once a [`Waker`] has woken, it returns
+    /// [`Error::Woken`] instead of waiting.
     pub fn accept_hit(&self, deadline: Duration) -> Result<HeldHit, Error> {
         let start = Instant::now();
         let left = || Left {
@@ -111,7 +120,13 @@ impl Listener {
             deadline,
         };
         let stream = self.accept_within(&left)?;
-        let line = read_line_within(&stream, &left)?;
+        let accepted = Instant::now();
+        let message = Duration::from_millis(MESSAGE_WAIT_MS).max(left().left);
+        let left_for_message = || Left {
+            left: message.saturating_sub(accepted.elapsed()),
+            deadline: message,
+        };
+        let line = read_line_within(&stream, &left_for_message)?;
         let hit = serde_json::from_slice(&line).map_err(|e| Error::BadMessage {
             line: String::from_utf8_lossy(&line).into_owned(),
             reason: e.to_string(),
@@ -371,6 +386,29 @@ mod tests {
         assert_eq!(held.hit.point, "a.b.c");
     }
 
+    /// A process that connects near the end of a short wait and writes its
+    /// line a little later is still held, not dropped (which lost its hit).
+    #[test]
+    fn a_late_line_of_an_accepted_connection_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let mut client = UnixStream::connect(listener.path()).unwrap();
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(150));
+                client
+                    .write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"a.b.c\",\"n\":1}\n")
+                    .unwrap();
+                let mut reply = String::new();
+                client.read_to_string(&mut reply).unwrap();
+                assert_eq!(reply, "continue\n");
+            });
+            let held = listener.accept_hit(Duration::from_millis(50)).unwrap();
+            assert_eq!(held.hit.point, "a.b.c");
+            held.resume().unwrap();
+        });
+    }
+
     #[test]
     fn bind_replaces_a_stale_socket_and_drop_removes_it() {
         let dir = tempfile::tempdir().unwrap();
@@ -447,6 +485,8 @@ mod tests {
         assert!(matches!(err, Error::BadMessage { ref line, .. } if line == "hello"));
     }
 
+    /// A connection that never sends its line times out after the message
+    /// floor, however short the wait for a connection was.
     #[test]
     fn silent_peer_times_out_on_the_message() {
         let dir = tempfile::tempdir().unwrap();
@@ -458,8 +498,40 @@ mod tests {
             .unwrap();
         assert_eq!(
             err.to_string(),
-            "timed out after 50 ms waiting for a cut-point message"
+            format!("timed out after {MESSAGE_WAIT_MS} ms waiting for a cut-point message")
         );
+    }
+
+    #[test]
+    fn a_connection_whose_line_comes_after_the_accept_deadline_is_still_read() {
+        // A zero deadline leaves nothing for the message: before the message
+        // got its own wait, this queued hit was dropped unread (the client
+        // saw EPIPE and went on past its cut).
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
+        let mut client = UnixStream::connect(listener.path()).unwrap();
+        client
+            .write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"a.b.c\",\"n\":1}\n")
+            .unwrap();
+        let held = listener.accept_hit(Duration::ZERO).unwrap();
+        assert_eq!(held.hit.point, "a.b.c");
+        // And a line written only once the listener is reading.
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let path = listener.path().to_owned();
+        let writer = std::thread::spawn(move || {
+            let mut c = UnixStream::connect(path).unwrap();
+            rx.recv().unwrap();
+            c.write_all(b"{\"role\":\"r\",\"pid\":7,\"point\":\"x.y\",\"n\":2}\n")
+                .unwrap();
+            c
+        });
+        // Wait until the connection is queued, then start the short wait.
+        let mut fds = [PollFd::new(listener.inner.as_fd(), PollFlags::POLLIN)];
+        poll(&mut fds, PollTimeout::from(10_000u16)).unwrap();
+        tx.send(()).unwrap();
+        let held = listener.accept_hit(Duration::from_millis(1)).unwrap();
+        assert_eq!((held.hit.point.as_str(), held.hit.n), ("x.y", 2));
+        drop(writer.join().unwrap());
     }
 
     #[test]

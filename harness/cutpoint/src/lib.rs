@@ -40,7 +40,7 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 pub use client::{active, held, hit, hit_io, init};
-pub use harness::{HeldHit, Holding, Listener, Waker, trace_read};
+pub use harness::{HeldHit, Holding, Listener, MESSAGE_WAIT_MS, Waker, trace_read};
 
 /// Path of the unix stream socket the harness listens on.
 pub const ENV_SOCKET: &str = "TURNCUT_CUT_SOCKET";

@@ -221,6 +221,10 @@ fn apply_event(
     stage: usize,
 ) {
     let event = shared.events[stage].clone();
+    if stage > 0 && !hit_alive(shared, &held.hit) {
+        not_applied(shared, stage, held);
+        return;
+    }
     mark_trace(shared, stage);
     shared.act(
         if stage == 0 { "cut.reached" } else { "event.reached" },
@@ -246,6 +250,42 @@ fn apply_event(
     }
     shared.faults_applied.fetch_add(1, Ordering::SeqCst);
     notify(shared);
+}
+
+/// Whether the process that made `hit` is still the one alive (pid and the
+/// start time seen when its hit came in).
+fn hit_alive(shared: &Shared, hit: &cutpoint::Hit) -> bool {
+    let start = shared
+        .pids
+        .lock()
+        .expect("pids")
+        .iter()
+        .rev()
+        .find(|(_, pid, _)| *pid == hit.pid)
+        .and_then(|(_, _, start)| *start);
+    nemesis::alive_same(hit.pid, start)
+}
+
+/// A later event matched a hit whose process an earlier event had killed
+/// meanwhile (a write the dying runner had in flight): it is recorded as
+/// not applied, and the schedule goes back to waiting for that event, so
+/// the next hit of its point — the restarted runner's, as the schedule
+/// means — gets it. One that never comes again leaves the cell `unknown`
+/// (vacuity).
+fn not_applied(shared: &Shared, stage: usize, held: cutpoint::HeldHit) {
+    shared.act(
+        "event.not-applied",
+        json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
+                "why": "its process was gone (an earlier event killed it) before the event was applied" }),
+    );
+    if shared
+        .stage
+        .compare_exchange(stage + 1, stage, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+    {
+        *shared.since.lock().expect("since") = 0;
+    }
+    let _ = held.resume();
 }
 
 /// After a `disk-full` event, the runner's next attempted write fails too
@@ -525,6 +565,8 @@ fn inject_action(
         text: text.to_owned(),
         status,
         body,
+        state_before: None,
+        expect: None,
     };
     shared
         .injected

@@ -67,6 +67,8 @@ pub struct CellEnv {
     pub keep: bool,
     /// Apply a scenario's `recut` (off in a depth-1-only wave).
     pub recut: bool,
+    /// `--stress N`, recorded with the wave.
+    pub stress: usize,
 }
 
 impl CellEnv {
@@ -82,7 +84,16 @@ impl CellEnv {
             scenarios_dir: scenarios_dir.to_owned(),
             keep: false,
             recut: true,
+            stress: 0,
         }
+    }
+}
+
+impl CellEnv {
+    /// Whether the runner is this build's runnerd (`turncut runnerd`), not a
+    /// runner of `--runner-cmd`, which may claim fewer profiles.
+    pub fn runs_runnerd(&self) -> bool {
+        self.runner_cmd == [self.turncut.display().to_string(), "runnerd".to_owned()]
     }
 }
 
@@ -286,11 +297,7 @@ pub fn run_cell_traced(
         spec: Some(spec.clone()),
         fault: spec.fault,
         canary: canary.clone(),
-        expected_state: if spec.cut.is_none() {
-            scenario.expect.final_state.clone()
-        } else {
-            None
-        },
+        expect: scenario.expect.clone(),
         ..Evidence::default()
     };
     let outcome = drive(
@@ -363,6 +370,7 @@ fn judged(env: &CellEnv, spec: &CellSpec, ev: &Evidence, started: Instant) -> Ce
         reproduce: reproduce(env, spec),
         error: ev.harness_error.clone(),
         retried: None,
+        reruns: Vec::new(),
     }
 }
 
@@ -380,6 +388,7 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
             reproduce: reproduce(env, spec),
             error: Some(error.clone()),
             retried: None,
+            reruns: Vec::new(),
         },
         evidence: Evidence {
             harness_error: Some(error),
@@ -453,7 +462,7 @@ fn write_fake_profile(env: &CellEnv, profile: &str, layout: &Layout) -> anyhow::
     ];
     command.extend(extra.iter().map(|a| a.to_string()));
     let profiles = format!(
-        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\n",
+        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\ncredential_fifo = true\n",
         serde_json::to_string(&command)?
     );
     std::fs::write(layout.p("profiles.toml"), profiles)?;
@@ -531,6 +540,37 @@ fn write_real_profile(
     std::fs::write(layout.p("profiles.toml"), profiles)?;
     *shared.real.lock().expect("real") = Some(RealCell { product, model_api });
     Ok(())
+}
+
+/// The command a cell starts its runner with, for a cell directory `dir`
+/// (`dir/state`, `dir/profiles.toml`, `dir/cut.sock`), disarmed and traced
+/// to `trace` if given: what `turncut doctor` starts, so it starts a runner
+/// exactly as a cell does.
+pub fn cell_runner_command(
+    env: &CellEnv,
+    dir: &Path,
+    canary: &str,
+    trace: Option<&Path>,
+) -> Command {
+    let layout = Layout {
+        dir: dir.to_owned(),
+    };
+    runner_command(env, &layout, canary, &[], None, trace)
+}
+
+/// Writes a cell's inputs into `dir`: the scenario's script, the workspace
+/// `dir/ws` and the profiles file in which `profile` runs its fake provider.
+pub fn write_cell_inputs(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    dir: &Path,
+) -> anyhow::Result<()> {
+    let layout = Layout {
+        dir: dir.to_owned(),
+    };
+    write_script(scenario, &layout)?;
+    write_fake_profile(env, profile, &layout)
 }
 
 fn runner_command(

@@ -120,6 +120,8 @@ fn send(
         text: text.to_owned(),
         status,
         body: answer.clone(),
+        state_before: None,
+        expect: None,
     });
     anyhow::ensure!(
         status != 0,
@@ -161,7 +163,18 @@ pub(super) fn run_steps(
                 text,
                 message_id,
                 when,
-            } => follow_up(shared, until, ev, text, message_id, *when)?,
+                expect,
+            } => {
+                let sent = follow_up(shared, until, ev, text, message_id, *when);
+                if let Some(x) = ev
+                    .exchanges
+                    .last_mut()
+                    .filter(|x| x.message_id == *message_id)
+                {
+                    x.expect = *expect;
+                }
+                sent?
+            }
             Step::Await(_) => {
                 wait_task(shared, until, settled)?;
                 shared.act("settled", json!({}));
@@ -183,6 +196,7 @@ fn follow_up(
     message_id: &str,
     when: FollowUpWhen,
 ) -> anyhow::Result<()> {
+    let mut state_before = None;
     match when {
         FollowUpWhen::Now => {}
         FollowUpWhen::TurnActive => {
@@ -197,12 +211,15 @@ fn follow_up(
             }
         }
         FollowUpWhen::Settled => {
-            let _ = wait_task(shared, until, settled);
+            // The state it was sent in: a failed task must refuse it.
+            state_before = wait_task(shared, until, settled)
+                .ok()
+                .and_then(|t| t["state"].as_str().map(str::to_owned));
         }
     }
     let path = format!("/v1/tasks/{TASK_ID}/messages");
     let body = json!({ "message_id": message_id, "text": text });
-    send(
+    let sent = send(
         shared,
         until,
         ev,
@@ -211,7 +228,11 @@ fn follow_up(
         &body,
         message_id,
         text,
-    )?;
+    );
+    if let Some(x) = ev.exchanges.last_mut() {
+        x.state_before = state_before;
+    }
+    sent?;
     if when == FollowUpWhen::TurnActive {
         shared.follow_up_sent.store(true, Ordering::SeqCst);
         notify(shared);

@@ -14,7 +14,9 @@ use harness::scenario;
 use crate::Common;
 
 pub mod crash_round;
+pub mod doctor;
 pub mod explore;
+pub mod lazyfs;
 pub mod list;
 pub mod merge;
 pub mod providers;
@@ -38,7 +40,7 @@ pub fn harness_err(m: impl std::fmt::Display) -> Exit {
 
 /// Writes `text` to stdout; a closed pipe (`turncut list | head -1`) ends
 /// turncut quietly with exit 0 instead of a panic.
-fn emit(text: &str) {
+pub(crate) fn emit(text: &str) {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
@@ -101,6 +103,7 @@ fn env_for(
     };
     let scenarios = scenario::load(dir.as_deref()).map_err(bad)?;
     let mut env = CellEnv::new(exe, &dir.unwrap_or_default());
+    env.stress = common.stress;
     let runner_cmd = match (&common.runner_cmd, recorded) {
         (Some(cmd), _) => Some(cmd.split_whitespace().map(str::to_owned).collect()),
         (None, Some(r)) => r.runner_cmd.clone(),

@@ -55,6 +55,10 @@ pub(super) struct Job<'a> {
     pub max_fail: usize,
     /// Scenario ids that could not run here.
     pub skipped: Vec<harness::model::Skipped>,
+    /// The recovery cuts of the paths the cells walk (stage 2), if any.
+    pub stage2: Option<harness::recuts::Stage2>,
+    /// Planning runs the runner failed, judged like cells.
+    pub judged: Vec<harness::model::CellResult>,
 }
 
 /// Runs the job's cells, writes the reports (with `out`) and prints the
@@ -63,14 +67,22 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
     let started = Instant::now();
     let max_fail = (job.max_fail > 0).then_some(job.max_fail);
     wave::install_interrupt_handler();
-    let finished = wave::run_cells_until(
+    let (finished, _) = harness::recuts::run_stages(
         job.env,
         job.scenarios,
         &job.cells,
         job.jobs,
         max_fail.map(wave::StopAfter::NotPassing),
+        job.stage2,
     );
-    let stopped = wave::stop_reason(job.planned, &finished, max_fail);
+    let mut finished = finished;
+    finished.extend(job.judged.iter().map(|r| wave::Finished {
+        result: r.clone(),
+        evidence: None,
+        timeline: String::new(),
+    }));
+    let planned = (job.planned + job.judged.len()).max(finished.len());
+    let stopped = wave::stop_reason(planned, &finished, max_fail);
     let result = wave::wave_result(
         &wave::WaveMeta {
             wave_id: job.wave_id.clone(),
@@ -82,7 +94,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
         },
         started,
         &finished,
-        job.planned,
+        planned,
         stopped,
     );
     if let Some(out) = job.out {

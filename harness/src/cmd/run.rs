@@ -27,11 +27,17 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
     for s in &skipped {
         eprintln!("skipped {}: {}", s.scenario_id, s.reason);
     }
-    let cells = match skipped.is_empty() {
+    let (cells, judged) = match skipped.is_empty() {
         true => cells_of(&env, &scenarios, s, &profile, &args)?,
-        false => Vec::new(),
+        false => (Vec::new(), Vec::new()),
     };
     let planned = cells.len();
+    // Every cell of the scenario id: its recovery cuts too.
+    let every = args.schedule.is_none() && args.cut.is_none();
+    let stage2 = every.then_some(harness::recuts::Stage2 {
+        wave_seed: RUN_SEED,
+        keep_ppm: None,
+    });
     run_and_report(&Job {
         env: &env,
         scenarios: &scenarios,
@@ -44,6 +50,8 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
         wave_id: format!("run-{scenario_id}"),
         max_fail: args.max_fail,
         skipped,
+        stage2,
+        judged,
     })
 }
 
@@ -55,7 +63,7 @@ fn cells_of(
     s: &scenario::Scenario,
     profile: &str,
     args: &RunArgs,
-) -> Result<Vec<CellSpec>, Exit> {
+) -> Result<(Vec<CellSpec>, Vec<harness::model::CellResult>), Exit> {
     let scenario_id = &args.scenario_id;
     let schedule = args
         .schedule
@@ -75,17 +83,23 @@ fn cells_of(
             )]
         }
         (None, Some(cut), Some(fault)) => one_cut(env, s, profile, scenario_id, cut, fault)?,
-        _ => wave::plan_cells(
-            env,
-            scenarios,
-            std::slice::from_ref(scenario_id),
-            RUN_SEED,
-            false,
-            wave::Reach::default(),
-        )
-        .map_err(plan_err)?,
+        _ => {
+            let p = harness::planner::plan_cells(
+                env,
+                scenarios,
+                std::slice::from_ref(scenario_id),
+                RUN_SEED,
+                false,
+                wave::Reach::default(),
+            )
+            .map_err(plan_err)?;
+            if let Some(s) = p.not_planned.first() {
+                return Err(harness_err(s.reason.clone()));
+            }
+            return Ok((p.cells, p.judged));
+        }
     };
-    Ok(cells)
+    Ok((cells, Vec::new()))
 }
 
 /// The one cell of `--cut` and `--fault`, checked against the boundaries of

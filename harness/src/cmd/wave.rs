@@ -1,52 +1,50 @@
-//! `turncut wave`: plan every cell of the chosen scenarios (sampled,
-//! sharded), run them and write the reports; with `--repeat N`, run them N
-//! times and list the cells whose result differs.
+//! `turncut wave` and `turncut plan`: plan every cell of the chosen
+//! scenarios (sampled) once — or read a plan made elsewhere — run a shard of
+//! it and write the reports; with `--repeat N`, run the cells N times and
+//! list those whose result differs.
 
 use std::path::{Path, PathBuf};
 
-use harness::model::Verdict;
-use harness::{plan, wave};
+use harness::cell::CellEnv;
+use harness::model::{Plan, Verdict};
+use harness::scenario::Scenario;
+use harness::{plan, planner, wave};
 
 use super::reports::{Job, run_and_report};
-use super::{Exit, bad, clock_seed, env_for, matching_ids, plan_err, prepare_out};
-use crate::{Common, WaveArgs};
+use super::{Exit, bad, clock_seed, emit, env_for, matching_ids, plan_err, prepare_out};
+use crate::{Common, PlanArgs, SelectArgs, WaveArgs};
 
-/// `turncut wave`.
+/// `turncut wave`: plans (or reads `--plan`), then runs the plan's cells
+/// (its shard's) and reports.
 pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
-    let (mut env, scenarios) = env_for(exe, common, None)?;
-    let seed = args.seed.unwrap_or_else(clock_seed);
+    let (env, scenarios) = env_for(exe, common, None)?;
     let shard = args
         .shard
         .as_deref()
         .map(plan::parse_shard)
         .transpose()
         .map_err(|e| bad(format!("{e:#}")))?;
-    let only = args.only.as_deref();
-    let ids = matching_ids(&scenarios, only, args.real)?;
-    let (ids, skipped) = wave::split_skipped(ids);
-    for s in &skipped {
-        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
-    }
     if let Some(out) = &args.out {
         prepare_out(out)?;
     }
-    eprintln!("turncut wave (seed {seed}, jobs {})", args.jobs);
-    let reach = args.reach.reach();
-    env.recut = !reach.depth1_only;
-    let cells = if ids.is_empty() {
-        Vec::new()
-    } else {
-        wave::plan_cells(&env, &scenarios, &ids, seed, false, reach).map_err(plan_err)?
+    let plan = match &args.plan {
+        Some(path) => {
+            if args.select.given() {
+                return Err(bad(format!(
+                    "--plan {}: the plan fixes the selection; drop --seed, --budget, --only, --real and the reach options",
+                    path.display()
+                )));
+            }
+            read_plan(path, &scenarios)?
+        }
+        None => make_plan(&env, &scenarios, &args.select)?,
     };
-    let cells = wave::sample_real(cells, only, seed);
-    let cells = plan::sample(cells, args.budget.map(|b| b as usize), seed);
-    // One id for every shard of this wave: the seed and the cells planned
-    // before sharding.
-    let wave_id = wave::wave_id(seed, &cells);
-    let cells = match shard {
-        Some((i, n)) => plan::shard(cells, i, n),
-        None => cells,
-    };
+    eprintln!(
+        "turncut wave {} (seed {}, jobs {})",
+        plan.wave_id, plan.seed, args.jobs
+    );
+    let env = env_of_plan(env, &plan);
+    let (cells, judged) = shard_of_plan(&scenarios, &plan, shard);
     let jobs = args.jobs as usize;
     if args.repeat > 1 {
         let rounds = wave::run_repeated(&env, &scenarios, &cells, jobs, args.repeat);
@@ -54,9 +52,9 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
     }
     let out = args
         .out
-        .unwrap_or_else(|| PathBuf::from("reports/out").join(&wave_id));
+        .unwrap_or_else(|| PathBuf::from("reports/out").join(&plan.wave_id));
     prepare_out(&out)?;
-    eprintln!("wave {wave_id}: {} cells", cells.len());
+    eprintln!("wave {}: {} cells", plan.wave_id, cells.len());
     let planned = cells.len();
     run_and_report(&Job {
         env: &env,
@@ -64,13 +62,172 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
         cells,
         planned,
         jobs,
-        seed,
+        seed: plan.seed,
         shard,
         out: Some(&out),
-        wave_id,
+        wave_id: plan.wave_id.clone(),
         max_fail: args.max_fail,
-        skipped,
+        skipped: if shard.is_none_or(|(i, _)| i == 1) {
+            plan.skipped.clone()
+        } else {
+            Vec::new()
+        },
+        judged,
+        stage2: plan.stage2.map(|s| harness::recuts::Stage2 {
+            wave_seed: plan.seed,
+            keep_ppm: s.keep_ppm,
+        }),
     })
+}
+
+/// The cells and judged planning runs of `shard` of `plan` (all without
+/// one): whole groups of scenario ids ([`planner::shard_of_groups`]); a
+/// judged run of an id with no cells goes to shard 1.
+fn shard_of_plan(
+    scenarios: &[Scenario],
+    plan: &Plan,
+    shard: Option<(u32, u32)>,
+) -> (
+    Vec<harness::model::CellSpec>,
+    Vec<harness::model::CellResult>,
+) {
+    let Some((i, n)) = shard else {
+        return (plan.cells.clone(), plan.judged.clone());
+    };
+    let of = planner::shard_of_groups(scenarios, &plan.cells, n);
+    let mine = |id: &str| of.get(id).map_or(i == 1, |s| *s == i);
+    (
+        plan.cells
+            .iter()
+            .filter(|c| mine(&c.scenario_id))
+            .cloned()
+            .collect(),
+        plan.judged
+            .iter()
+            .filter(|r| mine(&r.spec.scenario_id))
+            .cloned()
+            .collect(),
+    )
+}
+
+/// `turncut plan`: plans a wave and writes the plan.
+pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<i32, Exit> {
+    let (env, scenarios) = env_for(exe, common, None)?;
+    let plan = make_plan(&env, &scenarios, &args.select)?;
+    let text = serde_json::to_string_pretty(&plan).expect("a plan serializes");
+    write_file_atomically(&args.out, text.as_bytes())
+        .map_err(|e| bad(format!("--out {}: {e}", args.out.display())))?;
+    eprintln!(
+        "plan {}: {} cells{}, {} skipped, {} judged planning runs; written to {}",
+        plan.wave_id,
+        plan.cells.len(),
+        if plan.stage2.is_some() {
+            " and stage 2"
+        } else {
+            ""
+        },
+        plan.skipped.len(),
+        plan.judged.len(),
+        args.out.display()
+    );
+    emit(&format!("{}\n", plan.wave_id));
+    Ok(0)
+}
+
+/// Plans the wave of `select` on this machine.
+fn make_plan(env: &CellEnv, scenarios: &[Scenario], select: &SelectArgs) -> Result<Plan, Exit> {
+    let seed = select.seed.unwrap_or_else(clock_seed);
+    let only = select.only.as_deref();
+    let ids = matching_ids(scenarios, only, select.real)?;
+    let (ids, skipped) = wave::split_skipped(ids);
+    for s in &skipped {
+        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
+    }
+    let reach = select.reach.reach();
+    let mut env = env.clone();
+    env.recut = !reach.depth1_only;
+    eprintln!("planning (seed {seed}) …");
+    planner::make_plan(
+        &env,
+        scenarios,
+        &planner::Selection {
+            ids,
+            skipped,
+            seed,
+            budget: select.budget.map(|b| b as usize),
+            only,
+            reach,
+            command_line: select.command_line(seed),
+        },
+    )
+    .map_err(plan_err)
+}
+
+/// Reads a plan, refusing one made from other scenarios or by another
+/// turncut version (its cells would not mean the same).
+fn read_plan(path: &Path, scenarios: &[Scenario]) -> Result<Plan, Exit> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(format!("--plan {}: {e}", path.display())))?;
+    let plan: Plan = serde_json::from_str(&text).map_err(|e| {
+        bad(format!(
+            "--plan {}: not a turncut plan: {e}",
+            path.display()
+        ))
+    })?;
+    if plan.v != harness::model::PLAN_FORMAT_VERSION {
+        return Err(bad(format!(
+            "--plan {}: plan format {} (this turncut reads {})",
+            path.display(),
+            plan.v,
+            harness::model::PLAN_FORMAT_VERSION
+        )));
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    if plan.run.turncut_version != version {
+        return Err(bad(format!(
+            "--plan {}: made by turncut {}, this is {version}; plan again with this turncut",
+            path.display(),
+            plan.run.turncut_version
+        )));
+    }
+    if plan.scenarios_sha256 != planner::scenarios_sha256(scenarios) {
+        return Err(bad(format!(
+            "--plan {}: made from other scenarios than these (pass the same --scenarios, or plan again)",
+            path.display()
+        )));
+    }
+    Ok(plan)
+}
+
+/// The cell environment of a plan: its runner command, arguments and
+/// timeouts (given options still win, as for `replay`).
+fn env_of_plan(mut env: CellEnv, plan: &Plan) -> CellEnv {
+    let r = &plan.run;
+    if let Some(cmd) = &r.runner_cmd {
+        env.runner_cmd = cmd.clone();
+    }
+    if env.runner_extra.is_empty() {
+        env.runner_extra = r.runner_args.clone();
+    }
+    env.idle_timeout_ms = r.idle_timeout_ms;
+    env.hang_idle_timeout_ms = r.hang_idle_timeout_ms;
+    env.wait_ms = r.cell_wait_ms;
+    env.recut = !r.depth1_only;
+    env
+}
+
+/// Writes `bytes` to `path` through a temporary file in its directory.
+fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// Prints what `wave --repeat` found: per round the verdict counts and the

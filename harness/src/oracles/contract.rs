@@ -83,12 +83,49 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
     }
     check_adopted_and_continued(&mut j, e, &recorded);
     check_tool_write_ahead(&mut j, e);
+    if whole {
+        super::acceptance::check_acceptance(&mut j, e);
+    }
+    check_native_final_answers(&mut j, e);
     j.done()
 }
 
-/// A clean run (no fault) ends in the state its scenario expects.
+/// A native turn's final answer (a model output without calls) is recorded
+/// once: a runner that resumed an answered turn by asking the model again
+/// recorded a second one, and a real model may call tools after its final
+/// answer. The model API's own count of requests for the turn shows it too.
+fn check_native_final_answers(j: &mut Judgement, e: &Evidence) {
+    let mut finals: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for ev in e.events_of("model.output") {
+        if ev.pointer("/data/calls").and_then(Value::as_u64) == Some(0)
+            && let Some(row) = ev.pointer("/data/turn_row").and_then(Value::as_i64)
+        {
+            finals
+                .entry(row)
+                .or_default()
+                .push(ev["seq"].as_i64().unwrap_or(0));
+        }
+    }
+    check_model_requests(j, e);
+    for (row, seqs) in finals.into_iter().filter(|(_, s)| s.len() > 1) {
+        j.fail(
+            format!(
+                "native turn {row} recorded its final answer {} times (events {seqs:?}): the model was asked again after a durable final answer",
+                seqs.len()
+            ),
+            seqs.iter().map(|s| format!("events#{s}")),
+        );
+    }
+}
+
+/// A clean cell (nothing cut) shows what its scenario's `[expect]` says:
+/// the final state, the follow-ups consumed and the effects in the ledger.
 fn check_clean_run(j: &mut Judgement, e: &Evidence) {
-    if let (Some(expected), None) = (&e.expected_state, &e.fault)
+    if e.spec.as_ref().is_none_or(|s| s.cut.is_some()) {
+        return;
+    }
+    let x = &e.expect;
+    if let Some(expected) = &x.final_state
         && e.state() != *expected
     {
         j.fail(
@@ -99,6 +136,35 @@ fn check_clean_run(j: &mut Judgement, e: &Evidence) {
             ),
             ["task".to_owned()],
         );
+    }
+    if let Some(n) = x.effects
+        && e.ledger.len() != n
+    {
+        j.fail(
+            format!(
+                "a clean run left {} effect(s) in the ledger, the scenario expects {n}",
+                e.ledger.len()
+            ),
+            ["ledger".to_owned()],
+        );
+    }
+    if let Some(n) = x.follow_ups_consumed {
+        let consumed = e
+            .exchanges
+            .iter()
+            .filter(|x| x.kind == "follow_up" && x.status == 202)
+            .filter(|x| {
+                e.provider_turns.iter().any(|t| {
+                    !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str())
+                })
+            })
+            .count();
+        if consumed != n {
+            j.fail(
+                format!("a clean run consumed {consumed} follow-up(s), the scenario expects {n}"),
+                ["provider-store".to_owned()],
+            );
+        }
     }
 }
 
@@ -347,4 +413,47 @@ fn unrecorded_turn_starts(e: &Evidence) -> Vec<(String, usize, usize)> {
             (n > r).then_some((id, n, r))
         })
         .collect()
+}
+
+/// The model API's own count of requests for a native turn against the run
+/// log's durable model outputs for it: every durable output answered a
+/// request (outputs ≤ requests), and a request is asked again only where
+/// an answer was lost, which takes a fault or a provider the runner
+/// recorded lost (requests ≤ outputs + events applied + losses).
+fn check_model_requests(j: &mut Judgement, e: &Evidence) {
+    let runs = e.runs();
+    for t in &e.provider_turns {
+        let Some(requests) = t.model_requests else {
+            continue;
+        };
+        let rows: HashSet<i64> = runs
+            .iter()
+            .filter(|r| r.conversation_id.as_deref() == Some(t.thread.as_str()))
+            .flat_map(|r| &r.turns)
+            .filter(|v| t.client_id.as_deref() == Some(v.message_id.as_str()))
+            .map(|v| v.turn_row)
+            .collect();
+        let outputs = e
+            .events_of("model.output")
+            .filter(|ev| {
+                ev.pointer("/data/turn_row")
+                    .and_then(Value::as_i64)
+                    .is_some_and(|r| rows.contains(&r))
+            })
+            .count() as u64;
+        // An answer is lost to a fault the harness applied, or to a
+        // provider the runner lost by itself (an idle timeout it recorded).
+        let lost_max = e.events_applied as u64
+            + e.events_of("provider_unresponsive").count() as u64
+            + e.events_of("provider_exited").count() as u64;
+        if outputs > requests || requests > outputs + lost_max {
+            j.fail(
+                format!(
+                    "the model API answered {requests} request(s) for turn {} of {}, the run log holds {outputs} durable output(s), and {lost_max} fault(s) or recorded provider loss(es) could have lost an answer",
+                    t.turn, t.thread
+                ),
+                [format!("provider-turn:{}", t.turn), "events".to_owned()],
+            );
+        }
+    }
 }

@@ -8,20 +8,23 @@
 //! it failing on deliberately broken evidence (`tests.rs`).
 //!
 //! One module per family: `no_replay`, `cause`, `contract`, `retry`,
-//! `no_loss`; the small ones (liveness, secrecy, hygiene, vacuity) and the
+//! `fence`, `no_loss`; the small ones (liveness, secrecy, hygiene, vacuity) and the
 //! `Judgement` they all fill are here.
 
 use crate::evidence::{Evidence, Source};
 use crate::model::{OracleResult, Verdict};
 
+mod acceptance;
 mod cause;
 mod contract;
+mod fence;
 mod no_loss;
 mod no_replay;
 mod retry;
 
 pub use cause::cause_structured;
 pub use contract::contract_oracle;
+pub use fence::fence;
 pub use no_loss::no_loss;
 pub use no_replay::{no_replay_effect, no_replay_turn};
 pub use retry::retry_works;
@@ -33,6 +36,7 @@ pub const ORACLES: &[&str] = &[
     "cause.structured",
     "contract",
     "retry.works",
+    "fence",
     "no-loss",
     "liveness",
     "secrecy",
@@ -48,6 +52,7 @@ pub fn judge(e: &Evidence) -> Vec<OracleResult> {
         cause_structured(e),
         contract_oracle(e),
         retry_works(e),
+        fence(e),
         no_loss(e),
         liveness(e),
         secrecy(e),
@@ -183,7 +188,30 @@ pub fn vacuity(e: &Evidence) -> OracleResult {
             ["actions".to_owned()],
         );
     }
+    if let Some(missed) = event_never_applied(e) {
+        j.unknown = Some(missed);
+    }
     j.done()
+}
+
+/// A later event that matched a hit of a process already gone and never
+/// came again (`cell::events::not_applied`): the schedule ran only in part.
+fn event_never_applied(e: &Evidence) -> Option<String> {
+    let not = e
+        .actions
+        .iter()
+        .filter(|a| a.what == "event.not-applied")
+        .find(|a| {
+            !e.actions.iter().any(|r| {
+                r.what == "event.reached"
+                    && r.at_ms >= a.at_ms
+                    && r.detail["event"] == a.detail["event"]
+            })
+        })?;
+    Some(format!(
+        "event {} ({}) matched a hit of pid {}, which was already gone, and never came again: the schedule was applied only in part",
+        not.detail["event"], not.detail["point"], not.detail["pid"]
+    ))
 }
 
 #[cfg(test)]

@@ -1,13 +1,17 @@
 //! `no-loss`: nothing durable vanishes (the run log, a task the runner
 //! admitted, an accepted follow-up).
 
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
 use super::Judgement;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
 
 /// Nothing durable vanishes: the run log is gapless and keeps everything read
-/// before the fault; every accepted follow-up is consumed exactly once or is
-/// still queued.
+/// before the fault; every accepted message is consumed (by its own turn or
+/// a Retry's) or waits, named by `message.stranded`, for a Retry.
 pub fn no_loss(e: &Evidence) -> OracleResult {
     let mut j =
         Judgement::new("no-loss").needs(e, &[Source::Task, Source::RunLog, Source::ProviderStore]);
@@ -16,6 +20,9 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
     // either the follow-up checks are `unknown` (from `needs`).
     if e.gap(Source::Task).is_none() && e.gap(Source::ProviderStore).is_none() {
         check_follow_ups(&mut j, e);
+    }
+    if e.gap(Source::RunLog).is_none() {
+        check_stranded_at_settle(&mut j, e);
     }
     j.done()
 }
@@ -74,59 +81,124 @@ fn check_run_log(j: &mut Judgement, e: &Evidence) {
     }
 }
 
-/// Every follow-up accepted (or sent without an answer, and so maybe
-/// accepted) is consumed by exactly one provider turn or is still queued in
-/// a task that can still consume it.
+/// Every message accepted (or sent without an answer, and so maybe
+/// accepted) is consumed by a provider turn (its own, or a Retry's that
+/// re-sends it) or still waits, named, in a task a Retry can take: queued,
+/// with a `message.stranded` event that says why. A completed task strands
+/// nothing.
 fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
     let queued: Vec<String> = e.task_view().map(|t| t.queued_messages).unwrap_or_default();
-    // A follow-up with no answer (`info`) may or may not exist; if it
-    // exists, it is held to the same rule as an accepted one.
-    for x in e
-        .exchanges
-        .iter()
-        .filter(|x| x.kind == "follow_up" && matches!(x.status, 202 | 0))
-    {
+    let resends = e.retry_resends();
+    let failed = matches!(e.state().as_str(), "failed" | "needs_human");
+    for x in e.exchanges.iter().filter(|x| {
+        matches!(
+            (x.kind.as_str(), x.status),
+            ("follow_up", 202 | 0) | ("submit", 201)
+        )
+    }) {
         let maybe = x.status == 0;
-        // Consumed means a turn the provider recorded for it.
-        let starts = e
+        let id = x.message_id.as_str();
+        let own = e
             .provider_turns
             .iter()
-            .filter(|t| !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str()))
+            .filter(|t| !t.continuation && t.client_id.as_deref() == Some(id))
             .count();
-        let still_queued = queued.contains(&x.message_id);
-        // A follow-up may wait in the queue of a task that failed closed (a
-        // Retry consumes it); in a completed task it is stranded for good.
-        let accepted = if maybe {
+        // A Retry that re-sends this message's text under its own id
+        // consumes it (`retry.admitted` names it; the text is checked).
+        let by_retry = e.provider_turns.iter().any(|t| {
+            t.client_id
+                .as_deref()
+                .is_some_and(|c| resends.get(c).map(String::as_str) == Some(id))
+        });
+        let still_queued = queued.iter().any(|q| q == id);
+        let named = e
+            .events_of("message.stranded")
+            .any(|ev| ev.pointer("/data/message_id").and_then(|v| v.as_str()) == Some(id));
+        let what = if maybe {
             "sent (no answer came)"
         } else {
             "accepted"
         };
-        if starts == 0 && still_queued && e.state() == "completed" {
-            j.fail(
-                format!(
-                    "follow-up {} was {accepted} and queued but the task completed without consuming it",
-                    x.message_id
+        let at = [format!("exchange:{id}")];
+        if own + usize::from(by_retry) == 0 {
+            // A task still running at the end is liveness's finding.
+            let completed = e.state() == "completed";
+            let problem = match (still_queued, failed, named, maybe) {
+                (true, true, true, _) | (false, _, _, true) => None,
+                (true, true, false, _) => Some(
+                    "it is still queued in a task that failed, and no run-log event names it (message.stranded)",
                 ),
-                [format!("exchange:{}", x.message_id)],
+                (true, false, _, _) if completed => {
+                    Some("the task completed without consuming it (still queued)")
+                }
+                (true, false, _, _) => None,
+                (false, _, _, false) => Some("it was never consumed and is no longer queued"),
+            };
+            if let Some(p) = problem {
+                j.fail(format!("{} {id} was {what} but {p}", x.kind), at.clone());
+            }
+        }
+        if own > 1 {
+            j.fail(
+                format!("{} {id} was {what} and consumed {own} times", x.kind),
+                at,
             );
         }
-        if starts == 0 && !still_queued && !maybe {
-            j.fail(
-                format!(
-                    "follow-up {} was accepted but never consumed and is no longer queued",
-                    x.message_id
-                ),
-                [format!("exchange:{}", x.message_id)],
-            );
+    }
+    check_retry_texts(j, e, &resends);
+}
+
+/// A Retry that says it re-sends message X sent X's text.
+fn check_retry_texts(j: &mut Judgement, e: &Evidence, resends: &BTreeMap<String, String>) {
+    for (retry, message) in resends {
+        let Some(text) = e
+            .exchanges
+            .iter()
+            .find(|x| &x.message_id == message && !x.text.is_empty())
+            .map(|x| x.text.as_str())
+        else {
+            continue;
+        };
+        for s in e.turn_starts() {
+            if s.client_id.as_deref() == Some(retry.as_str()) && s.text != text {
+                j.fail(
+                    format!(
+                        "Retry {retry} says it re-sends {message} but the provider received {:?} under its id (journal:{})",
+                        s.text, s.line
+                    ),
+                    [format!("journal:{}", s.line)],
+                );
+            }
         }
-        if starts > 1 {
-            j.fail(
-                format!(
-                    "follow-up {} was {accepted} and consumed {starts} times",
-                    x.message_id
-                ),
-                [format!("exchange:{}", x.message_id)],
-            );
+    }
+}
+
+/// When a run settles failed, every message it leaves queued is named by a
+/// `message.stranded` event after the settlement (the queue is read from
+/// the run log itself: admitted, minus taken by a primary turn's intent).
+fn check_stranded_at_settle(j: &mut Judgement, e: &Evidence) {
+    let seq = |ev: &Value| ev["seq"].as_i64().unwrap_or(0);
+    let id = |ev: &Value| {
+        ev.pointer("/data/message_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    for settled in e.events_of("run.settled") {
+        let at = seq(settled);
+        if settled.pointer("/data/state") == Some(&Value::from("completed")) {
+            continue;
+        }
+        let queued = e.queued_before(at);
+        for q in queued {
+            let named = e
+                .events_of("message.stranded")
+                .any(|ev| seq(ev) > at && id(ev).as_deref() == Some(q.as_str()));
+            if !named {
+                j.fail(
+                    format!("the run settled failed (events#{at}) leaving message {q} queued, and no message.stranded event names it"),
+                    [format!("events#{at}")],
+                );
+            }
         }
     }
 }

@@ -20,9 +20,66 @@ pub fn no_replay_turn(e: &Evidence) -> OracleResult {
     let mut j =
         Judgement::new("no-replay.turn").needs(e, &[Source::Journal, Source::ProviderStore]);
     check_turn_starts(&mut j, e);
-    check_fence(&mut j, e);
     check_recorded_turns(&mut j, e);
+    check_content_replay(&mut j, e);
     j.done()
+}
+
+/// What a turn or effect under client id `id` stands for: for a Retry,
+/// which re-sends a stored text, that content; any other message stands for
+/// itself (two messages the harness sent with one text are two messages).
+fn stands_for(e: &Evidence, id: &str) -> String {
+    match e.content_of(id).filter(|_| is_retry(e, id)) {
+        Some(text) => format!("text {text:?}"),
+        None => match e
+            .exchanges
+            .iter()
+            .find(|x| x.message_id == id && !x.text.is_empty())
+        {
+            Some(x) => format!("text {:?}", x.text),
+            None => format!("message {id}"),
+        },
+    }
+}
+
+/// Whether `id` is a Retry the harness sent.
+fn is_retry(e: &Evidence, id: &str) -> bool {
+    e.exchanges
+        .iter()
+        .any(|x| x.kind == "retry" && x.message_id == id)
+}
+
+/// A Retry's content reaches the provider at most once per conversation:
+/// a Retry re-sends a message's text under its own id in a fresh
+/// conversation, and that message must not also run there under its own id
+/// (a Retry that re-sent a prompt still queued ran it twice, once as `r1`
+/// and once as `m1`, and every per-id check passed). Two messages the
+/// harness sent with the same text are two messages.
+fn check_content_replay(j: &mut Judgement, e: &Evidence) {
+    let mut by_content: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
+    for t in e.provider_turns.iter().filter(|t| !t.continuation) {
+        if let Some(c) = &t.client_id {
+            by_content
+                .entry((t.thread.as_str(), stands_for(e, c)))
+                .or_default()
+                .push(c);
+        }
+    }
+    for ((thread, content), ids) in by_content {
+        let mut distinct = ids.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        // The same id twice is `check_recorded_turns`' finding.
+        if distinct.len() > 1 && distinct.iter().any(|i| is_retry(e, i)) {
+            j.fail(
+                format!(
+                    "the same message ran {} times in conversation {thread}, as {ids:?}: {content} (provider store)",
+                    ids.len()
+                ),
+                ids.iter().map(|i| format!("provider-turn:{i}")),
+            );
+        }
+    }
 }
 
 /// Every turn start the provider received carries a harness-issued message
@@ -72,33 +129,6 @@ fn check_turn_starts(j: &mut Judgement, e: &Evidence) {
     }
 }
 
-/// The fence: a message the runner refused (409, so definitely not
-/// applied) never reaches a provider, not even as a delivery.
-fn check_fence(j: &mut Judgement, e: &Evidence) {
-    for x in e
-        .exchanges
-        .iter()
-        .filter(|x| x.status == 409 && x.kind != "retry")
-    {
-        let delivered = e
-            .turn_starts()
-            .into_iter()
-            .find(|t| t.client_id.as_deref() == Some(x.message_id.as_str()));
-        if let Some(t) = delivered {
-            j.fail(
-                format!(
-                    "{} {} was refused ({}) but reached the provider (journal:{})",
-                    x.kind, x.message_id, x.body, t.line
-                ),
-                [
-                    format!("exchange:{}", x.message_id),
-                    format!("journal:{}", t.line),
-                ],
-            );
-        }
-    }
-}
-
 /// A message started at most one primary turn and a lost turn got at most
 /// one continuation, in the provider's own record. A turn starts when the
 /// provider records it: a delivery it never recorded (it died first) was
@@ -140,20 +170,33 @@ fn check_recorded_turns(j: &mut Judgement, e: &Evidence) {
     }
 }
 
-/// An effect key runs at most once per authorizing message.
+/// An effect key runs at most once per authorizing message, counted whole:
+/// per the message's content and conversation, so an effect of a message
+/// replayed under another id (a Retry's) in the same conversation counts
+/// as a second run.
 pub fn no_replay_effect(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new("no-replay.effect").needs(e, &[Source::Ledger]);
-    let mut seen: BTreeMap<(String, String), Vec<usize>> = BTreeMap::new();
+    let mut seen: BTreeMap<(String, String, Option<String>), Vec<usize>> = BTreeMap::new();
     for (i, entry) in e.ledger.iter().enumerate() {
-        seen.entry((entry.key.clone(), entry.by.clone()))
+        let who = match &entry.conversation {
+            Some(_) => stands_for(e, &entry.by),
+            None => format!("message {}", entry.by),
+        };
+        seen.entry((entry.key.clone(), who, entry.conversation.clone()))
             .or_default()
             .push(i + 1);
     }
-    for ((key, by), lines) in seen {
-        if lines.len() > 1 {
+    for ((key, who, _), lines) in seen {
+        let by: Vec<&str> = lines.iter().map(|l| e.ledger[l - 1].by.as_str()).collect();
+        let mut distinct = by.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        // Two messages with one text may each run the effect once.
+        let replayed = distinct.len() == 1 || distinct.iter().any(|b| is_retry(e, b));
+        if lines.len() > 1 && replayed {
             j.fail(
                 format!(
-                    "effect {key} ran {} times for message {by} (ledger lines {lines:?})",
+                    "effect {key} ran {} times for {who:?} (by {by:?}; ledger lines {lines:?})",
                     lines.len()
                 ),
                 lines.iter().map(|l| format!("ledger:{l}")),

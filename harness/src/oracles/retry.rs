@@ -1,6 +1,10 @@
 //! `retry.works`: a Retry is admitted with a run that completes in a fresh
 //! conversation after a proven stop, or refused with a listed reason.
 
+use std::collections::HashSet;
+
+use serde_json::Value;
+
 use super::no_replay::CONTINUATION_SUFFIX;
 use super::{Judgement, storage_fault_applied};
 use crate::contract;
@@ -95,6 +99,12 @@ fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchang
             ["events".to_owned()],
         );
     }
+    if let Some(problem) = resent_answered_before_queue(e, &x.message_id) {
+        j.fail(
+            problem,
+            [format!("exchange:{}", x.message_id), "events".to_owned()],
+        );
+    }
     if let Some(problem) = retry_conversation_reused(e, &x.message_id) {
         j.fail(problem, [format!("exchange:{}", x.message_id)]);
     }
@@ -144,4 +154,39 @@ fn faulted_after_retry(e: &Evidence, message_id: &str) -> bool {
     e.actions
         .iter()
         .any(|a| matches!(a.what.as_str(), "cut.reached" | "event.reached") && a.at_ms >= sent)
+}
+
+/// A Retry re-sends the latest message only when that message was not
+/// answered, or nothing else waits: when the run log recorded the
+/// message's last turn completed (a continuation's, say) and messages were
+/// queued, the failure came before the queue's next turn, and re-sending
+/// the answered message does its work twice.
+fn resent_answered_before_queue(e: &Evidence, retry: &str) -> Option<String> {
+    let admitted = e
+        .events_of("retry.admitted")
+        .find(|ev| ev.pointer("/data/message_id").and_then(Value::as_str) == Some(retry))?;
+    let seq = admitted["seq"].as_i64().unwrap_or(0);
+    let resent = admitted.pointer("/data/resends_message")?.as_str()?;
+    let rows: HashSet<i64> = e
+        .runs()
+        .iter()
+        .flat_map(|r| &r.turns)
+        .filter(|t| t.message_id == resent)
+        .map(|t| t.turn_row)
+        .collect();
+    let last_end = e.events.iter().rfind(|ev| {
+        ev["seq"].as_i64().unwrap_or(0) < seq
+            && matches!(ev["kind"].as_str(), Some("turn.finished" | "turn.failed"))
+            && ev
+                .pointer("/data/turn_row")
+                .and_then(Value::as_i64)
+                .is_some_and(|r| rows.contains(&r))
+    })?;
+    let queued = e.queued_before(seq);
+    (last_end["kind"] == "turn.finished" && !queued.is_empty()).then(|| {
+        format!(
+            "Retry {retry} re-sent {resent}, whose last turn the run log recorded completed (events#{}), while {queued:?} waited: it should answer the queue and re-send nothing",
+            last_end["seq"]
+        )
+    })
 }

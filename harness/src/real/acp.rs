@@ -87,6 +87,7 @@ mod tests {
             status: "completed".into(),
             continuation: false,
             authorized_by: id.into(),
+            model_requests: None,
         }
     }
 

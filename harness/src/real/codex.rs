@@ -137,5 +137,6 @@ fn recorded(thread: &str, turn: &Value) -> RecordedTurn {
         status: turn["status"].as_str().unwrap_or("unknown").to_owned(),
         continuation,
         authorized_by,
+        model_requests: None,
     }
 }

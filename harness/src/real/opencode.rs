@@ -165,6 +165,7 @@ fn turn_of(session: &str, user: &Value, messages: &[Value]) -> TurnText {
         status: status.to_owned(),
         continuation: wire::marker::is_continuation(text),
         authorized_by,
+        model_requests: None,
     };
     (turn, text.to_owned())
 }

@@ -57,6 +57,7 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
         wave.shard
             .map(|(i, n)| format!(" · shard {i}/{n}"))
             .unwrap_or_default()
+            + &timing_badge(wave)
     );
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "<p class=\"warn\">Not complete: {}.</p>", html(why));
@@ -397,6 +398,16 @@ fn render_details(out: &mut String, cell: &CellResult, timeline: Option<&String>
     if let Some(why) = &cell.retried {
         let _ = writeln!(out, "<p class=\"muted\">ran twice: {}</p>", html(why));
     }
+    for r in &cell.reruns {
+        let _ = writeln!(
+            out,
+            "<p class=\"badge timing\">timing rerun (idle {} ms, hang idle {} ms, deadline {} ms): {}</p>",
+            r.idle_timeout_ms,
+            r.hang_idle_timeout_ms,
+            r.cell_wait_ms,
+            html(&r.why)
+        );
+    }
 
     render_oracles(out, cell);
     render_outcome(out, &cell.outcome);
@@ -486,4 +497,16 @@ pub(super) fn html(s: &str) -> String {
         }
     }
     out
+}
+
+/// The header's badge of timing reruns (always shown: a rerun is never
+/// quiet, and none is worth saying too).
+fn timing_badge(wave: &WaveResult) -> String {
+    let (rerun, reruns) = super::timing_reruns(&wave.cells);
+    let stress = if wave.run.stress > 0 {
+        format!(" · --stress {}", wave.run.stress)
+    } else {
+        String::new()
+    };
+    format!(" · <span class=\"badge timing\">{reruns} timing reruns ({rerun} cells)</span>{stress}")
 }

@@ -18,6 +18,11 @@ pub fn junit_xml(wave: &WaveResult, timelines: &Timelines) -> Result<String, Rep
         let mut suite = TestSuite::new(scenario);
         suite.add_property(("wave_id", wave.wave_id.as_str()));
         suite.add_property(("seed", wave.seed.to_string().as_str()));
+        let (rerun, reruns) = super::timing_reruns(cells.iter().copied());
+        suite.add_property((
+            "timing_reruns",
+            format!("{reruns} ({rerun} cells)").as_str(),
+        ));
         suite.set_time(Duration::from_millis(
             cells.iter().map(|c| c.duration_ms).sum(),
         ));
@@ -78,6 +83,9 @@ fn junit_case(cell: &CellResult) -> TestCase {
         .set_time(Duration::from_millis(cell.duration_ms));
     case.add_property(("cell_id", cell.spec.cell_id.as_str()));
     case.add_property(("seed", cell.spec.seed.to_string().as_str()));
+    for r in &cell.reruns {
+        case.add_property(("timing_rerun", r.why.as_str()));
+    }
     case
 }
 

@@ -82,6 +82,13 @@ fn facts(wave: &WaveResult, counts: &Counts) -> Vec<String> {
             "{retried} cells ran twice (armed cut not reached at first)"
         ));
     }
+    let (rerun, reruns) = super::timing_reruns(&wave.cells);
+    facts.push(format!(
+        "{rerun} cells ran again for timing ({reruns} reruns with longer timeouts; a provider silent under load that no fault touched)"
+    ));
+    if wave.run.stress > 0 {
+        facts.push(format!("--stress {}", wave.run.stress));
+    }
     let unreached = crate::wave::unreached(&wave.cells);
     if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
         facts.push(format!(

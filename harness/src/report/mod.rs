@@ -196,6 +196,9 @@ pub fn cell_line(cell: &CellResult) -> String {
         cell.spec.name(),
         format_ms(cell.duration_ms)
     );
+    if !cell.reruns.is_empty() {
+        line.push_str(&format!("  [timing rerun ×{}]", cell.reruns.len()));
+    }
     if cell.verdict != Verdict::Pass
         && let Some((label, message)) = reasons(cell).into_iter().next()
     {
@@ -339,4 +342,11 @@ pub(crate) fn format_ms(ms: u64) -> String {
         let s = ms / 1_000;
         format!("{} min {:02} s", s / 60, s % 60)
     }
+}
+
+/// How many cells ran again for timing (`timing`), and the reruns in all.
+pub fn timing_reruns<'a>(cells: impl IntoIterator<Item = &'a CellResult>) -> (usize, usize) {
+    cells.into_iter().fold((0, 0), |(n, all), c| {
+        (n + usize::from(!c.reruns.is_empty()), all + c.reruns.len())
+    })
 }

@@ -263,6 +263,7 @@ mod tests {
             reproduce: String::new(),
             error: None,
             retried: None,
+            reruns: Vec::new(),
         }
     }
 

@@ -61,6 +61,7 @@ fn cell(
         reproduce: format!("turncut replay reports/out/w/{id}"),
         error: None,
         retried: None,
+        reruns: Vec::new(),
     }
 }
 

@@ -1,4 +1,6 @@
-//! Helpers shared by integration tests (`mod common;`).
+//! Helpers shared by integration tests (`mod common;`); a test file uses
+//! some of them.
+#![allow(dead_code)]
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};

@@ -18,4 +18,8 @@ pub struct RecordedTurn {
     pub continuation: bool,
     /// The client message id whose authority its effects run under.
     pub authorized_by: String,
+    /// How many model requests answered it, where the provider is a model
+    /// API that counts them (the native profile's); `None` elsewhere.
+    #[serde(default)]
+    pub model_requests: Option<u64>,
 }

@@ -20,6 +20,34 @@ pub const CREDENTIAL_VARS: &[&str] = &[
     "CODEX_API_KEY",
 ];
 
+/// How long a provider waits for the runner's credential FIFO to be served.
+pub const FIFO_READ_WAIT_MS: u64 = 10_000;
+
+/// The credential as a provider receives it in [`CREDENTIAL_ENV`]: the value
+/// itself, or, when the value is the path of a FIFO (a runner's one-shot
+/// hand-off that keeps the key out of every environment), what the FIFO
+/// holds, read once within [`FIFO_READ_WAIT_MS`]. `None` when there is none,
+/// or the FIFO was gone or never served.
+pub fn receive_credential() -> Option<String> {
+    use std::os::unix::fs::FileTypeExt as _;
+    let value = std::env::var(CREDENTIAL_ENV).ok()?;
+    let path = std::path::PathBuf::from(&value);
+    let is_fifo =
+        path.is_absolute() && std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_fifo());
+    if !is_fifo {
+        return Some(value);
+    }
+    // Opening a FIFO blocks until its writer opens it: read on a thread of
+    // its own, so a runner that gave up never blocks the provider.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(std::fs::read_to_string(&path));
+    });
+    rx.recv_timeout(std::time::Duration::from_millis(FIFO_READ_WAIT_MS))
+        .ok()?
+        .ok()
+}
+
 /// Whether this process's environment holds a credential variable or a value
 /// carrying the canary prefix.
 pub fn environment_has_secret() -> bool {

@@ -23,11 +23,11 @@
 //!   collide with ids answered before the restart. Fresh sessions keep raw ids.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::process::Child;
 
+use super::budget::{Bounds, Pending};
 use super::jsonrpc::{Rpc, is_response_to, result_of};
 use super::{ClientCall, DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
 
@@ -51,9 +51,9 @@ pub struct AcpDriver {
 
 impl AcpDriver {
     /// Takes over a spawned child's stdio (both must be piped).
-    pub fn attach(child: &mut Child, idle: Duration, namespace: &str) -> AcpDriver {
+    pub fn attach(child: &mut Child, bounds: Bounds, namespace: &str) -> AcpDriver {
         AcpDriver {
-            rpc: Rpc::attach(child, idle, "acp", true),
+            rpc: Rpc::attach(child, bounds, "acp", true),
             namespace: namespace.to_owned(),
             restored: false,
             loaded: HashSet::new(),
@@ -145,7 +145,8 @@ impl AcpDriver {
     }
 
     /// `session/prompt` with `_meta.messageId`; returns once the agent echoed
-    /// the user message.
+    /// the user message. The echo is waited for like the answer to a
+    /// request: what arrives before it is held and is no progress.
     pub async fn start_turn(
         &mut self,
         session: &str,
@@ -164,13 +165,14 @@ impl AcpDriver {
             )
             .await?;
         self.active = Some((id, client_id.to_owned()));
+        let mut pending = Pending::new("session/prompt", self.rpc.bounds());
         loop {
-            let msg = self.rpc.receive().await?;
+            let (msg, bytes) = self.rpc.receive_for(&pending).await?;
             if is_response_to(&msg, id) {
                 // The turn ended (or was refused) before it was echoed or
                 // answered: a refusal is an error, an end is read as such.
                 result_of("session/prompt", &msg)?;
-                self.rpc.push(msg);
+                self.rpc.hold(msg, bytes)?;
                 return Ok(client_id.to_owned());
             }
             if user_message_id(&msg) == Some(client_id) {
@@ -181,10 +183,11 @@ impl AcpDriver {
                 // message; its answer's id names the turn in a replay.
                 let turn = turn.unwrap_or(client_id).to_owned();
                 self.active = Some((id, turn.clone()));
-                self.rpc.push(msg);
+                self.rpc.hold(msg, bytes)?;
                 return Ok(turn);
             }
-            self.rpc.push(msg);
+            pending.other();
+            self.rpc.hold(msg, bytes)?;
         }
     }
 

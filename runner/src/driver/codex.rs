@@ -12,11 +12,11 @@
 //! what the provider says and the engine decides.
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::process::Child;
 
+use super::budget::Bounds;
 use super::jsonrpc::Rpc;
 use super::{DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
 
@@ -31,9 +31,9 @@ pub struct CodexDriver {
 
 impl CodexDriver {
     /// Takes over a spawned child's stdio (both must be piped).
-    pub fn attach(child: &mut Child, idle: Duration) -> CodexDriver {
+    pub fn attach(child: &mut Child, bounds: Bounds) -> CodexDriver {
         CodexDriver {
-            rpc: Rpc::attach(child, idle, "codex", false),
+            rpc: Rpc::attach(child, bounds, "codex", false),
             loaded: HashSet::new(),
             fresh: HashSet::new(),
         }

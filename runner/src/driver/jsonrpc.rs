@@ -1,32 +1,44 @@
 //! JSON-RPC over a provider's stdio, shared by the Codex and ACP drivers: one
 //! JSON object per line, requests with increasing integer ids, every wait
-//! bounded by the idle timeout.
+//! bounded (`budget::Bounds`).
 //!
 //! [`Rpc`] sends and receives (each message passing the cut point
 //! `runner.<protocol>.<method|response|error>.sent|received`), matches a
-//! response to its request and queues whatever arrives meanwhile for the
-//! driver's event loop. It knows no method of either protocol: the drivers
-//! build their messages and read their events.
+//! response to its request and holds whatever arrives meanwhile for the
+//! driver's event loop, up to [`HELD_BYTES_MAX`]. A request's wait ends
+//! `idle` after its send unless something arrives that brings its answer
+//! closer (a replayed update of a `session/load`), and never later than the
+//! request timeout: other messages do not keep it alive. It knows no method
+//! of either protocol: the drivers build their messages and read their
+//! events.
 
 use std::collections::VecDeque;
-use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use tokio::io::AsyncWriteExt as _;
 use tokio::process::{Child, ChildStdin};
-use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::DriverError;
+use super::budget::{Bounds, Pending, QueueRx};
 use super::stdio::Line;
+
+/// How many bytes of messages a request's wait may hold for later (for
+/// the event loop, or a `session/load` replay) before the provider is
+/// stopped with `provider_protocol_error`.
+pub const HELD_BYTES_MAX: usize = 64 << 20;
 
 /// The JSON-RPC connection to one provider process.
 pub struct Rpc {
     stdin: ChildStdin,
-    lines: mpsc::UnboundedReceiver<Line>,
-    /// Messages that arrived while a response was awaited, oldest first.
-    queue: VecDeque<Value>,
+    lines: QueueRx<Line>,
+    /// Messages that arrived while a response was awaited, oldest first,
+    /// with their sizes.
+    queue: VecDeque<(Value, usize)>,
+    /// The bytes `queue` holds.
+    held_bytes: usize,
     next_id: i64,
-    idle: Duration,
+    bounds: Bounds,
     exited: bool,
     /// The protocol's name in cut points (`codex`, `acp`).
     protocol: &'static str,
@@ -38,7 +50,7 @@ impl Rpc {
     /// Takes over a spawned child's stdio (both must be piped).
     pub fn attach(
         child: &mut Child,
-        idle: Duration,
+        bounds: Bounds,
         protocol: &'static str,
         versioned: bool,
     ) -> Rpc {
@@ -46,20 +58,27 @@ impl Rpc {
         let stdout = child.stdout.take().expect("provider stdout is piped");
         Rpc {
             stdin,
-            lines: super::stdio::read_lines(stdout),
+            lines: super::stdio::read_lines(stdout, bounds.output_bytes_per_s_max),
             queue: VecDeque::new(),
+            held_bytes: 0,
             next_id: 0,
-            idle,
+            bounds,
             exited: false,
             protocol,
             versioned,
         }
     }
 
+    /// The bounds of this connection.
+    pub fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
+
     /// The error of a provider silent for the idle timeout.
     pub fn idle_err(&self) -> DriverError {
         DriverError::Unresponsive {
-            idle_ms: self.idle.as_millis() as u64,
+            idle_ms: self.bounds.idle.as_millis() as u64,
+            unanswered: None,
         }
     }
 
@@ -71,7 +90,7 @@ impl Rpc {
             self.stdin.write_all(&line).await?;
             self.stdin.flush().await
         };
-        match tokio::time::timeout(self.idle, write).await {
+        match tokio::time::timeout(self.bounds.idle, write).await {
             Ok(Ok(())) => {
                 crate::cut::hit(&format!("runner.{}.{}.sent", self.protocol, kind_slug(msg)));
                 Ok(())
@@ -81,13 +100,31 @@ impl Rpc {
         }
     }
 
-    /// Receives the next message, bounded by the idle timeout.
+    /// Receives the next message, bounded by the idle timeout (in a turn,
+    /// every message is the turn's progress).
     pub async fn receive(&mut self) -> Result<Value, DriverError> {
+        let deadline = Instant::now() + self.bounds.idle;
+        let idle = self.idle_err();
+        self.receive_until(deadline, idle).await.map(|(v, _)| v)
+    }
+
+    /// Receives the next message for the `pending` request, by its deadline.
+    pub async fn receive_for(&mut self, pending: &Pending) -> Result<(Value, usize), DriverError> {
+        self.receive_until(pending.deadline(), pending.expired())
+            .await
+    }
+
+    /// Receives the next message and its size, or `late` at `deadline`.
+    async fn receive_until(
+        &mut self,
+        deadline: Instant,
+        late: DriverError,
+    ) -> Result<(Value, usize), DriverError> {
         if self.exited {
             return Err(DriverError::Exited);
         }
-        match tokio::time::timeout(self.idle, self.lines.recv()).await {
-            Ok(Some(Line::Msg(v))) => {
+        match tokio::time::timeout_at(deadline, self.lines.recv()).await {
+            Ok(Some((Line::Msg(v), bytes))) => {
                 crate::cut::hit(&format!(
                     "runner.{}.{}.received",
                     self.protocol,
@@ -95,31 +132,43 @@ impl Rpc {
                 ));
                 match unaddressed_error(&v) {
                     Some(e) => Err(e),
-                    None => Ok(v),
+                    None => Ok((v, bytes)),
                 }
             }
-            Ok(Some(Line::Malformed(what))) => {
+            Ok(Some((Line::Malformed(what), _))) => {
                 Err(DriverError::Protocol(format!("the provider sent {what}")))
             }
-            Ok(Some(Line::Eof)) | Ok(None) => {
+            Ok(Some((Line::Eof, _))) | Ok(None) => {
                 self.exited = true;
                 Err(DriverError::Exited)
             }
-            Err(_) => Err(self.idle_err()),
+            Err(_) => Err(late),
         }
     }
 
-    /// The oldest queued message, else the next one received.
+    /// The oldest held message, else the next one received.
     pub async fn next(&mut self) -> Result<Value, DriverError> {
         match self.queue.pop_front() {
-            Some(m) => Ok(m),
+            Some((m, bytes)) => {
+                self.held_bytes -= bytes;
+                Ok(m)
+            }
             None => self.receive().await,
         }
     }
 
-    /// Queues a message for [`Rpc::next`].
-    pub fn push(&mut self, msg: Value) {
-        self.queue.push_back(msg);
+    /// Holds a message of `bytes` for [`Rpc::next`]; a provider that makes
+    /// the runner hold more than [`HELD_BYTES_MAX`] is a protocol error.
+    pub fn hold(&mut self, msg: Value, bytes: usize) -> Result<(), DriverError> {
+        self.held_bytes += bytes;
+        self.queue.push_back((msg, bytes));
+        if self.held_bytes > HELD_BYTES_MAX {
+            return Err(DriverError::Protocol(format!(
+                "the provider sent more than {HELD_BYTES_MAX} bytes (held_bytes_max) of messages \
+                 while the runner waited for an answer"
+            )));
+        }
+        Ok(())
     }
 
     /// Sends a request without waiting; returns its id.
@@ -137,10 +186,10 @@ impl Rpc {
         Ok(id)
     }
 
-    /// Sends a request and waits for its result. Messages that arrive
-    /// meanwhile are queued for [`Rpc::next`], except while `replay` is
-    /// given: then `session/update` notifications go there (ACP's
-    /// `session/load`).
+    /// Sends a request and waits for its result (see the module doc for
+    /// how long). Messages that arrive meanwhile are held for
+    /// [`Rpc::next`], except while `replay` is given: then `session/update`
+    /// notifications go there (ACP's `session/load`) and count as progress.
     pub async fn request(
         &mut self,
         method: &str,
@@ -148,16 +197,29 @@ impl Rpc {
         mut replay: Option<&mut Vec<Value>>,
     ) -> Result<Value, DriverError> {
         let id = self.send_request(method, params).await?;
+        let mut pending = Pending::new(method, &self.bounds);
+        let mut replayed_bytes = 0;
         loop {
-            let msg = self.receive().await?;
+            let (msg, bytes) = self.receive_for(&pending).await?;
             if is_response_to(&msg, id) {
                 return result_of(method, &msg);
             }
             match replay.as_deref_mut() {
                 Some(r) if msg.get("method").and_then(Value::as_str) == Some("session/update") => {
+                    replayed_bytes += bytes;
+                    if replayed_bytes > HELD_BYTES_MAX {
+                        return Err(DriverError::Protocol(format!(
+                            "the provider replayed more than {HELD_BYTES_MAX} bytes \
+                             (held_bytes_max) in answer to {method}"
+                        )));
+                    }
                     r.push(msg);
+                    pending.progress();
                 }
-                _ => self.queue.push_back(msg),
+                _ => {
+                    pending.other();
+                    self.hold(msg, bytes)?;
+                }
             }
         }
     }

@@ -14,7 +14,9 @@
 //! the engine holds directly.
 
 pub mod acp;
+pub mod budget;
 pub mod codex;
+mod http;
 pub mod jsonrpc;
 pub mod native;
 pub mod opencode;
@@ -22,12 +24,11 @@ pub mod opencode;
 mod props;
 pub mod stdio;
 
-use std::time::Duration;
-
 use serde_json::Value;
 use tokio::process::Child;
 
 use crate::profiles::DriverKind;
+pub use budget::Bounds;
 
 /// What a driver reports from a turn in progress.
 #[derive(Clone, Debug)]
@@ -170,9 +171,13 @@ pub enum DriverError {
     /// The provider's stdout closed: the process is gone or going.
     #[error("the provider exited")]
     Exited,
-    /// Nothing arrived within the idle timeout.
-    #[error("the provider was silent for {idle_ms} ms")]
-    Unresponsive { idle_ms: u64 },
+    /// Nothing arrived within the idle timeout, or a request was not
+    /// answered by its deadline (`unanswered` says which, and how long).
+    #[error("{}", unresponsive_text(*idle_ms, unanswered.as_deref()))]
+    Unresponsive {
+        idle_ms: u64,
+        unanswered: Option<String>,
+    },
     /// The provider sent something unusable.
     #[error("provider protocol error: {0}")]
     Protocol(String),
@@ -187,6 +192,13 @@ pub enum DriverError {
         code: i64,
         message: String,
     },
+}
+
+fn unresponsive_text(idle_ms: u64, unanswered: Option<&str>) -> String {
+    match unanswered {
+        Some(what) => format!("the provider made no progress for {idle_ms} ms: {what}"),
+        None => format!("the provider was silent for {idle_ms} ms"),
+    }
 }
 
 /// A live provider connection, whatever its protocol.
@@ -217,14 +229,14 @@ impl Driver {
     pub async fn attach(
         kind: DriverKind,
         child: &mut Child,
-        idle: Duration,
+        bounds: Bounds,
         namespace: &str,
     ) -> Result<Driver, DriverError> {
         Ok(match kind {
-            DriverKind::Codex => Driver::Codex(codex::CodexDriver::attach(child, idle)),
-            DriverKind::Acp => Driver::Acp(acp::AcpDriver::attach(child, idle, namespace)),
+            DriverKind::Codex => Driver::Codex(codex::CodexDriver::attach(child, bounds)),
+            DriverKind::Acp => Driver::Acp(acp::AcpDriver::attach(child, bounds, namespace)),
             DriverKind::Opencode => {
-                Driver::OpenCode(opencode::OpenCodeDriver::attach(child, idle).await?)
+                Driver::OpenCode(opencode::OpenCodeDriver::attach(child, bounds).await?)
             }
             DriverKind::Native => {
                 return Err(DriverError::Protocol(

@@ -9,16 +9,21 @@
 //! In cells the API is `fake-provider model-api`, started as the profile's
 //! provider process (so it can be killed and hung like any provider); the
 //! driver reads its `listening on http://…` line like the OpenCode driver.
+//!
+//! A model request has a deadline of its own (`budget::Pending`): `idle`
+//! after it was sent or after the last event of its stream (a comment or a
+//! partial event is no progress), and never past the request timeout. Its
+//! stream is read within the output budget, and the output items it holds
+//! are bounded in bytes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::process::Child;
 
 use super::DriverError;
-use super::opencode::{Sse, find_blank_line, parse_block};
+use super::budget::{Bounds, OutputBudget, Pending};
+use super::http::{BODY_BYTES_MAX, Sse, Stdout, find_blank_line, listen_address, parse_block};
 
 /// Largest SSE event accepted.
 const EVENT_BYTES_MAX: usize = 8 << 20;
@@ -27,8 +32,8 @@ const EVENT_BYTES_MAX: usize = 8 << 20;
 pub struct NativeDriver {
     base: String,
     http: reqwest::Client,
-    idle: Duration,
-    exited: Arc<AtomicBool>,
+    bounds: Bounds,
+    stdout: Arc<Stdout>,
 }
 
 /// One model response: its output items (messages, function calls).
@@ -42,8 +47,9 @@ pub struct ModelOutput {
 
 impl NativeDriver {
     /// Reads the listening address from the child's stdout (taken).
-    pub async fn attach(child: &mut Child, idle: Duration) -> Result<NativeDriver, DriverError> {
-        let (base, exited) = super::opencode::listen_address(child, idle).await?;
+    pub async fn attach(child: &mut Child, bounds: Bounds) -> Result<NativeDriver, DriverError> {
+        let (base, stdout) =
+            listen_address(child, bounds.idle, bounds.output_bytes_per_s_max).await?;
         let http = reqwest::Client::builder()
             .no_proxy()
             .build()
@@ -51,8 +57,8 @@ impl NativeDriver {
         Ok(NativeDriver {
             base,
             http,
-            idle,
-            exited,
+            bounds,
+            stdout,
         })
     }
 
@@ -71,9 +77,7 @@ impl NativeDriver {
         tools: Value,
         metadata: Value,
     ) -> Result<ModelOutput, DriverError> {
-        if self.exited.load(Ordering::SeqCst) {
-            return Err(DriverError::Exited);
-        }
+        self.stdout.check()?;
         let body = json!({
             "model": model,
             "input": input,
@@ -83,30 +87,40 @@ impl NativeDriver {
             "metadata": metadata,
         });
         crate::cut::hit("runner.native.responses.sent");
+        let mut pending = Pending::new("POST /v1/responses", &self.bounds);
         let request = self
             .http
             .post(format!("{}/v1/responses", self.base))
             .header("accept", "text/event-stream")
             .json(&body)
             .send();
-        let response = match tokio::time::timeout(self.idle, request).await {
+        let response = match tokio::time::timeout_at(pending.deadline(), request).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => return Err(DriverError::Exited),
-            Err(_) => return Err(unresponsive(self.idle)),
+            Err(_) => return Err(pending.expired()),
         };
         let status = response.status().as_u16();
         if status != 200 {
-            return Err(self.refused(status, response).await);
+            return Err(self.refused(status, response, &pending).await);
         }
-        self.read_stream(response).await
+        pending.progress();
+        self.read_stream(response, pending).await
     }
 
     /// A non-200 answer as an error, with the API's message when it gives one.
-    async fn refused(&self, status: u16, response: reqwest::Response) -> DriverError {
-        let text = tokio::time::timeout(self.idle, response.text())
+    async fn refused(
+        &self,
+        status: u16,
+        response: reqwest::Response,
+        pending: &Pending,
+    ) -> DriverError {
+        let mut budget = OutputBudget::new(self.bounds.output_bytes_per_s_max);
+        let read = super::http::read_body(response, "POST /v1/responses", &mut budget);
+        let text = tokio::time::timeout_at(pending.deadline(), read)
             .await
             .ok()
             .and_then(Result::ok)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default();
         let message = serde_json::from_str::<Value>(&text)
             .ok()
@@ -124,13 +138,16 @@ impl NativeDriver {
     }
 
     /// Reads the response's SSE stream up to `response.completed`; every
-    /// event passes `runner.native.<type>.received`.
+    /// event passes `runner.native.<type>.received` and is progress of
+    /// `pending`.
     async fn read_stream(
         &self,
         mut response: reqwest::Response,
+        mut pending: Pending,
     ) -> Result<ModelOutput, DriverError> {
+        let mut budget = OutputBudget::new(self.bounds.output_bytes_per_s_max);
         let mut buf: Vec<u8> = Vec::new();
-        let mut done_items: Vec<Value> = Vec::new();
+        let mut items = Items::default();
         loop {
             // An event that ends the buffer's first block, if any.
             if let Some(end) = find_blank_line(&buf) {
@@ -138,6 +155,7 @@ impl NativeDriver {
                 let Some(sse) = parse_block(&block[..end.0]) else {
                     continue;
                 };
+                pending.progress();
                 let event = match sse {
                     Sse::Event(v) => v,
                     Sse::Malformed(what) => {
@@ -145,33 +163,8 @@ impl NativeDriver {
                     }
                     Sse::Eof => return Err(DriverError::Exited),
                 };
-                let kind = event["type"].as_str().unwrap_or_default().to_owned();
-                crate::cut::hit(&format!("runner.native.{}.received", cutpoint::slug(&kind)));
-                match kind.as_str() {
-                    "response.output_item.done" => {
-                        if let Some(item) = event.get("item") {
-                            done_items.push(item.clone());
-                        }
-                    }
-                    "response.completed" => {
-                        let r = &event["response"];
-                        let items = r["output"]
-                            .as_array()
-                            .cloned()
-                            .filter(|o| !o.is_empty())
-                            .unwrap_or(done_items);
-                        return Ok(ModelOutput {
-                            id: r["id"].as_str().unwrap_or_default().to_owned(),
-                            items,
-                        });
-                    }
-                    "response.failed" | "response.incomplete" | "error" => {
-                        return Err(DriverError::Protocol(format!(
-                            "the model API ended the response with {kind}: {}",
-                            event.pointer("/response/error").unwrap_or(&event)
-                        )));
-                    }
-                    _ => {}
+                if let Some(output) = on_event(&event, block.len(), &mut items)? {
+                    return Ok(output);
                 }
                 continue;
             }
@@ -180,19 +173,70 @@ impl NativeDriver {
                     "the model API sent an event longer than the limit".into(),
                 ));
             }
-            match tokio::time::timeout(self.idle, response.chunk()).await {
-                Ok(Ok(Some(chunk))) => buf.extend_from_slice(&chunk),
+            match tokio::time::timeout_at(pending.deadline(), response.chunk()).await {
+                Ok(Ok(Some(chunk))) => {
+                    budget.spend(chunk.len()).map_err(|over| {
+                        DriverError::Protocol(format!("the model API sent {over}"))
+                    })?;
+                    buf.extend_from_slice(&chunk);
+                }
                 // The stream ended before `response.completed`: the provider
                 // died or cut it; the request is re-issued on a new one.
                 Ok(Ok(None)) | Ok(Err(_)) => return Err(DriverError::Exited),
-                Err(_) => return Err(unresponsive(self.idle)),
+                Err(_) => return Err(pending.expired()),
             }
         }
     }
 }
 
-fn unresponsive(idle: Duration) -> DriverError {
-    DriverError::Unresponsive {
-        idle_ms: idle.as_millis() as u64,
+/// The output items of a response stream so far.
+#[derive(Default)]
+struct Items {
+    done: Vec<Value>,
+    /// The bytes of the events they came in.
+    held_bytes: usize,
+}
+
+/// One event of a response stream (of `block_len` bytes): the output once
+/// the response is complete, an error if it failed.
+fn on_event(
+    event: &Value,
+    block_len: usize,
+    items: &mut Items,
+) -> Result<Option<ModelOutput>, DriverError> {
+    let kind = event["type"].as_str().unwrap_or_default();
+    crate::cut::hit(&format!("runner.native.{}.received", cutpoint::slug(kind)));
+    match kind {
+        "response.output_item.done" => {
+            items.held_bytes += block_len;
+            if items.held_bytes > BODY_BYTES_MAX {
+                return Err(DriverError::Protocol(format!(
+                    "the model API sent more than {BODY_BYTES_MAX} bytes of output items"
+                )));
+            }
+            if let Some(item) = event.get("item") {
+                items.done.push(item.clone());
+            }
+        }
+        "response.completed" => {
+            let r = &event["response"];
+            let output = r["output"]
+                .as_array()
+                .cloned()
+                .filter(|o| !o.is_empty())
+                .unwrap_or_else(|| std::mem::take(&mut items.done));
+            return Ok(Some(ModelOutput {
+                id: r["id"].as_str().unwrap_or_default().to_owned(),
+                items: output,
+            }));
+        }
+        "response.failed" | "response.incomplete" | "error" => {
+            return Err(DriverError::Protocol(format!(
+                "the model API ended the response with {kind}: {}",
+                event.pointer("/response/error").unwrap_or(event)
+            )));
+        }
+        _ => {}
     }
+    Ok(None)
 }

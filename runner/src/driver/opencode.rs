@@ -29,22 +29,19 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Child;
-use tokio::sync::mpsc;
 
+use super::budget::{Bounds, OutputBudget, QUEUED_BYTES_MAX, QueueRx, queue, unresponsive};
+use super::http::{Sse, Stdout, find_blank_line, listen_address, parse_block, read_body};
 use super::{DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
 
 /// Longest SSE event accepted from the provider.
 const EVENT_BYTES_MAX: usize = 8 << 20;
-
-/// Longest stdout line read while looking for the listening address.
-pub(super) const LINE_BYTES_MAX: usize = 64 << 10;
 
 /// Suffix of the client id of a continuation turn.
 pub use wire::client_id::OPENCODE_CONTINUATION as CONTINUATION_SUFFIX;
@@ -52,12 +49,6 @@ pub use wire::stores::opencode::{answer_status, turn_status};
 
 /// The last hex value issued by [`OpenCodeDriver::client_id`] in this process.
 static LAST_ISSUED: AtomicU64 = AtomicU64::new(0);
-
-pub(super) enum Sse {
-    Event(Value),
-    Malformed(String),
-    Eof,
-}
 
 struct ActiveTurn {
     session: String,
@@ -68,10 +59,12 @@ struct ActiveTurn {
 pub struct OpenCodeDriver {
     base: String,
     http: reqwest::Client,
-    idle: Duration,
-    /// Set when the provider's stdout hits EOF.
-    exited: Arc<AtomicBool>,
-    events: Option<mpsc::UnboundedReceiver<Sse>>,
+    bounds: Bounds,
+    /// The provider's stdout: closed (it died) or over its budget.
+    stdout: Arc<Stdout>,
+    /// The output budget of the HTTP answers (the event stream has its own).
+    budget: OutputBudget,
+    events: Option<QueueRx<Sse>>,
     events_ended: bool,
     active: Option<ActiveTurn>,
     /// The largest `msg_<16 hex>` value seen from the provider.
@@ -84,8 +77,9 @@ pub struct OpenCodeDriver {
 
 impl OpenCodeDriver {
     /// Reads the listening address from the child's stdout (taken) and connects.
-    pub async fn attach(child: &mut Child, idle: Duration) -> Result<OpenCodeDriver, DriverError> {
-        let (base, exited) = listen_address(child, idle).await?;
+    pub async fn attach(child: &mut Child, bounds: Bounds) -> Result<OpenCodeDriver, DriverError> {
+        let (base, stdout) =
+            listen_address(child, bounds.idle, bounds.output_bytes_per_s_max).await?;
         let http = reqwest::Client::builder()
             .no_proxy()
             .build()
@@ -93,8 +87,9 @@ impl OpenCodeDriver {
         Ok(OpenCodeDriver {
             base,
             http,
-            idle,
-            exited,
+            bounds,
+            stdout,
+            budget: OutputBudget::new(bounds.output_bytes_per_s_max),
             events: None,
             events_ended: false,
             active: None,
@@ -322,7 +317,9 @@ impl OpenCodeDriver {
         Ok(list)
     }
 
-    /// One HTTP exchange, bounded by the idle timeout: `(status, JSON body or None)`.
+    /// One HTTP exchange, bounded by the idle timeout (a deadline of its
+    /// own: nothing the provider sends extends it), its body by
+    /// `http::BODY_BYTES_MAX` and the output budget: `(status, JSON body or None)`.
     /// Cut points: `runner.opencode.<slug>.sent` just before the request is written and
     /// `runner.opencode.<slug>.received` once the whole response is in.
     async fn call(
@@ -332,25 +329,25 @@ impl OpenCodeDriver {
         path: &str,
         body: Option<Value>,
     ) -> Result<(u16, Option<Value>), DriverError> {
-        if self.exited.load(Ordering::SeqCst) {
-            return Err(DriverError::Exited);
-        }
+        self.stdout.check()?;
         let mut request = self.http.request(method, format!("{}{path}", self.base));
         if let Some(b) = &body {
             request = request.json(b);
         }
         crate::cut::hit(&format!("runner.opencode.{slug}.sent"));
+        let (budget, idle) = (&mut self.budget, self.bounds.idle);
         let exchange = async {
-            let response = request.send().await?;
+            let response = request.send().await.map_err(|e| match e.is_timeout() {
+                true => unresponsive(idle),
+                false => DriverError::Exited,
+            })?;
             let status = response.status().as_u16();
-            let bytes = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, bytes))
+            let bytes = read_body(response, path, budget).await?;
+            Ok::<_, DriverError>((status, bytes))
         };
-        let (status, bytes) = match tokio::time::timeout(self.idle, exchange).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) if e.is_timeout() => return Err(unresponsive(self.idle)),
-            Ok(Err(_)) => return Err(DriverError::Exited),
-            Err(_) => return Err(unresponsive(self.idle)),
+        let (status, bytes) = match tokio::time::timeout(idle, exchange).await {
+            Ok(r) => r?,
+            Err(_) => return Err(unresponsive(idle)),
         };
         let body = if bytes.iter().all(u8::is_ascii_whitespace) {
             None
@@ -372,10 +369,10 @@ impl OpenCodeDriver {
             .get(format!("{}/event", self.base))
             .header("accept", "text/event-stream")
             .send();
-        let mut response = match tokio::time::timeout(self.idle, request).await {
+        let mut response = match tokio::time::timeout(self.bounds.idle, request).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => return Err(DriverError::Exited),
-            Err(_) => return Err(unresponsive(self.idle)),
+            Err(_) => return Err(unresponsive(self.bounds.idle)),
         };
         if response.status() != 200 {
             return Err(DriverError::Protocol(format!(
@@ -384,7 +381,10 @@ impl OpenCodeDriver {
             )));
         }
         crate::cut::hit("runner.opencode.event.received");
-        let (tx, rx) = mpsc::unbounded_channel();
+        // A queue bounded in bytes: while the engine does not read, the
+        // stream is not read either and the provider's writes block.
+        let (tx, rx) = queue(QUEUED_BYTES_MAX);
+        let mut budget = OutputBudget::new(self.bounds.output_bytes_per_s_max);
         tokio::spawn(async move {
             let mut buf: Vec<u8> = Vec::new();
             loop {
@@ -392,21 +392,26 @@ impl OpenCodeDriver {
                     Ok(Some(c)) => c,
                     Ok(None) | Err(_) => break,
                 };
+                if let Err(over) = budget.spend(chunk.len()) {
+                    let _ = tx.send(Sse::Malformed(over), 0).await;
+                    return;
+                }
                 buf.extend_from_slice(&chunk);
                 while let Some(end) = find_blank_line(&buf) {
                     let block: Vec<u8> = buf.drain(..end.1).collect();
                     if let Some(sse) = parse_block(&block[..end.0])
-                        && tx.send(sse).is_err()
+                        && !tx.send(sse, block.len()).await
                     {
                         return;
                     }
                 }
                 if buf.len() > EVENT_BYTES_MAX {
-                    let _ = tx.send(Sse::Malformed("an event longer than the limit".into()));
+                    let what = "an event longer than the limit".into();
+                    let _ = tx.send(Sse::Malformed(what), 0).await;
                     return;
                 }
             }
-            let _ = tx.send(Sse::Eof);
+            let _ = tx.send(Sse::Eof, 0).await;
         });
         self.events = Some(rx);
         self.events_ended = false;
@@ -423,16 +428,16 @@ impl OpenCodeDriver {
                 "the event stream is not open; call initialize".into(),
             ));
         };
-        let event = match tokio::time::timeout(self.idle, events.recv()).await {
-            Ok(Some(Sse::Event(v))) => v,
-            Ok(Some(Sse::Malformed(what))) => {
+        let event = match tokio::time::timeout(self.bounds.idle, events.recv()).await {
+            Ok(Some((Sse::Event(v), _))) => v,
+            Ok(Some((Sse::Malformed(what), _))) => {
                 return Err(DriverError::Protocol(format!("the provider sent {what}")));
             }
-            Ok(Some(Sse::Eof)) | Ok(None) => {
+            Ok(Some((Sse::Eof, _))) | Ok(None) => {
                 self.events_ended = true;
                 return Err(DriverError::Exited);
             }
-            Err(_) => return Err(unresponsive(self.idle)),
+            Err(_) => return Err(unresponsive(self.bounds.idle)),
         };
         let kind = event["type"].as_str().unwrap_or_default();
         crate::cut::hit(&format!(
@@ -449,110 +454,6 @@ impl OpenCodeDriver {
         }
         Ok(event)
     }
-}
-
-/// Reads the `… listening on http://ADDR` line from a spawned HTTP provider's
-/// stdout (taken), bounded by `idle`, then drains the rest on a task; the
-/// flag turns true when stdout hits EOF (the process died). Shared by the
-/// OpenCode and native drivers.
-pub(super) async fn listen_address(
-    child: &mut Child,
-    idle: Duration,
-) -> Result<(String, Arc<AtomicBool>), DriverError> {
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| DriverError::Protocol("the provider's stdout is not piped".into()))?;
-    let mut reader = BufReader::new(stdout);
-    let base = tokio::time::timeout(idle, async {
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            let n = read_line_bounded(&mut reader, &mut line)
-                .await
-                .map_err(|_| DriverError::Exited)?;
-            if n == 0 {
-                return Err(DriverError::Exited);
-            }
-            let text = String::from_utf8_lossy(&line);
-            if let Some(at) = text.find("listening on http://") {
-                let url = text[at + "listening on ".len()..].trim();
-                return Ok(url.trim_end_matches('/').to_owned());
-            }
-        }
-    })
-    .await
-    .map_err(|_| unresponsive(idle))??;
-    let exited = Arc::new(AtomicBool::new(false));
-    let flag = Arc::clone(&exited);
-    tokio::spawn(async move {
-        // Drain stdout so the provider never blocks on a full pipe; EOF means it died.
-        let mut sink = tokio::io::sink();
-        let _ = tokio::io::copy(&mut reader, &mut sink).await;
-        flag.store(true, Ordering::SeqCst);
-    });
-    Ok((base, exited))
-}
-
-/// Reads one line of at most [`LINE_BYTES_MAX`] bytes (the rest of a longer line is
-/// dropped); returns the bytes consumed, 0 at EOF.
-pub(super) async fn read_line_bounded<R: tokio::io::AsyncBufRead + Unpin>(
-    reader: &mut R,
-    line: &mut Vec<u8>,
-) -> std::io::Result<usize> {
-    let mut consumed = 0;
-    loop {
-        let buf = reader.fill_buf().await?;
-        if buf.is_empty() {
-            return Ok(consumed);
-        }
-        let (chunk, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (&buf[..=i], true),
-            None => (buf, false),
-        };
-        let room = LINE_BYTES_MAX.saturating_sub(line.len());
-        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        let n = chunk.len();
-        reader.consume(n);
-        consumed += n;
-        if done {
-            return Ok(consumed);
-        }
-    }
-}
-
-/// The end of the first event block: (end of its text, end including the blank line).
-pub(super) fn find_blank_line(buf: &[u8]) -> Option<(usize, usize)> {
-    let lf = buf
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .map(|i| (i, i + 2));
-    let crlf = buf
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .map(|i| (i, i + 4));
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(if a.0 <= b.0 { a } else { b }),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The JSON of an SSE block's `data:` lines; `None` for a block without data (a comment).
-pub(super) fn parse_block(block: &[u8]) -> Option<Sse> {
-    let text = String::from_utf8_lossy(block);
-    let data: Vec<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .map(|d| d.strip_prefix(' ').unwrap_or(d))
-        .collect();
-    if data.is_empty() {
-        return None;
-    }
-    Some(match serde_json::from_str::<Value>(&data.join("\n")) {
-        Ok(v) if v.is_object() && v["type"].is_string() => Sse::Event(v),
-        Ok(_) => Sse::Malformed("an event without a `type`".into()),
-        Err(e) => Sse::Malformed(format!("an event that is not JSON ({e})")),
-    })
 }
 
 /// The hex value of a `msg_<16 hex>…` id.
@@ -590,12 +491,6 @@ fn summarize_tool(part: &Value) -> Value {
         "tool": part["tool"],
         "status": part["state"]["status"],
     })
-}
-
-fn unresponsive(idle: Duration) -> DriverError {
-    DriverError::Unresponsive {
-        idle_ms: idle.as_millis() as u64,
-    }
 }
 
 fn rpc(what: &str, status: u16, body: Option<Value>) -> DriverError {

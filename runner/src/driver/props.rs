@@ -15,7 +15,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-use super::opencode::{Sse, find_blank_line, parse_block, read_line_bounded};
+use super::http::{Sse, find_blank_line, parse_block, read_line_bounded};
 use super::stdio::{LINE_BYTES_MAX, Line, read_lines};
 use crate::native::checkpoint::Checkpoint;
 
@@ -97,9 +97,9 @@ fn runtime() -> tokio::runtime::Runtime {
 /// Every line the stdio reader produces from `bytes`, up to its `Eof`.
 fn read_all(bytes: Vec<u8>) -> Vec<Line> {
     runtime().block_on(async move {
-        let mut rx = read_lines(std::io::Cursor::new(bytes));
+        let mut rx = read_lines(std::io::Cursor::new(bytes), u64::MAX);
         let mut lines = Vec::new();
-        while let Some(line) = rx.recv().await {
+        while let Some((line, _)) = rx.recv().await {
             let eof = matches!(line, Line::Eof);
             lines.push(line);
             if eof {
@@ -130,7 +130,7 @@ const IDLE: Duration = Duration::from_millis(200);
 /// The Codex driver through a whole turn against `bytes`.
 async fn drive_codex(bytes: Vec<u8>) {
     let (_file, mut child) = printing_process(&bytes);
-    let mut d = super::codex::CodexDriver::attach(&mut child, IDLE);
+    let mut d = super::codex::CodexDriver::attach(&mut child, super::Bounds::with_idle(IDLE));
     let _ = d.initialize().await;
     let _ = d.open_conversation("/tmp").await;
     let _ = d.resume_conversation("thr_1", "/tmp").await;
@@ -148,7 +148,7 @@ async fn drive_codex(bytes: Vec<u8>) {
 /// The ACP driver through a whole turn against `bytes`.
 async fn drive_acp(bytes: Vec<u8>) {
     let (_file, mut child) = printing_process(&bytes);
-    let mut d = super::acp::AcpDriver::attach(&mut child, IDLE, "1");
+    let mut d = super::acp::AcpDriver::attach(&mut child, super::Bounds::with_idle(IDLE), "1");
     let _ = d.initialize().await;
     let _ = d.open_conversation("/tmp").await;
     let _ = d.resume_conversation("s1", "/tmp").await;
@@ -223,7 +223,7 @@ proptest! {
                     }
                 }
             });
-            prop_assert!(lines.iter().all(|l| l.len() <= super::opencode::LINE_BYTES_MAX));
+            prop_assert!(lines.iter().all(|l| l.len() <= super::http::LINE_BYTES_MAX));
         }
     }
 

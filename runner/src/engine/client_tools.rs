@@ -319,9 +319,13 @@ fn start_terminal(
     cwd: Option<String>,
     scrub: &[&str],
 ) -> Result<tools::ToolProcess, String> {
-    let dir = match cwd.as_deref() {
-        Some(c) => ws.resolve(c)?,
-        None => ws.root().to_path_buf(),
+    // The working directory is opened beneath the workspace and handed over
+    // as runnerd's descriptor of it (kept open until the spawn is done), so
+    // nothing can swap a link in between.
+    let opened = cwd.as_deref().map(|c| ws.open_dir(c)).transpose()?;
+    let dir = match &opened {
+        Some(fd) => crate::workspace::fd_path(fd),
+        None => ws.dir_path(),
     };
     let scrubbed = |s: &str| scrub.iter().any(|x| !x.is_empty() && s.contains(x));
     let mut vars = tools::owned(tools::tool_env(ws, scrub, |n| std::env::var(n).ok()));

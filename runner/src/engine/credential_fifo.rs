@@ -4,7 +4,14 @@
 //! `{file:{env:VAR}}`). The profile's `credential_env` then names the
 //! FIFO's path instead of holding the key: the key is neither in the
 //! provider's environment, which its tool shells inherit whole, nor on any
-//! disk (a FIFO's data lives in the kernel).
+//! disk (a FIFO's data lives in the kernel). The FIFO, in a 0700 directory
+//! of its own under the state directory (`credentials/<marker>`), is removed
+//! once served; what a killed runner left there is removed by the next one
+//! ([`sweep`], under the state directory's lock).
+//!
+//! The built-in profiles (the fakes) take their key this way too, so that
+//! no sibling of a provider (an ACP terminal, a native `Bash`, both children
+//! of runnerd with its uid) finds it in the provider's `/proc/PID/environ`.
 //!
 //! The FIFO is served `credential_reads` times (the profile's count: `opencode
 //! serve` reads its key once, `opencode acp` twice, at start and at
@@ -12,24 +19,42 @@
 //! reader opens it, every process that holds it open (but the runner) must
 //! be the provider, else nothing is written, the FIFO is removed and no one
 //! reads it again. A tool shell inherits the FIFO's path but is another
-//! process, so it gets nothing. Then the FIFO is removed.
+//! process, so it gets nothing. Between two reads the serving thread waits
+//! until the reader has closed the FIFO, so that one read never gets the key
+//! twice nor a second key lands in a pipe about to be discarded.
 //!
-//! A provider that dies before its reads leaves the serving thread blocked
-//! until [`Served`] is dropped with the provider's handle: the drop opens
-//! the FIFO itself to wake the thread, which then writes nothing.
+//! The serving thread waits for each reader at most [`READER_WAIT_MS`], and
+//! stops as soon as [`Served`] is dropped with the provider's handle: a
+//! provider that dies first, or never reads its key, leaves nothing behind;
+//! nothing of the key is written anywhere.
 
 use std::io::Write as _;
 use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, mpsc};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::Secret;
 
+/// How long the FIFO waits for its provider to open it (each read).
+pub const READER_WAIT_MS: u64 = 60_000;
+
 /// How long a reader may wait for the runner to learn the provider's pid
 /// (it sets it right after the spawn returns).
-const PID_WAIT: Duration = Duration::from_secs(10);
+const PID_WAIT_MS: u64 = 10_000;
+
+/// The directory of the state directory `state` that holds the FIFOs.
+fn base(state: &Path) -> PathBuf {
+    state.join("credentials")
+}
+
+/// Removes every FIFO an earlier runner left in `state` (its provider died
+/// or it was killed before the key was read); only one runner holds a state
+/// directory, so none of them is being served.
+pub fn sweep(state: &Path) {
+    let _ = std::fs::remove_dir_all(base(state));
+}
 
 /// A FIFO being served to one provider process.
 pub struct Served {
@@ -49,23 +74,30 @@ impl Served {
 }
 
 impl Drop for Served {
-    /// Stops serving: a thread still waiting for a reader is woken by a
-    /// reader of our own, to whom it writes nothing.
+    /// Stops serving: a thread waiting for a reader sees it within its
+    /// polling interval and writes nothing.
     fn drop(&mut self) {
         self.closed.store(true, Ordering::SeqCst);
         let _ = self.pid_set.try_send(());
-        let _ = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-            .open(&self.path);
     }
 }
 
-/// Creates a private directory under the system's temporary directory
-/// holding a FIFO, and serves `secret` through it `reads` times on a thread
-/// of its own.
-pub fn serve(secret: &Secret, marker: &str, reads: u32) -> std::io::Result<Served> {
-    let dir = std::env::temp_dir().join(format!("runnerd-{marker}"));
+/// What the serving thread shares with [`Served`].
+struct Shared {
+    pid: Arc<AtomicI32>,
+    pid_known: mpsc::Receiver<()>,
+    closed: Arc<AtomicBool>,
+}
+
+/// Creates a private directory under the state directory `state` holding a
+/// FIFO, and serves `secret` through it `reads` times on a thread of its
+/// own.
+pub fn serve(state: &Path, secret: &Secret, marker: &str, reads: u32) -> std::io::Result<Served> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(base(state))?;
+    let dir = base(state).join(marker);
     std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
     let path = dir.join("credential");
     nix::unistd::mkfifo(
@@ -77,11 +109,16 @@ pub fn serve(secret: &Secret, marker: &str, reads: u32) -> std::io::Result<Serve
     let pid = Arc::new(AtomicI32::new(0));
     let closed = Arc::new(AtomicBool::new(false));
     let (pid_set, pid_known) = mpsc::sync_channel(1);
-    let (fifo, served, p, c) = (path.clone(), dir, pid.clone(), closed.clone());
+    let shared = Shared {
+        pid: pid.clone(),
+        pid_known,
+        closed: closed.clone(),
+    };
+    let (fifo, served) = (path.clone(), dir);
     std::thread::Builder::new()
         .name("credential-fifo".to_owned())
         .spawn(move || {
-            serve_reads(&fifo, key.as_bytes(), reads, &p, &pid_known, &c);
+            serve_reads(&fifo, key.as_bytes(), reads, &shared);
             remove(&fifo, &served);
         })?;
     Ok(Served {
@@ -94,24 +131,21 @@ pub fn serve(secret: &Secret, marker: &str, reads: u32) -> std::io::Result<Serve
 
 /// Serves `key` through `fifo` up to `reads` times, each to the provider's
 /// own process only.
-fn serve_reads(
-    fifo: &Path,
-    key: &[u8],
-    reads: u32,
-    pid: &AtomicI32,
-    pid_known: &mpsc::Receiver<()>,
-    closed: &AtomicBool,
-) {
-    for _ in 0..reads {
-        // Blocks until a reader opens the FIFO.
-        let Ok(mut w) = std::fs::OpenOptions::new().write(true).open(fifo) else {
+fn serve_reads(fifo: &Path, key: &[u8], reads: u32, shared: &Shared) {
+    for read in 0..reads {
+        if read > 0 && !wait_released(fifo, &shared.closed) {
+            return;
+        }
+        let Some(mut w) = open_when_read(fifo, &shared.closed) else {
             return;
         };
-        if pid.load(Ordering::SeqCst) == 0 {
-            let _ = pid_known.recv_timeout(PID_WAIT);
+        if shared.pid.load(Ordering::SeqCst) == 0 {
+            let _ = shared
+                .pid_known
+                .recv_timeout(Duration::from_millis(PID_WAIT_MS));
         }
-        let provider = pid.load(Ordering::SeqCst);
-        if closed.load(Ordering::SeqCst) || provider == 0 {
+        let provider = shared.pid.load(Ordering::SeqCst);
+        if shared.closed.load(Ordering::SeqCst) || provider == 0 {
             return;
         }
         let holders = holders_of(fifo);
@@ -122,8 +156,56 @@ fn serve_reads(
             );
             return;
         }
+        // A key is far below a pipe's capacity: one non-blocking write.
         let _ = w.write_all(key);
     }
+}
+
+/// Polls with a growing delay (at most 50 ms) until `done` says yes, or
+/// `closed` is set, or [`READER_WAIT_MS`] has passed; what `done` gave.
+fn poll<T>(closed: &AtomicBool, mut done: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + Duration::from_millis(READER_WAIT_MS);
+    let mut delay = Duration::from_millis(1);
+    loop {
+        if closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        if let Some(v) = done() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// The FIFO opened for writing once a reader has it open (a non-blocking
+/// open fails with `ENXIO` until then); `None` if the serving ends first.
+fn open_when_read(fifo: &Path, closed: &AtomicBool) -> Option<std::fs::File> {
+    let mut failed = false;
+    let opened = poll(closed, || {
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo);
+        match opened {
+            Ok(w) => Some(Some(w)),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => None,
+            Err(_) => {
+                failed = true;
+                Some(None)
+            }
+        }
+    });
+    opened.flatten().filter(|_| !failed)
+}
+
+/// Waits until no process holds `fifo` open (the last reader has closed
+/// it); whether it did before the serving ended.
+fn wait_released(fifo: &Path, closed: &AtomicBool) -> bool {
+    poll(closed, || holders_of(fifo).is_empty().then_some(())).is_some()
 }
 
 /// Every process but this one that holds `fifo` open.
@@ -189,7 +271,9 @@ mod tests {
 
     #[test]
     fn the_fifo_gives_the_key_to_its_provider_as_often_as_asked_then_is_gone() {
-        let served = serve(&Secret::new("k-123".to_owned()), "spawn-test-fifo", 2).unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-123".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo", 2).unwrap();
         use std::os::unix::fs::FileTypeExt as _;
         assert!(
             std::fs::metadata(&served.path)
@@ -206,7 +290,9 @@ mod tests {
 
     #[test]
     fn a_reader_other_than_the_provider_gets_nothing_and_ends_the_serving() {
-        let served = serve(&Secret::new("k-456".to_owned()), "spawn-test-fifo2", 2).unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-456".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo2", 2).unwrap();
         // Another process reads (a tool shell of the provider, say).
         let stranger = reader(&served.path, 1);
         served.provider(stranger.id() as i32 + 1_000_000);
@@ -217,7 +303,9 @@ mod tests {
 
     #[test]
     fn dropping_the_handle_ends_a_wait_for_a_reader() {
-        let served = serve(&Secret::new("k-789".to_owned()), "spawn-test-fifo3", 1).unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-789".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo3", 1).unwrap();
         let path = served.path.clone();
         drop(served);
         wait_removed(&path);

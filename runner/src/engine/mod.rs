@@ -63,8 +63,9 @@ pub struct EngineOptions {
     pub state_dir: PathBuf,
     /// The owner epoch of this runner process.
     pub epoch: i64,
-    /// A provider silent this long during a request or a turn is killed.
-    pub idle: Duration,
+    /// The bounds of every provider connection: idle and request timeouts,
+    /// output bytes per second.
+    pub bounds: crate::driver::Bounds,
     /// How long a provider gets after SIGTERM before SIGKILL.
     pub term_grace: Duration,
     /// How long to wait for death after SIGKILL.
@@ -137,8 +138,10 @@ fn driver_err(e: DriverError) -> StepError {
 }
 
 impl Engine {
-    /// Creates the engine.
+    /// Creates the engine (its runner holds the state directory's lock, so
+    /// what an earlier runner left of its credential FIFOs is removed).
     pub fn new(store: Store, opts: EngineOptions) -> Arc<Engine> {
+        credential_fifo::sweep(&opts.state_dir);
         Arc::new(Engine {
             store,
             opts,

@@ -60,6 +60,12 @@ impl Engine {
         };
         let mut cp = self.checkpoint(&nt, text).await?;
         if text.is_none() {
+            // The model's durable last answer made no calls: the turn was
+            // answered before the cut, and asking again would get a second
+            // final answer (SEEDED BUG native-reasks-final: it asks).
+            if cp.answered() && !crate::seeded::native_reasks_final() {
+                return self.native_completed(&nt).await;
+            }
             self.recover_calls(&nt, &mut cp).await?;
         }
         let ws = Workspace::new(&snap.task.workspace).map_err(|e| {

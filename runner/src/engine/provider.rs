@@ -51,12 +51,12 @@ impl Link {
     async fn attach(
         kind: DriverKind,
         child: &mut tokio::process::Child,
-        idle: std::time::Duration,
+        bounds: driver::Bounds,
         namespace: &str,
     ) -> Result<Link, DriverError> {
         Ok(match kind {
-            DriverKind::Native => Link::Native(NativeDriver::attach(child, idle).await?),
-            kind => Link::Agent(Driver::attach(kind, child, idle, namespace).await?),
+            DriverKind::Native => Link::Native(NativeDriver::attach(child, bounds).await?),
+            kind => Link::Agent(Driver::attach(kind, child, bounds, namespace).await?),
         })
     }
 
@@ -183,6 +183,7 @@ impl Engine {
             signals: Vec::new(),
             group_gone: true,
             marked: None,
+            contained: None,
         };
         let proof = serde_json::to_value(&proof).expect("proofs serialize");
         let (tid, rid, row) = (task_id.to_owned(), p.run_id.clone(), p.proc_row);
@@ -203,17 +204,7 @@ impl Engine {
         profile: &Profile,
     ) -> Result<Spawned, StepError> {
         let task_id = &snap.task.task_id;
-        let provider_dir = self
-            .opts
-            .state_dir
-            .join("providers")
-            .join(sanitize(task_id));
-        std::fs::create_dir_all(&provider_dir).map_err(|e| {
-            StepError::Fail(Cause::new(
-                CauseCode::ProviderStartFailed,
-                format!("failed to create {}: {e}", provider_dir.display()),
-            ))
-        })?;
+        let provider_dir = self.provider_dir(task_id)?;
         let argv = crate::profiles::expand(
             &profile.command,
             &provider_dir,
@@ -229,12 +220,15 @@ impl Engine {
             .await?;
         let (mut cmd, credential) =
             self.provider_command(&argv, &marker, &snap.task.workspace, profile);
-        let (mut child, identity) = supervisor::spawn_provider(&mut cmd).map_err(|e| {
-            StepError::Fail(Cause::new(
-                CauseCode::ProviderStartFailed,
-                format!("failed to start {}: {e}", argv[0]),
-            ))
-        })?;
+        let group = container(&marker)?;
+        let (mut child, identity) =
+            supervisor::spawn_provider(&mut cmd, group.as_ref()).map_err(|e| {
+                StepError::Fail(Cause::new(
+                    CauseCode::ProviderStartFailed,
+                    format!("failed to start {}: {e}", argv[0]),
+                ))
+            })?;
+        drop(group);
         if let Some(served) = &credential {
             served.provider(identity.pid);
         }
@@ -265,6 +259,23 @@ impl Engine {
         }
     }
 
+    /// The task's provider directory (`providers/<task>` in the state
+    /// directory), created durably, as the provider's own store inside it: a
+    /// power loss must not take the provider's record of the turns away with
+    /// the name.
+    fn provider_dir(&self, task_id: &str) -> Result<std::path::PathBuf, StepError> {
+        let dir = (self.opts.state_dir)
+            .join("providers")
+            .join(sanitize(task_id));
+        crate::workspace::create_dir_all_durably(&dir, 0o777).map_err(|e| {
+            StepError::Fail(Cause::new(
+                CauseCode::ProviderStartFailed,
+                format!("failed to create {}: {e}", dir.display()),
+            ))
+        })?;
+        Ok(dir)
+    }
+
     /// The provider's command line, with its spawn marker and role in the
     /// environment and the credential, in the task workspace when it exists;
     /// and the credential FIFO it is served through, if its profile has one.
@@ -290,7 +301,13 @@ impl Engine {
         let mut served = None;
         match &self.opts.credential {
             Some(secret) if profile.credential_fifo => {
-                match super::credential_fifo::serve(secret, marker, profile.credential_reads) {
+                let fifo = super::credential_fifo::serve(
+                    &self.opts.state_dir,
+                    secret,
+                    marker,
+                    profile.credential_reads,
+                );
+                match fifo {
                     Ok(fifo) => {
                         cmd.env(&profile.credential_env, &fifo.path);
                         served = Some(fifo);
@@ -346,7 +363,7 @@ impl Engine {
         let attached = Link::attach(
             profile.driver,
             &mut child,
-            self.opts.idle,
+            self.opts.bounds,
             &proc_row.to_string(),
         )
         .await;
@@ -457,6 +474,18 @@ impl Engine {
     /// quarantine the task.
     async fn sweep_spawn(&self, task_id: &str, spawn: &SpawnIntent) -> Result<(), StepError> {
         let sweep = supervisor::sweep_marker(&spawn.marker, self.opts.kill_grace).await;
+        let contained = match supervisor::containment::get() {
+            Some(c) => Some(c.empty(&spawn.marker, self.opts.kill_grace).await),
+            None => None,
+        };
+        if contained.as_ref().is_some_and(|c| !c.gone) {
+            return Err(StepError::Fail(Cause::new(
+                CauseCode::CleanupQuarantined,
+                "the container of a provider spawned before its identity was recorded \
+                 could not be proven empty"
+                    .to_owned(),
+            )));
+        }
         if !sweep.gone {
             return Err(StepError::Fail(Cause::new(
                 CauseCode::CleanupQuarantined,
@@ -467,7 +496,10 @@ impl Engine {
                 ),
             )));
         }
-        let proof = serde_json::to_value(&sweep).expect("sweeps serialize");
+        let mut proof = serde_json::to_value(&sweep).expect("sweeps serialize");
+        if let Some(c) = contained {
+            proof["contained"] = serde_json::to_value(&c).expect("proofs serialize");
+        }
         let (tid, rid, row) = (task_id.to_owned(), spawn.run_id.clone(), spawn.spawn_row);
         self.write("provider_stop", move |db| {
             db.record_spawn_swept(&tid, &rid, row, proof)
@@ -514,6 +546,24 @@ impl Engine {
             ))),
         }
     }
+}
+
+/// The control group of the provider spawned with `marker`, named by the
+/// durable marker and made before the provider exists (`None` where
+/// runnerd's container is the subreaper).
+fn container(marker: &str) -> Result<Option<std::os::fd::OwnedFd>, StepError> {
+    let Some(containment) = supervisor::containment::get() else {
+        return Ok(None);
+    };
+    containment.prepare(marker).map_err(|e| {
+        StepError::Fail(Cause::new(
+            CauseCode::ProviderStartFailed,
+            format!(
+                "failed to make the provider's container ({}): {e}",
+                containment.mechanism()
+            ),
+        ))
+    })
 }
 
 /// A failure to reach a new provider: a lost one is recovered like any

@@ -72,6 +72,15 @@ impl Engine {
         });
         let admitted = self.admit(task_id, message_id, proof).await?;
         crate::cut::persisted("retry_admitted");
+        #[cfg(feature = "seeded-bugs")]
+        if let RetryOutcome::Admitted { run_id } = &admitted
+            && crate::seeded::retry_current_in_second_write()
+        {
+            let (tid, rid) = (task_id.to_owned(), run_id.clone());
+            self.store
+                .call(move |db| db.retry_current(&tid, &rid))
+                .await?;
+        }
         if let RetryOutcome::Admitted { .. } = admitted {
             self.wake(task_id);
         }

@@ -69,10 +69,20 @@ impl Engine {
             }
         };
         let state = TurnState::of(turn);
-        let found = driver
+        // SEEDED BUG lookup-error-as-absent: a lookup that failed reads as
+        // "no such turn", and that reading is trusted after the provider is
+        // replaced (`seeded::absent_marked`): the turn is sent again.
+        let trusted_absent = crate::seeded::absent_marked(&self.store, turn.turn_row).await;
+        let found = match driver
             .lookup_turn(conversation, &TurnState::lookup(turn))
             .await
-            .map_err(driver_err)?;
+        {
+            _ if trusted_absent => None,
+            Err(e) if crate::seeded::lookup_error_as_absent() => {
+                return self.seeded_absent(snap, run, turn, e).await;
+            }
+            other => other.map_err(driver_err)?,
+        };
         let unfinished = match state {
             TurnState::Accepted { .. } => {
                 let (tid, row) = (task_id.clone(), turn.turn_row);
@@ -93,6 +103,36 @@ impl Engine {
         let decision = recovery::classify(state, provider, pending);
         self.carry_out(snap, run, conversation, turn, decision, l)
             .await
+    }
+
+    /// The seeded bug `lookup-error-as-absent`: a lookup that failed is
+    /// recorded as the provider having no such turn, and the provider is
+    /// replaced; the next recovery trusts the mark and sends the turn.
+    async fn seeded_absent(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        turn: &TurnRow,
+        err: crate::driver::DriverError,
+    ) -> Result<(), StepError> {
+        let (tid, rid) = (snap.task.task_id.clone(), run.run_id.clone());
+        let data = json!({
+            "message_id": turn.message_id,
+            "turn_row": turn.turn_row,
+            "lookup_failed": err.to_string(),
+            "action": "start the turn for the first time",
+        });
+        self.write("turn_absent", move |db| {
+            db.append(
+                "turn_absent",
+                &tid,
+                Some(&rid),
+                "turn.absent_at_provider",
+                data,
+            )
+        })
+        .await?;
+        Err(StepError::Lost(err))
     }
 
     /// Carries out a [`Recovery`] of `turn`.
@@ -349,17 +389,34 @@ impl Engine {
             .start_turn(conversation, text, &turn.client_id)
             .await
             .map_err(driver_err)?;
+        if crate::seeded::accept_at_turn_end() {
+            // SEEDED BUG accept-at-turn-end: the acceptance waits for the
+            // turn's end (`turn_ended`); its output is acted on meanwhile.
+            return Ok(provider_turn);
+        }
+        self.accept(task_id, run, turn.turn_row, &provider_turn)
+            .await?;
+        Ok(provider_turn)
+    }
+
+    /// Records the provider's acceptance of turn `row` as `provider_turn`.
+    async fn accept(
+        &self,
+        task_id: &str,
+        run: &Run,
+        row: i64,
+        provider_turn: &str,
+    ) -> Result<(), StepError> {
         let (tid, rid, row, pt) = (
             task_id.to_owned(),
             run.run_id.clone(),
-            turn.turn_row,
-            provider_turn.clone(),
+            row,
+            provider_turn.to_owned(),
         );
         self.write("turn_accepted", move |db| {
             db.turn_accepted(&tid, &rid, row, &pt)
         })
-        .await?;
-        Ok(provider_turn)
+        .await
     }
 
     /// Answers a provider request with the profile's decision: the request
@@ -436,6 +493,9 @@ impl Engine {
         status: String,
     ) -> Result<(), StepError> {
         let ended = status.parse().unwrap_or(TurnStatus::Failed);
+        if crate::seeded::accept_at_turn_end() {
+            self.accept(&snap.task.task_id, run, row, &turn_id).await?;
+        }
         let (tid, rid) = (snap.task.task_id.clone(), run.run_id.clone());
         let data = json!({ "provider_turn_id": turn_id, "status": status });
         self.write("turn_completed", move |db| {

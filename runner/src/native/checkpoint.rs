@@ -168,6 +168,12 @@ impl Checkpoint {
         n
     }
 
+    /// Whether the model's latest recorded answer made no calls: the turn's
+    /// final answer is in the history, and the turn is finished.
+    pub fn answered(&self) -> bool {
+        self.model_calls > 0 && self.pending_calls.is_empty()
+    }
+
     /// Whether every pending call has an outcome the model can be given.
     pub fn is_settled(&self) -> bool {
         self.first_unsettled().is_none()

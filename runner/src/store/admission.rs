@@ -31,6 +31,46 @@ pub enum FollowUpOutcome {
     UnknownTask,
 }
 
+/// What a Retry delivers: the message it re-sends under its own id (kind
+/// `Retry`, with that message's text), or nothing of its own (kind
+/// `RetryResume`) so that the Retry run answers the queue; either way the
+/// queued messages follow, in admission order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetryDelivery {
+    /// `Retry` or `RetryResume`.
+    pub kind: MessageKind,
+    /// The text the Retry sends (empty for `RetryResume`).
+    pub text: String,
+    /// The message whose text it re-sends: a Retry consumes it.
+    pub resends: Option<String>,
+    /// The queued messages the Retry run answers after it.
+    pub queued: Vec<String>,
+}
+
+/// The rows of an admitted Retry: its message (kind and text, see
+/// [`RetryDelivery`]) and its run, owned by `epoch`, created `now`.
+fn insert_retry(
+    tx: &rusqlite::Transaction<'_>,
+    task_id: &str,
+    message_id: &str,
+    run_id: &str,
+    (kind, text): (MessageKind, &str),
+    (epoch, now): (i64, i64),
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
+         VALUES (?1, ?2, ?3, ?4,
+            (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?5)",
+        params![task_id, message_id, kind, text, now],
+    )?;
+    tx.execute(
+        "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
+         VALUES (?1, ?2, 'retry', ?3, 'running', ?4, ?5)",
+        params![run_id, task_id, message_id, epoch, now],
+    )?;
+    Ok(())
+}
+
 /// What [`Db::retry_gate`] decided.
 enum RetryGate {
     /// The task failed closed: the Retry may be admitted.
@@ -125,7 +165,11 @@ impl Db {
                 "message {message_id} exists with other content"
             )));
         }
-        if matches!(task.state, TaskState::Failed | TaskState::NeedsHuman) {
+        // SEEDED BUG fence-reopens-failed: only a task that needs a human is
+        // fenced; a follow-up reopens a failed task like a completed one.
+        let reopens_failed =
+            task.state == TaskState::Failed && crate::seeded::fence_reopens_failed();
+        if matches!(task.state, TaskState::Failed | TaskState::NeedsHuman) && !reopens_failed {
             return self.refuse_fenced(task_id, task.current_run.as_deref(), message_id);
         }
         let now = now_ms();
@@ -133,7 +177,7 @@ impl Db {
             Some(r) => self.run(r)?.and_then(|r| r.conversation_id),
             None => None,
         };
-        let reopen = task.state == TaskState::Completed;
+        let reopen = task.state == TaskState::Completed || reopens_failed;
         let run_for_event = if reopen {
             Some(new_run_id)
         } else {
@@ -197,7 +241,7 @@ impl Db {
 
     /// Admits a Retry run after the stop proof: records
     /// `stopped_conversation_verified`, the Retry message (what it re-sends
-    /// under the Retry's id, see [`Db::retry_message`]) and a fresh run.
+    /// under the Retry's id, see [`Db::retry_delivery`]) and a fresh run.
     pub fn admit_retry(
         &mut self,
         task_id: &str,
@@ -210,7 +254,7 @@ impl Db {
             RetryGate::Open(task) => task,
             RetryGate::Answered(answer) => return Ok(answer),
         };
-        let (kind, text) = self.retry_message(task_id)?;
+        let delivery = self.retry_delivery(task_id)?;
         let now = now_ms();
         // SEEDED BUG retry-reuses-conversation: the Retry run is created like
         // a follow-up's, with the previous run's conversation.
@@ -226,8 +270,11 @@ impl Db {
         // again records one proof, not two.
         let admitted = serde_json::json!({
             "message_id": message_id, "run_id": run_id, "previous_run": task.current_run,
-            "resends": kind == MessageKind::Retry,
+            "resends": delivery.resends.is_some(),
+            "resends_message": delivery.resends,
+            "delivers": delivery.queued,
         });
+        let (kind, text) = (delivery.kind, delivery.text);
         self.events_in(
             "retry_admitted",
             task_id,
@@ -240,17 +287,7 @@ impl Db {
                 (Some(run_id), "retry.admitted", admitted),
             ],
             |tx| {
-                tx.execute(
-                    "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
-                     VALUES (?1, ?2, ?3, ?4,
-                        (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?5)",
-                    params![task_id, message_id, kind, text, now],
-                )?;
-                tx.execute(
-                    "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
-                     VALUES (?1, ?2, 'retry', ?3, 'running', ?4, ?5)",
-                    params![run_id, task_id, message_id, epoch, now],
-                )?;
+                insert_retry(tx, task_id, message_id, run_id, (kind, &text), (epoch, now))?;
                 #[cfg(feature = "seeded-bugs")]
                 if let Some(conversation) = &reused {
                     tx.execute(
@@ -258,6 +295,32 @@ impl Db {
                         params![run_id, conversation],
                     )?;
                 }
+                // SEEDED BUG retry-current-in-second-write: the Retry run
+                // becomes the task's current run in a write of its own
+                // (`Db::retry_current`, after `runner.retry_admitted.persisted`).
+                if !crate::seeded::retry_current_in_second_write() {
+                    tx.execute(
+                        "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
+                        params![task_id, run_id],
+                    )?;
+                }
+                Ok(())
+            },
+        )?;
+        Ok(Ok(run_id.to_owned()))
+    }
+
+    /// The second write of the seeded bug `retry-current-in-second-write`:
+    /// the admitted Retry run becomes the task's current run.
+    #[cfg(feature = "seeded-bugs")]
+    pub fn retry_current(&mut self, task_id: &str, run_id: &str) -> Result<(), StoreError> {
+        self.event_in(
+            "retry_current",
+            task_id,
+            Some(run_id),
+            "retry.current",
+            serde_json::json!({ "run_id": run_id }),
+            |tx| {
                 tx.execute(
                     "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
                     params![task_id, run_id],
@@ -265,7 +328,7 @@ impl Db {
                 Ok(())
             },
         )?;
-        Ok(Ok(run_id.to_owned()))
+        Ok(())
     }
 
     /// Whether Retry `message_id` may be admitted: the same Retry again
@@ -301,9 +364,7 @@ impl Db {
         )?)
     }
 
-    /// What a Retry sends: `(Retry, text)` re-sends `text` under the Retry's
-    /// id, `(RetryResume, "")` sends nothing of its own and lets the Retry run
-    /// answer the queue.
+    /// What a Retry of the task would deliver now (see [`RetryDelivery`]).
     ///
     /// The latest primary turn's message is re-sent when that message was
     /// not answered (its last turn did not complete: the execution was cut or
@@ -314,39 +375,72 @@ impl Db {
     /// twice, and re-sending the queued one under the Retry's id as well as
     /// its own would send it twice. With nothing queued, the latest message is
     /// re-sent.
-    fn retry_message(&self, task_id: &str) -> Result<(MessageKind, String), StoreError> {
-        let latest: Option<(String, String)> = self
-            .conn
-            .query_row(
-                "SELECT m.text,
-                        (SELECT l.status FROM turns l
-                          WHERE l.task_id = t.task_id AND l.message_id = t.message_id
-                          ORDER BY l.turn_row DESC LIMIT 1)
-                 FROM turns t JOIN messages m
-                   ON m.task_id = t.task_id AND m.message_id = t.message_id
-                 WHERE t.task_id = ?1 AND t.kind = 'primary'
-                 ORDER BY t.turn_row DESC LIMIT 1",
+    pub fn retry_delivery(&self, task_id: &str) -> Result<RetryDelivery, StoreError> {
+        let latest = self.latest_primary(task_id)?;
+        let queued: Vec<String> = self
+            .queue(task_id)?
+            .into_iter()
+            .map(|m| m.message_id)
+            .collect();
+        let resend = |(id, text): (String, String)| RetryDelivery {
+            kind: MessageKind::Retry,
+            text,
+            resends: Some(id),
+            queued: queued.clone(),
+        };
+        // SEEDED BUG retry-resends-queued: a queued message does not stop
+        // the re-send, so a prompt no turn ever took runs under the Retry's
+        // id and again under its own.
+        let queue_first = !queued.is_empty() && !crate::seeded::retry_resends_queued();
+        Ok(match latest {
+            Some((id, text, status)) if status != TurnStatus::Completed => resend((id, text)),
+            _ if queue_first => RetryDelivery {
+                kind: MessageKind::RetryResume,
+                text: String::new(),
+                resends: None,
+                queued,
+            },
+            Some((id, text, _)) => resend((id, text)),
+            None => resend(self.conn.query_row(
+                "SELECT message_id, text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
                 params![task_id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
+            )?),
+        })
+    }
+
+    /// The latest primary turn's message: its id, text and the status of
+    /// that message's last turn (a continuation's, when it had one).
+    fn latest_primary(
+        &self,
+        task_id: &str,
+    ) -> Result<Option<(String, String, TurnStatus)>, StoreError> {
+        // SEEDED BUG retry-decides-by-primary-turn: "was it answered?" is
+        // read from the primary turn, so a message whose lost turn was
+        // continued to completion counts as unanswered and is re-sent.
+        let last_turn = if crate::seeded::retry_decides_by_primary_turn() {
+            "t.status"
+        } else {
+            "(SELECT l.status FROM turns l
+               WHERE l.task_id = t.task_id AND l.message_id = t.message_id
+               ORDER BY l.turn_row DESC LIMIT 1)"
+        };
+        let latest: Option<(String, String, String)> = self
+            .conn
+            .query_row(
+                &format!(
+                    "SELECT m.message_id, m.text, {last_turn}
+                     FROM turns t JOIN messages m
+                       ON m.task_id = t.task_id AND m.message_id = t.message_id
+                     WHERE t.task_id = ?1 AND t.kind = 'primary'
+                     ORDER BY t.turn_row DESC LIMIT 1"
+                ),
+                params![task_id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
             .optional()?;
-        let latest = latest
-            .map(|(text, status)| Ok::<_, StoreError>((text, status.parse::<TurnStatus>()?)))
-            .transpose()?;
-        match latest {
-            Some((text, status)) if status != TurnStatus::Completed => {
-                Ok((MessageKind::Retry, text))
-            }
-            _ if !self.queue(task_id)?.is_empty() => Ok((MessageKind::RetryResume, String::new())),
-            Some((text, _)) => Ok((MessageKind::Retry, text)),
-            None => Ok((
-                MessageKind::Retry,
-                self.conn.query_row(
-                    "SELECT text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
-                    params![task_id],
-                    |r| r.get(0),
-                )?,
-            )),
-        }
+        latest
+            .map(|(id, text, status)| Ok((id, text, status.parse::<TurnStatus>()?)))
+            .transpose()
     }
 }

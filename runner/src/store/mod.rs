@@ -32,7 +32,7 @@
 //! (native checkpoints) and `kinds` (the closed sets of the text columns).
 
 use std::collections::HashMap;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
@@ -50,7 +50,7 @@ mod tasks;
 mod tools;
 mod turns;
 
-pub use admission::{Admission, FollowUpOutcome};
+pub use admission::{Admission, FollowUpOutcome, RetryDelivery};
 pub use events::Event;
 pub use kinds::{
     MessageKind, RequestStatus, RunKind, RunStatus, ToolCallStatus, TurnKind, TurnStatus,
@@ -133,14 +133,10 @@ impl Store {
     /// Opens (creating) the store in `dir` (mode 0700; files 0600) and bumps
     /// the owner epoch. Returns the store and the new epoch.
     pub fn open(dir: &Path) -> Result<(Store, i64), StoreError> {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(io_err(format!(
-                "failed to create state dir {}",
-                dir.display()
-            )))?;
+        crate::workspace::create_dir_all_durably(dir, 0o700).map_err(io_err(format!(
+            "failed to create state dir {}",
+            dir.display()
+        )))?;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .map_err(io_err(format!("failed to restrict {}", dir.display())))?;
         let path = dir.join("runner.sqlite3");

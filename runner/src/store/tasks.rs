@@ -208,24 +208,39 @@ impl Db {
             RunStatus::Failed
         };
         let cause_text = cause_json(&cause);
-        self.event_in(
-            "run_settled",
-            task_id,
+        let mut events = vec![(
             Some(run_id),
             "run.settled",
             serde_json::json!({ "state": state, "cause": cause }),
-            |tx| {
-                tx.execute(
-                    "UPDATE runs SET status = ?2, cause = ?3 WHERE run_id = ?1",
-                    params![run_id, run_status, cause_text],
-                )?;
-                tx.execute(
-                    "UPDATE tasks SET state = ?2, cause = ?3 WHERE task_id = ?1",
-                    params![task_id, state.as_str(), cause_text],
-                )?;
-                Ok(())
-            },
-        )?;
+        )];
+        // A run that settles failed leaves its queue for a Retry: each message
+        // still waiting is named, with the run's cause, so no accepted message
+        // is left without a word of why (SEEDED BUG strand-silently: none is).
+        if state != TaskState::Completed && !crate::seeded::strand_silently() {
+            let code = cause.as_ref().map(|c| c.code.as_str());
+            for m in self.queue(task_id)? {
+                events.push((
+                    Some(run_id),
+                    crate::causes::ContractEvent::MessageStranded.as_str(),
+                    serde_json::json!({
+                        "message_id": m.message_id,
+                        "cause": code,
+                        "waits_for": "retry",
+                    }),
+                ));
+            }
+        }
+        self.events_in("run_settled", task_id, events, |tx| {
+            tx.execute(
+                "UPDATE runs SET status = ?2, cause = ?3 WHERE run_id = ?1",
+                params![run_id, run_status, cause_text],
+            )?;
+            tx.execute(
+                "UPDATE tasks SET state = ?2, cause = ?3 WHERE task_id = ?1",
+                params![task_id, state.as_str(), cause_text],
+            )?;
+            Ok(())
+        })?;
         Ok(())
     }
 }

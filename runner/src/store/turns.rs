@@ -263,6 +263,23 @@ impl Db {
     }
 }
 
+/// The read of the seeded bug `lookup-error-as-absent`.
+#[cfg(feature = "seeded-bugs")]
+impl Db {
+    /// Whether a failed lookup of turn `turn_row` was recorded as "absent"
+    /// (a `turn.absent_at_provider` event with `lookup_failed`).
+    pub fn seeded_absent_marked(&self, turn_row: i64) -> Result<bool, StoreError> {
+        let n: i64 = self.conn.query_row(
+            "SELECT count(*) FROM events WHERE kind = 'turn.absent_at_provider'
+             AND json_extract(data, '$.turn_row') = ?1
+             AND json_extract(data, '$.lookup_failed') IS NOT NULL",
+            params![turn_row],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::store::{Store, TurnKind, TurnStatus};

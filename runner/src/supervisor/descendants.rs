@@ -126,7 +126,9 @@ impl Tree {
 /// descendants are read before it is signalled and killed once it is proven
 /// gone (they may have left its group, its session and its environment);
 /// the spawn marker catches what keeps the environment after the ancestry is
-/// lost. A descendant that survives SIGKILL makes the stop unprovable.
+/// lost, and the provider's container (found by the marker) what hid from
+/// both. A descendant that survives SIGKILL, or a container that cannot be
+/// proven empty, makes the stop unprovable.
 pub async fn stop(
     id: &ProcessIdentity,
     child: Option<&mut tokio::process::Child>,
@@ -135,7 +137,7 @@ pub async fn stop(
     kill_grace: Duration,
 ) -> (StopOutcome, TreeOutcome) {
     let tree = Tree::snapshot(id);
-    let outcome = super::stop_marked(id, child, marker, term_grace, kill_grace).await;
+    let mut outcome = super::stop_marked(id, child, marker, term_grace, kill_grace).await;
     let swept = match &outcome {
         StopOutcome::Stopped(_) => tree.kill(kill_grace).await,
         _ => TreeOutcome {
@@ -144,6 +146,28 @@ pub async fn stop(
             survivors: Vec::new(),
         },
     };
+    // Last, the container: whatever hid from the group, the ancestry and
+    // the marker is still in it.
+    if let (StopOutcome::Stopped(proof), Some(marker), Some(containment)) =
+        (&mut outcome, marker, super::containment::get())
+    {
+        let contained = containment.empty(marker, kill_grace).await;
+        let gone = contained.gone;
+        proof.contained = Some(contained);
+        if !gone {
+            let reason = format!(
+                "its container ({}) could not be proven empty",
+                containment.mechanism()
+            );
+            return (
+                StopOutcome::Unprovable {
+                    identity: *id,
+                    reason,
+                },
+                swept,
+            );
+        }
+    }
     if !swept.survivors.is_empty() {
         let reason = format!(
             "processes {:?} the provider started survived SIGKILL",
@@ -191,7 +215,7 @@ mod tests {
         let mut cmd = tokio::process::Command::new("sh");
         cmd.args(["-c", "setsid sleep 30 & echo $!; exec sleep 30"])
             .stdout(Stdio::piped());
-        let (mut child, identity) = super::super::spawn_provider(&mut cmd).unwrap();
+        let (mut child, identity) = super::super::spawn_provider(&mut cmd, None).unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut lines = BufReader::new(stdout).lines();
         let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())

@@ -24,11 +24,14 @@
 //! One file per step: `stat` (the one reader of `/proc/<pid>/stat`),
 //! `liveness` (is this exact process alive), `spawn`, `wait` (observing an
 //! exit: pidfd or polling), `stop` (signals, then the group), `marker` (the
-//! spawn marker's sweep) and `descendants` (what the provider started in
-//! other sessions).
+//! spawn marker's sweep), `descendants` (what the provider started in
+//! other sessions), and `containment` with `cgroup` (the provider's
+//! container, which holds whatever it started, however it hid).
 
 use serde::{Deserialize, Serialize};
 
+mod cgroup;
+pub mod containment;
 /// What a provider started in sessions of their own (Codex commands).
 pub mod descendants;
 mod liveness;
@@ -79,6 +82,10 @@ pub struct StopProof {
     /// that kept the marker in its environment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub marked: Option<MarkerSweep>,
+    /// The emptying of the provider's container (`containment`): which
+    /// mechanism ran and what it killed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contained: Option<containment::Contained>,
 }
 
 /// What [`stop`] could establish.

@@ -1,7 +1,9 @@
-//! Spawning a provider in a process group of its own, with its identity
-//! read from `/proc` right after the spawn.
+//! Spawning a provider in a process group of its own (and in its
+//! container, `containment`), with its identity read from `/proc` right
+//! after the spawn.
 
 use std::io;
+use std::os::fd::OwnedFd;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -11,15 +13,28 @@ use super::{ProcessIdentity, identity_of};
 
 /// Spawns `cmd` in its own process group, with `kill_on_drop(false)` and the
 /// caller's stdio untouched, and returns the child together with its identity
-/// read from `/proc` right after the spawn.
+/// read from `/proc` right after the spawn. With `group`, the `cgroup.procs`
+/// of its control group, the child joins that group before it executes, so
+/// nothing it ever starts is outside it.
 ///
 /// No death signal is requested for the child: see the module documentation.
 /// If the identity cannot be read, the child's group is killed and the error
 /// returned, because a provider the runner cannot identify after a crash must
 /// not be left running.
-pub fn spawn_provider(cmd: &mut Command) -> io::Result<(Child, ProcessIdentity)> {
+pub fn spawn_provider(
+    cmd: &mut Command,
+    group: Option<&OwnedFd>,
+) -> io::Result<(Child, ProcessIdentity)> {
     cmd.process_group(0).kill_on_drop(false);
-    let mut child = cmd.spawn()?;
+    if let Some(procs) = group {
+        let procs = procs.try_clone()?;
+        // SAFETY: the closure runs in the forked child before exec and only
+        // calls write(2) on a descriptor opened before the fork.
+        unsafe {
+            cmd.pre_exec(move || super::cgroup::join(&procs));
+        }
+    }
+    let mut child = super::containment::spawn_own(|| cmd.spawn(), Child::id)?;
 
     let pid = match child.id().map(i32::try_from) {
         Some(Ok(pid)) if pid > 0 => pid,

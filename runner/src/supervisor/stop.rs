@@ -154,6 +154,7 @@ async fn stopped(
         signals,
         group_gone,
         marked: None,
+        contained: None,
     })
 }
 

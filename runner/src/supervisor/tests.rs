@@ -71,7 +71,7 @@ async fn identity_of_self_is_stable() {
 
 #[tokio::test]
 async fn spawned_provider_leads_its_own_group() {
-    let (mut child, identity) = spawn_provider(&mut sleep_cmd()).unwrap();
+    let (mut child, identity) = spawn_provider(&mut sleep_cmd(), None).unwrap();
     let pid = i32::try_from(child.id().unwrap()).unwrap();
     assert_eq!(identity.pid, pid);
     assert_eq!(identity.pgid, pid);
@@ -100,7 +100,7 @@ async fn identity_of_missing_pid_errors() {
 
 #[tokio::test]
 async fn is_alive_rejects_a_different_start_time() {
-    let (mut child, identity) = spawn_provider(&mut sleep_cmd()).unwrap();
+    let (mut child, identity) = spawn_provider(&mut sleep_cmd(), None).unwrap();
     assert!(is_alive(&identity));
     let impostor = ProcessIdentity {
         start_time: identity.start_time + 1,
@@ -116,7 +116,7 @@ async fn is_alive_rejects_a_different_start_time() {
 
 #[tokio::test]
 async fn is_alive_is_false_for_a_zombie_and_after_reaping() {
-    let (mut child, identity) = spawn_provider(&mut Command::new("true")).unwrap();
+    let (mut child, identity) = spawn_provider(&mut Command::new("true"), None).unwrap();
     wait_until_zombie(identity.pid).await;
     assert_eq!(observe(&identity), Observation::Gone(DeathMethod::Zombie));
     assert!(!is_alive(&identity));
@@ -127,7 +127,7 @@ async fn is_alive_is_false_for_a_zombie_and_after_reaping() {
 
 #[tokio::test]
 async fn stop_of_a_zombie_child_reaps_it_without_signals() {
-    let (mut child, identity) = spawn_provider(&mut Command::new("true")).unwrap();
+    let (mut child, identity) = spawn_provider(&mut Command::new("true"), None).unwrap();
     wait_until_zombie(identity.pid).await;
     let proof = expect_stopped(stop(&identity, Some(&mut child), TERM_GRACE, KILL_GRACE).await);
     assert_eq!(proof.method, "zombie");
@@ -140,7 +140,7 @@ async fn stop_of_a_zombie_child_reaps_it_without_signals() {
 
 #[tokio::test]
 async fn stop_own_child_with_sigterm() {
-    let (mut child, identity) = spawn_provider(&mut sleep_cmd()).unwrap();
+    let (mut child, identity) = spawn_provider(&mut sleep_cmd(), None).unwrap();
     let proof = expect_stopped(stop(&identity, Some(&mut child), TERM_GRACE, KILL_GRACE).await);
     assert_eq!(proof.identity, identity);
     assert_eq!(proof.method, "exited");
@@ -161,7 +161,7 @@ async fn spawn_term_ignoring_provider() -> (Child, ProcessIdentity) {
     cmd.arg("-c")
         .arg(r#"trap "" TERM; echo ready; while :; do sleep 1; done"#)
         .stdout(Stdio::piped());
-    let (mut child, identity) = spawn_provider(&mut cmd).unwrap();
+    let (mut child, identity) = spawn_provider(&mut cmd, None).unwrap();
     assert_eq!(first_line(&mut child).await, "ready");
     (child, identity)
 }
@@ -249,7 +249,7 @@ async fn stop_orphan_by_polling() {
 
 #[tokio::test]
 async fn stop_of_a_reaped_process_sends_nothing() {
-    let (mut child, identity) = spawn_provider(&mut Command::new("true")).unwrap();
+    let (mut child, identity) = spawn_provider(&mut Command::new("true"), None).unwrap();
     assert!(child.wait().await.unwrap().success());
     let proof = expect_stopped(stop(&identity, None, TERM_GRACE, KILL_GRACE).await);
     assert!(
@@ -264,7 +264,7 @@ async fn stop_of_a_reaped_process_sends_nothing() {
 async fn stop_of_a_recycled_pid_signals_nobody() {
     // A live process under a different start time stands in for a
     // recycled pid: it must be reported gone and must not be touched.
-    let (mut child, identity) = spawn_provider(&mut sleep_cmd()).unwrap();
+    let (mut child, identity) = spawn_provider(&mut sleep_cmd(), None).unwrap();
     let old = ProcessIdentity {
         start_time: identity.start_time - 1,
         ..identity
@@ -279,8 +279,8 @@ async fn stop_of_a_recycled_pid_signals_nobody() {
 
 #[tokio::test]
 async fn stop_refuses_a_child_that_is_not_the_identified_process() {
-    let (mut first, first_id) = spawn_provider(&mut sleep_cmd()).unwrap();
-    let (mut second, second_id) = spawn_provider(&mut sleep_cmd()).unwrap();
+    let (mut first, first_id) = spawn_provider(&mut sleep_cmd(), None).unwrap();
+    let (mut second, second_id) = spawn_provider(&mut sleep_cmd(), None).unwrap();
     assert!(matches!(
         stop(&first_id, Some(&mut second), TERM_GRACE, KILL_GRACE).await,
         StopOutcome::Unprovable { .. }

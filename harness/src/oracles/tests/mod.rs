@@ -63,6 +63,7 @@ fn pturn(turn: &str, client: &str, by: &str, status: &str, cont: bool) -> Provid
         status: status.into(),
         continuation: cont,
         authorized_by: by.into(),
+        model_requests: None,
     }
 }
 
@@ -103,6 +104,8 @@ fn good() -> Evidence {
             text: "Create hello.txt".into(),
             status: 201,
             body: json!({ "run_id": "run-1" }),
+            state_before: None,
+            expect: None,
         }],
         task: json!({
             "task_id": "task-1", "profile": "runner-codex", "workspace": "/ws",
@@ -259,6 +262,8 @@ fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
         text: "x".into(),
         status: 409,
         body: json!({ "reason": "nope" }),
+        state_before: None,
+        expect: None,
     });
     assert_only_fails(&e, "cause.structured", "without a listed reason");
 }
@@ -499,4 +504,5 @@ fn evidence_reads_turn_starts_of_every_protocol() {
     assert_eq!(crate::evidence::controller_id("msg_zz_m1"), "msg_zz_m1");
 }
 
+mod detection;
 mod runs;

@@ -25,6 +25,8 @@ fn retry_r1(status: u16, body: Value) -> Exchange {
         text: String::new(),
         status,
         body,
+        state_before: None,
+        expect: None,
     }
 }
 
@@ -36,6 +38,8 @@ fn follow_up_f1() -> Exchange {
         text: "more".into(),
         status: 202,
         body: json!({}),
+        state_before: None,
+        expect: None,
     }
 }
 
@@ -53,7 +57,14 @@ fn no_loss_catches_a_gap_a_vanished_event_and_a_lost_follow_up() {
     e.task["queued_messages"] = json!(["f1"]);
     assert_only_fails(&e, "no-loss", "completed without consuming it");
     e.task["state"] = json!("failed");
+    assert_only_fails(&e, "no-loss", "no run-log event names it");
+    e.events.push(event(
+        6,
+        "message.stranded",
+        json!({ "message_id": "f1", "cause": "storage_failed", "waits_for": "retry" }),
+    ));
     assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+    e.events.pop();
     e.task["state"] = json!("completed");
     e.task["queued_messages"] = json!([]);
     e.provider_turns
@@ -220,6 +231,8 @@ fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
             text: "more".into(),
             status: 0,
             body: json!({ "error": "connection reset" }),
+            state_before: None,
+            expect: None,
         });
     };
     // Absent: the cut POST never reached the runner.
@@ -260,10 +273,12 @@ fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
         text: "more".into(),
         status: 409,
         body: json!({ "reason": "prior_owner_fence_refused" }),
+        state_before: None,
+        expect: None,
     });
-    assert_eq!(verdict(&judge(&e), "no-replay.turn").0, Verdict::Pass);
+    assert_eq!(verdict(&judge(&e), "fence").0, Verdict::Pass);
     e.journal.push(turn_start("f1", "more"));
-    assert_only_fails(&e, "no-replay.turn", "was refused");
+    assert_only_fails(&e, "fence", "was refused");
 }
 
 /// A healthy cell plus an admitted Retry whose run completed in a fresh

@@ -82,6 +82,7 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
                 status: turn.status.wire_name(),
                 continuation: turn.continuation,
                 authorized_by: turn.authorized_by,
+                model_requests: None,
             });
         }
     }

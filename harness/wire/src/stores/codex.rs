@@ -115,6 +115,7 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
                 status: t.status.wire_name(),
                 continuation: t.continuation,
                 authorized_by: t.authorized_by,
+                model_requests: None,
             });
         }
     }

@@ -101,6 +101,7 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
                 status: status.to_owned(),
                 continuation: false,
                 authorized_by: t.message_id,
+                model_requests: Some(t.requests),
             }
         })
         .collect()

@@ -112,6 +112,7 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
                 status: status.to_owned(),
                 continuation: user.continuation,
                 authorized_by: user.authorized_by.clone(),
+                model_requests: None,
             });
         }
     }

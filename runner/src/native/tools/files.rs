@@ -2,10 +2,7 @@
 //! confines every path): each returns the text for the model or a specific
 //! error message, and runs on a blocking thread.
 
-use std::os::unix::fs::PermissionsExt as _;
-
 use super::{Limits, Workspace};
-use crate::workspace::{open_regular, read_bounded, replace_atomically};
 
 pub(super) fn read(ws: &Workspace, path: &str, limits: &Limits) -> Result<String, String> {
     ws.read_text(path, limits.read_bytes).map_err(|e| {
@@ -45,38 +42,30 @@ pub(super) fn edit(
             ));
         }
     }
-    let real = ws.resolve(path)?;
-    let (file, len) = open_regular(&real, path)?;
-    let mode = file
-        .metadata()
-        .map_err(|e| format!("cannot inspect {path}: {e}"))?
-        .permissions()
-        .mode()
-        & 0o7777;
-    let text = read_bounded(file, len, path, limit, "edit")?;
-    let at = match count_matches(&text, old) {
-        0 => return Err(format!("{path}: old_string not found")),
-        1 => text.find(old).unwrap_or_default(),
-        n => {
+    ws.edit_text(path, limit, "edit", |text| {
+        let at = match count_matches(text, old) {
+            0 => return Err(format!("{path}: old_string not found")),
+            1 => text.find(old).unwrap_or_default(),
+            n => {
+                return Err(format!(
+                    "{path}: old_string has {n} matches; make old_string unique"
+                ));
+            }
+        };
+        let edited = [&text[..at], new, &text[at + old.len()..]].concat();
+        if edited.len() > limit {
             return Err(format!(
-                "{path}: old_string has {n} matches; make old_string unique"
+                "the edited {path} would be {} bytes, over the edit limit of {limit} bytes",
+                edited.len()
             ));
         }
-    };
-    let edited = [&text[..at], new, &text[at + old.len()..]].concat();
-    if edited.len() > limit {
-        return Err(format!(
-            "the edited {path} would be {} bytes, over the edit limit of {limit} bytes",
-            edited.len()
-        ));
-    }
-    replace_atomically(&real, edited.as_bytes(), Some(mode))
-        .map_err(|e| format!("cannot write {path}: {e}"))?;
-    Ok(format!(
-        "edited {path}: replaced 1 occurrence ({} bytes, was {})",
-        edited.len(),
-        text.len()
-    ))
+        let answer = format!(
+            "edited {path}: replaced 1 occurrence ({} bytes, was {})",
+            edited.len(),
+            text.len()
+        );
+        Ok((edited, answer))
+    })
 }
 
 /// Counts occurrences of `needle`, overlapping ones included: `aa` occurs

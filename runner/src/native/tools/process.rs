@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncRead, AsyncReadExt as _};
 
 use super::{Limits, ToolOutput, Workspace};
+use crate::supervisor::containment::ToolGroup;
 
 /// The `PATH` a tool shell gets when the runner has none.
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -76,16 +77,20 @@ async fn capture(mut pipe: impl AsyncRead + Unpin, into: Arc<Mutex<Capture>>, ca
     }
 }
 
-/// Kills the command's process group when dropped unless disarmed, so a
-/// cancelled call leaves nothing running. It is disarmed before the shell is
-/// reaped: until then the shell's pid, which is the group id, cannot be
-/// reused, so the signal cannot reach an unrelated group.
-struct GroupGuard(Option<Pid>);
+/// Kills the command's process group, and its container when it has one
+/// (which also holds what left the group), when dropped unless disarmed,
+/// so a cancelled call leaves nothing running. It is disarmed before the
+/// shell is reaped: until then the shell's pid, which is the group id,
+/// cannot be reused, so the signal cannot reach an unrelated group.
+struct GroupGuard(Option<Pid>, Option<ToolGroup>);
 
 impl GroupGuard {
     fn kill_and_disarm(&mut self) {
         if let Some(pgid) = self.0.take() {
             crate::supervisor::kill_group(pgid);
+        }
+        if let Some(group) = self.1.take() {
+            group.kill();
         }
     }
 }
@@ -113,6 +118,32 @@ fn wait_exited(pid: libc::pid_t) {
         if r == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return;
         }
+    }
+}
+
+/// What a tool command does in the child before it executes: join its
+/// container (`procs`), take `PR_SET_PDEATHSIG(SIGKILL)`, and check its
+/// runner is still its parent.
+fn before_exec(cmd: &mut tokio::process::Command, procs: Option<std::os::fd::OwnedFd>) {
+    let runner = std::process::id();
+    // SAFETY: the closure runs between fork and exec and only makes
+    // async-signal-safe calls without allocating. The death signal is tied to
+    // the thread that forks, a runtime worker that lives as long as the
+    // runner's runtime; the parent check closes the race with a runner that
+    // died before prctl.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(procs) = &procs {
+                crate::supervisor::containment::join(procs)?;
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() as u32 != runner {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
     }
 }
 
@@ -166,29 +197,29 @@ impl ToolProcess {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        let runner = std::process::id();
-        // SAFETY: the closure runs between fork and exec and only makes
-        // async-signal-safe calls without allocating. The death signal is tied to
-        // the thread that forks, a runtime worker that lives as long as the
-        // runner's runtime; the parent check closes the race with a runner that
-        // died before prctl.
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) == -1 {
-                    return Err(io::Error::last_os_error());
+        // Its container, where runnerd has one: what it starts cannot hide.
+        let container = crate::supervisor::containment::get().and_then(|c| c.tool_group());
+        let procs = container
+            .as_ref()
+            .map(|g| g.procs().try_clone())
+            .transpose()?;
+        before_exec(&mut cmd, procs);
+        let spawned =
+            crate::supervisor::containment::spawn_own(|| cmd.spawn(), tokio::process::Child::id);
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(group) = container {
+                    group.kill();
                 }
-                if libc::getppid() as u32 != runner {
-                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn()?;
+                return Err(e);
+            }
+        };
         let pid = child
             .id()
             .ok_or_else(|| io::Error::other("the command exited before it could be watched"))?
             as libc::pid_t;
-        let group = GroupGuard(Some(Pid::from_raw(pid)));
+        let group = GroupGuard(Some(Pid::from_raw(pid)), container);
         let (stdout, stderr) = (
             Arc::new(Mutex::new(Capture::default())),
             Arc::new(Mutex::new(Capture::default())),
@@ -261,7 +292,10 @@ pub(super) async fn bash(
     }
     let env = owned(tool_env(ws, scrub, |name| std::env::var(name).ok()));
     let args = ["-c".to_owned(), command.to_owned()];
-    let process = match ToolProcess::spawn("/bin/sh", &args, ws.root(), env, limits.output_bytes) {
+    // The workspace through runnerd's descriptor of it: a workspace renamed
+    // or replaced by a link since cannot redirect the shell.
+    let cwd = ws.dir_path();
+    let process = match ToolProcess::spawn("/bin/sh", &args, &cwd, env, limits.output_bytes) {
         Ok(p) => p,
         Err(e) => return ToolOutput::failure(format!("cannot start /bin/sh: {e}")),
     };

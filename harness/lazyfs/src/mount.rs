@@ -1,0 +1,249 @@
+//! Mounting and unmounting: `fusermount3` mounts and hands back the
+//! `/dev/fuse` descriptor (its `_FUSE_COMMFD` protocol), then stays as the
+//! `auto_unmount` helper: when this process dies, even by SIGKILL, its end of
+//! the socket closes and the helper unmounts the dead mount, so no owner
+//! leaves a mount behind. fuser's own mount path is not used because it
+//! never reaps that helper and unmounts only lazily; here the helper is
+//! waited for, and an unmount that finds the mount busy says who uses it.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use fuser::{BackgroundSession, Config, Session, SessionACL};
+
+use crate::Error;
+use crate::durable::State;
+use crate::fs::Fs;
+
+/// The mount options: the kernel checks permissions, `fsname`/`subtype`
+/// make the mount `fuse.lazyfs` in `/proc/mounts`.
+const OPTIONS: &str = "fsname=lazyfs,subtype=lazyfs,default_permissions,auto_unmount";
+
+/// `fusermount3` on `PATH`.
+fn fusermount3() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| OsString::from("/usr/bin:/bin"));
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("fusermount3"))
+        .find(|p| p.is_file())
+}
+
+pub(crate) fn unavailable() -> Option<String> {
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return Some(format!("/dev/fuse cannot be opened: {e}"));
+    }
+    if fusermount3().is_none() {
+        return Some("fusermount3 is not on PATH (Debian: apt-get install fuse3)".to_owned());
+    }
+    None
+}
+
+/// A mount being served: the FUSE thread, the state it serves, and the
+/// `fusermount3` helper.
+pub(crate) struct Live {
+    session: BackgroundSession,
+    pub(crate) state: Arc<Mutex<State>>,
+    helper: Helper,
+}
+
+struct Helper {
+    child: Child,
+    socket: UnixStream,
+}
+
+impl Helper {
+    /// Closes our end of the socket: the helper then unmounts if the
+    /// mount is still there and dead, and exits; it is reaped here.
+    fn finish(self) {
+        drop(self.socket);
+        let mut child = self.child;
+        let _ = child.wait();
+    }
+}
+
+impl Live {
+    pub(crate) fn start(backing: &Path, mountpoint: &Path) -> Result<Live, Error> {
+        let err = |source: io::Error| Error::Mount {
+            mountpoint: mountpoint.to_path_buf(),
+            source,
+        };
+        let state = Arc::new(Mutex::new(State::new(backing).map_err(err)?));
+        let (fuse, helper) = fusermount(mountpoint).map_err(err)?;
+        let fs = Fs {
+            state: state.clone(),
+        };
+        let mut config = Config::default();
+        config.n_threads = Some(1);
+        let session = Session::from_fd(fs, fuse, SessionACL::Owner, config)
+            .and_then(Session::spawn)
+            .map_err(|e| {
+                let _ = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH);
+                err(e)
+            })?;
+        Ok(Live {
+            session,
+            state,
+            helper,
+        })
+    }
+
+    /// Unmounts (not lazily: a busy mount is refused and stays served),
+    /// waits for the FUSE thread to end, and returns the state.
+    pub(crate) fn stop(self, mountpoint: &Path) -> Result<Arc<Mutex<State>>, (Box<Live>, Error)> {
+        match nix::mount::umount2(mountpoint, nix::mount::MntFlags::empty()) {
+            Ok(()) => {}
+            Err(nix::errno::Errno::EBUSY) => {
+                let pids = users(mountpoint);
+                let e = Error::Busy {
+                    mountpoint: mountpoint.to_path_buf(),
+                    pids,
+                };
+                return Err((Box::new(self), e));
+            }
+            Err(e) => {
+                let e = Error::Unmount {
+                    mountpoint: mountpoint.to_path_buf(),
+                    source: e.into(),
+                };
+                return Err((Box::new(self), e));
+            }
+        }
+        let Live {
+            session,
+            state,
+            helper,
+        } = self;
+        // The kernel ends the connection at the unmount: the thread's next
+        // read fails with ENODEV and it returns.
+        let _ = session.join();
+        helper.finish();
+        Ok(state)
+    }
+
+    /// Unmounts lazily: processes still inside keep being served until they
+    /// leave, by the FUSE thread, which then ends by itself.
+    pub(crate) fn detach(self, mountpoint: &Path) {
+        let _ = nix::mount::umount2(mountpoint, nix::mount::MntFlags::MNT_DETACH);
+        self.helper.finish();
+    }
+}
+
+/// Mounts through `fusermount3`: it mounts, sends the `/dev/fuse`
+/// descriptor over a socket pair, and stays (`auto_unmount`) until our end
+/// closes.
+fn fusermount(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
+    let program = fusermount3().ok_or_else(|| io::Error::other("fusermount3 is not on PATH"))?;
+    let (ours, theirs) = UnixStream::pair()?;
+    let theirs_fd = theirs.as_raw_fd();
+    let mut cmd = Command::new(program);
+    cmd.arg("-o")
+        .arg(OPTIONS)
+        .arg("--")
+        .arg(mountpoint)
+        // Nothing of ours (a cell's process tag among it) goes to the helper.
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("_FUSE_COMMFD", theirs_fd.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls (fcntl) between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::fcntl(theirs_fd, libc::F_SETFD, 0) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    drop(theirs);
+    match receive_fd(&ours) {
+        Ok(fd) => {
+            // The helper keeps running; its stderr is not read any more.
+            drop(child.stderr.take());
+            Ok((
+                fd,
+                Helper {
+                    child,
+                    socket: ours,
+                },
+            ))
+        }
+        Err(e) => {
+            drop(ours);
+            let out = child.wait_with_output()?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            Err(io::Error::other(format!(
+                "fusermount3 {}: {} ({e})",
+                out.status,
+                stderr.trim()
+            )))
+        }
+    }
+}
+
+/// The descriptor `fusermount3` sends (`SCM_RIGHTS`).
+fn receive_fd(socket: &UnixStream) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    let mut byte = [0u8; 1];
+    let mut iov = [io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!(RawFd);
+    let msg = loop {
+        match recvmsg::<()>(
+            socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other?,
+        }
+    };
+    if msg.bytes == 0 {
+        return Err(io::Error::other("fusermount3 sent no descriptor"));
+    }
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg
+            && let Some(&fd) = fds.first()
+        {
+            // SAFETY: the descriptor was just received and nothing else owns it.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+    }
+    Err(io::Error::other("fusermount3 sent no descriptor"))
+}
+
+/// The processes with a descriptor, a working directory or a root under
+/// `mountpoint`: what keeps a mount busy.
+pub(crate) fn users(mountpoint: &Path) -> Vec<u32> {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut pids: Vec<u32> = procs
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| uses(pid, mountpoint))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+fn uses(pid: u32, mountpoint: &Path) -> bool {
+    let base = PathBuf::from(format!("/proc/{pid}"));
+    let under = |link: PathBuf| std::fs::read_link(link).is_ok_and(|p| p.starts_with(mountpoint));
+    if under(base.join("cwd")) || under(base.join("root")) {
+        return true;
+    }
+    std::fs::read_dir(base.join("fd"))
+        .map(|fds| fds.filter_map(Result::ok).any(|fd| under(fd.path())))
+        .unwrap_or(false)
+}

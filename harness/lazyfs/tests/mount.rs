@@ -1,0 +1,239 @@
+//! A lazy mount's life, with real processes: a SIGKILLed owner leaves no
+//! mount behind, a power cut with a process still inside is refused and
+//! changes nothing, dropping the handle unmounts; and the cases of the model
+//! that `docs/lazyfs.md` spells out (a replace by rename without a file
+//! sync, a rename without a directory sync, a file written after its last
+//! name went, `O_APPEND`).
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::os::fd::AsFd as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use lazyfs::{ChangeKind, LazyFs};
+
+const OWNER_ENV: &str = "LAZYFS_TEST_OWNER";
+const WAIT: Duration = Duration::from_secs(10);
+
+struct Rig {
+    _dir: tempfile::TempDir,
+    backing: PathBuf,
+    mnt: PathBuf,
+}
+
+fn rig() -> Rig {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (backing, mnt) = (dir.path().join("backing"), dir.path().join("mnt"));
+    std::fs::create_dir(&backing).expect("mkdir");
+    std::fs::create_dir(&mnt).expect("mkdir");
+    Rig {
+        backing,
+        mnt: mnt.canonicalize().expect("canonical"),
+        _dir: dir,
+    }
+}
+
+/// Whether `path` is a mount point in this process's mount table.
+fn mounted(path: &Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let path = path.to_string_lossy();
+    table.lines().any(|l| l.split(' ').nth(4) == Some(&*path))
+}
+
+/// Waits until `path` is no longer mounted: the mount table changing wakes
+/// a poll of `/proc/self/mountinfo` (`POLLPRI`), so no fixed sleep.
+fn wait_unmounted(path: &Path) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let table = File::open("/proc/self/mountinfo").expect("mountinfo");
+    let deadline = Instant::now() + WAIT;
+    while mounted(path) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let mut fds = [PollFd::new(table.as_fd(), PollFlags::POLLPRI)];
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        let _ = poll(&mut fds, PollTimeout::from(ms));
+    }
+    true
+}
+
+/// The owner process: mounts, says so, waits to be killed.
+fn owner(paths: &str) {
+    let (backing, mnt) = paths.split_once(':').expect("BACKING:MNT");
+    let fs = LazyFs::mount(Path::new(backing), Path::new(mnt)).expect("mount");
+    println!("mounted");
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    drop(fs);
+}
+
+#[test]
+fn a_killed_owner_leaves_no_mount_behind() {
+    if let Ok(paths) = std::env::var(OWNER_ENV) {
+        return owner(&paths);
+    }
+    let r = rig();
+    let mut child = Command::new(std::env::current_exe().expect("exe"))
+        .args([
+            "--exact",
+            "a_killed_owner_leaves_no_mount_behind",
+            "--nocapture",
+        ])
+        .env(
+            OWNER_ENV,
+            format!("{}:{}", r.backing.display(), r.mnt.display()),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the owner");
+    // The test harness's own lines come first.
+    let out = BufReader::new(child.stdout.take().expect("stdout"));
+    let said = out.lines().map_while(Result::ok).any(|l| l == "mounted");
+    assert!(said, "the owner mounted");
+    assert!(mounted(&r.mnt), "the owner's mount is in the table");
+    child.kill().expect("SIGKILL the owner");
+    child.wait().expect("reap the owner");
+    assert!(
+        wait_unmounted(&r.mnt),
+        "fusermount3 unmounts a dead owner's mount within {WAIT:?}"
+    );
+}
+
+#[test]
+fn a_cut_with_a_process_inside_is_refused_and_changes_nothing() {
+    let r = rig();
+    let mut fs = LazyFs::mount(&r.backing, &r.mnt).expect("mount");
+    std::fs::write(r.mnt.join("f"), "unsynced").expect("write");
+    let open = File::open(r.mnt.join("f")).expect("open");
+    let err = fs.cut_power().expect_err("a busy mount");
+    match err {
+        lazyfs::Error::Busy { pids, .. } => assert!(pids.contains(&std::process::id()), "{pids:?}"),
+        other => panic!("{other}"),
+    }
+    assert_eq!(
+        std::fs::read_to_string(r.mnt.join("f")).expect("read"),
+        "unsynced"
+    );
+    drop(open);
+    let cut = fs.cut_power().expect("cut");
+    assert_eq!(cut.changes.len(), 1, "{:?}", cut.changes);
+    assert_eq!(cut.changes[0].kind, ChangeKind::Gone);
+    assert!(!r.mnt.join("f").exists());
+}
+
+#[test]
+fn dropping_the_handle_unmounts_and_keeps_every_write() {
+    let r = rig();
+    let fs = LazyFs::mount(&r.backing, &r.mnt).expect("mount");
+    std::fs::write(r.mnt.join("f"), "never synced").expect("write");
+    assert!(mounted(&r.mnt));
+    drop(fs);
+    assert!(wait_unmounted(&r.mnt));
+    assert_eq!(
+        std::fs::read_to_string(r.backing.join("f")).expect("read"),
+        "never synced"
+    );
+}
+
+fn sync_dir(path: &Path) {
+    File::open(path)
+        .expect("open dir")
+        .sync_all()
+        .expect("fsync dir");
+}
+
+/// ext4 without `auto_da_alloc`: the rename is durable, the bytes are not.
+#[test]
+fn a_replace_by_rename_without_a_file_sync_leaves_an_empty_file() {
+    let r = rig();
+    std::fs::write(r.backing.join("config"), "old").expect("seed");
+    let mut fs = LazyFs::mount(&r.backing, &r.mnt).expect("mount");
+    std::fs::write(r.mnt.join("config.tmp"), "new").expect("write");
+    std::fs::rename(r.mnt.join("config.tmp"), r.mnt.join("config")).expect("rename");
+    sync_dir(&r.mnt);
+    fs.cut_power().expect("cut");
+    assert_eq!(
+        std::fs::read_to_string(r.mnt.join("config")).expect("read"),
+        ""
+    );
+}
+
+/// The file synced, its directory not: the old name and content are back.
+#[test]
+fn a_rename_without_a_directory_sync_is_undone() {
+    let r = rig();
+    std::fs::write(r.backing.join("config"), "old").expect("seed");
+    let mut fs = LazyFs::mount(&r.backing, &r.mnt).expect("mount");
+    let mut f = File::create(r.mnt.join("config.tmp")).expect("create");
+    f.write_all(b"new").expect("write");
+    f.sync_all().expect("fsync");
+    drop(f);
+    std::fs::rename(r.mnt.join("config.tmp"), r.mnt.join("config")).expect("rename");
+    let cut = fs.cut_power().expect("cut");
+    assert_eq!(
+        std::fs::read_to_string(r.mnt.join("config")).expect("read"),
+        "old"
+    );
+    assert!(!r.mnt.join("config.tmp").exists(), "{:?}", cut.changes);
+}
+
+/// A file whose last name went stays reachable by its open descriptor; a
+/// sync of it makes its bytes durable, and its name comes back when the
+/// unlink was never made durable.
+#[test]
+fn an_unlinked_file_synced_through_its_descriptor_comes_back_with_its_bytes() {
+    let r = rig();
+    let mut fs = LazyFs::mount(&r.backing, &r.mnt).expect("mount");
+    let mut f = File::create(r.mnt.join("log")).expect("create");
+    f.write_all(b"one").expect("write");
+    f.sync_all().expect("fsync");
+    sync_dir(&r.mnt);
+    std::fs::remove_file(r.mnt.join("log")).expect("unlink");
+    f.write_all(b" two").expect("write after the unlink");
+    f.sync_all().expect("fsync after the unlink");
+    drop(f);
+    fs.cut_power().expect("cut");
+    assert_eq!(
+        std::fs::read_to_string(r.mnt.join("log")).expect("read"),
+        "one two"
+    );
+}
+
+/// `O_APPEND` writes land at the end, and only the synced ones survive.
+#[test]
+fn appends_land_at_the_end_and_survive_only_when_synced() {
+    let r = rig();
+    std::fs::write(r.backing.join("journal"), "a\n").expect("seed");
+    let mut fs = LazyFs::mount(&r.backing, &r.mnt).expect("mount");
+    let mut f = OpenOptions::new()
+        .append(true)
+        .open(r.mnt.join("journal"))
+        .expect("open");
+    f.write_all(b"b\n").expect("append");
+    f.sync_data().expect("fdatasync");
+    f.write_all(b"c\n").expect("append");
+    drop(f);
+    assert_eq!(
+        std::fs::read_to_string(r.mnt.join("journal")).expect("read"),
+        "a\nb\nc\n"
+    );
+    let cut = fs.cut_power().expect("cut");
+    assert_eq!(
+        std::fs::read_to_string(r.mnt.join("journal")).expect("read"),
+        "a\nb\n"
+    );
+    let counters = fs.counters();
+    assert_eq!(counters["journal"].fdatasyncs, 1, "{counters:?}");
+    assert_eq!(counters["journal"].bytes_written, 4, "{counters:?}");
+    assert_eq!(
+        cut.changes[0].kind,
+        ChangeKind::Reverted {
+            written_bytes: 6,
+            durable_bytes: 4
+        }
+    );
+}

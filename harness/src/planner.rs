@@ -1,0 +1,479 @@
+//! Planning a wave: every scenario id's boundaries from clean traced runs,
+//! its cells (one cut per boundary and fault, trimmed by durable segment,
+//! the scenario's own cuts, storage faults, controller actions, random
+//! schedules), checked before any cell runs.
+//!
+//! Planning holds on a loaded machine: a clean traced run that misses its
+//! deadline, or whose provider the runner found silent, runs again with
+//! longer timeouts (`timing`); a scenario id is traced twice and a third
+//! time when the two disagree, and the points seen in some runs only are
+//! listed (the plan keeps them all: it excludes nothing silently). An id
+//! that still cannot be planned is listed as not run with its reason while
+//! the rest of the wave runs, or, when the runner failed its run (a task
+//! stranded), judged like a cell: the wave goes on, and goes red.
+
+use crate::cell::CellEnv;
+use crate::model::{CellResult, CellSpec, Event, Fault, Skipped, Verdict};
+use crate::plan::{self, DiscoveryFailed};
+use crate::scenario::{self, Scenario};
+use crate::wave::Reach;
+
+/// A wave's plan before sampling: its cells and what planning found.
+#[derive(Debug, Default)]
+pub struct Planned {
+    /// The cells, numbered in a fixed order.
+    pub cells: Vec<CellSpec>,
+    /// Scenario ids that could not be planned here, with why.
+    pub not_planned: Vec<Skipped>,
+    /// Clean traced runs the runner failed, judged like cells.
+    pub judged: Vec<CellResult>,
+    /// Per scenario id, the boundaries some clean runs reached and others
+    /// did not (timing decides them; each is still planned).
+    pub timing_dependent: Vec<(String, Vec<String>)>,
+}
+
+/// A scenario id with its discovered boundaries.
+struct Discovered<'a> {
+    id: &'a String,
+    scenario: &'a Scenario,
+    profile: String,
+    discovery: plan::Discovery,
+}
+
+/// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
+/// boundaries with a clean traced run of each, checks every scenario's `cut`
+/// list against them (a bad point is a `ScenarioError`, before any cell
+/// runs), then expands, and adds the depth-2 and schedule cells of `reach`.
+pub fn plan_cells(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    ids: &[String],
+    wave_seed: u64,
+    quiet: bool,
+    reach: Reach,
+) -> anyhow::Result<Planned> {
+    let mut planned = Planned::default();
+    let found = discover_all(env, scenarios, ids, &mut planned, quiet);
+    for f in &found {
+        check_points(env, f.scenario, &found)?;
+    }
+    let mut all = Vec::new();
+    for f in &found {
+        let d = &f.discovery;
+        let mut cells: Vec<Vec<Event>> = plan::expand(f.scenario, &d.boundaries)?
+            .into_iter()
+            .map(|(cut, fault)| {
+                cut.zip(fault)
+                    .map(|(cut, fault)| Event { cut, fault })
+                    .into_iter()
+                    .collect()
+            })
+            .collect();
+        if f.scenario.cut == crate::scenario::CutSelection::EveryBoundary && reach.recuts {
+            let seed = plan::cell_seed(wave_seed ^ 0x7217, f.id);
+            cells = plan::trim_by_segment(cells, &d.boundaries, seed);
+        }
+        let depth1 = cells.len();
+        if reach.depth1_only {
+            cells.retain(|events| events.iter().all(|e| Fault::DEFAULT.contains(&e.fault)));
+        } else {
+            cells.extend(depth2_cells(env, f, &cells, reach.depth2, wave_seed)?);
+            let seed = plan::cell_seed(wave_seed, f.id);
+            cells.extend(crate::explore::draw(
+                &d.boundaries,
+                crate::explore::EventCount::default(),
+                seed,
+                reach.schedules,
+            ));
+        }
+        if !quiet {
+            eprintln!(
+                "planned {}: {} boundaries, {} cells ({} one-cut, {} deeper; clean run {} in {} ms)",
+                f.id,
+                d.boundaries.len(),
+                cells.len(),
+                depth1.min(cells.len()),
+                cells.len().saturating_sub(depth1),
+                d.clean_state,
+                d.clean_ms
+            );
+        }
+        all.extend(cells.into_iter().map(|events| (f.id.clone(), events)));
+    }
+    planned.cells = plan::number_schedules(wave_seed, all);
+    Ok(planned)
+}
+
+/// Discovers the boundaries of every scenario id, sorted in the fixed order
+/// cells are numbered in; an id that cannot be discovered goes to
+/// `planned` (not planned, or judged).
+fn discover_all<'a>(
+    env: &CellEnv,
+    scenarios: &'a [Scenario],
+    ids: &'a [String],
+    planned: &mut Planned,
+    quiet: bool,
+) -> Vec<Discovered<'a>> {
+    let mut found = Vec::new();
+    for id in ids {
+        let Some((scenario, profile)) = scenario::find(scenarios, id) else {
+            planned.not_planned.push(Skipped {
+                scenario_id: id.clone(),
+                reason: format!("unknown scenario id {id}; `turncut list` shows the ids"),
+            });
+            continue;
+        };
+        let mut discovery = match discover_steady(env, scenario, &profile) {
+            Ok((d, unsteady)) => {
+                if !unsteady.is_empty() {
+                    if !quiet {
+                        eprintln!(
+                            "planning {id}: {} boundaries depend on timing (reached in some clean runs only): {}",
+                            unsteady.len(),
+                            unsteady.join(", ")
+                        );
+                    }
+                    planned.timing_dependent.push((id.clone(), unsteady));
+                }
+                d
+            }
+            Err(failed) => {
+                unplannable(planned, id, failed, quiet);
+                continue;
+            }
+        };
+        // Threads of the runner and of a fake interleave by timing, so the
+        // clean run's order of boundaries varies from run to run while their
+        // set does not: cells are numbered in a fixed order (runner points
+        // first, then by name and occurrence), so every shard of a wave,
+        // planned on its own machine, numbers the same cells the same way.
+        discovery
+            .boundaries
+            .sort_by(|a, b| (a.role != "runner", &a.cut).cmp(&(b.role != "runner", &b.cut)));
+        found.push(Discovered {
+            id,
+            scenario,
+            profile,
+            discovery,
+        });
+    }
+    found
+}
+
+/// How many times a clean traced run of one id may go before its id is
+/// given up: a run that fails is tried again with longer timeouts.
+const DISCOVERY_ATTEMPTS: usize = 3;
+
+/// One clean traced run that holds under load: a failed run is tried again
+/// with the timeouts `timing` gives a rerun (idle ×4, deadline ×2).
+fn discover_retrying(
+    env: &CellEnv,
+    s: &Scenario,
+    profile: &str,
+) -> Result<plan::Discovery, DiscoveryFailed> {
+    let mut env = env.clone();
+    let mut last = None;
+    for _ in 0..DISCOVERY_ATTEMPTS {
+        match plan::discover(&env, s, profile) {
+            Ok(d) => return Ok(d),
+            Err(e) => last = Some(e),
+        }
+        env = crate::timing::longer(&env, false);
+    }
+    Err(last.expect("at least one attempt"))
+}
+
+/// The boundaries of `s`'s clean run, traced twice (three times when the
+/// two disagree): the union, and the points some runs did not reach.
+fn discover_steady(
+    env: &CellEnv,
+    s: &Scenario,
+    profile: &str,
+) -> Result<(plan::Discovery, Vec<String>), DiscoveryFailed> {
+    let first = discover_retrying(env, s, profile)?;
+    let second = discover_retrying(env, s, profile)?;
+    let cuts = |d: &plan::Discovery| -> std::collections::BTreeSet<String> {
+        d.boundaries.iter().map(|b| b.cut.to_string()).collect()
+    };
+    if cuts(&first) == cuts(&second) {
+        return Ok((first, Vec::new()));
+    }
+    let third = discover_retrying(env, s, profile)?;
+    let runs = [&first, &second, &third];
+    let all: std::collections::BTreeSet<String> = runs.iter().flat_map(|d| cuts(d)).collect();
+    let unsteady: Vec<String> = all
+        .iter()
+        .filter(|c| !runs.iter().all(|d| cuts(d).contains(*c)))
+        .cloned()
+        .collect();
+    let mut union = first;
+    for d in [second, third] {
+        for b in d.boundaries {
+            if !union.boundaries.iter().any(|u| u.cut == b.cut) {
+                union.boundaries.push(b);
+            }
+        }
+    }
+    Ok((union, unsteady))
+}
+
+/// An id whose clean run could not be traced: judged like a cell when the
+/// runner failed it (an oracle other than vacuity failed), else listed as
+/// not run with the reason.
+fn unplannable(planned: &mut Planned, id: &str, failed: DiscoveryFailed, quiet: bool) {
+    let runner_failed = failed.result.as_ref().filter(|r| {
+        r.oracles
+            .iter()
+            .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
+    });
+    if let Some(r) = runner_failed {
+        let mut r = (**r).clone();
+        r.spec.cell_id = format!("p{:03}", planned.judged.len() + 1);
+        r.verdict = r.verdict.max(Verdict::Fail);
+        if !quiet {
+            eprintln!(
+                "planning {id}: the runner failed its clean run: {}",
+                failed.message
+            );
+        }
+        planned.judged.push(r);
+    } else {
+        if !quiet {
+            eprintln!("planning {id}: not planned: {}", failed.message);
+        }
+        planned.not_planned.push(Skipped {
+            scenario_id: id.to_owned(),
+            reason: format!(
+                "could not be planned ({} clean traced runs with longer timeouts each): {}",
+                DISCOVERY_ATTEMPTS, failed.message
+            ),
+        });
+    }
+}
+
+/// `k` depth-2 cells of one scenario id: first events chosen by seed among
+/// its one-cut cells with a process kill (they lead to a recovery), each
+/// followed by one event chosen by seed among the boundaries of that
+/// recovery, as a traced run of the first event shows them.
+fn depth2_cells(
+    env: &CellEnv,
+    f: &Discovered<'_>,
+    one_cut: &[Vec<Event>],
+    k: usize,
+    wave_seed: u64,
+) -> anyhow::Result<Vec<Vec<Event>>> {
+    let mut firsts: Vec<(u64, &Event)> = one_cut
+        .iter()
+        .filter_map(|events| events.first())
+        .filter(|e| {
+            matches!(
+                e.fault,
+                Fault::KillRunner | Fault::KillProvider | Fault::KillBoth
+            )
+        })
+        .map(|e| {
+            (
+                plan::cell_seed(wave_seed ^ 0xd2, &format!("{}@{e}", f.id)),
+                e,
+            )
+        })
+        .collect();
+    firsts.sort();
+    let mut out = Vec::new();
+    for (seed, first) in firsts.into_iter().take(k) {
+        let after = plan::discover_after(env, f.scenario, &f.profile, first)?;
+        if after.is_empty() {
+            continue;
+        }
+        let b = &after[(seed % after.len() as u64) as usize];
+        let faults: Vec<Fault> = crate::explore::SCHEDULE_FAULTS
+            .into_iter()
+            .filter(|f| f.applies_at(&b.cut.point))
+            .collect();
+        let fault = faults[(plan::mix(seed) % faults.len() as u64) as usize];
+        out.push(vec![
+            first.clone(),
+            Event {
+                cut: b.cut.clone(),
+                fault,
+            },
+        ]);
+    }
+    Ok(out)
+}
+
+/// Checks the `cut` list of `s` against the boundaries of all its profiles
+/// (a runner point may exist in one driver only); profiles not planned
+/// (`--only`) are discovered only when a point is missing from the others.
+fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
+    let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
+    let mut union: Vec<plan::Boundary> = mine
+        .iter()
+        .flat_map(|f| f.discovery.boundaries.iter().cloned())
+        .collect();
+    if plan::check_points(s, &union).is_err() && !env.runs_runnerd() {
+        // A runner of `--runner-cmd` names its own runner points and may
+        // claim one profile only (docs/runner-contract.md §1, §6): the
+        // points its clean runs never show plan no cell, and are said.
+        eprintln!(
+            "{}: named cut points no clean run of this runner shows (no cell there): {}",
+            s.path.display(),
+            plan::unmatched_points(s, &union).join(", ")
+        );
+        return Ok(());
+    }
+    if plan::check_points(s, &union).is_err() {
+        // A real product that is not installed shows no boundaries here.
+        for p in s
+            .profiles
+            .iter()
+            .filter(|p| crate::real::unavailable(p).is_none())
+        {
+            if !mine.iter().any(|f| &f.profile == p) {
+                union.extend(plan::discover(env, s, p)?.boundaries);
+            }
+        }
+    }
+    plan::check_points(s, &union)?;
+    Ok(())
+}
+
+/// What a wave runs: the chosen scenario ids and the options that shape
+/// the plan (`turncut plan` and `turncut wave` take the same ones).
+pub struct Selection<'a> {
+    /// The scenario ids to plan.
+    pub ids: Vec<String>,
+    /// Scenario ids that cannot run here (a real product not installed).
+    pub skipped: Vec<Skipped>,
+    /// The wave seed.
+    pub seed: u64,
+    /// Cells to sample (`--budget`).
+    pub budget: Option<usize>,
+    /// `--only`.
+    pub only: Option<&'a str>,
+    /// The wave's reach.
+    pub reach: Reach,
+    /// The options as a command line, for people reading the plan.
+    pub command_line: String,
+}
+
+/// Plans a wave: every cell of the selection, sampled, with its wave id.
+pub fn make_plan(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    sel: &Selection<'_>,
+) -> anyhow::Result<crate::model::Plan> {
+    let planned = if sel.ids.is_empty() {
+        Planned::default()
+    } else {
+        plan_cells(env, scenarios, &sel.ids, sel.seed, false, sel.reach)?
+    };
+    let cells = crate::wave::sample_real(planned.cells, sel.only, sel.seed);
+    let before = cells.len();
+    let cells = plan::sample(cells, sel.budget, sel.seed);
+    let stage2 = sel.reach.recuts.then_some(crate::model::Stage2Plan {
+        keep_ppm: keep_ppm(cells.len(), before, sel.budget),
+    });
+    let scenarios_sha256 = scenarios_sha256(scenarios);
+    let mut skipped = sel.skipped.clone();
+    skipped.extend(planned.not_planned);
+    Ok(crate::model::Plan {
+        v: crate::model::PLAN_FORMAT_VERSION,
+        wave_id: plan_id(sel.seed, &cells, stage2.is_some(), &scenarios_sha256),
+        seed: sel.seed,
+        run: crate::wave::run_config(env, scenarios),
+        scenarios_sha256,
+        selection: sel.command_line.clone(),
+        cells,
+        stage2,
+        skipped,
+        judged: planned.judged,
+        timing_dependent: planned.timing_dependent,
+    })
+}
+
+/// SHA-256 of the scenarios as parsed, in order: two plans made from
+/// different scenario files never share a wave id.
+pub fn scenarios_sha256(scenarios: &[Scenario]) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for s in scenarios {
+        h.update(format!("{s:?}").as_bytes());
+    }
+    format!("{:x}", h.finalize())
+}
+
+/// The wave id of a plan: the seed, then a hash of its cells, whether it
+/// has stage 2 and its scenarios.
+pub fn plan_id(seed: u64, cells: &[CellSpec], stage2: bool, scenarios_sha256: &str) -> String {
+    let mut h = plan::mix(seed ^ u64::from(stage2));
+    h = plan::cell_seed(h, scenarios_sha256);
+    for c in cells {
+        h = plan::cell_seed(h, &format!("{} {}", c.cell_id, c.name()));
+    }
+    format!("w-s{seed}-{:08x}", h >> 32)
+}
+
+/// The shard of a cell's scenario id: its profile and scenario shape form
+/// one group (stage 2 picks one path representative per group), and the
+/// groups go to shards greedily by size, so every shard derives exactly its
+/// part of the unsharded stage 2.
+pub fn shard_of_groups(
+    scenarios: &[Scenario],
+    cells: &[CellSpec],
+    count: u32,
+) -> std::collections::BTreeMap<String, u32> {
+    use std::collections::BTreeMap;
+    let group = |id: &str| -> String {
+        let shape = scenario::find(scenarios, id)
+            .map(|(s, _)| s.shape())
+            .unwrap_or_default();
+        format!("{} {shape}", scenario::profile_of(id))
+    };
+    let mut sizes: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    for c in cells {
+        let g = sizes.entry(group(&c.scenario_id)).or_default();
+        g.0 += 1;
+        if !g.1.contains(&c.scenario_id) {
+            g.1.push(c.scenario_id.clone());
+        }
+    }
+    let mut groups: Vec<(String, usize, Vec<String>)> =
+        sizes.into_iter().map(|(k, (n, ids))| (k, n, ids)).collect();
+    groups.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let mut load = vec![0usize; count.max(1) as usize];
+    let mut out = BTreeMap::new();
+    for (_, n, ids) in groups {
+        let (i, _) = load
+            .iter()
+            .enumerate()
+            .min_by_key(|(i, l)| (**l, *i))
+            .expect("at least one shard");
+        load[i] += n;
+        for id in ids {
+            out.insert(id, i as u32 + 1);
+        }
+    }
+    out
+}
+
+/// The cells of shard `index` (1-based) of `count` ([`shard_of_groups`]).
+pub fn shard(
+    scenarios: &[Scenario],
+    cells: Vec<CellSpec>,
+    index: u32,
+    count: u32,
+) -> Vec<CellSpec> {
+    let of = shard_of_groups(scenarios, &cells, count);
+    cells
+        .into_iter()
+        .filter(|c| of.get(&c.scenario_id) == Some(&index))
+        .collect()
+}
+
+/// The share of cells a budget kept, in parts per million (`None`: all).
+pub fn keep_ppm(kept: usize, of: usize, budget: Option<usize>) -> Option<u32> {
+    budget
+        .filter(|_| kept < of)
+        .map(|_| ((kept as u64 * 1_000_000) / of.max(1) as u64) as u32)
+}

@@ -1,0 +1,411 @@
+//! Every recovery cut twice, by design rather than by draw: the second
+//! stage of a wave.
+//!
+//! The one-cut cells of a wave (stage 1) each walk a recovery path (the
+//! snapshot's path words: `continued → completed`, `failed
+//! ambiguous_turn_start → retry → completed`, …). For every path a profile's
+//! one-cut cells walked, in each scenario shape, the first cell that walked
+//! it (in cell order) is its representative: a traced run of its event
+//! lists the boundaries of the recovery that follows, and each boundary of
+//! that recovery — and where the path goes through a Retry, each boundary
+//! of the Retry up to its first accepted turn — gets a second event:
+//! `kill-runner`, `kill-provider` where a provider is alive, and
+//! `fail-write` at the runner's before-write points.
+//!
+//! A random draw put a second fault inside a recovery 126 times in a wave
+//! of 6,136 cells and never inside a Retry's own writes; bugs that live
+//! there (a lookup error read as "absent", a Retry made current by a second
+//! write, a Retry that re-sends an answered message) passed every cell.
+//!
+//! This module chooses the cells; `wave` runs them after stage 1.
+
+use std::collections::BTreeMap;
+
+use crate::cell::CellEnv;
+use crate::model::{CellResult, CellSpec, Event, Fault, WRITE_POINTS};
+use crate::plan::{self, Boundary};
+use crate::scenario::{self, Scenario};
+
+/// The path whose recovery is cut, and the stage-1 cell that walked it
+/// first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Representative {
+    /// The scenario id of the cell.
+    pub scenario_id: String,
+    /// Its one event.
+    pub first: Event,
+    /// The path it walked.
+    pub path: String,
+    /// The stage-1 cell.
+    pub cell_id: String,
+}
+
+/// What stage 2 reached, for the report and the closing figures.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// Paths per profile (with their representative's recovery size).
+    pub paths: BTreeMap<String, Vec<(String, usize)>>,
+    /// Representatives whose traced run could not be made (with why).
+    pub undiscovered: Vec<(String, String)>,
+}
+
+/// How much work a scenario's steps leave waiting behind a recovery: a
+/// follow-up sent during the turn or at once, a Retry, a follow-up after
+/// the task settled. A path's representative comes from the scenario that
+/// leaves the most, so its recovery cuts reach that work too (a Retry that
+/// re-sends an answered message while a follow-up waits needs one).
+fn waiting_work(s: &Scenario) -> usize {
+    s.steps
+        .iter()
+        .map(|step| match step {
+            scenario::Step::FollowUp {
+                when: scenario::FollowUpWhen::Settled,
+                ..
+            } => 1,
+            scenario::Step::FollowUp { .. } => 2,
+            scenario::Step::Retry { .. } => 1,
+            _ => 0,
+        })
+        .sum()
+}
+
+/// The representatives of the paths walked by `stage1`'s one-cut cells:
+/// per profile and path, the first cell (in cell order) of the scenario
+/// that leaves the most work waiting ([`waiting_work`]) among the cells that
+/// walked it and reached their cut. The count grows with the paths, not
+/// with the boundaries or the scenarios.
+pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Representative> {
+    let mut cells: Vec<(&CellResult, usize)> = stage1
+        .iter()
+        .filter(|r| r.spec.depth() == 1 && r.outcome.reached_cut)
+        .filter(|r| !r.outcome.path.is_empty() && r.outcome.path != "unknown")
+        .filter_map(|r| {
+            let (s, _) = scenario::find(scenarios, &r.spec.scenario_id)?;
+            Some((r, waiting_work(s)))
+        })
+        .collect();
+    cells.sort_by(|(a, wa), (b, wb)| {
+        wb.cmp(wa).then_with(|| {
+            crate::model::cell_id_key(&a.spec.cell_id)
+                .cmp(&crate::model::cell_id_key(&b.spec.cell_id))
+        })
+    });
+    let mut seen: BTreeMap<(String, String), Representative> = BTreeMap::new();
+    for (r, _) in cells {
+        let Some(first) = r.spec.schedule() else {
+            continue;
+        };
+        let key = (
+            scenario::profile_of(&r.spec.scenario_id).to_owned(),
+            r.outcome.path.clone(),
+        );
+        seen.entry(key).or_insert_with(|| Representative {
+            scenario_id: r.spec.scenario_id.clone(),
+            first: first[0].clone(),
+            path: r.outcome.path.clone(),
+            cell_id: r.spec.cell_id.clone(),
+        });
+    }
+    let mut reps: Vec<Representative> = seen.into_values().collect();
+    reps.sort_by(|a, b| {
+        crate::model::cell_id_key(&a.cell_id).cmp(&crate::model::cell_id_key(&b.cell_id))
+    });
+    reps
+}
+
+/// Whether a boundary of a recovery is cut: every boundary but those that
+/// only carry a message already decided elsewhere — a provider's
+/// notification (`*.notified`) or response (`*.responded`), the runner's
+/// receipt of them (`runner.<protocol>.*.received`) — whose kill leaves
+/// the same state as the write or request next to it.
+pub fn cut_in_recovery(b: &Boundary) -> bool {
+    let p = b.cut.point.as_str();
+    let runner_receipt =
+        p.starts_with("runner.") && p.ends_with(".received") && !p.starts_with("runner.write.");
+    !(p.ends_with(".notified") || p.ends_with(".responded") || runner_receipt)
+}
+
+/// The recovery after the first event, as the boundaries to cut: every
+/// boundary ([`cut_in_recovery`]) up to the first turn accepted after the
+/// event (the recovered turn: the restart, the lookup, the decision and
+/// its writes, the continuation or re-send), then the runner's writes up to
+/// the second acceptance (the next message's turn, whose intent may fail
+/// after the recovery); and, when a Retry is admitted later, every boundary
+/// from its admission to its first accepted turn (stop proof, fresh
+/// conversation, first turn).
+pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
+    let accepted = |b: &Boundary| b.cut.point == "runner.turn_accepted.persisted";
+    let nth_accepted = |n: usize| {
+        after
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| accepted(b))
+            .nth(n)
+            .map_or(after.len(), |(i, _)| i + 1)
+    };
+    let (first, second) = (nth_accepted(0), nth_accepted(1));
+    let mut out: Vec<&Boundary> = after[..first]
+        .iter()
+        .filter(|b| cut_in_recovery(b))
+        .collect();
+    out.extend(
+        after[first..second]
+            .iter()
+            .filter(|b| b.cut.point.starts_with(WRITE_POINTS)),
+    );
+    if let Some(r) = after[second..]
+        .iter()
+        .position(|b| b.cut.point == "runner.write.retry_admitted")
+    {
+        let from = second + r;
+        let to = after[from..]
+            .iter()
+            .position(accepted)
+            .map_or(after.len(), |i| from + i + 1);
+        out.extend(after[from..to].iter().filter(|b| cut_in_recovery(b)));
+    }
+    out
+}
+
+/// The second events at boundary `b`: `kill-runner` everywhere,
+/// `kill-provider` at a provider's own boundary (a provider killed while
+/// the runner works is lost at the provider's next boundary anyway),
+/// `fail-write` at a before-write point.
+pub fn second_faults(b: &Boundary) -> Vec<Fault> {
+    let write = b.cut.point.starts_with(WRITE_POINTS);
+    let mut out = vec![Fault::KillRunner];
+    if write {
+        out.push(Fault::FailWrite);
+    } else if b.role != "runner" && b.provider_alive {
+        out.push(Fault::KillProvider);
+    }
+    out
+}
+
+/// The stage-2 cells of `stage1`, with what they reach. A stage-2 cell is
+/// named after its representative: `t042.7` is the seventh recovery cut of
+/// `t042`'s path, the same name in every shard and every run that picks
+/// the same representative. The traced runs of the representatives run on `jobs`
+/// threads.
+pub fn recovery_cells(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    stage1: &[CellResult],
+    wave_seed: u64,
+    jobs: usize,
+) -> (Vec<CellSpec>, Reach) {
+    let reps = representatives(scenarios, stage1);
+    let traced = discover_all(env, scenarios, &reps, jobs);
+    let mut reach = Reach::default();
+    let mut cells: Vec<(String, String, Vec<Event>)> = Vec::new();
+    for (rep, after) in reps.iter().zip(traced) {
+        let profile = scenario::profile_of(&rep.scenario_id).to_owned();
+        let after = match after {
+            Ok(a) => a,
+            Err(e) => {
+                reach
+                    .undiscovered
+                    .push((format!("{}@{}", rep.scenario_id, rep.first), e));
+                continue;
+            }
+        };
+        let span = span(&after);
+        reach
+            .paths
+            .entry(profile)
+            .or_default()
+            .push((rep.path.clone(), span.len()));
+        let seconds = span.iter().flat_map(|b| {
+            second_faults(b).into_iter().map(|fault| Event {
+                cut: b.cut.clone(),
+                fault,
+            })
+        });
+        for (k, second) in seconds.enumerate() {
+            let id = format!("{}.{}", rep.cell_id, k + 1);
+            cells.push((id, rep.scenario_id.clone(), vec![rep.first.clone(), second]));
+        }
+    }
+    let specs = cells
+        .into_iter()
+        .map(|(cell_id, id, events)| plan::schedule_cell(wave_seed, cell_id, id, &events))
+        .collect();
+    (specs, reach)
+}
+
+/// How a wave's stage 2 is chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stage2 {
+    /// The wave's seed (stage-2 cells are seeded by it and their names).
+    pub wave_seed: u64,
+    /// With `--budget`, the share of stage-2 cells kept, in parts per
+    /// million: each cell is kept or not by its own seed, so a shard keeps
+    /// exactly its part of what the whole wave would.
+    pub keep_ppm: Option<u32>,
+}
+
+/// Whether stage-2 cell `c` is kept at `keep_ppm`.
+fn kept(c: &CellSpec, wave_seed: u64, keep_ppm: Option<u32>) -> bool {
+    keep_ppm.is_none_or(|ppm| {
+        plan::cell_seed(wave_seed ^ 0x2ec7, &c.name()) % 1_000_000 < u64::from(ppm)
+    })
+}
+
+/// Runs a wave's cells (stage 1) and then, unless stage 1 stopped early,
+/// the recovery cuts of the paths they walked (stage 2); the finished
+/// cells of both, and what stage 2 reached.
+pub fn run_stages(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    cells: &[CellSpec],
+    jobs: usize,
+    stop: Option<crate::wave::StopAfter>,
+    stage2: Option<Stage2>,
+) -> (Vec<crate::wave::Finished>, Option<Reach>) {
+    let mut finished = crate::wave::run_cells_until(env, scenarios, cells, jobs, stop);
+    let Some(s2) = stage2.filter(|_| finished.len() == cells.len()) else {
+        return (finished, None);
+    };
+    let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
+    eprintln!("stage 2: tracing the recovery of each path the one-cut cells walked …");
+    let (more, reach) = recovery_cells(env, scenarios, &stage1, s2.wave_seed, jobs);
+    let more: Vec<CellSpec> = more
+        .into_iter()
+        .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
+        .collect();
+    eprintln!("{}", reach.summary(more.len()));
+    finished.extend(crate::wave::run_cells_until(
+        env, scenarios, &more, jobs, stop,
+    ));
+    (finished, Some(reach))
+}
+
+impl Reach {
+    /// One paragraph for the console: paths per profile and cells.
+    pub fn summary(&self, cells: usize) -> String {
+        let mut text = format!("stage 2: {cells} recovery cells over");
+        for (profile, paths) in &self.paths {
+            let boundaries: usize = paths.iter().map(|(_, n)| n).sum();
+            text.push_str(&format!(
+                " {profile} {} paths ({boundaries} boundaries);",
+                paths.len()
+            ));
+        }
+        for (rep, why) in &self.undiscovered {
+            text.push_str(&format!("\n  not traced {rep}: {why}"));
+        }
+        text
+    }
+}
+
+/// A representative's traced recovery, or why it could not be traced.
+type Traced = Result<Vec<Boundary>, String>;
+
+/// The traced run of each representative's event, on `jobs` threads, in
+/// the representatives' order.
+fn discover_all(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    reps: &[Representative],
+    jobs: usize,
+) -> Vec<Traced> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let out: std::sync::Mutex<Vec<Option<Traced>>> = std::sync::Mutex::new(vec![None; reps.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..jobs.max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(rep) = reps.get(i) else { break };
+                    let found = match scenario::find(scenarios, &rep.scenario_id) {
+                        Some((s, profile)) => plan::discover_after(env, s, &profile, &rep.first)
+                            .map_err(|e| format!("{e:#}")),
+                        None => Err(format!("unknown scenario id {}", rep.scenario_id)),
+                    };
+                    out.lock().expect("discoveries")[i] = Some(found);
+                }
+            });
+        }
+    });
+    out.into_inner()
+        .expect("discoveries")
+        .into_iter()
+        .map(|r| r.expect("every representative was discovered"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Cut;
+
+    fn b(point: &str, n: u64, alive: bool) -> Boundary {
+        Boundary {
+            segment: 0,
+            cut: Cut {
+                point: point.into(),
+                n,
+            },
+            role: if point.starts_with("runner.") {
+                "runner".into()
+            } else {
+                "provider".into()
+            },
+            provider_alive: alive,
+        }
+    }
+
+    #[test]
+    fn the_span_is_the_recovered_turn_the_next_writes_and_a_later_retry() {
+        let after = vec![
+            b("runner.provider_identity.persisted", 1, true),
+            b("codex.thread_read.received", 1, true),
+            b("codex.thread_read.responded", 1, true),
+            b("runner.turn_accepted.persisted", 1, true),
+            b("codex.item.recorded", 1, true),
+            b("runner.write.turn_intent", 1, true),
+            b("runner.turn_intent.persisted", 1, true),
+            b("runner.turn_accepted.persisted", 2, true),
+            b("runner.run_settled.persisted", 1, false),
+            b("runner.write.retry_admitted", 1, false),
+            b("runner.retry_admitted.persisted", 1, false),
+            b("codex.item_completed.notified", 1, true),
+            b("runner.turn_accepted.persisted", 3, true),
+            b("runner.turn_completed.persisted", 1, true),
+        ];
+        let got: Vec<String> = span(&after).iter().map(|b| b.cut.to_string()).collect();
+        assert_eq!(
+            got,
+            [
+                "runner.provider_identity.persisted#1",
+                "codex.thread_read.received#1",
+                "runner.turn_accepted.persisted#1",
+                "runner.write.turn_intent#1",
+                "runner.write.retry_admitted#1",
+                "runner.retry_admitted.persisted#1",
+                "runner.turn_accepted.persisted#3",
+            ]
+        );
+        assert_eq!(span(&after[..3]).len(), 2, "no acceptance: to the end");
+    }
+
+    #[test]
+    fn second_faults_follow_the_boundary() {
+        assert_eq!(
+            second_faults(&b("runner.write.turn_intent", 1, true)),
+            [Fault::KillRunner, Fault::FailWrite]
+        );
+        assert_eq!(
+            second_faults(&b("codex.thread_read.received", 1, true)),
+            [Fault::KillRunner, Fault::KillProvider]
+        );
+        assert_eq!(
+            second_faults(&b("runner.run_settled.persisted", 1, false)),
+            [Fault::KillRunner]
+        );
+        assert_eq!(
+            second_faults(&b("runner.turn_accepted.persisted", 1, true)),
+            [Fault::KillRunner]
+        );
+    }
+}

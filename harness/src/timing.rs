@@ -1,0 +1,195 @@
+//! Timing never decides a verdict silently: a cell whose failure only an
+//! idle timeout or the cell's deadline produced, on a process the harness
+//! did not hang, runs again with longer timeouts; every rerun is counted
+//! and shown.
+//!
+//! The harness knows which process it hung and when (its `fault.hang-*`
+//! actions). A `provider_unresponsive` in the run log for any other
+//! process, or a task still running at the cell's deadline with nothing
+//! but liveness failing, is a timing outcome on a loaded machine: the cell
+//! runs again with the idle timeout ×4 (a hang cell's up to the non-hang
+//! timeout) and the deadline ×2. Only a cell that fails without such a
+//! shape at the longer timeouts fails; one that keeps the shape when the
+//! timeouts cannot grow is `unknown` with the reason, never a pass.
+//! A stuck runner stays stuck at any timeout, so a real failure survives.
+
+use std::collections::HashSet;
+
+use serde_json::Value;
+
+use crate::cell::{CellEnv, CellRun, run_cell};
+use crate::evidence::Evidence;
+use crate::model::{CellSpec, Rerun, Verdict};
+use crate::scenario::Scenario;
+
+/// How much longer a rerun waits: the idle timeout ×4, the deadline ×2.
+const IDLE_FACTOR: u64 = 4;
+const WAIT_FACTOR: u64 = 2;
+/// At most this many timing reruns of one cell.
+const RERUNS_MAX: usize = 2;
+
+/// Why a failed cell's result may be the machine's and not the runner's,
+/// if it may: the first provider the runner found silent although the
+/// harness hung none of its processes, or a deadline that passed with only
+/// liveness failing.
+pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
+    let hung: HashSet<u64> = ev
+        .actions
+        .iter()
+        .filter(|a| a.what == "fault.hang-provider")
+        .filter_map(|a| a.detail["provider_pid"].as_u64())
+        .collect();
+    let silent = ev.events_of("provider_unresponsive").find(|e| {
+        e.pointer("/data/pid")
+            .and_then(Value::as_u64)
+            .is_none_or(|pid| !hung.contains(&pid))
+    });
+    if let Some(e) = silent {
+        return Some(format!(
+            "the runner found provider pid {} silent ({}), and no fault was applied to it",
+            e.pointer("/data/pid").unwrap_or(&Value::Null),
+            e.pointer("/data/detail")
+                .and_then(Value::as_str)
+                .unwrap_or("idle timeout")
+        ));
+    }
+    (ev.deadline_passed && oracles_failing == ["liveness"])
+        .then(|| "the task was still running at the cell's deadline".to_owned())
+}
+
+/// `env` with longer timeouts for a rerun, or `None` when they cannot grow:
+/// a hang cell's idle timeout is capped at the non-hang one.
+pub fn longer(env: &CellEnv, hangs: bool) -> CellEnv {
+    let mut e = env.clone();
+    if hangs {
+        e.hang_idle_timeout_ms = (env.hang_idle_timeout_ms * IDLE_FACTOR).min(env.idle_timeout_ms);
+    } else {
+        e.idle_timeout_ms = env.idle_timeout_ms * IDLE_FACTOR;
+    }
+    e.wait_ms = env.wait_ms * WAIT_FACTOR;
+    e
+}
+
+/// The names of the oracles that failed.
+fn failing(run: &CellRun) -> Vec<&str> {
+    run.result
+        .oracles
+        .iter()
+        .filter(|o| o.verdict == Verdict::Fail)
+        .map(|o| o.oracle.as_str())
+        .collect()
+}
+
+/// Runs the cell; a failure of timing's shape runs again with longer
+/// timeouts (at most [`RERUNS_MAX`] times), and every rerun is recorded in
+/// the result.
+pub fn run_with_reruns(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    spec: &CellSpec,
+    mut run: CellRun,
+) -> CellRun {
+    let hangs = spec.schedule().is_some_and(|s| {
+        s.iter()
+            .any(|e| e.fault == crate::model::Fault::HangProvider)
+    });
+    let mut env = env.clone();
+    let mut reruns: Vec<Rerun> = Vec::new();
+    while run.result.verdict != Verdict::Pass {
+        let Some(why) = timing_shape(&run.evidence, &failing(&run)) else {
+            break;
+        };
+        let next = longer(&env, hangs);
+        let grows = next.idle_timeout_ms != env.idle_timeout_ms
+            || next.hang_idle_timeout_ms != env.hang_idle_timeout_ms;
+        if reruns.len() >= RERUNS_MAX || !grows {
+            undecided(&mut run, &why);
+            break;
+        }
+        env = next;
+        reruns.push(Rerun {
+            why,
+            idle_timeout_ms: env.idle_timeout_ms,
+            hang_idle_timeout_ms: env.hang_idle_timeout_ms,
+            cell_wait_ms: env.wait_ms,
+        });
+        run = run_cell(&env, scenario, profile, spec);
+    }
+    run.result.reruns = reruns;
+    run
+}
+
+/// A cell whose failure keeps timing's shape at the longest timeouts: its
+/// failures become `unknown` with the reason.
+fn undecided(run: &mut CellRun, why: &str) {
+    for o in run
+        .result
+        .oracles
+        .iter_mut()
+        .filter(|o| o.verdict == Verdict::Fail)
+    {
+        o.verdict = Verdict::Unknown;
+        o.message = format!("timing: {why}, at the longest timeouts too; {}", o.message);
+    }
+    run.result.verdict = crate::oracles::worst(&run.result.oracles).max(Verdict::Unknown);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::Action;
+    use serde_json::json;
+
+    fn unresponsive(pid: u64) -> Value {
+        json!({ "v": 1, "task_id": "t", "seq": 1, "run_id": null, "ts_ms": 1,
+                "kind": "provider_unresponsive", "data": { "pid": pid, "detail": "the provider was silent for 52 ms" } })
+    }
+
+    #[test]
+    fn a_silent_provider_the_harness_did_not_hang_is_timing() {
+        let mut ev = Evidence {
+            events: vec![unresponsive(7)],
+            ..Evidence::default()
+        };
+        assert!(
+            timing_shape(&ev, &["retry.works"])
+                .unwrap()
+                .contains("pid 7")
+        );
+        ev.actions.push(Action {
+            at_ms: 1,
+            what: "fault.hang-provider".into(),
+            detail: json!({ "provider_pid": 7 }),
+        });
+        assert_eq!(
+            timing_shape(&ev, &["retry.works"]),
+            None,
+            "the harness hung it"
+        );
+    }
+
+    #[test]
+    fn a_deadline_with_only_liveness_failing_is_timing() {
+        let ev = Evidence {
+            deadline_passed: true,
+            ..Evidence::default()
+        };
+        assert!(timing_shape(&ev, &["liveness"]).is_some());
+        assert_eq!(timing_shape(&ev, &["liveness", "no-loss"]), None);
+    }
+
+    #[test]
+    fn longer_timeouts_grow_until_the_cap() {
+        let env = CellEnv::new(std::path::Path::new("turncut"), std::path::Path::new(""));
+        let e = longer(&env, true);
+        assert_eq!((e.hang_idle_timeout_ms, e.wait_ms), (200, 30_000));
+        let e = longer(&e, true);
+        assert_eq!(
+            e.hang_idle_timeout_ms, 500,
+            "capped at the non-hang idle timeout"
+        );
+        assert_eq!(longer(&e, true).hang_idle_timeout_ms, 500);
+        assert_eq!(longer(&env, false).idle_timeout_ms, 2_000);
+    }
+}

@@ -1,0 +1,121 @@
+//! A plan computed once and run anywhere (`turncut plan`, `turncut wave
+//! --plan`): its shards run on machines under different loads and still
+//! merge into the unsharded run of the same plan, and planning twice under
+//! different loads gives the same wave id.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use harness::model::{Plan, Verdict, WaveResult};
+
+fn turncut() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_turncut"));
+    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."));
+    cmd.env_remove("GITHUB_STEP_SUMMARY");
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap();
+    eprintln!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The plan of the single-task scenario on every fake profile (four
+/// groups, so both shards get cells), 12 cells by seed 3, written to `out`.
+fn plan(out: &Path, stress: &str) -> Plan {
+    let o = run(turncut()
+        .args(["--stress", stress, "plan", "--seed", "3", "--budget", "12"])
+        .args(["--only", "local.single-task", "--out"])
+        .arg(out));
+    assert_eq!(o.status.code(), Some(0), "turncut plan exits 0");
+    let plan: Plan = serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap();
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(printed.trim(), plan.wave_id, "plan prints the wave id");
+    plan
+}
+
+fn wave(plan: &Path, out: &Path, shard: Option<&str>, stress: &str) -> WaveResult {
+    let mut cmd = turncut();
+    cmd.args(["--stress", stress, "wave", "--jobs", "2", "--plan"])
+        .arg(plan)
+        .arg("--out")
+        .arg(out);
+    if let Some(s) = shard {
+        cmd.args(["--shard", s]);
+    }
+    let o = run(&mut cmd);
+    assert!(matches!(o.status.code(), Some(0 | 1)));
+    harness::report::read_wave(&out.join("wave.json")).unwrap()
+}
+
+fn cells_of(w: &WaveResult) -> Vec<(String, String, Verdict)> {
+    w.cells
+        .iter()
+        .map(|c| (c.spec.cell_id.clone(), c.spec.name(), c.verdict))
+        .collect()
+}
+
+#[test]
+fn shards_of_one_plan_under_different_loads_merge_into_its_unsharded_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n);
+    let quiet = plan(&d("plan.json"), "0");
+    let loaded = plan(&d("plan-loaded.json"), "8");
+    assert_eq!(
+        quiet.wave_id, loaded.wave_id,
+        "planning under --stress 8 gives the same wave id"
+    );
+    assert_eq!(quiet.cells, loaded.cells);
+
+    let whole = wave(&d("plan.json"), &d("whole"), None, "0");
+    let one = wave(&d("plan.json"), &d("one"), Some("1/2"), "8");
+    let two = wave(&d("plan.json"), &d("two"), Some("2/2"), "0");
+    assert!(
+        !one.cells.is_empty() && !two.cells.is_empty(),
+        "both shards run cells"
+    );
+    assert_eq!(one.run.stress, 8, "wave.json records --stress");
+    let o = run(turncut()
+        .args(["report", "merge"])
+        .args([d("one"), d("two")])
+        .arg("--out")
+        .arg(d("merged")));
+    assert!(matches!(o.status.code(), Some(0 | 1)));
+    let merged = harness::report::read_wave(&d("merged").join("wave.json")).unwrap();
+    assert_eq!(merged.wave_id, quiet.wave_id);
+    assert_eq!(whole.wave_id, quiet.wave_id);
+    assert_eq!(cells_of(&merged), cells_of(&whole));
+    assert!(
+        merged.cells.iter().all(|c| c.verdict == Verdict::Pass),
+        "the reference runner passes, loaded or not: {:?}",
+        cells_of(&merged)
+    );
+}
+
+#[test]
+fn a_plan_of_other_scenarios_or_with_selection_options_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan_file = dir.path().join("plan.json");
+    plan(&plan_file, "0");
+    let o = run(turncut()
+        .args(["wave", "--seed", "4", "--plan"])
+        .arg(&plan_file));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the plan fixes the selection"));
+    let scenarios = dir.path().join("scenarios");
+    std::fs::create_dir(&scenarios).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios/single-task.toml");
+    std::fs::copy(src, scenarios.join("single-task.toml")).unwrap();
+    let o = run(turncut()
+        .args(["wave", "--scenarios"])
+        .arg(&scenarios)
+        .arg("--plan")
+        .arg(&plan_file));
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("made from other scenarios"));
+}
