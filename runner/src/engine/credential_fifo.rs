@@ -288,6 +288,49 @@ mod tests {
         wait_removed(&served.path);
     }
 
+    /// A provider that keeps the FIFO open after its first read (as a
+    /// reader may, between its EOF and its close) gets its second key from
+    /// its second open, not a second copy in the first open's pipe, which
+    /// its close would discard.
+    #[test]
+    fn a_second_read_waits_for_the_first_reader_to_close() {
+        use std::io::{BufRead as _, Read as _};
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-234".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo4", 2).unwrap();
+        // Builtins only: the shell itself is the one reader.
+        let script = "exec 3<\"$0\"; IFS= read -r k <&3; printf '%s|\\n' \"$k\"; \
+                      read go; exec 3<&-; k=; IFS= read -r k < \"$0\"; printf '%s|' \"$k\"";
+        let mut provider = std::process::Command::new("sh")
+            .args(["-c", script])
+            .arg(&served.path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        served.provider(provider.id() as i32);
+        let mut out = std::io::BufReader::new(provider.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        assert_eq!(first, "k-234|\n");
+        writeln!(provider.stdin.take().unwrap(), "go").unwrap();
+        // Without the wait the FIFO is gone (or never served again): the
+        // second read fails at once or blocks; a deadline bounds the latter.
+        let until = Instant::now() + Duration::from_secs(10);
+        while provider.try_wait().unwrap().is_none() {
+            if Instant::now() >= until {
+                let _ = provider.kill();
+                let _ = provider.wait();
+                panic!("the second read was never served");
+            }
+            std::thread::yield_now();
+        }
+        let mut second = String::new();
+        out.read_to_string(&mut second).unwrap();
+        assert_eq!(second, "k-234|");
+        wait_removed(&served.path);
+    }
+
     #[test]
     fn a_reader_other_than_the_provider_gets_nothing_and_ends_the_serving() {
         let state = tempfile::tempdir().unwrap();
