@@ -18,8 +18,11 @@
 //! `session/new`), each time only to the provider's own process: when a
 //! reader opens it, every process that holds it open (but the runner) must
 //! be the provider, else nothing is written, the FIFO is removed and no one
-//! reads it again. A tool shell inherits the FIFO's path but is another
-//! process, so it gets nothing. Between two reads the serving thread waits
+//! reads it again. The provider is its own process or one it started in
+//! its own session (a wrapper's child: the harness's `tap`, a launcher that
+//! runs the product as its child); a tool shell inherits the FIFO's path,
+//! but the real products run their tools in a session of their own, so it
+//! gets nothing. Between two reads the serving thread waits
 //! until the reader has closed the FIFO, so that one read never gets the key
 //! twice nor a second key lands in a pipe about to be discarded.
 //!
@@ -149,7 +152,7 @@ fn serve_reads(fifo: &Path, key: &[u8], reads: u32, shared: &Shared) {
             return;
         }
         let holders = holders_of(fifo);
-        if holders.iter().any(|h| *h != provider) {
+        if holders.iter().any(|h| !is_provider(*h, provider)) {
             tracing::warn!(
                 "the credential FIFO was opened by a process other than the provider \
                  (pid {provider}): {holders:?}; nothing written, no further reads"
@@ -206,6 +209,40 @@ fn open_when_read(fifo: &Path, closed: &AtomicBool) -> Option<std::fs::File> {
 /// it); whether it did before the serving ended.
 fn wait_released(fifo: &Path, closed: &AtomicBool) -> bool {
     poll(closed, || holders_of(fifo).is_empty().then_some(())).is_some()
+}
+
+/// Whether `pid` is the provider `provider` or a process it started in its
+/// own session: a provider behind a wrapper (the harness's `tap`, a launcher
+/// that runs the product as its child) reads through a descendant. A tool
+/// shell of the real products runs in a session of its own (`setsid`), so it
+/// is no provider; nor is any process outside the provider's tree.
+fn is_provider(pid: i32, provider: i32) -> bool {
+    let Some((_, session)) = parent_and_session(provider) else {
+        return false;
+    };
+    let mut at = pid;
+    // A process tree is far shallower than this; the bound ends a cycle
+    // that pid reuse could make.
+    for _ in 0..64 {
+        if at == provider {
+            return true;
+        }
+        match parent_and_session(at) {
+            Some((parent, s)) if s == session && parent > 1 => at = parent,
+            _ => return false,
+        }
+    }
+    false
+}
+
+/// A process's parent and session, from `/proc/PID/stat` (the fields after
+/// the command's closing parenthesis: state, ppid, pgrp, session).
+fn parent_and_session(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let parent = fields.nth(1)?.parse().ok()?;
+    let session = fields.nth(1)?.parse().ok()?;
+    Some((parent, session))
 }
 
 /// Every process but this one that holds `fifo` open.
@@ -328,6 +365,38 @@ mod tests {
         let mut second = String::new();
         out.read_to_string(&mut second).unwrap();
         assert_eq!(second, "k-234|");
+        wait_removed(&served.path);
+    }
+
+    /// A provider behind a wrapper (`fake-provider tap`, a launcher) reads
+    /// through its child, in its session: served. A child in a session of
+    /// its own (as the real products run their tool shells) is not.
+    #[test]
+    fn a_child_in_the_providers_session_is_served_one_in_its_own_is_not() {
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-567".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo5", 1).unwrap();
+        let wrapper = std::process::Command::new("sh")
+            .args(["-c", "cat \"$0\"; echo '|'"])
+            .arg(&served.path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        served.provider(wrapper.id() as i32);
+        let out = wrapper.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "k-567|\n");
+        wait_removed(&served.path);
+
+        let served = serve(state.path(), &secret, "spawn-test-fifo6", 1).unwrap();
+        let wrapper = std::process::Command::new("sh")
+            .args(["-c", "setsid -w cat \"$0\"; echo '|'"])
+            .arg(&served.path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        served.provider(wrapper.id() as i32);
+        let out = wrapper.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "|\n");
         wait_removed(&served.path);
     }
 
