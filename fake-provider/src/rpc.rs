@@ -20,6 +20,8 @@ pub(crate) const PARSE_ERROR: i64 = -32700;
 pub(crate) const INVALID_REQUEST: i64 = -32600;
 pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
 pub(crate) const INVALID_PARAMS: i64 = -32602;
+/// JSON-RPC "Internal error" (the real Codex answers a thread it cannot read with it).
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
 
 /// Stdout is gone: the client hung up, so the fake stops.
 pub(crate) struct Closed;

@@ -185,6 +185,7 @@ mod tests {
             argv: None,
             path: None,
             duration_ms: 0,
+            nested_shell: false,
         };
         let turn = ScriptTurn {
             say: vec!["hi".to_owned()],

@@ -1,7 +1,8 @@
 //! A small synchronous Codex app-server client over a child's stdio.
 //!
 //! It drives `fake-provider codex` (or a real `codex app-server`) through
-//! handshakes and turns for the demo and the conformance tests, and keeps a
+//! handshakes and turns for the demo and the conformance tests (and, with
+//! `jsonrpc`, an ACP agent for `turncut fidelity`), and keeps a
 //! transcript of every message both ways so a test can validate each one
 //! against the published schema. Every wait has a deadline; nothing sleeps.
 //! It is not the runner's Codex driver and has no recovery logic.
@@ -66,6 +67,8 @@ pub struct CodexClient {
     pub unparsable: Vec<String>,
     /// Deadline for each wait.
     pub timeout: Duration,
+    /// Requests carry `"jsonrpc": "2.0"` (ACP; Codex sends no such field).
+    pub jsonrpc: bool,
 }
 
 /// How a turn driven by [`CodexClient::run_turn`] ended.
@@ -112,6 +115,7 @@ impl CodexClient {
             transcript: Vec::new(),
             unparsable: Vec::new(),
             timeout: Duration::from_secs(10),
+            jsonrpc: false,
         })
     }
 
@@ -142,7 +146,11 @@ impl CodexClient {
     pub fn send_request(&mut self, method: &str, params: Value) -> Result<i64, ClientError> {
         self.next_id += 1;
         let id = self.next_id;
-        self.send(json!({ "id": id, "method": method, "params": params }))?;
+        let mut msg = json!({ "id": id, "method": method, "params": params });
+        if self.jsonrpc {
+            msg["jsonrpc"] = json!("2.0");
+        }
+        self.send(msg)?;
         Ok(id)
     }
 

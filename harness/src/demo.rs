@@ -120,9 +120,9 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
     let index_of = |name: &str| points.iter().position(|a| a.point == name && a.n == 1);
     let recorded_at = index_of("codex.turn.recorded");
     let completed_at = index_of("codex.turn_completed.recorded");
-    // The command runs in a session of its own and dies of the hangup when
-    // the fake dies: killed while it runs, it may or may not have had its
-    // effect; from its exit on, it had.
+    // The command runs in a session of its own and dies of its parent-death
+    // signal when the fake dies: killed while it runs, it may or may not
+    // have had its effect; from its exit on, it had.
     let running_at = index_of("codex.effect.spawned");
     let effect_at = index_of("codex.effect.exited");
     let mut rows = Vec::new();
@@ -147,15 +147,11 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
         client.wait_exit()?;
         wait_for_commands(&fake.journal())?;
         let mut again = fake.start(&[])?;
-        // A thread killed before its first turn was never written: the
-        // restarted server does not know it ("thread not loaded").
         let read = match again.request(
             "thread/read",
             serde_json::json!({ "threadId": thread, "includeTurns": true }),
         ) {
-            Err(ClientError::Rpc { message, .. }) if message.starts_with("thread not loaded") => {
-                Value::Null
-            }
+            Err(ClientError::Rpc { message, .. }) if never_written(&message) => Value::Null,
             other => other?,
         };
         again.close()?;
@@ -188,6 +184,14 @@ pub fn sweep(exe: &Path, work: &Path, points: &[cutpoint::Arm]) -> anyhow::Resul
         });
     }
     Ok(rows)
+}
+
+/// Whether a `thread/read` error says the thread was never written: killed
+/// before its first turn, the restarted server does not know it ("thread not
+/// loaded"); killed as it began writing it, it cannot read it ("rollout at …
+/// is empty").
+fn never_written(message: &str) -> bool {
+    message.starts_with("thread not loaded") || message.ends_with(" is empty")
 }
 
 /// Waits (with a deadline) until every command the fake spawned, as its

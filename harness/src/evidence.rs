@@ -307,6 +307,15 @@ fn unparsable(file: &Path) -> Option<String> {
         Ok(b) => b,
         Err(e) => return Some(format!("{}: {e}", file.display())),
     };
+    // The fake Codex, like the real one, creates a thread's file empty
+    // before it writes the thread: a state of its own, not a torn write.
+    let codex_thread = file
+        .parent()
+        .and_then(|d| d.file_name())
+        .is_some_and(|d| d == wire::stores::codex::THREADS_DIR);
+    if bytes.is_empty() && codex_thread {
+        return None;
+    }
     serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
         .err()
         .map(|e| format!("{}: not a whole JSON document: {e}", file.display()))

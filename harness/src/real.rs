@@ -12,12 +12,15 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use wire::profiles::Real;
+use wire::profiles::{Protocol, Real};
 
 use crate::supervisor::GroupChild;
 
+mod acp;
 mod codex;
 mod opencode;
+
+pub use acp::name_turns;
 
 pub(crate) use opencode::CREDENTIAL_FIFO_ENV;
 
@@ -40,15 +43,14 @@ pub const IDLE_FLOOR_MS: u64 = 5_000;
 
 /// The least idle timeout in a real product's `hang-provider` cell. The
 /// runner bounds a provider's start by its idle timeout too, so this is at
-/// least the product's start: codex answers `initialize` well within 2 s;
-/// `opencode serve` takes 2-4 s to its listening line and its first answer
-/// (it loads its plugins), and at 2 s every restart after a hang was lost
-/// five times over (`provider_start_failed`, 5 of 5 hang cells).
-pub fn hang_idle_floor_ms(real: &Real) -> u64 {
-    match real.bin {
-        "opencode" => IDLE_FLOOR_MS,
-        _ => 2_000,
-    }
+/// least the product's start: `opencode serve` and `opencode acp` take 2-4 s
+/// to their first answer (they load their plugins), and at 2 s every restart
+/// after a hang was lost five times over (`provider_start_failed`, 5 of 5
+/// hang cells); codex answers `initialize` well within 2 s on an idle
+/// machine, but not on a loaded one (a sampled wave at a load average of 16
+/// lost 1 of 40 cells to `provider_start_failed` at 2 s).
+pub fn hang_idle_floor_ms(_real: &Real) -> u64 {
+    IDLE_FLOOR_MS
 }
 
 /// The least deadline of each wait in a real product's cell: a recovery
@@ -208,49 +210,75 @@ impl Product {
     /// tagged with `tag` so the cell finds what they leave behind.
     pub fn command(&self, model_url: &str, tag: &str) -> anyhow::Result<Vec<String>> {
         std::fs::create_dir_all(self.home.join("home"))?;
-        match self.real.bin {
-            "codex" => Ok(codex::command(self, model_url, tag)),
-            "opencode" => opencode::command(self, model_url, tag),
-            other => anyhow::bail!("no command for the real product {other}"),
+        match self.protocol() {
+            Protocol::Codex => Ok(codex::command(self, model_url, tag)),
+            Protocol::Opencode => opencode::command(self, model_url, &["serve"]),
+            Protocol::Acp => opencode::command(self, model_url, &["acp"]),
+            Protocol::Native => anyhow::bail!("no real product speaks {:?}", self.protocol()),
         }
+    }
+
+    /// The protocol the product speaks (its mirrored fake's).
+    pub fn protocol(&self) -> Protocol {
+        wire::profiles::facts(self.real.name).map_or(Protocol::Native, |f| f.protocol)
     }
 
     /// The `fake-provider` tap that records its wire in a cell: `tap` for a
     /// stdio protocol, `tap-http` for OpenCode's HTTP.
     pub fn tap(&self) -> &'static str {
-        match self.real.bin {
-            "opencode" => "tap-http",
+        match self.protocol() {
+            Protocol::Opencode => "tap-http",
             _ => "tap",
         }
     }
 
     /// The profile lines that hand it the credential: as its API key in
     /// its environment (codex keeps `*KEY*` variables out of its tool
-    /// shells), or through the runner's one-shot FIFO (OpenCode gives its
-    /// tools its whole environment; its configuration reads the FIFO).
+    /// shells), or through the runner's credential FIFO (OpenCode gives its
+    /// tools its whole environment; its configuration reads the FIFO: once
+    /// for `opencode serve`, twice for `opencode acp`, at its start and at
+    /// `session/new`).
     pub fn credential_lines(&self) -> String {
-        match self.real.bin {
-            "opencode" => format!(
-                "credential_env = \"{}\"\ncredential_fifo = true\n",
+        let fifo = |reads: u32| {
+            format!(
+                "credential_env = \"{}\"\ncredential_fifo = true\ncredential_reads = {reads}\n",
                 opencode::CREDENTIAL_FIFO_ENV
-            ),
+            )
+        };
+        match self.protocol() {
+            Protocol::Opencode => fifo(1),
+            Protocol::Acp => fifo(2),
             _ => "credential_env = \"OPENAI_API_KEY\"\n".to_owned(),
         }
     }
 
     /// Every turn the product durably recorded, read through its own API
     /// from its home once the cell's processes are dead, by a server
-    /// started in `cwd` (the workspace the product ran in).
+    /// started in `cwd` (the workspace the product ran in); `journal` is
+    /// the cell's wire journal (an ACP agent's turns are named by it).
     pub fn recorded_turns(
         &self,
         model_url: &str,
         cwd: &Path,
         within: Duration,
+        journal: &[wire::journal::Entry],
     ) -> Result<Vec<wire::recorded::RecordedTurn>, String> {
-        match self.real.bin {
-            "codex" => codex::recorded_turns(self, model_url, cwd, within),
-            "opencode" => opencode::recorded_turns(self, model_url, cwd, within),
-            other => Err(format!("no reader for the real product {other}")),
+        let turns = |read: Vec<opencode::TurnText>| read.into_iter().map(|(t, _)| t).collect();
+        match self.protocol() {
+            Protocol::Codex => codex::recorded_turns(self, model_url, cwd, within),
+            Protocol::Opencode => opencode::recorded_turns(self, model_url, cwd, within).map(turns),
+            // `opencode acp` keeps its sessions where `opencode serve` reads them.
+            Protocol::Acp => {
+                let read = opencode::recorded_turns(self, model_url, cwd, within)?;
+                let texts: Vec<(String, String)> = read
+                    .iter()
+                    .map(|(t, text)| (t.turn.clone(), text.clone()))
+                    .collect();
+                let mut named: Vec<_> = turns(read);
+                name_turns(&mut named, journal, &texts);
+                Ok(named)
+            }
+            Protocol::Native => Err(format!("no reader for {}", self.real.name)),
         }
     }
 }

@@ -273,8 +273,18 @@ fn a_full_turn_with_a_permission_conforms_to_the_spec() {
 
     let m1 = msg_id(0, "m-1");
     assert_eq!(prompt(&fake, &session, &m1, "Create hello.txt").0, 204);
-    assert_eq!(turn_status(&state, &m1), "inProgress");
     let asked = events.until("permission.asked");
+    // Written after the 204, as the real server writes it.
+    assert_eq!(turn_status(&state, &m1), "inProgress");
+    // As the real 1.18.33: the tool part is `running` when it asks.
+    let tool_states: Vec<&Value> = events
+        .seen
+        .iter()
+        .filter(|e| e["type"] == "message.part.updated")
+        .filter(|e| e["properties"]["part"]["type"] == "tool")
+        .map(|e| &e["properties"]["part"]["state"]["status"])
+        .collect();
+    assert_eq!(tool_states, [&json!("pending"), &json!("running")]);
     let permission = asked["properties"]["id"].as_str().unwrap().to_owned();
     assert_eq!(asked["properties"]["sessionID"], session.as_str());
     let (status, body) = fake.post(

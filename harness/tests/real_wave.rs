@@ -1,6 +1,6 @@
 //! The real products' profiles in waves, through the `turncut` binary: a
-//! sampled wave on the real codex app-server and on the real opencode
-//! serve under kills and hangs, judged by the same oracles from the
+//! sampled wave on the real codex app-server, the real opencode serve and
+//! the real opencode acp under kills and hangs, judged by the same oracles from the
 //! product's own state; and a product that is not installed listed as
 //! skipped with its reason, never run and never passed.
 
@@ -76,6 +76,11 @@ fn a_sampled_wave_on_the_real_opencode_passes() {
     sampled_wave("runner-opencode-real");
 }
 
+#[test]
+fn a_sampled_wave_on_the_real_acp_agent_passes() {
+    sampled_wave("runner-acpx-opencode-real");
+}
+
 /// Without the product (nothing on PATH, an empty npm prefix, no install),
 /// its ids are listed as skipped with the reason in every report; the
 /// fakes' ids still run.
@@ -111,6 +116,7 @@ fn a_real_product_that_is_not_installed_is_listed_as_skipped() {
         vec![
             "everyday-workflows.runner-codex-real.local.single-task",
             "everyday-workflows.runner-opencode-real.local.single-task",
+            "everyday-workflows.runner-acpx-opencode-real.local.single-task",
         ]
     );
     assert!(

@@ -1435,3 +1435,32 @@ fn a_finished_wait_gives_its_connection_back() {
     let (status, _) = client.task("t1").unwrap();
     assert_eq!(status, 200);
 }
+
+/// A patch (`apply_patch`, a `fileChange` item) asks for approval like a
+/// command; the runner answers it with the profile's decision, and the file
+/// lands. The driver used to reject every server request but the command
+/// approval, so the provider heard a refusal and the patch never applied.
+#[test]
+fn a_patch_the_provider_asks_to_apply_is_answered_and_applied() {
+    let script = r#"
+[[turn]]
+say = ["Adding the file."]
+tools = [{ key = "add-hello", kind = "patch", path = "hello.txt" }]
+final = "Added hello.txt."
+"#;
+    let mut rig = Rig::with_script(&[], Some(script));
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let asked = client
+        .events("t1", 0)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e["kind"] == "provider_request")
+        .any(|e| e.to_string().contains("item/fileChange/requestApproval"));
+    assert!(asked, "no fileChange approval in the run log");
+    let content = std::fs::read_to_string(rig.ws().join("hello.txt")).unwrap_or_default();
+    assert_eq!(content, "written by add-hello\n", "the patch did not land");
+    assert!(rig.ledger().is_empty());
+}

@@ -37,6 +37,11 @@ pub struct Profile {
     /// and gives its tools its whole environment (`engine::credential_fifo`).
     #[serde(default)]
     pub credential_fifo: bool,
+    /// How many times the FIFO is served, each time to the provider's own
+    /// process only: a provider may read its key file more than once
+    /// (`opencode acp` reads it at start and at `session/new`).
+    #[serde(default = "default_credential_reads")]
+    pub credential_reads: u32,
     /// The model a native profile asks for.
     #[serde(default = "default_model")]
     pub model: String,
@@ -44,6 +49,10 @@ pub struct Profile {
 
 fn default_model() -> String {
     "gpt-5-codex".to_owned()
+}
+
+fn default_credential_reads() -> u32 {
+    1
 }
 
 fn default_approval() -> String {
@@ -99,6 +108,7 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
                 // The fakes read their key from the FIFO, as a careful
                 // provider would: it is in no environment a tool can read.
                 credential_fifo: true,
+                credential_reads: default_credential_reads(),
                 model: default_model(),
             },
         );

@@ -369,10 +369,22 @@ impl Server {
         let session = self.store.get(session_id).expect("checked above");
         let (authorized_by, script_index) = if continuation {
             let Some(target) = turns::continued(session.turns.iter()) else {
-                return Err((
-                    INVALID_REQUEST,
-                    format!("session {session_id} has no user turn to continue"),
-                ));
+                // Nothing to continue: a real agent takes any prompt, and its
+                // model, seeing no earlier message, has nothing to do.
+                self.journal.fact(
+                    "continuation.empty",
+                    json!({ "session": session_id, "reason": "no user message to continue" }),
+                );
+                let nothing = crate::script::ScriptTurn {
+                    say: Vec::new(),
+                    tools: Vec::new(),
+                    final_message: "There is nothing to continue.".to_owned(),
+                };
+                return Ok(Planned {
+                    authorized_by: turn_id.to_owned(),
+                    script_index: 0,
+                    steps: turns::plan(nothing, |_| Ok::<_, Refusal>(true))?,
+                });
             };
             (target.authorized_by.clone(), target.script_index)
         } else {

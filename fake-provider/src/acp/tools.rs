@@ -87,12 +87,18 @@ impl Server {
         };
         let argv = match &tool.argv {
             Some(argv) => argv.clone(),
-            None => crate::serving::lossy(&self.opts.effect_argv(
-                &tool.key,
-                &turn.authorized_by,
-                session_id,
-                &turn.id,
-            )),
+            None => {
+                let mut argv = crate::serving::lossy(&self.opts.effect_argv(
+                    &tool.key,
+                    &turn.authorized_by,
+                    session_id,
+                    &turn.id,
+                ));
+                // A tool's `duration_ms`, as the other fakes pass it (the ACP
+                // fake ignored it: its command could never be caught running).
+                argv.extend(crate::script::duration_args(&self.opts.script, &tool.key));
+                argv
+            }
         };
         let cwd = self
             .store

@@ -8,19 +8,24 @@
 //! sends them (`thread/started`, `thread/status/changed`, `turn/started`,
 //! `item/started`/`item/completed` for `userMessage`, `agentMessage` with
 //! `item/agentMessage/delta`, `commandExecution` with
-//! `item/commandExecution/outputDelta`, `thread/tokenUsage/updated` after each
-//! model response, and `turn/completed` with status completed, interrupted or
-//! failed); the server request `item/commandExecution/requestApproval` with the
-//! decisions `accept`, `decline` and `cancel`, followed by
-//! `serverRequest/resolved`. Model items carry model-style ids (`msg_…`,
+//! `item/commandExecution/outputDelta`, `fileChange` with
+//! `turn/diff/updated`, `thread/tokenUsage/updated` after each model response,
+//! and `turn/completed` with status completed, interrupted or failed); the
+//! server requests `item/commandExecution/requestApproval` and
+//! `item/fileChange/requestApproval` with the decisions `accept`, `decline`
+//! and `cancel`, followed by `serverRequest/resolved`; a thread's approval
+//! policy; a `turn/start` during an active turn taken into it. Model items carry model-style ids (`msg_…`,
 //! `call_…`) and commands read `/bin/bash -lc '<line>'`, as Codex reports them.
 //! `harness/tests/real_codex.rs` compares all this with the real server.
 //! Threads and turns are durable in `--state-dir` and crash as the real
 //! product's do (measured on 0.171.0): a thread is written with its first
-//! turn, a turn (without items) before the `turn/start` response, its user
-//! message after it; a turn that was in progress when the process died reads
-//! back `interrupted` (error null); commands run in a session of their own
-//! and die of the hangup when the fake dies; a call issued and never
+//! turn (its file created empty, then the thread, then the turn), a turn
+//! (without items) before the `turn/start` response, its user message (and
+//! the thread's approval policy, the real turn context) after it; a turn
+//! that was in progress when the process died reads back `interrupted`
+//! (error null); commands run as `bash -c` in a session of their own, every
+//! signal at its default, and the shell dies of SIGTERM when the fake dies
+//! (a compound command's children live on); a call issued and never
 //! finished reads back `aborted` to a continuation's model.
 //!
 //! The model is the script (`crate::script`): a user turn plays the script turn
@@ -33,18 +38,19 @@
 //!
 //! Files: this one holds the server (handshake, threads, sending, the end of
 //! a turn); `turn.rs` plays turns (planning, items, tools, approvals,
-//! interrupts); `wire.rs` holds the wire forms; `store.rs` the durable
-//! threads.
+//! queued messages, interrupts); `patch.rs` plays `apply_patch`; `wire.rs`
+//! holds the wire forms; `store.rs` the durable threads.
 //!
 //! What it deliberately does not simulate: models, reasoning, tokenization
-//! (token usage is a byte estimate), sandboxes, exec policies, patches and
-//! file-change approvals, MCP, accounts, config, more than one client
-//! connection, and `turn/steer`; so it never sends the account and config
+//! (token usage is a byte estimate), sandboxes (a patch asks as under a
+//! read-only one), exec policies, patches other than one added file, MCP,
+//! accounts, config, more than one client connection, and `turn/steer`; so it never sends the account and config
 //! notifications (`account/rateLimits/updated`, `warning`, `configWarning`,
 //! `remoteControl/status/changed`). Methods outside the list above answer
 //! −32601 even though the real server knows them. A line that is not JSON gets
 //! an error with `id: null` (JSON-RPC 2.0), which the real server would only log.
 
+mod patch;
 pub mod store;
 mod turn;
 pub mod wire;
@@ -60,7 +66,8 @@ pub use wire::{
 
 use crate::journal::{Journal, now_ms};
 use crate::rpc::{
-    INVALID_PARAMS, INVALID_REQUEST, Incoming, LineServer, METHOD_NOT_FOUND, Refusal, Sent, params,
+    INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, Incoming, LineServer, METHOD_NOT_FOUND,
+    Refusal, Sent, params,
 };
 use crate::script::ScriptTool;
 use crate::serving::{Options, now_s};
@@ -90,6 +97,7 @@ pub fn serve(opts: Options) -> anyhow::Result<()> {
         active: HashMap::new(),
         pending: HashMap::new(),
         usage: HashMap::new(),
+        policies: HashMap::new(),
     };
     let served = crate::rpc::serve_lines(&mut server);
     // Stdin closed: the real codex closes its databases, which syncs them.
@@ -111,12 +119,41 @@ struct Server {
     pending: HashMap<i64, String>,
     /// Token usage per thread since this process started (not durable).
     usage: HashMap<String, Tokens>,
+    /// The approval policy each thread was given in this process (by
+    /// `thread/start`, `thread/resume` or `turn/start`): durable only with
+    /// the next turn context written (`begin_turn`).
+    policies: HashMap<String, String>,
 }
+
+/// The approval policy of a thread that was given none, or whose policy
+/// was lost: the real server's configured default (`approval_policy` in
+/// the real profile's configuration).
+pub const DEFAULT_APPROVAL_POLICY: &str = "on-request";
+
+/// The approval policies the fake plays: `untrusted` asks before every
+/// command, `on-request` and `on-failure` before the ones the model asks to
+/// run unsandboxed (a tool with `approval`) and before every patch (the
+/// fake's sandbox is read-only, as the real profile's), `never` asks nothing
+/// and runs everything.
+const APPROVAL_POLICIES: [&str; 4] = ["untrusted", "on-failure", "on-request", "never"];
 
 struct ActiveTurn {
     turn_id: String,
     steps: VecDeque<Step>,
     waiting: Option<Waiting>,
+    /// Messages sent by `turn/start` while this turn was active: the real
+    /// server answers with this turn and hands them to the model at its next
+    /// request, in this turn. Not durable until then.
+    queued: Vec<Queued>,
+    /// The message id the turn's effects run under after a queued message
+    /// was taken up (else the turn record's `authorized_by`).
+    authorized_by: Option<String>,
+    /// A tool was played since the last end of a model response: the next
+    /// one ends a response that called tools, after which the model is
+    /// asked again and takes up the queued messages.
+    tools_pending: bool,
+    /// The turn's diff (`turn/diff/updated`) once a patch applied.
+    diff: Option<String>,
     /// Model items (agent messages, tool calls) begun so far: the ordinal of
     /// the next one's id (see [`model_item_id`]).
     items: u32,
@@ -128,6 +165,12 @@ struct Waiting {
     request_id: i64,
     item: Value,
     tool: ScriptTool,
+}
+
+/// A user message queued into the active turn.
+struct Queued {
+    client_id: Option<String>,
+    input: Vec<Value>,
 }
 
 impl LineServer for Server {
@@ -226,6 +269,7 @@ impl Server {
         } else {
             ThreadStartParams::default()
         };
+        let policy = checked_policy(p.approval_policy)?;
         let cwd = match p.cwd {
             Some(c) if std::path::Path::new(&c).is_absolute() => c,
             Some(c) => return Err((INVALID_PARAMS, format!("cwd must be absolute: {c}"))),
@@ -243,9 +287,13 @@ impl Server {
             cwd,
             model: p.model.unwrap_or_else(|| "fake-model".to_owned()),
             preview: String::new(),
+            approval_policy: None,
             turns: Vec::new(),
         };
         let thread_id = thread.id.clone();
+        if let Some(policy) = policy {
+            self.policies.insert(thread_id.clone(), policy);
+        }
         // Not durable yet: the real server writes a thread's rollout only
         // when its first turn starts.
         self.store.insert(thread);
@@ -263,11 +311,15 @@ impl Server {
 
     fn thread_resume(&mut self, id: &Value, msg: &Value) -> Result<Sent, Refusal> {
         let p: ThreadIdParams = params(msg)?;
+        self.thread_readable(&p.thread_id)?;
         if self.store.get(&p.thread_id).is_none() {
             return Err((
                 INVALID_REQUEST,
                 format!("no rollout found for thread id {}", p.thread_id),
             ));
+        }
+        if let Some(policy) = checked_policy(p.approval_policy.clone())? {
+            self.policies.insert(p.thread_id.clone(), policy);
         }
         let newly = self.loaded.insert(p.thread_id.clone());
         let response = self.session_response(&p.thread_id, !p.exclude_turns);
@@ -284,19 +336,17 @@ impl Server {
 
     fn thread_read(&mut self, id: &Value, msg: &Value) -> Result<Sent, Refusal> {
         let p: ThreadIdParams = params(msg)?;
+        self.thread_readable(&p.thread_id)?;
         if self.store.get(&p.thread_id).is_none() {
             return Err((
                 INVALID_REQUEST,
                 format!("thread not loaded: {}", p.thread_id),
             ));
         }
-        // Measured on Codex 0.171.0: a thread not yet written (no turn)
-        // cannot list its turns.
-        let unwritten = self
-            .store
-            .get(&p.thread_id)
-            .is_some_and(|t| t.turns.is_empty());
-        if p.include_turns && unwritten {
+        // Measured on Codex 0.171.0: a thread not yet written (no turn
+        // started) cannot list its turns; one written without a turn lists
+        // none.
+        if p.include_turns && !self.store.is_written(&p.thread_id) {
             return Err((
                 METHOD_NOT_FOUND,
                 "list_turns is not supported yet".to_owned(),
@@ -304,6 +354,36 @@ impl Server {
         }
         let thread = self.thread_json(&p.thread_id, p.include_turns);
         Ok(self.respond(id, "thread/read", json!({ "thread": thread })))
+    }
+
+    /// The error of reading a thread whose file was created and never
+    /// written, as the real server words it (the path is the fake's file).
+    fn thread_readable(&self, thread_id: &str) -> Result<(), Refusal> {
+        match self.store.empty_file(thread_id) {
+            None => Ok(()),
+            Some(path) => Err((
+                INTERNAL_ERROR,
+                format!(
+                    "failed to read thread: thread-store internal error: failed to read session \
+                     metadata {0}: rollout at {0} is empty",
+                    path.display()
+                ),
+            )),
+        }
+    }
+
+    /// The thread's approval policy: given in this process, else durable
+    /// with its last turn context, else the default.
+    fn approval_policy(&self, thread_id: &str) -> &str {
+        self.policies
+            .get(thread_id)
+            .map(String::as_str)
+            .or_else(|| {
+                self.store
+                    .get(thread_id)
+                    .and_then(|t| t.approval_policy.as_deref())
+            })
+            .unwrap_or(DEFAULT_APPROVAL_POLICY)
     }
 
     fn thread_exists(&self, thread_id: &str) -> Result<(), Refusal> {
@@ -315,7 +395,11 @@ impl Server {
 
     fn session_response(&self, thread_id: &str, include_turns: bool) -> Value {
         let t = self.store.get(thread_id).expect("thread exists");
-        wire::session_response(t, self.thread_json(thread_id, include_turns))
+        wire::session_response(
+            t,
+            self.approval_policy(thread_id),
+            self.thread_json(thread_id, include_turns),
+        )
     }
 
     /// The thread's `ThreadStatus`: `active` (waiting on an approval or not)
@@ -416,6 +500,12 @@ impl Server {
         if let Err(e) = self.store.save(thread_id) {
             self.fail_storage(&e);
         }
+        if let Some(diff) = &active.diff {
+            self.notify(
+                "turn/diff/updated",
+                json!({ "threadId": thread_id, "turnId": active.turn_id, "diff": diff }),
+            )?;
+        }
         self.journal.fact(
             "turn.finished",
             json!({ "thread": thread_id, "turn": active.turn_id, "status": status }),
@@ -445,4 +535,18 @@ impl Server {
 
 fn storage_error(e: std::io::Error) -> Refusal {
     (INVALID_REQUEST, format!("failed to save thread: {e}"))
+}
+
+/// An approval policy the fake plays, or the error the client gets.
+fn checked_policy(policy: Option<String>) -> Result<Option<String>, Refusal> {
+    match policy {
+        Some(p) if !APPROVAL_POLICIES.contains(&p.as_str()) => Err((
+            INVALID_PARAMS,
+            format!(
+                "approvalPolicy {p:?} is not simulated; use one of {}",
+                APPROVAL_POLICIES.join(", ")
+            ),
+        )),
+        other => Ok(other),
+    }
 }

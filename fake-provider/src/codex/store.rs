@@ -7,9 +7,13 @@
 //! app-server syncs its thread database only when it closes it: a power cut
 //! before that loses what a SIGKILL keeps.
 //! As in the real app-server, a new thread lives in memory only until its
-//! first turn is saved (the real one writes its rollout then), so a thread
-//! started by a process that died before any turn is gone. A turn survives a
-//! crash of the process once `save` returns; its user message is saved after that, separately. On
+//! first turn starts (the real one writes its rollout then), so a thread
+//! started by a process that died before any turn is gone. Its first turn
+//! writes it in three steps, as the real rollout is: the file created empty
+//! ([`Store::create_empty`]; read back, the thread cannot be resumed: "rollout
+//! at … is empty"), the thread without a turn, then the turn. A turn survives
+//! a crash of the process once `save` returns; its user message is saved
+//! after that, separately. On
 //! load, a turn that was still in progress becomes `interrupted` with no
 //! error, as the real app-server reports a turn whose process died.
 //! Whole-thread rewrites are fine for a fake; the runner's store is the one
@@ -38,6 +42,10 @@ impl crate::turns::PlayedTurn for TurnRecord {
 pub struct Store {
     dir: PathBuf,
     threads: BTreeMap<String, ThreadRecord>,
+    /// Threads whose file exists (possibly empty): written at least once.
+    written: std::collections::BTreeSet<String>,
+    /// Threads whose file is empty: created, never written.
+    empty: std::collections::BTreeSet<String>,
 }
 
 impl Store {
@@ -49,6 +57,8 @@ impl Store {
         let mut store = Store {
             dir,
             threads: BTreeMap::new(),
+            written: Default::default(),
+            empty: Default::default(),
         };
         let mut interrupted = Vec::new();
         for entry in fs::read_dir(&store.dir)? {
@@ -57,6 +67,14 @@ impl Store {
                 continue;
             }
             let text = fs::read_to_string(&path)?;
+            if text.is_empty() {
+                let id = path
+                    .file_stem()
+                    .and_then(|s| s.to_str())
+                    .unwrap_or_default();
+                store.empty.insert(id.to_owned());
+                continue;
+            }
             let mut thread: ThreadRecord = serde_json::from_str(&text).map_err(|e| {
                 std::io::Error::new(
                     std::io::ErrorKind::InvalidData,
@@ -74,6 +92,7 @@ impl Store {
             if changed {
                 interrupted.push(thread.id.clone());
             }
+            store.written.insert(thread.id.clone());
             store.threads.insert(thread.id.clone(), thread);
         }
         for id in interrupted {
@@ -102,11 +121,32 @@ impl Store {
     /// process, not a power cut until [`Store::checkpoint`] (the real codex
     /// 0.171 commits its threads to SQLite in WAL mode and syncs the WAL only
     /// when it closes the database: `docs/real-providers.md`).
-    pub fn save(&self, id: &str) -> std::io::Result<()> {
+    pub fn save(&mut self, id: &str) -> std::io::Result<()> {
         let thread = &self.threads[id];
         let bytes = serde_json::to_vec(thread).expect("threads serialize");
         let unsynced = crate::recorded::Durability::Unsynced;
-        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes, unsynced)
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), &bytes, unsynced)?;
+        self.written.insert(id.to_owned());
+        Ok(())
+    }
+
+    /// Creates thread `id`'s file empty, as the real server creates a
+    /// rollout file before it writes into it (unsynced, like [`Store::save`]).
+    pub fn create_empty(&mut self, id: &str) -> std::io::Result<()> {
+        let unsynced = crate::recorded::Durability::Unsynced;
+        crate::recorded::write_atomic(&self.dir, &format!("{id}.json"), b"", unsynced)
+    }
+
+    /// Whether thread `id` has been written (its file holds the thread).
+    pub fn is_written(&self, id: &str) -> bool {
+        self.written.contains(id)
+    }
+
+    /// The path of thread `id`'s file, if it was created and never written.
+    pub fn empty_file(&self, id: &str) -> Option<PathBuf> {
+        self.empty
+            .contains(id)
+            .then(|| self.dir.join(format!("{id}.json")))
     }
 
     /// Makes every thread durable, as the real codex's clean exit does; the

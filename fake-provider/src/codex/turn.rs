@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use super::store::{TurnRecord, TurnStatus};
 use super::wire::{self, ItemsView, Tokens, TurnInterruptParams, TurnStartParams, turn_json};
 use super::{
-    ActiveTurn, CHECK_ABORTED_MARKER, Server, Waiting, model_item_id, slug, storage_error,
+    ActiveTurn, CHECK_ABORTED_MARKER, Queued, Server, Waiting, model_item_id, slug, storage_error,
 };
 use crate::rpc::{INVALID_REQUEST, Refusal, Sent, params};
-use crate::script::{ScriptTool, ScriptTurn};
+use crate::script::{ScriptTool, ScriptTurn, ToolKind};
 use crate::serving::now_s;
 use crate::turns::{self, Step};
 
@@ -30,11 +30,11 @@ impl Server {
     pub(super) fn turn_start(&mut self, id: &Value, msg: &Value) -> Result<Sent, Refusal> {
         let p: TurnStartParams = params(msg)?;
         self.thread_exists(&p.thread_id)?;
+        if let Some(policy) = super::checked_policy(p.approval_policy.clone())? {
+            self.policies.insert(p.thread_id.clone(), policy);
+        }
         if self.active.contains_key(&p.thread_id) {
-            return Err((
-                INVALID_REQUEST,
-                format!("thread {} already has an active turn", p.thread_id),
-            ));
+            return Ok(self.queue_message(id, p));
         }
         let text = p.text();
         let continuation = turns::is_continuation(&text);
@@ -101,15 +101,11 @@ impl Server {
                 steps: turns::plan(script_turn, |_| Ok::<_, Refusal>(true))?,
             });
         }
-        let Some(target) = turns::continued(thread.turns.iter()) else {
-            return Err((
-                INVALID_REQUEST,
-                format!("thread {} has no user turn to continue", p.thread_id),
-            ));
-        };
-        if !has_user_message(target) {
-            // The user message was never recorded: the model never saw it,
-            // so the continuation authorizes nothing of it.
+        let target = turns::continued(thread.turns.iter());
+        let Some(target) = target.filter(|t| has_user_message(t)) else {
+            // No user message was ever recorded (no turn, or its message
+            // never written): the model never saw it, so the continuation
+            // authorizes nothing. The real server takes any `turn/start`.
             let nothing = ScriptTurn {
                 say: Vec::new(),
                 tools: Vec::new(),
@@ -117,14 +113,14 @@ impl Server {
             };
             self.journal.fact(
                 "continuation.empty",
-                json!({ "thread": p.thread_id, "reason": "the continued turn has no user message" }),
+                json!({ "thread": p.thread_id, "reason": "no user message to continue" }),
             );
             return Ok(Planned {
                 authorized_by: p.client_user_message_id.clone().unwrap_or_default(),
-                script_index: target.script_index,
+                script_index: target.map_or(0, |t| t.script_index),
                 steps: turns::plan(nothing, |_| Ok::<_, Refusal>(true))?,
             });
-        }
+        };
         // What the model of a continuation knows about the turn it continues.
         let by = target.authorized_by.clone();
         let script_turn = self.opts.script.turn(target.script_index).clone();
@@ -157,6 +153,9 @@ impl Server {
             "authorized_by": record.authorized_by,
         });
         let turn_id = record.id.clone();
+        if !self.store.is_written(thread_id) {
+            self.write_thread(thread_id)?;
+        }
         {
             let thread = self.store.get_mut(thread_id).expect("checked above");
             if thread.preview.is_empty() && !record.continuation {
@@ -175,11 +174,100 @@ impl Server {
                 turn_id,
                 steps,
                 waiting: None,
+                queued: Vec::new(),
+                authorized_by: None,
+                tools_pending: false,
+                diff: None,
                 items: 0,
                 output_bytes: 0,
             },
         );
         Ok(())
+    }
+
+    /// Writes a thread at its first turn, in the real rollout's steps: the
+    /// file created empty, then the thread without a turn. A process killed
+    /// between them leaves a thread that cannot be read; killed after, a
+    /// thread with no turn, which resumes and takes turns.
+    fn write_thread(&mut self, thread_id: &str) -> Result<(), Refusal> {
+        self.store.create_empty(thread_id).map_err(storage_error)?;
+        self.point("codex.rollout.created");
+        self.store.save(thread_id).map_err(storage_error)?;
+        self.journal
+            .fact("thread.recorded", json!({ "thread": thread_id }));
+        self.point("codex.thread.recorded");
+        Ok(())
+    }
+
+    /// A `turn/start` while the thread's turn is active, as the real server
+    /// takes it: answered at once with the active turn, the message queued
+    /// (in memory only) for the model's next request in that turn.
+    fn queue_message(&mut self, id: &Value, p: TurnStartParams) -> Sent {
+        let active = self.active.get_mut(&p.thread_id).expect("checked above");
+        active.queued.push(Queued {
+            client_id: p.client_user_message_id.clone(),
+            input: p.input.clone(),
+        });
+        let turn_id = active.turn_id.clone();
+        self.journal.fact(
+            "message.queued",
+            json!({ "thread": p.thread_id, "turn": turn_id, "client_id": p.client_user_message_id }),
+        );
+        let turn = turn_json(
+            self.turn_record(&p.thread_id, &turn_id),
+            ItemsView::NotLoaded,
+        );
+        self.respond(id, "turn/start", json!({ "turn": turn }))
+    }
+
+    /// The model's next request takes up the queued messages: each is
+    /// recorded in the active turn (durably) and announced, and the model
+    /// answers the last one from its script turn's top, under its
+    /// authority, instead of going on with the turn it was playing.
+    fn take_up_queued(&mut self, thread_id: &str, turn_id: &str) -> Sent {
+        let queued = match self.active.get_mut(thread_id) {
+            Some(a) => std::mem::take(&mut a.queued),
+            None => return Ok(()),
+        };
+        let Some(last) = queued.last() else {
+            return Ok(());
+        };
+        let by = last.client_id.clone().unwrap_or_else(|| turn_id.to_owned());
+        let thread = self.store.get(thread_id).expect("thread exists");
+        let index = turns::script_index(thread.turns.iter(), &by, turns::as_sent);
+        let steps = turns::plan(self.opts.script.turn(index).clone(), |_| {
+            Ok::<_, Refusal>(true)
+        })
+        .unwrap_or_default();
+        for q in queued {
+            let item = json!({
+                "type": "userMessage",
+                "id": uuid::Uuid::now_v7().to_string(),
+                "content": q.input,
+                "clientId": q.client_id,
+            });
+            self.record_item(thread_id, turn_id, item.clone());
+            self.point("codex.user_message.recorded");
+            self.item_started(thread_id, turn_id, &item)?;
+            self.notify_item_completed(thread_id, turn_id, item)?;
+        }
+        self.journal.fact(
+            "message.taken_up",
+            json!({ "thread": thread_id, "turn": turn_id, "authorized_by": by, "script_index": index }),
+        );
+        if let Some(active) = self.active.get_mut(thread_id) {
+            active.steps = steps;
+            active.authorized_by = Some(by);
+        }
+        Ok(())
+    }
+
+    /// The message id the active turn's effects run under.
+    fn authority(&self, thread_id: &str, turn_id: &str) -> String {
+        self.active
+            .get(thread_id)
+            .and_then(|a| a.authorized_by.clone())
+            .unwrap_or_else(|| self.turn_record(thread_id, turn_id).authorized_by.clone())
     }
 
     /// What follows the `turn/start` response: the user message recorded,
@@ -191,6 +279,14 @@ impl Server {
         user_item: Value,
         turn: Value,
     ) -> Sent {
+        // The turn context (with the thread's approval policy) is written
+        // with the user message: a thread killed before loses the policy.
+        let policy = self.policies.get(thread_id).cloned();
+        if let Some(thread) = self.store.get_mut(thread_id)
+            && policy.is_some()
+        {
+            thread.approval_policy = policy;
+        }
         self.record_item(thread_id, turn_id, user_item.clone());
         self.point("codex.user_message.recorded");
         self.status_changed(thread_id)?;
@@ -261,8 +357,17 @@ impl Server {
             };
             match step {
                 Step::Say(text) => self.agent_message(thread_id, &turn_id, &text)?,
-                Step::Tool(tool) => self.tool(thread_id, &turn_id, tool)?,
-                Step::Usage => self.token_usage(thread_id, &turn_id)?,
+                Step::Tool(tool) => {
+                    active.tools_pending = true;
+                    self.tool(thread_id, &turn_id, tool)?;
+                }
+                Step::Usage => {
+                    let after_tools = std::mem::take(&mut active.tools_pending);
+                    self.token_usage(thread_id, &turn_id)?;
+                    if after_tools {
+                        self.take_up_queued(thread_id, &turn_id)?;
+                    }
+                }
                 Step::Complete => {
                     return self.finish_turn(thread_id, TurnStatus::Completed, None);
                 }
@@ -273,7 +378,7 @@ impl Server {
     /// The id of the active turn's next model item (`msg_…` or `call_…`),
     /// counting the turn's model items; `output` is what the model wrote for
     /// it (for the token usage).
-    fn next_item_id(&mut self, thread_id: &str, prefix: &str, output: &str) -> String {
+    pub(super) fn next_item_id(&mut self, thread_id: &str, prefix: &str, output: &str) -> String {
         let active = self.active.get_mut(thread_id).expect("turn is active");
         let n = active.items;
         active.items += 1;
@@ -347,14 +452,26 @@ impl Server {
 
     /// The tool's command line as the model would write it: the effect argv,
     /// shell-quoted.
-    fn tool_line(&self, thread_id: &str, turn_id: &str, key: &str) -> String {
-        let by = &self.turn_record(thread_id, turn_id).authorized_by;
-        let words = crate::serving::lossy(&self.effect_argv(thread_id, turn_id, key, by));
-        crate::shell::join(words.iter().map(String::as_str))
+    fn tool_line(&self, thread_id: &str, turn_id: &str, tool: &ScriptTool) -> String {
+        let by = self.authority(thread_id, turn_id);
+        let words = crate::serving::lossy(&self.effect_argv(thread_id, turn_id, &tool.key, &by));
+        crate::script::command_line(tool, &crate::shell::join(words.iter().map(String::as_str)))
+    }
+
+    /// Whether the thread's approval policy asks the client before `tool`.
+    pub(super) fn asks_approval(&self, thread_id: &str, tool: &ScriptTool) -> bool {
+        match self.approval_policy(thread_id) {
+            "untrusted" => true,
+            "never" => false,
+            _ => tool.approval || tool.kind == ToolKind::Patch,
+        }
     }
 
     fn tool(&mut self, thread_id: &str, turn_id: &str, tool: ScriptTool) -> Sent {
-        let line = self.tool_line(thread_id, turn_id, &tool.key);
+        if tool.kind == ToolKind::Patch {
+            return self.patch(thread_id, turn_id, tool);
+        }
+        let line = self.tool_line(thread_id, turn_id, &tool);
         let item_id = self.next_item_id(thread_id, "call", &line);
         let cwd = &self.store.get(thread_id).expect("thread exists").cwd;
         let item = wire::command_item(&item_id, &line, cwd);
@@ -362,7 +479,7 @@ impl Server {
         // rollout records a `function_call` first.
         let key = tool.key.clone();
         self.update_turn(thread_id, turn_id, |t| t.issued.push(key));
-        if !tool.approval {
+        if !self.asks_approval(thread_id, &tool) {
             self.item_started(thread_id, turn_id, &item)?;
             return self.run_tool(thread_id, turn_id, item, &tool);
         }
@@ -397,11 +514,14 @@ impl Server {
         mut item: Value,
         tool: &ScriptTool,
     ) -> Sent {
-        let by = self.turn_record(thread_id, turn_id).authorized_by.clone();
-        let argv = self.effect_argv(thread_id, turn_id, &tool.key, &by);
+        if tool.kind == ToolKind::Patch {
+            return self.apply_patch(thread_id, turn_id, item, tool);
+        }
+        let by = self.authority(thread_id, turn_id);
+        let line = self.tool_line(thread_id, turn_id, tool);
         self.point("codex.effect.starting");
         let started = std::time::Instant::now();
-        let (status, output) = self.run_effect(thread_id, &argv, &tool.key);
+        let (status, output) = self.run_effect(thread_id, &line, &tool.key);
         let ok = status == Some(0);
         self.journal.fact(
             "effect.exited",
@@ -426,22 +546,36 @@ impl Server {
         self.notify_item_completed(thread_id, turn_id, item)
     }
 
-    /// Runs the effect command `argv` in the thread's cwd and waits for it.
-    fn run_effect(&self, thread_id: &str, argv: &[OsString], key: &str) -> (Option<i32>, String) {
-        let mut cmd = crate::serving::tool_command(argv);
+    /// Runs the command line `line` with `/bin/bash -c` in the thread's cwd
+    /// and waits for it.
+    fn run_effect(&self, thread_id: &str, line: &str, key: &str) -> (Option<i32>, String) {
+        let argv: Vec<OsString> = vec!["/bin/bash".into(), "-c".into(), line.into()];
+        let mut cmd = crate::serving::tool_command(&argv);
         cmd.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
-        // As the real server, a command runs in a session of its own (the
-        // real one on a pseudo-terminal): a SIGKILL of the provider's
-        // process group misses it, and the command itself dies of the
-        // terminal's hangup (here: SIGHUP when the fake dies) while
-        // anything it started lives on.
-        // SAFETY: setsid and prctl are async-signal-safe and touch only the child.
+        // As the real server (measured on 0.171.0): the shell runs in a
+        // session of its own, so a SIGKILL of the provider's process group
+        // misses it; it dies of SIGTERM when its parent dies (the parent-
+        // death signal); every signal is back at its default first, so a
+        // SIGTERM or SIGHUP ignored by whoever started the fake (`nohup`, a
+        // supervisor) does not keep it alive. A single command is the shell
+        // itself (bash execs it) and dies; a compound one's children live on.
+        // SAFETY: setsid, prctl, sigaction and sigprocmask are
+        // async-signal-safe and touch only the child.
         unsafe {
             use std::os::unix::process::CommandExt as _;
             cmd.pre_exec(|| {
+                use nix::sys::signal::{
+                    SigHandler, SigSet, SigmaskHow, Signal, signal, sigprocmask,
+                };
                 nix::unistd::setsid()?;
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGHUP)?;
+                for sig in Signal::iterator() {
+                    if !matches!(sig, Signal::SIGKILL | Signal::SIGSTOP) {
+                        signal(sig, SigHandler::SigDfl)?;
+                    }
+                }
+                sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)?;
+                nix::sys::prctl::set_pdeathsig(Signal::SIGTERM)?;
                 Ok(())
             });
         }

@@ -33,9 +33,11 @@ struct ClientInfo {
 }
 
 #[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 pub(super) struct ThreadStartParams {
     pub cwd: Option<String>,
     pub model: Option<String>,
+    pub approval_policy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -46,6 +48,8 @@ pub(super) struct ThreadIdParams {
     pub include_turns: bool,
     #[serde(default)]
     pub exclude_turns: bool,
+    /// `thread/resume` only: the policy from now on.
+    pub approval_policy: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -54,6 +58,8 @@ pub(super) struct TurnStartParams {
     pub thread_id: String,
     pub input: Vec<Value>,
     pub client_user_message_id: Option<String>,
+    /// The thread's policy for this turn and the ones after it.
+    pub approval_policy: Option<String>,
 }
 
 impl TurnStartParams {
@@ -176,9 +182,9 @@ pub(super) fn thread_json(t: &ThreadRecord, status: Value, include_turns: bool) 
 
 /// The response of `thread/start` and `thread/resume` around `thread` (the
 /// thread in wire form).
-pub(super) fn session_response(t: &ThreadRecord, thread: Value) -> Value {
+pub(super) fn session_response(t: &ThreadRecord, policy: &str, thread: Value) -> Value {
     json!({
-        "approvalPolicy": "on-request",
+        "approvalPolicy": policy,
         "approvalsReviewer": "user",
         "cwd": t.cwd,
         "model": t.model,
@@ -205,6 +211,39 @@ pub(super) fn command_item(item_id: &str, line: &str, cwd: &str) -> Value {
         "processId": null,
         "source": "agent",
     })
+}
+
+/// A `fileChange` item in progress: the patch adds the file `path` (absolute)
+/// with `content`.
+pub(super) fn file_change_item(item_id: &str, path: &str, content: &str) -> Value {
+    json!({
+        "type": "fileChange",
+        "id": item_id,
+        "changes": [{ "path": path, "kind": { "type": "add" }, "diff": content }],
+        "status": "inProgress",
+    })
+}
+
+/// The params of `item/fileChange/requestApproval` for `item`.
+pub(super) fn file_change_approval_params(thread_id: &str, turn_id: &str, item: &Value) -> Value {
+    json!({
+        "threadId": thread_id,
+        "turnId": turn_id,
+        "itemId": item["id"],
+        "startedAtMs": crate::journal::now_ms(),
+        "reason": null,
+        "grantRoot": null,
+    })
+}
+
+/// The `turn/diff/updated` diff of a patch that added `rel` with `content`,
+/// as git shows a new file.
+pub(super) fn added_file_diff(rel: &str, content: &str) -> String {
+    let lines: String = content.lines().map(|l| format!("+{l}\n")).collect();
+    format!(
+        "diff --git a/{rel} b/{rel}\nnew file mode 100644\n--- /dev/null\n+++ b/{rel}\n@@ -0,0 +1,{} @@\n{lines}",
+        content.lines().count()
+    )
 }
 
 /// The params of `item/commandExecution/requestApproval` for `item`.

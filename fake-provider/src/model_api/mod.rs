@@ -317,8 +317,23 @@ fn send(
 }
 
 /// The shell command line of a tool: `<self> effect --ledger L --key K --by
-/// MESSAGE_ID --conversation C --turn MESSAGE_ID`, quoted for `sh`.
+/// MESSAGE_ID --conversation C --turn MESSAGE_ID`, quoted for `sh` (inside a
+/// shell of its own for a `nested_shell` tool). A `patch` tool's line is
+/// `apply_patch` with the patch as a here-document, which Codex runs as its
+/// own `apply_patch` (a `fileChange` item) rather than as a command.
 fn effect_command(opts: &Options, req: &Request, key: &str) -> String {
+    let tool = opts
+        .script
+        .turns
+        .iter()
+        .flat_map(|t| &t.tools)
+        .find(|t| t.key == key);
+    if let Some(tool) = tool.filter(|t| t.kind == crate::script::ToolKind::Patch) {
+        return format!(
+            "apply_patch <<'EOF'\n{}\nEOF\n",
+            crate::script::patch_text(tool)
+        );
+    }
     let mut argv = crate::serving::lossy(&opts.effect_argv(
         key,
         &req.message_id,
@@ -326,7 +341,11 @@ fn effect_command(opts: &Options, req: &Request, key: &str) -> String {
         &req.message_id,
     ));
     argv.extend(crate::script::duration_args(&opts.script, key));
-    crate::shell::join(argv.iter().map(String::as_str))
+    let line = crate::shell::join(argv.iter().map(String::as_str));
+    match tool {
+        Some(t) => crate::script::command_line(t, &line),
+        None => line,
+    }
 }
 
 /// Records the turn `completed`, durably, and passes `model.turn_completed.recorded`.

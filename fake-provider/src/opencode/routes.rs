@@ -1,9 +1,10 @@
 //! The HTTP handlers of the fake OpenCode server, one per route of the
-//! vendored OpenAPI document it simulates, and the recording of a prompt
-//! (`prompt_async`): the user message written to the store before the 204
-//! (a crash of the process keeps it; like the real server's, it is not
-//! synced, so a power cut does not), then its turn started on a thread of its
-//! own.
+//! vendored OpenAPI document it simulates, and the acceptance of a prompt
+//! (`prompt_async`): checked and planned, answered 204, then its turn started
+//! on a thread of its own, which writes the user message first (the real
+//! server answers before it writes the message; a crash of the process keeps
+//! it, but, like the real server's, it is not synced, so a power cut does
+//! not).
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -267,50 +268,41 @@ pub(super) async fn prompt_async(
     };
     let continuation = turns::is_continuation(&prompt.texts.join("\n"));
     let (control_tx, control_rx) = mpsc::channel();
-    let recorded = {
+    let texts = prompt.texts.clone();
+    let accepted = {
         let mut st = s.state();
-        let recorded = record_user_message(&s, &mut st, &session, prompt, continuation);
-        if recorded.is_ok() {
+        let accepted = accept_prompt(&s, &st, &session, prompt, continuation);
+        if accepted.is_ok() {
             let active = Active {
                 control: control_tx,
             };
             st.active.insert(session.clone(), active);
         }
-        recorded
+        accepted
     };
-    let (message_id, meta, steps) = match recorded {
+    let (message_id, meta, steps) = match accepted {
         Ok(r) => r,
         Err((status, body)) => return bad(status, body),
     };
-    s.journal.fact(
-        "turn.recorded",
-        json!({
-            "thread": session,
-            "turn": message_id,
-            "client_id": message_id,
-            "continuation": continuation,
-            "authorized_by": meta.authorized_by,
-        }),
-    );
-    point_async(&s, "opencode.turn.recorded");
     let (done, responded) = mpsc::channel();
     let turn = Turn {
         shared: Arc::clone(&s),
         session,
         user_id: message_id,
-        authorized_by: meta.authorized_by,
+        authorized_by: meta.authorized_by.clone(),
         control: control_rx,
     };
-    std::thread::spawn(move || turn.run(responded, steps));
+    std::thread::spawn(move || turn.run(responded, steps, &texts, &meta));
     s.respond(&method, &uri, StatusCode::NO_CONTENT, None, Some(done))
 }
 
 type Refusal = (StatusCode, Value);
 
-/// Validates a prompt, picks its script turn and stores the user message.
-fn record_user_message(
+/// Validates a prompt and picks its script turn; the turn stores the user
+/// message ([`store_user_message`]) once the 204 is out.
+fn accept_prompt(
     s: &Shared,
-    st: &mut ServerState,
+    st: &ServerState,
     session: &str,
     prompt: wire::Prompt,
     continuation: bool,
@@ -329,7 +321,6 @@ fn record_user_message(
     }
     let message_id = new_message_id(s, st, session, prompt.message_id)?;
     let (meta, steps) = plan_prompt(s, st, session, &message_id, continuation)?;
-    store_user_message(s, st, session, &message_id, &prompt.texts, &meta);
     Ok((message_id, meta, steps))
 }
 
@@ -382,13 +373,23 @@ fn plan_prompt(
         .collect();
     let meta = if continuation {
         let Some(target) = turns::continued(users.iter().copied()) else {
-            return Err((
-                StatusCode::BAD_REQUEST,
-                invalid(
-                    format!("session {session} has no user message to continue"),
-                    None,
-                ),
-            ));
+            // Nothing to continue: the real server takes every prompt; its
+            // model, seeing no earlier message, has nothing to do.
+            s.journal.fact(
+                "continuation.empty",
+                json!({ "thread": session, "reason": "no user message to continue" }),
+            );
+            let meta = UserMeta {
+                continuation,
+                authorized_by: message_id.to_owned(),
+                script_index: 0,
+            };
+            let nothing = crate::script::ScriptTurn {
+                say: Vec::new(),
+                tools: Vec::new(),
+                final_message: "There is nothing to continue.".to_owned(),
+            };
+            return Ok((meta, turns::plan(nothing, |_| Ok::<_, Refusal>(true))?));
         };
         UserMeta {
             continuation,
@@ -422,7 +423,7 @@ fn plan_prompt(
 
 /// Stores the user message: its parts first, the message last (the
 /// message file is what makes the turn recorded).
-fn store_user_message(
+pub(super) fn store_user_message(
     s: &Shared,
     st: &mut ServerState,
     session: &str,

@@ -1,9 +1,12 @@
 //! One turn of the fake OpenCode server, played on a thread of its own so
-//! cut points may block it freely: the user message announced once the 204
-//! is out, an assistant message whose parts are the script's text and
-//! `bash` tool parts (`pending` → `running` → `completed` or `error`, with a
-//! permission asked first when the script says so), tools run by the server
-//! itself, and the end (`completed`, or aborted by `POST /abort`).
+//! cut points may block it freely: the user message made durable and
+//! announced once the 204 is out (as the real server writes it 5 ms to
+//! 1.2 s after its 204), an assistant message whose parts are the script's
+//! text and `bash` tool parts (`pending` → `running` → `completed` or
+//! `error`; a permission, when the script says so, is asked while the part
+//! is `running`, as the real 1.18.33 asks, and the part is `running` again
+//! once granted), tools run by the server itself, and the end (`completed`,
+//! or aborted by `POST /abort`).
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
@@ -11,6 +14,8 @@ use std::sync::{Arc, mpsc};
 
 use serde_json::{Value, json};
 
+use super::routes::store_user_message;
+use super::store::UserMeta;
 use super::wire::{self, aborted_error};
 use super::{Control, Shared};
 use crate::journal::now_ms;
@@ -39,10 +44,31 @@ enum Permission {
 }
 
 impl Turn {
-    pub(super) fn run(self, responded: mpsc::Receiver<()>, steps: VecDeque<Step>) {
+    pub(super) fn run(
+        self,
+        responded: mpsc::Receiver<()>,
+        steps: VecDeque<Step>,
+        texts: &[String],
+        meta: &UserMeta,
+    ) {
         let s = Arc::clone(&self.shared);
         let _ = responded.recv();
         s.point("opencode.prompt_async.responded");
+        {
+            let mut st = s.state();
+            store_user_message(&s, &mut st, &self.session, &self.user_id, texts, meta);
+        }
+        s.journal.fact(
+            "turn.recorded",
+            json!({
+                "thread": self.session,
+                "turn": self.user_id,
+                "client_id": self.user_id,
+                "continuation": meta.continuation,
+                "authorized_by": meta.authorized_by,
+            }),
+        );
+        s.point("opencode.turn.recorded");
         self.announce_user_message();
         let mut info = wire::assistant_info(
             &s.ids.after("msg", Some(&self.user_id)),
@@ -214,38 +240,24 @@ impl Turn {
         });
         self.save_part(&part);
         let start = now_ms();
-        if tool.approval {
-            match self.ask_permission(message_id, &call_id, &command, &tool.key) {
-                Permission::Granted => {}
-                Permission::Aborted => {
-                    part["state"] = json!({
-                        "status": "error", "input": input, "error": "Tool execution aborted",
-                        "time": { "start": start, "end": now_ms() },
-                    });
-                    self.save_part(&part);
-                    return Outcome::Aborted;
-                }
-                Permission::Rejected => {
-                    part["state"] = json!({
-                        "status": "error", "input": input,
-                        "error": "The user rejected permission to use this specific tool call.",
-                        "time": { "start": start, "end": now_ms() },
-                    });
-                    self.save_part(&part);
-                    return Outcome::Completed;
-                }
-            }
-        }
+        let title = format!("effect {}", tool.key);
+        // The real 1.18.33 runs the tool (its part `running`, with its
+        // input) before the tool asks for permission.
         part["state"] = json!({
-            "status": "running", "input": input, "title": format!("effect {}", tool.key),
-            "time": { "start": start },
+            "status": "running", "input": input, "time": { "start": start },
         });
         self.save_part(&part);
+        if tool.approval {
+            let asked = (message_id, call_id.as_str(), command.as_str());
+            if let Some(refused) = self.permit(asked, tool, &mut part, start) {
+                return refused;
+            }
+        }
         let (code, output) = self.run_effect(&argv, &tool.key);
         part["state"] = if code == Some(0) {
             json!({
                 "status": "completed", "input": input, "output": output,
-                "title": format!("effect {}", tool.key),
+                "title": title,
                 "metadata": { "exit": code, "output": output },
                 "time": { "start": start, "end": now_ms() },
             })
@@ -258,6 +270,44 @@ impl Turn {
         };
         self.save_part(&part);
         Outcome::Completed
+    }
+
+    /// Asks for permission to run the `bash` call `(message, call, command)`
+    /// of `tool`, whose `part` is `running` since `start`: granted, the part
+    /// is `running` again with its title and (empty) output metadata and
+    /// `None` is returned; refused or aborted, the part is `error` and the
+    /// turn's outcome is returned.
+    fn permit(
+        &self,
+        (message_id, call_id, command): (&str, &str, &str),
+        tool: &ScriptTool,
+        part: &mut Value,
+        start: u64,
+    ) -> Option<Outcome> {
+        let input = part["state"]["input"].clone();
+        let (error, outcome) = match self.ask_permission(message_id, call_id, command, &tool.key) {
+            Permission::Granted => {
+                let title = format!("effect {}", tool.key);
+                part["state"] = json!({
+                    "status": "running", "input": input, "title": title,
+                    "metadata": { "output": "", "description": title },
+                    "time": { "start": start },
+                });
+                self.save_part(part);
+                return None;
+            }
+            Permission::Aborted => ("Tool execution aborted", Outcome::Aborted),
+            Permission::Rejected => (
+                "The user rejected permission to use this specific tool call.",
+                Outcome::Completed,
+            ),
+        };
+        part["state"] = json!({
+            "status": "error", "input": input, "error": error,
+            "time": { "start": start, "end": now_ms() },
+        });
+        self.save_part(part);
+        Some(outcome)
     }
 
     /// Asks the client's permission for the `bash` call `call_id` of effect

@@ -164,7 +164,7 @@ pub(super) fn workspace_files(
 /// A real product's turns, read through its own API from its home (the
 /// fakes' stores are empty in its cell).
 fn read_real_turns(product: &crate::real::Product, model_url: &str, ws: &Path, ev: &mut Evidence) {
-    match product.recorded_turns(model_url, ws, READ_REAL_WITHIN) {
+    match product.recorded_turns(model_url, ws, READ_REAL_WITHIN, &ev.journal) {
         Ok(turns) => {
             ev.provider_turns = turns
                 .into_iter()

@@ -70,6 +70,7 @@ pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> i32 {
             .map_err(|why| format!("not compared: {why}"))
             .and_then(|bin| match r.name {
                 "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs),
+                "runner-acpx-opencode-real" => fidelity::acp::rows(exe, &bin, &product_dir, runs),
                 _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs as usize),
             });
         match found {
@@ -89,6 +90,7 @@ pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> i32 {
 fn moments(profile: &str) -> usize {
     match profile {
         "runner-codex-real" => fidelity::codex::Moment::ALL.len(),
+        "runner-acpx-opencode-real" => fidelity::acp::Moment::ALL.len(),
         _ => fidelity::opencode::Moment::ALL.len(),
     }
 }

@@ -1,21 +1,22 @@
 //! The codex moments of the differential: the real `codex app-server`
 //! (pinned, its model the fake model API) against `fake-provider codex`,
-//! each SIGKILLed right after `thread/start`, right after `turn/start`, and
-//! while an approved command runs, then restarted on the same home.
+//! each SIGKILLed at a moment of a turn (`Moment`), then restarted on the
+//! same home and asked what a recovering runner asks (`play.rs`).
+//!
+//! Where the real product's state at a moment depends on timing (right
+//! after the `turn/start` response its writes race the kill: an interrupted
+//! turn, a thread with no turn, an empty rollout or no thread at all), the
+//! fake is cut at each of its points in that window, each a reading of its
+//! own; a reading of the real product that one of them gives is the same.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::path::Path;
 
-use serde_json::{Value, json};
-
-use super::{MOMENT_SCRIPT, Row, compare, effect_pids, wait_until};
-use crate::codex_client::{CodexClient, Dir};
-use crate::demo::FakeCodex;
+use super::{Row, compare};
 use crate::real::Product;
 
-/// How long one request may take (codex starts in about a second here).
-const WAIT: Duration = Duration::from_secs(60);
+mod play;
+
+pub use play::{AfterCrash, crash_at, turn_form};
 
 /// Where a turn is cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,398 +25,253 @@ pub enum Moment {
     ThreadStarted,
     /// Right after the `turn/start` response.
     TurnStarted,
-    /// While the approved command runs.
+    /// Right after the `turn/start` response on a thread started with the
+    /// approval policy `untrusted`, then the message sent again on the
+    /// resumed thread: does its command ask first?
+    PolicyLost,
+    /// While the approved command runs (one process: the effect).
     CommandRunning,
+    /// While the approved command runs as a shell with a child (the effect).
+    ChildRunning,
+    /// While turn 1 waits on its approval and a second `turn/start` was
+    /// answered.
+    SecondMessageQueued,
+    /// After the `fileChange` item of an `apply_patch` started, before its
+    /// approval request.
+    PatchStarted,
+    /// While the `fileChange` approval waits.
+    PatchPending,
 }
+
+/// How the fake is stopped at a moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FakeCut {
+    /// It exits by itself at this point (`--exit`): the client cannot see
+    /// the moment in time to kill it there.
+    Exit(&'static str),
+    /// It is held at this point (`--hang`), then killed by the client.
+    Hang(&'static str),
+    /// The client kills it when it sees the moment, as the real one.
+    Kill,
+}
+
+/// The fake's points right after `turn/start`, the last first: the real
+/// server answers before its writes are done, so a kill right after the
+/// answer leaves any of these states.
+const TURN_START_WINDOW: [FakeCut; 5] = [
+    FakeCut::Exit("codex.turn_start.responded"),
+    FakeCut::Exit("codex.turn.recorded"),
+    FakeCut::Exit("codex.thread.recorded"),
+    FakeCut::Exit("codex.rollout.created"),
+    FakeCut::Exit("codex.turn_start.received"),
+];
+
+/// The moments' script: one message, one approved command that runs 1.5 s.
+const COMMAND_SCRIPT: &str = super::MOMENT_SCRIPT;
+
+/// The same, its command a shell whose child is the effect.
+const CHILD_SCRIPT: &str = r#"
+[[turn]]
+say = ["Looking at the workspace."]
+tools = [{ key = "write-hello", kind = "command", approval = true, duration_ms = 1500, nested_shell = true }]
+final = "Created hello.txt."
+"#;
+
+/// A command the model does not ask to run unsandboxed: asked for under
+/// `untrusted` only.
+const UNASKED_SCRIPT: &str = r#"
+[[turn]]
+say = ["Looking at the workspace."]
+tools = [{ key = "write-hello", kind = "command" }]
+final = "Created hello.txt."
+"#;
+
+/// A patch adding `hello.txt`.
+const PATCH_SCRIPT: &str = r#"
+[[turn]]
+say = ["Looking at the workspace."]
+tools = [{ key = "add-hello", kind = "patch", path = "hello.txt" }]
+final = "Created hello.txt."
+"#;
+
+/// Turn 1 as usual; the second message gets a final answer only.
+const TWO_MESSAGE_SCRIPT: &str = r#"
+[[turn]]
+say = ["Looking at the workspace."]
+tools = [{ key = "write-hello", kind = "command", approval = true }]
+final = "Created hello.txt."
+
+[[turn]]
+final = "Second done."
+"#;
 
 impl Moment {
     /// Every moment, in turn order.
-    pub const ALL: [Moment; 3] = [
+    pub const ALL: [Moment; 8] = [
         Moment::ThreadStarted,
         Moment::TurnStarted,
+        Moment::PolicyLost,
         Moment::CommandRunning,
+        Moment::ChildRunning,
+        Moment::SecondMessageQueued,
+        Moment::PatchStarted,
+        Moment::PatchPending,
     ];
 
-    /// The fake's cut point for the moment.
-    fn fake_point(self) -> &'static str {
+    /// The script both sides play.
+    pub fn script(self) -> &'static str {
         match self {
-            Moment::ThreadStarted => "codex.thread_start.responded",
-            Moment::TurnStarted => "codex.turn_start.responded",
-            Moment::CommandRunning => "codex.effect.spawned",
+            Moment::ChildRunning => CHILD_SCRIPT,
+            Moment::PolicyLost => UNASKED_SCRIPT,
+            Moment::PatchStarted | Moment::PatchPending => PATCH_SCRIPT,
+            Moment::SecondMessageQueued => TWO_MESSAGE_SCRIPT,
+            _ => COMMAND_SCRIPT,
         }
     }
 
-    /// Why the real codex's reading is one of the rarer outcomes measured
-    /// at this moment that a runner must treat like the usual one, if it
-    /// is: after a kill right after the `turn/start` response (22 runs):
-    /// an interrupted turn without items (20), no turn (1) or no thread
-    /// (1); the user message is never recorded in any of them.
-    fn known_variant(self, real: &AfterCrash) -> Option<&'static str> {
-        (self == Moment::TurnStarted
-            && !real.found_by_client_id
-            && real.effects == 0
-            && real.turn == "absent")
-            .then_some(
-                "codex lost the unwritten turn whole; like the usual reading, no user message",
-            )
-    }
-}
-
-/// What a recovering runner learns at a moment, and what happened.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AfterCrash {
-    /// `thread/resume` succeeded, or its error (thread ids left out).
-    pub resume: Result<(), String>,
-    /// The turn as read back after the resume: `<status> <itemsView>
-    /// [item types]`, or `absent`.
-    pub turn: String,
-    /// The turn's error field is null.
-    pub error_null: bool,
-    /// `thread/read` finds the user message by its `clientId`.
-    pub found_by_client_id: bool,
-    /// `turn/start` on the thread after the restart succeeded, or its error.
-    pub new_turn: Result<(), String>,
-    /// Effects in the ledger once every command has ended.
-    pub effects: usize,
-    /// A command process was alive right after the provider's group died.
-    pub outlived: bool,
-    /// A `thread/status/changed {idle}` followed the resume.
-    pub idle_after_resume: bool,
-    /// `thread/read {includeTurns}` on the new thread before its first turn
-    /// (not asked when the server dies right after `thread/start`).
-    pub read_before_first_turn: Option<Result<(), String>>,
-}
-
-impl AfterCrash {
-    /// The compared fields, as text.
-    fn fields(&self) -> Vec<(&'static str, String)> {
-        let r = |r: &Result<(), String>| match r {
-            Ok(()) => "ok".to_owned(),
-            Err(e) => format!("error: {e}"),
-        };
-        vec![
-            ("thread/resume", r(&self.resume)),
-            ("turn after restart", self.turn.clone()),
-            ("turn error null", self.error_null.to_string()),
-            (
-                "user message by clientId",
-                self.found_by_client_id.to_string(),
-            ),
-            ("turn/start after restart", r(&self.new_turn)),
-            ("effects in ledger", self.effects.to_string()),
-            ("command outlived the kill", self.outlived.to_string()),
-            ("idle after resume", self.idle_after_resume.to_string()),
-            (
-                "thread/read before turn 1",
-                self.read_before_first_turn
-                    .as_ref()
-                    .map_or("not asked".to_owned(), r),
-            ),
-        ]
-    }
-}
-
-/// The provider under test: the real codex (its argv) or the fake.
-pub enum Provider {
-    /// The real codex: its argv.
-    Real(Vec<String>),
-    /// The fake codex and its script.
-    Fake(FakeCodex, PathBuf),
-}
-
-impl Provider {
-    fn start(&self, cut: Option<Moment>) -> Result<CodexClient, String> {
-        let mut client = match self {
-            Provider::Real(argv) => {
-                let mut cmd = Command::new(&argv[0]);
-                cmd.args(&argv[1..])
-                    .env(
-                        "OPENAI_API_KEY",
-                        format!("{}fidelity", wire::secret::CANARY_PREFIX),
-                    )
-                    .stderr(Stdio::null());
-                CodexClient::spawn(&mut cmd)
+    /// The fake's cuts at the moment: one, or the points of a window (the
+    /// usual reading first).
+    pub fn fake_cuts(self) -> &'static [FakeCut] {
+        match self {
+            Moment::ThreadStarted => &[FakeCut::Exit("codex.thread_start.responded")],
+            Moment::TurnStarted | Moment::PolicyLost => &TURN_START_WINDOW,
+            Moment::CommandRunning | Moment::ChildRunning => {
+                &[FakeCut::Hang("codex.effect.spawned")]
             }
-            Provider::Fake(fake, script) => {
-                let mut extra = vec!["--script".to_owned(), script.display().to_string()];
-                // Killed by its own `--exit` where the client cannot see the
-                // moment; held (`--hang`) while its command runs, then
-                // killed by the client like the real one.
-                match cut {
-                    Some(Moment::CommandRunning) => {
-                        extra.extend(["--hang".to_owned(), "codex.effect.spawned".to_owned()]);
-                    }
-                    Some(m) => extra.extend(["--exit".to_owned(), m.fake_point().to_owned()]),
-                    None => {}
-                }
-                CodexClient::spawn(&mut fake.command(&extra))
-            }
+            // The user message, the agent message, then the patch's item.
+            Moment::PatchStarted => &[FakeCut::Exit("codex.item_started.notified#3")],
+            Moment::SecondMessageQueued | Moment::PatchPending => &[FakeCut::Kill],
         }
-        .map_err(|e| format!("spawn: {e}"))?;
-        client.timeout = WAIT;
-        client
-            .initialize()
-            .map_err(|e| format!("initialize: {e}"))?;
-        Ok(client)
     }
 
-    fn is_real(&self) -> bool {
-        matches!(self, Provider::Real(_))
+    /// The approval policy the thread is started with, if any.
+    fn policy(self) -> Option<&'static str> {
+        (self == Moment::PolicyLost).then_some("untrusted")
     }
-}
 
-/// The `turn/start` of the moments' message.
-fn turn_start(thread: &str) -> Value {
-    json!({
-        "threadId": thread,
-        "input": [{ "type": "text", "text": "Create hello.txt", "text_elements": [] }],
-        "clientUserMessageId": "m-1",
-    })
-}
-
-/// Plays the turn up to `moment` on a started client; whether a command
-/// is running there.
-fn play_to(
-    client: &mut CodexClient,
-    moment: Moment,
-    thread: &str,
-    ledger: &Path,
-) -> Result<(), String> {
-    match moment {
-        Moment::ThreadStarted => Ok(()),
-        Moment::TurnStarted => {
-            // The real server answered; the fake died right after answering.
-            let _ = client.request("turn/start", turn_start(thread));
-            Ok(())
-        }
-        Moment::CommandRunning => {
-            client
-                .request("turn/start", turn_start(thread))
-                .map_err(|e| format!("turn/start: {e}"))?;
-            let approval = client
-                .wait_for("the approval request", |m| {
-                    m["method"] == "item/commandExecution/requestApproval"
-                })
-                .map_err(|e| e.to_string())?;
-            client
-                .send(json!({ "id": approval["id"], "result": { "decision": "accept" } }))
-                .map_err(|e| e.to_string())?;
-            wait_until("the command to run", WAIT, || {
-                !effect_pids(ledger).is_empty()
-            })
+    /// Configuration the real codex gets on top of its profile's: the
+    /// policy moment runs without a sandbox, so a command run without
+    /// approval lands its effect on both sides (the fake has no sandbox).
+    fn real_config(self) -> &'static [&'static str] {
+        match self {
+            Moment::PolicyLost => &["sandbox_mode=\"danger-full-access\""],
+            _ => &[],
         }
     }
 }
 
-/// Plays `moment` on `provider` in `cwd`, kills it there, restarts it and
-/// reads back what a runner would.
-pub fn crash_at(
-    provider: &Provider,
-    moment: Moment,
-    cwd: &str,
-    ledger: &Path,
-) -> Result<AfterCrash, String> {
-    let mut client = provider.start(Some(moment))?;
-    let thread = client
-        .thread_start(cwd)
-        .map_err(|e| format!("thread/start: {e}"))?;
-    let read_before_first_turn = (moment != Moment::ThreadStarted).then(|| {
-        client
-            .request(
-                "thread/read",
-                json!({ "threadId": thread, "includeTurns": true }),
-            )
-            .map(drop)
-            .map_err(|e| e.to_string())
-    });
-    play_to(&mut client, moment, &thread, ledger)?;
-    if provider.is_real() || moment == Moment::CommandRunning {
-        let _ = client.kill();
-    } else {
-        let _ = client.wait_exit();
+/// One reading of the fake at a moment, with the cut that gave it.
+type FakeReading = (FakeCut, AfterCrash);
+
+/// The fake's readings at `moment`, one per cut, each in its own directory
+/// under `dir`.
+pub fn fake_at(turncut: &Path, moment: Moment, dir: &Path) -> Result<Vec<FakeReading>, String> {
+    let mut out = Vec::new();
+    for (i, cut) in moment.fake_cuts().iter().enumerate() {
+        let case = play::Case::new(&dir.join(format!("fake-{i}")), moment)?;
+        let fake = crate::demo::FakeCodex::via(turncut, &case.dir.join("fake"));
+        let ledger = fake.ledger();
+        let provider = play::Provider::Fake(fake, case.script.clone(), *cut);
+        out.push((*cut, crash_at(&provider, moment, &case, &ledger)?));
     }
-    let mut after = read_after(provider, moment, &thread, ledger)?;
-    after.read_before_first_turn = read_before_first_turn.map(without_ids);
-    Ok(after)
+    Ok(out)
 }
 
-/// After the kill at `moment`: the provider restarted on the same state,
-/// asked what a recovering runner asks about `thread`.
-fn read_after(
-    provider: &Provider,
-    moment: Moment,
-    thread: &str,
-    ledger: &Path,
-) -> Result<AfterCrash, String> {
-    let mut again = provider.start(None)?;
-    let resume = again
-        .request(
-            "thread/resume",
-            json!({ "threadId": thread, "excludeTurns": true }),
-        )
-        .map(drop)
-        .map_err(|e| e.to_string());
-    // When a restarted runner would stop what is left and decide.
-    let mut outlived = false;
-    if moment == Moment::CommandRunning {
-        outlived = !effect_pids(ledger).is_empty();
-        wait_until("the command to end", WAIT, || {
-            effect_pids(ledger).is_empty()
-        })?;
-    }
-    while let Ok(Some(_)) = again.expect_silence(Duration::from_millis(500)) {}
-    let idle_after_resume = again.transcript.iter().any(|(dir, m)| {
-        *dir == Dir::Received
-            && m["method"] == "thread/status/changed"
-            && m["params"]["status"]["type"] == "idle"
-    });
-    let read = again
-        .request(
-            "thread/read",
-            json!({ "threadId": thread, "includeTurns": true }),
-        )
-        .unwrap_or(Value::Null);
-    let new_turn = again
-        .request("turn/start", json!({
-            "threadId": thread,
-            "input": [{ "type": "text", "text": wire::marker::CONTINUE_MARKER, "text_elements": [] }],
-            "clientUserMessageId": "m-1#continuation",
-        }))
-        .map(drop)
-        .map_err(|e| e.to_string());
-    let _ = again.kill();
-    let turn = read.pointer("/thread/turns/0");
-    Ok(AfterCrash {
-        resume: without_ids(resume),
-        turn: turn.map_or("absent".to_owned(), turn_form),
-        error_null: turn.is_none_or(|t| t["error"].is_null()),
-        found_by_client_id: found_by_client_id(&read, "m-1"),
-        new_turn: without_ids(new_turn),
-        effects: wire::ledger::read(ledger).map_err(|e| e.to_string())?.len(),
-        outlived,
-        idle_after_resume,
-        read_before_first_turn: None,
-    })
-}
-
-/// Whether any item of any turn of `read` has the `clientId` `id`.
-fn found_by_client_id(read: &Value, id: &str) -> bool {
-    read.pointer("/thread/turns")
-        .and_then(Value::as_array)
-        .is_some_and(|ts| {
-            ts.iter()
-                .flat_map(|t| t["items"].as_array().into_iter().flatten())
-                .any(|i| i["clientId"] == id)
-        })
-}
-
-/// A turn in wire form: `<status> <itemsView> [<item type>, …]`.
-pub fn turn_form(turn: &Value) -> String {
-    let kinds: Vec<&str> = turn["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|i| i["type"].as_str().unwrap_or("?"))
-        .collect();
-    format!(
-        "{} {} [{}]",
-        turn["status"].as_str().unwrap_or("?"),
-        turn["itemsView"].as_str().unwrap_or("-"),
-        kinds.join(", ")
-    )
-}
-
-/// Error texts differ in the thread id only; compare them without it.
-fn without_ids(r: Result<(), String>) -> Result<(), String> {
-    r.map_err(|e| {
-        e.split(char::is_whitespace)
-            .filter(|w| !is_uuid(w.trim_matches(|c: char| !c.is_ascii_alphanumeric() && c != '-')))
-            .collect::<Vec<_>>()
-            .join(" ")
-    })
-}
-
-fn is_uuid(w: &str) -> bool {
-    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
-    w.len() == 36 && w.split('-').map(str::len).eq([8, 4, 4, 4, 12]) && w.split('-').all(hex)
-}
-
-/// The fake's and the real codex's readings at `moment`, each in its own
-/// directory under `dir`.
-pub fn both_at(
+/// The real codex's reading at `moment`, in `dir`.
+pub fn real_at(
     turncut: &Path,
     codex: &Path,
     moment: Moment,
     dir: &Path,
-) -> Result<(AfterCrash, AfterCrash), String> {
-    let io = |e: std::io::Error| format!("{}: {e}", dir.display());
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let script = dir.join("script.toml");
-    std::fs::write(&script, MOMENT_SCRIPT).map_err(io)?;
-    let ws = dir.join("ws");
-    std::fs::create_dir_all(&ws).map_err(io)?;
-    let cwd = ws.display().to_string();
-    let fake = FakeCodex::via(turncut, &dir.join("fake"));
-    let fake_ledger = fake.ledger();
-    let fake_seen = crash_at(
-        &Provider::Fake(fake, script.clone()),
-        moment,
-        &cwd,
-        &fake_ledger,
-    )?;
-    let model_dir = dir.join("model");
-    let model = super::start_model_api(turncut, dir, &script, None)?;
+) -> Result<AfterCrash, String> {
+    let case = play::Case::new(dir, moment)?;
+    let model = super::start_model_api(turncut, dir, &case.script, None)?;
     let product = Product {
         real: wire::profiles::real("runner-codex-real").ok_or("no runner-codex-real profile")?,
         bin: codex.to_owned(),
         home: dir.join("codex-home"),
     };
-    let argv = product
+    let mut argv = product
         .command(&model.url, &dir.display().to_string())
         .map_err(|e| format!("{e:#}"))?;
-    let real_seen = crash_at(
-        &Provider::Real(argv),
+    for config in moment.real_config() {
+        argv.extend(["-c".to_owned(), (*config).to_owned()]);
+    }
+    let seen = crash_at(
+        &play::Provider::Real(argv),
         moment,
-        &cwd,
-        &model_dir.join("ledger.jsonl"),
+        &case,
+        &dir.join("model/ledger.jsonl"),
     );
     model.stop();
-    Ok((real_seen?, fake_seen))
+    seen
 }
 
 /// The rows of every codex moment, the real codex played `runs` times at
 /// each (each distinct reading its own rows, with how often it came up).
 pub fn rows(turncut: &Path, codex: &Path, dir: &Path, runs: u32) -> Result<Vec<Row>, String> {
+    rows_of(turncut, codex, dir, runs, &Moment::ALL)
+}
+
+/// The rows of `moments`.
+pub fn rows_of(
+    turncut: &Path,
+    codex: &Path,
+    dir: &Path,
+    runs: u32,
+    moments: &[Moment],
+) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
-    for moment in Moment::ALL {
-        let mut seen: Vec<(AfterCrash, AfterCrash, u32)> = Vec::new();
+    for &moment in moments {
+        let fake = fake_at(turncut, moment, &dir.join(format!("{moment:?}")))?;
+        let mut seen: Vec<(AfterCrash, u32)> = Vec::new();
         for run in 0..runs.max(1) {
-            let case = dir.join(format!("{moment:?}-{run}"));
-            let (real, fake) = both_at(turncut, codex, moment, &case)?;
-            match seen.iter_mut().find(|(r, f, _)| *r == real && *f == fake) {
-                Some((_, _, n)) => *n += 1,
-                None => seen.push((real, fake, 1)),
+            let case = dir.join(format!("{moment:?}/real-{run}"));
+            let real = real_at(turncut, codex, moment, &case)?;
+            match seen.iter_mut().find(|(r, _)| *r == real) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((real, 1)),
             }
         }
-        for (real, fake, n) in seen {
-            let label = match runs {
-                0 | 1 => format!("{moment:?}"),
-                _ => format!("{moment:?} {n}/{runs}"),
-            };
-            rows.extend(moment_rows(moment, &label, &real, &fake));
+        for (real, n) in seen {
+            rows.extend(moment_rows(moment, n, runs, &real, &fake));
         }
     }
     Ok(rows)
 }
 
-/// The rows of one reading of each at `moment`.
-fn moment_rows(moment: Moment, label: &str, real: &AfterCrash, fake: &AfterCrash) -> Vec<Row> {
+/// The rows of one reading of the real codex at `moment`, against the
+/// fake's reading that equals it or else the closest one.
+fn moment_rows(
+    moment: Moment,
+    n: u32,
+    runs: u32,
+    real: &AfterCrash,
+    fake: &[FakeReading],
+) -> Vec<Row> {
+    // The fake's reading that differs in the fewest fields (none: the same).
+    let differing = |f: &AfterCrash| {
+        let (a, b) = (real.fields(), f.fields());
+        a.iter().zip(&b).filter(|(x, y)| x != y).count()
+    };
+    let (cut, matched) = fake
+        .iter()
+        .min_by_key(|(_, f)| differing(f))
+        .expect("every moment has a fake cut");
+    let mut label = match runs {
+        0 | 1 => format!("{moment:?}"),
+        _ => format!("{moment:?} {n}/{runs}"),
+    };
+    if fake.len() > 1
+        && let FakeCut::Exit(point) = cut
+    {
+        label.push_str(&format!(" (fake: {point})"));
+    }
     let fields = real
         .fields()
         .into_iter()
-        .zip(fake.fields())
+        .zip(matched.fields())
         .map(|((name, r), (_, f))| (name, r, f))
         .collect();
-    let known = (real != fake).then(|| moment.known_variant(real)).flatten();
-    compare("runner-codex-real", label, fields, known)
+    compare("runner-codex-real", &label, fields, None)
 }

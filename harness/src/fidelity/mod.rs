@@ -9,6 +9,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+pub mod acp;
 pub mod codex;
 pub mod opencode;
 
@@ -141,7 +142,9 @@ pub fn wait_until(
     Ok(())
 }
 
-/// The pids of running `effect` processes that write `ledger`.
+/// The pids of running `effect` processes that write `ledger`: `effect`
+/// and the ledger are arguments of their own (a shell whose command line
+/// runs the effect is not one).
 pub fn effect_pids(ledger: &Path) -> Vec<i32> {
     let needle = ledger.display().to_string();
     let Ok(entries) = std::fs::read_dir("/proc") else {
@@ -152,9 +155,10 @@ pub fn effect_pids(ledger: &Path) -> Vec<i32> {
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            let text = String::from_utf8_lossy(&cmdline);
+            let args: Vec<&str> = text.split('\0').collect();
             let live = wire::procstat::live_start_time(*pid as u32).is_some();
-            text.contains(" effect ") && text.contains(&needle) && live
+            args.contains(&"effect") && args.contains(&needle.as_str()) && live
         })
         .collect()
 }

@@ -1,14 +1,15 @@
 //! The OpenCode moments of the differential: the real `opencode serve`
 //! (pinned, its model the fake model API) against `fake-provider opencode`,
 //! each SIGKILLed (its process group) right after `POST /session`, right
-//! after the `prompt_async` 204, while the approved `bash` command runs, and
-//! while the model writes its final answer, then restarted on the same data
+//! after the `prompt_async` 204, while the `bash` permission waits, while the
+//! approved command runs, and while the model writes its final answer, then
+//! restarted on the same data
 //! and asked what a recovering runner asks (`GET /session/{id}`,
 //! `GET /session/{id}/message/{messageID}` for the client's message id,
 //! `GET /session/{id}/message` for the answers), then sent a continuation.
 //! The fake is cut by its own `--exit` where the client cannot see the
-//! moment; the real server, and the fake while its command runs, are killed
-//! by the client as soon as it sees the moment.
+//! moment; the real server, and the fake while its permission waits or its
+//! command runs, are killed by the client as soon as it sees the moment.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -32,6 +33,8 @@ pub enum Moment {
     SessionCreated,
     /// Right after the `prompt_async` response (204).
     PromptAccepted,
+    /// While the `bash` permission waits for its reply.
+    PermissionPending,
     /// While the approved `bash` command runs.
     CommandRunning,
     /// Once the command has completed, while the model writes its final
@@ -41,9 +44,10 @@ pub enum Moment {
 
 impl Moment {
     /// Every moment, in the order of a turn.
-    pub const ALL: [Moment; 4] = [
+    pub const ALL: [Moment; 5] = [
         Moment::SessionCreated,
         Moment::PromptAccepted,
+        Moment::PermissionPending,
         Moment::CommandRunning,
         Moment::AnswerStreaming,
     ];
@@ -54,10 +58,10 @@ impl Moment {
         match self {
             Moment::SessionCreated => Some("opencode.session_create.responded"),
             Moment::PromptAccepted => Some("opencode.prompt_async.responded"),
-            Moment::CommandRunning => None,
-            // The fourth part made durable: the script's text, the tool
-            // pending, running, then completed.
-            Moment::AnswerStreaming => Some("opencode.part.recorded#4"),
+            Moment::PermissionPending | Moment::CommandRunning => None,
+            // The fifth part state made durable: the script's text, the
+            // tool pending, running (asking), running (granted), completed.
+            Moment::AnswerStreaming => Some("opencode.part.recorded#5"),
         }
     }
 
@@ -122,27 +126,12 @@ struct KnownDifference {
 }
 
 /// Every known difference.
-const KNOWN_DIFFERENCES: [KnownDifference; 3] = [
-    KnownDifference {
-        moment: Moment::SessionCreated,
-        field: "prompt_async after restart",
-        reason: "real answers every prompt 204 (errors come later); the fake refuses a \
-                 continuation of a turn it never recorded 400, and the runner never sends one",
-    },
-    KnownDifference {
-        moment: Moment::PromptAccepted,
-        field: "GET user message",
-        reason: "real writes the user message after its 204; the fake before it \
-                 (opencode.turn.recorded is a boundary of its own); the runner re-sends \
-                 an accepted turn found absent on both",
-    },
-    KnownDifference {
-        moment: Moment::AnswerStreaming,
-        field: "answers",
-        reason: "real writes one answer per model step, the fake one per turn; \
+const KNOWN_DIFFERENCES: [KnownDifference; 1] = [KnownDifference {
+    moment: Moment::AnswerStreaming,
+    field: "answers",
+    reason: "real writes one answer per model step, the fake one per turn; \
                  the runner reads the last answer, the same status on both",
-    },
-];
+}];
 
 /// The known difference of `field` at `moment`, if one is listed.
 fn known(moment: Moment, field: &str) -> Option<&'static str> {
@@ -368,7 +357,10 @@ fn play_until(
     message_id: &str,
     ledger: &Path,
 ) -> Result<String, String> {
-    let needs_events = matches!(moment, Moment::CommandRunning | Moment::AnswerStreaming);
+    let needs_events = matches!(
+        moment,
+        Moment::PermissionPending | Moment::CommandRunning | Moment::AnswerStreaming
+    );
     let events = needs_events.then(|| Events::open(server)).transpose()?;
     let (status, session) = server.call("/session", Some(json!({})))?;
     let session = match session["id"].as_str() {
@@ -395,6 +387,9 @@ fn approve_and_wait(
     ledger: &Path,
 ) -> Result<(), String> {
     let asked = events.until("permission.asked", |e| e["type"] == "permission.asked")?;
+    if moment == Moment::PermissionPending {
+        return Ok(());
+    }
     let id = asked["properties"]["id"]
         .as_str()
         .ok_or("a permission without an id")?;

@@ -57,9 +57,14 @@ fn config(model_url: &str) -> Value {
     })
 }
 
-/// The argv of `opencode serve` on loopback with everything under the
-/// product's home (`HOME`, the XDG directories, `opencode.json`).
-pub(super) fn command(p: &Product, model_url: &str, _tag: &str) -> anyhow::Result<Vec<String>> {
+/// The argv of `opencode <subcommand>` (`serve`, on loopback, or `acp`)
+/// with everything under the product's home (`HOME`, the XDG directories,
+/// `opencode.json`).
+pub(super) fn command(
+    p: &Product,
+    model_url: &str,
+    subcommand: &[&str],
+) -> anyhow::Result<Vec<String>> {
     let home = &p.home;
     let config_file = home.join("opencode.json");
     std::fs::write(&config_file, config(model_url).to_string())?;
@@ -77,26 +82,26 @@ pub(super) fn command(p: &Product, model_url: &str, _tag: &str) -> anyhow::Resul
         format!("OPENCODE_CONFIG={}", config_file.display()),
     ]);
     cmd.extend(OFFLINE_ENV.iter().map(|(k, v)| format!("{k}={v}")));
-    cmd.extend([
-        p.bin.display().to_string(),
-        "serve".into(),
-        "--hostname".into(),
-        "127.0.0.1".into(),
-        "--port".into(),
-        "0".into(),
-    ]);
+    cmd.push(p.bin.display().to_string());
+    cmd.extend(subcommand.iter().map(|a| (*a).to_owned()));
+    if subcommand == ["serve"] {
+        cmd.extend(["--hostname", "127.0.0.1", "--port", "0"].map(str::to_owned));
+    }
     Ok(cmd)
 }
 
-/// Every user message of every session in the product's home, as a turn,
-/// from a fresh `opencode serve` on it.
+/// A recorded turn and its user message's text.
+pub(super) type TurnText = (RecordedTurn, String);
+
+/// Every user message of every session in the product's home, as a turn
+/// with its text, from a fresh `opencode serve` on it.
 pub(super) fn recorded_turns(
     p: &Product,
     model_url: &str,
     cwd: &Path,
     within: Duration,
-) -> Result<Vec<RecordedTurn>, String> {
-    let argv = command(p, model_url, "reader").map_err(|e| format!("{e:#}"))?;
+) -> Result<Vec<TurnText>, String> {
+    let argv = command(p, model_url, &["serve"]).map_err(|e| format!("{e:#}"))?;
     let mut cmd = Command::new(&argv[0]);
     // In the cell's workspace: `GET /session` lists the sessions of the
     // project of the server's directory only (a server started inside a
@@ -122,7 +127,7 @@ fn get(client: &RunnerClient, path: &str) -> Result<Value, String> {
     }
 }
 
-fn read_all(client: &RunnerClient) -> Result<Vec<RecordedTurn>, String> {
+fn read_all(client: &RunnerClient) -> Result<Vec<TurnText>, String> {
     let sessions = get(client, "/session")?;
     let mut out = Vec::new();
     for s in sessions.as_array().into_iter().flatten() {
@@ -137,8 +142,9 @@ fn read_all(client: &RunnerClient) -> Result<Vec<RecordedTurn>, String> {
 }
 
 /// A user message as a turn, its status its last answer's
-/// (`wire::stores::opencode::turn_status`, as the runner's driver reads it).
-fn turn_of(session: &str, user: &Value, messages: &[Value]) -> RecordedTurn {
+/// (`wire::stores::opencode::turn_status`, as the runner's driver reads it),
+/// and its text.
+fn turn_of(session: &str, user: &Value, messages: &[Value]) -> TurnText {
     let id = user["info"]["id"].as_str().unwrap_or_default().to_owned();
     let status = wire::stores::opencode::turn_status(messages, &id);
     let text = user["parts"]
@@ -152,7 +158,7 @@ fn turn_of(session: &str, user: &Value, messages: &[Value]) -> RecordedTurn {
         .strip_suffix(wire::client_id::CONTINUATION)
         .unwrap_or(&controller)
         .to_owned();
-    RecordedTurn {
+    let turn = RecordedTurn {
         thread: session.to_owned(),
         turn: id.clone(),
         client_id: Some(id),
@@ -160,5 +166,6 @@ fn turn_of(session: &str, user: &Value, messages: &[Value]) -> RecordedTurn {
         continuation: wire::marker::is_continuation(text),
         authorized_by,
         model_requests: None,
-    }
+    };
+    (turn, text.to_owned())
 }

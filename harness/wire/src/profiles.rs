@@ -106,7 +106,7 @@ pub struct Real {
 }
 
 /// Every profile with a real product.
-pub const REAL: [Real; 2] = [
+pub const REAL: [Real; 3] = [
     Real {
         name: "runner-codex-real",
         mirrors: "runner-codex",
@@ -117,6 +117,15 @@ pub const REAL: [Real; 2] = [
     Real {
         name: "runner-opencode-real",
         mirrors: "runner-opencode",
+        package: "opencode-ai",
+        version: "1.18.33",
+        bin: "opencode",
+    },
+    // OpenCode's own ACP agent (`opencode acp`, the same package): a real
+    // agent for the ACP profile, offline against the fake model API.
+    Real {
+        name: "runner-acpx-opencode-real",
+        mirrors: "runner-acpx-claude",
         package: "opencode-ai",
         version: "1.18.33",
         bin: "opencode",

@@ -59,6 +59,44 @@ pub struct ScriptTool {
     /// --duration-ms`): a command still running when its provider is killed.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub duration_ms: u64,
+    /// With `kind = "command"`: the model writes its command as a shell
+    /// that runs the effect as its child (`sh -c '<effect line>; exit $?'`),
+    /// as a model's compound command would. Killed with its provider, the
+    /// shell dies and the effect lives on (measured on the real codex):
+    /// only a stop of the provider's descendants ends it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub nested_shell: bool,
+}
+
+/// The line a model writes to run `line` (the effect command, shell-quoted)
+/// for `tool`: the line itself, or a shell running it as its child
+/// ([`ScriptTool::nested_shell`]). `$?` keeps the effect's exit status.
+pub fn command_line(tool: &ScriptTool, line: &str) -> String {
+    if tool.nested_shell {
+        let inner = format!("{line}; exit $?");
+        format!("sh -c {}", shlex::try_quote(&inner).unwrap_or_default())
+    } else {
+        line.to_owned()
+    }
+}
+
+/// The `apply_patch` input a model writes for a `kind = "patch"` tool: add
+/// the file `path` with the line `written by <key>`.
+pub fn patch_text(tool: &ScriptTool) -> String {
+    format!(
+        "*** Begin Patch\n*** Add File: {}\n+{}\n*** End Patch",
+        tool.path.as_deref().unwrap_or_default(),
+        patch_content(&tool.key).trim_end()
+    )
+}
+
+/// The content a patch tool's file gets.
+pub fn patch_content(key: &str) -> String {
+    format!("written by {key}\n")
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// The `effect` arguments that give the tool `key` its `duration_ms` (none
@@ -92,6 +130,11 @@ pub enum ToolKind {
     /// ACP only: a file write the client performs (`fs/write_text_file` of
     /// `path`); it runs no `effect` command, so the ledger does not see it.
     WriteFile,
+    /// Codex (the fake, and the fake model API behind the real one): the
+    /// model adds the file `path` (relative to the thread's directory)
+    /// through `apply_patch`, a `fileChange` item that asks for approval.
+    /// It runs no `effect` command, so the ledger does not see it.
+    Patch,
 }
 
 fn default_final() -> String {
@@ -130,6 +173,7 @@ impl Script {
                     argv: None,
                     path: None,
                     duration_ms: 0,
+                    nested_shell: false,
                 }],
                 final_message: "Created hello.txt.".to_owned(),
             }],
@@ -173,11 +217,19 @@ impl Script {
                         tool.key
                     ));
                 }
+                if tool.nested_shell && (tool.kind != ToolKind::Command || tool.argv.is_some()) {
+                    return Err(format!(
+                        "turn {}: tool {:?}: nested_shell is only for kind = \"command\" without argv",
+                        i + 1,
+                        tool.key
+                    ));
+                }
                 match (tool.kind, &tool.path, &tool.argv) {
-                    (ToolKind::WriteFile, Some(p), None) if !p.is_empty() => {}
-                    (ToolKind::WriteFile, _, _) => {
+                    (ToolKind::WriteFile | ToolKind::Patch, Some(p), None)
+                        if !p.is_empty() && !p.contains('\n') => {}
+                    (ToolKind::WriteFile | ToolKind::Patch, _, _) => {
                         return Err(format!(
-                            "turn {}: tool {:?}: kind = \"write-file\" needs a non-empty path and no argv",
+                            "turn {}: tool {:?}: kind = \"write-file\" or \"patch\" needs a non-empty one-line path and no argv",
                             i + 1,
                             tool.key
                         ));

@@ -5,12 +5,16 @@
 //!   `_meta.messageId`. ACP has no turn ids and the prompt's response only
 //!   comes at the end of the turn, so the turn counts as accepted when the
 //!   agent echoes the user message (`user_message_chunk` with that
-//!   `messageId`); the provider turn id is the client id itself.
+//!   `messageId`); the provider turn id is the client id itself. An agent
+//!   that echoes nothing and keeps its own message ids (the real `opencode
+//!   acp` 1.18.33) is accepted at its first output for the turn, and the
+//!   output's `messageId` (its answer's) names the turn.
 //! - "Was this turn recorded?" is a `session/load`: the agent replays the
 //!   conversation, and the turn is recorded iff a replayed `user_message_chunk`
-//!   carries its id. The replay does not say whether the turn completed, so a
-//!   recorded turn is reported `interrupted`: the engine then continues once
-//!   instead of adopting (the safe side; see docs/recovery-contract.md).
+//!   carries its client id or a replayed update carries its turn id. The
+//!   replay does not say whether the turn completed, so a recorded turn is
+//!   reported `interrupted`: the engine then continues once instead of
+//!   adopting (the safe side; see docs/recovery-contract.md).
 //! - Tools run on the client side: `terminal/*` and `fs/*` requests are
 //!   reported as [`ProviderEvent::ClientTool`] and the engine executes them
 //!   under the write-ahead rules. A provider process that restored a session
@@ -165,15 +169,22 @@ impl AcpDriver {
         loop {
             let (msg, bytes) = self.rpc.receive_for(&pending).await?;
             if is_response_to(&msg, id) {
-                // The turn ended (or was refused) before it was echoed.
-                self.active = None;
+                // The turn ended (or was refused) before it was echoed or
+                // answered: a refusal is an error, an end is read as such.
                 result_of("session/prompt", &msg)?;
-                return Err(DriverError::Protocol(
-                    "session/prompt ended without echoing the user message".to_owned(),
-                ));
+                self.rpc.hold(msg, bytes)?;
+                return Ok(client_id.to_owned());
             }
             if user_message_id(&msg) == Some(client_id) {
                 return Ok(client_id.to_owned());
+            }
+            if let Some(turn) = first_output(&msg, session) {
+                // No echo: the agent's answer started, so it took the
+                // message; its answer's id names the turn in a replay.
+                let turn = turn.unwrap_or(client_id).to_owned();
+                self.active = Some((id, turn.clone()));
+                self.rpc.hold(msg, bytes)?;
+                return Ok(turn);
             }
             pending.other();
             self.rpc.hold(msg, bytes)?;
@@ -198,9 +209,15 @@ impl AcpDriver {
                 .unwrap_or_else(|_| "/".to_owned()),
         };
         let replay = self.load(session, &cwd).await?;
-        let found = replay
-            .iter()
-            .any(|m| user_message_id(m) == Some(id.as_str()));
+        let found = replay.iter().any(|m| match by {
+            TurnLookup::ClientId(_) => user_message_id(m) == Some(id.as_str()),
+            TurnLookup::TurnId(_) => {
+                user_message_id(m) == Some(id.as_str())
+                    || m.pointer("/params/update/messageId")
+                        .and_then(Value::as_str)
+                        == Some(id.as_str())
+            }
+        });
         Ok(found.then_some(FoundTurn {
             id,
             status: ProviderTurnStatus::Interrupted,
@@ -454,6 +471,29 @@ fn client_call(method: &str, params: &Value) -> Option<ClientCall> {
     })
 }
 
+/// Whether `msg` is the agent's first output of a turn in `session` (its
+/// answer, a thought, a plan, a tool call, or a permission request), and
+/// then the id of the message it belongs to, if it names one.
+fn first_output<'a>(msg: &'a Value, session: &str) -> Option<Option<&'a str>> {
+    let method = msg.get("method").and_then(Value::as_str)?;
+    if msg.pointer("/params/sessionId").and_then(Value::as_str) != Some(session) {
+        return None;
+    }
+    match method {
+        "session/request_permission" => Some(None),
+        "session/update" => {
+            let update = msg.pointer("/params/update")?;
+            let kind = update.get("sessionUpdate").and_then(Value::as_str)?;
+            let output = matches!(
+                kind,
+                "agent_message_chunk" | "agent_thought_chunk" | "tool_call" | "plan"
+            );
+            output.then(|| update.get("messageId").and_then(Value::as_str))
+        }
+        _ => None,
+    }
+}
+
 /// The message id of a `user_message_chunk` update (`messageId`, or
 /// `_meta.messageId`), if `msg` is one.
 fn user_message_id(msg: &Value) -> Option<&str> {
@@ -482,5 +522,16 @@ mod tests {
         assert_eq!(user_message_id(&m), Some("m2"));
         let m = json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"messageId":"m1"}}});
         assert_eq!(user_message_id(&m), None);
+    }
+
+    #[test]
+    fn an_agents_first_output_names_its_turn() {
+        let answer = json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":"x"},"messageId":"msg_a"}}});
+        assert_eq!(first_output(&answer, "s"), Some(Some("msg_a")));
+        assert_eq!(first_output(&answer, "other"), None);
+        let commands = json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"available_commands_update","availableCommands":[]}}});
+        assert_eq!(first_output(&commands, "s"), None);
+        let ask = json!({"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"s","toolCall":{},"options":[]}});
+        assert_eq!(first_output(&ask, "s"), Some(None));
     }
 }

@@ -4,7 +4,8 @@
 //! It speaks to `codex app-server` and to `fake-provider codex` alike: the
 //! handshake, `thread/start`, `thread/resume`, `thread/read {includeTurns}` for
 //! the "was this turn recorded?" lookup (by `userMessage.clientId` or turn id),
-//! `turn/start` with `clientUserMessageId`, approval answers and
+//! `turn/start` with `clientUserMessageId`, approval answers (of commands and of
+//! patches, `fileChange` items) and
 //! `turn/interrupt`. Every wait on the provider is bounded by the idle timeout;
 //! a silent provider is reported as unresponsive, a closed stdout as exited.
 //! The driver keeps no durable state and makes no recovery decision: it reports
@@ -182,7 +183,12 @@ impl CodexDriver {
             .unwrap_or_default();
         let params = msg.get("params").cloned().unwrap_or(Value::Null);
         Ok(match (method, msg.get("id")) {
-            ("item/commandExecution/requestApproval", Some(id)) => ProviderEvent::Request {
+            // A patch (`apply_patch`, a `fileChange` item) asks like a
+            // command and takes the same decisions.
+            (
+                "item/commandExecution/requestApproval" | "item/fileChange/requestApproval",
+                Some(id),
+            ) => ProviderEvent::Request {
                 request_id: id.clone(),
                 method: method.to_owned(),
                 turn_id: params

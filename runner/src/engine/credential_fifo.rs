@@ -1,31 +1,51 @@
-//! A one-shot FIFO that hands the credential to a provider that reads it
-//! from a file (a profile with `credential_fifo = true`, e.g. the real
-//! `opencode serve`, whose configuration reads its key with
+//! A FIFO that hands the credential to a provider that reads it from a file
+//! (a profile with `credential_fifo = true`, e.g. the real `opencode serve`
+//! and `opencode acp`, whose configuration reads their key with
 //! `{file:{env:VAR}}`). The profile's `credential_env` then names the
 //! FIFO's path instead of holding the key: the key is neither in the
 //! provider's environment, which its tool shells inherit whole, nor on any
 //! disk (a FIFO's data lives in the kernel). The FIFO, in a 0700 directory
-//! of its own under the state directory (`credentials/<marker>`), is served
-//! once and removed right after; what a killed runner left there is removed
-//! by the next one ([`sweep`], under the state directory's lock).
+//! of its own under the state directory (`credentials/<marker>`), is removed
+//! once served; what a killed runner left there is removed by the next one
+//! ([`sweep`], under the state directory's lock).
 //!
 //! The built-in profiles (the fakes) take their key this way too, so that
 //! no sibling of a provider (an ACP terminal, a native `Bash`, both children
 //! of runnerd with its uid) finds it in the provider's `/proc/PID/environ`.
 //!
-//! The serving thread waits for a reader at most [`READER_WAIT_MS`]: a
-//! provider that dies first, or never reads its key, leaves nothing behind
-//! once that time has passed; nothing of the key is written anywhere.
+//! The FIFO is served `credential_reads` times (the profile's count: `opencode
+//! serve` reads its key once, `opencode acp` twice, at start and at
+//! `session/new`), each time only to the provider's own process: when a
+//! reader opens it, every process that holds it open (but the runner) must
+//! be the provider, else nothing is written, the FIFO is removed and no one
+//! reads it again. The provider is its own process or one it started in
+//! its own session (a wrapper's child: the harness's `tap`, a launcher that
+//! runs the product as its child); a tool shell inherits the FIFO's path,
+//! but the real products run their tools in a session of their own, so it
+//! gets nothing. Between two reads the serving thread waits
+//! until the reader has closed the FIFO, so that one read never gets the key
+//! twice nor a second key lands in a pipe about to be discarded.
+//!
+//! The serving thread waits for each reader at most [`READER_WAIT_MS`], and
+//! stops as soon as [`Served`] is dropped with the provider's handle: a
+//! provider that dies first, or never reads its key, leaves nothing behind;
+//! nothing of the key is written anywhere.
 
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use super::Secret;
 
-/// How long the FIFO waits for its provider to open it.
+/// How long the FIFO waits for its provider to open it (each read).
 pub const READER_WAIT_MS: u64 = 60_000;
+
+/// How long a reader may wait for the runner to learn the provider's pid
+/// (it sets it right after the spawn returns).
+const PID_WAIT_MS: u64 = 10_000;
 
 /// The directory of the state directory `state` that holds the FIFOs.
 fn base(state: &Path) -> PathBuf {
@@ -39,10 +59,43 @@ pub fn sweep(state: &Path) {
     let _ = std::fs::remove_dir_all(base(state));
 }
 
+/// A FIFO being served to one provider process.
+pub struct Served {
+    /// The FIFO's path (the value of the profile's `credential_env`).
+    pub path: PathBuf,
+    pid: Arc<AtomicI32>,
+    pid_set: mpsc::SyncSender<()>,
+    closed: Arc<AtomicBool>,
+}
+
+impl Served {
+    /// The provider's pid, once spawned: only that process is served.
+    pub fn provider(&self, pid: i32) {
+        self.pid.store(pid, Ordering::SeqCst);
+        let _ = self.pid_set.try_send(());
+    }
+}
+
+impl Drop for Served {
+    /// Stops serving: a thread waiting for a reader sees it within its
+    /// polling interval and writes nothing.
+    fn drop(&mut self) {
+        self.closed.store(true, Ordering::SeqCst);
+        let _ = self.pid_set.try_send(());
+    }
+}
+
+/// What the serving thread shares with [`Served`].
+struct Shared {
+    pid: Arc<AtomicI32>,
+    pid_known: mpsc::Receiver<()>,
+    closed: Arc<AtomicBool>,
+}
+
 /// Creates a private directory under the state directory `state` holding a
-/// FIFO, and serves `secret` through it once on a thread of its own; the
-/// FIFO's path.
-pub fn serve(state: &Path, secret: &Secret, marker: &str) -> std::io::Result<PathBuf> {
+/// FIFO, and serves `secret` through it `reads` times on a thread of its
+/// own.
+pub fn serve(state: &Path, secret: &Secret, marker: &str, reads: u32) -> std::io::Result<Served> {
     std::fs::DirBuilder::new()
         .mode(0o700)
         .recursive(true)
@@ -56,38 +109,171 @@ pub fn serve(state: &Path, secret: &Secret, marker: &str) -> std::io::Result<Pat
     )
     .map_err(std::io::Error::from)?;
     let key = secret.0.clone();
-    let (fifo, served) = (path.clone(), dir.clone());
+    let pid = Arc::new(AtomicI32::new(0));
+    let closed = Arc::new(AtomicBool::new(false));
+    let (pid_set, pid_known) = mpsc::sync_channel(1);
+    let shared = Shared {
+        pid: pid.clone(),
+        pid_known,
+        closed: closed.clone(),
+    };
+    let (fifo, served) = (path.clone(), dir);
     std::thread::Builder::new()
         .name("credential-fifo".to_owned())
         .spawn(move || {
-            if let Some(mut w) = open_when_read(&fifo) {
-                let _ = w.write_all(key.as_bytes());
-            }
+            serve_reads(&fifo, key.as_bytes(), reads, &shared);
             remove(&fifo, &served);
         })?;
-    Ok(path)
+    Ok(Served {
+        path,
+        pid,
+        pid_set,
+        closed,
+    })
 }
 
-/// The FIFO opened for writing once a reader has it open (a non-blocking
-/// open fails with `ENXIO` until then), or `None` after [`READER_WAIT_MS`].
-fn open_when_read(fifo: &Path) -> Option<std::fs::File> {
+/// Serves `key` through `fifo` up to `reads` times, each to the provider's
+/// own process only.
+fn serve_reads(fifo: &Path, key: &[u8], reads: u32, shared: &Shared) {
+    for read in 0..reads {
+        if read > 0 && !wait_released(fifo, &shared.closed) {
+            return;
+        }
+        let Some(mut w) = open_when_read(fifo, &shared.closed) else {
+            return;
+        };
+        if shared.pid.load(Ordering::SeqCst) == 0 {
+            let _ = shared
+                .pid_known
+                .recv_timeout(Duration::from_millis(PID_WAIT_MS));
+        }
+        let provider = shared.pid.load(Ordering::SeqCst);
+        if shared.closed.load(Ordering::SeqCst) || provider == 0 {
+            return;
+        }
+        let holders = holders_of(fifo);
+        if holders.iter().any(|h| !is_provider(*h, provider)) {
+            tracing::warn!(
+                "the credential FIFO was opened by a process other than the provider \
+                 (pid {provider}): {holders:?}; nothing written, no further reads"
+            );
+            return;
+        }
+        // A key is far below a pipe's capacity: one non-blocking write.
+        let _ = w.write_all(key);
+    }
+}
+
+/// Polls with a growing delay (at most 50 ms) until `done` says yes, or
+/// `closed` is set, or [`READER_WAIT_MS`] has passed; what `done` gave.
+fn poll<T>(closed: &AtomicBool, mut done: impl FnMut() -> Option<T>) -> Option<T> {
     let deadline = Instant::now() + Duration::from_millis(READER_WAIT_MS);
     let mut delay = Duration::from_millis(1);
     loop {
+        if closed.load(Ordering::SeqCst) {
+            return None;
+        }
+        if let Some(v) = done() {
+            return Some(v);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+}
+
+/// The FIFO opened for writing once a reader has it open (a non-blocking
+/// open fails with `ENXIO` until then); `None` if the serving ends first.
+fn open_when_read(fifo: &Path, closed: &AtomicBool) -> Option<std::fs::File> {
+    let mut failed = false;
+    let opened = poll(closed, || {
         let opened = std::fs::OpenOptions::new()
             .write(true)
             .custom_flags(libc::O_NONBLOCK)
             .open(fifo);
         match opened {
-            // A key is far below a pipe's capacity: one non-blocking write.
-            Ok(w) => return Some(w),
-            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && Instant::now() < deadline => {
-                std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_millis(50));
+            Ok(w) => Some(Some(w)),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => None,
+            Err(_) => {
+                failed = true;
+                Some(None)
             }
-            Err(_) => return None,
+        }
+    });
+    opened.flatten().filter(|_| !failed)
+}
+
+/// Waits until no process holds `fifo` open (the last reader has closed
+/// it); whether it did before the serving ended.
+fn wait_released(fifo: &Path, closed: &AtomicBool) -> bool {
+    poll(closed, || holders_of(fifo).is_empty().then_some(())).is_some()
+}
+
+/// Whether `pid` is the provider `provider` or a process it started in its
+/// own session: a provider behind a wrapper (the harness's `tap`, a launcher
+/// that runs the product as its child) reads through a descendant. A tool
+/// shell of the real products runs in a session of its own (`setsid`), so it
+/// is no provider; nor is any process outside the provider's tree.
+fn is_provider(pid: i32, provider: i32) -> bool {
+    let Some((_, session)) = parent_and_session(provider) else {
+        return false;
+    };
+    let mut at = pid;
+    // A process tree is far shallower than this; the bound ends a cycle
+    // that pid reuse could make.
+    for _ in 0..64 {
+        if at == provider {
+            return true;
+        }
+        match parent_and_session(at) {
+            Some((parent, s)) if s == session && parent > 1 => at = parent,
+            _ => return false,
         }
     }
+    false
+}
+
+/// A process's parent and session, from `/proc/PID/stat` (the fields after
+/// the command's closing parenthesis: state, ppid, pgrp, session).
+fn parent_and_session(pid: i32) -> Option<(i32, i32)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+    let parent = fields.nth(1)?.parse().ok()?;
+    let session = fields.nth(1)?.parse().ok()?;
+    Some((parent, session))
+}
+
+/// Every process but this one that holds `fifo` open.
+fn holders_of(fifo: &Path) -> Vec<i32> {
+    let Ok(meta) = std::fs::metadata(fifo) else {
+        return Vec::new();
+    };
+    let me = std::process::id() as i32;
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for pid in procs
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    {
+        if pid == me {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            std::fs::metadata(fd.path())
+                .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
+        });
+        if holds {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 fn remove(fifo: &Path, dir: &Path) {
@@ -99,26 +285,141 @@ fn remove(fifo: &Path, dir: &Path) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_fifo_gives_the_key_once_then_is_gone() {
-        let state = tempfile::tempdir().unwrap();
-        let path = serve(
-            state.path(),
-            &Secret::new("k-123".to_owned()),
-            "spawn-test-fifo",
-        )
-        .unwrap();
-        let meta = std::fs::metadata(&path).unwrap();
-        use std::os::unix::fs::FileTypeExt as _;
-        assert!(meta.file_type().is_fifo());
-        let read = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(read, "k-123");
-        // The serving thread removes it after the one read; wait for that
-        // with a deadline (nothing announces it).
-        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    /// Waits, with a deadline, until the FIFO's directory is gone.
+    fn wait_removed(path: &Path) {
+        let until = std::time::Instant::now() + Duration::from_secs(10);
         while path.parent().unwrap().exists() {
             assert!(std::time::Instant::now() < until, "the FIFO stayed");
             std::thread::yield_now();
         }
+    }
+
+    /// A shell that reads the FIFO `times` times itself (`read` is a
+    /// builtin: the shell is the reader) and prints what it read.
+    fn reader(path: &Path, times: usize) -> std::process::Child {
+        let line = "IFS= read -r k < \"$0\"; printf '%s|' \"$k\"; ".repeat(times);
+        std::process::Command::new("sh")
+            .args(["-c", &line])
+            .arg(path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_fifo_gives_the_key_to_its_provider_as_often_as_asked_then_is_gone() {
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-123".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo", 2).unwrap();
+        use std::os::unix::fs::FileTypeExt as _;
+        assert!(
+            std::fs::metadata(&served.path)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+        let provider = reader(&served.path, 2);
+        served.provider(provider.id() as i32);
+        let out = provider.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "k-123|k-123|");
+        wait_removed(&served.path);
+    }
+
+    /// A provider that keeps the FIFO open after its first read (as a
+    /// reader may, between its EOF and its close) gets its second key from
+    /// its second open, not a second copy in the first open's pipe, which
+    /// its close would discard.
+    #[test]
+    fn a_second_read_waits_for_the_first_reader_to_close() {
+        use std::io::{BufRead as _, Read as _};
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-234".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo4", 2).unwrap();
+        // Builtins only: the shell itself is the one reader.
+        let script = "exec 3<\"$0\"; IFS= read -r k <&3; printf '%s|\\n' \"$k\"; \
+                      read go; exec 3<&-; k=; IFS= read -r k < \"$0\"; printf '%s|' \"$k\"";
+        let mut provider = std::process::Command::new("sh")
+            .args(["-c", script])
+            .arg(&served.path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        served.provider(provider.id() as i32);
+        let mut out = std::io::BufReader::new(provider.stdout.take().unwrap());
+        let mut first = String::new();
+        out.read_line(&mut first).unwrap();
+        assert_eq!(first, "k-234|\n");
+        writeln!(provider.stdin.take().unwrap(), "go").unwrap();
+        // Without the wait the FIFO is gone (or never served again): the
+        // second read fails at once or blocks; a deadline bounds the latter.
+        let until = Instant::now() + Duration::from_secs(10);
+        while provider.try_wait().unwrap().is_none() {
+            if Instant::now() >= until {
+                let _ = provider.kill();
+                let _ = provider.wait();
+                panic!("the second read was never served");
+            }
+            std::thread::yield_now();
+        }
+        let mut second = String::new();
+        out.read_to_string(&mut second).unwrap();
+        assert_eq!(second, "k-234|");
+        wait_removed(&served.path);
+    }
+
+    /// A provider behind a wrapper (`fake-provider tap`, a launcher) reads
+    /// through its child, in its session: served. A child in a session of
+    /// its own (as the real products run their tool shells) is not.
+    #[test]
+    fn a_child_in_the_providers_session_is_served_one_in_its_own_is_not() {
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-567".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo5", 1).unwrap();
+        let wrapper = std::process::Command::new("sh")
+            .args(["-c", "cat \"$0\"; echo '|'"])
+            .arg(&served.path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        served.provider(wrapper.id() as i32);
+        let out = wrapper.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "k-567|\n");
+        wait_removed(&served.path);
+
+        let served = serve(state.path(), &secret, "spawn-test-fifo6", 1).unwrap();
+        let wrapper = std::process::Command::new("sh")
+            .args(["-c", "setsid -w cat \"$0\"; echo '|'"])
+            .arg(&served.path)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        served.provider(wrapper.id() as i32);
+        let out = wrapper.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "|\n");
+        wait_removed(&served.path);
+    }
+
+    #[test]
+    fn a_reader_other_than_the_provider_gets_nothing_and_ends_the_serving() {
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-456".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo2", 2).unwrap();
+        // Another process reads (a tool shell of the provider, say).
+        let stranger = reader(&served.path, 1);
+        served.provider(stranger.id() as i32 + 1_000_000);
+        let out = stranger.wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "|");
+        wait_removed(&served.path);
+    }
+
+    #[test]
+    fn dropping_the_handle_ends_a_wait_for_a_reader() {
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-789".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo3", 1).unwrap();
+        let path = served.path.clone();
+        drop(served);
+        wait_removed(&path);
     }
 }

@@ -31,6 +31,10 @@ pub(super) struct Live {
     pub(super) link: Link,
     /// Terminals of client-side tools (ACP), by terminal id.
     pub(super) terminals: HashMap<String, Terminal>,
+    /// The credential FIFO served to this process, if its profile has one;
+    /// held only to be dropped with it (a read still awaited is then never
+    /// served).
+    pub(super) _credential: Option<super::credential_fifo::Served>,
 }
 
 /// How the runner talks to a live provider process. There is one per live
@@ -108,6 +112,7 @@ struct Spawned {
     identity: ProcessIdentity,
     marker: String,
     proc_row: i64,
+    credential: Option<super::credential_fifo::Served>,
 }
 
 impl Engine {
@@ -199,19 +204,7 @@ impl Engine {
         profile: &Profile,
     ) -> Result<Spawned, StepError> {
         let task_id = &snap.task.task_id;
-        let provider_dir = self
-            .opts
-            .state_dir
-            .join("providers")
-            .join(sanitize(task_id));
-        // Durable, as the provider's own store inside it: a power loss must
-        // not take the provider's record of the turns away with the name.
-        crate::workspace::create_dir_all_durably(&provider_dir, 0o777).map_err(|e| {
-            StepError::Fail(Cause::new(
-                CauseCode::ProviderStartFailed,
-                format!("failed to create {}: {e}", provider_dir.display()),
-            ))
-        })?;
+        let provider_dir = self.provider_dir(task_id)?;
         let argv = crate::profiles::expand(
             &profile.command,
             &provider_dir,
@@ -225,7 +218,8 @@ impl Engine {
                 db.spawn_intent(&tid, &rid, &m)
             })
             .await?;
-        let mut cmd = self.provider_command(&argv, &marker, &snap.task.workspace, profile);
+        let (mut cmd, credential) =
+            self.provider_command(&argv, &marker, &snap.task.workspace, profile);
         let group = container(&marker)?;
         let (mut child, identity) =
             supervisor::spawn_provider(&mut cmd, group.as_ref()).map_err(|e| {
@@ -235,6 +229,9 @@ impl Engine {
                 ))
             })?;
         drop(group);
+        if let Some(served) = &credential {
+            served.provider(identity.pid);
+        }
         // The window between the spawn and the durable identity.
         crate::cut::hit("runner.provider.spawned");
         let recorded = self
@@ -246,6 +243,7 @@ impl Engine {
                 identity,
                 marker,
                 proc_row,
+                credential,
             }),
             Err(e) => {
                 let _ = supervisor::stop_marked(
@@ -261,15 +259,36 @@ impl Engine {
         }
     }
 
+    /// The task's provider directory (`providers/<task>` in the state
+    /// directory), created durably, as the provider's own store inside it: a
+    /// power loss must not take the provider's record of the turns away with
+    /// the name.
+    fn provider_dir(&self, task_id: &str) -> Result<std::path::PathBuf, StepError> {
+        let dir = (self.opts.state_dir)
+            .join("providers")
+            .join(sanitize(task_id));
+        crate::workspace::create_dir_all_durably(&dir, 0o777).map_err(|e| {
+            StepError::Fail(Cause::new(
+                CauseCode::ProviderStartFailed,
+                format!("failed to create {}: {e}", dir.display()),
+            ))
+        })?;
+        Ok(dir)
+    }
+
     /// The provider's command line, with its spawn marker and role in the
-    /// environment and the credential, in the task workspace when it exists.
+    /// environment and the credential, in the task workspace when it exists;
+    /// and the credential FIFO it is served through, if its profile has one.
     fn provider_command(
         &self,
         argv: &[String],
         marker: &str,
         workspace: &str,
         profile: &Profile,
-    ) -> tokio::process::Command {
+    ) -> (
+        tokio::process::Command,
+        Option<super::credential_fifo::Served>,
+    ) {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::piped())
@@ -279,11 +298,19 @@ impl Engine {
         if std::path::Path::new(workspace).is_dir() {
             cmd.current_dir(workspace);
         }
+        let mut served = None;
         match &self.opts.credential {
             Some(secret) if profile.credential_fifo => {
-                match super::credential_fifo::serve(&self.opts.state_dir, secret, marker) {
-                    Ok(path) => {
-                        cmd.env(&profile.credential_env, path);
+                let fifo = super::credential_fifo::serve(
+                    &self.opts.state_dir,
+                    secret,
+                    marker,
+                    profile.credential_reads,
+                );
+                match fifo {
+                    Ok(fifo) => {
+                        cmd.env(&profile.credential_env, &fifo.path);
+                        served = Some(fifo);
                     }
                     Err(e) => tracing::warn!("no credential FIFO for the provider: {e}"),
                 }
@@ -293,7 +320,7 @@ impl Engine {
             }
             None => {}
         }
-        cmd
+        (cmd, served)
     }
 
     /// Records a spawned provider's identity (`provider_identity`).
@@ -331,6 +358,7 @@ impl Engine {
             identity,
             marker,
             proc_row,
+            credential,
         } = spawned;
         let attached = Link::attach(
             profile.driver,
@@ -369,6 +397,7 @@ impl Engine {
             run_id: run.run_id.clone(),
             link,
             terminals: HashMap::new(),
+            _credential: credential,
         };
         if let Err(e) = handshake {
             let _ = self.stop_live(task_id, live).await;

@@ -35,6 +35,11 @@ pub struct ThreadRecord {
     pub model: String,
     /// First user message, if any.
     pub preview: String,
+    /// The approval policy the thread was given (`untrusted`, `on-request`,
+    /// …), durable only once a turn's context was written with it, as in
+    /// the real rollout (`turn_context`); none reads as the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_policy: Option<String>,
     /// Turns in order.
     pub turns: Vec<TurnRecord>,
 }
