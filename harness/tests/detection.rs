@@ -236,21 +236,36 @@ fn row_8_a_workspace_file_the_run_log_holds_as_written_survives_a_power_cut() {
     );
 }
 
+/// Row 9 has its own check: the lost task leaves the cell's steps waiting
+/// for a task the runner no longer knows, so the cell also ends with the
+/// deadline passed; the catch is `no-loss`'s, from the runner's own 404.
 #[test]
 fn row_9_a_store_that_commits_without_syncing_loses_the_task_to_a_power_cut() {
     if no_fuse().is_some() {
         return;
     }
-    caught(
-        "wal-synchronous-normal",
-        "restart-chaos.runner-codex.local.power-cut",
-        &[
-            "--cut",
-            "runner.turn_accepted.persisted#1",
-            "--fault",
-            "power-cut",
-        ],
-        "no-loss",
-        "the task is lost",
+    let Some(bin) = seeded_runnerd() else { return };
+    let id = "restart-chaos.runner-codex.local.power-cut";
+    let cell = [
+        "--cut",
+        "runner.turn_accepted.persisted#1",
+        "--fault",
+        "power-cut",
+    ];
+    let c = run_cell(id, &cell, Some((&bin, "wal-synchronous-normal")));
+    let no_loss = c["oracles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["oracle"] == "no-loss")
+        .unwrap_or_else(|| panic!("no no-loss: {c}"));
+    assert_eq!(no_loss["verdict"], "fail", "{c:#}");
+    let msg = no_loss["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("the task is lost"), "{msg}");
+    assert!(
+        c["error"].is_null() || c["error"] == "the deadline passed",
+        "only the wait on the lost task may end the cell early: {c}"
     );
+    let reference = run_cell(id, &cell, None);
+    assert_eq!(reference["verdict"], "pass", "{reference:#}");
 }

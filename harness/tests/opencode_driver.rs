@@ -158,9 +158,12 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
             .expect("lookup"),
         None
     );
+    // A session the server does not have (a power cut took it before the
+    // fake, like the real OpenCode, synced it) is a lost conversation, as a
+    // Codex thread never written: the runner opens a fresh one.
     assert!(matches!(
         driver.resume_conversation("ses_unknown").await,
-        Err(DriverError::Rpc { code: 404, .. })
+        Err(DriverError::ConversationGone(id)) if id == "ses_unknown"
     ));
 
     // The one continuation: sorts after everything the session holds, completes.
