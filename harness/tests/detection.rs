@@ -166,6 +166,24 @@ fn row_4_a_message_left_queued_by_a_failed_run_is_named() {
     );
 }
 
+/// Found by the recovery cuts of stage 2: a Retry's run takes the message
+/// it re-sends off the queue with its turn intent, and its acceptance write
+/// fails; the run settles failed with nothing sent, and the message, queued
+/// nowhere and answered by no one, must still be named as waiting.
+#[test]
+fn row_4b_a_message_whose_retry_turn_never_started_is_named() {
+    caught(
+        "strand-silently",
+        "restart-chaos.runner-native-openai.local.follow-up-race",
+        &[
+            "--schedule",
+            "runner.write.provider_spawn_intent#1/fail-write+runner.write.turn_accepted#1/fail-write",
+        ],
+        "no-loss",
+        "never consumed and is no longer queued",
+    );
+}
+
 #[test]
 fn row_5_a_lookup_error_inside_a_recovery_is_not_read_as_absent() {
     caught(

@@ -411,7 +411,7 @@ impl Db {
 
     /// The latest primary turn's message: its id, text and the status of
     /// that message's last turn (a continuation's, when it had one).
-    fn latest_primary(
+    pub(super) fn latest_primary(
         &self,
         task_id: &str,
     ) -> Result<Option<(String, String, TurnStatus)>, StoreError> {

@@ -5,7 +5,9 @@
 use rusqlite::{OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
-use super::{Db, Message, ProviderProc, Run, RunStatus, SpawnIntent, StoreError, TurnRow};
+use super::{
+    Db, Message, ProviderProc, Run, RunStatus, SpawnIntent, StoreError, TurnRow, TurnStatus,
+};
 use crate::causes::Cause;
 
 /// Task states.
@@ -218,12 +220,26 @@ impl Db {
         // is left without a word of why (SEEDED BUG strand-silently: none is).
         if state != TaskState::Completed && !crate::seeded::strand_silently() {
             let code = cause.as_ref().map(|c| c.code.as_str());
-            for m in self.queue(task_id)? {
+            let mut waiting: Vec<String> = self
+                .queue(task_id)?
+                .into_iter()
+                .map(|m| m.message_id)
+                .collect();
+            // A message whose turn the run took but never saw accepted (its
+            // write failed, or the run failed before the provider answered)
+            // is off the queue and answered by no one: it waits for the
+            // Retry that re-sends it, and is named too.
+            if let Some((id, _, TurnStatus::Intent)) = self.latest_primary(task_id)?
+                && !waiting.contains(&id)
+            {
+                waiting.insert(0, id);
+            }
+            for message_id in waiting {
                 events.push((
                     Some(run_id),
                     crate::causes::ContractEvent::MessageStranded.as_str(),
                     serde_json::json!({
-                        "message_id": m.message_id,
+                        "message_id": message_id,
                         "cause": code,
                         "waits_for": "retry",
                     }),
