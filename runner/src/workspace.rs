@@ -431,7 +431,9 @@ pub(crate) fn read_bounded(
 pub(crate) fn create_dir_all_durably(dir: &Path, mode: u32) -> io::Result<()> {
     let mut missing = Vec::new();
     let mut at = Some(dir);
-    while let Some(d) = at.filter(|d| !d.exists()) {
+    // A relative `dir`'s last parent is the empty path: the working
+    // directory, which exists.
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
         missing.push(d);
         at = d.parent();
     }
