@@ -132,10 +132,8 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
             // A task still running at the end is liveness's finding.
             let completed = e.state() == "completed";
             let problem = match (still_queued, failed, named, maybe) {
-                // Off the queue but named at a failed settle: its turn was
-                // taken and never accepted; it waits for the Retry that
-                // re-sends it.
-                (true, true, true, _) | (false, _, _, true) | (false, true, true, false) => None,
+                // Named at a failed settle (queued, or its turn never accepted): waits for a Retry.
+                (_, true, true, _) | (false, _, _, true) => None,
                 (true, true, false, _) => Some(
                     "it is still queued in a task that failed, and no run-log event names it (message.stranded)",
                 ),
