@@ -151,8 +151,13 @@ fn serve_reads(fifo: &Path, key: &[u8], reads: u32, shared: &Shared) {
         if shared.closed.load(Ordering::SeqCst) || provider == 0 {
             return;
         }
-        let holders = holders_of(fifo);
-        if holders.iter().any(|h| !is_provider(*h, provider)) {
+        // A reader still inside its open(2) holds no descriptor yet: an
+        // empty list is no proof of who reads, so wait until it shows.
+        let holders = poll(&shared.closed, || {
+            Some(holders_of(fifo)).filter(|h| !h.is_empty())
+        })
+        .unwrap_or_default();
+        if holders.is_empty() || holders.iter().any(|h| !is_provider(*h, provider)) {
             tracing::warn!(
                 "the credential FIFO was opened by a process other than the provider \
                  (pid {provider}): {holders:?}; nothing written, no further reads"
