@@ -111,15 +111,8 @@ fn idle_connections_cannot_take_every_descriptor_of_runnerd() {
     );
     assert!(held < 512, "runnerd has {held} descriptors open");
     let started = Instant::now();
-    let mut answered = None;
-    while started.elapsed() < Duration::from_secs(20) {
-        if let Some((200, body)) = health(&addr, &token, Duration::from_secs(2)) {
-            answered = Some(body);
-            break;
-        }
-        // A 503 comes back at once: pace the retries instead of flooding.
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let until = started + Duration::from_secs(20);
+    let answered = health_after_closes(&addr, &token, idle.iter(), until);
     let open = descriptors(pid);
     eprintln!(
         "{connections} idle connections: health answered after {} ms, runnerd has {open} descriptors open",
@@ -197,18 +190,43 @@ fn runnerd_by_hand(state: &Path) -> (Child, String, String) {
     (child, addr, token.trim().to_owned())
 }
 
-/// Waits up to `wait` for `child` to exit.
-fn exit_within(child: &mut Child, wait: Duration) -> Option<std::process::ExitStatus> {
-    let until = Instant::now() + wait;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if Instant::now() >= until {
+/// Health, asked once at once and again each time runnerd closes one of
+/// the `idle` connections (the header timeout freeing a slot: a 503 comes
+/// back at once, so each retry waits for that event, never a timer), until
+/// `until`; the 200's body.
+fn health_after_closes<'a>(
+    addr: &str,
+    token: &str,
+    idle: impl Iterator<Item = &'a TcpStream>,
+    until: Instant,
+) -> Option<Value> {
+    use std::io::Read as _;
+    let ask = || match health(addr, token, Duration::from_secs(2)) {
+        Some((200, body)) => Some(body),
+        _ => None,
+    };
+    if let Some(body) = ask() {
+        return Some(body);
+    }
+    for mut conn in idle {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
             return None;
         }
-        std::thread::sleep(Duration::from_millis(20));
+        conn.set_read_timeout(Some(left)).ok()?;
+        // Ok(0): closed by runnerd; an error: reset, or the deadline.
+        let _ = conn.read(&mut [0u8; 1]);
+        if let Some(body) = ask() {
+            return Some(body);
+        }
     }
+    None
+}
+
+/// Waits up to `wait` for `child` to exit (on its pidfd:
+/// `harness::nemesis::wait_gone`), then reaps it.
+fn exit_within(child: &mut Child, wait: Duration) -> Option<std::process::ExitStatus> {
+    harness::nemesis::wait_gone(child.id(), Instant::now() + wait).then(|| child.wait().unwrap())
 }
 
 /// A request whose body never comes, then SIGTERM: runnerd stops accepting,
