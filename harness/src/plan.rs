@@ -233,7 +233,7 @@ pub fn discover_after(
     );
     // A cut whose reach depends on timing can be missed once, as a cell's
     // can (`wave::run_one` runs such a cell once more): so can this run.
-    let (hits, mark) = match traced_after(env, scenario, profile, &spec)? {
+    let (hits, mark, doomed) = match traced_after(env, scenario, profile, &spec)? {
         Some(found) => found,
         None => traced_after(env, scenario, profile, &spec)?.ok_or_else(|| {
             anyhow::anyhow!(
@@ -246,7 +246,9 @@ pub fn discover_after(
     let mut out: Vec<Boundary> = Vec::new();
     let alive = provider_alive_at(&hits);
     for (h, alive) in hits.iter().zip(alive).skip(mark + 1) {
-        if h.point == crate::cell::EVENT_MARK {
+        // The remains of what the event killed are not its recovery
+        // (`cell::doomed`): the cell would not count them either.
+        if h.point == crate::cell::EVENT_MARK || doomed.contains(&h.pid) {
             continue;
         }
         let n = counts.entry(h.point.as_str()).or_default();
@@ -264,14 +266,18 @@ pub fn discover_after(
     Ok(out)
 }
 
-/// One traced run of the discovery cell `spec`: its hits and the index of
-/// its event's mark, or `None` when the run never reached the event.
+/// A traced run after an event: its hits, the index of the event's mark and
+/// the pids the event doomed.
+type TracedAfter = (Vec<cutpoint::Hit>, usize, Vec<u32>);
+
+/// One traced run of the discovery cell `spec`, or `None` when the run
+/// never reached the event.
 fn traced_after(
     env: &CellEnv,
     scenario: &Scenario,
     profile: &str,
     spec: &CellSpec,
-) -> anyhow::Result<Option<(Vec<cutpoint::Hit>, usize)>> {
+) -> anyhow::Result<Option<TracedAfter>> {
     let dir = crate::tempdirs::tempdir("trace")?;
     let trace = dir.path().join("trace.jsonl");
     let run = run_cell_traced(env, scenario, profile, spec, Some(&trace));
@@ -282,7 +288,8 @@ fn traced_after(
     let mark = hits
         .iter()
         .position(|h| h.point == crate::cell::EVENT_MARK && h.n == 1);
-    Ok(mark.map(|m| (hits, m)))
+    let doomed = crate::cell::doomed_in_trace(&trace, 1)?;
+    Ok(mark.map(|m| (hits, m, doomed)))
 }
 
 /// The listed cut points of `scenario` that never happen in this clean run

@@ -71,7 +71,7 @@ fn is_next_event(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
     let Some(event) = shared.events.get(stage) else {
         return false;
     };
-    if event.cut.point != hit.point {
+    if event.cut.point != hit.point || shared.doomed.lock().expect("doomed").contains(&hit.pid) {
         return false;
     }
     if stage == 0 {
@@ -193,6 +193,7 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
     }
     let stage = shared.stage.load(Ordering::SeqCst);
     let event = is_next_event(shared, stage, hit).then(|| {
+        doom(shared, stage);
         *shared.since.lock().expect("since") = 0;
         shared.stage.store(stage + 1, Ordering::SeqCst);
         shared.reached.store(true, Ordering::SeqCst);
@@ -209,6 +210,25 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
         (false, Some(stage)) => Some(Wanted::Event(stage)),
         (false, None) => None,
     }
+}
+
+/// Records the processes event `stage`, just matched, dooms (`doomed`).
+fn doom(shared: &Shared, stage: usize) {
+    let runner = shared
+        .runner
+        .lock()
+        .expect("runner")
+        .as_ref()
+        .map(|r| r.pid());
+    let model_api = shared
+        .real
+        .lock()
+        .expect("real")
+        .as_ref()
+        .map(|r| r.model_api.pid());
+    let fault = shared.events[stage].fault;
+    let pids = super::doomed::doomed_by(fault, &shared.tag, runner, model_api);
+    shared.doomed.lock().expect("doomed").extend(pids);
 }
 
 /// Applies event `stage` at the held hit that matched it.
@@ -401,7 +421,8 @@ fn hold_for_sync(
 /// discovery can tell the hits of recovery from those before the event.
 fn mark_trace(shared: &Shared, stage: usize) {
     let Some(path) = &shared.trace else { return };
-    let line = json!({ "role": "turncut", "pid": std::process::id(), "point": EVENT_MARK, "n": stage + 1 });
+    let mut line = json!({ "role": "turncut", "pid": std::process::id(), "point": EVENT_MARK, "n": stage + 1 });
+    super::doomed::mark(&mut line, &shared.doomed.lock().expect("doomed"));
     let appended = std::fs::OpenOptions::new()
         .append(true)
         .open(path)

@@ -27,10 +27,12 @@ use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
 use crate::scenario::{FollowUpWhen, Scenario, Step};
 
+mod doomed;
 mod events;
 mod power;
 mod steps;
 mod teardown;
+pub use doomed::doomed_in_trace;
 pub use events::{EVENT_MARK, injected_message_id, schedule_of};
 use events::{arms_for, cut_loop};
 pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
@@ -128,6 +130,11 @@ struct Shared {
     trace: Option<PathBuf>,
     /// Hits of the next event's point since the previous event was reached.
     since: Mutex<u64>,
+    /// The tag in the environment of every process of the cell.
+    tag: String,
+    /// Processes an event already matched has doomed (`doomed`): their
+    /// hits count toward no later event.
+    doomed: Mutex<Vec<u32>>,
     /// The runner whose disk is full (a `disk-full` event) and since when,
     /// until its next attempted write or an idle timeout without one.
     disk_full: Mutex<Option<(u32, Instant)>>,
@@ -174,6 +181,7 @@ impl Shared {
         events: Vec<Event>,
         started: Instant,
         trace: Option<&Path>,
+        layout: &Layout,
     ) -> Shared {
         Shared {
             runner: Mutex::new(None),
@@ -186,6 +194,8 @@ impl Shared {
             events,
             trace: trace.map(Path::to_owned),
             since: Mutex::new(0),
+            tag: layout.dir.display().to_string(),
+            doomed: Mutex::new(Vec::new()),
             disk_full: Mutex::new(None),
             stage: std::sync::atomic::AtomicUsize::new(0),
             cut_role: Mutex::new(None),
@@ -299,7 +309,7 @@ pub fn run_cell_traced(
         dir: tmp.path().to_owned(),
     };
     let canary = format!("turncut-canary-{:016x}", spec.seed);
-    let shared = Arc::new(Shared::new(scenario, events, started, trace));
+    let shared = Arc::new(Shared::new(scenario, events, started, trace, &layout));
     let mut ev = Evidence {
         started_ms: wire::journal::now_ms(),
         spec: Some(spec.clone()),
