@@ -22,13 +22,10 @@ fn seeded_runnerd() -> Option<PathBuf> {
     let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/seeded/release/runnerd");
     let found = from_env.or(Some(built)).filter(|p| p.is_file());
     if found.is_none() {
-        let why = "skipped: no seeded runnerd (cargo build -p runner --features seeded-bugs --bin runnerd, then TURNCUT_SEEDED_RUNNERD=its path; .ci/run does it)";
-        let required = std::env::var("TURNCUT_REQUIRE").unwrap_or_default();
-        assert!(
-            !required.split(',').any(|r| r.trim() == "seeded"),
-            "TURNCUT_REQUIRE lists seeded, but {why}"
+        common::skip(
+            "seeded",
+            "no seeded runnerd (cargo build -p runner --features seeded-bugs --bin runnerd, then TURNCUT_SEEDED_RUNNERD=its path; .ci/run does it)",
         );
-        println!("{why}");
     }
     found
 }
@@ -231,7 +228,7 @@ fn row_7_a_retry_does_not_re_send_a_message_answered_by_its_continuation() {
 /// Why a power-cut cell cannot run here (no FUSE), said; `None` when it can.
 fn no_fuse() -> Option<String> {
     let why = lazyfs::unavailable()?;
-    println!("skipped: a power-cut cell needs FUSE: {why}");
+    common::skip("fuse", &format!("a power-cut cell needs FUSE: {why}"));
     Some(why)
 }
 

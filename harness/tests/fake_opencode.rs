@@ -7,6 +7,8 @@
 //! Every wait has a deadline and waits on an event (a stdout line, an SSE event, a
 //! process exit); nothing sleeps to synchronize.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -644,7 +646,10 @@ fn the_official_opencode_sdk_drives_a_full_turn_when_node_is_available() {
             .is_ok_and(|s| s.success())
     };
     if !have("node") || !have("npm") {
-        println!("skipped: node and npm are not installed, so {SDK} cannot run");
+        common::skip(
+            "npm",
+            &format!("node and npm are not installed, so {SDK} cannot run"),
+        );
         return;
     }
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("opencode-sdk-node");
@@ -666,9 +671,12 @@ fn the_official_opencode_sdk_drives_a_full_turn_when_node_is_available() {
             .output()
             .unwrap();
         if !install.status.success() {
-            println!(
-                "skipped: `npm install {SDK}` failed (offline?): {}",
-                String::from_utf8_lossy(&install.stderr)
+            common::skip(
+                "npm",
+                &format!(
+                    "`npm install {SDK}` failed (offline?): {}",
+                    String::from_utf8_lossy(&install.stderr)
+                ),
             );
             return;
         }

@@ -12,6 +12,8 @@
 //! (without the feature it says so and checks the control only). Every test
 //! says why it skips where FUSE cannot be mounted.
 
+mod common;
+
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,7 +39,7 @@ fn exe() -> &'static Path {
 fn fuse_missing() -> bool {
     match lazyfs::unavailable() {
         Some(why) => {
-            eprintln!("skipped: {why}");
+            common::skip("fuse", &why);
             true
         }
         None => false,

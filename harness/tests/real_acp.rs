@@ -12,6 +12,8 @@
 //! first. Without it the tests print `skipped: …` and pass. Every wait has a
 //! deadline; nothing sleeps to synchronize.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -37,7 +39,7 @@ fn real() -> &'static wire::profiles::Real {
 /// The opencode binary, or `None` after printing why the test skips.
 fn opencode_or_skip() -> Option<PathBuf> {
     harness::real::locate_or_install(real())
-        .map_err(|reason| println!("skipped: {reason}"))
+        .map_err(|reason| common::skip("real", &reason))
         .ok()
 }
 

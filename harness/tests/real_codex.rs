@@ -12,6 +12,8 @@
 //! Without it the test prints `skipped: …` and passes. Every wait has a
 //! deadline; nothing sleeps to synchronize.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -131,7 +133,7 @@ fn codex_command(codex: &Path, codex_home: &Path, model_url: &str) -> Vec<String
 /// The codex binary, or `None` after printing why the test skips.
 fn codex_or_skip() -> Option<PathBuf> {
     find_codex()
-        .map_err(|reason| println!("skipped: {reason}"))
+        .map_err(|reason| common::skip("real", &reason))
         .ok()
 }
 

@@ -19,6 +19,8 @@
 //! install, configuration, command line): plain functions meant to move into
 //! library code as they are.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -59,7 +61,7 @@ fn exe() -> &'static Path {
 fn opencode_or_skip() -> Option<PathBuf> {
     let real = wire::profiles::real("runner-opencode-real").expect("the opencode real profile");
     harness::real::locate_or_install(real)
-        .map_err(|reason| println!("skipped: {reason}"))
+        .map_err(|reason| common::skip("real", &reason))
         .ok()
 }
 

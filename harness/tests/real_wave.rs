@@ -4,6 +4,8 @@
 //! product's own state; and a product that is not installed listed as
 //! skipped with its reason, never run and never passed.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -43,7 +45,7 @@ fn wave_at(dir: &Path) -> WaveResult {
 fn sampled_wave(profile: &str) {
     let real = wire::profiles::real(profile).unwrap();
     if let Err(why) = harness::real::locate_or_install(real) {
-        println!("skipped: {why}");
+        common::skip("real", &why);
         return;
     }
     let out = tempfile::tempdir().unwrap();

@@ -7,6 +7,8 @@
 //! Skips with the reason only when no Chromium is installed (`.ci/run`
 //! installs Debian's `chromium`).
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -116,7 +118,10 @@ fn unescape(s: &str) -> String {
 #[test]
 fn the_report_works_in_headless_chromium() {
     let Some(chromium) = chromium() else {
-        println!("skipped: no chromium (apt-get install chromium; .ci/run installs it)");
+        common::skip(
+            "chromium",
+            "no chromium (apt-get install chromium; .ci/run installs it)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();
