@@ -16,9 +16,9 @@ use std::path::Path;
 
 use serde_json::json;
 
-use crate::codex::CONTINUE_MARKER;
 use crate::journal::Journal;
 use crate::script::{ScriptTool, ScriptTurn};
+use ::wire::marker::CONTINUE_MARKER;
 
 /// Status of a stored turn (Codex and ACP): its format lives with the stores'.
 pub use wire::stores::TurnStatus;

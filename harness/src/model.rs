@@ -603,3 +603,11 @@ pub struct Stage2Plan {
     /// the share of stage-1 cells the budget kept).
     pub keep_ppm: Option<u32>,
 }
+
+/// Cells whose armed cut was not reached.
+pub fn unreached(cells: &[CellResult]) -> usize {
+    cells
+        .iter()
+        .filter(|c| c.spec.cut.is_some() && !c.outcome.reached_cut)
+        .count()
+}

@@ -381,7 +381,7 @@ pub fn make_plan(
         v: crate::model::PLAN_FORMAT_VERSION,
         wave_id: plan_id(sel.seed, &cells, stage2.is_some(), &scenarios_sha256),
         seed: sel.seed,
-        run: crate::wave::run_config(env, scenarios),
+        run: crate::cell::run_config(env, scenarios),
         scenarios_sha256,
         selection: sel.command_line.clone(),
         cells,

@@ -41,16 +41,34 @@ pub const MODEL_ROLE: &str = "model";
 /// writes its rollout, it starts its tools).
 pub const IDLE_FLOOR_MS: u64 = 5_000;
 
+/// The least idle timeout of `opencode acp`: the runner bounds a provider's
+/// start by its idle timeout, and this agent answers `initialize` only
+/// after 4.5-6.3 s on an idle 2-core machine (five runs, a plain key file
+/// for the credential, `--print-logs`: 2.4 s to "setup connection", the
+/// rest inside `initialize`). At 5 s every start was stopped as silent and
+/// every cell of a sampled wave ended `unknown`.
+pub const ACP_IDLE_FLOOR_MS: u64 = 20_000;
+
+/// The least idle timeout in a real product's cell ([`IDLE_FLOOR_MS`], or
+/// [`ACP_IDLE_FLOOR_MS`] for the ACP agent).
+pub fn idle_floor_ms(real: &Real) -> u64 {
+    if real.mirrors == "runner-acpx-claude" {
+        ACP_IDLE_FLOOR_MS
+    } else {
+        IDLE_FLOOR_MS
+    }
+}
+
 /// The least idle timeout in a real product's `hang-provider` cell. The
 /// runner bounds a provider's start by its idle timeout too, so this is at
-/// least the product's start: `opencode serve` and `opencode acp` take 2-4 s
-/// to their first answer (they load their plugins), and at 2 s every restart
-/// after a hang was lost five times over (`provider_start_failed`, 5 of 5
-/// hang cells); codex answers `initialize` well within 2 s on an idle
-/// machine, but not on a loaded one (a sampled wave at a load average of 16
-/// lost 1 of 40 cells to `provider_start_failed` at 2 s).
-pub fn hang_idle_floor_ms(_real: &Real) -> u64 {
-    IDLE_FLOOR_MS
+/// least the product's start: `opencode serve` takes 2-4 s to its first
+/// answer (it loads its plugins), and at 2 s every restart after a hang was
+/// lost five times over (`provider_start_failed`, 5 of 5 hang cells); codex
+/// answers `initialize` well within 2 s on an idle machine, but not on a
+/// loaded one (a sampled wave at a load average of 16 lost 1 of 40 cells to
+/// `provider_start_failed` at 2 s).
+pub fn hang_idle_floor_ms(real: &Real) -> u64 {
+    idle_floor_ms(real)
 }
 
 /// The least deadline of each wait in a real product's cell: a recovery

@@ -552,9 +552,10 @@ pub fn write_fake_profile(
     dir: &Path,
     script: &Path,
 ) -> anyhow::Result<PathBuf> {
-    let Some((driver, fake, extra)) = crate::cell::profile_fake(profile) else {
+    let Some(b) = wire::profiles::builtin(profile) else {
         anyhow::bail!("profile {profile} has no fake provider");
     };
+    let (driver, fake, extra) = (b.protocol.as_str(), b.fake, b.fake_args);
     let p = |name: &str| dir.join(name).display().to_string();
     let mut command: Vec<String> = vec![
         exe.display().to_string(),

@@ -97,6 +97,9 @@ struct Shape {
     test_lines: usize,
     /// Paths naming another crate: `(first segment, line)`.
     crate_paths: Vec<(String, usize)>,
+    /// Top-level modules of its own crate it names (`crate::X…`, `use
+    /// crate::{X, …}`): `(X, line)`.
+    crate_modules: Vec<(String, usize)>,
     owner: Vec<String>,
 }
 
@@ -163,6 +166,11 @@ impl<'ast> Visit<'ast> for Shape {
         if let (Some(first), true) = (p.segments.first(), p.segments.len() > 1) {
             self.crate_paths
                 .push((first.ident.to_string(), first.ident.span().start().line));
+            if first.ident == "crate" {
+                let m = &p.segments[1].ident;
+                self.crate_modules
+                    .push((m.to_string(), m.span().start().line));
+            }
         }
         syn::visit::visit_path(self, p);
     }
@@ -171,10 +179,24 @@ impl<'ast> Visit<'ast> for Shape {
         if let syn::UseTree::Path(p) = t {
             self.crate_paths
                 .push((p.ident.to_string(), p.ident.span().start().line));
+            if p.ident == "crate" {
+                self.crate_modules.extend(use_heads(&p.tree));
+            }
             // Only the first segment of a `use` names a crate.
             return;
         }
         syn::visit::visit_use_tree(self, t);
+    }
+}
+
+/// The first names of a `use crate::…` tree after `crate`.
+fn use_heads(t: &syn::UseTree) -> Vec<(String, usize)> {
+    match t {
+        syn::UseTree::Path(p) => vec![(p.ident.to_string(), p.ident.span().start().line)],
+        syn::UseTree::Name(n) => vec![(n.ident.to_string(), n.ident.span().start().line)],
+        syn::UseTree::Rename(r) => vec![(r.ident.to_string(), r.ident.span().start().line)],
+        syn::UseTree::Group(g) => g.items.iter().flat_map(use_heads).collect(),
+        syn::UseTree::Glob(_) => Vec::new(),
     }
 }
 
@@ -317,6 +339,121 @@ fn the_shared_crates_are_leaves() {
     }
 }
 
+/// The module cycles the harness had when this rule came (issue 22): each
+/// line is one strongly connected component, `crate-dir: a b c`. A cycle not
+/// listed fails; a listed one that changed or is gone fails too, so the
+/// list only shrinks.
+const MODULE_CYCLES: &str = include_str!("tidy/module_cycles.txt");
+
+/// The top-level module a source file belongs to (`cell` for
+/// `harness/src/cell/events.rs`), or `None` for the crate root.
+fn top_module(rel_in_src: &str) -> Option<String> {
+    let first = rel_in_src.split('/').next()?;
+    let name = first.trim_end_matches(".rs");
+    (!matches!(name, "lib" | "main")).then(|| name.to_owned())
+}
+
+/// Every edge `A → B` between top-level modules of the crate in `dir` (a
+/// non-test item of a file of `A` names `crate::B`).
+fn module_edges(dir: &str) -> BTreeMap<String, BTreeSet<String>> {
+    let prefix = format!("{dir}/");
+    let shapes: Vec<_> = shapes()
+        .into_iter()
+        .filter(|(rel, _, _)| rel.starts_with(&prefix))
+        .collect();
+    let modules: BTreeSet<String> = shapes
+        .iter()
+        .filter_map(|(rel, _, _)| top_module(&rel[prefix.len()..]))
+        .collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (rel, _, s) in &shapes {
+        let Some(from) = top_module(&rel[prefix.len()..]) else {
+            continue;
+        };
+        let to: Vec<String> = s
+            .crate_modules
+            .iter()
+            .map(|(m, _)| m)
+            .filter(|m| **m != from && modules.contains(*m))
+            .cloned()
+            .collect();
+        edges.entry(from).or_default().extend(to);
+    }
+    edges
+}
+
+/// The strongly connected components of more than one module.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<BTreeSet<String>> {
+    let reach = |from: &String| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.clone()];
+        while let Some(m) = todo.pop() {
+            for n in edges.get(&m).into_iter().flatten() {
+                if seen.insert(n.clone()) {
+                    todo.push(n.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> =
+        edges.keys().map(|m| (m, reach(m))).collect();
+    let mut out: Vec<BTreeSet<String>> = Vec::new();
+    for (m, r) in &reaches {
+        let scc: BTreeSet<String> = r
+            .iter()
+            .filter(|n| reaches.get(n).is_some_and(|back| back.contains(*m)))
+            .cloned()
+            .collect();
+        if scc.len() > 1 && !out.contains(&scc) {
+            out.push(scc);
+        }
+    }
+    out
+}
+
+/// Rule: the top-level modules of every crate form a DAG (the harness keeps
+/// only the cycles `tidy/module_cycles.txt` lists, and only while they stay
+/// exactly as listed).
+#[test]
+fn the_modules_of_each_crate_form_a_dag() {
+    let allowed: BTreeSet<(String, BTreeSet<String>)> = MODULE_CYCLES
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let (dir, mods) = l.split_once(':').expect("`dir: modules`");
+            (
+                dir.to_owned(),
+                mods.split_whitespace().map(str::to_owned).collect(),
+            )
+        })
+        .collect();
+    let mut found = BTreeSet::new();
+    let mut problems = Vec::new();
+    for dir in SOURCE_DIRS {
+        for scc in cycles(&module_edges(dir)) {
+            let key = (dir.to_string(), scc.clone());
+            if !allowed.contains(&key) {
+                let names: Vec<_> = scc.iter().map(String::as_str).collect();
+                problems.push(format!(
+                    "{dir}: the modules {} import each other in a cycle: break it",
+                    names.join(" ")
+                ));
+            }
+            found.insert(key);
+        }
+    }
+    for (dir, mods) in allowed.difference(&found) {
+        let names: Vec<_> = mods.iter().map(String::as_str).collect();
+        problems.push(format!(
+            "harness/tests/tidy/module_cycles.txt: `{dir}: {}` is no longer a cycle as listed: update or remove its line",
+            names.join(" ")
+        ));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// The calls that send a signal.
 const SIGNAL_CALLS: &[&str] = &["signal::kill(", "killpg(", "signal::raise(", " kill(Pid"];
 
@@ -403,6 +540,16 @@ fn the_rules_find_what_they_look_for() {
     assert_eq!(fns, [("short", 1, 1), ("Foo::m", 10, 3)]);
     assert_eq!(s.test_lines, 7);
     assert!(s.crate_paths.contains(&("runner".into(), 11)));
+    let c = shape("z.rs", "use crate::{a::X, b};\nfn f() { crate::c::g(); }\n");
+    let named: Vec<_> = c.crate_modules.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(named, ["a", "b", "c"]);
+    let edges: BTreeMap<String, BTreeSet<String>> =
+        [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]
+            .iter()
+            .map(|(x, y)| (x.to_string(), BTreeSet::from([y.to_string()])))
+            .collect();
+    let sccs = cycles(&edges);
+    assert_eq!(sccs, [BTreeSet::from(["a".into(), "b".into(), "c".into()])]);
     let u = shape("y.rs", "use fake_provider::journal::read;\n");
     assert!(
         u.crate_paths.contains(&("fake_provider".into(), 1)),

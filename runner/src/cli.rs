@@ -434,3 +434,51 @@ mod tests {
         assert_eq!(code, 2);
     }
 }
+
+/// With the feature, `--seeded-bug` takes every name and refuses others.
+#[cfg(all(test, feature = "seeded-bugs"))]
+mod seeded_flag_tests {
+    use super::*;
+    use crate::seeded::SeededBug;
+    use clap::{CommandFactory as _, ValueEnum as _};
+
+    fn parse(name: &str) -> Result<Args, clap::Error> {
+        Args::try_parse_from([
+            "runnerd",
+            "--state-dir",
+            "/nonexistent",
+            "--seeded-bug",
+            name,
+        ])
+    }
+
+    #[test]
+    fn every_name_parses_as_clap_and_as_str_agree() {
+        assert_eq!(SeededBug::ALL.len(), SeededBug::value_variants().len());
+        for bug in SeededBug::ALL {
+            let clap_name = bug.to_possible_value().expect("no variant is skipped");
+            assert_eq!(clap_name.get_name(), bug.as_str(), "clap and as_str agree");
+            let args = parse(bug.as_str()).expect("a valid name parses");
+            assert_eq!(args.seeded_bug, Some(bug));
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_is_exit_2_listing_the_valid_names() {
+        let err = parse("no-such-bug").unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+        assert_eq!(err.exit_code(), 2);
+        let text = err.render().to_string();
+        for bug in SeededBug::ALL {
+            assert!(text.contains(bug.as_str()), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_help_lists_every_name() {
+        let help = Args::command().render_long_help().to_string();
+        for bug in SeededBug::ALL {
+            assert!(help.contains(bug.as_str()), "{help}");
+        }
+    }
+}

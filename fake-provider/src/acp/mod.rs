@@ -49,7 +49,6 @@ use serde_json::{Value, json};
 pub use store::{SessionRecord, Store, TurnRecord, TurnStatus, recorded_turns};
 pub use wire::{ALLOW_ALWAYS, ALLOW_ONCE, PROTOCOL_VERSION, REJECT_ONCE};
 
-pub use crate::codex::CONTINUE_MARKER;
 use crate::journal::Journal;
 use crate::rpc::{
     INVALID_PARAMS, INVALID_REQUEST, Incoming, LineServer, METHOD_NOT_FOUND, Refusal, Sent, params,
@@ -57,6 +56,7 @@ use crate::rpc::{
 use crate::serving::{Options, now_s};
 pub use crate::stdio::LINE_BYTES_MAX;
 use crate::turns::{self, LedgerSkip, Step};
+pub use ::wire::marker::CONTINUE_MARKER;
 use cutpoint::slug;
 use tools::Waiting;
 use wire::{

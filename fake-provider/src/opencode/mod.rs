@@ -53,9 +53,9 @@ use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
-pub use crate::codex::CONTINUE_MARKER;
 use crate::journal::Journal;
 use crate::serving::Options;
+pub use ::wire::marker::CONTINUE_MARKER;
 use store::Store;
 pub use wire::FAKE_OPENCODE_VERSION;
 use wire::Ids;

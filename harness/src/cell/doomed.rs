@@ -114,11 +114,20 @@ mod tests {
     #[test]
     fn a_provider_fault_dooms_the_cells_other_processes() {
         let tag = format!("doomed-test-{}", std::process::id());
-        let mut child = std::process::Command::new("sleep")
-            .arg("30")
+        // The shell says `up` once it runs (its environment, the tagged one,
+        // is in /proc from its exec on), then becomes the sleep.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "echo up; exec sleep 30"])
             .env(nemesis::TAG_ENV, &tag)
+            .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
+        let mut up = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut up,
+        )
+        .unwrap();
         let pid = child.id();
         let provider = doomed_by(Fault::KillProvider, &tag, Some(7), None);
         let kept = doomed_by(Fault::KillProvider, &tag, Some(7), Some(pid));

@@ -30,12 +30,16 @@ use crate::scenario::{FollowUpWhen, Scenario, Step};
 mod doomed;
 mod events;
 mod power;
+mod reproduce;
 mod steps;
 mod teardown;
 pub use doomed::doomed_in_trace;
 pub use events::{EVENT_MARK, injected_message_id, schedule_of};
 use events::{arms_for, cut_loop};
 pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
+pub use reproduce::{
+    reproduce_args, reproduce_command, reproduce_script, run_config, scenarios_arg,
+};
 use steps::{run_steps, settled, wait_task, wait_until};
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
@@ -345,12 +349,12 @@ pub fn run_cell_traced(
 }
 
 /// `env` with the idle timeouts and the wait deadline raised to a real
-/// product's floors ([`crate::real::IDLE_FLOOR_MS`],
+/// product's floors ([`crate::real::idle_floor_ms`],
 /// [`crate::real::hang_idle_floor_ms`], [`crate::real::WAIT_FLOOR_MS`]) in
 /// a real profile's cell.
 fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
     wire::profiles::real(profile).map(|real| CellEnv {
-        idle_timeout_ms: env.idle_timeout_ms.max(crate::real::IDLE_FLOOR_MS),
+        idle_timeout_ms: env.idle_timeout_ms.max(crate::real::idle_floor_ms(real)),
         hang_idle_timeout_ms: env
             .hang_idle_timeout_ms
             .max(crate::real::hang_idle_floor_ms(real)),
@@ -417,9 +421,9 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
     }
 }
 
-/// The command that runs this cell again (see `wave::reproduce_command`).
+/// The command that runs this cell again (see [`reproduce_command`]).
 pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
-    crate::wave::reproduce_command(env, spec)
+    reproduce_command(env, spec)
 }
 
 fn outcome_of(ev: &Evidence) -> Outcome {

@@ -104,7 +104,7 @@ fn report_found(
             seed,
             shard: None,
             jobs: args.jobs as usize,
-            run: wave::run_config(env, scenarios),
+            run: harness::cell::run_config(env, scenarios),
             skipped: Vec::new(),
         },
         Instant::now(),

@@ -95,7 +95,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
             seed: job.seed,
             shard: job.shard,
             jobs: job.jobs,
-            run: wave::run_config(job.env, job.scenarios),
+            run: harness::cell::run_config(job.env, job.scenarios),
             skipped: job.skipped.iter().cloned().chain(no_fuse).collect(),
         },
         started,
@@ -132,7 +132,7 @@ pub(super) fn write_reports(
             ev.write(&dir)?;
             std::fs::write(dir.join("timeline.txt"), &f.timeline)?;
             let script = dir.join("reproduce.sh");
-            std::fs::write(&script, wave::reproduce_script(env, &f.result))?;
+            std::fs::write(&script, harness::cell::reproduce_script(env, &f.result))?;
             use std::os::unix::fs::PermissionsExt as _;
             std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
         };

@@ -246,7 +246,7 @@ fn report_repeats(rounds: &[Vec<wave::Finished>]) -> i32 {
             "round {}: {} cells, {not_passing} not passing, {} unreached cuts",
             i + 1,
             round.len(),
-            wave::unreached(&cells)
+            harness::model::unreached(&cells)
         );
     }
     if let Some(first) = rounds.first() {

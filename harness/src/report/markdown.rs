@@ -89,7 +89,7 @@ fn facts(wave: &WaveResult, counts: &Counts) -> Vec<String> {
     if wave.run.stress > 0 {
         facts.push(format!("--stress {}", wave.run.stress));
     }
-    let unreached = crate::wave::unreached(&wave.cells);
+    let unreached = crate::model::unreached(&wave.cells);
     if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
         facts.push(format!(
             "{unreached} cells did not reach their armed cut on either attempt (tested nothing)"

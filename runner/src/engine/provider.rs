@@ -337,7 +337,7 @@ impl Engine {
             .map(|s| s.0);
         self.write("provider_identity", move |db| {
             let leaked = leaked.as_deref();
-            crate::seeded::record_provider(db, &tid, &rid, spawn_row, identity, leaked)
+            db.record_provider_leaking(&tid, &rid, spawn_row, identity, leaked)
         })
         .await
     }

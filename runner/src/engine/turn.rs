@@ -71,8 +71,8 @@ impl Engine {
         let state = TurnState::of(turn);
         // SEEDED BUG lookup-error-as-absent: a lookup that failed reads as
         // "no such turn", and that reading is trusted after the provider is
-        // replaced (`seeded::absent_marked`): the turn is sent again.
-        let trusted_absent = crate::seeded::absent_marked(&self.store, turn.turn_row).await;
+        // replaced (`Store::seeded_absent_trusted`): the turn is sent again.
+        let trusted_absent = self.store.seeded_absent_trusted(turn.turn_row).await;
         let found = match driver
             .lookup_turn(conversation, &TurnState::lookup(turn))
             .await

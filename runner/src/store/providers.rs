@@ -144,6 +144,28 @@ impl Db {
         self.record_provider_event(task_id, run_id, spawn_row, id, data)
     }
 
+    /// [`Db::record_provider`], which under the seeded bug
+    /// `credential-in-store` also records `leaked` (the key the provider was
+    /// started with) in the `provider.spawned` event.
+    pub fn record_provider_leaking(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        spawn_row: i64,
+        id: ProcessIdentity,
+        leaked: Option<&str>,
+    ) -> Result<i64, StoreError> {
+        #[cfg(feature = "seeded-bugs")]
+        if let Some(key) = leaked {
+            // SEEDED BUG credential-in-store: the spawned event records the
+            // key the provider was started with.
+            return self.record_provider_with_env(task_id, run_id, spawn_row, id, key);
+        }
+        #[cfg(not(feature = "seeded-bugs"))]
+        let _ = leaked;
+        self.record_provider(task_id, run_id, spawn_row, id)
+    }
+
     /// SEEDED BUG credential-in-store: [`Db::record_provider`] with the
     /// provider's key in the `provider.spawned` event.
     #[cfg(feature = "seeded-bugs")]

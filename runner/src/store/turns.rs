@@ -280,6 +280,23 @@ impl Db {
     }
 }
 
+impl super::Store {
+    /// `lookup-error-as-absent`'s second half: whether a failed lookup of
+    /// turn `turn_row` was recorded as "absent" (the runner then trusts it
+    /// and skips the lookup). Always `false` without the feature.
+    pub async fn seeded_absent_trusted(&self, turn_row: i64) -> bool {
+        #[cfg(feature = "seeded-bugs")]
+        if crate::seeded::lookup_error_as_absent() {
+            return self
+                .call(move |db| db.seeded_absent_marked(turn_row))
+                .await
+                .unwrap_or(false);
+        }
+        let _ = turn_row;
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::store::{Store, TurnKind, TurnStatus};
