@@ -101,6 +101,10 @@ pub struct Discovery {
     /// The clean run's run-log event kinds, in order, without the events
     /// whose place depends on when the harness acted (`message.queued`).
     pub clean_timeline: Vec<String>,
+    /// Why the run may have taken a path of the machine's load, not the
+    /// scenario's (`timing::timing_shape`: the runner found a provider
+    /// silent that nothing hung): its boundaries include that recovery's.
+    pub timing: Option<String>,
 }
 
 /// A clean traced run that could not give boundaries: why, and the run's
@@ -151,6 +155,7 @@ pub fn discover(
     }
     let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
     Ok(Discovery {
+        timing: crate::timing::timing_shape(&run.evidence, &[]),
         boundaries: boundaries_of(hits),
         clean_state: run.result.outcome.state.clone(),
         clean_verdict: run.result.verdict,
@@ -266,6 +271,10 @@ pub fn discover_after(
     Ok(out)
 }
 
+/// How many times a traced run after an event is run again with longer
+/// timeouts when the load made the runner find a provider silent.
+const TIMING_RETRACES: usize = 2;
+
 /// A traced run after an event: its hits, the index of the event's mark and
 /// the pids the event doomed.
 type TracedAfter = (Vec<cutpoint::Hit>, usize, Vec<u32>);
@@ -278,9 +287,31 @@ fn traced_after(
     profile: &str,
     spec: &CellSpec,
 ) -> anyhow::Result<Option<TracedAfter>> {
-    let dir = crate::tempdirs::tempdir("trace")?;
+    let hangs = spec.schedule().is_some_and(|s| {
+        s.iter()
+            .any(|e| e.fault == crate::model::Fault::HangProvider)
+    });
+    let mut env = env.clone();
+    let mut attempt = 0;
+    let (dir, run) = loop {
+        let dir = crate::tempdirs::tempdir("trace")?;
+        let trace = dir.path().join("trace.jsonl");
+        let run = run_cell_traced(&env, scenario, profile, spec, Some(&trace));
+        // A provider the runner found silent that nothing hung is the load's
+        // recovery, not the event's: traced again with longer timeouts.
+        let next = crate::timing::longer(&env, hangs);
+        let timing = crate::timing::timing_shape(&run.evidence, &[]).is_some();
+        if !timing
+            || attempt == TIMING_RETRACES
+            || next.idle_timeout_ms == env.idle_timeout_ms
+                && next.hang_idle_timeout_ms == env.hang_idle_timeout_ms
+        {
+            break (dir, run);
+        }
+        attempt += 1;
+        env = next;
+    };
     let trace = dir.path().join("trace.jsonl");
-    let run = run_cell_traced(env, scenario, profile, spec, Some(&trace));
     if let Some(e) = &run.result.error {
         anyhow::bail!("the traced run of {} failed: {e}", spec.name());
     }

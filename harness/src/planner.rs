@@ -164,8 +164,11 @@ fn discover_all<'a>(
 /// given up: a run that fails is tried again with longer timeouts.
 const DISCOVERY_ATTEMPTS: usize = 3;
 
-/// One clean traced run that holds under load: a failed run is tried again
-/// with the timeouts `timing` gives a rerun (idle ×4, deadline ×2).
+/// One clean traced run that holds under load: a failed run, or one in
+/// which the runner found a provider silent that nothing hung (its trace
+/// holds a recovery the load caused: `Discovery::timing`), is tried again
+/// with the timeouts `timing` gives a rerun (idle ×4, deadline ×2). A run
+/// still silent at the longest timeouts is used, and its reason said.
 fn discover_retrying(
     env: &CellEnv,
     s: &Scenario,
@@ -175,12 +178,21 @@ fn discover_retrying(
     let mut last = None;
     for _ in 0..DISCOVERY_ATTEMPTS {
         match plan::discover(&env, s, profile) {
-            Ok(d) => return Ok(d),
-            Err(e) => last = Some(e),
+            Ok(d) if d.timing.is_none() => return Ok(d),
+            other => last = Some(other),
         }
         env = crate::timing::longer(&env, false);
     }
-    Err(last.expect("at least one attempt"))
+    let last = last.expect("at least one attempt");
+    if let Ok(d) = &last
+        && let Some(why) = &d.timing
+    {
+        eprintln!(
+            "turncut: the clean run of {} took a recovery at every timeout tried: {why}",
+            s.id(profile)
+        );
+    }
+    last
 }
 
 /// The boundaries of `s`'s clean run, traced twice (three times when the
