@@ -76,6 +76,19 @@ pub fn hang_idle_floor_ms(real: &Real) -> u64 {
 /// the turn again; 15 s was passed by healthy OpenCode cells.
 pub const WAIT_FLOOR_MS: u64 = 60_000;
 
+/// The least deadline of each wait in a cell of `real`: [`WAIT_FLOOR_MS`],
+/// doubled for the ACP agent, whose hang cell waits its 20 s idle floor and
+/// then a restart of 5+ s before the turn goes on (a loaded machine took
+/// 27 s from the submit to the agent's second model request, and the cell
+/// missed 60 s).
+pub fn wait_floor_ms(real: &Real) -> u64 {
+    if idle_floor_ms(real) == ACP_IDLE_FLOOR_MS {
+        2 * WAIT_FLOOR_MS
+    } else {
+        WAIT_FLOOR_MS
+    }
+}
+
 /// The npm prefix real products are installed under.
 pub fn npm_prefix() -> PathBuf {
     if let Some(p) = std::env::var_os(PREFIX_ENV) {

@@ -350,7 +350,7 @@ pub fn run_cell_traced(
 
 /// `env` with the idle timeouts and the wait deadline raised to a real
 /// product's floors ([`crate::real::idle_floor_ms`],
-/// [`crate::real::hang_idle_floor_ms`], [`crate::real::WAIT_FLOOR_MS`]) in
+/// [`crate::real::hang_idle_floor_ms`], [`crate::real::wait_floor_ms`]) in
 /// a real profile's cell.
 fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
     wire::profiles::real(profile).map(|real| CellEnv {
@@ -358,7 +358,7 @@ fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
         hang_idle_timeout_ms: env
             .hang_idle_timeout_ms
             .max(crate::real::hang_idle_floor_ms(real)),
-        wait_ms: env.wait_ms.max(crate::real::WAIT_FLOOR_MS),
+        wait_ms: env.wait_ms.max(crate::real::wait_floor_ms(real)),
         ..env.clone()
     })
 }
