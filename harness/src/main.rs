@@ -128,6 +128,15 @@ enum Command {
         after_help = "Examples:\n  turncut replay reports/out/w-s7-1a2b3c4d/t042\n  turncut replay out/all/cells/t042 --runner-cmd ./my-runner"
     )]
     Replay { cell: PathBuf },
+    /// Run the oracles again on a saved cell's evidence (a wave report's
+    /// `cells/t###`, or its evidence.json), nothing else run: how an oracle
+    /// change is checked against old evidence. Exit 0 when every oracle
+    /// passes, 1 when one fails or cannot decide, 2 when there is no
+    /// evidence there.
+    #[command(
+        after_help = "Examples:\n  turncut judge reports/out/w-s7-1a2b3c4d/cells/t042\n  turncut judge saved/evidence.json"
+    )]
+    Judge { cell: PathBuf },
     /// Reports.
     Report {
         #[command(subcommand)]
@@ -566,6 +575,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),
         Command::Plan(args) => cmd::wave::plan(exe, &common, args),
         Command::Replay { cell } => cmd::replay::replay(exe, &common, &cell),
+        Command::Judge { cell } => cmd::judge::judge(&cell),
         Command::Explore(args) => cmd::explore::explore(exe, &common, &args),
         Command::Report {
             command: ReportCommand::Merge { dirs, out },

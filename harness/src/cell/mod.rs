@@ -378,11 +378,7 @@ fn hang_timeout(env: &CellEnv, events: &[Event]) -> Option<CellEnv> {
 /// The cell's result: the oracles' verdicts on its evidence (at least
 /// `unknown` after a harness error) and its outcome.
 fn judged(env: &CellEnv, spec: &CellSpec, ev: &Evidence, started: Instant) -> CellResult {
-    let oracles = crate::oracles::judge(ev);
-    let mut verdict = crate::oracles::worst(&oracles);
-    if ev.harness_error.is_some() {
-        verdict = verdict.max(Verdict::Unknown);
-    }
+    let (verdict, oracles) = crate::oracles::judge_cell(ev);
     CellResult {
         spec: spec.clone(),
         verdict,

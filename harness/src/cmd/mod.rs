@@ -16,6 +16,7 @@ use crate::Common;
 pub mod crash_round;
 pub mod doctor;
 pub mod explore;
+pub mod judge;
 pub mod lazyfs;
 pub mod list;
 pub mod merge;

@@ -65,6 +65,18 @@ pub fn judge(e: &Evidence) -> Vec<OracleResult> {
     ]
 }
 
+/// A cell's verdicts on its evidence: every oracle's, and the cell's, the
+/// worst of them (at least `unknown` after a harness error). The cell and
+/// `turncut judge` both take them from here.
+pub fn judge_cell(e: &Evidence) -> (Verdict, Vec<OracleResult>) {
+    let oracles = judge(e);
+    let mut verdict = worst(&oracles);
+    if e.harness_error.is_some() {
+        verdict = verdict.max(Verdict::Unknown);
+    }
+    (verdict, oracles)
+}
+
 /// The worst verdict of a list (`pass` when empty).
 pub fn worst(results: &[OracleResult]) -> Verdict {
     results
