@@ -364,6 +364,10 @@ struct MutantsArgs {
     /// of stopping at the first catch.
     #[arg(long)]
     full: bool,
+    /// The seed the cells are planned, drawn (random schedules, stage 2)
+    /// and sampled with.
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
 }
 
 #[derive(Debug, Args)]
@@ -591,6 +595,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                 profiles: args.profiles.as_deref(),
                 full: args.full,
                 reach: args.reach.reach(),
+                seed: args.seed,
             },
         )
         .map_err(|e| harness_err(format!("{e:#}"))),

@@ -113,6 +113,8 @@ pub struct Selection<'a> {
     pub full: bool,
     /// The wave's reach (`--depth 1` for the one-cut wave).
     pub reach: wave::Reach,
+    /// The seed the cells are planned, drawn and sampled with.
+    pub seed: u64,
 }
 
 /// Runs the mutants and prints the table; returns the exit code.
@@ -122,6 +124,7 @@ pub fn run(
     sel: &Selection<'_>,
 ) -> anyhow::Result<i32> {
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
+    eprintln!("turncut mutants: seed {}", sel.seed);
     let bin = build_seeded()?;
     let by_profile = ids_by_profile(&scenarios, sel.profiles)?;
     let selected = selected_bugs(sel.bugs, sel.only)?;
@@ -187,7 +190,7 @@ fn plan_control(
 ) -> anyhow::Result<BTreeMap<String, Vec<crate::model::CellSpec>>> {
     let mut planned = BTreeMap::new();
     for (profile, ids) in by_profile {
-        let p = crate::planner::plan_cells(env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
+        let p = crate::planner::plan_cells(env, scenarios, ids, sel.seed, true, sel.reach)?;
         anyhow::ensure!(
             p.judged.is_empty() && p.not_planned.is_empty(),
             "the control runner could not plan {profile}: {:?} {:?}",
@@ -196,7 +199,7 @@ fn plan_control(
         );
         planned.insert(
             profile.clone(),
-            plan::sample(p.cells, sel.budget, PLAN_SEED),
+            plan::sample(p.cells, sel.budget, sel.seed),
         );
     }
     Ok(planned)
@@ -271,7 +274,7 @@ fn run_row(
     }
     let stop = (bug != CONTROL && !sel.full).then_some(wave::StopAfter::Caught(1));
     let stage2 = (!sel.reach.depth1_only).then_some(crate::recuts::Stage2 {
-        wave_seed: PLAN_SEED,
+        wave_seed: sel.seed,
         keep_ppm: None,
     });
     // A clean run the bug already failed in planning is its first catch.
@@ -334,8 +337,8 @@ fn plan_for(
 ) -> anyhow::Result<(Vec<crate::model::CellSpec>, Vec<crate::model::CellResult>)> {
     let mut env = env.clone();
     env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
-    let p = crate::planner::plan_cells(&env, scenarios, ids, PLAN_SEED, true, sel.reach)?;
-    let mut cells = plan::sample(p.cells, sel.budget, PLAN_SEED);
+    let p = crate::planner::plan_cells(&env, scenarios, ids, sel.seed, true, sel.reach)?;
+    let mut cells = plan::sample(p.cells, sel.budget, sel.seed);
     for skipped in &p.not_planned {
         eprintln!(
             "{bug}: {} not planned under the bug ({}); running the control's cells for it",
@@ -350,9 +353,6 @@ fn plan_for(
     }
     Ok((cells, p.judged))
 }
-
-/// The seed the mutants' cells are planned and sampled with.
-const PLAN_SEED: u64 = 7;
 
 impl Row {
     /// `oracle (n), …`, or `none` when nothing caught the bug.
