@@ -197,10 +197,7 @@ fn plan_control(
             p.not_planned,
             p.judged.iter().map(|r| r.spec.name()).collect::<Vec<_>>()
         );
-        planned.insert(
-            profile.clone(),
-            plan::sample(p.cells, sel.budget, sel.seed),
-        );
+        planned.insert(profile.clone(), plan::sample(p.cells, sel.budget, sel.seed));
     }
     Ok(planned)
 }

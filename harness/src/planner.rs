@@ -169,7 +169,7 @@ const DISCOVERY_ATTEMPTS: usize = 3;
 /// holds a recovery the load caused: `Discovery::timing`), is tried again
 /// with the timeouts `timing` gives a rerun (idle ×4, deadline ×2). A run
 /// still silent at the longest timeouts is used, and its reason said.
-fn discover_retrying(
+pub fn discover_retrying(
     env: &CellEnv,
     s: &Scenario,
     profile: &str,

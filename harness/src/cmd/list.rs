@@ -32,7 +32,8 @@ pub fn boundaries(exe: &Path, common: &Common, scenario_id: &str) -> Result<i32,
     let (env, scenarios) = env_for(exe, common, None)?;
     let (s, profile) = scenario::find(&scenarios, scenario_id)
         .ok_or_else(|| unknown_id(&scenarios, scenario_id))?;
-    let d = plan::discover(&env, s, &profile).map_err(|e| harness_err(format!("{e:#}")))?;
+    let d = harness::planner::discover_retrying(&env, s, &profile)
+        .map_err(|e| harness_err(format!("{e:#}")))?;
     let mut text = format!(
         "{scenario_id}: {} boundaries (clean run: {}, {} ms)\n",
         d.boundaries.len(),

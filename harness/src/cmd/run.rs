@@ -73,7 +73,8 @@ fn cells_of(
         .map_err(|e| bad(format!("--schedule: {e}")))?;
     let cells = match (schedule, &args.cut, &args.fault) {
         (Some(events), _, _) => {
-            let d = plan::discover(env, s, profile).map_err(|e| harness_err(format!("{e:#}")))?;
+            let d = harness::planner::discover_retrying(env, s, profile)
+                .map_err(|e| harness_err(format!("{e:#}")))?;
             plan::check_schedule(&d.boundaries, scenario_id, &events).map_err(bad)?;
             vec![plan::schedule_cell(
                 RUN_SEED,
@@ -114,7 +115,8 @@ fn one_cut(
 ) -> Result<Vec<CellSpec>, Exit> {
     let cut = plan::parse_cut(cut).map_err(|e| bad(format!("{e:#}")))?;
     let fault = Fault::parse(fault).expect("clap checked the fault name");
-    let d = plan::discover(env, s, profile).map_err(|e| harness_err(format!("{e:#}")))?;
+    let d = harness::planner::discover_retrying(env, s, profile)
+        .map_err(|e| harness_err(format!("{e:#}")))?;
     plan::check_cut(&d.boundaries, scenario_id, &cut, fault).map_err(bad)?;
     Ok(plan::number(
         RUN_SEED,
