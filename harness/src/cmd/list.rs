@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use harness::model::Verdict;
-use harness::{plan, scenario};
+use harness::scenario;
 
 use super::{Exit, emit, env_for, harness_err, unknown_id};
 use crate::Common;
