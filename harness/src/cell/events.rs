@@ -214,18 +214,8 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
 
 /// Records the processes event `stage`, just matched, dooms (`doomed`).
 fn doom(shared: &Shared, stage: usize) {
-    let runner = shared
-        .runner
-        .lock()
-        .expect("runner")
-        .as_ref()
-        .map(|r| r.pid());
-    let model_api = shared
-        .real
-        .lock()
-        .expect("real")
-        .as_ref()
-        .map(|r| r.model_api.pid());
+    let runner = shared.runner_pid();
+    let model_api = shared.model_api_pid();
     let fault = shared.events[stage].fault;
     let pids = super::doomed::doomed_by(fault, &shared.tag, runner, model_api);
     shared.doomed.lock().expect("doomed").extend(pids);
@@ -608,12 +598,7 @@ fn inject_action(
 /// SIGKILL ends a stopped process). Providers are found by the cell's tag,
 /// not through the runner's API, which a held write blocks.
 fn freeze_runner_children(shared: &Shared, layout: &Layout) {
-    let runner = shared
-        .runner
-        .lock()
-        .expect("runner")
-        .as_ref()
-        .map(|r| r.pid());
+    let runner = shared.runner_pid();
     let mut frozen = Vec::new();
     for (pid, _) in nemesis::tagged_processes(&layout.dir.display().to_string()) {
         if Some(pid) != runner

@@ -179,6 +179,25 @@ struct RealCell {
 }
 
 impl Shared {
+    /// The pid of the runner now running, if one is.
+    fn runner_pid(&self) -> Option<u32> {
+        self.runner
+            .lock()
+            .expect("runner")
+            .as_ref()
+            .map(|r| r.pid())
+    }
+
+    /// The pid of a real product's fake model API, which serves the whole
+    /// cell (no provider, never a fault's target).
+    fn model_api_pid(&self) -> Option<u32> {
+        self.real
+            .lock()
+            .expect("real")
+            .as_ref()
+            .map(|r| r.model_api.pid())
+    }
+
     /// The state of a new cell that runs the schedule `events`.
     fn new(
         scenario: &Scenario,

@@ -259,12 +259,7 @@ fn retry(
     let body = json!({ "message_id": message_id });
     // The stop proof, from the process table: every provider
     // process alive before the Retry must be gone at its 201.
-    let model_api = shared
-        .real
-        .lock()
-        .expect("real")
-        .as_ref()
-        .map(|r| r.model_api.pid());
+    let model_api = shared.model_api_pid();
     let before = cell_providers(&layout.p("cut.sock")).map(|mut procs| {
         // A real product's model API serves the whole cell; it is no provider.
         procs.retain(|(pid, _, _)| Some(*pid) != model_api);
