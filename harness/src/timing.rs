@@ -8,9 +8,10 @@
 //! process, or a task still running at the cell's deadline with nothing
 //! but liveness failing, is a timing outcome on a loaded machine: the cell
 //! runs again with the idle timeout ×4 (a hang cell's up to the non-hang
-//! timeout) and the deadline ×2. Only a cell that fails without such a
-//! shape at the longer timeouts fails; one that keeps the shape when the
-//! timeouts cannot grow is `unknown` with the reason, never a pass.
+//! timeout, then both; a real product's from its floors) and the deadline
+//! ×2, at most twice. Only a cell that fails without such a shape at the
+//! longer timeouts fails; one that keeps the shape at the last rerun is
+//! `unknown` with the reason, never a pass.
 //! A stuck runner stays stuck at any timeout, so a real failure survives.
 
 use std::collections::HashSet;
@@ -57,14 +58,18 @@ pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
         .then(|| "the task was still running at the cell's deadline".to_owned())
 }
 
-/// `env` with longer timeouts for a rerun, or `None` when they cannot grow:
-/// a hang cell's idle timeout is capped at the non-hang one.
+/// `env` with longer timeouts for a rerun: a hang cell's idle timeout grows
+/// up to the non-hang one, then both grow (a real product's floors start
+/// them equal).
 pub fn longer(env: &CellEnv, hangs: bool) -> CellEnv {
     let mut e = env.clone();
-    if hangs {
+    if hangs && env.hang_idle_timeout_ms < env.idle_timeout_ms {
         e.hang_idle_timeout_ms = (env.hang_idle_timeout_ms * IDLE_FACTOR).min(env.idle_timeout_ms);
     } else {
         e.idle_timeout_ms = env.idle_timeout_ms * IDLE_FACTOR;
+        if hangs {
+            e.hang_idle_timeout_ms = e.idle_timeout_ms;
+        }
     }
     e.wait_ms = env.wait_ms * WAIT_FACTOR;
     e
@@ -94,7 +99,8 @@ pub fn run_with_reruns(
         s.iter()
             .any(|e| e.fault == crate::model::Fault::HangProvider)
     });
-    let mut env = env.clone();
+    // A real product's cell runs at its floors: reruns grow from there.
+    let mut env = crate::cell::real_timeouts(env, profile).unwrap_or_else(|| env.clone());
     let mut reruns: Vec<Rerun> = Vec::new();
     while run.result.verdict != Verdict::Pass {
         let Some(why) = timing_shape(&run.evidence, &failing(&run)) else {
@@ -189,7 +195,12 @@ mod tests {
             e.hang_idle_timeout_ms, 500,
             "capped at the non-hang idle timeout"
         );
-        assert_eq!(longer(&e, true).hang_idle_timeout_ms, 500);
+        let at_cap = longer(&e, true);
+        assert_eq!(
+            (at_cap.hang_idle_timeout_ms, at_cap.idle_timeout_ms),
+            (2_000, 2_000),
+            "at the cap both grow (a real product's floors start there)"
+        );
         assert_eq!(longer(&env, false).idle_timeout_ms, 2_000);
     }
 }

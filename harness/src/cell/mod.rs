@@ -371,7 +371,7 @@ pub fn run_cell_traced(
 /// product's floors ([`crate::real::idle_floor_ms`],
 /// [`crate::real::hang_idle_floor_ms`], [`crate::real::wait_floor_ms`]) in
 /// a real profile's cell.
-fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
+pub(crate) fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
     wire::profiles::real(profile).map(|real| CellEnv {
         idle_timeout_ms: env.idle_timeout_ms.max(crate::real::idle_floor_ms(real)),
         hang_idle_timeout_ms: env
