@@ -299,17 +299,12 @@ fn traced_after(
         let run = run_cell_traced(&env, scenario, profile, spec, Some(&trace));
         // A provider the runner found silent that nothing hung is the load's
         // recovery, not the event's: traced again with longer timeouts.
-        let next = crate::timing::longer(&env, hangs);
         let timing = crate::timing::timing_shape(&run.evidence, &[]).is_some();
-        if !timing
-            || attempt == TIMING_RETRACES
-            || next.idle_timeout_ms == env.idle_timeout_ms
-                && next.hang_idle_timeout_ms == env.hang_idle_timeout_ms
-        {
+        if !timing || attempt == TIMING_RETRACES {
             break (dir, run);
         }
         attempt += 1;
-        env = next;
+        env = crate::timing::longer(&env, hangs);
     };
     let trace = dir.path().join("trace.jsonl");
     if let Some(e) = &run.result.error {
