@@ -106,14 +106,11 @@ pub fn run_with_reruns(
         let Some(why) = timing_shape(&run.evidence, &failing(&run)) else {
             break;
         };
-        let next = longer(&env, hangs);
-        let grows = next.idle_timeout_ms != env.idle_timeout_ms
-            || next.hang_idle_timeout_ms != env.hang_idle_timeout_ms;
-        if reruns.len() >= RERUNS_MAX || !grows {
+        if reruns.len() >= RERUNS_MAX {
             undecided(&mut run, &why);
             break;
         }
-        env = next;
+        env = longer(&env, hangs);
         reruns.push(Rerun {
             why,
             idle_timeout_ms: env.idle_timeout_ms,
