@@ -99,7 +99,7 @@ impl Live {
     /// Unmounts (not lazily: a busy mount is refused and stays served),
     /// waits for the FUSE thread to end, and returns the state.
     pub(crate) fn stop(self, mountpoint: &Path) -> Result<Arc<Mutex<State>>, (Box<Live>, Error)> {
-        match nix::mount::umount2(mountpoint, nix::mount::MntFlags::empty()) {
+        match unmount(mountpoint) {
             Ok(()) => {}
             Err(nix::errno::Errno::EBUSY) => {
                 let pids = users(mountpoint);
@@ -246,4 +246,26 @@ fn uses(pid: u32, mountpoint: &Path) -> bool {
     std::fs::read_dir(base.join("fd"))
         .map(|fds| fds.filter_map(Result::ok).any(|fd| under(fd.path())))
         .unwrap_or(false)
+}
+
+/// How long an unmount that is busy with no process inside is tried again.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Unmounts, not lazily. A mount a process just left can still be busy for
+/// a moment while the kernel finishes that process's last close (a
+/// fresh-clone CI run once got EBUSY with no process inside, in
+/// `a_cut_with_a_process_inside_is_refused_and_changes_nothing`): while no
+/// process holds it, the unmount is tried again, within [`RELEASE_WAIT`].
+fn unmount(mountpoint: &Path) -> nix::Result<()> {
+    let until = std::time::Instant::now() + RELEASE_WAIT;
+    loop {
+        match nix::mount::umount2(mountpoint, nix::mount::MntFlags::empty()) {
+            Err(nix::errno::Errno::EBUSY)
+                if std::time::Instant::now() < until && users(mountpoint).is_empty() =>
+            {
+                std::thread::yield_now();
+            }
+            other => return other,
+        }
+    }
 }
