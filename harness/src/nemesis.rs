@@ -98,6 +98,26 @@ pub fn freeze_and_kill(tag: &str, runner: Option<u32>) -> Vec<u32> {
     frozen
 }
 
+/// The processes of `tag` to freeze at a kill of the runner `runner` alone,
+/// and the ones left running: a process whose command line is the
+/// runner's is a fork of the runner that has not exec'ed its provider yet.
+/// It still holds the runner's sockets and files (a client's connection
+/// among them, which would then never close) and is the runner's, not a
+/// provider: it is left to exec, as it would after a real crash.
+pub fn runner_children(tag: &str, runner: u32) -> (Vec<u32>, Vec<u32>) {
+    let procs = tagged_processes(tag);
+    let runner_cmdline = procs.iter().find(|(pid, _)| *pid == runner).map(|(_, c)| c);
+    let (mut freeze, mut forks) = (Vec::new(), Vec::new());
+    for (pid, cmdline) in procs.iter().filter(|(pid, _)| *pid != runner) {
+        if Some(cmdline) == runner_cmdline {
+            forks.push(*pid);
+        } else {
+            freeze.push(*pid);
+        }
+    }
+    (freeze, forks)
+}
+
 /// SIGKILLs processes that still use a cell's lazy mount after
 /// [`freeze_and_kill`] (a tool command whose environment lost the cell's
 /// tag): only the cell's own processes can be inside its private mount.
@@ -211,4 +231,56 @@ pub fn processes_with_env(entry: &str) -> Result<Vec<(u32, u64, String)>, String
         found.push((pid, start, cmdline.trim().to_owned()));
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A python process that forks and has both halves wait: the child is a
+    /// fork that never exec'ed, with its parent's command line, as a
+    /// runner's child is between fork and exec.
+    #[test]
+    fn a_fork_of_the_runner_that_has_not_exec_ed_is_not_frozen() {
+        let tag = format!("nemesis-test-{}", std::process::id());
+        let script = "import os,sys,time\n\
+                      pid=os.fork()\n\
+                      if pid==0:\n    time.sleep(30)\n    sys.exit(0)\n\
+                      import subprocess\n\
+                      subprocess.Popen(['sleep','30'])\n\
+                      print(pid, flush=True)\n\
+                      time.sleep(30)\n";
+        let spawned = std::process::Command::new("python3")
+            .args(["-c", script])
+            .env(TAG_ENV, &tag)
+            .stdout(std::process::Stdio::piped())
+            .spawn();
+        let required = std::env::var("TURNCUT_REQUIRE").unwrap_or_default();
+        let mut parent = match spawned {
+            Err(e) if !required.split(',').any(|r| r.trim() == "python3") => {
+                println!("skipped: python3 cannot run here ({e})");
+                return;
+            }
+            spawned => spawned.expect("python3 (TURNCUT_REQUIRE lists it)"),
+        };
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(parent.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the fork's pid");
+        let fork: u32 = line.trim().parse().expect("a pid");
+        let (freeze, forks) = runner_children(&tag, parent.id());
+        for (pid, _) in tagged_processes(&tag) {
+            let _ = signal_pid(pid, Signal::SIGKILL);
+        }
+        let _ = parent.wait();
+        assert_eq!(forks, vec![fork]);
+        assert_eq!(
+            freeze.len(),
+            1,
+            "the exec'ed child (sleep) is frozen: {freeze:?}"
+        );
+        assert!(!freeze.contains(&fork) && !freeze.contains(&parent.id()));
+    }
 }

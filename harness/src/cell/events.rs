@@ -461,7 +461,7 @@ pub(super) fn apply_fault(
         None
     };
     if plan.kill_runner && plan.provider_signal.is_none() && held.hit.role == "runner" {
-        freeze_runner_children(shared, layout);
+        freeze_runner_children(shared, layout, held.hit.pid);
     }
     if plan.kill_runner {
         let runner = shared.runner.lock().expect("runner").take();
@@ -597,17 +597,21 @@ fn inject_action(
 /// what it had at the cut, and the restarted runner must stop it (a
 /// SIGKILL ends a stopped process). Providers are found by the cell's tag,
 /// not through the runner's API, which a held write blocks.
-fn freeze_runner_children(shared: &Shared, layout: &Layout) {
-    let runner = shared.runner_pid();
+fn freeze_runner_children(shared: &Shared, layout: &Layout, runner: u32) {
+    let tag = layout.dir.display().to_string();
+    let (children, forks) = nemesis::runner_children(&tag, runner);
     let mut frozen = Vec::new();
-    for (pid, _) in nemesis::tagged_processes(&layout.dir.display().to_string()) {
-        if Some(pid) != runner
-            && nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok()
-        {
+    for pid in children {
+        if nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok() {
             frozen.push(pid);
         }
     }
-    shared.act("fault.freeze-providers", json!({ "pids": frozen }));
+    let mut data = json!({ "pids": frozen });
+    if !forks.is_empty() {
+        // A fork of the runner not yet exec'ed: the runner's, left to exec.
+        data["runner_forks_left"] = json!(forks);
+    }
+    shared.act("fault.freeze-providers", data);
 }
 
 /// The runner's live provider, from its run log (read within
