@@ -1,5 +1,5 @@
 //! A later event of a schedule lands on the recovery, never on the remains
-//! of what the event before it killed (`harness/src/cell/doomed.rs`).
+//! of what the event before it killed (`harness/lib/src/cell/doomed.rs`).
 //!
 //! After `kill-runner` at the runner's turn acceptance, the old Codex
 //! provider lives on until the restarted runner stops it, and goes on with

@@ -8,7 +8,7 @@
 //! and the file its tool wrote. Each power-loss seeded bug
 //! (`docs/seeded-bugs.md`) loses a write runnerd had already reported
 //! durable; that half needs runnerd built with the bugs:
-//! `cargo test -p harness --features runner/seeded-bugs --test power_cut`
+//! `cargo test -p turncut --features runner/seeded-bugs --test power_cut`
 //! (without the feature it says so and checks the control only). Every test
 //! says why it skips where FUSE cannot be mounted.
 

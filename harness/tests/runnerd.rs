@@ -100,7 +100,7 @@ impl Rig {
             self.path("profiles.toml").display().to_string(),
         ];
         extra.extend(self.runner_extra.iter().cloned());
-        // `TURNCUT_TEST_SEEDED_BUG=NAME cargo test -p harness --features
+        // `TURNCUT_TEST_SEEDED_BUG=NAME cargo test -p turncut --features
         // runner/seeded-bugs --test runnerd` runs every row against a runner
         // with that bug on (docs/seeded-bugs.md): a test that still passes
         // does not catch it.

@@ -29,6 +29,7 @@ const SOURCE_DIRS: &[&str] = &[
     "runner/src",
     "fake-provider/src",
     "harness/src",
+    "harness/lib/src",
     "harness/wire/src",
     "harness/cutpoint/src",
     "harness/conformance/src",
@@ -285,26 +286,29 @@ fn files_stay_small() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
-/// Rule: the harness names the runner and the fakes (`runner::`,
-/// `fake_provider::`) only in `main.rs`, where `turncut runnerd` and
-/// `turncut fake-provider` call their `main`; everything else the programs
-/// share goes through the `wire` crate.
+/// Rule: the harness library (`harness/lib`) depends on neither the runner
+/// nor the fakes, in any section of its manifest: it runs them as
+/// processes, and everything the programs share goes through the `wire`
+/// crate. Only the `turncut` binary crate (`harness/`) links them, for
+/// `turncut runnerd` and `turncut fake-provider` (their `main`) and
+/// runnerd's list of seeded bugs.
 #[test]
-fn the_harness_links_the_programs_under_test_only_in_main() {
+fn the_harness_library_depends_on_neither_the_runner_nor_the_fakes() {
+    let text = std::fs::read_to_string(root().join("harness/lib/Cargo.toml")).unwrap();
+    let manifest: toml::Table = text.parse().unwrap();
     let mut problems = Vec::new();
-    for (rel, _, s) in shapes() {
-        if !rel.starts_with("harness/src/") || rel == "harness/src/main.rs" {
+    for section in ["dependencies", "dev-dependencies", "build-dependencies"] {
+        let Some(deps) = manifest.get(section).and_then(|d| d.as_table()) else {
             continue;
-        }
-        for (first, line) in &s.crate_paths {
-            if first == "runner" || first == "fake_provider" {
+        };
+        for dep in ["runner", "fake-provider", "turncut"] {
+            if deps.contains_key(dep) {
                 problems.push(format!(
-                    "{rel}:{line}: names `{first}::` (use `wire`, or pass it in from main.rs)"
+                    "harness/lib/Cargo.toml [{section}] names `{dep}`: the library runs the programs as processes (pass what it needs in from harness/src/main.rs)"
                 ));
             }
         }
     }
-    problems.dedup();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
@@ -317,6 +321,7 @@ fn the_shared_crates_are_leaves() {
         "runner",
         "fake-provider",
         "harness",
+        "turncut",
         "conformance",
         "cutpoint",
         "wire",
@@ -346,7 +351,7 @@ fn the_shared_crates_are_leaves() {
 const MODULE_CYCLES: &str = include_str!("tidy/module_cycles.txt");
 
 /// The top-level module a source file belongs to (`cell` for
-/// `harness/src/cell/events.rs`), or `None` for the crate root.
+/// `harness/lib/src/cell/events.rs`), or `None` for the crate root.
 fn top_module(rel_in_src: &str) -> Option<String> {
     let first = rel_in_src.split('/').next()?;
     let name = first.trim_end_matches(".rs");
@@ -463,8 +468,8 @@ const SIGNAL_CALLS: &[&str] = &["signal::kill(", "killpg(", "signal::raise(", " 
 fn only_the_supervisors_and_the_nemesis_send_signals() {
     let allowed = |rel: &str| {
         rel.starts_with("runner/src/supervisor")
-            || rel == "harness/src/nemesis.rs"
-            || rel == "harness/src/supervisor.rs"
+            || rel == "harness/lib/src/nemesis.rs"
+            || rel == "harness/lib/src/supervisor.rs"
             || rel == "fake-provider/src/faults.rs"
     };
     let mut problems = Vec::new();

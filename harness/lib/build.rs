@@ -1,11 +1,11 @@
-//! Embeds the built-in scenarios (`../scenarios/*.toml`) into the binary, so
+//! Embeds the built-in scenarios (`../../scenarios/*.toml`) into the binary, so
 //! an installed `turncut` keeps them: `$OUT_DIR/builtin_scenarios.rs` is a
 //! list of (file name, `include_str!` of the file).
 
 use std::path::Path;
 
 fn main() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scenarios");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
     println!("cargo:rerun-if-changed={}", dir.display());
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .expect("the scenarios directory")

@@ -94,10 +94,7 @@ pub fn npm_prefix() -> PathBuf {
     if let Some(p) = std::env::var_os(PREFIX_ENV) {
         return PathBuf::from(p);
     }
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join("target/npm")
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")).join("target/npm")
 }
 
 fn on_path(name: &str) -> Option<PathBuf> {

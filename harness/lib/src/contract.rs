@@ -88,7 +88,7 @@ mod tests {
     fn the_tables_match_the_contract_document() {
         let doc = std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../docs/recovery-contract.md"
+            "/../../docs/recovery-contract.md"
         ))
         .unwrap();
         let causes: Vec<(String, bool)> = table(&doc, "## Causes")

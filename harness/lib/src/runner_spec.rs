@@ -16,9 +16,9 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 /// The OpenAPI document of the control API.
-pub const OPENAPI: &str = include_str!("../../docs/runner-contract.openapi.json");
+pub const OPENAPI: &str = include_str!("../../../docs/runner-contract.openapi.json");
 /// The JSON Schema of one run-log event.
-pub const EVENTS: &str = include_str!("../../docs/runner-contract.events.schema.json");
+pub const EVENTS: &str = include_str!("../../../docs/runner-contract.events.schema.json");
 /// Where a person reads the contract.
 pub const DOC: &str = "docs/runner-contract.md";
 
