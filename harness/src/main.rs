@@ -54,6 +54,11 @@ struct Common {
     /// runner's timeouts hold on a loaded host.
     #[arg(long, global = true, default_value_t = 0)]
     stress: usize,
+    /// How progress and the outcome are shown: `human` (stderr, a progress
+    /// bar on a terminal; the outcome on stdout) or `json` (one JSON object
+    /// per line on stdout: `note`, `batch`, `cell`, `wave`; README.md, "Everyday use").
+    #[arg(long, global = true, default_value = "human", value_parser = ["human", "json"])]
+    message_format: String,
 }
 
 /// How many cells may fail before a wave stops scheduling new ones: enough
@@ -541,6 +546,9 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 /// Runs a parsed command; `Ok` is the exit code.
 fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
     let common = cli.common;
+    harness::progress::set_format(
+        harness::progress::Format::parse(&common.message_format).unwrap_or_default(),
+    );
     // The workers live until the command returns (and die with turncut).
     let stress = harness::stress::Stress::start(exe, common.stress)
         .map_err(|e| harness_err(format!("failed to start --stress workers: {e}")))?;

@@ -47,12 +47,15 @@ fn a_sampled_wave_writes_its_reports_and_a_cell_replays_the_same() {
         .args([
             "--only",
             "everyday-workflows.runner-codex.local.single-task",
+            "--message-format",
+            "json",
             "--out",
         ])
         .arg(&out)
-        .status()
+        .output()
         .unwrap();
-    assert_eq!(status.code(), Some(0));
+    assert_eq!(status.status.code(), Some(0));
+    json_progress_holds_every_cell(&status.stdout, 10);
     for f in ["wave.json", "summary.md", "junit.xml", "report.html"] {
         assert!(out.join(f).is_file(), "{f} missing");
     }
@@ -74,6 +77,37 @@ fn a_sampled_wave_writes_its_reports_and_a_cell_replays_the_same() {
     let text = String::from_utf8_lossy(&replay.stdout);
     assert_eq!(replay.status.code(), Some(0), "{text}");
     assert!(text.contains("same result"), "{text}");
+}
+
+/// `--message-format json`: stdout is JSON lines only, one `cell` line per
+/// cell (numbered 1..=N of N), ending with the `wave` outcome.
+fn json_progress_holds_every_cell(stdout: &[u8], cells: usize) {
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}")))
+        .collect();
+    let mut done: Vec<u64> = lines
+        .iter()
+        .filter(|l| l["type"] == "cell")
+        .map(|l| {
+            assert_eq!(l["total"], cells, "{l}");
+            assert_eq!(l["verdict"], "pass", "{l}");
+            l["done"].as_u64().unwrap()
+        })
+        .collect();
+    // Two jobs may print their cells in either order.
+    done.sort_unstable();
+    assert_eq!(done, (1..=cells as u64).collect::<Vec<_>>());
+    let last = lines.last().expect("a wave line");
+    assert_eq!(last["type"], "wave", "{last}");
+    assert_eq!(
+        (last["cells"].as_u64(), last["pass"].as_u64()),
+        (Some(cells as u64), Some(cells as u64))
+    );
+    assert!(
+        lines.iter().any(|l| l["type"] == "note"),
+        "notes go to the stream too"
+    );
 }
 
 #[test]

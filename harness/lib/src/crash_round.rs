@@ -122,7 +122,7 @@ pub fn run(exe: &Path, opts: &Options) -> anyhow::Result<Figures> {
     if opts.keep {
         let kept = dir.keep();
         let _ = crate::tempdirs::mark_kept(&kept);
-        eprintln!("kept {}", kept.display());
+        crate::progress::note(&format!("kept {}", kept.display()));
     }
     Ok(figures)
 }

@@ -336,7 +336,7 @@ impl Progress {
             .entry(id.to_owned())
             .or_default() += 1;
         if runs.is_multiple_of(25) {
-            eprintln!("explore: {runs} schedules run");
+            crate::progress::note(&format!("explore: {runs} schedules run"));
         }
     }
 }
@@ -397,7 +397,7 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
             return Ok(());
         }
         if n > 0 && n.is_multiple_of(10) {
-            eprintln!("explore: shrinking, {n} candidates tried");
+            crate::progress::note(&format!("explore: shrinking, {n} candidates tried"));
         }
         let f = if n == 0 {
             let f = run_schedule(env, scenarios, &target.id, &events);
@@ -421,7 +421,7 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
                 return Ok(());
             }
             mine.store(true, Ordering::SeqCst);
-            eprintln!("explore: {} failed; shrinking it", target.id);
+            crate::progress::note(&format!("explore: {} failed; shrinking it", target.id));
         }
         let why = failing_oracles(&f).join(", ");
         original.lock().expect("original").get_or_insert(f);

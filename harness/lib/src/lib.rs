@@ -23,6 +23,7 @@ pub mod nemesis;
 pub mod oracles;
 pub mod plan;
 pub mod planner;
+pub mod progress;
 pub mod real;
 pub mod recuts;
 pub mod report;

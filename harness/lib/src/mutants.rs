@@ -55,10 +55,10 @@ pub fn build_seeded() -> anyhow::Result<PathBuf> {
         root.display()
     );
     let target = root.join("target/seeded");
-    eprintln!(
+    crate::progress::note(&format!(
         "building runnerd with --features seeded-bugs into {} …",
         target.display()
-    );
+    ));
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .current_dir(&root)
         .args([
@@ -124,7 +124,7 @@ pub fn run(
     sel: &Selection<'_>,
 ) -> anyhow::Result<i32> {
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
-    eprintln!("turncut mutants: seed {}", sel.seed);
+    crate::progress::note(&format!("turncut mutants: seed {}", sel.seed));
     let bin = build_seeded()?;
     let by_profile = ids_by_profile(&scenarios, sel.profiles)?;
     let selected = selected_bugs(sel.bugs, sel.only)?;
@@ -157,13 +157,13 @@ pub fn run(
                 )?
             };
             let row = run_row(&env, &scenarios, sel, bug, profile, &cells, judged);
-            eprintln!(
+            crate::progress::note(&format!(
                 "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
                 row.failing,
                 row.cells,
                 row.caught_by_text("nothing"),
                 started.elapsed().as_secs_f64()
-            );
+            ));
             rows.push(row);
         }
     }
@@ -337,10 +337,10 @@ fn plan_for(
     let p = crate::planner::plan_cells(&env, scenarios, ids, sel.seed, true, sel.reach)?;
     let mut cells = plan::sample(p.cells, sel.budget, sel.seed);
     for skipped in &p.not_planned {
-        eprintln!(
+        crate::progress::note(&format!(
             "{bug}: {} not planned under the bug ({}); running the control's cells for it",
             skipped.scenario_id, skipped.reason
-        );
+        ));
         cells.extend(
             control
                 .iter()

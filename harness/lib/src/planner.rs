@@ -87,7 +87,7 @@ pub fn plan_cells(
             ));
         }
         if !quiet {
-            eprintln!(
+            crate::progress::note(&format!(
                 "planned {}: {} boundaries, {} cells ({} one-cut, {} deeper; clean run {} in {} ms)",
                 f.id,
                 d.boundaries.len(),
@@ -96,7 +96,7 @@ pub fn plan_cells(
                 cells.len().saturating_sub(depth1),
                 d.clean_state,
                 d.clean_ms
-            );
+            ));
         }
         all.extend(cells.into_iter().map(|events| (f.id.clone(), events)));
     }
@@ -127,11 +127,11 @@ fn discover_all<'a>(
             Ok((d, unsteady)) => {
                 if !unsteady.is_empty() {
                     if !quiet {
-                        eprintln!(
+                        crate::progress::note(&format!(
                             "planning {id}: {} boundaries depend on timing (reached in some clean runs only): {}",
                             unsteady.len(),
                             unsteady.join(", ")
-                        );
+                        ));
                     }
                     planned.timing_dependent.push((id.clone(), unsteady));
                 }
@@ -187,10 +187,10 @@ pub fn discover_retrying(
     if let Ok(d) = &last
         && let Some(why) = &d.timing
     {
-        eprintln!(
+        crate::progress::note(&format!(
             "turncut: the clean run of {} took a recovery at every timeout tried: {why}",
             s.id(profile)
-        );
+        ));
     }
     last
 }
@@ -243,15 +243,15 @@ fn unplannable(planned: &mut Planned, id: &str, failed: DiscoveryFailed, quiet: 
         r.spec.cell_id = format!("p{:03}", planned.judged.len() + 1);
         r.verdict = r.verdict.max(Verdict::Fail);
         if !quiet {
-            eprintln!(
+            crate::progress::note(&format!(
                 "planning {id}: the runner failed its clean run: {}",
                 failed.message
-            );
+            ));
         }
         planned.judged.push(r);
     } else {
         if !quiet {
-            eprintln!("planning {id}: not planned: {}", failed.message);
+            crate::progress::note(&format!("planning {id}: not planned: {}", failed.message));
         }
         planned.not_planned.push(Skipped {
             scenario_id: id.to_owned(),
@@ -327,11 +327,11 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
         // A runner of `--runner-cmd` names its own runner points and may
         // claim one profile only (docs/runner-contract.md §1, §6): the
         // points its clean runs never show plan no cell, and are said.
-        eprintln!(
+        crate::progress::note(&format!(
             "{}: named cut points no clean run of this runner shows (no cell there): {}",
             s.path.display(),
             plan::unmatched_points(s, &union).join(", ")
-        );
+        ));
         return Ok(());
     }
     if plan::check_points(s, &union).is_err() {

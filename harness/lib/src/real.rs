@@ -177,13 +177,13 @@ pub fn install(real: &Real) -> Result<PathBuf, String> {
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("failed to run npm: {e}"))?;
-    eprintln!(
+    crate::progress::note(&format!(
         "npm install {}@{}: {} in {} ms",
         real.package,
         real.version,
         out.status,
         started.elapsed().as_millis()
-    );
+    ));
     if !out.status.success() {
         return Err(format!(
             "npm install {}@{} failed ({}): {}",

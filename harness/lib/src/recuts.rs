@@ -271,13 +271,13 @@ pub fn run_stages(
         return (finished, None);
     };
     let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
-    eprintln!("stage 2: tracing the recovery of each path the one-cut cells walked …");
+    crate::progress::note("stage 2: tracing the recovery of each path the one-cut cells walked …");
     let (more, reach) = recovery_cells(env, scenarios, &stage1, s2.wave_seed, jobs);
     let more: Vec<CellSpec> = more
         .into_iter()
         .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
         .collect();
-    eprintln!("{}", reach.summary(more.len()));
+    crate::progress::note(&reach.summary(more.len()));
     finished.extend(crate::wave::run_cells_until(
         env, scenarios, &more, jobs, stop,
     ));

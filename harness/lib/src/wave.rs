@@ -5,7 +5,6 @@
 //! Evidence is kept only for cells that did not pass (and a timeline for
 //! every cell), so a large wave stays small in memory. Writing reports is `report`'s job; this module only runs.
 
-use std::io::IsTerminal as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Instant;
@@ -137,23 +136,6 @@ pub fn caught(r: &CellResult) -> bool {
             .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
 }
 
-/// The progress bar with ETA of `cells` cells, on a terminal only (plain
-/// `[n/N]` lines otherwise).
-fn progress_bar(cells: usize) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
-    }
-    let pb = indicatif::ProgressBar::new(cells as u64);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} cells, ETA {eta}  {msg}",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
-    );
-    Some(pb)
-}
-
 /// Like [`run_cells`], but stops taking new cells by `stop`.
 pub fn run_cells_until(
     env: &CellEnv,
@@ -162,7 +144,7 @@ pub fn run_cells_until(
     jobs: usize,
     stop: Option<StopAfter>,
 ) -> Vec<Finished> {
-    let bar = progress_bar(cells.len());
+    crate::progress::emit(crate::progress::Event::Batch { total: cells.len() });
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -189,32 +171,17 @@ pub fn run_cells_until(
                             decisive.fetch_add(1, Ordering::SeqCst);
                         }
                     }
-                    match &bar {
-                        Some(pb) => {
-                            pb.inc(1);
-                            pb.set_message(format!(
-                                "{} not passing",
-                                failed.load(Ordering::SeqCst)
-                            ));
-                            if finished.result.verdict != Verdict::Pass {
-                                pb.println(crate::report::cell_line(&finished.result));
-                            }
-                        }
-                        None => eprintln!(
-                            "[{}/{}] {}",
-                            done.fetch_add(1, Ordering::SeqCst) + 1,
-                            cells.len(),
-                            crate::report::cell_line(&finished.result)
-                        ),
-                    }
+                    crate::progress::emit(crate::progress::Event::Cell {
+                        done: done.fetch_add(1, Ordering::SeqCst) + 1,
+                        total: cells.len(),
+                        result: &finished.result,
+                    });
                     out.lock().expect("results").push(finished);
                 }
             });
         }
     });
-    if let Some(pb) = bar {
-        pb.finish_and_clear();
-    }
+    crate::progress::emit(crate::progress::Event::BatchDone);
     let mut v = out.into_inner().expect("results");
     crate::model::sort_cells(&mut v, |f| &f.result.spec.cell_id);
     v
@@ -287,11 +254,11 @@ pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<C
         let all = cells.len();
         let kept = plan::sample(cells, Some(REAL_CELLS_UNNAMED), seed);
         if kept.len() < all {
-            eprintln!(
+            crate::progress::note(&format!(
                 "sampled {} of {all} cells of {id} (a real product; --only {} runs them all)",
                 kept.len(),
                 crate::scenario::profile_of(&id)
-            );
+            ));
         }
         out.extend(kept);
     }
@@ -358,7 +325,7 @@ pub fn run_repeated(
 ) -> Vec<Vec<Finished>> {
     (0..times.max(1))
         .map(|round| {
-            eprintln!("round {} of {times}", round + 1);
+            crate::progress::note(&format!("round {} of {times}", round + 1));
             run_cells(env, scenarios, cells, jobs)
         })
         .collect()

@@ -23,13 +23,13 @@ pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<i32, E
     let (env, scenarios) = env_for(exe, common, None)?;
     let ids = matching_ids(&scenarios, args.only.as_deref(), false)?;
     let seed = args.seed.unwrap_or_else(clock_seed);
-    eprintln!(
+    harness::progress::note(&format!(
         "turncut explore (seed {seed}, {} scenario ids, {} events per schedule, {} job(s), {})",
         ids.len(),
         args.events,
         args.jobs,
         args.time
-    );
+    ));
     let targets = ex::targets(&env, &scenarios, &ids).map_err(plan_err)?;
     let opts = ex::Options {
         budget,

@@ -69,7 +69,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
     wave::install_interrupt_handler();
     let (cells, no_fuse) = wave::split_power_cut(job.cells.clone());
     for s in &no_fuse {
-        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
+        harness::progress::note(&format!("skipped {}: {}", s.scenario_id, s.reason));
     }
     let (finished, _) = harness::recuts::run_stages(
         job.env,
@@ -139,7 +139,7 @@ pub(super) fn write_reports(
         write().map_err(|e| harness_err(format!("failed to write {}: {e}", dir.display())))?;
     }
     append_step_summary(result);
-    eprintln!("reports in {}", out.display());
+    harness::progress::note(&format!("reports in {}", out.display()));
     Ok(())
 }
 
@@ -147,11 +147,30 @@ pub(super) fn write_reports(
 /// command, on stdout.
 fn print_outcome(result: &WaveResult) {
     let counts = |v: Verdict| result.cells.iter().filter(|c| c.verdict == v).count();
+    if harness::progress::format() == harness::progress::Format::Json {
+        let (rerun, reruns) = report::timing_reruns(&result.cells);
+        harness::progress::emit(harness::progress::Event::Outcome(serde_json::json!({
+            "wave_id": result.wave_id,
+            "verdict": result.verdict().as_str(),
+            "cells": result.cells.len(),
+            "pass": counts(Verdict::Pass),
+            "unknown": counts(Verdict::Unknown),
+            "fail": counts(Verdict::Fail),
+            "not_run": result.not_run,
+            "stopped": result.stopped,
+            "skipped": result.skipped.len(),
+            "timing_rerun_cells": rerun,
+            "timing_reruns": reruns,
+            "duration_ms": result.duration_ms,
+        })));
+        return;
+    }
     let mut times: Vec<u64> = result.cells.iter().map(|c| c.duration_ms).collect();
     times.sort_unstable();
     let median = times.get(times.len() / 2).copied().unwrap_or(0);
+    let (rerun, reruns) = report::timing_reruns(&result.cells);
     let mut text = format!(
-        "{}: {} cells, {} pass, {} unknown, {} fail; median cell {median} ms; wall {:.1} s\n",
+        "{}: {} cells, {} pass, {} unknown, {} fail; median cell {median} ms; wall {:.1} s; {rerun} cells ran again for timing ({reruns} reruns)\n",
         result.wave_id,
         result.cells.len(),
         counts(Verdict::Pass),

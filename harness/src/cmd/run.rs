@@ -25,7 +25,7 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
     }
     let (_, skipped) = wave::split_skipped(vec![scenario_id.clone()]);
     for s in &skipped {
-        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
+        harness::progress::note(&format!("skipped {}: {}", s.scenario_id, s.reason));
     }
     let (cells, judged) = match skipped.is_empty() {
         true => cells_of(&env, &scenarios, s, &profile, &args)?,

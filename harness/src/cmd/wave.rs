@@ -39,10 +39,10 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
         }
         None => make_plan(&env, &scenarios, &args.select)?,
     };
-    eprintln!(
+    harness::progress::note(&format!(
         "turncut wave {} (seed {}, jobs {})",
         plan.wave_id, plan.seed, args.jobs
-    );
+    ));
     let env = env_of_plan(env, &plan);
     let (cells, judged) = shard_of_plan(&scenarios, &plan, shard);
     let jobs = args.jobs as usize;
@@ -54,7 +54,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
         .out
         .unwrap_or_else(|| PathBuf::from("reports/out").join(&plan.wave_id));
     prepare_out(&out)?;
-    eprintln!("wave {}: {} cells", plan.wave_id, cells.len());
+    harness::progress::note(&format!("wave {}: {} cells", plan.wave_id, cells.len()));
     let planned = cells.len();
     run_and_report(&Job {
         env: &env,
@@ -117,7 +117,7 @@ pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<i32, Exit> {
     let text = serde_json::to_string_pretty(&plan).expect("a plan serializes");
     write_file_atomically(&args.out, text.as_bytes())
         .map_err(|e| bad(format!("--out {}: {e}", args.out.display())))?;
-    eprintln!(
+    harness::progress::note(&format!(
         "plan {}: {} cells{}, {} skipped, {} judged planning runs; written to {}",
         plan.wave_id,
         plan.cells.len(),
@@ -129,7 +129,7 @@ pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<i32, Exit> {
         plan.skipped.len(),
         plan.judged.len(),
         args.out.display()
-    );
+    ));
     emit(&format!("{}\n", plan.wave_id));
     Ok(0)
 }
@@ -141,12 +141,12 @@ fn make_plan(env: &CellEnv, scenarios: &[Scenario], select: &SelectArgs) -> Resu
     let ids = matching_ids(scenarios, only, select.real)?;
     let (ids, skipped) = wave::split_skipped(ids);
     for s in &skipped {
-        eprintln!("skipped {}: {}", s.scenario_id, s.reason);
+        harness::progress::note(&format!("skipped {}: {}", s.scenario_id, s.reason));
     }
     let reach = select.reach.reach();
     let mut env = env.clone();
     env.recut = !reach.depth1_only;
-    eprintln!("planning (seed {seed}) …");
+    harness::progress::note(&format!("planning (seed {seed}) …"));
     planner::make_plan(
         &env,
         scenarios,
