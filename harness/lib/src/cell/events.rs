@@ -193,6 +193,7 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
     }
     let stage = shared.stage.load(Ordering::SeqCst);
     let event = is_next_event(shared, stage, hit).then(|| {
+        hold_runner_at_provider_hit(shared, stage, hit);
         doom(shared, stage);
         *shared.since.lock().expect("since") = 0;
         shared.stage.store(stage + 1, Ordering::SeqCst);
@@ -209,6 +210,35 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
         (true, e) => Some(Wanted::Sync(e)),
         (false, Some(stage)) => Some(Wanted::Event(stage)),
         (false, None) => None,
+    }
+}
+
+/// Whether event `stage`, matched at `hit`, kills the runner at a hit of
+/// another process (a provider's, the model API's): the runner is not held
+/// by that hit and would go on while the event waits its turn in the loop.
+fn kills_runner_elsewhere(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
+    let fault = shared.events[stage].fault;
+    stage > 0
+        && hit.role != "runner"
+        && (nemesis::plan(fault).kill_runner || fault == Fault::PowerCut)
+}
+
+/// A later event that kills the runner at another process's hit stops
+/// (SIGSTOP) the runner the moment the hit matches, so that the kill lands
+/// at that moment and not wherever the runner got to meanwhile (under
+/// load it finished the turn and stopped the very provider held at the
+/// hit, and the event could not be applied).
+fn hold_runner_at_provider_hit(shared: &Shared, stage: usize, hit: &cutpoint::Hit) {
+    if !kills_runner_elsewhere(shared, stage, hit) {
+        return;
+    }
+    if let Some(pid) = shared.runner_pid()
+        && nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok()
+    {
+        shared.act(
+            "fault.hold-runner",
+            json!({ "event": stage + 1, "pid": pid }),
+        );
     }
 }
 
@@ -288,6 +318,12 @@ fn not_applied(shared: &Shared, stage: usize, held: cutpoint::HeldHit) {
         json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
                 "why": "its process was gone (an earlier event killed it) before the event was applied" }),
     );
+    if kills_runner_elsewhere(shared, stage, &held.hit)
+        && let Some(pid) = shared.runner_pid()
+    {
+        // The runner held when the hit matched goes on.
+        let _ = nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGCONT);
+    }
     if shared
         .stage
         .compare_exchange(stage + 1, stage, Ordering::SeqCst, Ordering::SeqCst)
