@@ -265,10 +265,7 @@ pub fn targets<'a>(
 /// later event that never came is no defect; a first cut that was not
 /// reached tested nothing either way).
 pub fn is_failure(f: &Finished) -> bool {
-    f.result
-        .oracles
-        .iter()
-        .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
+    f.result.oracles.iter().any(crate::oracles::decisive)
 }
 
 /// The failing oracles of a cell, by name.

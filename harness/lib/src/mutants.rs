@@ -289,9 +289,7 @@ fn run_row(
 /// oracle other than vacuity in its clean run (its harness error is the
 /// deadline the stranded task never met).
 fn planning_catch(r: &crate::model::CellResult) -> bool {
-    r.oracles
-        .iter()
-        .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
+    r.oracles.iter().any(crate::oracles::decisive)
 }
 
 /// One bug × profile row from its cells' results: what caught it. A
@@ -374,7 +372,7 @@ impl Row {
         }
         self.caught_by
             .keys()
-            .any(|k| k != "harness-error" && k != "vacuity")
+            .any(|k| k != "harness-error" && k != crate::oracles::Oracle::Vacuity.as_str())
     }
 }
 

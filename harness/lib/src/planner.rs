@@ -233,11 +233,10 @@ fn discover_steady(
 /// runner failed it (an oracle other than vacuity failed), else listed as
 /// not run with the reason.
 fn unplannable(planned: &mut Planned, id: &str, failed: DiscoveryFailed, quiet: bool) {
-    let runner_failed = failed.result.as_ref().filter(|r| {
-        r.oracles
-            .iter()
-            .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
-    });
+    let runner_failed = failed
+        .result
+        .as_ref()
+        .filter(|r| r.oracles.iter().any(crate::oracles::decisive));
     if let Some(r) = runner_failed {
         let mut r = (**r).clone();
         r.spec.cell_id = format!("p{:03}", planned.judged.len() + 1);

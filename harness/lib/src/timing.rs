@@ -54,7 +54,7 @@ pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
                 .unwrap_or("idle timeout")
         ));
     }
-    (ev.deadline_passed && oracles_failing == ["liveness"])
+    (ev.deadline_passed && oracles_failing == [crate::oracles::Oracle::Liveness.as_str()])
         .then(|| "the task was still running at the cell's deadline".to_owned())
 }
 

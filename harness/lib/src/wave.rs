@@ -130,10 +130,7 @@ pub enum StopAfter {
 /// Whether an oracle other than vacuity failed the cell and the harness
 /// ran it whole: a catch. A harness error or an unreached cut never is.
 pub fn caught(r: &CellResult) -> bool {
-    r.error.is_none()
-        && r.oracles
-            .iter()
-            .any(|o| o.verdict == Verdict::Fail && o.oracle != "vacuity")
+    r.error.is_none() && r.oracles.iter().any(crate::oracles::decisive)
 }
 
 /// Like [`run_cells`], but stops taking new cells by `stop`.

@@ -4,6 +4,7 @@
 use serde_json::Value;
 
 use super::Judgement;
+use super::Oracle;
 use crate::contract;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
@@ -53,7 +54,7 @@ fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String)
 /// Every failed or refused run has a cause from the closed set with the right
 /// `recoverable` flag; every refusal names a listed reason.
 pub fn cause_structured(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("cause.structured").needs(e, &[Source::Task, Source::RunLog]);
+    let mut j = Judgement::new(Oracle::CauseStructured).needs(e, &[Source::Task, Source::RunLog]);
     let task = e.task_view().ok();
     if let Some(t) = task
         .as_ref()

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
 
+use super::Oracle;
 use super::{Judgement, storage_fault_applied};
 use crate::contract;
 use crate::evidence::{Evidence, Source};
@@ -51,7 +52,7 @@ fn approved_command_unfinished(e: &Evidence) -> bool {
 
 /// The outcome is allowed by the contract for what both sides had recorded.
 pub fn contract_oracle(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("contract").needs(
+    let mut j = Judgement::new(Oracle::Contract).needs(
         e,
         &[
             Source::Task,

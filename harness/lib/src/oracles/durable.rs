@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::Judgement;
+use super::Oracle;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
 
@@ -85,7 +86,7 @@ fn in_workspace<'a>(e: &Evidence, path: &'a str) -> Option<&'a str> {
 /// read) against the workspace right after it, before the runner could
 /// write again; and the final run log against the final workspace.
 pub fn durable_effect(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("durable.effect");
+    let mut j = Judgement::new(Oracle::DurableEffect);
     let at_end = claims(&e.events);
     let before_cut = match (&e.events_before_fault, &e.workspace_after_cut) {
         (Some(events), Some(files)) => Some((claims(events), files)),

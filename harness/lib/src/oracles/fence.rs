@@ -9,6 +9,7 @@
 //! cell, the ones whose title says "refuse the follow-up" included.
 
 use super::Judgement;
+use super::Oracle;
 use crate::evidence::{Evidence, Exchange, Source};
 use crate::model::{OracleResult, ReplyExpect};
 
@@ -17,7 +18,7 @@ const FENCE_REASON: &str = "prior_owner_fence_refused";
 
 /// The fence, both sides.
 pub fn fence(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("fence").needs(e, &[Source::RunLog, Source::Journal]);
+    let mut j = Judgement::new(Oracle::Fence).needs(e, &[Source::RunLog, Source::Journal]);
     for x in e.exchanges.iter().filter(|x| x.kind == "follow_up") {
         check_refused_reaches_nothing(&mut j, e, x);
         check_failed_task_refuses(&mut j, e, x);

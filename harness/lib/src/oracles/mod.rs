@@ -31,21 +31,90 @@ pub use no_loss::no_loss;
 pub use no_replay::{no_replay_effect, no_replay_turn};
 pub use retry::retry_works;
 
-/// The oracles, in report order.
-pub const ORACLES: &[&str] = &[
-    "no-replay.turn",
-    "no-replay.effect",
-    "cause.structured",
-    "contract",
-    "retry.works",
-    "fence",
-    "no-loss",
-    "durable.effect",
-    "liveness",
-    "secrecy",
-    "hygiene",
-    "vacuity",
-];
+/// An oracle: one rule a cell's evidence is judged by, with the one name
+/// every report spells it with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Oracle {
+    /// No provider turn started twice for one message.
+    NoReplayTurn,
+    /// No effect ran twice; the task's effects counted whole.
+    NoReplayEffect,
+    /// Every failure carries a structured, recoverable-or-not cause.
+    CauseStructured,
+    /// The recovery contract's tables (`docs/recovery-contract.md`).
+    Contract,
+    /// A Retry admitted after a failure runs and ends well.
+    RetryWorks,
+    /// The fence: a failed-closed task refuses follow-ups, and a refused
+    /// message reaches no provider.
+    Fence,
+    /// Every accepted message is consumed once or named as waiting.
+    NoLoss,
+    /// An effect the runner recorded done survives a power cut.
+    DurableEffect,
+    /// The task settles before the cell's deadline.
+    Liveness,
+    /// The credential reaches no disk, log or process it must not.
+    Secrecy,
+    /// No process is left behind.
+    Hygiene,
+    /// The cell tested what it names (its events applied).
+    Vacuity,
+}
+
+impl Oracle {
+    /// Every oracle, in report order.
+    pub const ALL: [Oracle; 12] = [
+        Oracle::NoReplayTurn,
+        Oracle::NoReplayEffect,
+        Oracle::CauseStructured,
+        Oracle::Contract,
+        Oracle::RetryWorks,
+        Oracle::Fence,
+        Oracle::NoLoss,
+        Oracle::DurableEffect,
+        Oracle::Liveness,
+        Oracle::Secrecy,
+        Oracle::Hygiene,
+        Oracle::Vacuity,
+    ];
+
+    /// Its name in reports (`no-replay.turn`, …).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Oracle::NoReplayTurn => "no-replay.turn",
+            Oracle::NoReplayEffect => "no-replay.effect",
+            Oracle::CauseStructured => "cause.structured",
+            Oracle::Contract => "contract",
+            Oracle::RetryWorks => "retry.works",
+            Oracle::Fence => "fence",
+            Oracle::NoLoss => "no-loss",
+            Oracle::DurableEffect => "durable.effect",
+            Oracle::Liveness => "liveness",
+            Oracle::Secrecy => "secrecy",
+            Oracle::Hygiene => "hygiene",
+            Oracle::Vacuity => "vacuity",
+        }
+    }
+}
+
+/// The oracles' names, in report order ([`Oracle::ALL`]).
+pub const ORACLES: [&str; 12] = {
+    let mut names = [""; 12];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = Oracle::ALL[i].as_str();
+        i += 1;
+    }
+    names
+};
+
+/// Whether `o` caught something: an oracle other than vacuity failed (a
+/// cell that missed its cut tested nothing, so its vacuity failure is no
+/// catch).
+pub fn decisive(o: &OracleResult) -> bool {
+    o.verdict == Verdict::Fail && o.oracle != Oracle::Vacuity.as_str()
+}
 
 /// Judges a cell: every oracle, in [`ORACLES`] order.
 pub fn judge(e: &Evidence) -> Vec<OracleResult> {
@@ -88,14 +157,14 @@ pub fn worst(results: &[OracleResult]) -> Verdict {
 
 /// Collects violations; no violation is a pass.
 struct Judgement {
-    oracle: &'static str,
+    oracle: Oracle,
     problems: Vec<String>,
     evidence: Vec<String>,
     unknown: Option<String>,
 }
 
 impl Judgement {
-    fn new(oracle: &'static str) -> Judgement {
+    fn new(oracle: Oracle) -> Judgement {
         Judgement {
             oracle,
             problems: Vec::new(),
@@ -128,7 +197,7 @@ impl Judgement {
             (Verdict::Pass, String::new())
         };
         OracleResult {
-            oracle: self.oracle.to_owned(),
+            oracle: self.oracle.as_str().to_owned(),
             verdict,
             message,
             evidence: self.evidence,
@@ -138,7 +207,7 @@ impl Judgement {
 
 /// No task is still running after the cell's deadline.
 pub fn liveness(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("liveness").needs(e, &[Source::Task]);
+    let mut j = Judgement::new(Oracle::Liveness).needs(e, &[Source::Task]);
     // The final state decides: a task that settled just after the harness
     // stopped waiting is slow, not stuck.
     if matches!(e.state().as_str(), "running" | "queued") {
@@ -154,7 +223,7 @@ pub fn liveness(e: &Evidence) -> OracleResult {
 /// tool environment.
 pub fn secrecy(e: &Evidence) -> OracleResult {
     let mut j =
-        Judgement::new("secrecy").needs(e, &[Source::RunLog, Source::Ledger, Source::Files]);
+        Judgement::new(Oracle::Secrecy).needs(e, &[Source::RunLog, Source::Ledger, Source::Files]);
     for f in &e.canary_found_in {
         j.fail(format!("the canary credential is in {f}"), [f.clone()]);
     }
@@ -185,7 +254,7 @@ fn storage_fault_applied(e: &Evidence) -> bool {
 
 /// No process of the cell is alive after the cell.
 pub fn hygiene(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("hygiene").needs(e, &[Source::Processes]);
+    let mut j = Judgement::new(Oracle::Hygiene).needs(e, &[Source::Processes]);
     for s in &e.survivors {
         j.fail(format!("{s} is still alive after the cell"), [s.clone()]);
     }
@@ -194,7 +263,7 @@ pub fn hygiene(e: &Evidence) -> OracleResult {
 
 /// The cell reached its armed cut: a pass that tested nothing is a failure.
 pub fn vacuity(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("vacuity");
+    let mut j = Judgement::new(Oracle::Vacuity);
     let armed = e.spec.as_ref().is_some_and(|s| s.cut.is_some());
     if armed && !e.reached_cut && e.harness_error.is_some() {
         j.unknown = Some("the harness failed before the armed cut was reached".to_owned());

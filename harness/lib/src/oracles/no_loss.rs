@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::Judgement;
+use super::Oracle;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
 
@@ -13,8 +14,8 @@ use crate::model::OracleResult;
 /// before the fault; every accepted message is consumed (by its own turn or
 /// a Retry's) or waits, named by `message.stranded`, for a Retry.
 pub fn no_loss(e: &Evidence) -> OracleResult {
-    let mut j =
-        Judgement::new("no-loss").needs(e, &[Source::Task, Source::RunLog, Source::ProviderStore]);
+    let mut j = Judgement::new(Oracle::NoLoss)
+        .needs(e, &[Source::Task, Source::RunLog, Source::ProviderStore]);
     check_run_log(&mut j, e);
     // The queue and the provider's turns decide a follow-up's fate; without
     // either the follow-up checks are `unknown` (from `needs`).

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::Judgement;
+use super::Oracle;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
 
@@ -18,7 +19,7 @@ use wire::marker::CONTINUE_MARKER;
 /// a harness-issued message id.
 pub fn no_replay_turn(e: &Evidence) -> OracleResult {
     let mut j =
-        Judgement::new("no-replay.turn").needs(e, &[Source::Journal, Source::ProviderStore]);
+        Judgement::new(Oracle::NoReplayTurn).needs(e, &[Source::Journal, Source::ProviderStore]);
     check_turn_starts(&mut j, e);
     check_recorded_turns(&mut j, e);
     check_content_replay(&mut j, e);
@@ -175,7 +176,7 @@ fn check_recorded_turns(j: &mut Judgement, e: &Evidence) {
 /// replayed under another id (a Retry's) in the same conversation counts
 /// as a second run.
 pub fn no_replay_effect(e: &Evidence) -> OracleResult {
-    let mut j = Judgement::new("no-replay.effect").needs(e, &[Source::Ledger]);
+    let mut j = Judgement::new(Oracle::NoReplayEffect).needs(e, &[Source::Ledger]);
     let mut seen: BTreeMap<(String, String, Option<String>), Vec<usize>> = BTreeMap::new();
     for (i, entry) in e.ledger.iter().enumerate() {
         let who = match &entry.conversation {

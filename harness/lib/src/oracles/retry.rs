@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use serde_json::Value;
 
+use super::Oracle;
 use super::no_replay::CONTINUATION_SUFFIX;
 use super::{Judgement, storage_fault_applied};
 use crate::contract;
@@ -15,8 +16,8 @@ use crate::runner_client::RunView;
 /// A failed-closed task's Retry is admitted with a run (or refused with a
 /// listed reason), and that run completes in a fresh conversation.
 pub fn retry_works(e: &Evidence) -> OracleResult {
-    let mut j =
-        Judgement::new("retry.works").needs(e, &[Source::Task, Source::RunLog, Source::Processes]);
+    let mut j = Judgement::new(Oracle::RetryWorks)
+        .needs(e, &[Source::Task, Source::RunLog, Source::Processes]);
     let runs = e.runs();
     for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
         match x.status {
