@@ -381,6 +381,11 @@ pub struct Outcome {
     /// Effects in the ledger.
     #[serde(default)]
     pub effects: usize,
+    /// The cell's deadline passed while it waited on the runner (an answer
+    /// to a request, or the task settling): the runner's doing, which
+    /// liveness judges, not the harness's (`steps::DeadlineMissed`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deadline_passed: bool,
 }
 
 /// The result of one cell.

@@ -306,7 +306,9 @@ fn tally(bug: &str, profile: &str, results: &[crate::model::CellResult]) -> Row 
     for r in results.iter().filter(|r| r.verdict != Verdict::Pass) {
         row.failing += 1;
         let planning = r.spec.cell_id.starts_with('p') && planning_catch(r);
-        if r.error.is_some() && !planning {
+        // A deadline the runner let pass is its doing: the oracles say what
+        // caught it (liveness for a stranded task).
+        if r.error.is_some() && !planning && !r.outcome.deadline_passed {
             *row.caught_by.entry("harness-error".into()).or_default() += 1;
             continue;
         }

@@ -128,9 +128,11 @@ pub enum StopAfter {
 }
 
 /// Whether an oracle other than vacuity failed the cell and the harness
-/// ran it whole: a catch. A harness error or an unreached cut never is.
+/// ran it whole (or stopped only because the runner let the cell's
+/// deadline pass): a catch. A harness error or an unreached cut never is.
 pub fn caught(r: &CellResult) -> bool {
-    r.error.is_none() && r.oracles.iter().any(crate::oracles::decisive)
+    (r.error.is_none() || r.outcome.deadline_passed)
+        && r.oracles.iter().any(crate::oracles::decisive)
 }
 
 /// Like [`run_cells`], but stops taking new cells by `stop`.
@@ -497,6 +499,27 @@ mod tests {
             evidence: None,
             timeline: String::new(),
         }
+    }
+
+    /// A stranded task stops the cell's steps at the deadline: that error is
+    /// the runner's, so liveness failing there is a catch; any other error
+    /// is the harness's and never one, whatever failed beside it.
+    #[test]
+    fn a_deadline_the_runner_let_pass_is_a_catch_and_a_harness_error_is_not() {
+        let mut r = finished("t001", Verdict::Fail, "", true).result;
+        r.oracles = vec![crate::model::OracleResult {
+            oracle: crate::oracles::Oracle::Liveness.as_str().into(),
+            verdict: Verdict::Fail,
+            message: "the task is still running after the cell's deadline".into(),
+            evidence: Vec::new(),
+        }];
+        assert!(caught(&r));
+        r.error = Some("follow_up f1: no answer before the deadline".into());
+        assert!(!caught(&r), "an error the cell cannot place is no catch");
+        r.outcome.deadline_passed = true;
+        assert!(caught(&r));
+        r.oracles[0].oracle = crate::oracles::Oracle::Vacuity.as_str().into();
+        assert!(!caught(&r), "a missed cut catches nothing");
     }
 
     #[test]

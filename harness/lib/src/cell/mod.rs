@@ -345,6 +345,11 @@ pub fn run_cell_traced(
         env, scenario, profile, spec, &layout, &shared, &canary, &mut ev,
     );
     if let Err(e) = outcome {
+        // A step the runner never answered ran out of time: the runner's
+        // doing (liveness judges it); the cell still says it stopped short.
+        if e.downcast_ref::<steps::DeadlineMissed>().is_some() {
+            ev.deadline_passed = true;
+        }
         ev.harness_error = Some(format!("{e:#}"));
     }
     if let Some(e) = shared.error.lock().expect("error").take() {
@@ -456,6 +461,7 @@ fn outcome_of(ev: &Evidence) -> Outcome {
             .map(|x| x.status),
         path: ev.path(),
         effects: ev.ledger.len(),
+        deadline_passed: ev.deadline_passed,
     }
 }
 

@@ -34,6 +34,21 @@ pub(super) fn settled(t: &Value) -> bool {
     )
 }
 
+/// A step that waited on the runner until the cell's deadline: no answer
+/// to a request, or a task that never reached the state the step waits
+/// for. It is the runner's doing (a stranded task fails liveness), unlike a
+/// harness error; the cell still records it as what stopped its steps.
+#[derive(Debug)]
+pub struct DeadlineMissed(pub String);
+
+impl std::fmt::Display for DeadlineMissed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DeadlineMissed {}
+
 /// Calls `f` with the current runner's client until it succeeds, across
 /// runner restarts: a failed call waits for the next runner generation (the
 /// nemesis restarts a killed runner at once), until the deadline.
@@ -55,7 +70,9 @@ pub(super) fn with_runner<T>(
         };
         match f(&client) {
             Ok(v) => return Ok(v),
-            Err(e) if Instant::now() >= until => return Err(e),
+            Err(e) if Instant::now() >= until => {
+                return Err(DeadlineMissed(format!("{e:#}")).into());
+            }
             Err(_) => shared.wait_generation(generation, until),
         }
     }
@@ -69,7 +86,9 @@ pub(super) fn wait_task(
 ) -> anyhow::Result<Value> {
     with_runner(shared, until, |client| {
         let left = until.saturating_duration_since(Instant::now());
-        anyhow::ensure!(!left.is_zero(), "the deadline passed");
+        if left.is_zero() {
+            return Err(DeadlineMissed("the deadline passed".into()).into());
+        }
         client.wait_task(TASK_ID, left, &pred)
     })
 }
@@ -123,10 +142,12 @@ fn send(
         state_before: None,
         expect: None,
     });
-    anyhow::ensure!(
-        status != 0,
-        "{kind} {message_id}: no answer before the deadline: {answer}"
-    );
+    if status == 0 {
+        return Err(DeadlineMissed(format!(
+            "{kind} {message_id}: no answer before the deadline: {answer}"
+        ))
+        .into());
+    }
     Ok(status)
 }
 
