@@ -48,7 +48,8 @@ impl Bug {
 
 /// Builds the seeded runnerd and returns its path.
 pub fn build_seeded() -> anyhow::Result<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = source.canonicalize().unwrap_or(source);
     anyhow::ensure!(
         root.join("Cargo.toml").is_file(),
         "turncut mutants builds runnerd with the seeded-bugs feature and needs the source tree at {}",
