@@ -284,3 +284,48 @@ fn row_9_a_store_that_commits_without_syncing_loses_the_task_to_a_power_cut() {
     let reference = run_cell(id, &cell, None);
     assert_eq!(reference["verdict"], "pass", "{reference:#}");
 }
+
+/// A runner whose idle timer is far shorter than it was told
+/// (`idle-timeout-in-micros`) fails with `provider_unresponsive` on a
+/// provider nothing hung: timing's shape. The timing reruns (idle ×4,
+/// twice) would make it pass once 8 ms is enough; the runner says it gave
+/// up after 0 ms of the 500 it was given, so the cell fails at once, with
+/// no rerun, and the clean run's failure is a failed cell, not a planning
+/// abort.
+#[test]
+fn a_timing_shaped_bug_is_not_hidden_by_timing_reruns() {
+    let Some(bin) = seeded_runnerd() else { return };
+    let out = tempfile::tempdir().unwrap();
+    let run = Command::new(exe())
+        .args(["run", "everyday-workflows.runner-codex.local.single-task"])
+        .args(["--max-fail", "1", "--jobs", "1", "--out"])
+        .arg(out.path())
+        .arg("--runner-cmd")
+        .arg(&bin)
+        .arg("--runner-arg=--seeded-bug=idle-timeout-in-micros")
+        .output()
+        .expect("turncut runs");
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let wave: Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("wave.json")).unwrap()).unwrap();
+    let failed: Vec<&Value> = wave["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["verdict"] == "fail")
+        .collect();
+    assert!(!failed.is_empty(), "{wave:#}");
+    for c in failed {
+        let reruns = c["reruns"].as_array().map_or(0, Vec::len);
+        assert_eq!(
+            reruns, 0,
+            "no timing rerun for a timer the runner cut short: {c:#}"
+        );
+        assert!(c["error"].is_null(), "a harness error is no catch: {c}");
+    }
+}

@@ -205,7 +205,7 @@ fn engine_options(
         state_dir: args.state_dir.clone(),
         epoch,
         bounds: crate::driver::Bounds {
-            idle: Duration::from_millis(args.provider_idle_timeout_ms),
+            idle: idle_timeout(args.provider_idle_timeout_ms),
             request: Duration::from_millis(args.provider_request_timeout_ms),
             output_bytes_per_s_max: args.provider_output_bytes_per_s_max,
         },
@@ -214,6 +214,16 @@ fn engine_options(
         profiles,
         credential,
     }
+}
+
+/// The provider idle timeout of `--provider-idle-timeout-ms`.
+fn idle_timeout(ms: u64) -> Duration {
+    // SEEDED BUG idle-timeout-in-micros: a unit slip; a healthy provider
+    // that pauses half a millisecond between two messages is "unresponsive".
+    if crate::seeded::idle_timeout_in_micros() {
+        return Duration::from_micros(ms);
+    }
+    Duration::from_millis(ms)
 }
 
 /// The state directory, created (0700, durably) if missing, as an absolute canonical

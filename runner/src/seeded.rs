@@ -77,11 +77,13 @@ pub enum SeededBug {
     AtomicWriteWithoutFsync,
     /// Write a workspace file by temporary file and rename without syncing the directory after.
     RenameWithoutDirSync,
+    /// Read the provider idle timeout in microseconds instead of milliseconds.
+    IdleTimeoutInMicros,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 29] = [
+    pub const ALL: [SeededBug; 30] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -111,6 +113,7 @@ impl SeededBug {
         SeededBug::WalSynchronousNormal,
         SeededBug::AtomicWriteWithoutFsync,
         SeededBug::RenameWithoutDirSync,
+        SeededBug::IdleTimeoutInMicros,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -180,6 +183,7 @@ impl SeededBug {
             SeededBug::WalSynchronousNormal => "wal-synchronous-normal",
             SeededBug::AtomicWriteWithoutFsync => "atomic-write-without-fsync",
             SeededBug::RenameWithoutDirSync => "rename-without-dir-sync",
+            SeededBug::IdleTimeoutInMicros => "idle-timeout-in-micros",
         }
     }
 }
@@ -295,6 +299,8 @@ hooks! {
     atomic_write_without_fsync => AtomicWriteWithoutFsync;
     /// `rename-without-dir-sync`.
     rename_without_dir_sync => RenameWithoutDirSync;
+    /// `idle-timeout-in-micros`.
+    idle_timeout_in_micros => IdleTimeoutInMicros;
 }
 
 #[cfg(all(test, feature = "seeded-bugs"))]

@@ -186,6 +186,11 @@ pub struct Evidence {
     /// that needs one of them says `unknown`, never pass.
     #[serde(default)]
     pub unreadable: Vec<Unreadable>,
+    /// The provider idle timeout the runner was given
+    /// (`--provider-idle-timeout-ms`): a runner that says it gave up on a
+    /// provider after less is not slowed by load (`timing::timing_shape`).
+    #[serde(default)]
+    pub runner_idle_timeout_ms: Option<u64>,
 }
 
 /// A source of evidence the oracles read.

@@ -176,11 +176,26 @@ pub fn discover_retrying(
 ) -> Result<plan::Discovery, DiscoveryFailed> {
     let mut env = env.clone();
     let mut last = None;
-    for _ in 0..DISCOVERY_ATTEMPTS {
-        match plan::discover(&env, s, profile) {
-            Ok(d) if d.timing.is_none() => return Ok(d),
-            other => last = Some(other),
+    for attempt in 1..=DISCOVERY_ATTEMPTS {
+        let outcome = plan::discover(&env, s, profile);
+        let why = match &outcome {
+            Ok(d) => match &d.timing {
+                None => return outcome,
+                Some(why) => why.clone(),
+            },
+            Err(e) => e.message.clone(),
+        };
+        // A rerun is never quiet: the clean run is traced again, and says so.
+        if attempt < DISCOVERY_ATTEMPTS {
+            crate::progress::note(&format!(
+                "turncut: the clean run of {} did not hold (attempt {attempt}, idle timeout {} ms, \
+                 wait {} ms): {why}; tracing it again with longer timeouts",
+                s.id(profile),
+                env.idle_timeout_ms,
+                env.wait_ms
+            ));
         }
+        last = Some(outcome);
         env = crate::timing::longer(&env, false);
     }
     let last = last.expect("at least one attempt");

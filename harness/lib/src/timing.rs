@@ -12,7 +12,10 @@
 //! ×2, at most twice. Only a cell that fails without such a shape at the
 //! longer timeouts fails; one that keeps the shape at the last rerun is
 //! `unknown` with the reason, never a pass.
-//! A stuck runner stays stuck at any timeout, so a real failure survives.
+//! A stuck runner stays stuck at any timeout, so a real failure survives;
+//! and a runner that says it gave up on a provider sooner than the idle
+//! timeout it was given (`provider_unresponsive`'s `idle_ms`) is not slowed
+//! by load: its failure is never a timing outcome.
 
 use std::collections::HashSet;
 
@@ -34,6 +37,9 @@ const RERUNS_MAX: usize = 2;
 /// harness hung none of its processes, or a deadline that passed with only
 /// liveness failing.
 pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
+    if gave_up_early(ev) {
+        return None;
+    }
     let hung: HashSet<u64> = ev
         .actions
         .iter()
@@ -83,6 +89,21 @@ fn failing(run: &CellRun) -> Vec<&str> {
         .filter(|o| o.verdict == Verdict::Fail)
         .map(|o| o.oracle.as_str())
         .collect()
+}
+
+/// Whether the runner says it gave up on a provider after less than the
+/// idle timeout it was given (`provider_unresponsive`'s `idle_ms`): load
+/// makes a provider slower, never a timer shorter, so such a failure is the
+/// runner's and no rerun may hide it.
+fn gave_up_early(ev: &Evidence) -> bool {
+    let Some(given) = ev.runner_idle_timeout_ms else {
+        return false;
+    };
+    ev.events_of("provider_unresponsive").any(|e| {
+        e.pointer("/data/idle_ms")
+            .and_then(Value::as_u64)
+            .is_some_and(|waited| waited < given)
+    })
 }
 
 /// Runs the cell; a failure of timing's shape runs again with longer
@@ -169,6 +190,27 @@ mod tests {
             timing_shape(&ev, &["retry.works"]),
             None,
             "the harness hung it"
+        );
+    }
+
+    #[test]
+    fn a_runner_that_gave_up_before_its_idle_timeout_is_not_timing() {
+        let mut silent = unresponsive(7);
+        silent["data"]["idle_ms"] = json!(500);
+        let mut ev = Evidence {
+            events: vec![silent],
+            runner_idle_timeout_ms: Some(500),
+            ..Evidence::default()
+        };
+        assert!(
+            timing_shape(&ev, &["retry.works"]).is_some(),
+            "waited 500 of 500"
+        );
+        ev.events[0]["data"]["idle_ms"] = json!(0);
+        assert_eq!(
+            timing_shape(&ev, &["retry.works"]),
+            None,
+            "gave up after 0 ms of 500: load cannot shorten a timer"
         );
     }
 

@@ -305,9 +305,13 @@ impl Engine {
         err: DriverError,
         live: &mut Option<Live>,
     ) -> Result<(), StepError> {
-        let event = match err {
-            DriverError::Unresponsive { .. } => ContractEvent::ProviderUnresponsive,
-            _ => ContractEvent::ProviderExited,
+        // The idle timeout it waited out, for whoever tells a slow machine
+        // from a runner that gave up early (turncut's timing reruns).
+        let (event, idle_ms) = match err {
+            DriverError::Unresponsive { idle_ms, .. } => {
+                (ContractEvent::ProviderUnresponsive, Some(idle_ms))
+            }
+            _ => (ContractEvent::ProviderExited, None),
         };
         let pid = live.as_ref().map(|l| l.identity.pid);
         let (tid, rid) = (task_id.to_owned(), run.run_id.clone());
@@ -318,7 +322,7 @@ impl Engine {
                 &tid,
                 Some(&rid),
                 event.as_str(),
-                serde_json::json!({ "pid": pid, "detail": detail }),
+                serde_json::json!({ "pid": pid, "detail": detail, "idle_ms": idle_ms }),
             )
         })
         .await?;
