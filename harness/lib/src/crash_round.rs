@@ -13,6 +13,7 @@
 //! recovery hygiene; it does not judge the recovery contract cell by cell
 //! (the wave does that).
 
+use crate::run_log::Kind;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -233,7 +234,7 @@ impl Rig {
                 Err(e) => figures.lost.push(format!("{id}: {e:#}")),
             }
             for e in client.events(&id, 0)? {
-                if e["kind"] == "provider.spawn_swept" {
+                if Kind::of(&e) == Kind::ProviderSpawnSwept {
                     figures.spawn_sweeps += 1;
                     figures.swept_processes += e
                         .pointer("/data/killed")

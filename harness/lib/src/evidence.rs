@@ -8,6 +8,7 @@
 //! a person to read; `turncut replay` runs a cell again rather than judging
 //! written evidence.
 
+use crate::run_log::Kind;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
@@ -381,7 +382,7 @@ impl Evidence {
             Source::Task => self.task_gap(),
             Source::RunLog => self.run_log_gap(),
             Source::Journal => (self.journal.is_empty()
-                && self.events_of("turn.accepted").next().is_some())
+                && self.events_of(Kind::TurnAccepted).next().is_some())
             .then(|| {
                 "the journal is empty although the runner recorded an accepted turn".to_owned()
             }),
@@ -429,7 +430,7 @@ impl Evidence {
             self.state().as_str(),
             "completed" | "failed" | "needs_human"
         );
-        if settled && self.events_of("run.settled").next().is_none() {
+        if settled && self.events_of(Kind::RunSettled).next().is_none() {
             return Some(format!(
                 "truncated: the task is {} but the run log has no run.settled",
                 self.state()
@@ -484,7 +485,7 @@ impl Evidence {
     /// id, from its `retry.admitted` event (`resends_message`). A Retry that
     /// re-sends nothing (it answers the queue) is absent.
     pub fn retry_resends(&self) -> BTreeMap<String, String> {
-        self.events_of("retry.admitted")
+        self.events_of(Kind::RetryAdmitted)
             .filter_map(|ev| {
                 let retry = ev.pointer("/data/message_id")?.as_str()?;
                 let resends = ev.pointer("/data/resends_message")?.as_str()?;
@@ -532,16 +533,12 @@ impl Evidence {
             .iter()
             .take_while(|ev| ev["seq"].as_i64().unwrap_or(0) < seq)
         {
-            match ev["kind"].as_str() {
-                Some("task.admitted" | "message.queued") => queued.extend(id(ev)),
-                Some("retry.admitted")
-                    if ev.pointer("/data/resends") == Some(&Value::Bool(true)) =>
-                {
+            match Kind::of(ev) {
+                Kind::TaskAdmitted | Kind::MessageQueued => queued.extend(id(ev)),
+                Kind::RetryAdmitted if ev.pointer("/data/resends") == Some(&Value::Bool(true)) => {
                     queued.extend(id(ev))
                 }
-                Some("turn.intent")
-                    if ev.pointer("/data/kind") == Some(&Value::from("primary")) =>
-                {
+                Kind::TurnIntent if ev.pointer("/data/kind") == Some(&Value::from("primary")) => {
                     let taken = id(ev);
                     queued.retain(|q| Some(q) != taken.as_ref());
                 }
@@ -650,18 +647,18 @@ impl Evidence {
                 .iter()
                 .filter(|ev| ev["run_id"].as_str() == Some(run.run_id.as_str()));
             for ev in mine {
-                let step = match ev["kind"].as_str() {
-                    Some("turn.intent")
+                let step = match Kind::of(ev) {
+                    Kind::TurnIntent
                         if ev.pointer("/data/kind") == Some(&Value::from("continuation")) =>
                     {
                         "continued"
                     }
-                    Some("turn.finished")
+                    Kind::TurnFinished
                         if ev.pointer("/data/adopted") == Some(&Value::Bool(true)) =>
                     {
                         "adopted"
                     }
-                    Some("tool_outcome_uncertain") => "tool uncertain",
+                    Kind::ToolOutcomeUncertain => "tool uncertain",
                     _ => continue,
                 };
                 if steps.last().map(String::as_str) != Some(step) {
@@ -680,8 +677,8 @@ impl Evidence {
     }
 
     /// Run-log events of a kind.
-    pub fn events_of<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
-        self.events.iter().filter(move |e| e["kind"] == kind)
+    pub fn events_of(&self, kind: Kind) -> impl Iterator<Item = &Value> + '_ {
+        self.events.iter().filter(move |e| Kind::of(e) == kind)
     }
 
     /// One merged history, in time order: harness actions (`H`), runner run

@@ -27,6 +27,7 @@ pub mod progress;
 pub mod real;
 pub mod recuts;
 pub mod report;
+pub mod run_log;
 pub mod runner_client;
 pub mod runner_spec;
 pub mod scenario;

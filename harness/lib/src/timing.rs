@@ -17,6 +17,7 @@
 //! timeout it was given (`provider_unresponsive`'s `idle_ms`) is not slowed
 //! by load: its failure is never a timing outcome.
 
+use crate::run_log::Kind;
 use std::collections::HashSet;
 
 use serde_json::Value;
@@ -46,7 +47,7 @@ pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
         .filter(|a| a.what == "fault.hang-provider")
         .filter_map(|a| a.detail["provider_pid"].as_u64())
         .collect();
-    let silent = ev.events_of("provider_unresponsive").find(|e| {
+    let silent = ev.events_of(Kind::ProviderUnresponsive).find(|e| {
         e.pointer("/data/pid")
             .and_then(Value::as_u64)
             .is_none_or(|pid| !hung.contains(&pid))
@@ -99,7 +100,7 @@ fn gave_up_early(ev: &Evidence) -> bool {
     let Some(given) = ev.runner_idle_timeout_ms else {
         return false;
     };
-    ev.events_of("provider_unresponsive").any(|e| {
+    ev.events_of(Kind::ProviderUnresponsive).any(|e| {
         e.pointer("/data/idle_ms")
             .and_then(Value::as_u64)
             .is_some_and(|waited| waited < given)

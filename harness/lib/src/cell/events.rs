@@ -6,6 +6,7 @@
 //! faults (`apply_storage`, `disk_comes_back`) and the turn-active sync point
 //! (`hold_for_sync`).
 
+use crate::run_log::Kind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
@@ -656,13 +657,13 @@ pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
     let events = client.events_within(TASK_ID, 0, PRE_FAULT_READ).ok()?;
     let mut live: Vec<u32> = Vec::new();
     for e in events {
-        match e["kind"].as_str() {
-            Some("provider.spawned") => {
+        match Kind::of(&e) {
+            Kind::ProviderSpawned => {
                 if let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64) {
                     live.push(pid as u32);
                 }
             }
-            Some("provider.stopped") => {
+            Kind::ProviderStopped => {
                 if let Some(pid) = e.pointer("/data/identity/pid").and_then(Value::as_u64) {
                     live.retain(|p| *p != pid as u32);
                 }

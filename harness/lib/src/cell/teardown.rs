@@ -3,6 +3,7 @@
 //! survivors), then the provider's evidence read once nothing writes it
 //! any more, and the canary searched for in every file.
 
+use crate::run_log::Kind;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -74,7 +75,7 @@ fn kill_survivors(
     // Every process the cell knew of must be gone now that the runner is.
     let mut known = shared.pids.lock().expect("pids").clone();
     for e in &ev.events {
-        if e["kind"] == "provider.spawned"
+        if Kind::of(e) == Kind::ProviderSpawned
             && let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64)
         {
             let start = e.pointer("/data/start_time").and_then(Value::as_u64);

@@ -11,6 +11,7 @@
 //! run log and of the journal); only an acceptance strictly later than
 //! the action fails, so a shared millisecond is never a false alarm.
 
+use crate::run_log::Kind;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -67,7 +68,7 @@ fn accepted_at(e: &Evidence) -> BTreeMap<String, i64> {
         .map(|t| (t.turn_row, crate::evidence::controller_id(&t.client_id)))
         .collect();
     let mut at: BTreeMap<String, i64> = BTreeMap::new();
-    for ev in e.events_of("turn.accepted") {
+    for ev in e.events_of(Kind::TurnAccepted) {
         let Some(c) = ev
             .pointer("/data/turn_row")
             .and_then(Value::as_i64)

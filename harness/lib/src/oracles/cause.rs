@@ -1,6 +1,7 @@
 //! `cause.structured`: every failure and refusal carries a cause from the
 //! closed sets of `contract`.
 
+use crate::run_log::Kind;
 use serde_json::Value;
 
 use super::Judgement;
@@ -78,8 +79,8 @@ pub fn cause_structured(e: &Evidence) -> OracleResult {
     }
     for ev in &e.events {
         let seq = ev["seq"].as_i64().unwrap_or(0);
-        let kind = ev["kind"].as_str().unwrap_or_default();
-        if kind == "turn.failed" && ev.pointer("/data/cause").is_some() {
+        let kind = Kind::of(ev);
+        if kind == Kind::TurnFailed && ev.pointer("/data/cause").is_some() {
             check_cause(
                 &mut j,
                 ev.pointer("/data/cause"),
@@ -87,7 +88,8 @@ pub fn cause_structured(e: &Evidence) -> OracleResult {
                 format!("events#{seq}"),
             );
         }
-        if kind == "run.settled" && ev.pointer("/data/state") != Some(&Value::from("completed")) {
+        if kind == Kind::RunSettled && ev.pointer("/data/state") != Some(&Value::from("completed"))
+        {
             check_cause(
                 &mut j,
                 ev.pointer("/data/cause"),

@@ -3,6 +3,7 @@
 //! had a reason to, a completed or adopted turn was completed at the
 //! provider, every turn start and tool call was written ahead).
 
+use crate::run_log::Kind;
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
@@ -32,13 +33,13 @@ fn provider_turns(e: &Evidence) -> ProviderTurns {
 /// that never completed in the run log: the command may have run.
 fn approved_command_unfinished(e: &Evidence) -> bool {
     let completed: HashSet<(Option<i64>, &str)> = e
-        .events_of("item.completed")
+        .events_of(Kind::ItemCompleted)
         .filter_map(|ev| {
             let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
             Some((row, ev.pointer("/data/item/id")?.as_str()?))
         })
         .collect();
-    e.events_of("provider_request").any(|ev| {
+    e.events_of(Kind::ProviderRequest).any(|ev| {
         let accepted = ev.pointer("/data/status") == Some(&Value::from("answered"))
             && ev
                 .pointer("/data/decision")
@@ -90,7 +91,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
 /// answer. The model API's own count of requests for the turn shows it too.
 fn check_native_final_answers(j: &mut Judgement, e: &Evidence) {
     let mut finals: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for ev in e.events_of("model.output") {
+    for ev in e.events_of(Kind::ModelOutput) {
         if ev.pointer("/data/calls").and_then(Value::as_u64) == Some(0)
             && let Some(row) = ev.pointer("/data/turn_row").and_then(Value::as_i64)
         {
@@ -227,7 +228,7 @@ fn check_ambiguous_start(j: &mut Judgement, e: &Evidence, run_id: &str, t: &Turn
         .filter_map(|t| t.client_id.as_deref())
         .collect();
     let accepted_rows: HashSet<i64> = e
-        .events_of("turn.accepted")
+        .events_of(Kind::TurnAccepted)
         .filter_map(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64))
         .collect();
     let mid = t.message_id.as_str();
@@ -247,9 +248,9 @@ fn check_ambiguous_start(j: &mut Judgement, e: &Evidence, run_id: &str, t: &Turn
 
 /// Whether an approval request in the run log was never answered.
 fn approval_pending(e: &Evidence) -> bool {
-    e.events_of("provider_request").any(|ev| {
+    e.events_of(Kind::ProviderRequest).any(|ev| {
         ev.pointer("/data/status") != Some(&Value::from("answered"))
-            && !e.events_of("provider_request").any(|o| {
+            && !e.events_of(Kind::ProviderRequest).any(|o| {
                 o.pointer("/data/request_id") == ev.pointer("/data/request_id")
                     && o.pointer("/data/turn_row") == ev.pointer("/data/turn_row")
                     && o.pointer("/data/status") == Some(&Value::from("answered"))
@@ -292,7 +293,7 @@ fn completed_at_provider(recorded: &ProviderTurns, id: &str) -> bool {
 /// found it by its client id), the provider's turn with the row's client id.
 fn adopted_turn(e: &Evidence, seq: i64, row: Option<i64>) -> Option<String> {
     let accepted = e
-        .events_of("turn.accepted")
+        .events_of(Kind::TurnAccepted)
         .filter(|a| a["seq"].as_i64().unwrap_or(0) < seq)
         .filter(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
         .last()
@@ -318,7 +319,8 @@ fn adopted_turn(e: &Evidence, seq: i64, row: Option<i64>) -> Option<String> {
 fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &ProviderTurns) {
     for ev in &e.events {
         let seq = ev["seq"].as_i64().unwrap_or(0);
-        if ev["kind"] == "turn.finished" && ev.pointer("/data/adopted") == Some(&Value::Bool(true))
+        if Kind::of(ev) == Kind::TurnFinished
+            && ev.pointer("/data/adopted") == Some(&Value::Bool(true))
         {
             let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
             let turn = adopted_turn(e, seq, row);
@@ -332,7 +334,7 @@ fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &Provi
                 );
             }
         }
-        if ev["kind"] == "turn.failed"
+        if Kind::of(ev) == Kind::TurnFailed
             && ev.pointer("/data/cause/code") == Some(&Value::from("provider_turn_lost_on_restore"))
             && let Some(t) = ev.pointer("/data/provider_turn_id").and_then(Value::as_str)
             && completed_at_provider(recorded, t)
@@ -357,21 +359,21 @@ fn check_tool_write_ahead(j: &mut Judgement, e: &Evidence) {
             .pointer("/data/key")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        match ev["kind"].as_str().unwrap_or_default() {
-            "tool.executing" | "model.output" => {
+        match Kind::of(ev) {
+            Kind::ToolExecuting | Kind::ModelOutput => {
                 if let Some((k, at)) = open.take() {
                     j.fail(
                         format!("the runner went on (events#{seq}) before persisting the outcome of tool call {k} (executing since events#{at})"),
                         [format!("events#{at}"), format!("events#{seq}")],
                     );
                 }
-                if ev["kind"] == "tool.executing" {
+                if Kind::of(ev) == Kind::ToolExecuting {
                     open = Some((key.to_owned(), seq));
                 }
             }
-            "tool.outcome" if open.as_ref().is_some_and(|(k, _)| k == key) => open = None,
+            Kind::ToolOutcome if open.as_ref().is_some_and(|(k, _)| k == key) => open = None,
             // A settled run goes on no further: a Retry's run starts afresh.
-            "tool_outcome_uncertain" | "run.settled" => open = None,
+            Kind::ToolOutcomeUncertain | Kind::RunSettled => open = None,
             _ => {}
         }
     }
@@ -391,14 +393,14 @@ fn unrecorded_turn_starts(e: &Evidence) -> Vec<(String, usize, usize)> {
         }
     }
     let mut records: BTreeMap<String, usize> = BTreeMap::new();
-    for ev in e.events_of("turn.intent") {
+    for ev in e.events_of(Kind::TurnIntent) {
         if let Some(id) = ev.pointer("/data/client_id").and_then(Value::as_str) {
             *records
                 .entry(crate::evidence::controller_id(id))
                 .or_default() += 1;
         }
     }
-    for ev in e.events_of("turn.absent_at_provider") {
+    for ev in e.events_of(Kind::TurnAbsentAtProvider) {
         if let Some(id) = ev.pointer("/data/message_id").and_then(Value::as_str) {
             *records.entry(id.to_owned()).or_default() += 1;
         }
@@ -431,7 +433,7 @@ fn check_model_requests(j: &mut Judgement, e: &Evidence) {
             .map(|v| v.turn_row)
             .collect();
         let outputs = e
-            .events_of("model.output")
+            .events_of(Kind::ModelOutput)
             .filter(|ev| {
                 ev.pointer("/data/turn_row")
                     .and_then(Value::as_i64)
@@ -441,8 +443,8 @@ fn check_model_requests(j: &mut Judgement, e: &Evidence) {
         // An answer is lost to a fault the harness applied, or to a
         // provider the runner lost by itself (an idle timeout it recorded).
         let lost_max = e.events_applied as u64
-            + e.events_of("provider_unresponsive").count() as u64
-            + e.events_of("provider_exited").count() as u64;
+            + e.events_of(Kind::ProviderUnresponsive).count() as u64
+            + e.events_of(Kind::ProviderExited).count() as u64;
         if outputs > requests || requests > outputs + lost_max {
             j.fail(
                 format!(

@@ -13,6 +13,7 @@
 //! not judge tools whose effect the runner does not write itself (commands:
 //! the ledger and `no-replay.effect` hold those).
 
+use crate::run_log::Kind;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -38,13 +39,13 @@ fn claims(events: &[Value]) -> Vec<Claim<'_>> {
     for ev in events {
         let data = &ev["data"];
         let key = data["key"].as_str();
-        match (ev["kind"].as_str(), key) {
-            (Some("tool.executing"), Some(key)) if data["kind"] == "write_text_file" => {
+        match (Kind::of(ev), key) {
+            (Kind::ToolExecuting, Some(key)) if data["kind"] == "write_text_file" => {
                 if let Some(path) = data.pointer("/detail/path").and_then(Value::as_str) {
                     paths.insert(key, path);
                 }
             }
-            (Some("tool.outcome"), Some(key)) if data["status"] == "completed" => {
+            (Kind::ToolOutcome, Some(key)) if data["status"] == "completed" => {
                 if let Some(path) = paths.get(key) {
                     out.push(Claim {
                         key,

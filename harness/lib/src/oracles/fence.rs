@@ -12,6 +12,7 @@ use super::Judgement;
 use super::Oracle;
 use crate::evidence::{Evidence, Exchange, Source};
 use crate::model::{OracleResult, ReplyExpect};
+use crate::run_log::Kind;
 
 /// The reason a fenced follow-up is refused with.
 const FENCE_REASON: &str = "prior_owner_fence_refused";
@@ -78,7 +79,7 @@ fn check_failed_task_refuses(j: &mut Judgement, e: &Evidence, x: &Exchange) {
         return;
     }
     let proved = e
-        .events_of(FENCE_REASON)
+        .events_of(Kind::PriorOwnerFenceRefused)
         .any(|ev| ev.pointer("/data/message_id").and_then(|v| v.as_str()) == Some(id));
     if !proved {
         j.fail(

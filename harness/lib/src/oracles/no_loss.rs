@@ -1,6 +1,7 @@
 //! `no-loss`: nothing durable vanishes (the run log, a task the runner
 //! admitted, an accepted follow-up).
 
+use crate::run_log::Kind;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -121,7 +122,7 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
         });
         let still_queued = queued.iter().any(|q| q == id);
         let named = e
-            .events_of("message.stranded")
+            .events_of(Kind::MessageStranded)
             .any(|ev| ev.pointer("/data/message_id").and_then(|v| v.as_str()) == Some(id));
         let what = if maybe {
             "sent (no answer came)"
@@ -190,7 +191,7 @@ fn check_retry_texts(j: &mut Judgement, e: &Evidence, resends: &BTreeMap<String,
 /// minus taken by a primary turn's intent.
 fn check_stranded_at_settle(j: &mut Judgement, e: &Evidence) {
     let seq = |ev: &Value| ev["seq"].as_i64().unwrap_or(0);
-    for settled in e.events_of("run.settled") {
+    for settled in e.events_of(Kind::RunSettled) {
         let at = seq(settled);
         if settled.pointer("/data/state") == Some(&Value::from("completed")) {
             continue;
@@ -215,7 +216,7 @@ fn stranded_beside(events: &[Value], settled: &Value) -> Vec<String> {
         return Vec::new();
     };
     let stranded =
-        |ev: &&Value| ev["kind"] == "message.stranded" && ev["run_id"] == settled["run_id"];
+        |ev: &&Value| Kind::of(ev) == Kind::MessageStranded && ev["run_id"] == settled["run_id"];
     let before = events[..i].iter().rev().take_while(stranded);
     let after = events[i + 1..].iter().take_while(stranded);
     before

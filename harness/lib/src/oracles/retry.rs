@@ -1,6 +1,7 @@
 //! `retry.works`: a Retry is admitted with a run that completes in a fresh
 //! conversation after a proven stop, or refused with a listed reason.
 
+use crate::run_log::Kind;
 use std::collections::HashSet;
 
 use serde_json::Value;
@@ -93,7 +94,7 @@ fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchang
             [format!("task.runs.{run_id}")],
         );
     }
-    if !e.events_of("stopped_conversation_verified").any(|_| true) {
+    if !e.events_of(Kind::StoppedConversationVerified).any(|_| true) {
         j.fail(
             "Retry was admitted without a recorded stop proof (stopped_conversation_verified)"
                 .to_owned(),
@@ -164,7 +165,7 @@ fn faulted_after_retry(e: &Evidence, message_id: &str) -> bool {
 /// the answered message does its work twice.
 fn resent_answered_before_queue(e: &Evidence, retry: &str) -> Option<String> {
     let admitted = e
-        .events_of("retry.admitted")
+        .events_of(Kind::RetryAdmitted)
         .find(|ev| ev.pointer("/data/message_id").and_then(Value::as_str) == Some(retry))?;
     let seq = admitted["seq"].as_i64().unwrap_or(0);
     let resent = admitted.pointer("/data/resends_message")?.as_str()?;
@@ -177,14 +178,14 @@ fn resent_answered_before_queue(e: &Evidence, retry: &str) -> Option<String> {
         .collect();
     let last_end = e.events.iter().rfind(|ev| {
         ev["seq"].as_i64().unwrap_or(0) < seq
-            && matches!(ev["kind"].as_str(), Some("turn.finished" | "turn.failed"))
+            && matches!(Kind::of(ev), Kind::TurnFinished | Kind::TurnFailed)
             && ev
                 .pointer("/data/turn_row")
                 .and_then(Value::as_i64)
                 .is_some_and(|r| rows.contains(&r))
     })?;
     let queued = e.queued_before(seq);
-    (last_end["kind"] == "turn.finished" && !queued.is_empty()).then(|| {
+    (Kind::of(last_end) == Kind::TurnFinished && !queued.is_empty()).then(|| {
         format!(
             "Retry {retry} re-sent {resent}, whose last turn the run log recorded completed (events#{}), while {queued:?} waited: it should answer the queue and re-send nothing",
             last_end["seq"]

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::model::ReplyExpect;
+use crate::run_log::Kind;
 
 /// An exchange of `kind` for `id`.
 fn exchange(kind: &str, id: &str, text: &str, status: u16, body: Value) -> Exchange {
@@ -261,7 +262,7 @@ fn acceptance_is_judged_from_the_provider_side() {
     let e = acted_at(2);
     assert_only_fails(&e, "contract", "before recording its acceptance");
     let mut e = acted_at(10);
-    e.events.retain(|ev| ev["kind"] != "turn.accepted");
+    e.events.retain(|ev| Kind::of(ev) != Kind::TurnAccepted);
     assert_only_fails(&e, "contract", "never recorded the turn accepted");
     let mut e = acted_at(10);
     e.task["runs"][0]["status"] = json!("failed");

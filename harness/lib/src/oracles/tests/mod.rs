@@ -3,6 +3,7 @@
 use super::*;
 use crate::evidence::{Exchange, ProviderTurn};
 use crate::model::{CellSpec, Cut, Fault};
+use crate::run_log::Kind;
 use serde_json::{Value, json};
 use wire::journal::{Entry, EntryKind};
 use wire::ledger::LedgerEntry;
@@ -279,7 +280,7 @@ fn contract_catches_an_unjustified_fail_closed_and_a_false_adoption() {
         json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
     e.task["runs"][0]["status"] = json!("failed");
     e.task["runs"][0]["cause"] = e.task["cause"].clone();
-    e.events.retain(|ev| ev["kind"] != "turn.accepted");
+    e.events.retain(|ev| Kind::of(ev) != Kind::TurnAccepted);
     e.ledger.clear();
     assert_only_fails(&e, "contract", "provably safe");
 
@@ -337,14 +338,14 @@ fn an_adoption_of_a_row_never_accepted_is_judged_by_its_client_id() {
     // The runner sent m1, was cut before recording the acceptance, and the
     // restarted runner found the turn by its client id, completed (pt1).
     let mut e = good();
-    e.events.retain(|ev| ev["kind"] != "turn.accepted");
+    e.events.retain(|ev| Kind::of(ev) != Kind::TurnAccepted);
     for (i, ev) in e.events.iter_mut().enumerate() {
         ev["seq"] = json!(i + 1);
     }
     let finished = e
         .events
         .iter()
-        .position(|ev| ev["kind"] == "turn.finished")
+        .position(|ev| Kind::of(ev) == Kind::TurnFinished)
         .unwrap();
     e.events[finished]["data"]["adopted"] = json!(true);
     let (_, message) = verdict(&judge(&e), "contract");
