@@ -218,7 +218,7 @@ fn entries(
         boundaries
             .iter()
             .find(|b| &b.cut == cut)
-            .is_some_and(|b| b.role != "runner")
+            .is_some_and(|b| b.role != harness::model::Role::Runner)
     };
     let mut rows: Vec<(&Cut, [Vec<&Finished>; Fault::ALL.len()])> =
         matrix::rows(finished.iter().map(|f| (&f.result.spec, f)))

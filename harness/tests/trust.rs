@@ -44,7 +44,7 @@ fn a_runner_that_loses_its_state_on_restart_never_passes() {
     let first: Vec<&harness::model::Cut> = d
         .boundaries
         .iter()
-        .filter(|b| b.role == "runner")
+        .filter(|b| b.role == harness::model::Role::Runner)
         .take(2)
         .map(|b| &b.cut)
         .collect();

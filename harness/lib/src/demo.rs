@@ -57,7 +57,7 @@ impl FakeCodex {
             .env_remove(cutpoint::ENV_ARM)
             .env_remove(cutpoint::ENV_SOCKET)
             .env_remove(cutpoint::ENV_TRACE)
-            .env(cutpoint::ENV_ROLE, "provider");
+            .env(cutpoint::ENV_ROLE, crate::model::Role::Provider.as_str());
         cmd
     }
 

@@ -14,6 +14,7 @@
 //! stops the examination and names where the spec says it. This module
 //! judges conformance to the contract, not recovery: that is the wave's.
 
+use crate::model::Role;
 use std::path::Path;
 use std::time::Duration;
 
@@ -583,7 +584,11 @@ fn render_traced(t: &Traced) -> String {
             o.verdict.as_str()
         ));
     }
-    let runner: Vec<&Boundary> = t.boundaries.iter().filter(|b| b.role == "runner").collect();
+    let runner: Vec<&Boundary> = t
+        .boundaries
+        .iter()
+        .filter(|b| b.role == Role::Runner)
+        .collect();
     let writes = runner
         .iter()
         .filter(|b| b.cut.point.starts_with(crate::model::WRITE_POINTS))

@@ -132,8 +132,8 @@ pub struct Evidence {
     pub reached_cut: bool,
     /// Events of the schedule applied (the first cut included).
     pub events_applied: usize,
-    /// Role of the process that reached it (`runner`/`provider`).
-    pub cut_role: Option<String>,
+    /// Role of the process that reached it.
+    pub cut_role: Option<crate::model::Role>,
     /// The harness's actions in order.
     pub actions: Vec<Action>,
     /// Requests and their final answers.

@@ -10,6 +10,7 @@
 //! wave or explore seed, so a seed names the same schedules on every machine
 //! that discovers the same boundaries.
 
+use crate::model::Role;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -79,7 +80,7 @@ pub fn ordered(boundaries: &[Boundary]) -> Vec<Boundary> {
     let mut runner: Vec<Boundary> = Vec::new();
     let mut provider: Vec<Boundary> = Vec::new();
     for b in boundaries {
-        if b.role == "runner" {
+        if b.role == Role::Runner {
             runner.push(b.clone());
         } else {
             provider.push(b.clone());
@@ -475,7 +476,7 @@ mod tests {
                 point: point.into(),
                 n,
             },
-            role: role.into(),
+            role: Role::of(role),
             provider_alive: alive,
         }
     }

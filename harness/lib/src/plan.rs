@@ -8,6 +8,7 @@
 //! `provider_stop` of the runner), so no cell fires a fault at nothing.
 
 use crate::cell::{CellEnv, run_cell_traced};
+use crate::model::Role;
 use crate::model::{CellSpec, Cut, Fault, Verdict};
 use crate::nemesis;
 use crate::scenario::{CutSelection, Scenario};
@@ -17,8 +18,8 @@ use crate::scenario::{CutSelection, Scenario};
 pub struct Boundary {
     /// The cut.
     pub cut: Cut,
-    /// `runner` or `provider`.
-    pub role: String,
+    /// The process that reached it.
+    pub role: Role,
     /// Whether a provider process is alive when it is hit.
     pub provider_alive: bool,
     /// Its durable segment in the clean run: how many durable writes (the
@@ -191,7 +192,7 @@ pub fn boundaries_of(hits: Vec<cutpoint::Hit>) -> Vec<Boundary> {
         boundaries.push(Boundary {
             segment,
             cut,
-            role: h.role,
+            role: Role::of(&h.role),
             provider_alive,
         });
     }
@@ -207,14 +208,15 @@ fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
     let mut alive = 0i64;
     hits.iter()
         .map(|h| {
-            if h.role == "runner" {
+            let role = Role::of(&h.role);
+            if role == Role::Runner {
                 match h.point.as_str() {
                     "runner.provider_identity.persisted" => alive += 1,
                     "runner.provider_stop.persisted" => alive = (alive - 1).max(0),
                     _ => {}
                 }
             }
-            h.role == "provider" || alive > 0
+            role == Role::Provider || alive > 0
         })
         .collect()
 }
@@ -263,7 +265,7 @@ pub fn discover_after(
                 point: h.point.clone(),
                 n: *n,
             },
-            role: h.role.clone(),
+            role: Role::of(&h.role),
             provider_alive: alive,
             segment: 0,
         });
@@ -413,7 +415,7 @@ fn planned_at(b: &Boundary, fault: Fault) -> bool {
     if fault.is_storage() != write_point {
         return false;
     }
-    fault != Fault::PowerCut || Fault::power_cut_planned_at(&b.cut.point, &b.role)
+    fault != Fault::PowerCut || Fault::power_cut_planned_at(&b.cut.point, b.role)
 }
 
 /// Checks a `--cut`/`--fault` pair against the boundaries of a clean run

@@ -13,6 +13,7 @@
 //! stranded), judged like a cell: the wave goes on, and goes red.
 
 use crate::cell::CellEnv;
+use crate::model::Role;
 use crate::model::{CellResult, CellSpec, Event, Fault, Skipped, Verdict};
 use crate::plan::{self, DiscoveryFailed};
 use crate::scenario::{self, Scenario};
@@ -147,9 +148,9 @@ fn discover_all<'a>(
         // set does not: cells are numbered in a fixed order (runner points
         // first, then by name and occurrence), so every shard of a wave,
         // planned on its own machine, numbers the same cells the same way.
-        discovery
-            .boundaries
-            .sort_by(|a, b| (a.role != "runner", &a.cut).cmp(&(b.role != "runner", &b.cut)));
+        discovery.boundaries.sort_by(|a, b| {
+            (a.role != Role::Runner, &a.cut).cmp(&(b.role != Role::Runner, &b.cut))
+        });
         found.push(Discovered {
             id,
             scenario,

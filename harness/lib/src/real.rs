@@ -34,7 +34,7 @@ pub const PREFIX_ENV: &str = "TURNCUT_NPM_PREFIX";
 /// The cut-point role of the fake model API in a real profile's cell: its
 /// hits are boundaries, but a provider fault there signals the real
 /// product, not the model API.
-pub const MODEL_ROLE: &str = "model";
+pub const MODEL_ROLE: crate::model::Role = crate::model::Role::Model;
 
 /// The least provider idle timeout in a real product's cell: a real product
 /// goes quiet for longer than a fake between two messages (it thinks, it

@@ -19,6 +19,7 @@
 //!
 //! This module chooses the cells; `wave` runs them after stage 1.
 
+use crate::model::Role;
 use std::collections::BTreeMap;
 
 use crate::cell::CellEnv;
@@ -180,7 +181,7 @@ pub fn second_faults(b: &Boundary) -> Vec<Fault> {
     let mut out = vec![Fault::KillRunner];
     if write {
         out.push(Fault::FailWrite);
-    } else if b.role != "runner" && b.provider_alive {
+    } else if b.role != Role::Runner && b.provider_alive {
         out.push(Fault::KillProvider);
     }
     out
@@ -351,9 +352,9 @@ mod tests {
                 n,
             },
             role: if point.starts_with("runner.") {
-                "runner".into()
+                Role::Runner
             } else {
-                "provider".into()
+                Role::Provider
             },
             provider_alive: alive,
         }

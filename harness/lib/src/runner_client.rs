@@ -538,7 +538,7 @@ impl RunnerCommand {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .args(extra)
-            .env(cutpoint::ENV_ROLE, "runner");
+            .env(cutpoint::ENV_ROLE, crate::model::Role::Runner.as_str());
         cmd
     }
 }

@@ -6,6 +6,7 @@
 //! faults (`apply_storage`, `disk_comes_back`) and the turn-active sync point
 //! (`hold_for_sync`).
 
+use crate::model::Role;
 use crate::run_log::Kind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -205,7 +206,7 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
         .sync
         .as_ref()
         .is_some_and(|c| c.point == hit.point && c.n == hit.n)
-        && hit.role == "runner"
+        && Role::of(&hit.role) == Role::Runner
         && !shared.follow_up_sent.load(Ordering::SeqCst);
     match (is_sync, event) {
         (true, e) => Some(Wanted::Sync(e)),
@@ -220,7 +221,7 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
 fn kills_runner_elsewhere(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
     let fault = shared.events[stage].fault;
     stage > 0
-        && hit.role != "runner"
+        && Role::of(&hit.role) != Role::Runner
         && (nemesis::plan(fault).kill_runner || fault == Fault::PowerCut)
 }
 
@@ -272,7 +273,7 @@ fn apply_event(
         json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() }),
     );
     if stage == 0 {
-        *shared.cut_role.lock().expect("cut role") = Some(held.hit.role.clone());
+        *shared.cut_role.lock().expect("cut role") = Some(Role::of(&held.hit.role));
     }
     if event.fault.is_action() {
         // The request passes cut points of its own, so it runs on a thread of
@@ -393,7 +394,7 @@ fn restart_runner(
 /// write fails) or `fail ENOSPC` (the disk is full until the runner's next
 /// write, see [`disk_comes_back`]).
 fn apply_storage(shared: &Shared, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
-    if held.hit.role != "runner" || !fault.applies_at(&held.hit.point) {
+    if Role::of(&held.hit.role) != Role::Runner || !fault.applies_at(&held.hit.point) {
         shared.act(
             "fault.not-a-write",
             json!({ "fault": fault.as_str(), "point": held.hit.point }),
@@ -490,14 +491,17 @@ pub(super) fn apply_fault(
         return super::power::cut_power(shared, env, layout, canary, held);
     }
     let plan = nemesis::plan(fault);
-    let provider = if held.hit.role == "provider" {
+    let provider = if Role::of(&held.hit.role) == Role::Provider {
         Some(held.hit.pid)
     } else if plan.provider_signal.is_some() {
         client.as_ref().and_then(live_provider)
     } else {
         None
     };
-    if plan.kill_runner && plan.provider_signal.is_none() && held.hit.role == "runner" {
+    if plan.kill_runner
+        && plan.provider_signal.is_none()
+        && Role::of(&held.hit.role) == Role::Runner
+    {
         freeze_runner_children(shared, layout, held.hit.pid);
     }
     if plan.kill_runner {
@@ -519,7 +523,10 @@ pub(super) fn apply_fault(
         (Some(_), None) => shared.act("fault.no-provider", json!({ "fault": fault.as_str() })),
         (None, _) => {}
     }
-    if plan.kill_runner && plan.provider_signal.is_none() && held.hit.role == "provider" {
+    if plan.kill_runner
+        && plan.provider_signal.is_none()
+        && Role::of(&held.hit.role) == Role::Provider
+    {
         // The provider stays busy at its cut while the runner restarts: the
         // restarted runner must stop it (old provider first). Released only at
         // teardown, after the survivors are counted, so a runner that skips

@@ -13,6 +13,7 @@
 //! requests, `events` is the cut thread, `teardown` collects the final
 //! evidence.
 
+use crate::model::Role;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -144,10 +145,12 @@ struct Shared {
     disk_full: Mutex<Option<(u32, Instant)>>,
     /// Index of the next event of the schedule.
     stage: std::sync::atomic::AtomicUsize,
-    cut_role: Mutex<Option<String>>,
+    cut_role: Mutex<Option<Role>>,
     /// Faults applied so far (one per reached stage when done).
     faults_applied: std::sync::atomic::AtomicUsize,
     events_before: Mutex<Option<Vec<Value>>>,
+    /// Every process the cell has met (what it is, its pid, its start
+    /// time): the hygiene oracle's list of what must be gone at teardown.
     pids: Mutex<Vec<(String, u32, Option<u64>)>>,
     stop: AtomicBool,
     error: Mutex<Option<String>>,
@@ -530,7 +533,7 @@ fn start_model_api(
         &layout.p("script.toml"),
     );
     cmd.env(cutpoint::ENV_SOCKET, layout.p("cut.sock"))
-        .env(cutpoint::ENV_ROLE, crate::real::MODEL_ROLE)
+        .env(cutpoint::ENV_ROLE, crate::real::MODEL_ROLE.as_str())
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE)
         .env_remove(nemesis::TAG_ENV);
@@ -639,7 +642,7 @@ fn runner_command(
         .args(["--provider-term-grace-ms", "100"])
         .args(&env.runner_extra)
         .env(cutpoint::ENV_SOCKET, layout.p("cut.sock"))
-        .env(cutpoint::ENV_ROLE, "runner")
+        .env(cutpoint::ENV_ROLE, Role::Runner.as_str())
         .env("TURNCUT_PROVIDER_API_KEY", canary)
         .env("RUST_LOG", "info")
         .env(nemesis::TAG_ENV, &layout.dir)

@@ -30,7 +30,7 @@ pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
     }
     ev.reached_cut = shared.reached.load(Ordering::SeqCst);
     ev.events_applied = shared.faults_applied.load(Ordering::SeqCst);
-    ev.cut_role = shared.cut_role.lock().expect("cut role").clone();
+    ev.cut_role = *shared.cut_role.lock().expect("cut role");
     ev.events_before_fault = shared.events_before.lock().expect("events").take();
     ev.workspace_after_cut = shared.workspace_after_cut.lock().expect("workspace").take();
     // The journal as it is now names the commands to look for; the evidence
