@@ -49,14 +49,14 @@ fn a_three_event_failure_shrinks_to_a_minimal_schedule_that_fails_the_same_oracl
     let minimal = found.minimal.result.spec.schedule().unwrap();
     eprintln!(
         "original {}  →  minimal {} ({} shrinking runs)",
-        harness::model::format_schedule(&original),
-        harness::model::format_schedule(&minimal),
+        harness::model::format_schedule(original),
+        harness::model::format_schedule(minimal),
         found.shrink_runs
     );
     assert!(original.len() >= 3, "{original:?}");
     assert!((1..=2).contains(&minimal.len()), "not shrunk: {minimal:?}");
     assert!(explore::is_failure(&found.minimal));
-    let again = explore::run_until_failure(&env, &scenarios, &id, &minimal, 3);
+    let again = explore::run_until_failure(&env, &scenarios, &id, minimal, 3);
     let failing = explore::failing_oracles(&again);
     assert!(
         explore::failing_oracles(&found.minimal)

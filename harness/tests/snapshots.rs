@@ -112,7 +112,7 @@ fn check(case: &str) {
             plan::expand(s, &d.boundaries)
                 .expect("cells expand")
                 .into_iter()
-                .map(|(c, f)| (id.clone(), c, f))
+                .map(|event| (id.clone(), event))
                 .collect(),
         );
         // A fixed sample per profile keeps `cargo test` within CI's budget;
@@ -179,7 +179,7 @@ fn run_reaching_cuts(
     for attempt in 2..=ATTEMPTS {
         let missed: Vec<CellSpec> = finished
             .iter()
-            .filter(|f| f.result.spec.cut.is_some() && !f.result.outcome.reached_cut)
+            .filter(|f| f.result.spec.cut().is_some() && !f.result.outcome.reached_cut)
             .map(|f| f.result.spec.clone())
             .collect();
         if missed.is_empty() {

@@ -35,8 +35,8 @@ fn a_runner_that_loses_its_state_on_restart_never_passes() {
     let cells = plan::expand(s, &d.boundaries)
         .unwrap()
         .into_iter()
-        .filter(|(_, f)| *f == Some(Fault::KillRunner))
-        .map(|(c, f)| (s.id(profile), c, f))
+        .filter(|e| e.as_ref().is_some_and(|e| e.fault == Fault::KillRunner))
+        .map(|e| (s.id(profile), e))
         .collect();
     let cells = plan::number(7, cells);
     // The runner's first two boundaries (before the submit's answer, the run
@@ -50,7 +50,7 @@ fn a_runner_that_loses_its_state_on_restart_never_passes() {
         .collect();
     let (early, rest): (Vec<_>, Vec<_>) = cells
         .into_iter()
-        .partition(|c| c.cut.as_ref().is_some_and(|cut| first.contains(&cut)));
+        .partition(|c| c.cut().is_some_and(|cut| first.contains(&cut)));
     let cells: Vec<_> = early
         .into_iter()
         .chain(plan::sample(rest, Some(CELLS), 7))
@@ -113,13 +113,14 @@ fn a_follow_up_cut_mid_request_is_recorded_as_info_then_ok() {
     let spec = CellSpec {
         cell_id: "t001".into(),
         scenario_id: s.id(profile),
-        cut: Some(Cut {
-            point: "runner.follow_up.persisted".into(),
-            n: 1,
-        }),
-        fault: Some(Fault::KillRunner),
         seed: 1,
-        then: Vec::new(),
+        events: vec![harness::model::Event {
+            cut: Cut {
+                point: "runner.follow_up.persisted".into(),
+                n: 1,
+            },
+            fault: Fault::KillRunner,
+        }],
     };
     let run = harness::cell::run_cell(&CellEnv::new(exe(), &dir), s, profile, &spec);
     let ops: Vec<(OpResult, Option<u16>)> = run

@@ -14,14 +14,13 @@
 //! stops the examination and names where the spec says it. This module
 //! judges conformance to the contract, not recovery: that is the wave's.
 
-use crate::model::Role;
 use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::cell::{CellEnv, cell_runner_command, run_cell_traced, write_cell_inputs};
-use crate::model::{CellSpec, OracleResult, Verdict};
+use crate::model::{CellSpec, OracleResult, Role, Verdict};
 use crate::plan::{Boundary, boundaries_of, expand};
 use crate::runner_client::{RunnerClient, RunnerProcess, event_views, task_view};
 use crate::runner_spec::{self, KindStatus};
@@ -487,10 +486,8 @@ fn traced(env: &CellEnv, scenario: &Scenario, profile: &str) -> Result<Traced, M
     let spec = CellSpec {
         cell_id: "doctor".into(),
         scenario_id: scenario.id(profile),
-        cut: None,
-        fault: None,
         seed: 0,
-        then: Vec::new(),
+        events: Vec::new(),
     };
     let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
     if let Some(e) = &run.result.error {

@@ -10,7 +10,6 @@
 //! wave or explore seed, so a seed names the same schedules on every machine
 //! that discovers the same boundaries.
 
-use crate::model::Role;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -21,7 +20,7 @@ use proptest::strategy::ValueTree as _;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use crate::cell::CellEnv;
-use crate::model::{CellSpec, Cut, Event, Fault, Verdict};
+use crate::model::{CellSpec, Cut, Event, Fault, Role, Verdict};
 use crate::nemesis;
 use crate::plan::{self, Boundary};
 use crate::scenario::{self, Scenario};

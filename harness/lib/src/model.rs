@@ -329,23 +329,77 @@ fn check_point_name(point: &str) -> Result<(), String> {
     }
 }
 
-/// What one cell is: a scenario, and a cut with a fault (or none: a clean run).
+/// What one cell is: a scenario, and a schedule of events (none: a clean
+/// run; the first is the armed cut).
+///
+/// Stored as it always was (`cut`, `fault` and `then`, [`SpecOnDisk`]), so
+/// `wave.json`, plans and snapshots written before keep their meaning and
+/// their hashes; a stored cut without its fault (or the reverse) is an
+/// error when read, never half a cell.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SpecOnDisk", into = "SpecOnDisk")]
 pub struct CellSpec {
     /// `t001`, `t002`, … within a wave.
     pub cell_id: String,
     /// `<suite>.<profile>.<location>.<case>`.
     pub scenario_id: String,
-    /// The armed cut, if any.
-    pub cut: Option<Cut>,
-    /// The fault applied at the cut.
-    pub fault: Option<Fault>,
     /// The cell's seed, derived from the wave seed and the cell id.
     pub seed: u64,
-    /// Events after the first cut (a schedule, or a depth-2 cut during
-    /// recovery); empty for a one-cut cell.
+    /// Every event of the cell, the armed cut first; empty for a clean cell.
+    pub events: Vec<Event>,
+}
+
+/// A [`CellSpec`] as stored: the armed cut and its fault, then the events
+/// after it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct SpecOnDisk {
+    cell_id: String,
+    scenario_id: String,
+    cut: Option<Cut>,
+    fault: Option<Fault>,
+    seed: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub then: Vec<Event>,
+    then: Vec<Event>,
+}
+
+impl TryFrom<SpecOnDisk> for CellSpec {
+    type Error = String;
+
+    fn try_from(d: SpecOnDisk) -> Result<CellSpec, String> {
+        let events = match (d.cut, d.fault) {
+            (Some(cut), Some(fault)) => std::iter::once(Event { cut, fault })
+                .chain(d.then)
+                .collect(),
+            (None, None) if d.then.is_empty() => Vec::new(),
+            _ => {
+                return Err(format!(
+                    "cell {}: a cut needs its fault and later events need a first cut",
+                    d.cell_id
+                ));
+            }
+        };
+        Ok(CellSpec {
+            cell_id: d.cell_id,
+            scenario_id: d.scenario_id,
+            seed: d.seed,
+            events,
+        })
+    }
+}
+
+impl From<CellSpec> for SpecOnDisk {
+    fn from(s: CellSpec) -> SpecOnDisk {
+        let mut events = s.events.into_iter();
+        let first = events.next();
+        SpecOnDisk {
+            cell_id: s.cell_id,
+            scenario_id: s.scenario_id,
+            cut: first.as_ref().map(|e| e.cut.clone()),
+            fault: first.map(|e| e.fault),
+            seed: s.seed,
+            then: events.collect(),
+        }
+    }
 }
 
 impl CellSpec {
@@ -353,30 +407,35 @@ impl CellSpec {
     /// `+<point>#<n>/<fault>` per later event), or `<scenario-id>@clean`.
     pub fn name(&self) -> String {
         match self.schedule() {
-            Some(events) => format!("{}@{}", self.scenario_id, format_schedule(&events)),
+            Some(events) => format!("{}@{}", self.scenario_id, format_schedule(events)),
             None => format!("{}@clean", self.scenario_id),
         }
     }
 
     /// Every event of the cell, the first cut first; `None` for a clean cell.
-    pub fn schedule(&self) -> Option<Vec<Event>> {
-        let (cut, fault) = (self.cut.clone()?, self.fault?);
-        let mut all = vec![Event { cut, fault }];
-        all.extend(self.then.iter().cloned());
-        Some(all)
+    pub fn schedule(&self) -> Option<&[Event]> {
+        (!self.events.is_empty()).then_some(self.events.as_slice())
     }
 
-    /// A cell running `events` (the first is the armed cut).
-    pub fn with_schedule(&mut self, events: &[Event]) {
-        self.cut = events.first().map(|e| e.cut.clone());
-        self.fault = events.first().map(|e| e.fault);
-        self.then = events.iter().skip(1).cloned().collect();
+    /// The armed cut (the first event's), if any.
+    pub fn cut(&self) -> Option<&Cut> {
+        self.events.first().map(|e| &e.cut)
+    }
+
+    /// The first event's fault, if any.
+    pub fn fault(&self) -> Option<Fault> {
+        self.events.first().map(|e| e.fault)
+    }
+
+    /// The events after the first cut.
+    pub fn then(&self) -> &[Event] {
+        self.events.get(1..).unwrap_or_default()
     }
 
     /// How deep the cell reaches: 0 clean, 1 one cut, 2 and more a cell with
     /// later events.
     pub fn depth(&self) -> usize {
-        self.schedule().map_or(0, |s| s.len())
+        self.events.len()
     }
 }
 
@@ -657,6 +716,31 @@ pub struct Stage2Plan {
 pub fn unreached(cells: &[CellResult]) -> usize {
     cells
         .iter()
-        .filter(|c| c.spec.cut.is_some() && !c.outcome.reached_cut)
+        .filter(|c| c.spec.cut().is_some() && !c.outcome.reached_cut)
         .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cell_spec_is_stored_as_it_always_was_and_half_a_cut_is_refused() {
+        let old = r#"{"cell_id":"t002","scenario_id":"s.p.l.c","cut":{"point":"a.b","n":1},"fault":"kill-runner","seed":9,"then":[{"cut":{"point":"c.d","n":2},"fault":"fail-write"}]}"#;
+        let spec: CellSpec = serde_json::from_str(old).unwrap();
+        assert_eq!(spec.depth(), 2);
+        assert_eq!(spec.fault(), Some(Fault::KillRunner));
+        assert_eq!(spec.then()[0].fault, Fault::FailWrite);
+        assert_eq!(serde_json::to_string(&spec).unwrap(), old, "the same bytes");
+        let clean =
+            r#"{"cell_id":"t001","scenario_id":"s.p.l.c","cut":null,"fault":null,"seed":1}"#;
+        let spec: CellSpec = serde_json::from_str(clean).unwrap();
+        assert_eq!((spec.depth(), spec.name()), (0, "s.p.l.c@clean".to_owned()));
+        assert_eq!(serde_json::to_string(&spec).unwrap(), clean);
+        let half = r#"{"cell_id":"t003","scenario_id":"s","cut":{"point":"a.b","n":1},"fault":null,"seed":1}"#;
+        let err = serde_json::from_str::<CellSpec>(half)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a cut needs its fault"), "{err}");
+    }
 }

@@ -8,8 +8,7 @@
 //! `provider_stop` of the runner), so no cell fires a fault at nothing.
 
 use crate::cell::{CellEnv, run_cell_traced};
-use crate::model::Role;
-use crate::model::{CellSpec, Cut, Fault, Verdict};
+use crate::model::{CellSpec, Cut, Event, Fault, Role, Verdict};
 use crate::nemesis;
 use crate::scenario::{CutSelection, Scenario};
 
@@ -142,10 +141,8 @@ pub fn discover(
     let spec = CellSpec {
         cell_id: "discovery".into(),
         scenario_id: scenario.id(profile),
-        cut: None,
-        fault: None,
         seed: 0,
-        then: Vec::new(),
+        events: Vec::new(),
     };
     let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
     if let Some(e) = &run.result.error {
@@ -340,11 +337,8 @@ pub const POINT_FAMILIES: &[&str] = &["runner", "codex", "acp", "opencode", "mod
 
 /// The cuts and faults of one scenario: the clean cell first, then every
 /// selected boundary × fault.
-pub fn expand(
-    scenario: &Scenario,
-    boundaries: &[Boundary],
-) -> anyhow::Result<Vec<(Option<Cut>, Option<Fault>)>> {
-    let mut out = vec![(None, None)];
+pub fn expand(scenario: &Scenario, boundaries: &[Boundary]) -> anyhow::Result<Vec<Option<Event>>> {
+    let mut out = vec![None];
     let selected: Vec<&Boundary> = match &scenario.cut {
         CutSelection::None => Vec::new(),
         CutSelection::EveryBoundary => boundaries.iter().collect(),
@@ -395,7 +389,10 @@ pub fn expand(
         for &fault in &scenario.faults {
             if planned_at(b, fault) {
                 debug_assert!(fault.applies_at(&b.cut.point));
-                out.push((Some(b.cut.clone()), Some(fault)));
+                out.push(Some(Event {
+                    cut: b.cut.clone(),
+                    fault,
+                }));
             }
         }
     }
@@ -524,12 +521,9 @@ pub fn schedule_cell(
     let mut spec = CellSpec {
         cell_id,
         scenario_id,
-        cut: None,
-        fault: None,
         seed: 0,
-        then: Vec::new(),
+        events: events.to_vec(),
     };
-    spec.with_schedule(events);
     spec.seed = cell_seed(wave_seed, &spec.name());
     spec
 }
@@ -600,19 +594,18 @@ pub fn number_schedules(
         .collect()
 }
 
-/// Numbers cells `t001…` in order and seeds them.
-pub fn number(wave_seed: u64, cells: Vec<(String, Option<Cut>, Option<Fault>)>) -> Vec<CellSpec> {
+/// Numbers cells `t001…` in order and seeds them: each a clean run or one
+/// cut with its fault.
+pub fn number(wave_seed: u64, cells: Vec<(String, Option<Event>)>) -> Vec<CellSpec> {
     cells
         .into_iter()
         .enumerate()
-        .map(|(i, (scenario_id, cut, fault))| {
+        .map(|(i, (scenario_id, event))| {
             let mut spec = CellSpec {
                 cell_id: format!("t{:03}", i + 1),
                 scenario_id,
-                cut,
-                fault,
                 seed: 0,
-                then: Vec::new(),
+                events: event.into_iter().collect(),
             };
             spec.seed = cell_seed(wave_seed, &spec.name());
             spec
@@ -683,11 +676,13 @@ mod tests {
                 .map(|i| {
                     (
                         "s".to_owned(),
-                        Some(Cut {
-                            point: format!("p.{i}.x"),
-                            n: 1,
+                        Some(Event {
+                            cut: Cut {
+                                point: format!("p.{i}.x"),
+                                n: 1,
+                            },
+                            fault: Fault::KillRunner,
                         }),
-                        Some(Fault::KillRunner),
                     )
                 })
                 .collect(),

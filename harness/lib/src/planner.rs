@@ -13,8 +13,7 @@
 //! stranded), judged like a cell: the wave goes on, and goes red.
 
 use crate::cell::CellEnv;
-use crate::model::Role;
-use crate::model::{CellResult, CellSpec, Event, Fault, Skipped, Verdict};
+use crate::model::{CellResult, CellSpec, Event, Fault, Role, Skipped, Verdict};
 use crate::plan::{self, DiscoveryFailed};
 use crate::scenario::{self, Scenario};
 use crate::wave::Reach;
@@ -63,12 +62,7 @@ pub fn plan_cells(
         let d = &f.discovery;
         let mut cells: Vec<Vec<Event>> = plan::expand(f.scenario, &d.boundaries)?
             .into_iter()
-            .map(|(cut, fault)| {
-                cut.zip(fault)
-                    .map(|(cut, fault)| Event { cut, fault })
-                    .into_iter()
-                    .collect()
-            })
+            .map(|event| event.into_iter().collect())
             .collect();
         if f.scenario.cut == crate::scenario::CutSelection::EveryBoundary && reach.recuts {
             let seed = plan::cell_seed(wave_seed ^ 0x7217, f.id);

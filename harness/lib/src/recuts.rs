@@ -19,11 +19,10 @@
 //!
 //! This module chooses the cells; `wave` runs them after stage 1.
 
-use crate::model::Role;
 use std::collections::BTreeMap;
 
 use crate::cell::CellEnv;
-use crate::model::{CellResult, CellSpec, Event, Fault, WRITE_POINTS};
+use crate::model::{CellResult, CellSpec, Event, Fault, Role, WRITE_POINTS};
 use crate::plan::{self, Boundary};
 use crate::scenario::{self, Scenario};
 
@@ -83,7 +82,7 @@ pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Rep
         // A power cut's recovery walks the paths a kill-both's does, on a
         // state with less in it; cutting it again would put lazy mounts
         // under stage 2's cells, whose count follows the paths.
-        .filter(|r| r.spec.fault != Some(Fault::PowerCut))
+        .filter(|r| r.spec.fault() != Some(Fault::PowerCut))
         .filter_map(|r| {
             let (s, _) = scenario::find(scenarios, &r.spec.scenario_id)?;
             Some((r, waiting_work(s)))

@@ -92,7 +92,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
         };
     };
     let mut run = run_cell(env, s, &profile, spec);
-    if spec.cut.is_some() && !run.evidence.reached_cut {
+    if spec.cut().is_some() && !run.evidence.reached_cut {
         run = run_cell(env, s, &profile, spec);
         run.result.retried = Some("the armed cut was not reached on the first attempt".into());
     }
@@ -296,10 +296,9 @@ fn split_power_cut_with(
     let Some(why) = unavailable else {
         return (cells, Vec::new());
     };
-    let (cut, run): (Vec<CellSpec>, Vec<CellSpec>) = cells.into_iter().partition(|c| {
-        c.schedule()
-            .is_some_and(|events| crate::cell::needs_lazy_mounts(&events))
-    });
+    let (cut, run): (Vec<CellSpec>, Vec<CellSpec>) = cells
+        .into_iter()
+        .partition(|c| c.schedule().is_some_and(crate::cell::needs_lazy_mounts));
     let skipped = cut
         .iter()
         .map(|c| crate::model::Skipped {
@@ -346,7 +345,7 @@ pub fn unstable(rounds: &[Vec<Finished>]) -> Vec<Unstable> {
         return Vec::new();
     };
     let seen = |f: &Finished| {
-        let reached = if f.result.spec.cut.is_some() && !f.result.outcome.reached_cut {
+        let reached = if f.result.spec.cut().is_some() && !f.result.outcome.reached_cut {
             " (cut not reached)"
         } else if f.result.retried.is_some() {
             // Reached only on its second attempt: the first one missed.
@@ -475,13 +474,14 @@ mod tests {
                 spec: CellSpec {
                     cell_id: id.into(),
                     scenario_id: "s.runner-codex.local.c".into(),
-                    cut: Some(Cut {
-                        point: format!("runner.p{id}"),
-                        n: 1,
-                    }),
-                    fault: Some(Fault::KillRunner),
                     seed: 1,
-                    then: Vec::new(),
+                    events: vec![crate::model::Event {
+                        cut: Cut {
+                            point: format!("runner.p{id}"),
+                            n: 1,
+                        },
+                        fault: Fault::KillRunner,
+                    }],
                 },
                 verdict,
                 oracles: Vec::new(),
@@ -564,13 +564,7 @@ mod tests {
 
     #[test]
     fn wave_ids_depend_on_the_seed_and_the_planned_cells_only() {
-        let cells = plan::number(
-            7,
-            vec![
-                ("s.a".to_owned(), None, None),
-                ("s.b".to_owned(), None, None),
-            ],
-        );
+        let cells = plan::number(7, vec![("s.a".to_owned(), None), ("s.b".to_owned(), None)]);
         let id = wave_id(7, &cells);
         assert!(id.starts_with("w-s7-"), "{id}");
         assert_eq!(id.len(), "w-s7-".len() + 8, "{id}");

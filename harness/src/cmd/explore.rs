@@ -71,8 +71,7 @@ fn report_found(
     let mut minimal = found.minimal;
     original.result.spec.cell_id = "t001".into();
     minimal.result.spec.cell_id = "t002".into();
-    let schedule =
-        |f: &wave::Finished| model::format_schedule(&f.result.spec.schedule().unwrap_or_default());
+    let schedule = |f: &wave::Finished| model::format_schedule(&f.result.spec.events);
     println!("FAILED: {}", found.scenario_id);
     println!(
         "  original ({} events): {}  [{}]",

@@ -120,6 +120,9 @@ fn one_cut(
     plan::check_cut(&d.boundaries, scenario_id, &cut, fault).map_err(bad)?;
     Ok(plan::number(
         RUN_SEED,
-        vec![(scenario_id.to_owned(), Some(cut), Some(fault))],
+        vec![(
+            scenario_id.to_owned(),
+            Some(harness::model::Event { cut, fault }),
+        )],
     ))
 }

@@ -6,7 +6,6 @@
 //! faults (`apply_storage`, `disk_comes_back`) and the turn-active sync point
 //! (`hold_for_sync`).
 
-use crate::model::Role;
 use crate::run_log::Kind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -18,7 +17,7 @@ use serde_json::{Value, json};
 use super::steps::wait_until;
 use super::{CellEnv, Layout, Shared, TASK_ID, start_runner};
 use crate::evidence::{Exchange, Op};
-use crate::model::{CellSpec, Cut, Event, Fault};
+use crate::model::{CellSpec, Cut, Event, Fault, Role};
 use crate::nemesis;
 use crate::runner_client::RunnerClient;
 use crate::scenario::Scenario;
@@ -27,7 +26,7 @@ use crate::scenario::Scenario;
 /// first cut's fault) when the cell names no later event itself and `recut`
 /// is on.
 pub fn schedule_of(scenario: &Scenario, spec: &CellSpec, recut: bool) -> Vec<Event> {
-    let mut events = spec.schedule().unwrap_or_default();
+    let mut events = spec.events.clone();
     if events.len() == 1
         && recut
         && let Some(recut) = &scenario.recut

@@ -13,7 +13,6 @@
 //! requests, `events` is the cut thread, `teardown` collects the final
 //! evidence.
 
-use crate::model::Role;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::evidence::{Action, Evidence, Exchange, Op};
-use crate::model::{CellResult, CellSpec, Cut, Event, Fault, Outcome, Verdict};
+use crate::model::{CellResult, CellSpec, Cut, Event, Fault, Outcome, Role, Verdict};
 use crate::nemesis;
 use crate::runner_client::{RunnerClient, RunnerProcess};
 use crate::scenario::{FollowUpWhen, Scenario, Step};
@@ -339,7 +338,7 @@ pub fn run_cell_traced(
     let mut ev = Evidence {
         started_ms: wire::journal::now_ms(),
         spec: Some(spec.clone()),
-        fault: spec.fault,
+        fault: spec.fault(),
         canary: canary.clone(),
         expect: scenario.expect.clone(),
         runner_idle_timeout_ms: Some(env.idle_timeout_ms),
@@ -718,7 +717,7 @@ fn drive(
     start_runner(env, layout, shared, canary)?;
     shared.act(
         "runner.started",
-        json!({ "armed": spec.cut.as_ref().map(ToString::to_string) }),
+        json!({ "armed": spec.cut().as_ref().map(ToString::to_string) }),
     );
 
     let cut_thread = {
@@ -739,7 +738,7 @@ fn drive(
     // (the steps may finish before a late cut is even hit), no fault is in
     // flight, and the task has settled with the runner that is now running.
     loop {
-        if spec.cut.is_some() {
+        if spec.cut().is_some() {
             wait_until(shared, until, || {
                 let stage = shared.stage.load(Ordering::SeqCst);
                 stage >= 1 && shared.faults_applied.load(Ordering::SeqCst) >= stage

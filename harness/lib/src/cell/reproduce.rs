@@ -22,9 +22,9 @@ pub fn scenarios_arg(env: &CellEnv) -> Option<String> {
 /// default (`--scenarios` only when the scenarios were not built in).
 pub fn reproduce_args(env: &CellEnv, spec: &CellSpec) -> Vec<String> {
     let mut args = vec!["run".to_owned(), spec.scenario_id.clone()];
-    match (&spec.cut, spec.fault, spec.schedule()) {
+    match (&spec.cut(), spec.fault(), spec.schedule()) {
         (_, _, Some(events)) if events.len() > 1 => {
-            args.extend(["--schedule".into(), crate::model::format_schedule(&events)]);
+            args.extend(["--schedule".into(), crate::model::format_schedule(events)]);
         }
         (Some(cut), Some(fault), _) => args.extend([
             "--cut".into(),

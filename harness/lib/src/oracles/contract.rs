@@ -116,7 +116,7 @@ fn check_native_final_answers(j: &mut Judgement, e: &Evidence) {
 /// A clean cell (nothing cut) shows what its scenario's `[expect]` says:
 /// the final state, the follow-ups consumed and the effects in the ledger.
 fn check_clean_run(j: &mut Judgement, e: &Evidence) {
-    if e.spec.as_ref().is_none_or(|s| s.cut.is_some()) {
+    if e.spec.as_ref().is_none_or(|s| s.cut().is_some()) {
         return;
     }
     let x = &e.expect;

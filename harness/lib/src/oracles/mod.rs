@@ -264,7 +264,7 @@ pub fn hygiene(e: &Evidence) -> OracleResult {
 /// The cell reached its armed cut: a pass that tested nothing is a failure.
 pub fn vacuity(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::Vacuity);
-    let armed = e.spec.as_ref().is_some_and(|s| s.cut.is_some());
+    let armed = e.spec.as_ref().is_some_and(|s| s.cut().is_some());
     if armed && !e.reached_cut && e.harness_error.is_some() {
         j.unknown = Some("the harness failed before the armed cut was reached".to_owned());
     } else if armed && !e.reached_cut {

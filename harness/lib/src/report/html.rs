@@ -271,7 +271,7 @@ fn cell_button(cell: &CellResult, text: &str) -> String {
     // A faulted cell's fault is its grid column (the script reads it from
     // the column, in `Fault::ALL` order like the fault filter); only a clean
     // cell, which spans the columns, says it has none.
-    let fault = match cell.spec.fault {
+    let fault = match cell.spec.fault() {
         Some(_) => "",
         None => " data-f=\"\"",
     };
@@ -327,7 +327,7 @@ fn compact_data(
     let mut cut_index: BTreeMap<String, usize> = BTreeMap::new();
     let mut cells = serde_json::Map::new();
     for c in &wave.cells {
-        let cut = c.spec.cut.as_ref().map(|cut| {
+        let cut = c.spec.cut().as_ref().map(|cut| {
             *cut_index.entry(cut.to_string()).or_insert_with(|| {
                 cuts.push(cut.to_string());
                 cuts.len() - 1
@@ -337,7 +337,7 @@ fn compact_data(
         let record = serde_json::json!([
             scenarios.iter().position(|s| *s == c.spec.scenario_id),
             cut,
-            c.spec.fault.map(|f| f.as_str()),
+            c.spec.fault().map(|f| f.as_str()),
             c.verdict.as_str(),
             o.state,
             o.cause,
@@ -378,10 +378,10 @@ fn render_details(out: &mut String, cell: &CellResult, timeline: Option<&String>
         html(&spec.name())
     );
     let cut = spec
-        .cut
+        .cut()
         .as_ref()
         .map_or_else(|| "none".to_owned(), |c| c.to_string());
-    let fault = spec.fault.map_or("none", |f| f.as_str());
+    let fault = spec.fault().map_or("none", |f| f.as_str());
     for (term, value) in [
         ("scenario", spec.scenario_id.clone()),
         ("cut", cut),

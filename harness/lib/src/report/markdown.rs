@@ -90,7 +90,7 @@ fn facts(wave: &WaveResult, counts: &Counts) -> Vec<String> {
         facts.push(format!("--stress {}", wave.run.stress));
     }
     let unreached = crate::model::unreached(&wave.cells);
-    if wave.cells.iter().any(|c| c.spec.cut.is_some()) {
+    if wave.cells.iter().any(|c| c.spec.cut().is_some()) {
         facts.push(format!(
             "{unreached} cells did not reach their armed cut on either attempt (tested nothing)"
         ));

@@ -23,10 +23,7 @@ pub struct Row<'a, T> {
 pub fn rows<'a, T>(cells: impl IntoIterator<Item = (&'a CellSpec, T)>) -> Vec<Row<'a, T>> {
     let mut rows: Vec<Row<'a, T>> = Vec::new();
     for (spec, cell) in cells {
-        let (cut, fault) = match (&spec.cut, spec.fault) {
-            (Some(cut), Some(fault)) => (Some(cut), Some(fault)),
-            _ => (None, None),
-        };
+        let (cut, fault) = (spec.cut(), spec.fault());
         let i = match rows.iter().position(|r| r.cut == cut) {
             Some(i) => i,
             None => {

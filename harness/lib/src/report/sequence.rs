@@ -246,10 +246,8 @@ mod tests {
             spec: CellSpec {
                 cell_id: id.to_owned(),
                 scenario_id: "s".to_owned(),
-                cut: None,
-                fault: None,
                 seed: 1,
-                then: Vec::new(),
+                events: Vec::new(),
             },
             verdict,
             oracles: vec![OracleResult {

@@ -3,7 +3,7 @@
 use super::markdown::md_code;
 use super::markdown::md_text;
 use super::*;
-use crate::model::{CellSpec, Cut, Fault, OracleResult, Outcome, WAVE_FORMAT_VERSION};
+use crate::model::{CellSpec, Cut, Event, Fault, OracleResult, Outcome, WAVE_FORMAT_VERSION};
 
 const INJECTION: &str = "</script><b>x";
 const FAIL_MESSAGE: &str = "message m1 started 2 primary turns";
@@ -38,13 +38,18 @@ fn cell(
         spec: CellSpec {
             cell_id: id.to_owned(),
             scenario_id: scenario.to_owned(),
-            cut: cut.map(|(point, n)| Cut {
-                point: point.to_owned(),
-                n,
-            }),
-            fault,
             seed: 7,
-            then: Vec::new(),
+            events: cut
+                .zip(fault)
+                .map(|((point, n), fault)| Event {
+                    cut: Cut {
+                        point: point.to_owned(),
+                        n,
+                    },
+                    fault,
+                })
+                .into_iter()
+                .collect(),
         },
         verdict,
         oracles,
@@ -371,8 +376,8 @@ fn html_grows_by_little_per_passing_cell() {
     for i in 0..1000 {
         let mut c = pass.clone();
         c.spec.cell_id = format!("t{}", 1000 + i);
-        c.spec.cut.as_mut().unwrap().n = 10 + i / 4;
-        c.spec.fault = Some(Fault::ALL[i as usize % 4]);
+        c.spec.events[0].cut.n = 10 + i / 4;
+        c.spec.events[0].fault = Fault::ALL[i as usize % 4];
         wave.cells.push(c);
     }
     let per_cell = (report_html(&wave, &Timelines::new()).len() - one) / 1000;

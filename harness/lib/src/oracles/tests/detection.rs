@@ -300,7 +300,7 @@ fn a_native_final_answer_is_recorded_once_and_matches_the_model_api() {
 fn every_expect_field_is_judged_on_a_clean_cell() {
     let clean = || {
         let mut e = good();
-        e.spec.as_mut().unwrap().cut = None;
+        e.spec.as_mut().unwrap().events.clear();
         e.fault = None;
         e
     };

@@ -2,7 +2,7 @@
 //! evidence, built from one healthy cell (`good`).
 use super::*;
 use crate::evidence::{Exchange, ProviderTurn};
-use crate::model::{CellSpec, Cut, Fault};
+use crate::model::{CellSpec, Cut, Event, Fault};
 use crate::run_log::Kind;
 use serde_json::{Value, json};
 use wire::journal::{Entry, EntryKind};
@@ -89,13 +89,14 @@ fn good() -> Evidence {
         spec: Some(CellSpec {
             cell_id: "t001".into(),
             scenario_id: "s".into(),
-            cut: Some(Cut {
-                point: "runner.turn_intent.persisted".into(),
-                n: 1,
-            }),
-            fault: Some(Fault::KillRunner),
             seed: 1,
-            then: Vec::new(),
+            events: vec![Event {
+                cut: Cut {
+                    point: "runner.turn_intent.persisted".into(),
+                    n: 1,
+                },
+                fault: Fault::KillRunner,
+            }],
         }),
         fault: Some(Fault::KillRunner),
         reached_cut: true,
