@@ -18,7 +18,7 @@ use harness::wave;
 
 mod cmd;
 
-use cmd::{Exit, harness_err};
+use cmd::{Code, Exit, harness_err};
 
 /// Options every command that runs cells takes. The timeouts are options
 /// without a default value here, so `replay` can tell a given value from the
@@ -518,10 +518,10 @@ fn main() {
         }
     };
     match run(&exe, cli) {
-        Ok(code) => std::process::exit(code),
+        Ok(code) => std::process::exit(code.status()),
         Err(Exit(code, message)) => {
             eprintln!("turncut: {message}");
-            std::process::exit(code);
+            std::process::exit(code.status());
         }
     }
 }
@@ -550,7 +550,7 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 }
 
 /// Runs a parsed command; `Ok` is the exit code.
-fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
+fn run(exe: &Path, cli: WithCommon) -> Result<Code, Exit> {
     let common = cli.common;
     harness::progress::set_format(
         harness::progress::Format::parse(&common.message_format).unwrap_or_default(),
@@ -578,8 +578,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                 },
         } => cmd::lazyfs::mount(&backing, &mountpoint),
         Command::Demo => match harness::demo::run(exe, common.keep) {
-            Ok(true) => Ok(0),
-            Ok(false) => Ok(1),
+            Ok(ok) => Ok(Code::pass_if(ok)),
             Err(e) => Err(harness_err(format!("demo failed: {e:#}"))),
         },
         Command::Doctor { profiles } => cmd::doctor::doctor(exe, &common, &profiles),
@@ -613,6 +612,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<i32, Exit> {
                 seed: args.seed,
             },
         )
+        .map(Code::pass_if)
         .map_err(|e| harness_err(format!("{e:#}"))),
     }
 }

@@ -76,9 +76,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// Exit code: 0 when a wave can run, 2 otherwise.
-    pub fn exit_code(&self) -> i32 {
-        if self.missing.is_some() { 2 } else { 0 }
+    /// Whether a wave can run on this runner (nothing is missing).
+    pub fn ready(&self) -> bool {
+        self.missing.is_none()
     }
 }
 

@@ -126,7 +126,7 @@ pub fn run(
     exe: &Path,
     scenarios_dir: &Option<PathBuf>,
     sel: &Selection<'_>,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<bool> {
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
     crate::progress::note(&format!("turncut mutants: seed {}", sel.seed));
     let bin = build_seeded()?;
@@ -184,7 +184,7 @@ pub fn run(
         },
         started.elapsed().as_secs_f64()
     );
-    Ok(if ok { 0 } else { 1 })
+    Ok(ok)
 }
 
 /// The control's cells per profile, planned with no bug seeded: the

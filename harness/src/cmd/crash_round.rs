@@ -4,11 +4,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::{Exit, bad, clock_seed, harness_err};
+use super::{Code, Exit, bad, clock_seed, harness_err};
 use crate::{Common, CrashRoundArgs};
 
 /// `turncut crash-round`: exit 1 unless the round ended clean.
-pub fn run(exe: &Path, common: &Common, args: &CrashRoundArgs) -> Result<i32, Exit> {
+pub fn run(exe: &Path, common: &Common, args: &CrashRoundArgs) -> Result<Code, Exit> {
     let CrashRoundArgs {
         tasks,
         kills,
@@ -31,5 +31,5 @@ pub fn run(exe: &Path, common: &Common, args: &CrashRoundArgs) -> Result<i32, Ex
     let figures = harness::crash_round::run(exe, &opts)
         .map_err(|e| harness_err(format!("crash round failed: {e:#}")))?;
     print!("{}", harness::crash_round::render(&figures));
-    Ok(if figures.clean() { 0 } else { 1 })
+    Ok(Code::pass_if(figures.clean()))
 }

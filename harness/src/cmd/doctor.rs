@@ -7,14 +7,14 @@ use std::path::Path;
 
 use harness::{doctor, scenario};
 
-use super::{Exit, bad, emit, env_for};
+use super::{Code, Exit, bad, emit, env_for};
 use crate::Common;
 
 /// The scenario whose script and cut points the doctor uses.
 const CASE: &str = "single-task";
 
 /// `turncut doctor [--profile P]…`.
-pub fn doctor(exe: &Path, common: &Common, profiles: &[String]) -> Result<i32, Exit> {
+pub fn doctor(exe: &Path, common: &Common, profiles: &[String]) -> Result<Code, Exit> {
     let (env, scenarios) = env_for(exe, common, None)?;
     let fakes: Vec<String> = wire::profiles::BUILTIN
         .iter()
@@ -43,5 +43,10 @@ pub fn doctor(exe: &Path, common: &Common, profiles: &[String]) -> Result<i32, E
     );
     let report = doctor::examine(&env, s, &profiles);
     emit(&doctor::render(&report));
-    Ok(report.exit_code())
+    // A runner a wave cannot run on is bad input for the wave (exit 2).
+    Ok(if report.ready() {
+        Code::Pass
+    } else {
+        Code::BadInput
+    })
 }

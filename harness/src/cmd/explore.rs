@@ -8,11 +8,11 @@ use harness::cell::CellEnv;
 use harness::{model, scenario, wave};
 
 use super::reports::write_reports;
-use super::{Exit, bad, clock_seed, env_for, matching_ids, plan_err, prepare_out};
+use super::{Code, Exit, bad, clock_seed, env_for, matching_ids, plan_err, prepare_out};
 use crate::{Common, ExploreArgs};
 
 /// `turncut explore`: exit 0 when no schedule failed, 1 when one did.
-pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<i32, Exit> {
+pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<Code, Exit> {
     use harness::explore as ex;
     let budget = humantime::parse_duration(&args.time)
         .map_err(|e| bad(format!("--time {:?}: {e}; e.g. 90s, 10m, 1h", args.time)))?;
@@ -52,7 +52,7 @@ pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<i32, E
     );
     let Some(found) = explored.found else {
         println!("no schedule failed");
-        return Ok(0);
+        return Ok(Code::Pass);
     };
     report_found(&env, &scenarios, seed, args, found)
 }
@@ -65,7 +65,7 @@ fn report_found(
     seed: u64,
     args: &ExploreArgs,
     found: harness::explore::Found,
-) -> Result<i32, Exit> {
+) -> Result<Code, Exit> {
     use harness::explore as ex;
     let mut original = found.original;
     let mut minimal = found.minimal;
@@ -117,5 +117,5 @@ fn report_found(
         finished[1].result.reproduce
     );
     println!("  or: turncut replay {}", out.join("cells/t002").display());
-    Ok(1)
+    Ok(Code::NotPass)
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use harness::evidence::Evidence;
 
-use super::{Exit, bad, exit_for};
+use super::{Code, Exit, bad};
 
 /// The evidence file of `path`: the file itself, or `evidence.json` in the
 /// cell directory it names.
@@ -39,7 +39,7 @@ fn read(path: &Path) -> Result<Evidence, Exit> {
 
 /// Prints the oracles' verdicts on the saved evidence at `path`; exit 0
 /// when every oracle passes, 1 otherwise, 2 when there is no evidence.
-pub fn judge(path: &Path) -> Result<i32, Exit> {
+pub fn judge(path: &Path) -> Result<Code, Exit> {
     let ev = read(path)?;
     let (verdict, oracles) = harness::oracles::judge_cell(&ev);
     if let Some(spec) = &ev.spec {
@@ -52,5 +52,5 @@ pub fn judge(path: &Path) -> Result<i32, Exit> {
         println!("harness error: {e}");
     }
     println!("verdict: {}", verdict.as_str());
-    Ok(exit_for(verdict))
+    Ok(Code::of(verdict))
 }

@@ -10,9 +10,9 @@ use std::path::Path;
 use lazyfs::{Error, LazyFs};
 use nix::sys::signal::{SigSet, Signal};
 
-use super::{Exit, bad, emit, harness_err};
+use super::{Code, Exit, bad, emit, harness_err};
 
-pub fn mount(backing: &Path, mountpoint: &Path) -> Result<i32, Exit> {
+pub fn mount(backing: &Path, mountpoint: &Path) -> Result<Code, Exit> {
     let mut signals = SigSet::empty();
     for s in [Signal::SIGUSR1, Signal::SIGTERM, Signal::SIGINT] {
         signals.add(s);
@@ -43,7 +43,7 @@ pub fn mount(backing: &Path, mountpoint: &Path) -> Result<i32, Exit> {
         eprintln!("turncut: failed to {e}; unmounted lazily");
     }
     emit(&counters_table(&counters));
-    Ok(0)
+    Ok(Code::Pass)
 }
 
 fn cut(fs: &mut LazyFs) {

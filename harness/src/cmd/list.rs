@@ -3,15 +3,14 @@
 
 use std::path::Path;
 
-use harness::model::Verdict;
 use harness::scenario;
 
-use super::{Exit, emit, env_for, harness_err, unknown_id};
+use super::{Code, Exit, emit, env_for, harness_err, unknown_id};
 use crate::Common;
 
 /// `turncut list [PATTERN]`: every scenario id containing `pattern`, with
 /// its title.
-pub fn list(exe: &Path, common: &Common, pattern: Option<&str>) -> Result<i32, Exit> {
+pub fn list(exe: &Path, common: &Common, pattern: Option<&str>) -> Result<Code, Exit> {
     let (_, scenarios) = env_for(exe, common, None)?;
     let mut text = String::new();
     for s in &scenarios {
@@ -22,13 +21,13 @@ pub fn list(exe: &Path, common: &Common, pattern: Option<&str>) -> Result<i32, E
         }
     }
     emit(&text);
-    Ok(0)
+    Ok(Code::Pass)
 }
 
 /// `turncut boundaries ID`: the cut points of a clean traced run, with
 /// whether a provider is alive at each; exit 1 when the clean run did not
 /// pass.
-pub fn boundaries(exe: &Path, common: &Common, scenario_id: &str) -> Result<i32, Exit> {
+pub fn boundaries(exe: &Path, common: &Common, scenario_id: &str) -> Result<Code, Exit> {
     let (env, scenarios) = env_for(exe, common, None)?;
     let (s, profile) = scenario::find(&scenarios, scenario_id)
         .ok_or_else(|| unknown_id(&scenarios, scenario_id))?;
@@ -53,9 +52,5 @@ pub fn boundaries(exe: &Path, common: &Common, scenario_id: &str) -> Result<i32,
         ));
     }
     emit(&text);
-    Ok(if d.clean_verdict == Verdict::Pass {
-        0
-    } else {
-        1
-    })
+    Ok(Code::of(d.clean_verdict))
 }

@@ -5,11 +5,11 @@ use std::path::{Path, PathBuf};
 use harness::report;
 
 use super::reports::{append_step_summary, clear_old_cells};
-use super::{Exit, bad, emit, exit_for, harness_err, prepare_out};
+use super::{Code, Exit, bad, emit, harness_err, prepare_out};
 
 /// `turncut report merge`: joins the shards, copies their `cells/`
 /// directories and writes the merged reports.
-pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<i32, Exit> {
+pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Code, Exit> {
     let mut waves = Vec::new();
     for d in dirs {
         waves.push(report::read_wave(&d.join("wave.json")).map_err(bad)?);
@@ -27,7 +27,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<i32, Exit> {
     report::write_wave(out, &merged).map_err(harness_err)?;
     append_step_summary(&merged);
     emit(&report::summary_markdown(&merged));
-    Ok(exit_for(merged.verdict()))
+    Ok(Code::of(merged.verdict()))
 }
 
 /// Copies a directory tree (file modes too, so `reproduce.sh` stays

@@ -26,17 +26,50 @@ mod reports;
 pub mod run;
 pub mod wave;
 
+/// turncut's exit codes (README.md, "Exit codes").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Code {
+    /// 0: every cell or check passed.
+    Pass = 0,
+    /// 1: a check failed or was `unknown`, or the run stopped early.
+    NotPass = 1,
+    /// 2: bad input, found before anything ran.
+    BadInput = 2,
+    /// 3: the harness itself failed.
+    HarnessError = 3,
+}
+
+impl Code {
+    /// The code of a verdict: 0 pass, 1 anything else.
+    pub fn of(v: Verdict) -> Code {
+        match v {
+            Verdict::Pass => Code::Pass,
+            Verdict::Unknown | Verdict::Fail => Code::NotPass,
+        }
+    }
+
+    /// [`Code::Pass`] when `ok`, else [`Code::NotPass`].
+    pub fn pass_if(ok: bool) -> Code {
+        if ok { Code::Pass } else { Code::NotPass }
+    }
+
+    /// The process exit status.
+    pub fn status(self) -> i32 {
+        self as i32
+    }
+}
+
 /// An error with its exit code.
-pub struct Exit(pub i32, pub String);
+pub struct Exit(pub Code, pub String);
 
 /// Bad input (exit 2).
 pub fn bad(m: impl std::fmt::Display) -> Exit {
-    Exit(2, m.to_string())
+    Exit(Code::BadInput, m.to_string())
 }
 
 /// A harness error (exit 3).
 pub fn harness_err(m: impl std::fmt::Display) -> Exit {
-    Exit(3, m.to_string())
+    Exit(Code::HarnessError, m.to_string())
 }
 
 /// Writes `text` to stdout; a closed pipe (`turncut list | head -1`) ends
@@ -49,7 +82,7 @@ pub(crate) fn emit(text: &str) {
             std::process::exit(0);
         }
         eprintln!("turncut: writing to stdout: {e}");
-        std::process::exit(3);
+        std::process::exit(Code::HarnessError.status());
     }
 }
 
@@ -59,14 +92,6 @@ fn plan_err(e: anyhow::Error) -> Exit {
     match e.downcast_ref::<scenario::ScenarioError>() {
         Some(se) => bad(se),
         None => harness_err(format!("{e:#}")),
-    }
-}
-
-/// The exit code of a verdict: 0 pass, 1 anything else.
-fn exit_for(v: Verdict) -> i32 {
-    match v {
-        Verdict::Pass => 0,
-        Verdict::Unknown | Verdict::Fail => 1,
     }
 }
 

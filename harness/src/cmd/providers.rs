@@ -7,9 +7,11 @@ use std::time::Instant;
 
 use harness::{fidelity, real};
 
+use super::Code;
+
 /// `turncut providers [--install]`: exit 0 when every real product is
 /// there (after installing, with `--install`), 1 otherwise.
-pub fn providers(install: bool) -> i32 {
+pub fn providers(install: bool) -> Code {
     let mut missing = 0;
     for r in &wire::profiles::REAL {
         let found = match real::locate(r) {
@@ -30,12 +32,12 @@ pub fn providers(install: bool) -> i32 {
             }
         }
     }
-    i32::from(missing > 0)
+    Code::pass_if(missing == 0)
 }
 
 /// `turncut fidelity [--only PROFILE] [--runs N]`: the differential table
 /// of each real product against its fake, one product after the other.
-pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> i32 {
+pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> Code {
     let started = Instant::now();
     let chosen: Vec<&wire::profiles::Real> = wire::profiles::REAL
         .iter()
@@ -48,13 +50,13 @@ pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> i32 {
             only.unwrap_or_default(),
             names.join(", ")
         );
-        return 2;
+        return Code::BadInput;
     }
     let dir = match harness::tempdirs::tempdir("fidelity") {
         Ok(d) => d,
         Err(e) => {
             eprintln!("turncut fidelity: {e}");
-            return 3;
+            return Code::HarnessError;
         }
     };
     let mut rows = Vec::new();
@@ -83,7 +85,7 @@ pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> i32 {
     }
     print!("{}", fidelity::render(&rows));
     println!("wall {:.1} s", started.elapsed().as_secs_f64());
-    i32::from(failed || rows.iter().any(fidelity::Row::differs))
+    Code::pass_if(!failed && !rows.iter().any(fidelity::Row::differs))
 }
 
 /// How many moments a product's differential plays.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use harness::model::{CellResult, Verdict};
 use harness::{report, scenario, wave};
 
-use super::{Exit, bad, emit, env_for, exit_for};
+use super::{Code, Exit, bad, emit, env_for};
 use crate::Common;
 
 /// The wave directory and cell id of `<wave-dir>/t###` or
@@ -25,7 +25,7 @@ fn cell_path(cell: &Path) -> Result<(PathBuf, String), Exit> {
     Ok((wave_dir, cell_id))
 }
 
-pub fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<i32, Exit> {
+pub fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<Code, Exit> {
     let (wave_dir, cell_id) = cell_path(cell)?;
     let wave = report::read_wave(&wave_dir.join("wave.json")).map_err(bad)?;
     let old = wave
@@ -86,5 +86,9 @@ pub fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<i32, Exit> {
         ));
     }
     emit(&text);
-    Ok(if same { exit_for(new.verdict) } else { 1 })
+    Ok(if same {
+        Code::of(new.verdict)
+    } else {
+        Code::NotPass
+    })
 }

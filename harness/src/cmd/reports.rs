@@ -10,7 +10,7 @@ use harness::cell::CellEnv;
 use harness::model::{CellSpec, Verdict, WaveResult};
 use harness::{report, scenario, wave};
 
-use super::{Exit, emit, exit_for, harness_err};
+use super::{Code, Exit, emit, harness_err};
 
 /// Removes the `cells/` of an earlier report in `out` (a wave id is the
 /// same for the same seed, so `reports/out/<wave-id>` is written again):
@@ -63,7 +63,7 @@ pub(super) struct Job<'a> {
 
 /// Runs the job's cells, writes the reports (with `out`) and prints the
 /// outcome; the exit code is 1 when a cell did not pass or did not run.
-pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
+pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
     let started = Instant::now();
     let max_fail = (job.max_fail > 0).then_some(job.max_fail);
     wave::install_interrupt_handler();
@@ -107,7 +107,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<i32, Exit> {
         write_reports(job.env, out, &result, &finished)?;
     }
     print_outcome(&result);
-    Ok(exit_for(result.verdict()).max(i32::from(result.not_run > 0)))
+    Ok(Code::of(result.verdict()).max(Code::pass_if(result.not_run == 0)))
 }
 
 /// The reports, and `cells/t###/` (evidence, timeline, reproduce.sh) for

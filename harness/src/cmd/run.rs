@@ -8,14 +8,14 @@ use harness::model::{self, CellSpec, Fault};
 use harness::{plan, scenario, wave};
 
 use super::reports::{Job, run_and_report};
-use super::{Exit, bad, env_for, harness_err, plan_err, prepare_out, unknown_id};
+use super::{Code, Exit, bad, env_for, harness_err, plan_err, prepare_out, unknown_id};
 use crate::{Common, RunArgs};
 
 /// The seed of `turncut run`'s cells: fixed, so a cell id names one cell.
 const RUN_SEED: u64 = 0;
 
 /// `turncut run ID [--cut P#N --fault F | --schedule S]`.
-pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<i32, Exit> {
+pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<Code, Exit> {
     let (env, scenarios) = env_for(exe, common, None)?;
     let scenario_id = &args.scenario_id;
     let (s, profile) = scenario::find(&scenarios, scenario_id)

@@ -11,12 +11,12 @@ use harness::scenario::Scenario;
 use harness::{plan, planner, wave};
 
 use super::reports::{Job, run_and_report};
-use super::{Exit, bad, clock_seed, emit, env_for, matching_ids, plan_err, prepare_out};
+use super::{Code, Exit, bad, clock_seed, emit, env_for, matching_ids, plan_err, prepare_out};
 use crate::{Common, PlanArgs, SelectArgs, WaveArgs};
 
 /// `turncut wave`: plans (or reads `--plan`), then runs the plan's cells
 /// (its shard's) and reports.
-pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<i32, Exit> {
+pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
     let (env, scenarios) = env_for(exe, common, None)?;
     let shard = args
         .shard
@@ -111,7 +111,7 @@ fn shard_of_plan(
 }
 
 /// `turncut plan`: plans a wave and writes the plan.
-pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<i32, Exit> {
+pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<Code, Exit> {
     let (env, scenarios) = env_for(exe, common, None)?;
     let plan = make_plan(&env, &scenarios, &args.select)?;
     let text = serde_json::to_string_pretty(&plan).expect("a plan serializes");
@@ -131,7 +131,7 @@ pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<i32, Exit> {
         args.out.display()
     ));
     emit(&format!("{}\n", plan.wave_id));
-    Ok(0)
+    Ok(Code::Pass)
 }
 
 /// Plans the wave of `select` on this machine.
@@ -233,7 +233,7 @@ fn write_file_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Prints what `wave --repeat` found: per round the verdict counts and the
 /// unreached cuts, then every cell whose verdict or path differed. Exit 1 if
 /// a cell differed or did not pass.
-fn report_repeats(rounds: &[Vec<wave::Finished>]) -> i32 {
+fn report_repeats(rounds: &[Vec<wave::Finished>]) -> Code {
     let mut bad = false;
     for (i, round) in rounds.iter().enumerate() {
         let not_passing = round
@@ -267,5 +267,5 @@ fn report_repeats(rounds: &[Vec<wave::Finished>]) -> i32 {
             println!("    round {}: {r}", i + 1);
         }
     }
-    i32::from(bad || !unstable.is_empty())
+    Code::pass_if(!bad && unstable.is_empty())
 }
