@@ -55,6 +55,19 @@ impl std::fmt::Display for Role {
     }
 }
 
+/// How a fault is applied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultClass {
+    /// A signal to the runner or the provider's group (`nemesis::plan`).
+    Process,
+    /// A controller request sent while the hit is held.
+    Action,
+    /// The held write fails (the cut-point reply `fail <errno>`).
+    Storage,
+    /// Every process of the cell frozen and killed, unsynced writes lost.
+    Power,
+}
+
 /// What the harness does at a cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -129,18 +142,28 @@ impl Fault {
         }
     }
 
+    /// How the harness applies the fault: every fault is in exactly one
+    /// class, and the cell's event loop dispatches on it.
+    pub fn class(self) -> FaultClass {
+        match self {
+            Fault::KillRunner | Fault::KillProvider | Fault::KillBoth | Fault::HangProvider => {
+                FaultClass::Process
+            }
+            Fault::FollowUp | Fault::Retry => FaultClass::Action,
+            Fault::FailWrite | Fault::DiskFull => FaultClass::Storage,
+            Fault::PowerCut => FaultClass::Power,
+        }
+    }
+
     /// Whether the fault is a storage fault: it applies only at a runner's
     /// before-write points ([`WRITE_POINTS`]).
     pub fn is_storage(self) -> bool {
-        matches!(self, Fault::FailWrite | Fault::DiskFull)
+        self.class() == FaultClass::Storage
     }
 
     /// Whether the fault is a signal to a process (a kill or a hang).
     pub fn is_process(self) -> bool {
-        matches!(
-            self,
-            Fault::KillRunner | Fault::KillProvider | Fault::KillBoth | Fault::HangProvider
-        )
+        self.class() == FaultClass::Process
     }
 
     /// Whether the fault may be applied at `point`: a storage fault only at
@@ -174,7 +197,7 @@ impl Fault {
 
     /// Whether the fault is a controller action rather than a signal.
     pub fn is_action(self) -> bool {
-        matches!(self, Fault::FollowUp | Fault::Retry)
+        self.class() == FaultClass::Action
     }
 
     /// Parses a fault name.

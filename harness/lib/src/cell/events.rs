@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::steps::wait_until;
 use super::{CellEnv, Layout, Shared, TASK_ID, start_runner};
 use crate::evidence::{Exchange, Op};
-use crate::model::{CellSpec, Cut, Event, Fault, Role};
+use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
 use crate::runner_client::RunnerClient;
 use crate::scenario::Scenario;
@@ -274,7 +274,7 @@ fn apply_event(
     if stage == 0 {
         *shared.cut_role.lock().expect("cut role") = Some(Role::of(&held.hit.role));
     }
-    if event.fault.is_action() {
+    if event.fault.class() == FaultClass::Action {
         // The request passes cut points of its own, so it runs on a thread of
         // its own; it counts as applied when it has its answer.
         let (sh, env) = (Arc::clone(shared), env.clone());
@@ -471,8 +471,8 @@ pub(super) fn notify(shared: &Shared) {
 /// How long the read of the run log before a fault may take.
 const PRE_FAULT_READ: Duration = Duration::from_millis(500);
 
-/// Applies a process fault (or a storage fault, [`apply_storage`]) at the
-/// held hit, and restarts the runner it killed.
+/// Applies a process, storage ([`apply_storage`]) or power fault at the
+/// held hit, by its class; a controller action is sent by the caller.
 pub(super) fn apply_fault(
     shared: &Shared,
     env: &CellEnv,
@@ -483,12 +483,28 @@ pub(super) fn apply_fault(
 ) -> anyhow::Result<()> {
     let client = shared.client().map(|(c, _)| c);
     read_before_fault(shared, client.as_ref(), &held.hit);
-    if fault.is_storage() {
-        return apply_storage(shared, fault, held);
+    match fault.class() {
+        FaultClass::Storage => apply_storage(shared, fault, held),
+        FaultClass::Power => super::power::cut_power(shared, env, layout, canary, held),
+        FaultClass::Process => apply_signals(shared, env, layout, canary, fault, held, client),
+        FaultClass::Action => {
+            let _ = held.resume();
+            anyhow::bail!("{fault} is a controller action, not applied by a signal")
+        }
     }
-    if fault == Fault::PowerCut {
-        return super::power::cut_power(shared, env, layout, canary, held);
-    }
+}
+
+/// Applies a process fault (`nemesis::plan`) at the held hit, and restarts
+/// the runner it killed.
+fn apply_signals(
+    shared: &Shared,
+    env: &CellEnv,
+    layout: &Layout,
+    canary: &str,
+    fault: crate::model::Fault,
+    held: cutpoint::HeldHit,
+    client: Option<RunnerClient>,
+) -> anyhow::Result<()> {
     let plan = nemesis::plan(fault);
     let provider = if Role::of(&held.hit.role) == Role::Provider {
         Some(held.hit.pid)
