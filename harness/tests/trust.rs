@@ -112,7 +112,7 @@ fn a_follow_up_cut_mid_request_is_recorded_as_info_then_ok() {
     let profile = "runner-codex";
     let spec = CellSpec {
         cell_id: "t001".into(),
-        scenario_id: s.id(profile),
+        scenario_id: s.id(profile).into(),
         seed: 1,
         events: vec![harness::model::Event {
             cut: Cut {

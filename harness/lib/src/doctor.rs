@@ -485,7 +485,7 @@ fn traced(env: &CellEnv, scenario: &Scenario, profile: &str) -> Result<Traced, M
     let trace = dir.path().join("trace.jsonl");
     let spec = CellSpec {
         cell_id: "doctor".into(),
-        scenario_id: scenario.id(profile),
+        scenario_id: scenario.id(profile).into(),
         seed: 0,
         events: Vec::new(),
     };

@@ -609,9 +609,7 @@ impl Evidence {
 
     /// The profile of the cell (from its scenario id), if known.
     pub fn profile(&self) -> Option<&str> {
-        self.spec
-            .as_ref()
-            .and_then(|s| s.scenario_id.split('.').nth(1))
+        self.spec.as_ref().map(|s| s.scenario_id.profile())
     }
 
     /// The final task state (`unknown` when the view does not parse).

@@ -140,7 +140,7 @@ pub fn discover(
     let trace = dir.path().join("trace.jsonl");
     let spec = CellSpec {
         cell_id: "discovery".into(),
-        scenario_id: scenario.id(profile),
+        scenario_id: scenario.id(profile).into(),
         seed: 0,
         events: Vec::new(),
     };
@@ -520,7 +520,7 @@ pub fn schedule_cell(
 ) -> CellSpec {
     let mut spec = CellSpec {
         cell_id,
-        scenario_id,
+        scenario_id: scenario_id.into(),
         seed: 0,
         events: events.to_vec(),
     };
@@ -603,7 +603,7 @@ pub fn number(wave_seed: u64, cells: Vec<(String, Option<Event>)>) -> Vec<CellSp
         .map(|(i, (scenario_id, event))| {
             let mut spec = CellSpec {
                 cell_id: format!("t{:03}", i + 1),
-                scenario_id,
+                scenario_id: scenario_id.into(),
                 seed: 0,
                 events: event.into_iter().collect(),
             };

@@ -455,8 +455,8 @@ pub fn shard_of_groups(
     for c in cells {
         let g = sizes.entry(group(&c.scenario_id)).or_default();
         g.0 += 1;
-        if !g.1.contains(&c.scenario_id) {
-            g.1.push(c.scenario_id.clone());
+        if !g.1.iter().any(|id| c.scenario_id == *id) {
+            g.1.push(c.scenario_id.to_string());
         }
     }
     let mut groups: Vec<(String, usize, Vec<String>)> =
@@ -488,7 +488,7 @@ pub fn shard(
     let of = shard_of_groups(scenarios, &cells, count);
     cells
         .into_iter()
-        .filter(|c| of.get(&c.scenario_id) == Some(&index))
+        .filter(|c| of.get(c.scenario_id.as_str()) == Some(&index))
         .collect()
 }
 

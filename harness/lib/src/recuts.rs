@@ -100,11 +100,11 @@ pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Rep
             continue;
         };
         let key = (
-            scenario::profile_of(&r.spec.scenario_id).to_owned(),
+            r.spec.scenario_id.profile().to_owned(),
             r.outcome.path.clone(),
         );
         seen.entry(key).or_insert_with(|| Representative {
-            scenario_id: r.spec.scenario_id.clone(),
+            scenario_id: r.spec.scenario_id.to_string(),
             first: first[0].clone(),
             path: r.outcome.path.clone(),
             cell_id: r.spec.cell_id.clone(),

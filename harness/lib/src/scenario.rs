@@ -122,7 +122,7 @@ pub struct Scenario {
 impl Scenario {
     /// The scenario id for `profile`.
     pub fn id(&self, profile: &str) -> String {
-        format!("{}.{profile}.{}.{}", self.suite, self.location, self.case)
+        crate::model::ScenarioId::new(&self.suite, profile, &self.location, &self.case).to_string()
     }
 
     /// What the controller does, step by step (`submit,follow-up@TurnActive,await,retry@FailedClosed`):
@@ -159,7 +159,7 @@ impl Scenario {
 /// The profile of a scenario id `<suite>.<profile>.<location>.<case>`
 /// (what [`Scenario::id`] puts second).
 pub fn profile_of(scenario_id: &str) -> &str {
-    scenario_id.split('.').nth(1).unwrap_or_default()
+    crate::model::ScenarioId::part_of(scenario_id, 1)
 }
 
 /// ` (did you mean "x"?)` for the candidate closest to `word`, or nothing

@@ -243,8 +243,8 @@ pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<C
     let mut by_id: std::collections::BTreeMap<String, Vec<CellSpec>> = Default::default();
     let mut out = Vec::new();
     for c in cells {
-        if sampled(crate::scenario::profile_of(&c.scenario_id)) {
-            by_id.entry(c.scenario_id.clone()).or_default().push(c);
+        if sampled(c.scenario_id.profile()) {
+            by_id.entry(c.scenario_id.to_string()).or_default().push(c);
         } else {
             out.push(c);
         }

@@ -21,7 +21,7 @@ pub fn scenarios_arg(env: &CellEnv) -> Option<String> {
 /// scenario, the cut and fault, and every option that differs from the
 /// default (`--scenarios` only when the scenarios were not built in).
 pub fn reproduce_args(env: &CellEnv, spec: &CellSpec) -> Vec<String> {
-    let mut args = vec!["run".to_owned(), spec.scenario_id.clone()];
+    let mut args = vec!["run".to_owned(), spec.scenario_id.to_string()];
     match (&spec.cut(), spec.fault(), spec.schedule()) {
         (_, _, Some(events)) if events.len() > 1 => {
             args.extend(["--schedule".into(), crate::model::format_schedule(events)]);

@@ -144,7 +144,7 @@ fn render_filters(out: &mut String, wave: &WaveResult) {
     let mut profiles: Vec<&str> = wave
         .cells
         .iter()
-        .map(|c| crate::scenario::profile_of(&c.spec.scenario_id))
+        .map(|c| c.spec.scenario_id.profile())
         .collect();
     profiles.sort();
     profiles.dedup();
@@ -335,7 +335,7 @@ fn compact_data(
         });
         let o = &c.outcome;
         let record = serde_json::json!([
-            scenarios.iter().position(|s| *s == c.spec.scenario_id),
+            scenarios.iter().position(|s| c.spec.scenario_id == *s),
             cut,
             c.spec.fault().map(|f| f.as_str()),
             c.verdict.as_str(),
@@ -383,7 +383,7 @@ fn render_details(out: &mut String, cell: &CellResult, timeline: Option<&String>
         .map_or_else(|| "none".to_owned(), |c| c.to_string());
     let fault = spec.fault().map_or("none", |f| f.as_str());
     for (term, value) in [
-        ("scenario", spec.scenario_id.clone()),
+        ("scenario", spec.scenario_id.to_string()),
         ("cut", cut),
         ("fault", fault.to_owned()),
         ("seed", spec.seed.to_string()),

@@ -142,7 +142,7 @@ impl Sequences {
             .collect();
         let table = self
             .tables
-            .entry(cell.spec.scenario_id.clone())
+            .entry(cell.spec.scenario_id.to_string())
             .or_default();
         let mut rows = Vec::new();
         let mut marked = Vec::new();
@@ -164,7 +164,7 @@ impl Sequences {
         if !marked.is_empty() {
             self.evidence.insert(id.clone(), marked.into());
         }
-        let (prev, shared) = match self.last.get(&cell.spec.scenario_id) {
+        let (prev, shared) = match self.last.get(cell.spec.scenario_id.as_str()) {
             Some((prev, prev_rows)) => (
                 Some(prev.clone()),
                 prev_rows
@@ -177,12 +177,13 @@ impl Sequences {
         };
         self.cells.push(Cell {
             id: id.clone(),
-            scenario: cell.spec.scenario_id.clone(),
+            scenario: cell.spec.scenario_id.to_string(),
             prev,
             shared,
             rest: rows[shared..].to_vec(),
         });
-        self.last.insert(cell.spec.scenario_id.clone(), (id, rows));
+        self.last
+            .insert(cell.spec.scenario_id.to_string(), (id, rows));
     }
 
     /// `{"tables": {scenario id: {"w": code width, "labels": [lane + cut
@@ -245,7 +246,7 @@ mod tests {
         CellResult {
             spec: CellSpec {
                 cell_id: id.to_owned(),
-                scenario_id: "s".to_owned(),
+                scenario_id: "s".into(),
                 seed: 1,
                 events: Vec::new(),
             },

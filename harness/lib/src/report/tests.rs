@@ -37,7 +37,7 @@ fn cell(
     CellResult {
         spec: CellSpec {
             cell_id: id.to_owned(),
-            scenario_id: scenario.to_owned(),
+            scenario_id: scenario.into(),
             seed: 7,
             events: cut
                 .zip(fault)

@@ -2,7 +2,7 @@
 //! evidence, built from one healthy cell (`good`).
 use super::*;
 use crate::evidence::{Exchange, ProviderTurn};
-use crate::model::{CellSpec, Cut, Event, Fault};
+use crate::model::{CellSpec, Cut, Event, Fault, ScenarioId};
 use crate::run_log::Kind;
 use serde_json::{Value, json};
 use wire::journal::{Entry, EntryKind};
@@ -401,7 +401,8 @@ fn continuing_a_completed_turn_is_wrong_except_where_the_protocol_cannot_tell() 
     // The runner continued turn pt1 although the provider completed it.
     let continued = |profile: &str| {
         let mut e = good();
-        e.spec.as_mut().unwrap().scenario_id = format!("everyday.{profile}.local.single");
+        e.spec.as_mut().unwrap().scenario_id =
+            ScenarioId::new("everyday", profile, "local", "single");
         e.events.insert(
             3,
             event(
