@@ -105,20 +105,23 @@ impl Rpc {
     pub async fn receive(&mut self) -> Result<Value, DriverError> {
         let deadline = Instant::now() + self.bounds.idle;
         let idle = self.idle_err();
-        self.receive_until(deadline, idle).await.map(|(v, _)| v)
+        self.receive_until(deadline, || idle).await.map(|(v, _)| v)
     }
 
     /// Receives the next message for the `pending` request, by its deadline.
     pub async fn receive_for(&mut self, pending: &Pending) -> Result<(Value, usize), DriverError> {
-        self.receive_until(pending.deadline(), pending.expired())
+        // The error says how long the request waited: made when the
+        // deadline passes, not before the wait.
+        self.receive_until(pending.deadline(), || pending.expired())
             .await
     }
 
-    /// Receives the next message and its size, or `late` at `deadline`.
+    /// Receives the next message and its size, or the error `late` makes at
+    /// `deadline`.
     async fn receive_until(
         &mut self,
         deadline: Instant,
-        late: DriverError,
+        late: impl FnOnce() -> DriverError,
     ) -> Result<(Value, usize), DriverError> {
         if self.exited {
             return Err(DriverError::Exited);
@@ -142,7 +145,7 @@ impl Rpc {
                 self.exited = true;
                 Err(DriverError::Exited)
             }
-            Err(_) => Err(late),
+            Err(_) => Err(late()),
         }
     }
 
@@ -307,6 +310,33 @@ mod tests {
 
     /// Responses are matched by id and only without a method; errors and
     /// missing results are the request's failure.
+    /// The error of an unanswered request says how long it waited, measured
+    /// when its deadline passed (it once said 0 ms: made before the wait).
+    #[tokio::test]
+    async fn an_unanswered_request_says_how_long_it_waited() {
+        let mut child = tokio::process::Command::new("sleep")
+            .arg("30")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let bounds = Bounds::with_idle(std::time::Duration::from_millis(60));
+        let mut rpc = Rpc::attach(&mut child, bounds, "test", true);
+        let err = rpc
+            .request("initialize", json!({}), None)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        let waited: u64 = text
+            .split("not answered in ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(waited >= 60, "{text}");
+    }
+
     #[test]
     fn responses_match_their_request() {
         assert!(is_response_to(&json!({ "id": 2, "result": {} }), 2));
