@@ -163,7 +163,8 @@ const DISCOVERY_ATTEMPTS: usize = 3;
 /// which the runner found a provider silent that nothing hung (its trace
 /// holds a recovery the load caused: `Discovery::timing`), is tried again
 /// with the timeouts `timing` gives a rerun (idle ×4, deadline ×2). A run
-/// still silent at the longest timeouts is used, and its reason said.
+/// still silent at the longest timeouts fails with its reason (the id is
+/// then listed as not planned, `unplannable`).
 pub fn discover_retrying(
     env: &CellEnv,
     s: &Scenario,
@@ -193,16 +194,21 @@ pub fn discover_retrying(
         last = Some(outcome);
         env = crate::timing::longer(&env, false);
     }
-    let last = last.expect("at least one attempt");
-    if let Ok(d) = &last
-        && let Some(why) = &d.timing
-    {
-        crate::progress::note(&format!(
-            "turncut: the clean run of {} took a recovery at every timeout tried: {why}",
-            s.id(profile)
-        ));
+    // A trace that holds a recovery the load caused is not the clean run's:
+    // its id is not planned (listed, with why), never planned from it.
+    match last.expect("at least one attempt") {
+        Ok(d) => match d.timing {
+            Some(why) => Err(DiscoveryFailed {
+                message: format!(
+                    "the clean run of {} took a recovery at every timeout tried: {why}",
+                    s.id(profile)
+                ),
+                result: None,
+            }),
+            None => Ok(d),
+        },
+        failed => failed,
     }
-    last
 }
 
 /// The boundaries of `s`'s clean run, traced twice (three times when the
