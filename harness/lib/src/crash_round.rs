@@ -13,7 +13,6 @@
 //! recovery hygiene; it does not judge the recovery contract cell by cell
 //! (the wave does that).
 
-use crate::run_log::Kind;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -21,6 +20,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::plan::mix;
+use crate::run_log::Kind;
 use crate::runner_client::{RunnerClient, RunnerCommand, RunnerProcess};
 
 /// What a crash round does.

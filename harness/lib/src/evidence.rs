@@ -8,7 +8,6 @@
 //! a person to read; `turncut replay` runs a cell again rather than judging
 //! written evidence.
 
-use crate::run_log::Kind;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
@@ -18,6 +17,7 @@ use wire::journal::{Entry, EntryKind};
 use wire::ledger::LedgerEntry;
 
 use crate::model::{CellSpec, Fault};
+use crate::run_log::Kind;
 use crate::runner_client::{RunView, TaskView, event_views, task_view};
 
 mod power_cut;

@@ -17,7 +17,6 @@
 //! timeout it was given (`provider_unresponsive`'s `idle_ms`) is not slowed
 //! by load: its failure is never a timing outcome.
 
-use crate::run_log::Kind;
 use std::collections::HashSet;
 
 use serde_json::Value;
@@ -25,6 +24,7 @@ use serde_json::Value;
 use crate::cell::{CellEnv, CellRun, run_cell};
 use crate::evidence::Evidence;
 use crate::model::{CellSpec, Rerun, Verdict};
+use crate::run_log::Kind;
 use crate::scenario::Scenario;
 
 /// How much longer a rerun waits: the idle timeout ×4, the deadline ×2.

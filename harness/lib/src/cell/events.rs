@@ -6,7 +6,6 @@
 //! faults (`apply_storage`, `disk_comes_back`) and the turn-active sync point
 //! (`hold_for_sync`).
 
-use crate::run_log::Kind;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
@@ -19,6 +18,7 @@ use super::{CellEnv, Layout, Shared, TASK_ID, start_runner};
 use crate::evidence::{Exchange, Op};
 use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
+use crate::run_log::Kind;
 use crate::runner_client::RunnerClient;
 use crate::scenario::Scenario;
 

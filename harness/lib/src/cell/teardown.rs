@@ -3,7 +3,6 @@
 //! survivors), then the provider's evidence read once nothing writes it
 //! any more, and the canary searched for in every file.
 
-use crate::run_log::Kind;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -12,6 +11,7 @@ use serde_json::Value;
 use super::{Layout, Shared, TASK_ID};
 use crate::evidence::{Evidence, Op, Source};
 use crate::nemesis;
+use crate::run_log::Kind;
 
 /// Ends the cell: the final runner reads, the cut thread joined, the runner
 /// and every other process of the cell killed, then the provider's evidence

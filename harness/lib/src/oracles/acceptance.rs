@@ -11,7 +11,6 @@
 //! run log and of the journal); only an acceptance strictly later than
 //! the action fails, so a shared millisecond is never a false alarm.
 
-use crate::run_log::Kind;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -19,6 +18,7 @@ use wire::journal::{Entry, EntryKind};
 
 use super::Judgement;
 use crate::evidence::Evidence;
+use crate::run_log::Kind;
 
 /// Whether a journaled message from the runner answers a provider request:
 /// a JSON-RPC response (an id and a result or error, no method), or an

@@ -1,7 +1,6 @@
 //! `cause.structured`: every failure and refusal carries a cause from the
 //! closed sets of `contract`.
 
-use crate::run_log::Kind;
 use serde_json::Value;
 
 use super::Judgement;
@@ -9,6 +8,7 @@ use super::Oracle;
 use crate::contract;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
+use crate::run_log::Kind;
 use crate::runner_client::CauseView;
 
 /// A typed cause as the JSON `check_cause` reads (the run log's causes are

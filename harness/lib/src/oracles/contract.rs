@@ -3,7 +3,6 @@
 //! had a reason to, a completed or adopted turn was completed at the
 //! provider, every turn start and tool call was written ahead).
 
-use crate::run_log::Kind;
 use std::collections::{BTreeMap, HashSet};
 
 use serde_json::Value;
@@ -13,6 +12,7 @@ use super::{Judgement, storage_fault_applied};
 use crate::contract;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
+use crate::run_log::Kind;
 use crate::runner_client::{RunView, TurnView};
 
 /// The provider's durable turns by id: (final status, authorizing message,

@@ -13,7 +13,6 @@
 //! not judge tools whose effect the runner does not write itself (commands:
 //! the ledger and `no-replay.effect` hold those).
 
-use crate::run_log::Kind;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -22,6 +21,7 @@ use super::Judgement;
 use super::Oracle;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
+use crate::run_log::Kind;
 
 /// A write the run log holds as done.
 struct Claim<'a> {

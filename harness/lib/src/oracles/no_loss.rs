@@ -1,7 +1,6 @@
 //! `no-loss`: nothing durable vanishes (the run log, a task the runner
 //! admitted, an accepted follow-up).
 
-use crate::run_log::Kind;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
@@ -10,6 +9,7 @@ use super::Judgement;
 use super::Oracle;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
+use crate::run_log::Kind;
 
 /// Nothing durable vanishes: the run log is gapless and keeps everything read
 /// before the fault; every accepted message is consumed (by its own turn or

@@ -1,7 +1,6 @@
 //! `retry.works`: a Retry is admitted with a run that completes in a fresh
 //! conversation after a proven stop, or refused with a listed reason.
 
-use crate::run_log::Kind;
 use std::collections::HashSet;
 
 use serde_json::Value;
@@ -12,6 +11,7 @@ use super::{Judgement, storage_fault_applied};
 use crate::contract;
 use crate::evidence::{Evidence, Exchange, Source};
 use crate::model::OracleResult;
+use crate::run_log::Kind;
 use crate::runner_client::RunView;
 
 /// A failed-closed task's Retry is admitted with a run (or refused with a
