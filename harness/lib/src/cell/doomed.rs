@@ -115,10 +115,14 @@ mod tests {
     fn a_provider_fault_dooms_the_cells_other_processes() {
         let tag = format!("doomed-test-{}", std::process::id());
         // The shell says `up` once it runs (its environment, the tagged one,
-        // is in /proc from its exec on), then becomes the sleep.
+        // is in /proc from its exec on), then waits on its stdin with no
+        // further exec: a process in the middle of an exec shows an empty
+        // environment for a moment (CI saw this test miss a shell that
+        // went on to `exec sleep`).
         let mut child = std::process::Command::new("sh")
-            .args(["-c", "echo up; exec sleep 30"])
+            .args(["-c", "echo up; read never"])
             .env(nemesis::TAG_ENV, &tag)
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
