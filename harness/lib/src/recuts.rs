@@ -255,9 +255,19 @@ fn kept(c: &CellSpec, wave_seed: u64, keep_ppm: Option<u32>) -> bool {
     })
 }
 
+/// What a wave's two stages ran.
+pub struct Stages {
+    /// The finished cells of both stages.
+    pub finished: Vec<crate::wave::Finished>,
+    /// What stage 2 reached, if it was planned.
+    pub reach: Option<Reach>,
+    /// The stage-2 cells planned (kept by the budget), run or not: a wave
+    /// stopped inside stage 2 counts the rest as not run.
+    pub stage2_planned: usize,
+}
+
 /// Runs a wave's cells (stage 1) and then, unless stage 1 stopped early,
-/// the recovery cuts of the paths they walked (stage 2); the finished
-/// cells of both, and what stage 2 reached.
+/// the recovery cuts of the paths they walked (stage 2).
 pub fn run_stages(
     env: &CellEnv,
     scenarios: &[Scenario],
@@ -265,10 +275,14 @@ pub fn run_stages(
     jobs: usize,
     stop: Option<crate::wave::StopAfter>,
     stage2: Option<Stage2>,
-) -> (Vec<crate::wave::Finished>, Option<Reach>) {
+) -> Stages {
     let mut finished = crate::wave::run_cells_until(env, scenarios, cells, jobs, stop);
     let Some(s2) = stage2.filter(|_| finished.len() == cells.len()) else {
-        return (finished, None);
+        return Stages {
+            finished,
+            reach: None,
+            stage2_planned: 0,
+        };
     };
     let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
     crate::progress::note("stage 2: tracing the recovery of each path the one-cut cells walked …");
@@ -281,7 +295,11 @@ pub fn run_stages(
     finished.extend(crate::wave::run_cells_until(
         env, scenarios, &more, jobs, stop,
     ));
-    (finished, Some(reach))
+    Stages {
+        finished,
+        reach: Some(reach),
+        stage2_planned: more.len(),
+    }
 }
 
 impl Reach {
@@ -321,7 +339,10 @@ fn discover_all(
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let Some(rep) = reps.get(i) else { break };
+                    let interrupted =
+                        crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
                     let found = match scenario::find(scenarios, &rep.scenario_id) {
+                        _ if interrupted => Err("interrupted (Ctrl-C) before it was traced".into()),
                         Some((s, profile)) => plan::discover_after(env, s, &profile, &rep.first)
                             .map_err(|e| format!("{e:#}")),
                         None => Err(format!("unknown scenario id {}", rep.scenario_id)),

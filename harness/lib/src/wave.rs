@@ -186,20 +186,37 @@ pub fn run_cells_until(
     v
 }
 
-/// Why a wave ran fewer cells than planned: `--max-fail` or Ctrl-C.
+/// Why a wave ran fewer cells than planned: `--max-fail` or Ctrl-C. A
+/// wave interrupted at all is incomplete even when every cell it had
+/// planned ran: the interruption may have come while its stage 2 was
+/// being planned, before those cells were counted.
 pub fn stop_reason(
     planned: usize,
     finished: &[Finished],
     max_fail: Option<usize>,
 ) -> Option<String> {
-    if finished.len() >= planned {
-        return None;
-    }
-    let not_run = planned - finished.len();
-    if INTERRUPTED.load(Ordering::SeqCst) {
+    stop_reason_with(
+        planned,
+        finished,
+        max_fail,
+        INTERRUPTED.load(Ordering::SeqCst),
+    )
+}
+
+fn stop_reason_with(
+    planned: usize,
+    finished: &[Finished],
+    max_fail: Option<usize>,
+    interrupted: bool,
+) -> Option<String> {
+    let not_run = planned.saturating_sub(finished.len());
+    if interrupted {
         return Some(format!(
-            "interrupted (Ctrl-C); {not_run} planned cells did not run"
+            "interrupted (Ctrl-C); {not_run} planned cells did not run, and stage 2's recovery cuts may not all have been planned"
         ));
+    }
+    if not_run == 0 {
+        return None;
     }
     let failed = finished
         .iter()
@@ -520,6 +537,22 @@ mod tests {
         assert!(caught(&r));
         r.oracles[0].oracle = crate::oracles::Oracle::Vacuity.as_str().into();
         assert!(!caught(&r), "a missed cut catches nothing");
+    }
+
+    /// A wave interrupted after every cell it had counted ran (in stage
+    /// 2's planning, or with stage 2's cells not yet counted) is stopped,
+    /// never whole: it once reported all pass and exited 0.
+    #[test]
+    fn an_interrupted_wave_is_stopped_even_with_every_counted_cell_run() {
+        let done = vec![finished("t001", Verdict::Pass, "completed", true)];
+        assert_eq!(stop_reason_with(1, &done, None, false), None);
+        let why = stop_reason_with(1, &done, None, true).expect("stopped");
+        assert!(
+            why.contains("interrupted") && why.contains("0 planned"),
+            "{why}"
+        );
+        let why = stop_reason_with(3, &done, Some(5), false).expect("stopped");
+        assert_eq!(why, "2 planned cells did not run");
     }
 
     #[test]

@@ -71,7 +71,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
     for s in &no_fuse {
         harness::progress::note(&format!("skipped {}: {}", s.scenario_id, s.reason));
     }
-    let (finished, _) = harness::recuts::run_stages(
+    let stages = harness::recuts::run_stages(
         job.env,
         job.scenarios,
         &cells,
@@ -79,13 +79,13 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
         max_fail.map(wave::StopAfter::NotPassing),
         job.stage2,
     );
-    let mut finished = finished;
+    let mut finished = stages.finished;
     finished.extend(job.judged.iter().map(|r| wave::Finished {
         result: r.clone(),
         evidence: None,
         timeline: String::new(),
     }));
-    let planned = (job.planned + job.judged.len())
+    let planned = (job.planned + stages.stage2_planned + job.judged.len())
         .saturating_sub(no_fuse.len())
         .max(finished.len());
     let stopped = wave::stop_reason(planned, &finished, max_fail);
@@ -107,7 +107,8 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
         write_reports(job.env, out, &result, &finished)?;
     }
     print_outcome(&result);
-    Ok(Code::of(result.verdict()).max(Code::pass_if(result.not_run == 0)))
+    let whole = result.not_run == 0 && result.stopped.is_none();
+    Ok(Code::of(result.verdict()).max(Code::pass_if(whole)))
 }
 
 /// The reports, and `cells/t###/` (evidence, timeline, reproduce.sh) for
