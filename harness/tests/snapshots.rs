@@ -39,6 +39,8 @@ use harness::report::matrix;
 use harness::wave::Finished;
 use harness::{plan, scenario, wave};
 
+mod common;
+
 /// Cells snapshotted per scenario and profile (sampled by seed 7).
 const CELLS_PER_PROFILE: usize = 80;
 
@@ -76,6 +78,13 @@ fn check(case: &str) {
         .iter()
         .find(|s| s.case == case)
         .unwrap_or_else(|| panic!("no built-in scenario {case}"));
+    if s.faults.contains(&Fault::PowerCut)
+        && let Some(why) = lazyfs::unavailable()
+    {
+        // Every cell of a power-cut scenario mounts a lazy file system.
+        common::skip("fuse", &format!("the {case} snapshot needs FUSE: {why}"));
+        return;
+    }
     let mut text = String::new();
     // Every listed cut point happens in the clean run of some profile.
     let mut unmatched: Option<std::collections::BTreeSet<String>> = None;
