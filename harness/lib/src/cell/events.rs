@@ -6,15 +6,13 @@
 //! faults (`apply_storage`, `disk_comes_back`) and the turn-active sync point
 //! (`hold_for_sync`).
 
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::steps::wait_until;
-use super::{CellEnv, Layout, Shared, TASK_ID, start_runner};
+use super::{Ctx, TASK_ID, start_runner};
 use crate::evidence::{Exchange, Op};
 use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
@@ -65,22 +63,96 @@ pub(super) fn arms_for(events: &[Event]) -> Vec<Cut> {
     arms
 }
 
+/// What the cut side alone owned, handed back to the driver at teardown.
+#[derive(Default)]
+pub(super) struct CutReport {
+    /// The role of the process whose hit was the first cut.
+    pub cut_role: Option<Role>,
+    /// The run log as the controller could read it right before a fault.
+    pub events_before: Option<Vec<Value>>,
+    /// Provider hits held until teardown (see [`apply_signals`]).
+    pub holds: Vec<cutpoint::Holding>,
+    /// The workspace's files right after the last power cut.
+    pub workspace_after_cut: Option<std::collections::BTreeMap<String, String>>,
+    /// A power-cut cell's lazy mounts.
+    pub lazy: Vec<lazyfs::LazyFs>,
+}
+
+/// What the cut side's acceptor and its event loop share: how far the
+/// count of the next event got and what no later event may count on.
+#[derive(Default)]
+struct Matcher {
+    /// Hits of the next event's point since the previous event was reached.
+    since: u64,
+    /// Processes an event already matched has doomed (`doomed`): their
+    /// hits count toward no later event.
+    doomed: Vec<u32>,
+    /// The runner whose disk is full (a `disk-full` event) and since when,
+    /// until its next attempted write or an idle timeout without one.
+    disk_full: Option<(u32, Instant)>,
+}
+
+/// The cut side of a cell: the cell's handles, a real product's model API
+/// (never a fault's target) and the matcher.
+struct CutSide {
+    ctx: Ctx,
+    model_api: Option<u32>,
+    matcher: Mutex<Matcher>,
+}
+
+impl CutSide {
+    fn act(&self, what: &str, detail: Value) {
+        self.ctx.rec.act(what, detail);
+    }
+
+    fn matcher(&self) -> std::sync::MutexGuard<'_, Matcher> {
+        self.matcher.lock().expect("the cut side's matcher")
+    }
+
+    fn event(&self, stage: usize) -> &Event {
+        &self.ctx.plan.events[stage]
+    }
+}
+
+/// Starts the cut side of a cell on a thread of its own; joined at
+/// teardown, it hands back what it owned (`lazy`, the power-cut cell's
+/// mounts, among it).
+pub(super) fn spawn(
+    ctx: Ctx,
+    listener: cutpoint::Listener,
+    model_api: Option<u32>,
+    lazy: Vec<lazyfs::LazyFs>,
+) -> std::thread::JoinHandle<CutReport> {
+    std::thread::spawn(move || {
+        let side = CutSide {
+            ctx,
+            model_api,
+            matcher: Mutex::new(Matcher::default()),
+        };
+        let mut report = CutReport {
+            lazy,
+            ..CutReport::default()
+        };
+        cut_loop(&listener, &side, &mut report);
+        report
+    })
+}
+
 /// Whether `hit` is the next event of the schedule: the first event by its
 /// per-process occurrence, a later one by the count of its point's hits
 /// since the previous event.
-fn is_next_event(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
-    let Some(event) = shared.events.get(stage) else {
+fn is_next_event(side: &CutSide, m: &mut Matcher, stage: usize, hit: &cutpoint::Hit) -> bool {
+    let Some(event) = side.ctx.plan.events.get(stage) else {
         return false;
     };
-    if event.cut.point != hit.point || shared.doomed.lock().expect("doomed").contains(&hit.pid) {
+    if event.cut.point != hit.point || m.doomed.contains(&hit.pid) {
         return false;
     }
     if stage == 0 {
         return event.cut.n == hit.n;
     }
-    let mut since = shared.since.lock().expect("since");
-    *since += 1;
-    *since == event.cut.n
+    m.since += 1;
+    m.since == event.cut.n
 }
 
 /// Why the acceptor handed a hit to the event loop.
@@ -93,80 +165,71 @@ enum Wanted {
     DiskBack,
 }
 
-/// The cut thread: an acceptor answers every hit that needs nothing at once
+/// A hit handed to the event loop: the held hit, its process's start time
+/// when it came in, and why.
+type Handed = (cutpoint::HeldHit, Option<u64>, Wanted);
+
+/// The cut side: an acceptor answers every hit that needs nothing at once
 /// (so a process, or the runner's store, never waits on a fault being
 /// applied elsewhere) and hands the others to this loop, which applies them
 /// one at a time in the order they were matched.
-pub(super) fn cut_loop(
-    listener: &cutpoint::Listener,
-    shared: &Arc<Shared>,
-    env: &CellEnv,
-    layout: &Layout,
-    canary: &str,
-) {
-    let (tx, rx) = std::sync::mpsc::channel::<(cutpoint::HeldHit, Wanted)>();
+fn cut_loop(listener: &cutpoint::Listener, side: &CutSide, report: &mut CutReport) {
+    let (tx, rx) = std::sync::mpsc::channel::<Handed>();
     std::thread::scope(|s| {
-        s.spawn(move || accept_hits(listener, shared, tx));
+        s.spawn(move || accept_hits(listener, side, tx));
         loop {
             // A full disk comes back at the runner's next write, or once the
             // runner has written nothing for an idle timeout (it may have
             // nothing left to write until an operator frees the disk).
-            let full = *shared.disk_full.lock().expect("disk full");
+            let full = side.matcher().disk_full;
             let next = match full {
                 Some((_, since)) => {
-                    let until = since + Duration::from_millis(env.idle_timeout_ms);
+                    let until = since + Duration::from_millis(side.ctx.env.idle_timeout_ms);
                     rx.recv_timeout(until.saturating_duration_since(Instant::now()))
                 }
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
             };
-            let (held, wanted) = match next {
+            let (held, start, wanted) = match next {
                 Ok(next) => next,
                 Err(RecvTimeoutError::Timeout) => {
-                    disk_freed_by_operator(shared, env, layout, canary);
+                    disk_freed_by_operator(side);
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             match wanted {
-                Wanted::DiskBack => disk_comes_back(shared, env, layout, canary, held),
+                Wanted::DiskBack => disk_comes_back(side, held),
                 Wanted::Sync(event) => {
-                    if let Some(held) = hold_for_sync(shared, env, held, event.is_some())
+                    if let Some(held) = hold_for_sync(&side.ctx, held, event.is_some())
                         && let Some(stage) = event
                     {
-                        apply_event(shared, env, layout, canary, held, stage);
+                        apply_event(side, report, held, start, stage);
                     }
                 }
-                Wanted::Event(stage) => apply_event(shared, env, layout, canary, held, stage),
+                Wanted::Event(stage) => apply_event(side, report, held, start, stage),
             }
         }
     });
 }
 
 /// Accepts hits until teardown; see [`cut_loop`].
-fn accept_hits(
-    listener: &cutpoint::Listener,
-    shared: &Shared,
-    tx: std::sync::mpsc::Sender<(cutpoint::HeldHit, Wanted)>,
-) {
-    while !shared.stop.load(Ordering::SeqCst) {
+fn accept_hits(listener: &cutpoint::Listener, side: &CutSide, tx: std::sync::mpsc::Sender<Handed>) {
+    while !side.ctx.board.read(|s| s.stop) {
         // Teardown wakes the listener; the deadline only bounds a missed wake.
         let held = match listener.accept_hit(Duration::from_millis(100)) {
             Ok(h) => h,
             Err(cutpoint::Error::Timeout { .. } | cutpoint::Error::Woken) => continue,
             Err(e) => {
-                shared.act("cut.error", json!({ "error": e.to_string() }));
+                side.act("cut.error", json!({ "error": e.to_string() }));
                 continue;
             }
         };
-        shared.pids.lock().expect("pids").push((
-            held.hit.role.clone(),
-            held.hit.pid,
-            nemesis::start_time(held.hit.pid),
-        ));
-        let wanted = wanted(shared, &held.hit);
+        let start = nemesis::start_time(held.hit.pid);
+        side.ctx.rec.process(&held.hit.role, held.hit.pid, start);
+        let wanted = wanted(side, &held.hit);
         match wanted {
             Some(w) => {
-                if let Err(std::sync::mpsc::SendError((held, _))) = tx.send((held, w)) {
+                if let Err(std::sync::mpsc::SendError((held, _, _))) = tx.send((held, start, w)) {
                     let _ = held.resume();
                 }
             }
@@ -182,31 +245,36 @@ fn accept_hits(
 /// What the event loop must do with `hit`, if anything. Matching the next
 /// event moves the schedule on at once, so the count of a later event
 /// starts right after the hit that matched the one before it.
-fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
-    let full = shared
-        .disk_full
-        .lock()
-        .expect("disk full")
-        .map(|(pid, _)| pid);
+fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
+    let mut m = side.matcher();
+    let full = m.disk_full.map(|(pid, _)| pid);
     if full == Some(hit.pid) && hit.point.starts_with(crate::model::WRITE_POINTS) {
-        *shared.disk_full.lock().expect("disk full") = None;
+        m.disk_full = None;
+        // Said before the write's failure is answered: a controller that
+        // gets its 503 waits for the restart (`steps::send`).
+        side.ctx.board.update(|s| s.disk_coming_back = true);
         return Some(Wanted::DiskBack);
     }
-    let stage = shared.stage.load(Ordering::SeqCst);
-    let event = is_next_event(shared, stage, hit).then(|| {
-        hold_runner_at_provider_hit(shared, stage, hit);
-        doom(shared, stage);
-        *shared.since.lock().expect("since") = 0;
-        shared.stage.store(stage + 1, Ordering::SeqCst);
-        shared.reached.store(true, Ordering::SeqCst);
+    let board = &side.ctx.board;
+    let stage = board.read(|s| s.stage);
+    let event = is_next_event(side, &mut m, stage, hit).then(|| {
+        hold_runner_at_provider_hit(side, stage, hit);
+        doom(side, &mut m, stage);
+        m.since = 0;
+        board.update(|s| {
+            s.stage = stage + 1;
+            s.reached = true;
+        });
         stage
     });
-    let is_sync = shared
+    let is_sync = side
+        .ctx
+        .plan
         .sync
         .as_ref()
         .is_some_and(|c| c.point == hit.point && c.n == hit.n)
         && Role::of(&hit.role) == Role::Runner
-        && !shared.follow_up_sent.load(Ordering::SeqCst);
+        && !board.read(|s| s.follow_up_sent);
     match (is_sync, event) {
         (true, e) => Some(Wanted::Sync(e)),
         (false, Some(stage)) => Some(Wanted::Event(stage)),
@@ -217,8 +285,8 @@ fn wanted(shared: &Shared, hit: &cutpoint::Hit) -> Option<Wanted> {
 /// Whether event `stage`, matched at `hit`, kills the runner at a hit of
 /// another process (a provider's, the model API's): the runner is not held
 /// by that hit and would go on while the event waits its turn in the loop.
-fn kills_runner_elsewhere(shared: &Shared, stage: usize, hit: &cutpoint::Hit) -> bool {
-    let fault = shared.events[stage].fault;
+fn kills_runner_elsewhere(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
+    let fault = side.event(stage).fault;
     stage > 0
         && Role::of(&hit.role) != Role::Runner
         && (nemesis::plan(fault).kill_runner || fault == Fault::PowerCut)
@@ -229,14 +297,14 @@ fn kills_runner_elsewhere(shared: &Shared, stage: usize, hit: &cutpoint::Hit) ->
 /// at that moment and not wherever the runner got to meanwhile (under
 /// load it finished the turn and stopped the very provider held at the
 /// hit, and the event could not be applied).
-fn hold_runner_at_provider_hit(shared: &Shared, stage: usize, hit: &cutpoint::Hit) {
-    if !kills_runner_elsewhere(shared, stage, hit) {
+fn hold_runner_at_provider_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit) {
+    if !kills_runner_elsewhere(side, stage, hit) {
         return;
     }
-    if let Some(pid) = shared.runner_pid()
+    if let Some(pid) = side.ctx.board.runner_pid()
         && nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok()
     {
-        shared.act(
+        side.act(
             "fault.hold-runner",
             json!({ "event": stage + 1, "pid": pid }),
         );
@@ -244,67 +312,51 @@ fn hold_runner_at_provider_hit(shared: &Shared, stage: usize, hit: &cutpoint::Hi
 }
 
 /// Records the processes event `stage`, just matched, dooms (`doomed`).
-fn doom(shared: &Shared, stage: usize) {
-    let runner = shared.runner_pid();
-    let model_api = shared.model_api_pid();
-    let fault = shared.events[stage].fault;
-    let pids = super::doomed::doomed_by(fault, &shared.tag, runner, model_api);
-    shared.doomed.lock().expect("doomed").extend(pids);
+fn doom(side: &CutSide, m: &mut Matcher, stage: usize) {
+    let runner = side.ctx.board.runner_pid();
+    let fault = side.event(stage).fault;
+    let pids = super::doomed::doomed_by(fault, &side.ctx.plan.tag, runner, side.model_api);
+    m.doomed.extend(pids);
 }
 
-/// Applies event `stage` at the held hit that matched it.
+/// Applies event `stage` at the held hit that matched it (`start`: its
+/// process's start time when the hit came in).
 fn apply_event(
-    shared: &Arc<Shared>,
-    env: &CellEnv,
-    layout: &Layout,
-    canary: &str,
+    side: &CutSide,
+    report: &mut CutReport,
     held: cutpoint::HeldHit,
+    start: Option<u64>,
     stage: usize,
 ) {
-    let event = shared.events[stage].clone();
-    if stage > 0 && !hit_alive(shared, &held.hit) {
-        not_applied(shared, stage, held);
+    let event = side.event(stage).clone();
+    if stage > 0 && !nemesis::alive_same(held.hit.pid, start) {
+        not_applied(side, stage, held);
         return;
     }
-    mark_trace(shared, stage);
-    shared.act(
+    mark_trace(side, stage);
+    side.act(
         if stage == 0 { "cut.reached" } else { "event.reached" },
         json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() }),
     );
     if stage == 0 {
-        *shared.cut_role.lock().expect("cut role") = Some(Role::of(&held.hit.role));
+        report.cut_role = Some(Role::of(&held.hit.role));
     }
     if event.fault.class() == FaultClass::Action {
         // The request passes cut points of its own, so it runs on a thread of
         // its own; it counts as applied when it has its answer.
-        let (sh, env) = (Arc::clone(shared), env.clone());
+        let ctx = side.ctx.clone();
         std::thread::spawn(move || {
-            inject_action(&sh, &env, held, event.fault, stage);
-            sh.faults_applied.fetch_add(1, Ordering::SeqCst);
-            notify(&sh);
+            inject_action(&ctx, held, event.fault, stage);
+            ctx.board.update(|s| s.applied += 1);
         });
         return;
     }
-    if let Err(e) = apply_fault(shared, env, layout, canary, event.fault, held) {
-        *shared.error.lock().expect("error") =
-            Some(format!("failed to apply {}: {e:#}", event.fault));
+    if let Err(e) = apply_fault(side, report, event.fault, held) {
+        side.ctx
+            .rec
+            .error(format!("failed to apply {}: {e:#}", event.fault));
     }
-    shared.faults_applied.fetch_add(1, Ordering::SeqCst);
-    notify(shared);
-}
-
-/// Whether the process that made `hit` is still the one alive (pid and the
-/// start time seen when its hit came in).
-fn hit_alive(shared: &Shared, hit: &cutpoint::Hit) -> bool {
-    let start = shared
-        .pids
-        .lock()
-        .expect("pids")
-        .iter()
-        .rev()
-        .find(|(_, pid, _)| *pid == hit.pid)
-        .and_then(|(_, _, start)| *start);
-    nemesis::alive_same(hit.pid, start)
+    side.ctx.board.update(|s| s.applied += 1);
 }
 
 /// A later event matched a hit whose process an earlier event had killed
@@ -313,88 +365,86 @@ fn hit_alive(shared: &Shared, hit: &cutpoint::Hit) -> bool {
 /// the next hit of its point — the restarted runner's, as the schedule
 /// means — gets it. One that never comes again leaves the cell `unknown`
 /// (vacuity).
-fn not_applied(shared: &Shared, stage: usize, held: cutpoint::HeldHit) {
-    shared.act(
+fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
+    side.act(
         "event.not-applied",
         json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
                 "why": "its process was gone (an earlier event killed it) before the event was applied" }),
     );
-    if kills_runner_elsewhere(shared, stage, &held.hit)
-        && let Some(pid) = shared.runner_pid()
+    if kills_runner_elsewhere(side, stage, &held.hit)
+        && let Some(pid) = side.ctx.board.runner_pid()
     {
         // The runner held when the hit matched goes on.
         let _ = nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGCONT);
     }
-    if shared
-        .stage
-        .compare_exchange(stage + 1, stage, Ordering::SeqCst, Ordering::SeqCst)
-        .is_ok()
-    {
-        *shared.since.lock().expect("since") = 0;
+    let mut m = side.matcher();
+    let back = side.ctx.board.update(|s| {
+        let back = s.stage == stage + 1;
+        if back {
+            s.stage = stage;
+        }
+        back
+    });
+    if back {
+        m.since = 0;
     }
+    drop(m);
     let _ = held.resume();
 }
 
 /// After a `disk-full` event, the runner's next attempted write fails too
 /// (the disk is still full); then the harness restarts the runner, which
 /// brings the disk back.
-fn disk_comes_back(
-    shared: &Shared,
-    env: &CellEnv,
-    layout: &Layout,
-    canary: &str,
-    held: cutpoint::HeldHit,
-) {
+fn disk_comes_back(side: &CutSide, held: cutpoint::HeldHit) {
     let point = held.hit.point.clone();
     let _ = held.fail(cutpoint::IoFault::Enospc);
-    shared.act("disk.still-full", json!({ "point": point }));
-    if let Err(e) = restart_runner(shared, env, layout, canary, "disk.back") {
-        *shared.error.lock().expect("error") =
-            Some(format!("failed to bring the disk back: {e:#}"));
+    side.act("disk.still-full", json!({ "point": point }));
+    disk_back(&side.ctx);
+}
+
+/// Restarts the runner, which brings its disk back.
+fn disk_back(ctx: &Ctx) {
+    if let Err(e) = restart_runner(ctx, "disk.back") {
+        ctx.rec
+            .error(format!("failed to bring the disk back: {e:#}"));
     }
-    notify(shared);
+    ctx.board.update(|s| s.disk_coming_back = false);
 }
 
 /// The runner wrote nothing for an idle timeout after its disk filled: the
 /// harness, as an operator would, frees the disk and restarts the runner.
-fn disk_freed_by_operator(shared: &Shared, env: &CellEnv, layout: &Layout, canary: &str) {
-    let was_full = shared.disk_full.lock().expect("disk full").take().is_some();
-    if !was_full || shared.stop.load(Ordering::SeqCst) {
+fn disk_freed_by_operator(side: &CutSide) {
+    let was_full = side.matcher().disk_full.take().is_some();
+    if !was_full || side.ctx.board.read(|s| s.stop) {
         return;
     }
-    shared.act("disk.quiet", json!({ "idle_ms": env.idle_timeout_ms }));
-    if let Err(e) = restart_runner(shared, env, layout, canary, "disk.back") {
-        *shared.error.lock().expect("error") =
-            Some(format!("failed to bring the disk back: {e:#}"));
-    }
-    notify(shared);
+    side.ctx.board.update(|s| s.disk_coming_back = true);
+    side.act(
+        "disk.quiet",
+        json!({ "idle_ms": side.ctx.env.idle_timeout_ms }),
+    );
+    disk_back(&side.ctx);
 }
 
 /// SIGKILLs the current runner and starts the next one (`why` is recorded).
-fn restart_runner(
-    shared: &Shared,
-    env: &CellEnv,
-    layout: &Layout,
-    canary: &str,
-    why: &str,
-) -> anyhow::Result<()> {
-    let runner = shared.runner.lock().expect("runner").take();
-    if let Some(r) = runner {
+fn restart_runner(ctx: &Ctx, why: &str) -> anyhow::Result<()> {
+    if let Some(r) = ctx.board.update(|s| s.runner.take()) {
         let pid = r.pid();
         r.kill()?;
-        shared.act("fault.kill-runner", json!({ "pid": pid, "why": why }));
+        ctx.rec
+            .act("fault.kill-runner", json!({ "pid": pid, "why": why }));
     }
-    start_runner(env, layout, shared, canary)?;
-    shared.act(why, json!({}));
+    start_runner(ctx)?;
+    ctx.rec.act(why, json!({}));
     Ok(())
 }
 
 /// A storage fault: the held before-write hit is answered `fail EIO` (one
 /// write fails) or `fail ENOSPC` (the disk is full until the runner's next
 /// write, see [`disk_comes_back`]).
-fn apply_storage(shared: &Shared, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
     if Role::of(&held.hit.role) != Role::Runner || !fault.applies_at(&held.hit.point) {
-        shared.act(
+        side.act(
             "fault.not-a-write",
             json!({ "fault": fault.as_str(), "point": held.hit.point }),
         );
@@ -408,8 +458,8 @@ fn apply_storage(shared: &Shared, fault: Fault, held: cutpoint::HeldHit) -> anyh
         ),
         _ => (cutpoint::IoFault::Eio, None),
     };
-    *shared.disk_full.lock().expect("disk full") = pid;
-    shared.act(
+    side.matcher().disk_full = pid;
+    side.act(
         &format!("fault.{fault}"),
         json!({ "point": held.hit.point, "errno": io.as_str() }),
     );
@@ -421,41 +471,35 @@ fn apply_storage(shared: &Shared, fault: Fault, held: cutpoint::HeldHit) -> anyh
 /// driver sends the follow-up. The follow-up's own request passes cut points
 /// too, so unless this hit is also the next event, the hold waits on a
 /// thread of its own and the cut loop keeps answering (`None`).
-fn hold_for_sync(
-    shared: &Arc<Shared>,
-    env: &CellEnv,
-    held: cutpoint::HeldHit,
-    is_armed: bool,
-) -> Option<cutpoint::HeldHit> {
-    shared.sync_reached.store(true, Ordering::SeqCst);
-    notify(shared);
-    let until = Instant::now() + Duration::from_millis(env.wait_ms);
+fn hold_for_sync(ctx: &Ctx, held: cutpoint::HeldHit, is_armed: bool) -> Option<cutpoint::HeldHit> {
+    ctx.board.update(|s| s.sync_reached = true);
+    let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
     if !is_armed {
-        let sh = Arc::clone(shared);
+        let board = Arc::clone(&ctx.board);
         std::thread::spawn(move || {
-            wait_until(&sh, until, || sh.follow_up_sent.load(Ordering::SeqCst));
+            board.wait_until(until, |s| s.follow_up_sent);
             let _ = held.resume();
         });
         return None;
     }
-    wait_until(shared, until, || {
-        shared.follow_up_sent.load(Ordering::SeqCst)
-    });
+    ctx.board.wait_until(until, |s| s.follow_up_sent);
     Some(held)
 }
 
 /// Appends where event `stage` was applied to the cut-point trace, so that
 /// discovery can tell the hits of recovery from those before the event.
-fn mark_trace(shared: &Shared, stage: usize) {
-    let Some(path) = &shared.trace else { return };
+fn mark_trace(side: &CutSide, stage: usize) {
+    let Some(path) = &side.ctx.plan.trace else {
+        return;
+    };
     let mut line = json!({ "role": "turncut", "pid": std::process::id(), "point": EVENT_MARK, "n": stage + 1 });
-    super::doomed::mark(&mut line, &shared.doomed.lock().expect("doomed"));
+    super::doomed::mark(&mut line, &side.matcher().doomed);
     let appended = std::fs::OpenOptions::new()
         .append(true)
         .open(path)
         .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
     if let Err(e) = appended {
-        shared.act("trace.error", json!({ "error": e.to_string() }));
+        side.act("trace.error", json!({ "error": e.to_string() }));
     }
 }
 
@@ -463,30 +507,25 @@ fn mark_trace(shared: &Shared, stage: usize) {
 /// event's number, from 1).
 pub const EVENT_MARK: &str = "turncut.event.applied";
 
-pub(super) fn notify(shared: &Shared) {
-    let _g = shared.generation.lock().expect("generation");
-    shared.changed.notify_all();
-}
-
 /// How long the read of the run log before a fault may take.
 const PRE_FAULT_READ: Duration = Duration::from_millis(500);
 
 /// Applies a process, storage ([`apply_storage`]) or power fault at the
 /// held hit, by its class; a controller action is sent by the caller.
-pub(super) fn apply_fault(
-    shared: &Shared,
-    env: &CellEnv,
-    layout: &Layout,
-    canary: &str,
+fn apply_fault(
+    side: &CutSide,
+    report: &mut CutReport,
     fault: crate::model::Fault,
     held: cutpoint::HeldHit,
 ) -> anyhow::Result<()> {
-    let client = shared.client().map(|(c, _)| c);
-    read_before_fault(shared, client.as_ref(), &held.hit);
+    let client = side.ctx.board.client().map(|(c, _)| c);
+    if let Some(evs) = read_before_fault(client.as_ref(), &held.hit) {
+        report.events_before = Some(evs);
+    }
     match fault.class() {
-        FaultClass::Storage => apply_storage(shared, fault, held),
-        FaultClass::Power => super::power::cut_power(shared, env, layout, canary, held),
-        FaultClass::Process => apply_signals(shared, env, layout, canary, fault, held, client),
+        FaultClass::Storage => apply_storage(side, fault, held),
+        FaultClass::Power => super::power::cut_power(&side.ctx, report, held),
+        FaultClass::Process => apply_signals(side, report, fault, held, client),
         FaultClass::Action => {
             let _ = held.resume();
             anyhow::bail!("{fault} is a controller action, not applied by a signal")
@@ -497,10 +536,8 @@ pub(super) fn apply_fault(
 /// Applies a process fault (`nemesis::plan`) at the held hit, and restarts
 /// the runner it killed.
 fn apply_signals(
-    shared: &Shared,
-    env: &CellEnv,
-    layout: &Layout,
-    canary: &str,
+    side: &CutSide,
+    report: &mut CutReport,
     fault: crate::model::Fault,
     held: cutpoint::HeldHit,
     client: Option<RunnerClient>,
@@ -517,25 +554,24 @@ fn apply_signals(
         && plan.provider_signal.is_none()
         && Role::of(&held.hit.role) == Role::Runner
     {
-        freeze_runner_children(shared, layout, held.hit.pid);
+        freeze_runner_children(side, held.hit.pid);
     }
-    if plan.kill_runner {
-        let runner = shared.runner.lock().expect("runner").take();
-        if let Some(r) = runner {
-            let pid = r.pid();
-            r.kill()?;
-            shared.act("fault.kill-runner", json!({ "pid": pid }));
-        }
+    if plan.kill_runner
+        && let Some(r) = side.ctx.board.update(|s| s.runner.take())
+    {
+        let pid = r.pid();
+        r.kill()?;
+        side.act("fault.kill-runner", json!({ "pid": pid }));
     }
     match (plan.provider_signal, provider) {
         (Some(signal), Some(pid)) => {
             nemesis::signal_group(pid, signal)?;
-            shared.act(
+            side.act(
                 &format!("fault.{}", fault.as_str()),
                 json!({ "provider_pid": pid, "signal": signal.as_str() }),
             );
         }
-        (Some(_), None) => shared.act("fault.no-provider", json!({ "fault": fault.as_str() })),
+        (Some(_), None) => side.act("fault.no-provider", json!({ "fault": fault.as_str() })),
         (None, _) => {}
     }
     if plan.kill_runner
@@ -546,21 +582,14 @@ fn apply_signals(
         // restarted runner must stop it (old provider first). Released only at
         // teardown, after the survivors are counted, so a runner that skips
         // the stop leaves a live orphan for the hygiene oracle.
-        shared
-            .holds
-            .lock()
-            .expect("holds")
-            .push(held.hold_forever());
+        report.holds.push(held.hold_forever());
     } else {
         // A runner hit goes on; a killed or stopped provider never reads it.
         let _ = held.resume();
     }
     if plan.kill_runner {
-        start_runner(env, layout, shared, canary)?;
-        shared.act(
-            "restart",
-            json!({ "next_event": shared.events.get(shared.stage.load(Ordering::SeqCst)).map(ToString::to_string) }),
-        );
+        start_runner(&side.ctx)?;
+        restarted(&side.ctx);
     }
     Ok(())
 }
@@ -570,13 +599,21 @@ fn apply_signals(
 /// so nothing can be read there; a later event's write may be held too (the
 /// acceptor already matched it), hence the short deadline: no read, no
 /// check.
-fn read_before_fault(shared: &Shared, client: Option<&RunnerClient>, hit: &cutpoint::Hit) {
+fn read_before_fault(client: Option<&RunnerClient>, hit: &cutpoint::Hit) -> Option<Vec<Value>> {
     let at_write = hit.point.starts_with(crate::model::WRITE_POINTS);
-    if let Some(c) = client.filter(|_| !at_write)
-        && let Ok(evs) = c.events_within(TASK_ID, 0, PRE_FAULT_READ)
-    {
-        *shared.events_before.lock().expect("events") = Some(evs);
-    }
+    client
+        .filter(|_| !at_write)
+        .and_then(|c| c.events_within(TASK_ID, 0, PRE_FAULT_READ).ok())
+}
+
+/// Records a restart after a fault, with the event the new runner waits
+/// for.
+pub(super) fn restarted(ctx: &Ctx) {
+    let stage = ctx.board.read(|s| s.stage);
+    ctx.rec.act(
+        "restart",
+        json!({ "next_event": ctx.plan.events.get(stage).map(ToString::to_string) }),
+    );
 }
 
 /// The message id a controller-action event sends: `fx1` for the
@@ -592,20 +629,14 @@ pub fn injected_message_id(fault: Fault, stage: usize) -> String {
 /// it). The request is recorded like any controller request, so the oracles
 /// hold it to the same rules (a follow-up consumed exactly once or refused by
 /// the fence; a Retry admitted only for a failed task, and then working).
-fn inject_action(
-    shared: &Shared,
-    env: &CellEnv,
-    held: cutpoint::HeldHit,
-    fault: Fault,
-    stage: usize,
-) {
+fn inject_action(ctx: &Ctx, held: cutpoint::HeldHit, fault: Fault, stage: usize) {
     let message_id = injected_message_id(fault, stage);
     let (kind, text) = match fault {
         Fault::Retry => ("retry", ""),
         _ => ("follow_up", "Also add a CHANGELOG"),
     };
     let (tx, rx) = std::sync::mpsc::channel();
-    if let Some((client, _)) = shared.client() {
+    if let Some((client, _)) = ctx.board.client() {
         let id = message_id.clone();
         std::thread::spawn(move || {
             let answer = match fault {
@@ -615,20 +646,20 @@ fn inject_action(
             let _ = tx.send(answer);
         });
     }
-    let at_ms = shared.started.elapsed().as_millis() as u64;
-    let bound = Duration::from_millis(env.wait_ms.min(2_000));
+    let at_ms = ctx.rec.now_ms();
+    let bound = Duration::from_millis(ctx.env.wait_ms.min(2_000));
     let first = rx.recv_timeout(bound);
     let _ = held.resume();
     let answer = match first {
         Ok(a) => a,
         Err(_) => rx
-            .recv_timeout(Duration::from_millis(env.wait_ms))
+            .recv_timeout(Duration::from_millis(ctx.env.wait_ms))
             .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer before the deadline"))),
     };
     // No answer: the request may or may not have been applied (an `info` op).
     let op = Op::of(kind, &message_id, at_ms, &answer);
     let (status, body) = answer.unwrap_or_else(|e| (0, json!({ "error": format!("{e:#}") })));
-    shared.act(
+    ctx.rec.act(
         &format!("fault.{fault}"),
         json!({ "message_id": message_id, "status": status }),
     );
@@ -641,11 +672,7 @@ fn inject_action(
         state_before: None,
         expect: None,
     };
-    shared
-        .injected
-        .lock()
-        .expect("injected")
-        .push((exchange, op));
+    ctx.rec.injected(exchange, op);
 }
 
 /// The provider process the runner currently has, from its run log.
@@ -656,9 +683,8 @@ fn inject_action(
 /// what it had at the cut, and the restarted runner must stop it (a
 /// SIGKILL ends a stopped process). Providers are found by the cell's tag,
 /// not through the runner's API, which a held write blocks.
-fn freeze_runner_children(shared: &Shared, layout: &Layout, runner: u32) {
-    let tag = layout.dir.display().to_string();
-    let (children, forks) = nemesis::runner_children(&tag, runner);
+fn freeze_runner_children(side: &CutSide, runner: u32) {
+    let (children, forks) = nemesis::runner_children(&side.ctx.plan.tag, runner);
     let mut frozen = Vec::new();
     for pid in children {
         if nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok() {
@@ -670,7 +696,7 @@ fn freeze_runner_children(shared: &Shared, layout: &Layout, runner: u32) {
         // A fork of the runner not yet exec'ed: the runner's, left to exec.
         data["runner_forks_left"] = json!(forks);
     }
-    shared.act("fault.freeze-providers", data);
+    side.act("fault.freeze-providers", data);
 }
 
 /// The runner's live provider, from its run log (read within

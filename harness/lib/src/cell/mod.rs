@@ -15,32 +15,33 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::evidence::{Action, Evidence, Exchange, Op};
+use crate::evidence::Evidence;
 use crate::model::{CellResult, CellSpec, Cut, Event, Fault, Outcome, Role, Verdict};
 use crate::nemesis;
-use crate::runner_client::{RunnerClient, RunnerProcess};
+use crate::runner_client::RunnerProcess;
 use crate::scenario::{FollowUpWhen, Scenario, Step};
 
+mod board;
 mod doomed;
 mod events;
 mod power;
 mod reproduce;
 mod steps;
 mod teardown;
+use board::{Board, Recorder, Records};
 pub use doomed::doomed_in_trace;
+use events::arms_for;
 pub use events::{EVENT_MARK, injected_message_id, schedule_of};
-use events::{arms_for, cut_loop};
 pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 pub use reproduce::{
     reproduce_args, reproduce_command, reproduce_script, run_config, scenarios_arg,
 };
-use steps::{run_steps, settled, wait_task, wait_until};
+use steps::{run_steps, settled, wait_task};
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
 
@@ -117,14 +118,9 @@ pub struct CellRun {
     pub kept: Option<PathBuf>,
 }
 
-/// State shared by the driver and the cut thread.
-struct Shared {
-    runner: Mutex<Option<RunnerProcess>>,
-    generation: Mutex<u64>,
-    changed: Condvar,
-    actions: Mutex<Vec<Action>>,
-    started: Instant,
-    reached: AtomicBool,
+/// What a cell runs, fixed before it starts: read by both sides, never
+/// changed.
+struct Plan {
     /// The schedule: the first cut, then later events (and a scenario's
     /// `recut`, with the first cut's fault).
     events: Vec<Event>,
@@ -132,46 +128,66 @@ struct Shared {
     arms: Vec<Cut>,
     /// The cut-point trace, when tracing (every runner of the cell writes it).
     trace: Option<PathBuf>,
-    /// Hits of the next event's point since the previous event was reached.
-    since: Mutex<u64>,
     /// The tag in the environment of every process of the cell.
     tag: String,
-    /// Processes an event already matched has doomed (`doomed`): their
-    /// hits count toward no later event.
-    doomed: Mutex<Vec<u32>>,
-    /// The runner whose disk is full (a `disk-full` event) and since when,
-    /// until its next attempted write or an idle timeout without one.
-    disk_full: Mutex<Option<(u32, Instant)>>,
-    /// Index of the next event of the schedule.
-    stage: std::sync::atomic::AtomicUsize,
-    cut_role: Mutex<Option<Role>>,
-    /// Faults applied so far (one per reached stage when done).
-    faults_applied: std::sync::atomic::AtomicUsize,
-    events_before: Mutex<Option<Vec<Value>>>,
-    /// Every process the cell has met (what it is, its pid, its start
-    /// time): the hygiene oracle's list of what must be gone at teardown.
-    pids: Mutex<Vec<(String, u32, Option<u64>)>>,
-    stop: AtomicBool,
-    error: Mutex<Option<String>>,
-    cut_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The sync point of a `turn-active` follow-up (the first turn acceptance).
     sync: Option<Cut>,
-    /// The runner is held at the sync point.
-    sync_reached: AtomicBool,
-    /// The turn-active follow-up was sent (or given up on).
-    follow_up_sent: AtomicBool,
-    /// Provider hits held until teardown (see `apply_fault`).
-    holds: Mutex<Vec<cutpoint::Holding>>,
-    /// Ends the cut thread's wait for hits at teardown.
-    waker: Mutex<Option<cutpoint::Waker>>,
-    /// Controller requests the cut thread made (a `follow-up` fault).
-    injected: Mutex<Vec<(Exchange, Op)>>,
+}
+
+impl Plan {
+    /// The plan of a cell that runs the schedule `events`.
+    fn new(scenario: &Scenario, events: Vec<Event>, trace: Option<&Path>, layout: &Layout) -> Plan {
+        let turn_active = scenario.steps.iter().any(|st| {
+            matches!(
+                st,
+                Step::FollowUp {
+                    when: FollowUpWhen::TurnActive,
+                    ..
+                }
+            )
+        });
+        Plan {
+            arms: arms_for(&events),
+            events,
+            trace: trace.map(Path::to_owned),
+            tag: layout.dir.display().to_string(),
+            sync: turn_active.then(|| Cut {
+                point: SYNC_POINT.to_owned(),
+                n: 1,
+            }),
+        }
+    }
+}
+
+/// The handles both sides of a cell use: its bounds and files, its plan,
+/// the board where they meet and the recorder of what they did (see
+/// `board`). Cloned into every thread of the cell; it holds no state of
+/// its own.
+#[derive(Clone)]
+struct Ctx {
+    env: CellEnv,
+    layout: Layout,
+    canary: String,
+    plan: Arc<Plan>,
+    board: Arc<Board>,
+    rec: Recorder,
+}
+
+/// What the driver owns for the whole cell, besides its evidence.
+struct Cell {
+    /// Where the records of both sides arrive.
+    records: std::sync::mpsc::Receiver<board::Record>,
+    /// The records collected so far.
+    got: Records,
     /// A real product's cell: the product and its fake model API.
-    real: Mutex<Option<RealCell>>,
-    /// A power-cut cell's lazy mounts (`power::mount_disks`).
-    lazy: Mutex<Vec<lazyfs::LazyFs>>,
-    /// The workspace's files right after the last power cut.
-    workspace_after_cut: Mutex<Option<std::collections::BTreeMap<String, String>>>,
+    real: Option<RealCell>,
+    /// A power-cut cell's lazy mounts (`power::mount_disks`), until the cut
+    /// side takes them.
+    lazy: Vec<lazyfs::LazyFs>,
+    /// Ends the cut side's wait for hits at teardown.
+    waker: Option<cutpoint::Waker>,
+    /// The cut side, once started; it hands back what it owned.
+    cut_side: Option<std::thread::JoinHandle<events::CutReport>>,
 }
 
 /// What a cell of a `*-real` profile runs beside the runner.
@@ -180,115 +196,16 @@ struct RealCell {
     model_api: crate::real::ModelApi,
 }
 
-impl Shared {
-    /// The pid of the runner now running, if one is.
-    fn runner_pid(&self) -> Option<u32> {
-        self.runner
-            .lock()
-            .expect("runner")
-            .as_ref()
-            .map(|r| r.pid())
-    }
-
+impl Cell {
     /// The pid of a real product's fake model API, which serves the whole
     /// cell (no provider, never a fault's target).
     fn model_api_pid(&self) -> Option<u32> {
-        self.real
-            .lock()
-            .expect("real")
-            .as_ref()
-            .map(|r| r.model_api.pid())
-    }
-
-    /// The state of a new cell that runs the schedule `events`.
-    fn new(
-        scenario: &Scenario,
-        events: Vec<Event>,
-        started: Instant,
-        trace: Option<&Path>,
-        layout: &Layout,
-    ) -> Shared {
-        Shared {
-            runner: Mutex::new(None),
-            generation: Mutex::new(0),
-            changed: Condvar::new(),
-            actions: Mutex::new(Vec::new()),
-            started,
-            reached: AtomicBool::new(false),
-            arms: arms_for(&events),
-            events,
-            trace: trace.map(Path::to_owned),
-            since: Mutex::new(0),
-            tag: layout.dir.display().to_string(),
-            doomed: Mutex::new(Vec::new()),
-            disk_full: Mutex::new(None),
-            stage: std::sync::atomic::AtomicUsize::new(0),
-            cut_role: Mutex::new(None),
-            faults_applied: std::sync::atomic::AtomicUsize::new(0),
-            events_before: Mutex::new(None),
-            pids: Mutex::new(Vec::new()),
-            stop: AtomicBool::new(false),
-            error: Mutex::new(None),
-            cut_thread: Mutex::new(None),
-            holds: Mutex::new(Vec::new()),
-            waker: Mutex::new(None),
-            injected: Mutex::new(Vec::new()),
-            real: Mutex::new(None),
-            lazy: Mutex::new(Vec::new()),
-            workspace_after_cut: Mutex::new(None),
-            sync: scenario
-                .steps
-                .iter()
-                .any(|st| {
-                    matches!(
-                        st,
-                        Step::FollowUp {
-                            when: FollowUpWhen::TurnActive,
-                            ..
-                        }
-                    )
-                })
-                .then(|| Cut {
-                    point: SYNC_POINT.to_owned(),
-                    n: 1,
-                }),
-            sync_reached: AtomicBool::new(false),
-            follow_up_sent: AtomicBool::new(false),
-        }
-    }
-
-    fn act(&self, what: &str, detail: Value) {
-        let at_ms = self.started.elapsed().as_millis() as u64;
-        self.actions.lock().expect("actions").push(Action {
-            at_ms,
-            what: what.to_owned(),
-            detail,
-        });
-    }
-
-    fn client(&self) -> Option<(RunnerClient, u64)> {
-        let gen_now = *self.generation.lock().expect("generation");
-        self.runner
-            .lock()
-            .expect("runner")
-            .as_ref()
-            .map(|r| (r.client(), gen_now))
-    }
-
-    /// Waits until the runner generation moves past `seen`, or `until`.
-    fn wait_generation(&self, seen: u64, until: Instant) {
-        let mut g = self.generation.lock().expect("generation");
-        while *g == seen {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return;
-            }
-            g = self.changed.wait_timeout(g, left).expect("generation").0;
-        }
+        self.real.as_ref().map(|r| r.model_api.pid())
     }
 }
 
 /// Files a cell writes for the fake and the runner.
+#[derive(Clone)]
 struct Layout {
     dir: PathBuf,
 }
@@ -334,19 +251,33 @@ pub fn run_cell_traced(
         dir: tmp.path().to_owned(),
     };
     let canary = format!("turncut-canary-{:016x}", spec.seed);
-    let shared = Arc::new(Shared::new(scenario, events, started, trace, &layout));
+    let (rec, records) = Recorder::new(started);
+    let ctx = Ctx {
+        env: env.clone(),
+        plan: Arc::new(Plan::new(scenario, events, trace, &layout)),
+        layout,
+        canary: canary.clone(),
+        board: Arc::new(Board::default()),
+        rec,
+    };
+    let mut cell = Cell {
+        records,
+        got: Records::default(),
+        real: None,
+        lazy: Vec::new(),
+        waker: None,
+        cut_side: None,
+    };
     let mut ev = Evidence {
         started_ms: wire::journal::now_ms(),
         spec: Some(spec.clone()),
         fault: spec.fault(),
-        canary: canary.clone(),
+        canary,
         expect: scenario.expect.clone(),
         runner_idle_timeout_ms: Some(env.idle_timeout_ms),
         ..Evidence::default()
     };
-    let outcome = drive(
-        env, scenario, profile, spec, &layout, &shared, &canary, &mut ev,
-    );
+    let outcome = drive(&ctx, &mut cell, scenario, profile, spec, &mut ev);
     if let Err(e) = outcome {
         // A step the runner never answered ran out of time: the runner's
         // doing (liveness judges it); the cell still says it stopped short.
@@ -355,10 +286,12 @@ pub fn run_cell_traced(
         }
         ev.harness_error = Some(format!("{e:#}"));
     }
-    if let Some(e) = shared.error.lock().expect("error").take() {
-        ev.harness_error.get_or_insert(e);
+    // What the cut side could not do while the steps ran (the last of it).
+    cell.got.drain(&cell.records);
+    if let Some(e) = cell.got.errors.last() {
+        ev.harness_error.get_or_insert(e.clone());
     }
-    teardown(&layout, &shared, &mut ev);
+    teardown(&ctx, cell, &mut ev);
     let result = judged(env, spec, &ev, started);
     let (dir, kept) = if env.keep {
         let path = tmp.keep();
@@ -519,11 +452,8 @@ fn write_fake_profile(env: &CellEnv, profile: &str, layout: &Layout) -> anyhow::
 /// script, writing the cell's ledger and its own journal
 /// (`model-journal.jsonl`: the cell's `journal.jsonl` is the product's); its cut points are
 /// armed like the runner's, under the role [`crate::real::MODEL_ROLE`].
-fn start_model_api(
-    env: &CellEnv,
-    layout: &Layout,
-    shared: &Shared,
-) -> anyhow::Result<crate::real::ModelApi> {
+fn start_model_api(ctx: &Ctx) -> anyhow::Result<crate::real::ModelApi> {
+    let (env, layout) = (&ctx.env, &ctx.layout);
     let mut cmd = crate::real::ModelApi::command(
         &env.turncut,
         &layout.p("model"),
@@ -536,11 +466,11 @@ fn start_model_api(
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE)
         .env_remove(nemesis::TAG_ENV);
-    let arms: Vec<String> = shared.arms.iter().map(ToString::to_string).collect();
+    let arms: Vec<String> = ctx.plan.arms.iter().map(ToString::to_string).collect();
     if !arms.is_empty() {
         cmd.env(cutpoint::ENV_ARM, arms.join(","));
     }
-    if let Some(t) = &shared.trace {
+    if let Some(t) = &ctx.plan.trace {
         cmd.env(cutpoint::ENV_TRACE, t);
     }
     crate::real::ModelApi::start(&mut cmd, Duration::from_millis(env.wait_ms))
@@ -549,19 +479,15 @@ fn start_model_api(
 /// The profile file of a real profile's cell: the real product, pinned,
 /// its model the cell's fake model API; the runner hands it the credential
 /// as its API key.
-fn write_real_profile(
-    env: &CellEnv,
-    real: &'static wire::profiles::Real,
-    layout: &Layout,
-    shared: &Shared,
-) -> anyhow::Result<()> {
+fn write_real_profile(ctx: &Ctx, real: &'static wire::profiles::Real) -> anyhow::Result<RealCell> {
+    let (env, layout) = (&ctx.env, &ctx.layout);
     let bin = crate::real::locate(real).map_err(|e| anyhow::anyhow!("{}: {e}", real.name))?;
     let product = crate::real::Product {
         real,
         bin,
         home: layout.p("product"),
     };
-    let model_api = start_model_api(env, layout, shared)?;
+    let model_api = start_model_api(ctx)?;
     let mut command = product.command(&model_api.url, &layout.dir.display().to_string())?;
     {
         // The wire evidence a fake journals itself, from a tap in front.
@@ -584,8 +510,7 @@ fn write_real_profile(
         product.credential_lines()
     );
     std::fs::write(layout.p("profiles.toml"), profiles)?;
-    *shared.real.lock().expect("real") = Some(RealCell { product, model_api });
-    Ok(())
+    Ok(RealCell { product, model_api })
 }
 
 /// The command a cell starts its runner with, for a cell directory `dir`
@@ -657,108 +582,104 @@ fn runner_command(
     cmd
 }
 
-fn start_runner(
-    env: &CellEnv,
-    layout: &Layout,
-    shared: &Shared,
-    canary: &str,
-) -> anyhow::Result<()> {
+/// Starts the cell's next runner (either side may) and puts it on the
+/// board.
+fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
     // While a turn-active follow-up is pending, the runner is also armed at
     // the sync point so the follow-up lands while the turn is provably active.
-    let sync = shared
-        .sync
-        .as_ref()
-        .filter(|_| !shared.follow_up_sent.load(Ordering::SeqCst));
-    let arms = if shared.stage.load(Ordering::SeqCst) < shared.events.len() {
-        &shared.arms[..]
+    let (follow_up_sent, stage) = ctx.board.read(|s| (s.follow_up_sent, s.stage));
+    let plan = &ctx.plan;
+    let sync = plan.sync.as_ref().filter(|_| !follow_up_sent);
+    let arms = if stage < plan.events.len() {
+        &plan.arms[..]
     } else {
         &[]
     };
-    let mut cmd = runner_command(env, layout, canary, arms, sync, shared.trace.as_deref());
+    let layout = &ctx.layout;
+    let mut cmd = runner_command(
+        &ctx.env,
+        layout,
+        &ctx.canary,
+        arms,
+        sync,
+        plan.trace.as_deref(),
+    );
     let runner = RunnerProcess::start(
         &mut cmd,
         &layout.p("state"),
         &layout.p("runnerd.stderr"),
-        Duration::from_millis(env.wait_ms),
+        Duration::from_millis(ctx.env.wait_ms),
     )?;
     let pid = runner.pid();
-    shared
-        .pids
-        .lock()
-        .expect("pids")
-        .push(("runner".into(), pid, nemesis::start_time(pid)));
-    *shared.runner.lock().expect("runner") = Some(runner);
-    *shared.generation.lock().expect("generation") += 1;
-    shared.changed.notify_all();
+    ctx.rec.process("runner", pid, nemesis::start_time(pid));
+    ctx.board.update(|s| {
+        s.runner = Some(runner);
+        s.generation += 1;
+    });
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Sets the cell up, starts its first runner and its cut side, runs the
+/// scenario's steps and waits out the quiet recovery phase.
 fn drive(
-    env: &CellEnv,
+    ctx: &Ctx,
+    cell: &mut Cell,
     scenario: &Scenario,
     profile: &str,
     spec: &CellSpec,
-    layout: &Layout,
-    shared: &Arc<Shared>,
-    canary: &str,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
+    let layout = &ctx.layout;
     write_script(scenario, layout)?;
-    if power::needs_lazy_mounts(&shared.events) {
-        power::mount_disks(layout, shared)?;
+    if power::needs_lazy_mounts(&ctx.plan.events) {
+        cell.lazy = power::mount_disks(ctx)?;
     }
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
-    *shared.waker.lock().expect("waker") = Some(listener.waker()?);
+    cell.waker = Some(listener.waker()?);
     match wire::profiles::real(profile) {
-        Some(real) => write_real_profile(env, real, layout, shared)?,
-        None => write_fake_profile(env, profile, layout)?,
+        Some(real) => cell.real = Some(write_real_profile(ctx, real)?),
+        None => write_fake_profile(&ctx.env, profile, layout)?,
     }
-    start_runner(env, layout, shared, canary)?;
-    shared.act(
+    start_runner(ctx)?;
+    ctx.rec.act(
         "runner.started",
         json!({ "armed": spec.cut().as_ref().map(ToString::to_string) }),
     );
+    // The cut side runs until teardown has read the final evidence: a
+    // runner it restarted dies with it (PR_SET_PDEATHSIG follows the
+    // spawning thread).
+    cell.cut_side = Some(events::spawn(
+        ctx.clone(),
+        listener,
+        cell.model_api_pid(),
+        std::mem::take(&mut cell.lazy),
+    ));
 
-    let cut_thread = {
-        let shared = Arc::clone(shared);
-        let env = env.clone();
-        let layout = Layout {
-            dir: layout.dir.clone(),
-        };
-        let canary = canary.to_owned();
-        std::thread::spawn(move || {
-            cut_loop(&listener, &shared, &env, &layout, &canary);
-        })
-    };
+    let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
+    let result = run_steps(ctx, scenario, profile, cell.model_api_pid(), until, ev);
+    quiet_phase(ctx, spec, until, ev);
+    result
+}
 
-    let until = Instant::now() + Duration::from_millis(env.wait_ms);
-    let result = run_steps(scenario, profile, shared, layout, until, ev);
-    // Quiet recovery phase: the armed cut was reached and its fault applied
-    // (the steps may finish before a late cut is even hit), no fault is in
-    // flight, and the task has settled with the runner that is now running.
+/// The quiet recovery phase: the armed cut was reached and its fault
+/// applied (the steps may finish before a late cut is even hit), no fault
+/// is in flight, and the task has settled with the runner that is now
+/// running.
+fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
+    let board = &ctx.board;
     loop {
         if spec.cut().is_some() {
-            wait_until(shared, until, || {
-                let stage = shared.stage.load(Ordering::SeqCst);
-                stage >= 1 && shared.faults_applied.load(Ordering::SeqCst) >= stage
-            });
+            board.wait_until(until, |s| s.stage >= 1 && s.applied >= s.stage);
         }
-        match wait_task(shared, until, settled) {
+        match wait_task(ctx, until, settled) {
             Ok(task) => ev.task = task,
             Err(_) => {
                 ev.deadline_passed = true;
                 break;
             }
         }
-        let stage = shared.stage.load(Ordering::SeqCst);
-        if shared.faults_applied.load(Ordering::SeqCst) >= stage {
+        if board.read(|s| s.applied >= s.stage) {
             break;
         }
     }
-    // The cut thread keeps running until teardown has read the final
-    // evidence: a runner it restarted dies with it (PR_SET_PDEATHSIG follows
-    // the spawning thread).
-    *shared.cut_thread.lock().expect("cut thread") = Some(cut_thread);
-    result
 }

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{CellEnv, Layout, Shared, start_runner};
+use super::events::CutReport;
+use super::{Ctx, start_runner};
 use crate::model::{Event, Fault};
 use crate::nemesis;
 
@@ -40,27 +41,30 @@ pub fn needs_lazy_mounts(events: &[Event]) -> bool {
 
 /// Mounts the cell's state directory and workspace on lazy mounts (see the
 /// module doc); they are unmounted at teardown ([`unmount_disks`]).
-pub(super) fn mount_disks(layout: &Layout, shared: &Shared) -> anyhow::Result<()> {
+pub(super) fn mount_disks(ctx: &Ctx) -> anyhow::Result<Vec<lazyfs::LazyFs>> {
     if let Some(why) = lazyfs::unavailable() {
         anyhow::bail!("a power-cut cell needs FUSE: {why}");
     }
-    let mut mounts = shared.lazy.lock().expect("lazy mounts");
+    let layout = &ctx.layout;
+    let mut mounts = Vec::new();
     for name in ON_LAZY_MOUNTS {
         let backing = layout.p(BACKING_DIR).join(name);
         std::fs::create_dir_all(&backing)?;
         std::fs::create_dir_all(layout.p(name))?;
         mounts.push(lazyfs::LazyFs::mount(&backing, &layout.p(name))?);
     }
-    shared.act("disks.lazy", json!({ "mounted": ON_LAZY_MOUNTS }));
-    Ok(())
+    ctx.rec
+        .act("disks.lazy", json!({ "mounted": ON_LAZY_MOUNTS }));
+    Ok(mounts)
 }
 
 /// Unmounts the cell's lazy mounts once every process of the cell is dead
 /// (lazily if one still holds a file there: it is served until it leaves).
-pub(super) fn unmount_disks(shared: &Shared) {
-    for fs in shared.lazy.lock().expect("lazy mounts").drain(..) {
+pub(super) fn unmount_disks(ctx: &Ctx, mounts: Vec<lazyfs::LazyFs>) {
+    for fs in mounts {
         if let Err(e) = fs.unmount() {
-            shared.act("disks.unmount-error", json!({ "error": e.to_string() }));
+            ctx.rec
+                .act("disks.unmount-error", json!({ "error": e.to_string() }));
         }
     }
 }
@@ -70,22 +74,19 @@ pub(super) fn unmount_disks(shared: &Shared) {
 /// left inside, and the runner starts again on the surviving state (its
 /// providers start through it).
 pub(super) fn cut_power(
-    shared: &Shared,
-    env: &CellEnv,
-    layout: &Layout,
-    canary: &str,
+    ctx: &Ctx,
+    report: &mut CutReport,
     held: cutpoint::HeldHit,
 ) -> anyhow::Result<()> {
-    let runner = shared.runner.lock().expect("runner").take();
-    let tag = layout.dir.display().to_string();
-    let killed = nemesis::freeze_and_kill(&tag, runner.as_ref().map(|r| r.pid()));
+    let runner = ctx.board.update(|s| s.runner.take());
+    let killed = nemesis::freeze_and_kill(&ctx.plan.tag, runner.as_ref().map(|r| r.pid()));
     if let Some(r) = runner {
         // Already SIGKILLed: this reaps it.
         r.kill()?;
     }
     // The held process is dead; its hit needs no answer.
     drop(held);
-    let until = Instant::now() + Duration::from_millis(env.wait_ms);
+    let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
     for pid in &killed {
         nemesis::wait_gone(*pid, until);
     }
@@ -95,7 +96,7 @@ pub(super) fn cut_power(
     let mut changed: Vec<String> = Vec::new();
     let mut took_ms = 0;
     {
-        let mut mounts = shared.lazy.lock().expect("lazy mounts");
+        let mounts = &mut report.lazy;
         anyhow::ensure!(
             !mounts.is_empty(),
             "power-cut in a cell without lazy mounts (the schedule was read wrong)"
@@ -120,19 +121,16 @@ pub(super) fn cut_power(
     // What survived on disk, before the runner can write anything again:
     // `durable.effect` holds it to what the run log said was done before
     // the cut.
-    let (files, gaps) = super::teardown::workspace_files(&layout.p("ws"));
-    *shared.workspace_after_cut.lock().expect("workspace") = Some(files);
-    shared.act(
+    let (files, gaps) = super::teardown::workspace_files(&ctx.layout.p("ws"));
+    report.workspace_after_cut = Some(files);
+    ctx.rec.act(
         "fault.power-cut",
         json!({ "killed": killed, "dead_at_epoch_ms": dead_at_epoch_ms,
                 "changes": changed.len(), "took_ms": took_ms, "workspace_unreadable": gaps,
                 "changed": changed.iter().take(CHANGES_LISTED_MAX).collect::<Vec<_>>() }),
     );
-    start_runner(env, layout, shared, canary)?;
-    shared.act(
-        "restart",
-        json!({ "next_event": shared.events.get(shared.stage.load(std::sync::atomic::Ordering::SeqCst)).map(ToString::to_string) }),
-    );
+    start_runner(ctx)?;
+    super::events::restarted(ctx);
     Ok(())
 }
 

@@ -3,29 +3,15 @@
 //! again), and the waits on the task, each with the cell's deadline.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
-use super::events::notify;
-use super::{Layout, Shared, TASK_ID};
+use super::{Ctx, TASK_ID};
 use crate::evidence::{Evidence, Exchange, Op, Source};
 use crate::nemesis;
 use crate::runner_client::RunnerClient;
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
-
-/// Waits on the cell's condition variable until `done()` or the deadline.
-pub(super) fn wait_until(shared: &Shared, until: Instant, done: impl Fn() -> bool) {
-    let mut g = shared.generation.lock().expect("generation");
-    while !done() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        g = shared.changed.wait_timeout(g, left).expect("generation").0;
-    }
-}
 
 pub(super) fn settled(t: &Value) -> bool {
     matches!(
@@ -53,38 +39,40 @@ impl std::error::Error for DeadlineMissed {}
 /// runner restarts: a failed call waits for the next runner generation (the
 /// nemesis restarts a killed runner at once), until the deadline.
 pub(super) fn with_runner<T>(
-    shared: &Shared,
+    ctx: &Ctx,
     until: Instant,
     mut f: impl FnMut(&RunnerClient) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
+    let board = &ctx.board;
     loop {
-        let Some((client, generation)) = shared.client() else {
-            // The nemesis is between killing the runner and restarting it.
-            anyhow::ensure!(
-                Instant::now() < until,
-                "no runner came back before the deadline"
-            );
-            let seen = *shared.generation.lock().expect("generation");
-            shared.wait_generation(seen, until);
-            continue;
-        };
-        match f(&client) {
-            Ok(v) => return Ok(v),
-            Err(e) if Instant::now() >= until => {
-                return Err(DeadlineMissed(format!("{e:#}")).into());
+        let seen = match board.client() {
+            Some((client, generation)) => match f(&client) {
+                Ok(v) => return Ok(v),
+                Err(e) if Instant::now() >= until => {
+                    return Err(DeadlineMissed(format!("{e:#}")).into());
+                }
+                Err(_) => generation,
+            },
+            None => {
+                // The nemesis is between killing the runner and restarting it.
+                anyhow::ensure!(
+                    Instant::now() < until,
+                    "no runner came back before the deadline"
+                );
+                board.read(|s| s.generation)
             }
-            Err(_) => shared.wait_generation(generation, until),
-        }
+        };
+        board.wait_until(until, |s| s.generation != seen);
     }
 }
 
 /// Waits for the task to satisfy `pred` across runner restarts.
 pub(super) fn wait_task(
-    shared: &Shared,
+    ctx: &Ctx,
     until: Instant,
     pred: impl Fn(&Value) -> bool,
 ) -> anyhow::Result<Value> {
-    with_runner(shared, until, |client| {
+    with_runner(ctx, until, |client| {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(DeadlineMissed("the deadline passed".into()).into());
@@ -102,7 +90,7 @@ const SEND_ATTEMPTS_503: usize = 4;
 /// deadline); returns the HTTP status.
 #[allow(clippy::too_many_arguments)]
 fn send(
-    shared: &Shared,
+    ctx: &Ctx,
     until: Instant,
     ev: &mut Evidence,
     kind: &str,
@@ -116,8 +104,8 @@ fn send(
     // brings back with a runner restart.
     let mut answer = Err(anyhow::anyhow!("not sent"));
     for _ in 0..SEND_ATTEMPTS_503 {
-        answer = with_runner(shared, until, |client| {
-            let at_ms = shared.started.elapsed().as_millis() as u64;
+        answer = with_runner(ctx, until, |client| {
+            let at_ms = ctx.rec.now_ms();
             let answer = client
                 .post(path, body)
                 .map_err(|e| e.context(format!("POST {path}")));
@@ -127,12 +115,18 @@ fn send(
         if !matches!(answer, Ok((503, _))) {
             break;
         }
+        // A full disk comes back with a runner restart: once it is under
+        // way the attempts wait for it, or they could all be spent before
+        // it (under load: four 503s in 6 ms, the restart 32 ms later, and a
+        // wave cell `unknown` on a missing task).
+        ctx.board.wait_until(until, |s| !s.disk_coming_back);
     }
     let (status, answer) = match answer {
         Ok(a) => a,
         Err(e) => (0, json!({ "error": format!("{e:#}") })),
     };
-    shared.act(kind, json!({ "message_id": message_id, "status": status }));
+    ctx.rec
+        .act(kind, json!({ "message_id": message_id, "status": status }));
     ev.exchanges.push(Exchange {
         kind: kind.to_owned(),
         message_id: message_id.to_owned(),
@@ -154,14 +148,14 @@ fn send(
 /// Runs the scenario's steps against whichever runner is running, until
 /// the last one or an error (a request with no answer before `until`).
 pub(super) fn run_steps(
+    ctx: &Ctx,
     scenario: &Scenario,
     profile: &str,
-    shared: &Shared,
-    layout: &Layout,
+    model_api: Option<u32>,
     until: Instant,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
-    let workspace = layout.p("ws");
+    let workspace = ctx.layout.p("ws");
     for step in &scenario.steps {
         match step {
             Step::Submit { prompt, message_id } => {
@@ -170,7 +164,7 @@ pub(super) fn run_steps(
                     "profile": profile, "workspace": workspace.display().to_string(),
                 });
                 send(
-                    shared,
+                    ctx,
                     until,
                     ev,
                     "submit",
@@ -186,7 +180,7 @@ pub(super) fn run_steps(
                 when,
                 expect,
             } => {
-                let sent = follow_up(shared, until, ev, text, message_id, *when);
+                let sent = follow_up(ctx, until, ev, text, message_id, *when);
                 if let Some(x) = ev
                     .exchanges
                     .last_mut()
@@ -197,11 +191,11 @@ pub(super) fn run_steps(
                 sent?
             }
             Step::Await(_) => {
-                wait_task(shared, until, settled)?;
-                shared.act("settled", json!({}));
+                wait_task(ctx, until, settled)?;
+                ctx.rec.act("settled", json!({}));
             }
             Step::Retry { when, message_id } => {
-                retry(shared, layout, until, ev, message_id, *when)?;
+                retry(ctx, model_api, until, ev, message_id, *when)?;
             }
         }
     }
@@ -210,7 +204,7 @@ pub(super) fn run_steps(
 
 /// A follow-up step: waits for its moment (`when`), then sends it.
 fn follow_up(
-    shared: &Shared,
+    ctx: &Ctx,
     until: Instant,
     ev: &mut Evidence,
     text: &str,
@@ -223,40 +217,28 @@ fn follow_up(
         FollowUpWhen::TurnActive => {
             // The runner is held at the sync point, unless a cut
             // came first; then the task state is the best signal.
-            wait_until(shared, until, || {
-                shared.sync_reached.load(Ordering::SeqCst)
-                    || shared.stage.load(Ordering::SeqCst) > 0
-            });
-            if !shared.sync_reached.load(Ordering::SeqCst) {
-                let _ = wait_task(shared, until, |t| settled(t) || turn_active(t));
+            ctx.board
+                .wait_until(until, |s| s.sync_reached || s.stage > 0);
+            if !ctx.board.read(|s| s.sync_reached) {
+                let _ = wait_task(ctx, until, |t| settled(t) || turn_active(t));
             }
         }
         FollowUpWhen::Settled => {
             // The state it was sent in: a failed task must refuse it.
-            state_before = wait_task(shared, until, settled)
+            state_before = wait_task(ctx, until, settled)
                 .ok()
                 .and_then(|t| t["state"].as_str().map(str::to_owned));
         }
     }
     let path = format!("/v1/tasks/{TASK_ID}/messages");
     let body = json!({ "message_id": message_id, "text": text });
-    let sent = send(
-        shared,
-        until,
-        ev,
-        "follow_up",
-        &path,
-        &body,
-        message_id,
-        text,
-    );
+    let sent = send(ctx, until, ev, "follow_up", &path, &body, message_id, text);
     if let Some(x) = ev.exchanges.last_mut() {
         x.state_before = state_before;
     }
     sent?;
     if when == FollowUpWhen::TurnActive {
-        shared.follow_up_sent.store(true, Ordering::SeqCst);
-        notify(shared);
+        ctx.board.update(|s| s.follow_up_sent = true);
     }
     Ok(())
 }
@@ -264,14 +246,14 @@ fn follow_up(
 /// A Retry step: once the task settled, sent if it failed (or `always`);
 /// every provider process alive before it must be gone at its 201.
 fn retry(
-    shared: &Shared,
-    layout: &Layout,
+    ctx: &Ctx,
+    model_api: Option<u32>,
     until: Instant,
     ev: &mut Evidence,
     message_id: &str,
     when: RetryWhen,
 ) -> anyhow::Result<()> {
-    let task = wait_task(shared, until, settled)?;
+    let task = wait_task(ctx, until, settled)?;
     let failed = matches!(task["state"].as_str(), Some("failed" | "needs_human"));
     if !failed && when != RetryWhen::Always {
         return Ok(());
@@ -280,13 +262,12 @@ fn retry(
     let body = json!({ "message_id": message_id });
     // The stop proof, from the process table: every provider
     // process alive before the Retry must be gone at its 201.
-    let model_api = shared.model_api_pid();
-    let before = cell_providers(&layout.p("cut.sock")).map(|mut procs| {
+    let before = cell_providers(&ctx.layout.p("cut.sock")).map(|mut procs| {
         // A real product's model API serves the whole cell; it is no provider.
         procs.retain(|(pid, _, _)| Some(*pid) != model_api);
         procs
     });
-    let status = send(shared, until, ev, "retry", &path, &body, message_id, "")?;
+    let status = send(ctx, until, ev, "retry", &path, &body, message_id, "")?;
     if status == 201 {
         match before {
             Ok(procs) => ev.alive_at_retry.extend(
@@ -299,7 +280,7 @@ fn retry(
         }
         // The 201 follows the durable admission, so the task
         // reads `running` until the Retry run settles.
-        wait_task(shared, until, settled)?;
+        wait_task(ctx, until, settled)?;
     }
     Ok(())
 }

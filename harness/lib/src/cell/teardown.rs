@@ -4,76 +4,88 @@
 //! any more, and the canary searched for in every file.
 
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 use serde_json::Value;
 
-use super::{Layout, Shared, TASK_ID};
+use super::events::CutReport;
+use super::{Cell, Ctx, Layout, TASK_ID};
 use crate::evidence::{Evidence, Op, Source};
 use crate::nemesis;
 use crate::run_log::Kind;
 
-/// Ends the cell: the final runner reads, the cut thread joined, the runner
-/// and every other process of the cell killed, then the provider's evidence
-/// and the canary search.
-pub(super) fn teardown(layout: &Layout, shared: &Shared, ev: &mut Evidence) {
-    read_runner(shared, ev);
-    shared.stop.store(true, Ordering::SeqCst);
-    if let Some(w) = shared.waker.lock().expect("waker").as_ref() {
+/// Ends the cell: the final runner reads, the cut side joined (it hands
+/// back what it owned), the runner and every other process of the cell
+/// killed, then the provider's evidence and the canary search.
+pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
+    read_runner(ctx, ev);
+    ctx.board.update(|s| s.stop = true);
+    if let Some(w) = &cell.waker {
         w.wake();
     }
-    if let Some(t) = shared.cut_thread.lock().expect("cut thread").take() {
-        let _ = t.join();
-    }
-    if let Some(r) = shared.runner.lock().expect("runner").take() {
+    let mut report = match cell.cut_side.take().map(std::thread::JoinHandle::join) {
+        Some(Ok(report)) => report,
+        Some(Err(_)) => {
+            ev.harness_error
+                .get_or_insert_with(|| "the cell's cut side panicked".into());
+            CutReport::default()
+        }
+        // Set-up failed before the cut side started: the mounts are here.
+        None => CutReport {
+            lazy: std::mem::take(&mut cell.lazy),
+            ..CutReport::default()
+        },
+    };
+    if let Some(r) = ctx.board.update(|s| s.runner.take()) {
         let _ = r.kill();
     }
-    ev.reached_cut = shared.reached.load(Ordering::SeqCst);
-    ev.events_applied = shared.faults_applied.load(Ordering::SeqCst);
-    ev.cut_role = *shared.cut_role.lock().expect("cut role");
-    ev.events_before_fault = shared.events_before.lock().expect("events").take();
-    ev.workspace_after_cut = shared.workspace_after_cut.lock().expect("workspace").take();
+    (ev.reached_cut, ev.events_applied) = ctx.board.read(|s| (s.reached, s.applied));
+    ev.cut_role = report.cut_role;
+    ev.events_before_fault = report.events_before.take();
+    ev.workspace_after_cut = report.workspace_after_cut.take();
     // The journal as it is now names the commands to look for; the evidence
     // itself is read below, once every process of the cell is dead.
+    let layout = &ctx.layout;
     let early = wire::journal::read(&layout.p("journal.jsonl")).unwrap_or_default();
     if let Err(e) = std::fs::read_to_string("/proc/self/stat") {
         ev.unreadable(Source::Processes, format!("/proc/self/stat: {e}"));
     }
     // A real product's model API serves the whole cell and ends with it.
-    let real = shared.real.lock().expect("real").take();
-    let model_url = real.as_ref().map(|r| r.model_api.url.clone());
-    let product = real.map(|r| {
+    let model_url = cell.real.as_ref().map(|r| r.model_api.url.clone());
+    let product = cell.real.take().map(|r| {
         r.model_api.stop();
         r.product
     });
-    kill_survivors(layout, shared, &early, ev);
-    shared.holds.lock().expect("holds").clear();
+    cell.got.drain(&cell.records);
+    kill_survivors(layout, &cell.got.processes, &early, ev);
+    report.holds.clear();
     read_provider_evidence(&layout.dir, ev);
     read_workspace(&layout.p("ws"), ev);
     if let (Some(product), Some(url)) = (product, model_url) {
         read_real_turns(&product, &url, &layout.p("ws"), ev);
     }
-    ev.actions = shared.actions.lock().expect("actions").clone();
-    for (exchange, op) in shared.injected.lock().expect("injected").drain(..) {
+    search_canary(&layout.dir, ev);
+    super::power::unmount_disks(ctx, std::mem::take(&mut report.lazy));
+    cell.got.drain(&cell.records);
+    ev.actions = std::mem::take(&mut cell.got.actions);
+    for (exchange, op) in cell.got.injected.drain(..) {
         ev.exchanges.push(exchange);
         ev.ops.push(op);
     }
-    search_canary(&layout.dir, ev);
-    super::power::unmount_disks(shared);
 }
 
-/// Every process the cell knew of (the runners, the providers the run log
-/// names, the commands the journal `early` names) and every process that
-/// still carries the cell's tag is recorded as a survivor if alive, then
-/// killed: the cell must not leave orphans behind.
+/// Every process the cell knew of (the runners and hits recorded as
+/// `seen`, the providers the run log names, the commands the journal
+/// `early` names) and every process that still carries the cell's tag is
+/// recorded as a survivor if alive, then killed: the cell must not leave
+/// orphans behind.
 fn kill_survivors(
     layout: &Layout,
-    shared: &Shared,
+    seen: &[(String, u32, Option<u64>)],
     early: &[wire::journal::Entry],
     ev: &mut Evidence,
 ) {
     // Every process the cell knew of must be gone now that the runner is.
-    let mut known = shared.pids.lock().expect("pids").clone();
+    let mut known = seen.to_vec();
     for e in &ev.events {
         if Kind::of(e) == Kind::ProviderSpawned
             && let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64)
@@ -217,8 +229,8 @@ fn search_canary(dir: &Path, ev: &mut Evidence) {
 /// The final task view and run log, read at the end of the cell, each whole
 /// or recorded as unreadable (a view from an earlier wait does not stand in
 /// for a failed final read).
-fn read_runner(shared: &Shared, ev: &mut Evidence) {
-    let Some((client, _)) = shared.client() else {
+fn read_runner(ctx: &Ctx, ev: &mut Evidence) {
+    let Some((client, _)) = ctx.board.client() else {
         ev.unreadable(Source::Task, "no runner was running at the end of the cell");
         ev.unreadable(
             Source::RunLog,
@@ -226,7 +238,7 @@ fn read_runner(shared: &Shared, ev: &mut Evidence) {
         );
         return;
     };
-    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let at_ms = ctx.rec.now_ms();
     let task = client.task(TASK_ID);
     ev.ops.push(Op::of("read.task", "", at_ms, &task));
     match task {
@@ -236,7 +248,7 @@ fn read_runner(shared: &Shared, ev: &mut Evidence) {
         }
         Err(e) => ev.unreadable(Source::Task, format!("GET task: {e:#}")),
     }
-    let at_ms = shared.started.elapsed().as_millis() as u64;
+    let at_ms = ctx.rec.now_ms();
     let events = client.events(TASK_ID, 0).map(|evs| (200, evs));
     ev.ops.push(Op::of("read.events", "", at_ms, &events));
     match events {

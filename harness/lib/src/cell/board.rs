@@ -1,0 +1,189 @@
+//! Where a cell's driver and its cut side meet, and what both record.
+//!
+//! A cell has two sides: the driver (`steps`: the scenario's requests and
+//! the waits on the task) and the cut side (`events`: the hits, the faults,
+//! the restarts). Each owns its own state; they share exactly two things:
+//!
+//! - the [`Board`]: the runner now running and how far the schedule got,
+//!   under one lock, every change waking whoever waits on it. It is a
+//!   monitor rather than a channel because the driver's waits are
+//!   conditions over it with a deadline ("a runner of a later generation",
+//!   "the first event applied and the task settled"), asked from inside
+//!   its HTTP retries;
+//! - the [`Recorder`]: what either side did, sent as messages
+//!   ([`Record`]) and collected by the driver at teardown: no lock, and
+//!   nothing the other side reads while the cell runs.
+
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use serde_json::Value;
+
+use crate::evidence::{Action, Exchange, Op};
+use crate::runner_client::{RunnerClient, RunnerProcess};
+
+/// The state the two sides share: see the module doc.
+#[derive(Default)]
+pub(super) struct Status {
+    /// The runner now running (none between a kill and its restart).
+    pub runner: Option<RunnerProcess>,
+    /// How many runners the cell has started.
+    pub generation: u64,
+    /// Events of the schedule matched so far (the index of the next one).
+    pub stage: usize,
+    /// The first event was matched.
+    pub reached: bool,
+    /// Events applied so far (one per matched event when done).
+    pub applied: usize,
+    /// The runner is held at a turn-active follow-up's sync point.
+    pub sync_reached: bool,
+    /// The turn-active follow-up was sent (or given up on).
+    pub follow_up_sent: bool,
+    /// The runner's full disk is being brought back: its next write after
+    /// a `disk-full` event failed too (or it wrote nothing for an idle
+    /// timeout), and the restart that frees the disk is under way.
+    pub disk_coming_back: bool,
+    /// Teardown has begun: the cut side takes no more hits.
+    pub stop: bool,
+}
+
+/// The [`Status`] under its lock, and the condition its changes signal.
+#[derive(Default)]
+pub(super) struct Board {
+    status: Mutex<Status>,
+    changed: Condvar,
+}
+
+impl Board {
+    fn lock(&self) -> MutexGuard<'_, Status> {
+        self.status.lock().expect("the cell's board")
+    }
+
+    /// A value read from the status.
+    pub fn read<T>(&self, f: impl FnOnce(&Status) -> T) -> T {
+        f(&self.lock())
+    }
+
+    /// Changes the status and wakes every waiter.
+    pub fn update<T>(&self, f: impl FnOnce(&mut Status) -> T) -> T {
+        let out = f(&mut self.lock());
+        self.changed.notify_all();
+        out
+    }
+
+    /// The client of the runner now running and its generation.
+    pub fn client(&self) -> Option<(RunnerClient, u64)> {
+        let s = self.lock();
+        s.runner.as_ref().map(|r| (r.client(), s.generation))
+    }
+
+    /// The pid of the runner now running.
+    pub fn runner_pid(&self) -> Option<u32> {
+        self.read(|s| s.runner.as_ref().map(RunnerProcess::pid))
+    }
+
+    /// Waits until `done(status)` or `until`; whether it is done.
+    pub fn wait_until(&self, until: Instant, done: impl Fn(&Status) -> bool) -> bool {
+        let mut s = self.lock();
+        while !done(&s) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            s = self
+                .changed
+                .wait_timeout(s, left)
+                .expect("the cell's board")
+                .0;
+        }
+        true
+    }
+}
+
+/// One thing a side of the cell recorded.
+pub(super) enum Record {
+    /// Something the harness did, for the evidence's actions.
+    Action(Action),
+    /// A process the cell met: what it is, its pid and start time (the
+    /// hygiene oracle's list of what must be gone at teardown).
+    Process(String, u32, Option<u64>),
+    /// A controller request the cut side made (a `follow-up` or `retry`
+    /// event).
+    Injected(Exchange, Op),
+    /// Why the cut side could not do what the schedule meant.
+    Error(String),
+}
+
+/// Sends [`Record`]s; cloned into every thread of the cell.
+#[derive(Clone)]
+pub(super) struct Recorder {
+    tx: Sender<Record>,
+    started: Instant,
+}
+
+impl Recorder {
+    /// A recorder for a cell started at `started`, and where its records
+    /// arrive.
+    pub fn new(started: Instant) -> (Recorder, Receiver<Record>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        (Recorder { tx, started }, rx)
+    }
+
+    /// Milliseconds since the cell started.
+    pub fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn send(&self, r: Record) {
+        // The receiver lives until teardown has joined every sender's thread.
+        let _ = self.tx.send(r);
+    }
+
+    /// Records an action.
+    pub fn act(&self, what: &str, detail: Value) {
+        self.send(Record::Action(Action {
+            at_ms: self.now_ms(),
+            what: what.to_owned(),
+            detail,
+        }));
+    }
+
+    /// Records a process of the cell.
+    pub fn process(&self, role: &str, pid: u32, start: Option<u64>) {
+        self.send(Record::Process(role.to_owned(), pid, start));
+    }
+
+    /// Records a controller request the cut side made.
+    pub fn injected(&self, exchange: Exchange, op: Op) {
+        self.send(Record::Injected(exchange, op));
+    }
+
+    /// Records why the cut side failed.
+    pub fn error(&self, e: String) {
+        self.send(Record::Error(e));
+    }
+}
+
+/// Every record received so far, sorted by kind.
+#[derive(Default)]
+pub(super) struct Records {
+    pub actions: Vec<Action>,
+    pub processes: Vec<(String, u32, Option<u64>)>,
+    pub injected: Vec<(Exchange, Op)>,
+    pub errors: Vec<String>,
+}
+
+impl Records {
+    /// Adds every record that has arrived on `rx`.
+    pub fn drain(&mut self, rx: &Receiver<Record>) {
+        for r in rx.try_iter() {
+            match r {
+                Record::Action(a) => self.actions.push(a),
+                Record::Process(role, pid, start) => self.processes.push((role, pid, start)),
+                Record::Injected(x, op) => self.injected.push((x, op)),
+                Record::Error(e) => self.errors.push(e),
+            }
+        }
+    }
+}
