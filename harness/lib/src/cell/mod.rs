@@ -251,47 +251,25 @@ pub fn run_cell_traced(
         dir: tmp.path().to_owned(),
     };
     let canary = format!("turncut-canary-{:016x}", spec.seed);
+    let mut ev = Evidence {
+        started_ms: wire::journal::now_ms(),
+        spec: Some(spec.clone()),
+        fault: spec.fault(),
+        canary: canary.clone(),
+        expect: scenario.expect.clone(),
+        runner_idle_timeout_ms: Some(env.idle_timeout_ms),
+        ..Evidence::default()
+    };
     let (rec, records) = Recorder::new(started);
     let ctx = Ctx {
         env: env.clone(),
         plan: Arc::new(Plan::new(scenario, events, trace, &layout)),
         layout,
-        canary: canary.clone(),
+        canary,
         board: Arc::new(Board::default()),
         rec,
     };
-    let mut cell = Cell {
-        records,
-        got: Records::default(),
-        real: None,
-        lazy: Vec::new(),
-        waker: None,
-        cut_side: None,
-    };
-    let mut ev = Evidence {
-        started_ms: wire::journal::now_ms(),
-        spec: Some(spec.clone()),
-        fault: spec.fault(),
-        canary,
-        expect: scenario.expect.clone(),
-        runner_idle_timeout_ms: Some(env.idle_timeout_ms),
-        ..Evidence::default()
-    };
-    let outcome = drive(&ctx, &mut cell, scenario, profile, spec, &mut ev);
-    if let Err(e) = outcome {
-        // A step the runner never answered ran out of time: the runner's
-        // doing (liveness judges it); the cell still says it stopped short.
-        if e.downcast_ref::<steps::DeadlineMissed>().is_some() {
-            ev.deadline_passed = true;
-        }
-        ev.harness_error = Some(format!("{e:#}"));
-    }
-    // What the cut side could not do while the steps ran (the last of it).
-    cell.got.drain(&cell.records);
-    if let Some(e) = cell.got.errors.last() {
-        ev.harness_error.get_or_insert(e.clone());
-    }
-    teardown(&ctx, cell, &mut ev);
+    run_and_collect(&ctx, records, scenario, profile, spec, &mut ev);
     let result = judged(env, spec, &ev, started);
     let (dir, kept) = if env.keep {
         let path = tmp.keep();
@@ -306,6 +284,40 @@ pub fn run_cell_traced(
         dir,
         kept,
     }
+}
+
+/// Drives the cell and tears it down, collecting its evidence in `ev`: a
+/// harness error is the driver's, else the cut side's last one.
+fn run_and_collect(
+    ctx: &Ctx,
+    records: std::sync::mpsc::Receiver<board::Record>,
+    scenario: &Scenario,
+    profile: &str,
+    spec: &CellSpec,
+    ev: &mut Evidence,
+) {
+    let mut cell = Cell {
+        records,
+        got: Records::default(),
+        real: None,
+        lazy: Vec::new(),
+        waker: None,
+        cut_side: None,
+    };
+    if let Err(e) = drive(ctx, &mut cell, scenario, profile, spec, ev) {
+        // A step the runner never answered ran out of time: the runner's
+        // doing (liveness judges it); the cell still says it stopped short.
+        if e.downcast_ref::<steps::DeadlineMissed>().is_some() {
+            ev.deadline_passed = true;
+        }
+        ev.harness_error = Some(format!("{e:#}"));
+    }
+    // What the cut side could not do while the steps ran (the last of it).
+    cell.got.drain(&cell.records);
+    if let Some(e) = cell.got.errors.last() {
+        ev.harness_error.get_or_insert(e.clone());
+    }
+    teardown(ctx, cell, ev);
 }
 
 /// `env` with the idle timeouts and the wait deadline raised to a real
