@@ -50,7 +50,7 @@ const KILL_POINTS: &[&str] = &[
     "runner.turn_accepted.persisted",
     "runner.approval_intent.persisted",
     "runner.item.persisted",
-    "runner.turn_completed.persisted",
+    "runner.turn_ended.persisted",
     "runner.run_settled.persisted",
 ];
 

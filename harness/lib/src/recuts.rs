@@ -396,7 +396,7 @@ mod tests {
             b("runner.retry_admitted.persisted", 1, false),
             b("codex.item_completed.notified", 1, true),
             b("runner.turn_accepted.persisted", 3, true),
-            b("runner.turn_completed.persisted", 1, true),
+            b("runner.turn_ended.persisted", 1, true),
         ];
         let got: Vec<String> = span(&after).iter().map(|b| b.cut.to_string()).collect();
         assert_eq!(

@@ -278,7 +278,7 @@ fn a_lost_turn_with_a_pending_approval_is_closed_and_retry_works() {
 #[test]
 fn a_persisted_completion_settles_after_a_restart_without_a_new_turn() {
     let mut rig = Rig::new(&[]);
-    let client = rig.start(Some("runner.turn_completed.persisted"));
+    let client = rig.start(Some("runner.turn_ended.persisted"));
     submit(&client, &rig, "t1", "m1");
     let held = rig.hold();
     rig.kill_runner();
@@ -347,7 +347,7 @@ fn a_runner_killed_between_marking_a_turn_lost_and_continuing_it_still_continues
     // Second cut, during recovery: where the lost turn is marked and its
     // continuation recorded (once two writes, now one).
     rig.start(Some(
-        "runner.turn_completed.persisted#1,runner.turn_intent.persisted#1",
+        "runner.turn_ended.persisted#1,runner.turn_intent.persisted#1",
     ));
     let held = rig.hold();
     let point = held.hit.point.clone();

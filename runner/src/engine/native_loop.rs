@@ -257,7 +257,7 @@ impl Engine {
             nt.row(),
         );
         let pt = nt.turn.client_id.clone();
-        self.write("turn_completed", move |db| {
+        self.write("turn_ended", move |db| {
             db.turn_finished(
                 &tid,
                 &rid,

@@ -264,7 +264,7 @@ impl Engine {
             // own; a runner stopped right after it finds the turn settled
             // with nothing to continue, and completes the run without it.
             let (t, r) = (tid.clone(), rid.clone());
-            self.write("turn_completed", move |db| {
+            self.write("turn_ended", move |db| {
                 db.turn_finished(&t, &r, row, TurnStatus::Interrupted, data)
             })
             .await?;
@@ -282,7 +282,7 @@ impl Engine {
 
     async fn adopt(&self, task_id: &str, run: &Run, turn: &TurnRow) -> Result<(), StepError> {
         let (tid, rid, row) = (task_id.to_owned(), run.run_id.clone(), turn.turn_row);
-        self.write("turn_completed", move |db| {
+        self.write("turn_ended", move |db| {
             db.turn_finished(
                 &tid,
                 &rid,
@@ -498,7 +498,7 @@ impl Engine {
         }
         let (tid, rid) = (snap.task.task_id.clone(), run.run_id.clone());
         let data = json!({ "provider_turn_id": turn_id, "status": status });
-        self.write("turn_completed", move |db| {
+        self.write("turn_ended", move |db| {
             db.turn_finished(&tid, &rid, row, ended, data)
         })
         .await?;

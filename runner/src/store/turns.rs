@@ -134,7 +134,7 @@ impl Db {
         } else {
             "turn.failed"
         };
-        self.event_in("turn_completed", task_id, Some(run_id), kind, data, |tx| {
+        self.event_in("turn_ended", task_id, Some(run_id), kind, data, |tx| {
             tx.execute(
                 "UPDATE turns SET status = ?2 WHERE turn_row = ?1",
                 params![turn_row, status],

@@ -179,7 +179,7 @@ export class Engine {
     const message = this.store.message(task.task_id, turn.message_id)!;
     switch (decision.do) {
       case "adopt":
-        await this.store.write("turn_completed", task.task_id, [[run.run_id, "turn.finished", { turn_row: turn.turn_row, provider_turn_id: turn.provider_turn_id, status: "completed", adopted: true }]], () =>
+        await this.store.write("turn_ended", task.task_id, [[run.run_id, "turn.finished", { turn_row: turn.turn_row, provider_turn_id: turn.provider_turn_id, status: "completed", adopted: true }]], () =>
           this.store.exec("UPDATE turns SET status = 'completed' WHERE turn_row = ?", turn.turn_row),
         );
         return;
@@ -258,7 +258,7 @@ export class Engine {
       } else if (msg.method === "turn/completed" && msg.params?.turn?.id === providerTurn) {
         const status: string = msg.params.turn.status;
         const done = status === "completed";
-        await this.store.write("turn_completed", task.task_id, [[run.run_id, done ? "turn.finished" : "turn.failed", { turn_row: turn.turn_row, provider_turn_id: providerTurn, status }]], () =>
+        await this.store.write("turn_ended", task.task_id, [[run.run_id, done ? "turn.finished" : "turn.failed", { turn_row: turn.turn_row, provider_turn_id: providerTurn, status }]], () =>
           this.store.exec("UPDATE turns SET status = ? WHERE turn_row = ?", done ? "completed" : "failed", turn.turn_row),
         );
         if (!done) throw new Fail("provider_protocol_error", `the provider ended turn ${providerTurn} ${status}`);
