@@ -31,9 +31,9 @@ pub(super) struct Status {
     /// How many runners the cell has started.
     pub generation: u64,
     /// Events of the schedule matched so far (the index of the next one).
+    /// Past 0 the first cut was reached: only a later event that found its
+    /// process gone is taken back (`events::not_applied`).
     pub stage: usize,
-    /// The first event was matched.
-    pub reached: bool,
     /// Events applied so far (one per matched event when done).
     pub applied: usize,
     /// The runner is held at a turn-active follow-up's sync point.

@@ -261,10 +261,7 @@ fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
         hold_runner_at_provider_hit(side, stage, hit);
         doom(side, &mut m, stage);
         m.since = 0;
-        board.update(|s| {
-            s.stage = stage + 1;
-            s.reached = true;
-        });
+        board.update(|s| s.stage = stage + 1);
         stage
     });
     let is_sync = side

@@ -38,7 +38,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     if let Some(r) = ctx.board.update(|s| s.runner.take()) {
         let _ = r.kill();
     }
-    (ev.reached_cut, ev.events_applied) = ctx.board.read(|s| (s.reached, s.applied));
+    (ev.reached_cut, ev.events_applied) = ctx.board.read(|s| (s.stage > 0, s.applied));
     ev.cut_role = report.cut_role;
     ev.events_before_fault = report.events_before.take();
     ev.workspace_after_cut = report.workspace_after_cut.take();
