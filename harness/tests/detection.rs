@@ -251,6 +251,25 @@ fn row_8_a_workspace_file_the_run_log_holds_as_written_survives_a_power_cut() {
     );
 }
 
+#[test]
+fn row_8_native_the_write_tool_s_file_survives_a_power_cut_too() {
+    if no_fuse().is_some() {
+        return;
+    }
+    caught(
+        "rename-without-dir-sync",
+        "restart-chaos.runner-native-openai.local.power-cut",
+        &[
+            "--cut",
+            "runner.tool_outcome.persisted#1",
+            "--fault",
+            "power-cut",
+        ],
+        "durable.effect",
+        "the file is not in the workspace after the power cut",
+    );
+}
+
 /// Row 9 has its own check: the lost task leaves the cell's steps waiting
 /// for a task the runner no longer knows, so the cell also ends with the
 /// deadline passed; the catch is `no-loss`'s, from the runner's own 404.

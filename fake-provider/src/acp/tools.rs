@@ -143,7 +143,7 @@ impl Server {
         let params = json!({
             "sessionId": session_id,
             "path": path,
-            "content": format!("written by {}\n", call.key),
+            "content": crate::script::written_content(&call.key),
         });
         self.request(session_id, "fs/write_text_file", params, call, Stage::Write)
     }

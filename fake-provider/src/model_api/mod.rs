@@ -9,7 +9,9 @@
 //! `usage`); `stream: false` answers the final response object. A request
 //! plays the script turn of its latest user message: the turn's `say` chunks
 //! as one assistant message and a `function_call` per tool, whose arguments
-//! hold the shell command line of the `effect` tool; once every call has its
+//! hold the shell command line of the `effect` tool (a `write-file` tool is
+//! a call of the request's `Write {path, content}` where it offers one, as
+//! the native runner does); once every call has its
 //! `function_call_output`, the `final` message. The function's name and
 //! argument shape follow the request's `tools` (`Bash {command: string}`,
 //! Codex's `shell {command: [argv]}`, `shell_command`, `exec_command {cmd}`),
@@ -207,7 +209,7 @@ fn answer(s: &Arc<Shared>, method: &Method, uri: &Uri, body: &Bytes) -> Response
         &taken.calls,
         &approvals,
         body.len(),
-        |key| effect_command(&s.opts, &req, key),
+        |key| call_body(&s.opts, &req, key),
     );
     send(s, method, uri, &req, built, finishing)
 }
@@ -316,18 +318,38 @@ fn send(
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-/// The shell command line of a tool: `<self> effect --ledger L --key K --by
-/// MESSAGE_ID --conversation C --turn MESSAGE_ID`, quoted for `sh` (inside a
-/// shell of its own for a `nested_shell` tool). A `patch` tool's line is
-/// `apply_patch` with the patch as a here-document, which Codex runs as its
-/// own `apply_patch` (a `fileChange` item) rather than as a command.
-fn effect_command(opts: &Options, req: &Request, key: &str) -> String {
+/// What the call of tool `key` does: a `write-file` tool is a call of the
+/// request's `Write` function where it offers one (the native runner's,
+/// which writes the file itself: `written_content`); every other tool is
+/// its `effect_command`.
+fn call_body(opts: &Options, req: &Request, key: &str) -> wire::CallBody {
     let tool = opts
         .script
         .turns
         .iter()
         .flat_map(|t| &t.tools)
         .find(|t| t.key == key);
+    let write = tool.filter(|t| t.kind == crate::script::ToolKind::WriteFile && req.tool.write);
+    if let Some(path) = write.and_then(|t| t.path.clone()) {
+        return wire::CallBody::Write {
+            path,
+            content: crate::script::written_content(key),
+        };
+    }
+    wire::CallBody::Command(effect_command(opts, req, key, tool))
+}
+
+/// The shell command line of a tool: `<self> effect --ledger L --key K --by
+/// MESSAGE_ID --conversation C --turn MESSAGE_ID`, quoted for `sh` (inside a
+/// shell of its own for a `nested_shell` tool). A `patch` tool's line is
+/// `apply_patch` with the patch as a here-document, which Codex runs as its
+/// own `apply_patch` (a `fileChange` item) rather than as a command.
+fn effect_command(
+    opts: &Options,
+    req: &Request,
+    key: &str,
+    tool: Option<&crate::script::ScriptTool>,
+) -> String {
     if let Some(tool) = tool.filter(|t| t.kind == crate::script::ToolKind::Patch) {
         return format!(
             "apply_patch <<'EOF'\n{}\nEOF\n",

@@ -52,6 +52,17 @@ pub(super) struct ToolShape {
     /// `exec_command`): a tool that needs approval then asks for
     /// `require_escalated`, which makes Codex ask its client.
     pub escalation: bool,
+    /// Whether the request offers a `Write {path, content}` function (the
+    /// native runner's): a `write-file` tool is then a call of it.
+    pub write: bool,
+}
+
+/// What one function call of the model does.
+pub(super) enum CallBody {
+    /// Runs a command line, in the shape of the request's command tool.
+    Command(String),
+    /// Writes `content` to `path` with the request's `Write` function.
+    Write { path: String, content: String },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,6 +233,9 @@ fn output_text(output: &Value) -> String {
 /// The shell tool the request offers, by preference: `Bash`/`bash` with a
 /// `command` string, Codex's `shell` with a `command` array, `shell_command`
 /// with a `command` string, `exec_command` with `cmd`; `Bash` when none is offered.
+/// The name of the file-writing function a request may offer.
+const WRITE_FUNCTION: &str = "Write";
+
 fn tool_shape(tools: Option<&Vec<Value>>) -> ToolShape {
     let functions: Vec<(&str, &Value)> = tools
         .into_iter()
@@ -242,6 +256,11 @@ fn tool_shape(tools: Option<&Vec<Value>>) -> ToolShape {
             .unwrap_or("")
             .to_owned()
     };
+    let write = functions.iter().any(|(name, props)| {
+        *name == WRITE_FUNCTION
+            && kind(props, "path") == "string"
+            && kind(props, "content") == "string"
+    });
     let preferences = [
         ("Bash", "command", "string", CommandParam::CommandString),
         ("bash", "command", "string", CommandParam::CommandString),
@@ -267,6 +286,7 @@ fn tool_shape(tools: Option<&Vec<Value>>) -> ToolShape {
                 name: wanted.to_owned(),
                 param,
                 escalation,
+                write,
             };
         }
     }
@@ -274,6 +294,7 @@ fn tool_shape(tools: Option<&Vec<Value>>) -> ToolShape {
         name: "Bash".to_owned(),
         param: CommandParam::CommandString,
         escalation: false,
+        write,
     }
 }
 
@@ -325,15 +346,15 @@ impl Events {
 
 /// The response to `req` that plays `plan`: a message (the `say` chunks or
 /// the final message), then a `function_call` per call `(call_id, key)`,
-/// whose command line is `command(key)`; the keys in `approvals` ask for
-/// escalation where the tool takes it. Usage is a byte estimate.
+/// whose body is `body(key)`; the keys in `approvals` ask for escalation
+/// where the tool takes it. Usage is a byte estimate.
 pub(super) fn build_response(
     req: &Request,
     plan: &Plan,
     calls: &[(String, String)],
     approvals: &HashSet<String>,
     input_bytes: usize,
-    command: impl Fn(&str) -> String,
+    body: impl Fn(&str) -> CallBody,
 ) -> Built {
     let mut response = response_object(req);
     let mut events = Events::default();
@@ -354,16 +375,9 @@ pub(super) fn build_response(
     for (call_id, key) in calls {
         let index = output.len();
         let item_id = format!("fc_{}", random_hex());
-        let arguments = call_arguments(req, key, &command(key), approvals);
+        let (name, arguments) = call_arguments(req, key, body(key), approvals);
         output_chars += arguments.len();
-        let item = call_item(
-            &mut events,
-            index,
-            &item_id,
-            call_id,
-            &req.tool.name,
-            &arguments,
-        );
+        let item = call_item(&mut events, index, &item_id, call_id, name, &arguments);
         output.push(item);
     }
     let input_tokens = (input_bytes / 4).max(1) as u64;
@@ -451,9 +465,21 @@ fn message_item(events: &mut Events, index: usize, text: &str) -> Value {
     item
 }
 
-/// The arguments of the call running effect `key` as `command`, in the
-/// shape the request's tool wants.
-fn call_arguments(req: &Request, key: &str, command: &str, approvals: &HashSet<String>) -> String {
+/// The function and arguments of the call of `key` doing `body`, in the
+/// shape the request's tools want.
+fn call_arguments<'r>(
+    req: &'r Request,
+    key: &str,
+    body: CallBody,
+    approvals: &HashSet<String>,
+) -> (&'r str, String) {
+    let command = match body {
+        CallBody::Write { path, content } => {
+            let arguments = json!({ "path": path, "content": content });
+            return (WRITE_FUNCTION, arguments.to_string());
+        }
+        CallBody::Command(command) => command,
+    };
     let mut arguments = match req.tool.param {
         CommandParam::CommandString => json!({ "command": command }),
         CommandParam::CommandArgv => json!({ "command": ["sh", "-c", command] }),
@@ -463,7 +489,7 @@ fn call_arguments(req: &Request, key: &str, command: &str, approvals: &HashSet<S
         arguments["sandbox_permissions"] = json!("require_escalated");
         arguments["justification"] = json!(format!("Run the effect {key}?"));
     }
-    arguments.to_string()
+    (&req.tool.name, arguments.to_string())
 }
 
 /// The events of a `function_call` item at output `index`; the item.

@@ -270,7 +270,17 @@ mod tests {
         )
         .expect("the fork's pid");
         let fork: u32 = line.trim().parse().expect("a pid");
-        let (freeze, forks) = runner_children(&tag, parent.id());
+        // The kernel sets a new image's environment late in exec, after the
+        // close-on-exec pipe Popen waits on is closed: under load `sleep`'s
+        // environ can still read empty, so wait (with a deadline) to see it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let (freeze, forks) = loop {
+            let (freeze, forks) = runner_children(&tag, parent.id());
+            if !freeze.is_empty() || std::time::Instant::now() > deadline {
+                break (freeze, forks);
+            }
+            std::thread::yield_now();
+        };
         for (pid, _) in tagged_processes(&tag) {
             let _ = signal_pid(pid, Signal::SIGKILL);
         }

@@ -137,6 +137,12 @@ pub enum ToolKind {
     Patch,
 }
 
+/// What a `write-file` tool of `key` writes to its path, whoever performs
+/// the write (ACP's `fs/write_text_file`, the native `Write` tool).
+pub fn written_content(key: &str) -> String {
+    format!("written by {key}\n")
+}
+
 fn default_final() -> String {
     "Done.".to_owned()
 }

@@ -180,8 +180,8 @@ impl Engine {
                 Ok(tool) => {
                     if tool.has_effect() {
                         cp.pending_calls[i].status = CallStatus::Executing;
-                        let data =
-                            json!({ "turn_row": row, "key": call.call_id, "kind": call.name });
+                        let data = json!({ "turn_row": row, "key": call.call_id,
+                                           "kind": call.name, "detail": tool.detail() });
                         self.native_save("tool_executing", nt, cp, "tool.executing", data)
                             .await?;
                     }

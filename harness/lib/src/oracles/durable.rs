@@ -2,11 +2,12 @@
 //! run log holds as done, is on disk with what the tool asked to write —
 //! after a power cut too.
 //!
-//! The run log's claim: a `tool.executing` of kind `write_text_file` (its
-//! `detail.path`) and, for the same key, a `tool.outcome` `completed`. The
-//! provider's own record says what the write was to put there: the
-//! journaled `fs/write_text_file` requests for that path (their
-//! `content`). The workspace, read at the end of the cell, says what is
+//! The run log's claim: a `tool.executing` of kind `write_text_file` (ACP's
+//! client tool) or `Write` (the native tool), its `detail.path`, and for the
+//! same key a `tool.outcome` that completed (`status: completed`, or the
+//! native `ok: true`). The provider's own record says what the write was to
+//! put there: the journaled `fs/write_text_file` requests for that path, or
+//! the model's `Write` calls naming it (their `content`). The workspace, read at the end of the cell, says what is
 //! there. In a power-cut cell the workspace sits on a lazy mount, so a file
 //! the runner renamed into place without syncing its bytes (empty) or its
 //! directory (gone) fails here while the run log still says done. It does
@@ -31,6 +32,10 @@ struct Claim<'a> {
     seq: i64,
 }
 
+/// The `tool.executing` kinds of a file write the runner performs itself:
+/// ACP's `fs/write_text_file`, the native `Write` tool.
+const WRITE_KINDS: [Option<&str>; 2] = [Some("write_text_file"), Some("Write")];
+
 /// Every file write the run log `events` holds as completed, in run-log
 /// order.
 fn claims(events: &[Value]) -> Vec<Claim<'_>> {
@@ -40,12 +45,14 @@ fn claims(events: &[Value]) -> Vec<Claim<'_>> {
         let data = &ev["data"];
         let key = data["key"].as_str();
         match (Kind::of(ev), key) {
-            (Kind::ToolExecuting, Some(key)) if data["kind"] == "write_text_file" => {
+            (Kind::ToolExecuting, Some(key)) if WRITE_KINDS.contains(&data["kind"].as_str()) => {
                 if let Some(path) = data.pointer("/detail/path").and_then(Value::as_str) {
                     paths.insert(key, path);
                 }
             }
-            (Kind::ToolOutcome, Some(key)) if data["status"] == "completed" => {
+            (Kind::ToolOutcome, Some(key))
+                if data["status"] == "completed" || data["ok"] == true =>
+            {
                 if let Some(path) = paths.get(key) {
                     out.push(Claim {
                         key,
@@ -61,15 +68,34 @@ fn claims(events: &[Value]) -> Vec<Claim<'_>> {
 }
 
 /// What the provider asked to write to `path`: the `content` of every
-/// `fs/write_text_file` request it journaled as sent, naming it.
-fn asked<'a>(e: &'a Evidence, path: &str) -> Vec<&'a str> {
+/// `fs/write_text_file` request it journaled as sent, and of every `Write`
+/// call the model API streamed, naming it.
+fn asked(e: &Evidence, path: &str) -> Vec<String> {
     e.journal
         .iter()
         .filter(|j| j.kind == wire::journal::EntryKind::Out)
-        .filter(|j| j.data["method"] == "fs/write_text_file")
-        .filter(|j| j.data.pointer("/params/path").and_then(Value::as_str) == Some(path))
-        .filter_map(|j| j.data.pointer("/params/content").and_then(Value::as_str))
+        .filter_map(|j| write_request(&j.data))
+        .filter(|(p, _)| p == path)
+        .map(|(_, content)| content)
         .collect()
+}
+
+/// The `(path, content)` of a journaled write request: an ACP
+/// `fs/write_text_file`, or a finished `Write` function call of the model
+/// API (its arguments are a JSON string).
+fn write_request(data: &Value) -> Option<(String, String)> {
+    let text = |v: &Value, at: &str| v.pointer(at).and_then(Value::as_str).map(str::to_owned);
+    if data["method"] == "fs/write_text_file" {
+        return Some((text(data, "/params/path")?, text(data, "/params/content")?));
+    }
+    let item = data.pointer("/event/item")?;
+    let done =
+        data.pointer("/event/type").and_then(Value::as_str) == Some("response.output_item.done");
+    if !done || item["type"] != "function_call" || item["name"] != "Write" {
+        return None;
+    }
+    let arguments: Value = serde_json::from_str(item["arguments"].as_str()?).ok()?;
+    Some((text(&arguments, "/path")?, text(&arguments, "/content")?))
 }
 
 /// `path` as the workspace evidence names it: relative to the workspace.
@@ -143,7 +169,7 @@ fn check(
                 ),
                 [at],
             ),
-            Some(now) if !wanted.contains(&now.as_str()) => j.fail(
+            Some(now) if !wanted.contains(now) => j.fail(
                 format!(
                     "the run log holds the write of {} (tool {}) as completed, but the file holds {} bytes no write asked for {when} (asked: {:?})",
                     c.path,

@@ -320,6 +320,16 @@ impl Tool {
         }
     }
 
+    /// What the run log's `tool.executing` says of the call besides its
+    /// name: the path a `Write` or `Edit` changes (what `durable.effect`
+    /// holds the workspace to after a power cut).
+    pub fn detail(&self) -> Value {
+        match self {
+            Tool::Write { path, .. } | Tool::Edit { path, .. } => json!({ "path": path }),
+            Tool::Read { .. } | Tool::Bash { .. } => json!({}),
+        }
+    }
+
     /// Whether running the call can change anything; such a call must be
     /// durably `executing` before it runs and is never run twice.
     pub fn has_effect(&self) -> bool {

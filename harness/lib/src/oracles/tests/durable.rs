@@ -66,6 +66,47 @@ fn durable_effect_catches_a_file_whose_rename_was_never_synced() {
     );
 }
 
+/// `wrote_notes` as the native profile writes it: the model's `Write`
+/// call streamed by the model API, the runner's `Write` tool in the run log
+/// (`ok: true` for its outcome).
+fn native_wrote_notes(file: Option<&str>) -> Evidence {
+    let mut e = wrote_notes(file);
+    for ev in &mut e.events {
+        if ev["kind"] == "tool.executing" {
+            ev["data"] = json!({ "turn_row": 1, "key": "call_1", "kind": "Write",
+                                 "detail": { "path": "notes.txt" } });
+        } else if ev["kind"] == "tool.outcome" {
+            ev["data"] = json!({ "turn_row": 1, "key": "call_1", "ok": true });
+        }
+    }
+    e.journal.pop();
+    let arguments = json!({ "path": "notes.txt", "content": "written by write-notes\n" });
+    e.journal.push(entry(
+        EntryKind::Out,
+        None,
+        json!({ "event": { "type": "response.output_item.done", "output_index": 1,
+                "item": { "type": "function_call", "name": "Write", "call_id": "call_1",
+                          "arguments": arguments.to_string(), "status": "completed" } } }),
+    ));
+    e
+}
+
+#[test]
+fn durable_effect_judges_the_native_write_tool_as_it_judges_acp() {
+    let results = judge(&native_wrote_notes(Some("written by write-notes\n")));
+    assert_eq!(worst(&results), Verdict::Pass, "{results:#?}");
+    assert_only_fails(
+        &native_wrote_notes(Some("")),
+        "durable.effect",
+        "the file holds 0 bytes no write asked for",
+    );
+    assert_only_fails(
+        &native_wrote_notes(None),
+        "durable.effect",
+        "the file is not in the workspace",
+    );
+}
+
 #[test]
 fn durable_effect_judges_only_what_the_run_log_holds_as_done() {
     // The outcome never became durable (the call is uncertain after the
