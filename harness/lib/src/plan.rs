@@ -21,10 +21,13 @@ pub struct Boundary {
     pub role: Role,
     /// Whether a provider process is alive when it is hit.
     pub provider_alive: bool,
-    /// Its durable segment in the clean run: how many durable writes (the
-    /// runner's `runner.*.persisted`, a provider's `*.recorded`) came
-    /// before it. Boundaries of one segment leave the same durable state
-    /// behind a kill (see [`trim_by_segment`]).
+    /// Its durable segment in the clean run: how many durable writes of
+    /// its own role (the runner's `runner.*.persisted`, a provider's
+    /// `*.recorded`) came before it, counted per role because the runner's
+    /// and a provider's hits interleave by timing while each one's own
+    /// order does not. Boundaries of one role and segment leave that
+    /// process's durable state the same behind a kill (see
+    /// [`trim_by_segment`]).
     pub segment: usize,
 }
 
@@ -40,8 +43,8 @@ pub fn is_durable_write(point: &str) -> bool {
 pub const SEGMENT_KEEP: usize = 3;
 
 /// Trims the one-cut process-fault cells of an `every-boundary` scenario to
-/// [`SEGMENT_KEEP`] per durable segment and fault: the boundaries of one
-/// segment leave the same durable state behind a kill, and the runner
+/// [`SEGMENT_KEEP`] per durable segment (of one role: `Boundary::segment`)
+/// and fault: the boundaries of one segment leave the same durable state behind a kill, and the runner
 /// recovers from its durable state, so they walk the same recovery path;
 /// the wave's room goes to cutting those recoveries (`recuts`). The first
 /// and last boundary of a segment are always kept, and the one drawn by
@@ -53,9 +56,14 @@ pub fn trim_by_segment(
     seed: u64,
 ) -> Vec<Vec<crate::model::Event>> {
     use std::collections::BTreeMap;
-    let segment_of = |c: &Cut| boundaries.iter().find(|b| &b.cut == c).map(|b| b.segment);
-    // Per (segment, fault): the boundaries in clean-run order.
-    let mut members: BTreeMap<(usize, Fault), Vec<usize>> = BTreeMap::new();
+    let segment_of = |c: &Cut| {
+        boundaries
+            .iter()
+            .find(|b| &b.cut == c)
+            .map(|b| (b.role, b.segment))
+    };
+    // Per (role, segment, fault): the boundaries in the planned order.
+    let mut members: BTreeMap<((Role, usize), Fault), Vec<usize>> = BTreeMap::new();
     let order = |c: &Cut| boundaries.iter().position(|b| &b.cut == c);
     for events in &cells {
         if let [e] = events.as_slice()
@@ -66,7 +74,9 @@ pub fn trim_by_segment(
         }
     }
     let mut keep: std::collections::HashSet<(usize, Fault)> = Default::default();
-    for ((seg, fault), mut at) in members {
+    for (((role, seg), fault), mut at) in members {
+        // The draw's seed names the segment: its role and its count.
+        let seg = seg * 4 + role as usize;
         at.sort_unstable();
         let (first, last) = (at[0], at[at.len() - 1]);
         keep.insert((first, fault));
@@ -174,11 +184,13 @@ pub fn discover(
 pub fn boundaries_of(hits: Vec<cutpoint::Hit>) -> Vec<Boundary> {
     let mut boundaries: Vec<Boundary> = Vec::new();
     let alive = provider_alive_at(&hits);
-    let mut segment = 0;
+    let mut writes: std::collections::HashMap<Role, usize> = Default::default();
     for (h, provider_alive) in hits.into_iter().zip(alive) {
+        let segment = writes.entry(Role::of(&h.role)).or_default();
         if is_durable_write(&h.point) {
-            segment += 1;
+            *segment += 1;
         }
+        let segment = *segment;
         let cut = Cut {
             point: h.point.clone(),
             n: h.n,

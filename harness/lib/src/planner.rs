@@ -229,8 +229,12 @@ pub fn discover_retrying(
     }
 }
 
-/// The boundaries of `s`'s clean run, traced twice (three times when the
-/// two disagree): the union, and the points some runs did not reach.
+/// A scenario id's boundaries from clean traced runs that agree: two runs,
+/// and a third when they differ in a boundary, its durable segment or
+/// whether a provider is alive at it (threads of the runner and of a fake
+/// interleave by timing). The plan then holds each boundary any run
+/// reached, with the segment and provider flag most runs saw
+/// ([`steady_union`]); what differed is returned to be listed.
 fn discover_steady(
     env: &CellEnv,
     s: &Scenario,
@@ -238,29 +242,85 @@ fn discover_steady(
 ) -> Result<(plan::Discovery, Vec<String>), DiscoveryFailed> {
     let first = discover_retrying(env, s, profile)?;
     let second = discover_retrying(env, s, profile)?;
-    let cuts = |d: &plan::Discovery| -> std::collections::BTreeSet<String> {
-        d.boundaries.iter().map(|b| b.cut.to_string()).collect()
-    };
-    if cuts(&first) == cuts(&second) {
+    if shape(&first.boundaries) == shape(&second.boundaries) {
         return Ok((first, Vec::new()));
     }
     let third = discover_retrying(env, s, profile)?;
-    let runs = [&first, &second, &third];
-    let all: std::collections::BTreeSet<String> = runs.iter().flat_map(|d| cuts(d)).collect();
-    let unsteady: Vec<String> = all
-        .iter()
-        .filter(|c| !runs.iter().all(|d| cuts(d).contains(*c)))
-        .cloned()
-        .collect();
-    let mut union = first;
-    for d in [second, third] {
-        for b in d.boundaries {
-            if !union.boundaries.iter().any(|u| u.cut == b.cut) {
-                union.boundaries.push(b);
-            }
+    let runs = [
+        first.boundaries.clone(),
+        second.boundaries,
+        third.boundaries,
+    ];
+    let (boundaries, unsteady) = steady_union(&runs);
+    Ok((
+        plan::Discovery {
+            boundaries,
+            ..first
+        },
+        unsteady,
+    ))
+}
+
+/// What planning takes from a boundary: cut → (segment, provider alive).
+fn shape(b: &[plan::Boundary]) -> std::collections::BTreeMap<String, (usize, bool)> {
+    b.iter()
+        .map(|b| (b.cut.to_string(), (b.segment, b.provider_alive)))
+        .collect()
+}
+
+/// The union of several clean runs' boundaries, each with the segment and
+/// provider flag most runs that reached it saw (ties: the smaller segment,
+/// no live provider, so no provider fault is planned where one may find
+/// nothing to kill), in the order of the run that first has it; and the
+/// boundaries the runs did not agree on, each with what differed.
+pub fn steady_union(runs: &[Vec<plan::Boundary>]) -> (Vec<plan::Boundary>, Vec<String>) {
+    let shapes: Vec<_> = runs.iter().map(|r| shape(r)).collect();
+    let mut out: Vec<plan::Boundary> = Vec::new();
+    let mut unsteady = Vec::new();
+    for b in runs.iter().flatten() {
+        let key = b.cut.to_string();
+        if out.iter().any(|o| o.cut == b.cut) {
+            continue;
+        }
+        let seen: Vec<(usize, bool)> = shapes.iter().filter_map(|s| s.get(&key).copied()).collect();
+        let mut segments: Vec<usize> = seen.iter().map(|(s, _)| *s).collect();
+        segments.sort_unstable();
+        let segment = majority(&segments).unwrap_or(b.segment);
+        let alive = 2 * seen.iter().filter(|(_, a)| *a).count() > seen.len();
+        let mut why = Vec::new();
+        if seen.len() < runs.len() {
+            why.push(format!("reached in {} of {} runs", seen.len(), runs.len()));
+        }
+        if segments.first() != segments.last() {
+            why.push(format!("segment {segments:?}, planned as {segment}"));
+        }
+        if seen.iter().any(|(_, a)| *a != alive) {
+            why.push(format!(
+                "a provider alive in some runs only, planned as {alive}"
+            ));
+        }
+        if !why.is_empty() {
+            unsteady.push(format!("{key} ({})", why.join("; ")));
+        }
+        out.push(plan::Boundary {
+            segment,
+            provider_alive: alive,
+            ..b.clone()
+        });
+    }
+    (out, unsteady)
+}
+
+/// The value most of the sorted `values` hold (ties: the smallest).
+fn majority(values: &[usize]) -> Option<usize> {
+    let mut best: Option<(usize, usize)> = None;
+    for v in values {
+        let n = values.iter().filter(|w| *w == v).count();
+        if best.is_none_or(|(_, m)| n > m) {
+            best = Some((*v, n));
         }
     }
-    Ok((union, unsteady))
+    best.map(|(v, _)| v)
 }
 
 /// An id whose clean run could not be traced: judged like a cell when the
@@ -521,4 +581,66 @@ pub fn keep_ppm(kept: usize, of: usize, budget: Option<usize>) -> Option<u32> {
     budget
         .filter(|_| kept < of)
         .map(|_| ((kept as u64 * 1_000_000) / of.max(1) as u64) as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Cut, Role};
+
+    fn b(point: &str, segment: usize, alive: bool) -> plan::Boundary {
+        plan::Boundary {
+            cut: Cut {
+                point: point.into(),
+                n: 1,
+            },
+            role: Role::Runner,
+            provider_alive: alive,
+            segment,
+        }
+    }
+
+    #[test]
+    fn runs_that_agree_are_steady() {
+        let run = vec![b("runner.a", 0, false), b("acp.b", 1, true)];
+        let (out, unsteady) = steady_union(&[run.clone(), run.clone(), run]);
+        assert!(unsteady.is_empty(), "{unsteady:?}");
+        assert_eq!(shape(&out).len(), 2);
+    }
+
+    /// A boundary's segment and provider flag come from most runs, so one
+    /// run's interleaving does not change the plan; every disagreement
+    /// and a boundary some runs missed are listed, and nothing is dropped.
+    #[test]
+    fn most_runs_decide_a_boundary_and_every_disagreement_is_listed() {
+        let runs = [
+            vec![b("runner.a", 2, true), b("acp.b", 1, true)],
+            vec![
+                b("runner.a", 3, false),
+                b("acp.b", 1, true),
+                b("acp.c", 4, true),
+            ],
+            vec![b("runner.a", 2, true), b("acp.b", 1, true)],
+        ];
+        let (out, unsteady) = steady_union(&runs);
+        let got = shape(&out);
+        assert_eq!(got["runner.a#1"], (2, true));
+        assert_eq!(got["acp.b#1"], (1, true));
+        assert_eq!(
+            got["acp.c#1"],
+            (4, true),
+            "a boundary one run reached is kept"
+        );
+        assert_eq!(unsteady.len(), 2, "{unsteady:?}");
+        assert!(
+            unsteady[0].starts_with(
+                "runner.a#1 (segment [2, 2, 3], planned as 2; a provider alive in some runs only"
+            ),
+            "{unsteady:?}"
+        );
+        assert!(
+            unsteady[1].starts_with("acp.c#1 (reached in 1 of 3 runs"),
+            "{unsteady:?}"
+        );
+    }
 }
