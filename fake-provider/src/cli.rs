@@ -29,7 +29,7 @@ enum Command {
     /// A fake OpenCode server (`opencode serve`): HTTP and SSE on loopback.
     Opencode(OpencodeArgs),
     /// A fake ACP (Agent Client Protocol v1) agent on stdio (JSON-RPC 2.0 lines).
-    Acp(ProviderArgs),
+    Acp(AcpArgs),
     /// A fake OpenAI-Responses-compatible model API (`POST /v1/responses`, SSE) on loopback.
     ModelApi(ModelApiArgs),
     /// The tool command: append one line to the effect ledger.
@@ -85,6 +85,20 @@ pub struct OpencodeArgs {
     /// Address to listen on; loopback only.
     #[arg(long, default_value = "127.0.0.1")]
     hostname: String,
+}
+
+/// Options of `fake-provider acp`.
+#[derive(Debug, clap::Args)]
+pub struct AcpArgs {
+    #[command(flatten)]
+    provider: ProviderArgs,
+    /// Which real agent's crash behaviour to play: `claude` (the agent of
+    /// `runner-acpx-claude`: echoes the user message, runs commands in the
+    /// client's terminals) or `opencode` (`opencode acp`: no echo, a tool
+    /// call `in_progress` before its permission request, commands run by
+    /// the agent itself in a session of their own, which outlive its kill).
+    #[arg(long, value_enum, default_value_t = crate::acp::Like::Claude)]
+    like: crate::acp::Like,
 }
 
 /// Options of `fake-provider model-api`.
@@ -148,7 +162,9 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
                 crate::model_api::serve(o, listener)
             })
         }
-        Command::Acp(args) => run("acp", args, self_cmd, crate::acp::serve),
+        Command::Acp(args) => run("acp", args.provider, self_cmd, |o| {
+            crate::acp::serve(o, args.like)
+        }),
     }
 }
 

@@ -463,6 +463,43 @@ fn sigkill_mid_turn_then_load_replays_the_user_message_of_the_interrupted_turn()
     assert!(ledger(&d).is_empty());
 }
 
+/// `--like opencode` plays `opencode acp`: no echo, the tool call
+/// `in_progress` before its permission request, the command run by the
+/// agent itself (no `terminal/*`), in a session of its own; the replay holds
+/// the user message under an id of the agent's own.
+#[test]
+fn like_opencode_runs_its_own_command_after_an_in_progress_permission() {
+    let d = dirs();
+    let mut agent = Agent::start(&d.state, &["--like", "opencode"]);
+    agent.initialize();
+    let session = agent.new_session(&d.cwd);
+    let id = agent.prompt(&session, "Create hello.txt", "m-1");
+    let turn = agent.drive(id, allow);
+    assert_eq!(turn.stop_reason.as_deref(), Some("end_turn"), "{turn:?}");
+    assert_eq!(
+        kinds(&turn.updates),
+        [
+            "agent_message_chunk",
+            "tool_call",
+            "tool_call_update:in_progress",
+            "tool_call_update:completed",
+            "agent_message_chunk",
+        ]
+    );
+    assert_eq!(turn.requests, ["session/request_permission"]);
+    let replay = agent.load(&session, &d.cwd);
+    assert_eq!(kinds(&replay)[0], "user_message_chunk");
+    assert_ne!(replay[0]["messageId"], "m-1", "the agent's own id");
+    agent.assert_conformant();
+    agent.close();
+    assert_eq!(
+        ledger(&d),
+        [("write-hello".into(), "m-1".into(), Some("m-1".into()))]
+    );
+    let spawned = facts(&d, "effect.spawned");
+    assert_eq!(spawned.len(), 1, "the agent ran the command itself");
+}
+
 #[test]
 fn continuation_skips_effects_already_in_the_ledger() {
     let d = dirs();

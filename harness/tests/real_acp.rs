@@ -5,7 +5,8 @@
 //! answered by the runner, the effect in the ledger once, the key served
 //! through the runner's FIFO twice (the agent reads it at start and at
 //! `session/new`) and never seen by the tool. Then `turncut fidelity`'s ACP
-//! differential against `fake-provider acp` at its four crash moments.
+//! differential against `fake-provider acp --like opencode` at its four
+//! crash moments.
 //!
 //! `opencode` is looked up on `PATH` (at the pinned version), then in
 //! `<workspace>/target/npm`; with `TURNCUT_INSTALL_REAL=1` it is installed
@@ -133,16 +134,9 @@ fn the_real_opencode_acp_completes_a_task_through_the_runner() {
 }
 
 /// The crash-semantics differential of `turncut fidelity` on the ACP
-/// profile: at each moment the fake ACP agent reads back what the real
-/// `opencode acp` does.
-// Open (issue 25): the fake ACP agent is kinder than `opencode acp` at
-// three moments (docs/real-providers.md, "The real ACP agent": no answer
-// replayed at "prompt accepted", a tool call `pending` where the real one is
-// `in_progress`, a command that dies with the agent where the real one
-// outlives the kill); `turncut fidelity --only runner-acpx-opencode-real`
-// shows them.
+/// profile: at each moment the fake ACP agent (`--like opencode`) reads
+/// back what the real `opencode acp` does.
 #[test]
-#[ignore = "issue 25, open: the fake ACP agent differs from opencode acp at 3 crash moments (6 rows)"]
 fn at_each_crash_moment_the_fake_acp_agent_recovers_like_opencode_acp() {
     let Some(opencode) = opencode_or_skip() else {
         return;

@@ -24,6 +24,10 @@
 //! Tool call ids (`call_1`, …) and this agent's JSON-RPC request ids are
 //! per-process counters, so a restarted agent reuses them, as real ones do.
 //!
+//! `--like opencode` plays `opencode acp` where it differs at a crash
+//! ([`Like::Opencode`]): no echo, the tool call `in_progress` before its
+//! permission request, and tools run by the agent itself (`tools.rs`).
+//!
 //! What it deliberately does not simulate: models, reasoning, plans, modes,
 //! config options, authentication, MCP servers (accepted and ignored), images
 //! and other non-text content (stored and echoed, never read), `fs/read_text_file`
@@ -64,10 +68,28 @@ use wire::{
     PromptParams, RESOURCE_NOT_FOUND,
 };
 
+/// Which real ACP agent the fake plays where they differ at a crash.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Like {
+    /// The agent of `runner-acpx-claude`: the user message echoed with the
+    /// client's message id, a tool call `pending` while its permission
+    /// waits, commands run on the client's side in its terminals.
+    #[default]
+    Claude,
+    /// `opencode acp` (measured against 1.18.33 by `turncut fidelity`): no
+    /// echo (the replayed user message has the agent's own id), the tool
+    /// call `in_progress` before the permission request, and the agent runs
+    /// its commands and file writes itself: a command in a session of its
+    /// own, so it outlives a kill of the agent's group and lands its effect.
+    /// The agent reads nothing while its command runs.
+    Opencode,
+}
+
 /// Serves the protocol on stdin/stdout until stdin closes.
-pub fn serve(opts: Options) -> anyhow::Result<()> {
+pub fn serve(opts: Options, like: Like) -> anyhow::Result<()> {
     let (journal, store) = crate::serving::start(&opts, "acp", None, |dir, _| Store::open(dir))?;
     let mut server = Server {
+        like,
         opts,
         journal,
         store,
@@ -83,6 +105,8 @@ pub fn serve(opts: Options) -> anyhow::Result<()> {
 }
 
 struct Server {
+    /// Which real agent it plays.
+    like: Like,
     opts: Options,
     journal: Journal,
     store: Store,
@@ -332,11 +356,21 @@ impl Server {
         // The user message is part of the turn from the moment it is recorded:
         // a restarted agent replays it with its message id on `session/load`,
         // which is what "was this turn recorded?" asks.
+        // `opencode acp` keeps its own message ids: a lost turn cannot be
+        // found by the client's.
+        let message_id = match self.like {
+            Like::Claude => turn_id.clone(),
+            Like::Opencode => uuid::Uuid::now_v7().to_string(),
+        };
         let echoes: Vec<Value> = p
             .prompt
             .iter()
-            .map(|block| wire::user_message_chunk(block, &turn_id))
+            .map(|block| wire::user_message_chunk(block, &message_id))
             .collect();
+        let live = match self.like {
+            Like::Claude => echoes.clone(),
+            Like::Opencode => Vec::new(),
+        };
         let record = TurnRecord {
             id: turn_id,
             client_id,
@@ -346,13 +380,13 @@ impl Server {
             script_index: planned.script_index,
             status: TurnStatus::InProgress,
             stop_reason: None,
-            updates: echoes.clone(),
+            updates: echoes,
             started_at: now_s(),
             completed_at: None,
         };
         self.record_turn(&p.session_id, id, record, planned.steps)?;
         Ok(self
-            .send_updates(&p.session_id, &echoes)
+            .send_updates(&p.session_id, &live)
             .and_then(|()| self.pump(&p.session_id)))
     }
 

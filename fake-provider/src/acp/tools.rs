@@ -3,11 +3,12 @@
 //! (`fs/write_text_file`) or a command in a client terminal
 //! (`terminal/create`, `terminal/wait_for_exit`, `terminal/release`). Each
 //! request parks the turn at a [`Stage`]; the client's answer moves it on.
+//! As `opencode acp` (`Like::Opencode`) the agent runs them itself instead.
 
 use serde_json::{Value, json};
 
 use super::wire::{self, ALLOW_ALWAYS, ALLOW_ONCE};
-use super::{Server, TurnStatus};
+use super::{Like, Server, TurnStatus};
 use crate::rpc::Sent;
 use crate::script::ScriptTool;
 use cutpoint::slug;
@@ -119,6 +120,10 @@ impl Server {
             session_id,
             wire::tool_call_update(&call.call_id, &title, &raw_input),
         )?;
+        if self.like == Like::Opencode {
+            // `opencode acp` starts the tool, then the tool asks.
+            self.record_update(session_id, wire::tool_status(&call.call_id, "in_progress"))?;
+        }
         if !tool.approval {
             return self.run_tool(session_id, call);
         }
@@ -135,8 +140,12 @@ impl Server {
         )
     }
 
-    /// Runs an approved tool on the client's side: a file write, or a command.
+    /// Runs an approved tool on the client's side: a file write, or a command
+    /// (`opencode acp` runs it itself: [`Server::run_own_tool`]).
     fn run_tool(&mut self, session_id: &str, call: ToolRun) -> Sent {
+        if self.like == Like::Opencode {
+            return self.run_own_tool(session_id, &call);
+        }
         let Some(path) = call.write.clone() else {
             return self.start_terminal(session_id, call);
         };
@@ -160,6 +169,83 @@ impl Server {
             "cwd": call.cwd,
         });
         self.request(session_id, "terminal/create", params, call, Stage::Create)
+    }
+
+    /// Runs a tool in this agent, as `opencode acp` does: a file write, or
+    /// the command in a session of its own (a kill of the agent's group
+    /// misses it, and it lands its effect), waited for before the turn goes
+    /// on; then the call's outcome.
+    fn run_own_tool(&mut self, session_id: &str, call: &ToolRun) -> Sent {
+        let by = self
+            .turn(session_id)
+            .map(|t| (t.id.clone(), t.authorized_by.clone()));
+        let (code, output) = match &call.write {
+            Some(path) => {
+                let path = std::path::Path::new(&call.cwd).join(path);
+                let written = std::fs::write(&path, crate::script::written_content(&call.key));
+                self.journal.fact(
+                    if written.is_ok() {
+                        "file.written"
+                    } else {
+                        "file.write_failed"
+                    },
+                    json!({ "key": call.key, "session": session_id, "path": path,
+                            "error": written.as_ref().err().map(ToString::to_string) }),
+                );
+                (Some(i32::from(written.is_err())), String::new())
+            }
+            None => self.spawn_own_command(call),
+        };
+        self.journal.fact(
+            "effect.exited",
+            json!({
+                "key": call.key,
+                "by": by.as_ref().map(|b| &b.1),
+                "session": session_id,
+                "turn": by.as_ref().map(|b| &b.0),
+                "exit_code": code,
+            }),
+        );
+        self.point("acp.effect.exited");
+        let status = if code == Some(0) {
+            "completed"
+        } else {
+            "failed"
+        };
+        let update = json!({
+            "sessionUpdate": "tool_call_update",
+            "toolCallId": call.call_id,
+            "status": status,
+            "rawOutput": { "exitCode": code, "output": output },
+        });
+        self.record_update(session_id, update)?;
+        self.pump(session_id)
+    }
+
+    /// The command of `call`, spawned in a new session and waited for.
+    fn spawn_own_command(&self, call: &ToolRun) -> (Option<i32>, String) {
+        use std::os::unix::process::CommandExt as _;
+        self.point("acp.effect.starting");
+        let argv: Vec<std::ffi::OsString> = call.argv.iter().map(Into::into).collect();
+        let mut cmd = crate::serving::tool_command(&argv);
+        cmd.current_dir(&call.cwd)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: setsid(2) is async-signal-safe and touches only the child.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::unistd::setsid()?;
+                Ok(())
+            });
+        }
+        let spawned = cmd.spawn().inspect(|child| {
+            self.journal.fact(
+                "effect.spawned",
+                json!({ "key": call.key, "pid": child.id(),
+                        "start_time": crate::process::start_ticks(child.id()) }),
+            );
+        });
+        crate::serving::tool_outcome(spawned.and_then(std::process::Child::wait_with_output))
     }
 
     /// Ends a tool call as failed and lets the turn go on.

@@ -1,18 +1,17 @@
 //! The ACP moments of the differential: the real `opencode acp` (pinned,
-//! its model the fake model API) against `fake-provider acp`, each
-//! SIGKILLed (its process group) right after `session/new`, when the prompt
-//! was accepted (the fake's echo of the user message; the real agent's
-//! first output, as the runner's ACP driver takes them), while a `bash`
+//! its model the fake model API) against `fake-provider acp --like
+//! opencode`, each SIGKILLed (its process group) right after `session/new`,
+//! when the prompt was accepted (the agent's first output, as the runner's
+//! ACP driver takes it: the real agent's comes with its tool call, so the
+//! fake is killed once that call is `in_progress`), while a `bash`
 //! permission waits, and while the approved command runs; then restarted on
 //! the same home and asked what a recovering runner asks: `session/load`
 //! (its replay), then a continuation prompt.
 //!
-//! The two run their tools differently (the fake asks the client to run
-//! them in a terminal, which this client does; `opencode acp` runs them
-//! itself, detached): what the differential compares is what a runner sees
-//! and what happened (effects, a command outliving the kill). The real agent
-//! keeps its own message ids, so a replayed user message is found by its
-//! text.
+//! Both run their tools themselves, detached: what the differential
+//! compares is what a runner sees and what happened (effects, a command
+//! outliving the kill). Both keep their own message ids, so a replayed user
+//! message is found by its text.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -62,8 +61,9 @@ impl Moment {
     fn fake_exit(self) -> Option<&'static str> {
         match self {
             Moment::SessionCreated => Some("acp.session_new.responded"),
-            // The echo of the user message is the turn's first update.
-            Moment::PromptAccepted => Some("acp.session_update.notified#1"),
+            // The answer, the tool call and its `in_progress`: what the
+            // real agent has made durable when its first output is seen.
+            Moment::PromptAccepted => Some("acp.session_update.notified#3"),
             Moment::PermissionPending | Moment::ToolRunning => None,
         }
     }
@@ -135,7 +135,7 @@ impl Subject {
                 script,
             } => {
                 let mut cmd = Command::new(turncut);
-                cmd.args(["fake-provider", "acp", "--state-dir"])
+                cmd.args(["fake-provider", "acp", "--like", "opencode", "--state-dir"])
                     .arg(state)
                     .arg("--script")
                     .arg(script)
@@ -273,8 +273,9 @@ impl Client {
     }
 }
 
-/// Whether `m` is the agent's first output of a turn (the real agent's
-/// accepted signal) or the fake's echo of the user message.
+/// Whether `m` is the agent's first output of a turn (what the runner's
+/// ACP driver takes as accepted; a `claude`-like fake's echo of the user
+/// message counts too).
 fn accepted(m: &Value) -> bool {
     let kind = m
         .pointer("/params/update/sessionUpdate")
