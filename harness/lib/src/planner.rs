@@ -60,32 +60,9 @@ pub fn plan_cells(
     let mut all = Vec::new();
     for f in &found {
         let d = &f.discovery;
-        // The scenario's points were checked against every profile above;
-        // one its own family names that this profile's clean run never
-        // reaches is the runner's behaviour (a seeded bug, a runner that
-        // takes another path), not a mistake in the file: the id is not
-        // planned, and said, while the rest of the wave is.
-        let expanded = match plan::expand(f.scenario, &d.boundaries) {
-            Ok(expanded) => expanded,
-            Err(e) => {
-                if !quiet {
-                    crate::progress::note(&format!("planning {}: not planned: {e:#}", f.id));
-                }
-                planned.not_planned.push(Skipped {
-                    scenario_id: f.id.clone(),
-                    reason: format!("its clean run takes another path: {e:#}"),
-                });
-                continue;
-            }
+        let Some(mut cells) = one_cut_cells(f, reach, wave_seed, &mut planned, quiet) else {
+            continue;
         };
-        let mut cells: Vec<Vec<Event>> = expanded
-            .into_iter()
-            .map(|event| event.into_iter().collect())
-            .collect();
-        if f.scenario.cut == crate::scenario::CutSelection::EveryBoundary && reach.recuts {
-            let seed = plan::cell_seed(wave_seed ^ 0x7217, f.id);
-            cells = plan::trim_by_segment(cells, &d.boundaries, seed);
-        }
         let depth1 = cells.len();
         if reach.depth1_only {
             cells.retain(|events| events.iter().all(|e| Fault::DEFAULT.contains(&e.fault)));
@@ -115,6 +92,45 @@ pub fn plan_cells(
     }
     planned.cells = plan::number_schedules(wave_seed, all);
     Ok(planned)
+}
+
+/// The clean cell and one-cut cells of `f` (trimmed by segment where the
+/// scenario cuts every boundary), or `None` when the id is not planned.
+/// The scenario's points were checked against every profile; one its own
+/// family names that this profile's clean run never reaches is the
+/// runner's behaviour (a seeded bug, a runner that takes another path),
+/// not a mistake in the file: the id is not planned, and said, while the
+/// rest of the wave is.
+fn one_cut_cells(
+    f: &Discovered<'_>,
+    reach: Reach,
+    wave_seed: u64,
+    planned: &mut Planned,
+    quiet: bool,
+) -> Option<Vec<Vec<Event>>> {
+    let d = &f.discovery;
+    let expanded = match plan::expand(f.scenario, &d.boundaries) {
+        Ok(expanded) => expanded,
+        Err(e) => {
+            if !quiet {
+                crate::progress::note(&format!("planning {}: not planned: {e:#}", f.id));
+            }
+            planned.not_planned.push(Skipped {
+                scenario_id: f.id.clone(),
+                reason: format!("its clean run takes another path: {e:#}"),
+            });
+            return None;
+        }
+    };
+    let cells: Vec<Vec<Event>> = expanded
+        .into_iter()
+        .map(|event| event.into_iter().collect())
+        .collect();
+    if f.scenario.cut == crate::scenario::CutSelection::EveryBoundary && reach.recuts {
+        let seed = plan::cell_seed(wave_seed ^ 0x7217, f.id);
+        return Some(plan::trim_by_segment(cells, &d.boundaries, seed));
+    }
+    Some(cells)
 }
 
 /// Discovers the boundaries of every scenario id, sorted in the fixed order
