@@ -116,6 +116,35 @@ pub(crate) fn tool_command(argv: &[OsString]) -> std::process::Command {
     cmd
 }
 
+/// Runs a tool command in a session of its own (as the real OpenCode
+/// server and `opencode acp` spawn theirs, detached: a kill of the
+/// provider's group misses it), journals `effect.spawned` with its pid and
+/// start time, and waits for its exit code and output.
+pub(crate) fn run_detached(
+    mut cmd: std::process::Command,
+    journal: &crate::journal::Journal,
+    key: &str,
+) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt as _;
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setsid(2) is async-signal-safe and touches only the child.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::unistd::setsid()?;
+            Ok(())
+        });
+    }
+    let spawned = cmd.spawn().inspect(|child| {
+        journal.fact(
+            "effect.spawned",
+            serde_json::json!({ "key": key, "pid": child.id(),
+                                "start_time": crate::process::start_ticks(child.id()) }),
+        );
+    });
+    tool_outcome(spawned.and_then(std::process::Child::wait_with_output))
+}
+
 /// A finished tool's exit code and output (stdout, then stderr), or the
 /// spawn failure as its output.
 pub(crate) fn tool_outcome(out: std::io::Result<std::process::Output>) -> (Option<i32>, String) {

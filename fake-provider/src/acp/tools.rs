@@ -176,9 +176,6 @@ impl Server {
     /// misses it, and it lands its effect), waited for before the turn goes
     /// on; then the call's outcome.
     fn run_own_tool(&mut self, session_id: &str, call: &ToolRun) -> Sent {
-        let by = self
-            .turn(session_id)
-            .map(|t| (t.id.clone(), t.authorized_by.clone()));
         let (code, output) = match &call.write {
             Some(path) => {
                 let path = std::path::Path::new(&call.cwd).join(path);
@@ -196,17 +193,7 @@ impl Server {
             }
             None => self.spawn_own_command(call),
         };
-        self.journal.fact(
-            "effect.exited",
-            json!({
-                "key": call.key,
-                "by": by.as_ref().map(|b| &b.1),
-                "session": session_id,
-                "turn": by.as_ref().map(|b| &b.0),
-                "exit_code": code,
-            }),
-        );
-        self.point("acp.effect.exited");
+        self.effect_exited(session_id, &call.key, json!({ "exit_code": code }));
         let status = if code == Some(0) {
             "completed"
         } else {
@@ -224,28 +211,28 @@ impl Server {
 
     /// The command of `call`, spawned in a new session and waited for.
     fn spawn_own_command(&self, call: &ToolRun) -> (Option<i32>, String) {
-        use std::os::unix::process::CommandExt as _;
         self.point("acp.effect.starting");
         let argv: Vec<std::ffi::OsString> = call.argv.iter().map(Into::into).collect();
         let mut cmd = crate::serving::tool_command(&argv);
-        cmd.current_dir(&call.cwd)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        // SAFETY: setsid(2) is async-signal-safe and touches only the child.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::unistd::setsid()?;
-                Ok(())
-            });
-        }
-        let spawned = cmd.spawn().inspect(|child| {
-            self.journal.fact(
-                "effect.spawned",
-                json!({ "key": call.key, "pid": child.id(),
-                        "start_time": crate::process::start_ticks(child.id()) }),
-            );
+        cmd.current_dir(&call.cwd);
+        crate::serving::run_detached(cmd, &self.journal, &call.key)
+    }
+
+    /// Journals `effect.exited` for tool `key` of the active turn (its turn
+    /// and authority, and `outcome`'s fields), then hits `acp.effect.exited`.
+    fn effect_exited(&self, session_id: &str, key: &str, outcome: Value) {
+        let turn = self.turn(session_id);
+        let mut fact = json!({
+            "key": key,
+            "by": turn.map(|t| &t.authorized_by),
+            "session": session_id,
+            "turn": turn.map(|t| &t.id),
         });
-        crate::serving::tool_outcome(spawned.and_then(std::process::Child::wait_with_output))
+        if let (Some(fact), Value::Object(more)) = (fact.as_object_mut(), outcome) {
+            fact.extend(more);
+        }
+        self.journal.fact("effect.exited", fact);
+        self.point("acp.effect.exited");
     }
 
     /// Ends a tool call as failed and lets the turn go on.
@@ -376,22 +363,11 @@ impl Server {
             .and_then(|r| r.get("signal"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let by = self
-            .turn(session_id)
-            .map(|t| (t.id.clone(), t.authorized_by.clone()));
-        self.journal.fact(
-            "effect.exited",
-            json!({
-                "key": call.key,
-                "by": by.as_ref().map(|b| &b.1),
-                "session": session_id,
-                "turn": by.as_ref().map(|b| &b.0),
-                "exit_code": exit_code,
-                "signal": signal,
-                "error": answer.error,
-            }),
+        self.effect_exited(
+            session_id,
+            &call.key,
+            json!({ "exit_code": exit_code, "signal": signal, "error": answer.error }),
         );
-        self.point("acp.effect.exited");
         let params = json!({ "sessionId": session_id, "terminalId": terminal_id });
         self.request(
             session_id,

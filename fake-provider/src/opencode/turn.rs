@@ -367,26 +367,8 @@ impl Turn {
     fn run_effect(&self, argv: &[OsString], key: &str) -> (Option<i32>, String) {
         let s = &self.shared;
         s.point("opencode.effect.starting");
-        let mut cmd = crate::serving::tool_command(argv);
-        cmd.stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        // SAFETY: setsid(2) is async-signal-safe and touches only the child.
-        unsafe {
-            use std::os::unix::process::CommandExt as _;
-            cmd.pre_exec(|| {
-                nix::unistd::setsid()?;
-                Ok(())
-            });
-        }
-        let spawned = cmd.spawn().inspect(|child| {
-            let start_time = crate::process::start_ticks(child.id());
-            s.journal.fact(
-                "effect.spawned",
-                json!({ "key": key, "pid": child.id(), "start_time": start_time }),
-            );
-        });
         let (code, output) =
-            crate::serving::tool_outcome(spawned.and_then(std::process::Child::wait_with_output));
+            crate::serving::run_detached(crate::serving::tool_command(argv), &s.journal, key);
         s.journal.fact(
             "effect.exited",
             json!({ "key": key, "by": self.authorized_by, "thread": self.session, "turn": self.user_id, "exit_code": code }),
