@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use runner::driver::opencode::OpenCodeDriver;
-use runner::driver::{DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
+use runner::driver::{DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, Sent, TurnLookup};
 use tokio::process::{Child, Command};
 
 const IDLE: Duration = Duration::from_secs(15);
@@ -90,7 +90,13 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
     assert_eq!(items.len(), 1, "{items:?}");
     assert_eq!(items[0]["status"], "completed");
     let found = driver
-        .lookup_turn(&session, &TurnLookup::ClientId(m1.clone()))
+        .lookup_turn(
+            &session,
+            &TurnLookup::ClientId {
+                id: m1.clone(),
+                sent: Sent::default(),
+            },
+        )
         .await
         .expect("lookup");
     assert_eq!(

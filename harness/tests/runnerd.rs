@@ -7,13 +7,15 @@
 //! every wait is on an event with a deadline.
 //!
 //! Here the rig and a clean task; one module per concern under `runnerd/`:
-//! the recovery rows (`recovery`), follow-ups (`follow_ups`), storage faults
+//! the recovery rows (`recovery`), the ACP driver against an agent that
+//! keeps ids of its own (`acp`), follow-ups (`follow_ups`), storage faults
 //! and Retry (`storage`), provider processes to find and stop
 //! (`processes`), and runnerd's edges (`edges`).
 
 mod common;
 
 mod runnerd {
+    pub mod acp;
     pub mod edges;
     pub mod follow_ups;
     pub mod processes;
@@ -42,6 +44,8 @@ struct Rig {
     listener: cutpoint::Listener,
     runner_extra: Vec<String>,
     env: Vec<(String, String)>,
+    /// The profile its tasks run on.
+    profile: &'static str,
 }
 
 impl Rig {
@@ -50,12 +54,27 @@ impl Rig {
     }
 
     fn with_script(provider_extra: &[&str], script: Option<&str>) -> Rig {
+        Rig::with_fake(("runner-codex", "codex"), provider_extra, script)
+    }
+
+    /// A rig whose tasks run on `runner-acpx-claude`, the fake ACP agent
+    /// started with `provider_extra`.
+    fn acp(provider_extra: &[&str]) -> Rig {
+        Rig::with_fake(("runner-acpx-claude", "acp"), provider_extra, None)
+    }
+
+    /// A rig with `profile` served by `fake-provider <protocol>`.
+    fn with_fake(
+        (profile, protocol): (&'static str, &str),
+        provider_extra: &[&str],
+        script: Option<&str>,
+    ) -> Rig {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("ws")).unwrap();
         let mut command: Vec<String> = vec![
             exe().display().to_string(),
             "fake-provider".into(),
-            "codex".into(),
+            protocol.into(),
             "--state-dir".into(),
             "{provider_dir}".into(),
             "--journal".into(),
@@ -70,7 +89,7 @@ impl Rig {
         }
         command.extend(provider_extra.iter().map(|s| s.to_string()));
         let profiles = format!(
-            "[profile.runner-codex]\ndriver = \"codex\"\ncommand = {}\ncredential_fifo = true\n",
+            "[profile.{profile}]\ndriver = \"{protocol}\"\ncommand = {}\ncredential_fifo = true\n",
             serde_json::to_string(&command).unwrap()
         );
         std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
@@ -81,6 +100,7 @@ impl Rig {
             listener,
             runner_extra: vec!["--provider-idle-timeout-ms".into(), "5000".into()],
             env: Vec::new(),
+            profile,
         }
     }
 
@@ -229,7 +249,7 @@ fn dead(pid: u32) -> bool {
 
 fn submit(client: &RunnerClient, rig: &Rig, task: &str, message: &str) -> String {
     let (status, body) = client
-        .create_task(task, message, "Create hello.txt", "runner-codex", &rig.ws())
+        .create_task(task, message, "Create hello.txt", rig.profile, &rig.ws())
         .unwrap();
     assert_eq!(status, 201, "{body}");
     body["run_id"].as_str().unwrap().to_owned()

@@ -29,7 +29,9 @@ use tokio::process::Child;
 
 use super::budget::{Bounds, Pending};
 use super::jsonrpc::{Rpc, is_response_to, result_of};
-use super::{ClientCall, DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, TurnLookup};
+use super::{
+    ClientCall, DriverError, FoundTurn, ProviderEvent, ProviderTurnStatus, Sent, TurnLookup,
+};
 
 /// The ACP protocol version this driver speaks.
 pub const PROTOCOL_VERSION: u64 = 1;
@@ -192,16 +194,15 @@ impl AcpDriver {
     }
 
     /// Was the turn recorded? A fresh `session/load` replay, searched for the
-    /// user message id. Recorded turns are reported `interrupted`: a replay
-    /// cannot prove completion.
+    /// user message id; an agent that stores the message under an id of its
+    /// own is searched for its text after the turns it accepted before
+    /// ([`replayed_after`]). Recorded turns are reported `interrupted`: a
+    /// replay cannot prove completion.
     pub async fn lookup_turn(
         &mut self,
         session: &str,
         by: &TurnLookup,
     ) -> Result<Option<FoundTurn>, DriverError> {
-        let id = match by {
-            TurnLookup::ClientId(id) | TurnLookup::TurnId(id) => id.clone(),
-        };
         let cwd = match self.cwds.get(session) {
             Some(c) => c.clone(),
             None => std::env::current_dir()
@@ -209,16 +210,23 @@ impl AcpDriver {
                 .unwrap_or_else(|_| "/".to_owned()),
         };
         let replay = self.load(session, &cwd).await?;
-        let found = replay.iter().any(|m| match by {
-            TurnLookup::ClientId(_) => user_message_id(m) == Some(id.as_str()),
-            TurnLookup::TurnId(_) => {
-                user_message_id(m) == Some(id.as_str())
-                    || m.pointer("/params/update/messageId")
-                        .and_then(Value::as_str)
-                        == Some(id.as_str())
-            }
-        });
-        Ok(found.then_some(FoundTurn {
+        let found = match by {
+            TurnLookup::ClientId { id, sent } => replay
+                .iter()
+                .any(|m| user_message_id(m) == Some(id.as_str()))
+                .then(|| id.clone())
+                .or_else(|| replayed_after(&replay, sent)),
+            TurnLookup::TurnId(id) => replay
+                .iter()
+                .any(|m| {
+                    user_message_id(m) == Some(id.as_str())
+                        || m.pointer("/params/update/messageId")
+                            .and_then(Value::as_str)
+                            == Some(id.as_str())
+                })
+                .then(|| id.clone()),
+        };
+        Ok(found.map(|id| FoundTurn {
             id,
             status: ProviderTurnStatus::Interrupted,
         }))
@@ -510,6 +518,53 @@ fn user_message_id(msg: &Value) -> Option<&str> {
         .or_else(|| update.pointer("/_meta/messageId").and_then(Value::as_str))
 }
 
+/// The id of a user message of `sent.text` that the replay holds after the
+/// last output of a turn the runner saw accepted before (`sent.earlier`),
+/// the chunks of one message joined: such a message is the turn's, stored
+/// under the agent's own id.
+fn replayed_after(replay: &[Value], sent: &Sent) -> Option<String> {
+    if sent.text.is_empty() {
+        return None;
+    }
+    let start = replay
+        .iter()
+        .rposition(|m| {
+            m.pointer("/params/update/messageId")
+                .and_then(Value::as_str)
+                .is_some_and(|id| sent.earlier.iter().any(|e| e == id))
+        })
+        .map_or(0, |i| i + 1);
+    let mut messages: Vec<(&str, String)> = Vec::new();
+    let mut contiguous = false;
+    for m in &replay[start..] {
+        if !is_user_chunk(m) {
+            contiguous = false;
+            continue;
+        }
+        let id = user_message_id(m).unwrap_or_default();
+        let text = m
+            .pointer("/params/update/content/text")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match messages.last_mut() {
+            Some((last, joined)) if contiguous && *last == id => joined.push_str(text),
+            _ => messages.push((id, text.to_owned())),
+        }
+        contiguous = true;
+    }
+    let (id, _) = messages.into_iter().find(|(_, t)| *t == sent.text)?;
+    Some(if id.is_empty() { "(unnamed)" } else { id }.to_owned())
+}
+
+/// A `user_message_chunk` update, whatever ids it carries.
+fn is_user_chunk(msg: &Value) -> bool {
+    msg.get("method").and_then(Value::as_str) == Some("session/update")
+        && msg
+            .pointer("/params/update/sessionUpdate")
+            .and_then(Value::as_str)
+            == Some("user_message_chunk")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -533,5 +588,38 @@ mod tests {
         assert_eq!(first_output(&commands, "s"), None);
         let ask = json!({"jsonrpc":"2.0","id":0,"method":"session/request_permission","params":{"sessionId":"s","toolCall":{},"options":[]}});
         assert_eq!(first_output(&ask, "s"), Some(None));
+    }
+
+    fn chunk(kind: &str, id: &str, text: &str) -> Value {
+        json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":kind,"content":{"type":"text","text":text},"messageId":id}}})
+    }
+
+    #[test]
+    fn a_turn_stored_under_the_agents_own_id_is_found_by_its_text_after_the_earlier_turns() {
+        let replay = [
+            chunk("user_message_chunk", "msg_u1", "fix the "),
+            chunk("user_message_chunk", "msg_u1", "build"),
+            chunk("agent_message_chunk", "msg_a1", "done"),
+            chunk("user_message_chunk", "msg_u2", "fix the build"),
+        ];
+        let sent = |earlier: &[&str]| Sent {
+            text: "fix the build".into(),
+            earlier: earlier.iter().map(|e| e.to_string()).collect(),
+        };
+        // The first message's chunks are one message of the text.
+        assert_eq!(replayed_after(&replay, &sent(&[])), Some("msg_u1".into()));
+        // After the accepted turn msg_a1, only the second one is the turn's.
+        assert_eq!(replayed_after(&replay[..3], &sent(&["msg_a1"])), None);
+        assert_eq!(
+            replayed_after(&replay, &sent(&["msg_a1"])),
+            Some("msg_u2".into())
+        );
+        // Another text, or no text at all, is never the turn.
+        let other = Sent {
+            text: "fix the".into(),
+            earlier: vec![],
+        };
+        assert_eq!(replayed_after(&replay, &other), None);
+        assert_eq!(replayed_after(&replay, &Sent::default()), None);
     }
 }

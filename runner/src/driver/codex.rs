@@ -141,7 +141,7 @@ impl CodexDriver {
         for turn in turns {
             let matches = match by {
                 TurnLookup::TurnId(id) => turn.get("id").and_then(Value::as_str) == Some(id),
-                TurnLookup::ClientId(cid) => turn
+                TurnLookup::ClientId { id: cid, .. } => turn
                     .get("items")
                     .and_then(Value::as_array)
                     .is_some_and(|items| {

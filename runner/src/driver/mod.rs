@@ -159,10 +159,23 @@ impl std::fmt::Display for ProviderTurnStatus {
 /// How to find a turn in the provider's store.
 #[derive(Clone, Debug)]
 pub enum TurnLookup {
-    /// By the client message id sent with the turn.
-    ClientId(String),
+    /// By the client message id sent with the turn; `sent` is what it
+    /// carried, for a provider that keeps message ids of its own.
+    ClientId { id: String, sent: Sent },
     /// By the provider's turn id.
     TurnId(String),
+}
+
+/// What the runner sent as a turn it never saw accepted, for a provider
+/// that stores the user message under an id of its own (`opencode acp`):
+/// the turn is recorded when a user message of its text follows every turn
+/// the provider accepted before it.
+#[derive(Clone, Debug, Default)]
+pub struct Sent {
+    /// The turn's prompt text.
+    pub text: String,
+    /// The provider's ids of the task's turns accepted before it.
+    pub earlier: Vec<String>,
 }
 
 /// Driver failures, by what the engine does about them.

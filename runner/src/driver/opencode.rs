@@ -185,7 +185,7 @@ impl OpenCodeDriver {
         conversation: &str,
         by: &TurnLookup,
     ) -> Result<Option<FoundTurn>, DriverError> {
-        let (TurnLookup::ClientId(id) | TurnLookup::TurnId(id)) = by;
+        let (TurnLookup::ClientId { id, .. } | TurnLookup::TurnId(id)) = by;
         if !id.starts_with("msg") {
             // Not an OpenCode message id, so never one the provider recorded.
             return Ok(None);

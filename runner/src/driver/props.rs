@@ -141,7 +141,13 @@ async fn drive_codex(bytes: Vec<u8>) {
         }
     }
     let _ = d
-        .lookup_turn("thr_1", &super::TurnLookup::ClientId("m1".into()))
+        .lookup_turn(
+            "thr_1",
+            &super::TurnLookup::ClientId {
+                id: "m1".into(),
+                sent: super::Sent::default(),
+            },
+        )
         .await;
 }
 

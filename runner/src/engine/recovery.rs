@@ -10,7 +10,7 @@
 //! their hooks (constant `false` without the `seeded-bugs` feature).
 
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{FoundTurn, ProviderTurnStatus, TurnLookup};
+use crate::driver::{FoundTurn, ProviderTurnStatus, Sent, TurnLookup};
 use crate::store::{TurnKind, TurnRow};
 
 /// What the runner's store holds of a cut (unsettled) turn.
@@ -45,11 +45,14 @@ impl<'a> TurnState<'a> {
     }
 
     /// How to ask the provider for the turn: by its turn id once accepted,
-    /// else by the client id it was sent with.
-    pub(super) fn lookup(turn: &TurnRow) -> TurnLookup {
+    /// else by the client id it was sent with and what it carried (`sent`).
+    pub(super) fn lookup(turn: &TurnRow, sent: Sent) -> TurnLookup {
         match &turn.provider_turn_id {
             Some(id) => TurnLookup::TurnId(id.clone()),
-            None => TurnLookup::ClientId(turn.client_id.clone()),
+            None => TurnLookup::ClientId {
+                id: turn.client_id.clone(),
+                sent,
+            },
         }
     }
 }
@@ -414,10 +417,16 @@ mod tests {
         };
         let intent = row(TurnKind::Primary, None);
         assert_eq!(TurnState::of(&intent), INTENT);
-        assert!(matches!(TurnState::lookup(&intent), TurnLookup::ClientId(c) if c == "c1"));
+        let sent = || Sent {
+            text: "hello".into(),
+            earlier: vec![],
+        };
+        assert!(
+            matches!(TurnState::lookup(&intent, sent()), TurnLookup::ClientId { id, sent } if id == "c1" && sent.text == "hello")
+        );
         let accepted = row(TurnKind::Primary, Some("t1"));
         assert_eq!(TurnState::of(&accepted), ACCEPTED);
-        assert!(matches!(TurnState::lookup(&accepted), TurnLookup::TurnId(t) if t == "t1"));
+        assert!(matches!(TurnState::lookup(&accepted, sent()), TurnLookup::TurnId(t) if t == "t1"));
         for cont in [
             row(TurnKind::Continuation, None),
             row(TurnKind::Continuation, Some("t2")),

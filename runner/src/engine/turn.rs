@@ -12,7 +12,7 @@ use super::provider::{Link, Live};
 use super::recovery::{self, LostConversation, Pending, ProviderSays, Recovery, TurnState};
 use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{Driver, ProviderEvent};
+use crate::driver::{Driver, ProviderEvent, Sent};
 use crate::profiles::Profile;
 use crate::store::{RequestStatus, Run, Snapshot, TurnKind, TurnRow, TurnStatus};
 
@@ -73,8 +73,12 @@ impl Engine {
         // "no such turn", and that reading is trusted after the provider is
         // replaced (`Store::seeded_absent_trusted`): the turn is sent again.
         let trusted_absent = self.store.seeded_absent_trusted(turn.turn_row).await;
+        let sent = match turn.provider_turn_id {
+            Some(_) => Sent::default(),
+            None => self.sent(task_id, turn).await?,
+        };
         let found = match driver
-            .lookup_turn(conversation, &TurnState::lookup(turn))
+            .lookup_turn(conversation, &TurnState::lookup(turn, sent))
             .await
         {
             _ if trusted_absent => None,
@@ -103,6 +107,23 @@ impl Engine {
         let decision = recovery::classify(state, provider, pending);
         self.carry_out(snap, run, conversation, turn, decision, l)
             .await
+    }
+
+    /// What a turn never seen accepted carried, and the turns accepted
+    /// before it: how an agent that keeps its own message ids is searched.
+    async fn sent(&self, task_id: &str, turn: &TurnRow) -> Result<Sent, StepError> {
+        let text = match turn.kind {
+            TurnKind::Continuation if !crate::seeded::continuation_resends_message() => {
+                CONTINUE_TEXT.to_owned()
+            }
+            _ => self.message_text(task_id, &turn.message_id).await?,
+        };
+        let (tid, row) = (task_id.to_owned(), turn.turn_row);
+        let earlier = self
+            .store
+            .call(move |db| db.accepted_before(&tid, row))
+            .await?;
+        Ok(Sent { text, earlier })
     }
 
     /// The seeded bug `lookup-error-as-absent`: a lookup that failed is

@@ -188,6 +188,19 @@ impl Db {
         })?;
         Ok(row)
     }
+    /// The provider's ids of the task's turns before `turn_row` that it
+    /// accepted, oldest first.
+    pub fn accepted_before(&self, task_id: &str, turn_row: i64) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT provider_turn_id FROM turns WHERE task_id = ?1 AND turn_row < ?2
+             AND provider_turn_id IS NOT NULL ORDER BY turn_row",
+        )?;
+        let ids = stmt
+            .query_map(params![task_id, turn_row], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(ids)
+    }
+
     /// Unanswered provider requests of a turn.
     pub fn pending_requests(&self, turn_row: i64) -> Result<usize, StoreError> {
         let n: i64 = self.conn.query_row(
