@@ -132,9 +132,14 @@ fn retry_conversation_reused(e: &Evidence, retry: &str) -> Option<String> {
     let own = |t: &crate::evidence::ProviderTurn| {
         t.authorized_by == retry || t.authorized_by == format!("{retry}{CONTINUATION_SUFFIX}")
     };
+    // A turn that recorded no user message names no one and held nothing
+    // (the real codex, killed right after `turn/start`, keeps such a turn):
+    // it is no earlier message's context.
+    let empty =
+        |t: &crate::evidence::ProviderTurn| t.client_id.is_none() && t.authorized_by.is_empty();
     let old = turns[..first]
         .iter()
-        .find(|t| &t.thread == thread && !own(t))?;
+        .find(|t| &t.thread == thread && !own(t) && !empty(t))?;
     Some(format!(
         "Retry {retry} ran in conversation {thread}, which already held turn {} of {} (provider store)",
         old.turn, old.authorized_by

@@ -15,9 +15,9 @@ use crate::codex_client::CodexClient;
 /// The argv of `codex app-server` with a private `CODEX_HOME` and `HOME`,
 /// a local Responses provider at `model_url`, a model name without built-in
 /// metadata (so Codex offers plain function tools such as `exec_command`),
-/// approvals on request and a read-only sandbox (the fake model asks for
-/// `require_escalated` on a tool that needs approval, so Codex asks the
-/// runner), and tool shells that get a core environment without the
+/// approvals on request and a workspace-write sandbox that may also write
+/// the cell's directory (the fake model asks for `require_escalated` on a
+/// tool that needs approval, so Codex asks the runner), and tool shells that get a core environment without the
 /// credential, tagged with `tag`.
 pub(super) fn command(p: &Product, model_url: &str, tag: &str) -> Vec<String> {
     let provider = format!(
@@ -37,12 +37,22 @@ pub(super) fn command(p: &Product, model_url: &str, tag: &str) -> Vec<String> {
         crate::nemesis::TAG_ENV,
         serde_json::to_string(tag).unwrap_or_default()
     );
+    // The cell's directory holds the effect ledger the fake tools append
+    // to: a command that needs no approval runs in the sandbox and must
+    // still land its effect (read-only, every such command failed and the
+    // model gave up on it: 1 effect of 3 in a clean multi-tool turn).
+    let cell = p.home.parent().unwrap_or(&p.home);
+    let writable = format!(
+        "sandbox_workspace_write.writable_roots=[{}]",
+        serde_json::to_string(&cell.display().to_string()).unwrap_or_default()
+    );
     for config in [
         "model_provider=\"fake\"",
         &provider,
         "model=\"turncut-fake-model\"",
         "approval_policy=\"on-request\"",
-        "sandbox_mode=\"read-only\"",
+        "sandbox_mode=\"workspace-write\"",
+        &writable,
         // Codex hands its whole environment, provider key included, to the
         // commands it runs unless told otherwise: without `*KEY*`,
         // `*SECRET*` and `*TOKEN*` variables the credential stays out of

@@ -365,6 +365,10 @@ fn a_retry_turn_sent_again_in_its_own_conversation_is_no_reuse() {
     e.provider_turns.push(lost);
     e.provider_turns.push(again);
     assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
+    // The real codex's store names no one for a turn without its user
+    // message: such a turn held nothing either.
+    e.provider_turns[1].authorized_by = String::new();
+    assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
     // A turn of another message in that conversation is reuse.
     e.provider_turns[1].authorized_by = "m1".into();
     assert_only_fails(&e, "retry.works", "already held turn pr0 of m1");
