@@ -147,3 +147,52 @@ fn at_each_crash_moment_the_fake_acp_agent_recovers_like_opencode_acp() {
     let differs: Vec<_> = rows.iter().filter(|r| r.differs()).collect();
     assert!(differs.is_empty(), "{differs:#?}");
 }
+
+/// The runner decision the real agent once took apart from its fake: the
+/// agent stored the prompt and asked the model, the runner and the agent
+/// were killed before the runner read any output. The agent keeps message
+/// ids of its own, so the runner used to find no turn by its client id and
+/// send the prompt again (the model saw it twice: `no-replay.turn`, 8 of
+/// 40 sampled one-cut cells). It now finds the turn by its text and fails
+/// closed; the follow-up is refused and the Retry completes, as on the
+/// fake (`cut-turn-start-retry`, which runs on both; the fake's side is
+/// `tests/runnerd/acp.rs`).
+#[test]
+fn a_prompt_the_real_agent_stored_before_any_output_is_not_sent_again() {
+    if opencode_or_skip().is_none() {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(exe())
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .env_remove("GITHUB_STEP_SUMMARY")
+        .args([
+            "run",
+            "restart-chaos.runner-acpx-opencode-real.local.cut-turn-start-retry",
+            "--cut",
+            "model.turn.recorded#1",
+            "--fault",
+            "kill-both",
+            "--out",
+        ])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let wave = harness::report::read_wave(&out.path().join("wave.json")).unwrap();
+    let [cell] = &wave.cells[..] else {
+        panic!("one cell: {stderr}");
+    };
+    assert_eq!(
+        cell.verdict,
+        harness::model::Verdict::Pass,
+        "{}",
+        harness::report::cell_line(cell)
+    );
+    assert!(
+        cell.outcome.path.starts_with("failed ambiguous_turn_start"),
+        "{}",
+        cell.outcome.path
+    );
+    assert!(output.status.success(), "{stderr}");
+}
