@@ -237,9 +237,22 @@ impl Product {
     /// from the runner, by [`Product::credential_env`]), its tool shells
     /// tagged with `tag` so the cell finds what they leave behind.
     pub fn command(&self, model_url: &str, tag: &str) -> anyhow::Result<Vec<String>> {
+        self.command_for(model_url, tag, false)
+    }
+
+    /// [`Product::command`] for a script with `patches` (codex: its
+    /// sandbox read-only, so an `apply_patch` asks for approval as the
+    /// scenario means; else `workspace-write`, so a command that needs no
+    /// approval lands its effect).
+    pub fn command_for(
+        &self,
+        model_url: &str,
+        tag: &str,
+        patches: bool,
+    ) -> anyhow::Result<Vec<String>> {
         std::fs::create_dir_all(self.home.join("home"))?;
         match self.protocol() {
-            Protocol::Codex => Ok(codex::command(self, model_url, tag)),
+            Protocol::Codex => Ok(codex::command(self, model_url, tag, patches)),
             Protocol::Opencode => opencode::command(self, model_url, &["serve"]),
             Protocol::Acp => opencode::command(self, model_url, &["acp"]),
             Protocol::Native => anyhow::bail!("no real product speaks {:?}", self.protocol()),

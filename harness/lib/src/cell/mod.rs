@@ -132,6 +132,9 @@ struct Plan {
     tag: String,
     /// The sync point of a `turn-active` follow-up (the first turn acceptance).
     sync: Option<Cut>,
+    /// The script adds a file through `apply_patch` (a real codex then runs
+    /// with its read-only sandbox: `Product::command_for`).
+    patches: bool,
 }
 
 impl Plan {
@@ -146,7 +149,14 @@ impl Plan {
                 }
             )
         });
+        let patches = scenario
+            .script
+            .turns
+            .iter()
+            .flat_map(|t| &t.tools)
+            .any(|t| t.kind == wire::script::ToolKind::Patch);
         Plan {
+            patches,
             arms: arms_for(&events),
             events,
             trace: trace.map(Path::to_owned),
@@ -500,7 +510,11 @@ fn write_real_profile(ctx: &Ctx, real: &'static wire::profiles::Real) -> anyhow:
         home: layout.p("product"),
     };
     let model_api = start_model_api(ctx)?;
-    let mut command = product.command(&model_api.url, &layout.dir.display().to_string())?;
+    let mut command = product.command_for(
+        &model_api.url,
+        &layout.dir.display().to_string(),
+        ctx.plan.patches,
+    )?;
     {
         // The wire evidence a fake journals itself, from a tap in front.
         let mut tap = vec![

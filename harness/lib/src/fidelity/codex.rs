@@ -155,6 +155,9 @@ impl Moment {
     fn real_config(self) -> &'static [&'static str] {
         match self {
             Moment::PolicyLost => &["sandbox_mode=\"danger-full-access\""],
+            // A patch in the workspace asks for approval only read-only
+            // (what a cell of a script with patches runs with).
+            Moment::PatchStarted | Moment::PatchPending => &["sandbox_mode=\"read-only\""],
             _ => &[],
         }
     }

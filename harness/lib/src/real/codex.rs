@@ -17,9 +17,12 @@ use crate::codex_client::CodexClient;
 /// metadata (so Codex offers plain function tools such as `exec_command`),
 /// approvals on request and a workspace-write sandbox that may also write
 /// the cell's directory (the fake model asks for `require_escalated` on a
-/// tool that needs approval, so Codex asks the runner), and tool shells that get a core environment without the
+/// tool that needs approval, so Codex asks the runner), or, for a script
+/// with `patches`, a read-only sandbox (a patch in the workspace asks for
+/// approval only there; such a script has no command that needs none), and
+/// tool shells that get a core environment without the
 /// credential, tagged with `tag`.
-pub(super) fn command(p: &Product, model_url: &str, tag: &str) -> Vec<String> {
+pub(super) fn command(p: &Product, model_url: &str, tag: &str, patches: bool) -> Vec<String> {
     let provider = format!(
         "model_providers.fake={{name=\"fake\",base_url=\"{model_url}/v1\",wire_api=\"responses\",env_key=\"OPENAI_API_KEY\",request_max_retries=0,stream_max_retries=0}}"
     );
@@ -51,7 +54,11 @@ pub(super) fn command(p: &Product, model_url: &str, tag: &str) -> Vec<String> {
         &provider,
         "model=\"turncut-fake-model\"",
         "approval_policy=\"on-request\"",
-        "sandbox_mode=\"workspace-write\"",
+        if patches {
+            "sandbox_mode=\"read-only\""
+        } else {
+            "sandbox_mode=\"workspace-write\""
+        },
         &writable,
         // Codex hands its whole environment, provider key included, to the
         // commands it runs unless told otherwise: without `*KEY*`,
@@ -77,7 +84,7 @@ pub(super) fn recorded_turns(
     cwd: &Path,
     within: Duration,
 ) -> Result<Vec<RecordedTurn>, String> {
-    let argv = command(p, model_url, "reader");
+    let argv = command(p, model_url, "reader", false);
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .current_dir(cwd)
