@@ -348,3 +348,25 @@ fn a_timing_shaped_bug_is_not_hidden_by_timing_reruns() {
         assert!(c["error"].is_null(), "a harness error is no catch: {c}");
     }
 }
+
+/// No false alarm from content: two follow-ups injected by one schedule are
+/// two messages, each with its own text. They once carried one text, and
+/// `no-replay.turn`, which judges content under any id, read the Retry's
+/// re-send of the first and the second as one message run twice (the
+/// control of `turncut mutants` failed here on the reference runner).
+#[test]
+fn two_injected_follow_ups_are_two_messages_not_one_replayed() {
+    let c = run_cell(
+        "restart-chaos.runner-acpx-claude.local.storage-faults",
+        &[
+            "--schedule",
+            "runner.acp.session_update.received#2/follow-up+runner.write.turn_accepted#1/fail-write+runner.write.tool_outcome#1/kill-runner+acp.session_update.notified#2/follow-up",
+        ],
+        None,
+    );
+    assert_eq!(c["verdict"], "pass", "{c:#}");
+    assert_eq!(
+        c["outcome"]["events_applied"], 4,
+        "every event landed: {c:#}"
+    );
+}

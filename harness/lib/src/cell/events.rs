@@ -628,17 +628,23 @@ pub fn injected_message_id(fault: Fault, stage: usize) -> String {
 /// the fence; a Retry admitted only for a failed task, and then working).
 fn inject_action(ctx: &Ctx, held: cutpoint::HeldHit, fault: Fault, stage: usize) {
     let message_id = injected_message_id(fault, stage);
+    // Each injected follow-up says something of its own: two messages of
+    // one text would read, by text, as one message run twice
+    // (`no-replay.turn` judges content under any id).
     let (kind, text) = match fault {
-        Fault::Retry => ("retry", ""),
-        _ => ("follow_up", "Also add a CHANGELOG"),
+        Fault::Retry => ("retry", String::new()),
+        _ => (
+            "follow_up",
+            format!("Also add a CHANGELOG (follow-up {message_id})"),
+        ),
     };
     let (tx, rx) = std::sync::mpsc::channel();
     if let Some((client, _)) = ctx.board.client() {
-        let id = message_id.clone();
+        let (id, text) = (message_id.clone(), text.clone());
         std::thread::spawn(move || {
             let answer = match fault {
                 Fault::Retry => client.retry(TASK_ID, &id),
-                _ => client.follow_up(TASK_ID, &id, text),
+                _ => client.follow_up(TASK_ID, &id, &text),
             };
             let _ = tx.send(answer);
         });
