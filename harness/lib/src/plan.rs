@@ -112,7 +112,7 @@ pub struct Discovery {
     /// whose place depends on when the harness acted (`message.queued`).
     pub clean_timeline: Vec<String>,
     /// Why the run may have taken a path of the machine's load, not the
-    /// scenario's (`timing::timing_shape`: the runner found a provider
+    /// scenario's (`timing::silent_provider`: the runner found a provider
     /// silent that nothing hung): its boundaries include that recovery's.
     pub timing: Option<String>,
 }
@@ -163,7 +163,7 @@ pub fn discover(
     }
     let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
     Ok(Discovery {
-        timing: crate::timing::timing_shape(&run.evidence, &[]),
+        timing: crate::timing::silent_provider(&run.evidence),
         boundaries: boundaries_of(hits),
         clean_state: run.result.outcome.state.clone(),
         clean_verdict: run.result.verdict,
@@ -310,7 +310,7 @@ fn traced_after(
         let run = run_cell_traced(&env, scenario, profile, spec, Some(&trace));
         // A provider the runner found silent that nothing hung is the load's
         // recovery, not the event's: traced again with longer timeouts.
-        let timing = crate::timing::timing_shape(&run.evidence, &[]).is_some();
+        let timing = crate::timing::silent_provider(&run.evidence).is_some();
         if !timing || attempt == TIMING_RETRACES {
             break (dir, run);
         }

@@ -5,14 +5,17 @@
 //!
 //! The harness knows which process it hung and when (its `fault.hang-*`
 //! actions). A `provider_unresponsive` in the run log for any other
-//! process, or a task still running at the cell's deadline with nothing
-//! but liveness failing, is a timing outcome on a loaded machine: the cell
+//! process, or a task still running at the cell's deadline (whatever
+//! failed: every oracle then judged a run cut short), is a timing outcome
+//! on a loaded machine: the cell
 //! runs again with the idle timeout ×4 (a hang cell's up to the non-hang
 //! timeout, then both; a real product's from its floors) and the deadline
 //! ×2, at most twice. Only a cell that fails without such a shape at the
 //! longer timeouts fails; one that keeps the shape at the last rerun is
-//! `unknown` with the reason, never a pass.
-//! A stuck runner stays stuck at any timeout, so a real failure survives;
+//! `unknown` with the reason, never a pass, unless its runner's log had
+//! been quiet for half of that last deadline: a stuck runner stays stuck
+//! at any timeout, and a loaded machine slows a log, it does not stop it,
+//! so such a cell keeps its failures;
 //! and a runner that says it gave up on a provider sooner than the idle
 //! timeout it was given (`provider_unresponsive`'s `idle_ms`) is not slowed
 //! by load: its failure is never a timing outcome.
@@ -34,10 +37,21 @@ const WAIT_FACTOR: u64 = 2;
 const RERUNS_MAX: usize = 2;
 
 /// Why a failed cell's result may be the machine's and not the runner's,
-/// if it may: the first provider the runner found silent although the
-/// harness hung none of its processes, or a deadline that passed with only
-/// liveness failing.
-pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
+/// if it may: a provider the runner found silent although the harness hung
+/// none of its processes ([`silent_provider`]), or a deadline that passed:
+/// a task still running then leaves every oracle judging a run cut short
+/// (the run log read then, the provider's store after the teardown), so
+/// whatever failed, the longer deadline decides.
+pub fn timing_shape(ev: &Evidence) -> Option<String> {
+    silent_provider(ev).or_else(|| {
+        ev.deadline_passed
+            .then(|| "the task was still running at the cell's deadline".to_owned())
+    })
+}
+
+/// The first provider the runner found silent although the harness hung
+/// none of its processes (planning traces such a run again).
+pub fn silent_provider(ev: &Evidence) -> Option<String> {
     if gave_up_early(ev) {
         return None;
     }
@@ -47,22 +61,47 @@ pub fn timing_shape(ev: &Evidence, oracles_failing: &[&str]) -> Option<String> {
         .filter(|a| a.what == "fault.hang-provider")
         .filter_map(|a| a.detail["provider_pid"].as_u64())
         .collect();
-    let silent = ev.events_of(Kind::ProviderUnresponsive).find(|e| {
+    let e = ev.events_of(Kind::ProviderUnresponsive).find(|e| {
         e.pointer("/data/pid")
             .and_then(Value::as_u64)
             .is_none_or(|pid| !hung.contains(&pid))
-    });
-    if let Some(e) = silent {
-        return Some(format!(
-            "the runner found provider pid {} silent ({}), and no fault was applied to it",
-            e.pointer("/data/pid").unwrap_or(&Value::Null),
-            e.pointer("/data/detail")
-                .and_then(Value::as_str)
-                .unwrap_or("idle timeout")
-        ));
-    }
-    (ev.deadline_passed && oracles_failing == [crate::oracles::Oracle::Liveness.as_str()])
-        .then(|| "the task was still running at the cell's deadline".to_owned())
+    })?;
+    Some(format!(
+        "the runner found provider pid {} silent ({}), and no fault was applied to it",
+        e.pointer("/data/pid").unwrap_or(&Value::Null),
+        e.pointer("/data/detail")
+            .and_then(Value::as_str)
+            .unwrap_or("idle timeout")
+    ))
+}
+
+/// How long the runner's log had been quiet when the cell's deadline
+/// passed (milliseconds), if it passed and said when.
+fn quiet_at_deadline(ev: &Evidence) -> Option<u64> {
+    let at = ev
+        .actions
+        .iter()
+        .find(|a| a.what == crate::cell::DEADLINE_PASSED)?
+        .at_ms;
+    let last = ev
+        .events
+        .iter()
+        .filter_map(|e| e["ts_ms"].as_u64())
+        .max()
+        .map_or(0, |t| t.saturating_sub(ev.started_ms));
+    Some(at.saturating_sub(last))
+}
+
+/// A runner that made no progress for at least half of the cell's longest
+/// deadline is stuck, not slow: a loaded machine slows a runner's log, it
+/// does not stop it. Such a cell keeps its failures.
+fn stuck(ev: &Evidence, wait_ms: u64) -> Option<String> {
+    let quiet = quiet_at_deadline(ev)?;
+    (quiet >= wait_ms / 2).then(|| {
+        format!(
+            "the runner's log was quiet for the last {quiet} ms of a {wait_ms} ms deadline: stuck, not slow"
+        )
+    })
 }
 
 /// `env` with longer timeouts for a rerun: a hang cell's idle timeout grows
@@ -80,16 +119,6 @@ pub fn longer(env: &CellEnv, hangs: bool) -> CellEnv {
     }
     e.wait_ms = env.wait_ms * WAIT_FACTOR;
     e
-}
-
-/// The names of the oracles that failed.
-fn failing(run: &CellRun) -> Vec<&str> {
-    run.result
-        .oracles
-        .iter()
-        .filter(|o| o.verdict == Verdict::Fail)
-        .map(|o| o.oracle.as_str())
-        .collect()
 }
 
 /// Whether the runner says it gave up on a provider after less than the
@@ -125,11 +154,13 @@ pub fn run_with_reruns(
     let mut env = crate::cell::real_timeouts(env, profile).unwrap_or_else(|| env.clone());
     let mut reruns: Vec<Rerun> = Vec::new();
     while run.result.verdict != Verdict::Pass {
-        let Some(why) = timing_shape(&run.evidence, &failing(&run)) else {
+        let Some(why) = timing_shape(&run.evidence) else {
             break;
         };
         if reruns.len() >= RERUNS_MAX {
-            undecided(&mut run, &why);
+            if stuck(&run.evidence, env.wait_ms).is_none() {
+                undecided(&mut run, &why);
+            }
             break;
         }
         env = longer(&env, hangs);
@@ -177,21 +208,13 @@ mod tests {
             events: vec![unresponsive(7)],
             ..Evidence::default()
         };
-        assert!(
-            timing_shape(&ev, &["retry.works"])
-                .unwrap()
-                .contains("pid 7")
-        );
+        assert!(timing_shape(&ev).unwrap().contains("pid 7"));
         ev.actions.push(Action {
             at_ms: 1,
             what: "fault.hang-provider".into(),
             detail: json!({ "provider_pid": 7 }),
         });
-        assert_eq!(
-            timing_shape(&ev, &["retry.works"]),
-            None,
-            "the harness hung it"
-        );
+        assert_eq!(timing_shape(&ev), None, "the harness hung it");
     }
 
     #[test]
@@ -203,26 +226,50 @@ mod tests {
             runner_idle_timeout_ms: Some(500),
             ..Evidence::default()
         };
-        assert!(
-            timing_shape(&ev, &["retry.works"]).is_some(),
-            "waited 500 of 500"
-        );
+        assert!(timing_shape(&ev).is_some(), "waited 500 of 500");
         ev.events[0]["data"]["idle_ms"] = json!(0);
         assert_eq!(
-            timing_shape(&ev, &["retry.works"]),
+            timing_shape(&ev),
             None,
             "gave up after 0 ms of 500: load cannot shorten a timer"
         );
     }
 
     #[test]
-    fn a_deadline_with_only_liveness_failing_is_timing() {
+    fn a_deadline_is_timing_and_a_settled_task_is_not() {
         let ev = Evidence {
             deadline_passed: true,
             ..Evidence::default()
         };
-        assert!(timing_shape(&ev, &["liveness"]).is_some());
-        assert_eq!(timing_shape(&ev, &["liveness", "no-loss"]), None);
+        assert!(timing_shape(&ev).is_some());
+        // Planning asks only for a silent provider: it times its own runs.
+        assert_eq!(silent_provider(&ev), None);
+        assert_eq!(timing_shape(&Evidence::default()), None);
+    }
+
+    #[test]
+    fn a_runner_quiet_for_half_the_deadline_is_stuck_and_a_busy_one_is_not() {
+        let at = |ms| crate::evidence::Action {
+            at_ms: ms,
+            what: crate::cell::DEADLINE_PASSED.into(),
+            detail: Value::Null,
+        };
+        let event = |ts| serde_json::json!({ "kind": "turn.intent", "ts_ms": ts });
+        let mut ev = Evidence {
+            deadline_passed: true,
+            started_ms: 1_000,
+            events: vec![event(1_100), event(1_500)],
+            actions: vec![at(8_000)],
+            ..Evidence::default()
+        };
+        // Quiet from 500 ms to the deadline at 8 s: stuck.
+        assert!(stuck(&ev, 8_000).is_some());
+        // Its last event 1 s before the deadline: slow, not stuck.
+        ev.events.push(event(8_000));
+        assert_eq!(stuck(&ev, 8_000), None);
+        // No word of when the deadline passed: never called stuck.
+        ev.actions.clear();
+        assert_eq!(stuck(&ev, 8_000), None);
     }
 
     #[test]

@@ -318,7 +318,7 @@ fn run_and_collect(
         // A step the runner never answered ran out of time: the runner's
         // doing (liveness judges it); the cell still says it stopped short.
         if e.downcast_ref::<steps::DeadlineMissed>().is_some() {
-            ev.deadline_passed = true;
+            deadline_passed(ctx, ev);
         }
         ev.harness_error = Some(format!("{e:#}"));
     }
@@ -687,6 +687,17 @@ fn drive(
     result
 }
 
+/// The cell's deadline passed while it waited on the runner: said in the
+/// evidence, and when (`timing` tells a stuck runner from a slow one by
+/// how long its log had been quiet then).
+fn deadline_passed(ctx: &Ctx, ev: &mut Evidence) {
+    ev.deadline_passed = true;
+    ctx.rec.act(DEADLINE_PASSED, json!({}));
+}
+
+/// The action recorded when the cell's deadline passes.
+pub const DEADLINE_PASSED: &str = "deadline.passed";
+
 /// The quiet recovery phase: the armed cut was reached and its fault
 /// applied (the steps may finish before a late cut is even hit), no fault
 /// is in flight, and the task has settled with the runner that is now
@@ -700,7 +711,7 @@ fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
         match wait_task(ctx, until, settled) {
             Ok(task) => ev.task = task,
             Err(_) => {
-                ev.deadline_passed = true;
+                deadline_passed(ctx, ev);
                 break;
             }
         }
