@@ -12,10 +12,11 @@
 //! timeout, then both; a real product's from its floors) and the deadline
 //! ×2, at most twice. Only a cell that fails without such a shape at the
 //! longer timeouts fails; one that keeps the shape at the last rerun is
-//! `unknown` with the reason, never a pass, unless its runner's log had
-//! been quiet for half of that last deadline: a stuck runner stays stuck
-//! at any timeout, and a loaded machine slows a log, it does not stop it,
-//! so such a cell keeps its failures;
+//! `unknown` with the reason, never a pass. A runner whose log had been
+//! quiet for half the deadline (5 s at least) is stuck, at any attempt: a
+//! stuck runner stays stuck at any timeout, and a loaded machine slows a
+//! log, it does not stop it, so such a cell keeps its failures, rerun no
+//! more;
 //! and a runner that says it gave up on a provider sooner than the idle
 //! timeout it was given (`provider_unresponsive`'s `idle_ms`) is not slowed
 //! by load: its failure is never a timing outcome.
@@ -92,12 +93,16 @@ fn quiet_at_deadline(ev: &Evidence) -> Option<u64> {
     Some(at.saturating_sub(last))
 }
 
-/// A runner that made no progress for at least half of the cell's longest
-/// deadline is stuck, not slow: a loaded machine slows a runner's log, it
-/// does not stop it. Such a cell keeps its failures.
+/// The least quiet that can call a runner stuck, whatever the deadline.
+const STUCK_QUIET_MIN_MS: u64 = 5_000;
+
+/// A runner that made no progress for half of the cell's deadline, and for
+/// at least [`STUCK_QUIET_MIN_MS`], is stuck, not slow: a loaded machine
+/// slows a runner's log, it does not stop it. Such a cell keeps its
+/// failures, with no (further) rerun.
 fn stuck(ev: &Evidence, wait_ms: u64) -> Option<String> {
     let quiet = quiet_at_deadline(ev)?;
-    (quiet >= wait_ms / 2).then(|| {
+    (quiet >= (wait_ms / 2).max(STUCK_QUIET_MIN_MS)).then(|| {
         format!(
             "the runner's log was quiet for the last {quiet} ms of a {wait_ms} ms deadline: stuck, not slow"
         )
@@ -157,10 +162,11 @@ pub fn run_with_reruns(
         let Some(why) = timing_shape(&run.evidence) else {
             break;
         };
+        if stuck(&run.evidence, env.wait_ms).is_some() {
+            break;
+        }
         if reruns.len() >= RERUNS_MAX {
-            if stuck(&run.evidence, env.wait_ms).is_none() {
-                undecided(&mut run, &why);
-            }
+            undecided(&mut run, &why);
             break;
         }
         env = longer(&env, hangs);
@@ -264,6 +270,14 @@ mod tests {
         };
         // Quiet from 500 ms to the deadline at 8 s: stuck.
         assert!(stuck(&ev, 8_000).is_some());
+        // Quiet for 7.5 s of a 20 s deadline: not yet told apart.
+        assert_eq!(stuck(&ev, 20_000), None);
+        // Quiet for all of a short deadline, but less than 5 s: not told apart.
+        let short = Evidence {
+            actions: vec![at(2_000)],
+            ..ev.clone()
+        };
+        assert_eq!(stuck(&short, 2_000), None);
         // Its last event 1 s before the deadline: slow, not stuck.
         ev.events.push(event(8_000));
         assert_eq!(stuck(&ev, 8_000), None);
