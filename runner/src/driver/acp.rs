@@ -505,13 +505,10 @@ fn first_output<'a>(msg: &'a Value, session: &str) -> Option<Option<&'a str>> {
 /// The message id of a `user_message_chunk` update (`messageId`, or
 /// `_meta.messageId`), if `msg` is one.
 fn user_message_id(msg: &Value) -> Option<&str> {
-    if msg.get("method").and_then(Value::as_str) != Some("session/update") {
+    if !is_user_chunk(msg) {
         return None;
     }
     let update = msg.pointer("/params/update")?;
-    if update.get("sessionUpdate").and_then(Value::as_str) != Some("user_message_chunk") {
-        return None;
-    }
     update
         .get("messageId")
         .and_then(Value::as_str)
