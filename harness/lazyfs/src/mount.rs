@@ -248,22 +248,25 @@ fn uses(pid: u32, mountpoint: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// How long an unmount that is busy with no process inside is tried again.
+/// How long a busy unmount is tried again.
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Unmounts, not lazily. A mount a process just left can still be busy for
-/// a moment while the kernel finishes that process's last close (a
-/// fresh-clone CI run once got EBUSY with no process inside, in
-/// `a_cut_with_a_process_inside_is_refused_and_changes_nothing`): while no
-/// process holds it, the unmount is tried again, within [`RELEASE_WAIT`].
+/// Unmounts, not lazily. A mount can be busy for a moment with no process
+/// that means to stay: the kernel may still be finishing a process's last
+/// close (a fresh-clone CI run once got EBUSY with no process inside, in
+/// `a_cut_with_a_process_inside_is_refused_and_changes_nothing`), and a
+/// process forked by another thread of the same program holds a copy of
+/// every descriptor until its `exec` closes them (a CI run got EBUSY in
+/// `a_rename_without_a_directory_sync_is_undone`, naming the forked child
+/// of a sibling test). So a busy unmount is tried again within
+/// [`RELEASE_WAIT`]; a process that really stays inside keeps it busy, and
+/// the caller then gets `EBUSY`.
 fn unmount(mountpoint: &Path) -> nix::Result<()> {
     let until = std::time::Instant::now() + RELEASE_WAIT;
     loop {
         match nix::mount::umount2(mountpoint, nix::mount::MntFlags::empty()) {
-            Err(nix::errno::Errno::EBUSY)
-                if std::time::Instant::now() < until && users(mountpoint).is_empty() =>
-            {
-                std::thread::yield_now();
+            Err(nix::errno::Errno::EBUSY) if std::time::Instant::now() < until => {
+                std::thread::sleep(std::time::Duration::from_millis(2));
             }
             other => return other,
         }

@@ -41,7 +41,8 @@ pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 pub use reproduce::{
     reproduce_args, reproduce_command, reproduce_script, run_config, scenarios_arg,
 };
-use steps::{run_steps, settled, wait_task};
+pub use steps::settled;
+use steps::{run_steps, wait_task};
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
 
