@@ -216,10 +216,7 @@ fn search_canary(dir: &Path, ev: &mut Evidence) {
                 continue;
             }
         };
-        if bytes
-            .windows(ev.canary.len())
-            .any(|w| w == ev.canary.as_bytes())
-        {
+        if memchr::memmem::find(&bytes, ev.canary.as_bytes()).is_some() {
             let rel = file.strip_prefix(dir).unwrap_or(&file);
             ev.canary_found_in.push(rel.display().to_string());
         }
@@ -323,6 +320,32 @@ mod tests {
             store.unreadable[0].reason.contains("th.json"),
             "{:?}",
             store.unreadable
+        );
+    }
+
+    /// The canary anywhere in any file under the cell directory, at its
+    /// start, its end or across a 4 KiB boundary, is found; a file with only
+    /// part of it is not.
+    #[test]
+    fn the_canary_is_found_in_any_file_and_only_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let canary = "turncut-canary-00000000000000ab";
+        std::fs::create_dir_all(d.join("state/providers")).unwrap();
+        let mut across = vec![b'x'; 4096 - 10];
+        across.extend_from_slice(canary.as_bytes());
+        std::fs::write(d.join("state/providers/store.bin"), &across).unwrap();
+        std::fs::write(d.join("start.log"), format!("{canary} at the start")).unwrap();
+        std::fs::write(d.join("part.log"), &canary[..canary.len() - 1]).unwrap();
+        let mut ev = Evidence {
+            canary: canary.to_owned(),
+            ..Evidence::default()
+        };
+        search_canary(d, &mut ev);
+        ev.canary_found_in.sort();
+        assert_eq!(
+            ev.canary_found_in,
+            ["start.log", "state/providers/store.bin"]
         );
     }
 }
