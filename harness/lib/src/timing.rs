@@ -13,8 +13,7 @@
 //! ×2, at most twice. Only a cell that fails without such a shape at the
 //! longer timeouts fails; one that keeps the shape at the last rerun is
 //! `unknown` with the reason, never a pass. A runner whose log had been
-//! quiet for half the deadline (5 s at least), its task not settled, is
-//! stuck, at any attempt: a
+//! quiet for half the deadline (5 s at least) is stuck, at any attempt: a
 //! stuck runner stays stuck at any timeout, and a loaded machine slows a
 //! log, it does not stop it, so such a cell keeps its failures, rerun no
 //! more;
@@ -98,15 +97,10 @@ fn quiet_at_deadline(ev: &Evidence) -> Option<u64> {
 const STUCK_QUIET_MIN_MS: u64 = 5_000;
 
 /// A runner that made no progress for half of the cell's deadline, and for
-/// at least [`STUCK_QUIET_MIN_MS`], with its task not settled, is stuck,
-/// not slow: a loaded machine slows a runner's log, it does not stop it.
-/// Such a cell keeps its failures, with no (further) rerun.
+/// at least [`STUCK_QUIET_MIN_MS`], is stuck, not slow: a loaded machine
+/// slows a runner's log, it does not stop it. Such a cell keeps its
+/// failures, with no (further) rerun.
 fn stuck(ev: &Evidence, wait_ms: u64) -> Option<String> {
-    // A task settled at the deadline (the cell waited on a cut the run
-    // never reached) is no runner stuck: what failed is judged as is.
-    if crate::cell::settled(&ev.task) {
-        return None;
-    }
     let quiet = quiet_at_deadline(ev)?;
     (quiet >= (wait_ms / 2).max(STUCK_QUIET_MIN_MS)).then(|| {
         format!(
@@ -287,12 +281,6 @@ mod tests {
         // Its last event 1 s before the deadline: slow, not stuck.
         ev.events.push(event(8_000));
         assert_eq!(stuck(&ev, 8_000), None);
-        // A task that settled before the deadline (the cell waited on a
-        // cut its run never reached, under load): quiet, but not stuck.
-        let mut settled = ev.clone();
-        settled.events.pop();
-        settled.task = serde_json::json!({ "state": "failed" });
-        assert_eq!(stuck(&settled, 8_000), None);
         // No word of when the deadline passed: never called stuck.
         ev.actions.clear();
         assert_eq!(stuck(&ev, 8_000), None);

@@ -279,23 +279,44 @@ fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
     }
 }
 
-/// Whether event `stage`, matched at `hit`, kills the runner at a hit of
-/// another process (a provider's, the model API's): the runner is not held
-/// by that hit and would go on while the event waits its turn in the loop.
-fn kills_runner_elsewhere(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
+/// Whether event `stage`, matched at `hit` of another process (a
+/// provider's, the model API's), stops the runner until it is applied: the
+/// runner is not held by that hit and would go on while the event waits its
+/// turn in the loop. So is every process fault whose target the hit itself
+/// names (a kill of the runner; a provider fault at the provider's own hit,
+/// or at the model API's when the runner started it, as on the native
+/// profile); a provider fault at a real product's model API asks the
+/// runner which provider is live, so it cannot hold the runner.
+fn holds_runner(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
     let fault = side.event(stage).fault;
+    let plan = nemesis::plan(fault);
+    let kills_runner = plan.kill_runner || fault == Fault::PowerCut;
+    let named = plan.provider_signal.is_some() && hit_is_provider(side, hit);
     stage > 0
+        && fault.class() != FaultClass::Action
         && Role::of(&hit.role) != Role::Runner
-        && (nemesis::plan(fault).kill_runner || fault == Fault::PowerCut)
+        && (kills_runner || named)
 }
 
-/// A later event that kills the runner at another process's hit stops
-/// (SIGSTOP) the runner the moment the hit matches, so that the kill lands
-/// at that moment and not wherever the runner got to meanwhile (under
-/// load it finished the turn and stopped the very provider held at the
-/// hit, and the event could not be applied).
+/// Whether `hit` is the runner's provider's own: a provider's, or the
+/// model API's when no harness-started model API is there (the native
+/// profile's model API is the provider the runner started).
+fn hit_is_provider(side: &CutSide, hit: &cutpoint::Hit) -> bool {
+    match Role::of(&hit.role) {
+        Role::Provider => true,
+        Role::Model => side.model_api.is_none(),
+        Role::Runner | Role::Unknown => false,
+    }
+}
+
+/// A later event at another process's hit ([`holds_runner`]) stops
+/// (SIGSTOP) the runner the moment the hit matches, so that the fault lands
+/// at that moment and not wherever the runner got to meanwhile (under load
+/// it finished the turn and stopped the very provider held at the hit, and
+/// the event could not be applied). The runner goes on (SIGCONT) once the
+/// event is applied, unless the event killed it, or when it cannot be.
 fn hold_runner_at_provider_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit) {
-    if !kills_runner_elsewhere(side, stage, hit) {
+    if !holds_runner(side, stage, hit) {
         return;
     }
     if let Some(pid) = side.ctx.board.runner_pid()
@@ -305,6 +326,15 @@ fn hold_runner_at_provider_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit
             "fault.hold-runner",
             json!({ "event": stage + 1, "pid": pid }),
         );
+    }
+}
+
+/// Lets the runner held by [`hold_runner_at_provider_hit`] go on.
+fn release_runner(side: &CutSide, stage: usize, hit: &cutpoint::Hit) {
+    if holds_runner(side, stage, hit)
+        && let Some(pid) = side.ctx.board.runner_pid()
+    {
+        let _ = nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGCONT);
     }
 }
 
@@ -348,10 +378,16 @@ fn apply_event(
         });
         return;
     }
-    if let Err(e) = apply_fault(side, report, event.fault, held) {
+    let hit = held.hit.clone();
+    let runner_held = holds_runner(side, stage, &hit);
+    if let Err(e) = apply_fault(side, report, event.fault, held, runner_held) {
         side.ctx
             .rec
             .error(format!("failed to apply {}: {e:#}", event.fault));
+    }
+    // A runner the event did not kill goes on (a restarted one never stopped).
+    if runner_held && !nemesis::plan(event.fault).kill_runner && event.fault != Fault::PowerCut {
+        release_runner(side, stage, &hit);
     }
     side.ctx.board.update(|s| s.applied += 1);
 }
@@ -368,12 +404,8 @@ fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
         json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
                 "why": "its process was gone (an earlier event killed it) before the event was applied" }),
     );
-    if kills_runner_elsewhere(side, stage, &held.hit)
-        && let Some(pid) = side.ctx.board.runner_pid()
-    {
-        // The runner held when the hit matched goes on.
-        let _ = nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGCONT);
-    }
+    // The runner held when the hit matched goes on.
+    release_runner(side, stage, &held.hit);
     let mut m = side.matcher();
     let back = side.ctx.board.update(|s| {
         let back = s.stage == stage + 1;
@@ -514,9 +546,12 @@ fn apply_fault(
     report: &mut CutReport,
     fault: crate::model::Fault,
     held: cutpoint::HeldHit,
+    runner_held: bool,
 ) -> anyhow::Result<()> {
     let client = side.ctx.board.client().map(|(c, _)| c);
-    if let Some(evs) = read_before_fault(client.as_ref(), &held.hit) {
+    // A runner stopped at the match cannot answer: no read, no check.
+    let reader = client.as_ref().filter(|_| !runner_held);
+    if let Some(evs) = read_before_fault(reader, &held.hit) {
         report.events_before = Some(evs);
     }
     match fault.class() {
@@ -540,7 +575,7 @@ fn apply_signals(
     client: Option<RunnerClient>,
 ) -> anyhow::Result<()> {
     let plan = nemesis::plan(fault);
-    let provider = if Role::of(&held.hit.role) == Role::Provider {
+    let provider = if hit_is_provider(side, &held.hit) {
         Some(held.hit.pid)
     } else if plan.provider_signal.is_some() {
         client.as_ref().and_then(live_provider)

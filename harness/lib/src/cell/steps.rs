@@ -13,7 +13,7 @@ use crate::nemesis;
 use crate::runner_client::RunnerClient;
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
 
-pub fn settled(t: &Value) -> bool {
+pub(super) fn settled(t: &Value) -> bool {
     matches!(
         t["state"].as_str(),
         Some("completed" | "failed" | "needs_human")
