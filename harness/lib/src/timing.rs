@@ -12,8 +12,9 @@
 //! timeout, then both; a real product's from its floors) and the deadline
 //! ×2, at most twice. Only a cell that fails without such a shape at the
 //! longer timeouts fails; one that keeps the shape at the last rerun is
-//! `unknown` with the reason, never a pass. A runner whose log had been
-//! quiet for half the deadline (5 s at least) is stuck, at any attempt: a
+//! `unknown` with the reason, never a pass. A runner whose log had shown no
+//! progress (only providers started and stopped, or nothing) for half the
+//! deadline (5 s at least) is stuck, at any attempt: a
 //! stuck runner stays stuck at any timeout, and a loaded machine slows a
 //! log, it does not stop it, so such a cell keeps its failures, rerun no
 //! more;
@@ -76,8 +77,25 @@ pub fn silent_provider(ev: &Evidence) -> Option<String> {
     ))
 }
 
-/// How long the runner's log had been quiet when the cell's deadline
-/// passed (milliseconds), if it passed and said when.
+/// Whether a run-log event is progress toward settling the task: anything
+/// but a provider's start and stop. A runner that only starts and stops
+/// providers spins (a seeded bug's runner did so 130 times in 8 s), and a
+/// loaded machine cannot make a correct runner do that for long: it gives
+/// up on a provider lost five times in a run, and settles.
+fn is_progress(e: &Value) -> bool {
+    let lifecycle = matches!(
+        Kind::of(e),
+        Kind::ProviderSpawned
+            | Kind::ProviderStopped
+            | Kind::ProviderSpawnSwept
+            | Kind::ProviderUnresponsive
+            | Kind::ProviderExited
+    ) || e["kind"] == "provider.spawn_intent";
+    !lifecycle
+}
+
+/// How long the runner's log had shown no progress ([`is_progress`]) when
+/// the cell's deadline passed (milliseconds), if it passed and said when.
 fn quiet_at_deadline(ev: &Evidence) -> Option<u64> {
     let at = ev
         .actions
@@ -87,6 +105,7 @@ fn quiet_at_deadline(ev: &Evidence) -> Option<u64> {
     let last = ev
         .events
         .iter()
+        .filter(|e| is_progress(e))
         .filter_map(|e| e["ts_ms"].as_u64())
         .max()
         .map_or(0, |t| t.saturating_sub(ev.started_ms));
@@ -104,7 +123,7 @@ fn stuck(ev: &Evidence, wait_ms: u64) -> Option<String> {
     let quiet = quiet_at_deadline(ev)?;
     (quiet >= (wait_ms / 2).max(STUCK_QUIET_MIN_MS)).then(|| {
         format!(
-            "the runner's log was quiet for the last {quiet} ms of a {wait_ms} ms deadline: stuck, not slow"
+            "the runner's log showed no progress for the last {quiet} ms of a {wait_ms} ms deadline: stuck, not slow"
         )
     })
 }
@@ -278,6 +297,19 @@ mod tests {
             ..ev.clone()
         };
         assert_eq!(stuck(&short, 2_000), None);
+        // Only providers started and stopped since: spinning, stuck.
+        let mut spinning = ev.clone();
+        for ts in (2_000..8_000).step_by(100) {
+            let kind = [
+                "provider.spawn_intent",
+                "provider.spawned",
+                "provider.stopped",
+            ][ts as usize % 3];
+            spinning
+                .events
+                .push(serde_json::json!({ "kind": kind, "ts_ms": ts }));
+        }
+        assert!(stuck(&spinning, 8_000).is_some());
         // Its last event 1 s before the deadline: slow, not stuck.
         ev.events.push(event(8_000));
         assert_eq!(stuck(&ev, 8_000), None);
