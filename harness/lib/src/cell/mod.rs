@@ -691,8 +691,11 @@ fn drive(
 /// evidence, and when (`timing` tells a stuck runner from a slow one by
 /// how long its log had been quiet then).
 fn deadline_passed(ctx: &Ctx, ev: &mut Evidence) {
-    ev.deadline_passed = true;
-    ctx.rec.act(DEADLINE_PASSED, json!({}));
+    // Said once: a step and the quiet phase after it may both miss it.
+    if !ev.deadline_passed {
+        ev.deadline_passed = true;
+        ctx.rec.act(DEADLINE_PASSED, json!({}));
+    }
 }
 
 /// How long the task is read once more when the deadline passed while the
