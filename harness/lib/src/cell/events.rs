@@ -214,6 +214,7 @@ fn cut_loop(listener: &cutpoint::Listener, side: &CutSide, report: &mut CutRepor
 
 /// Accepts hits until teardown; see [`cut_loop`].
 fn accept_hits(listener: &cutpoint::Listener, side: &CutSide, tx: std::sync::mpsc::Sender<Handed>) {
+    nemesis::prioritise_this_thread();
     while !side.ctx.board.read(|s| s.stop) {
         // Teardown wakes the listener; the deadline only bounds a missed wake.
         let held = match listener.accept_hit(Duration::from_millis(100)) {
@@ -356,7 +357,8 @@ fn apply_event(
     stage: usize,
 ) {
     let event = side.event(stage).clone();
-    if stage > 0 && !nemesis::alive_same(held.hit.pid, start) {
+    if stage > 0 && !nemesis::alive_same(held.hit.pid, start) && aims_at_hit(side, stage, &held.hit)
+    {
         not_applied(side, stage, held);
         return;
     }
@@ -390,6 +392,20 @@ fn apply_event(
         release_runner(side, stage, &hit);
     }
     side.ctx.board.update(|s| s.applied += 1);
+}
+
+/// Whether event `stage` acts on the process of `hit` itself, so that the
+/// process being gone when the event comes to be applied means it cannot
+/// be: any event at a runner's hit (its write, its moment), a provider
+/// fault at the provider's own hit. A kill of the runner at a provider's
+/// hit aims at the runner, held since the match (`holds_runner`): a
+/// provider the runner stopped meanwhile (it got its last answer and
+/// finished the turn before the harness came to the hit) does not stop it.
+fn aims_at_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
+    let fault = side.event(stage).fault;
+    let plan = nemesis::plan(fault);
+    let at_runner = Role::of(&hit.role) == Role::Runner;
+    at_runner || plan.provider_signal.is_some() || !holds_runner(side, stage, hit)
 }
 
 /// A later event matched a hit whose process an earlier event had killed
