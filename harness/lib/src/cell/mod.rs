@@ -717,6 +717,17 @@ fn settle_deadline(ctx: &Ctx, spec: &CellSpec, until: Instant) -> Instant {
     }
 }
 
+/// Waits, for at most the cell's wait from now, until every matched event
+/// is applied and the task has settled with the runner now running: the
+/// final reads are made again after an event matched while they were made
+/// (`teardown::read_runner_settled`). What the reads then find is judged
+/// as it is; a task that does not settle is read unsettled.
+fn settle_after_late_event(ctx: &Ctx) {
+    let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
+    ctx.board.wait_until(until, |s| s.applied >= s.stage);
+    let _ = wait_task(ctx, until, settled);
+}
+
 /// The action recorded when the cell's deadline passes.
 pub const DEADLINE_PASSED: &str = "deadline.passed";
 

@@ -17,7 +17,7 @@ use crate::run_log::Kind;
 /// back what it owned), the runner and every other process of the cell
 /// killed, then the provider's evidence and the canary search.
 pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
-    read_runner(ctx, ev);
+    read_runner_settled(ctx, ev);
     ctx.board.update(|s| s.stop = true);
     if let Some(w) = &cell.waker {
         w.wake();
@@ -221,6 +221,44 @@ fn search_canary(dir: &Path, ev: &mut Evidence) {
             ev.canary_found_in.push(rel.display().to_string());
         }
     }
+}
+
+/// How many times the final reads are made again because an event was
+/// matched while they were made.
+const READS_AGAIN_MAX: usize = 3;
+
+/// The schedule's state as the final reads see it: events matched and
+/// applied, and the runner's generation.
+fn schedule_state(ctx: &Ctx) -> (usize, usize, u64) {
+    ctx.board.read(|s| (s.stage, s.applied, s.generation))
+}
+
+/// [`read_runner`], made again when an event of the schedule was matched
+/// while it read: a later event at a boundary after the write that settled
+/// the task (`runner.run_settled.persisted`, a kill of the runner) comes
+/// in after the quiet phase saw the task settled, and the reads then
+/// describe a runner the event killed meanwhile (under `--stress 8` the run
+/// log read failed with "connection reset" and the cell came out
+/// `unknown`). The reads are made again once the event is applied and the
+/// task has settled with the runner now running (each time said in the
+/// actions), never passed over.
+fn read_runner_settled(ctx: &Ctx, ev: &mut Evidence) {
+    for _ in 0..READS_AGAIN_MAX {
+        let before = schedule_state(ctx);
+        let (ops, unreadable) = (ev.ops.len(), ev.unreadable.len());
+        read_runner(ctx, ev);
+        if schedule_state(ctx) == before {
+            return;
+        }
+        ctx.rec.act(
+            "read.again",
+            serde_json::json!({ "why": "an event was matched while the runner was read" }),
+        );
+        ev.ops.truncate(ops);
+        ev.unreadable.truncate(unreadable);
+        super::settle_after_late_event(ctx);
+    }
+    read_runner(ctx, ev);
 }
 
 /// The final task view and run log, read at the end of the cell, each whole
