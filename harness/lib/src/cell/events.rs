@@ -403,9 +403,14 @@ fn apply_event(
 /// finished the turn before the harness came to the hit) does not stop it.
 fn aims_at_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
     let fault = side.event(stage).fault;
+    aims_at(fault, Role::of(&hit.role), holds_runner(side, stage, hit))
+}
+
+/// [`aims_at_hit`] by the fault, the role of the hit's process and whether
+/// the match held the runner.
+fn aims_at(fault: Fault, hit_role: Role, runner_held: bool) -> bool {
     let plan = nemesis::plan(fault);
-    let at_runner = Role::of(&hit.role) == Role::Runner;
-    at_runner || plan.provider_signal.is_some() || !holds_runner(side, stage, hit)
+    hit_role == Role::Runner || plan.provider_signal.is_some() || !runner_held
 }
 
 /// A later event matched a hit whose process an earlier event had killed
@@ -774,4 +779,27 @@ pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
         }
     }
     live.last().copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kill_of_the_held_runner_at_a_provider_s_hit_does_not_need_that_provider() {
+        // The native runner stopped the model API after its last answer,
+        // before the harness came to the hit: the runner is still there.
+        assert!(!aims_at(Fault::KillRunner, Role::Model, true));
+        assert!(!aims_at(Fault::KillRunner, Role::Provider, true));
+        // A provider fault needs the provider it was matched at.
+        assert!(aims_at(Fault::KillProvider, Role::Model, true));
+        assert!(aims_at(Fault::HangProvider, Role::Provider, true));
+        assert!(aims_at(Fault::KillBoth, Role::Provider, true));
+        // Anything at a runner's hit needs that runner (a write a dying
+        // runner had in flight is not the restarted runner's).
+        assert!(aims_at(Fault::KillRunner, Role::Runner, false));
+        assert!(aims_at(Fault::FailWrite, Role::Runner, false));
+        // A runner not held at the match went on: the moment is gone.
+        assert!(aims_at(Fault::KillRunner, Role::Provider, false));
+    }
 }
