@@ -290,13 +290,16 @@ fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
 /// runner which provider is live, so it cannot hold the runner.
 fn holds_runner(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
     let fault = side.event(stage).fault;
-    let plan = nemesis::plan(fault);
-    let kills_runner = plan.kill_runner || fault == Fault::PowerCut;
-    let named = plan.provider_signal.is_some() && hit_is_provider(side, hit);
+    let named = nemesis::plan(fault).provider_signal.is_some() && hit_is_provider(side, hit);
     stage > 0
         && fault.class() != FaultClass::Action
         && Role::of(&hit.role) != Role::Runner
-        && (kills_runner || named)
+        && (kills_runner(fault) || named)
+}
+
+/// Whether `fault` ends the runner (a kill of it, a power cut).
+fn kills_runner(fault: Fault) -> bool {
+    nemesis::plan(fault).kill_runner || fault == Fault::PowerCut
 }
 
 /// Whether `hit` is the runner's provider's own: a provider's, or the
@@ -388,7 +391,7 @@ fn apply_event(
             .error(format!("failed to apply {}: {e:#}", event.fault));
     }
     // A runner the event did not kill goes on (a restarted one never stopped).
-    if runner_held && !nemesis::plan(event.fault).kill_runner && event.fault != Fault::PowerCut {
+    if runner_held && !kills_runner(event.fault) {
         release_runner(side, stage, &hit);
     }
     side.ctx.board.update(|s| s.applied += 1);
@@ -423,7 +426,7 @@ fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
     side.act(
         "event.not-applied",
         json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
-                "why": "its process was gone (an earlier event killed it) before the event was applied" }),
+                "why": "its process was gone (an earlier event killed it, or the runner stopped it) before the event was applied" }),
     );
     // The runner held when the hit matched goes on.
     release_runner(side, stage, &held.hit);
