@@ -241,9 +241,18 @@ fn schedule_state(ctx: &Ctx) -> (usize, usize, u64) {
 /// log read failed with "connection reset" and the cell came out
 /// `unknown`). The reads are made again once the event is applied and the
 /// task has settled with the runner now running (each time said in the
-/// actions), never passed over.
+/// actions), never passed over. An event matched before the reads whose
+/// fault is still being applied is waited for first: its application could
+/// outlast both reads and leave the state they compare unchanged.
 fn read_runner_settled(ctx: &Ctx, ev: &mut Evidence) {
     for _ in 0..READS_AGAIN_MAX {
+        if ctx.board.read(|s| s.applied < s.stage) {
+            ctx.rec.act(
+                "read.wait",
+                serde_json::json!({ "why": "an event matched before the final reads is still being applied" }),
+            );
+            super::settle_after_late_event(ctx);
+        }
         let before = schedule_state(ctx);
         let (ops, unreadable) = (ev.ops.len(), ev.unreadable.len());
         read_runner(ctx, ev);
