@@ -196,7 +196,8 @@ impl Engine {
         }
     }
 
-    /// Records `turn.absent_at_provider` with `data`, then sends the turn's
+    /// Records `turn.absent_at_provider` with `data` and sets the turn back
+    /// to an intent (`Db::turn_absent`, one write), then sends the turn's
     /// message: the provider never recorded it, so this is its first
     /// delivery to a model.
     async fn absent_then_send(
@@ -209,19 +210,18 @@ impl Engine {
         l: &mut Live,
     ) -> Result<(), StepError> {
         let task_id = &snap.task.task_id;
-        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        let (tid, rid, row) = (task_id.clone(), run.run_id.clone(), turn.turn_row);
         self.write("turn_absent", move |db| {
-            db.append(
-                "turn_absent",
-                &tid,
-                Some(&rid),
-                "turn.absent_at_provider",
-                data,
-            )
+            db.turn_absent(&tid, &rid, row, data)
         })
         .await?;
+        let intent = TurnRow {
+            provider_turn_id: None,
+            status: TurnStatus::Intent,
+            ..turn.clone()
+        };
         let message = self.message_text(task_id, &turn.message_id).await?;
-        self.run_turn(snap, run, conversation, turn, &message, l)
+        self.run_turn(snap, run, conversation, &intent, &message, l)
             .await
     }
 

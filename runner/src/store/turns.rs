@@ -113,6 +113,37 @@ impl Db {
         Ok(())
     }
 
+    /// Records that the provider has no such turn (`turn.absent_at_provider`
+    /// with `data`) and sets the turn back to an intent, in one
+    /// transaction: its message is about to be sent, and a runner stopped
+    /// before that send's acceptance is durable must look the turn up by its
+    /// client id, as any intent, and not by the id of a turn the provider
+    /// never recorded, which it would find absent again and send the
+    /// message a second time. (A turn that was only an intent stays one.)
+    pub fn turn_absent(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        turn_row: i64,
+        data: Value,
+    ) -> Result<(), StoreError> {
+        self.event_in(
+            "turn_absent",
+            task_id,
+            Some(run_id),
+            "turn.absent_at_provider",
+            data,
+            |tx| {
+                tx.execute(
+                    "UPDATE turns SET provider_turn_id = NULL, status = 'intent' WHERE turn_row = ?1",
+                    params![turn_row],
+                )?;
+                Ok(())
+            },
+        )?;
+        Ok(())
+    }
+
     /// Records a turn's end (`completed`, `interrupted`, `failed`). The
     /// event's `status` is the turn's unless `data` already says one (the
     /// text a provider ended the turn with, kept as it said it).
@@ -346,6 +377,37 @@ mod tests {
             .unwrap();
         store
             .call_blocking(|db| db.turn_intent("t1", "run-1", "f1", TurnKind::Primary, "f1"))
+            .unwrap();
+    }
+
+    /// An accepted turn the provider never recorded is an intent again in
+    /// the write that says so: a runner stopped before the message's next
+    /// acceptance finds an intent, looked up by its client id, and not the
+    /// acceptance of a turn the provider never had (which it would find
+    /// absent again, and send the message a second time).
+    #[test]
+    fn an_absent_accepted_turn_is_an_intent_again_in_the_same_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, epoch) = Store::open(dir.path()).unwrap();
+        store
+            .call_blocking(move |db| {
+                db.admit("t1", "m1", "hello", "p", "/ws", "run-1", epoch)?;
+                let row = db.turn_intent("t1", "run-1", "m1", TurnKind::Primary, "m1")?;
+                db.turn_accepted("t1", "run-1", row, "turn-1")?;
+                db.turn_absent(
+                    "t1",
+                    "run-1",
+                    row,
+                    serde_json::json!({ "message_id": "m1" }),
+                )?;
+                let turns = db.turns("run-1")?;
+                assert_eq!(turns.len(), 1);
+                assert_eq!(turns[0].status, TurnStatus::Intent);
+                assert_eq!(turns[0].provider_turn_id, None);
+                assert_eq!(turns[0].client_id, "m1");
+                assert_eq!(db.accepted_before("t1", row + 1)?, Vec::<String>::new());
+                Ok(())
+            })
             .unwrap();
     }
 }

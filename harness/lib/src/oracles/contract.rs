@@ -227,10 +227,6 @@ fn check_ambiguous_start(j: &mut Judgement, e: &Evidence, run_id: &str, t: &Turn
         .iter()
         .filter_map(|t| t.client_id.as_deref())
         .collect();
-    let accepted_rows: HashSet<i64> = e
-        .events_of(Kind::TurnAccepted)
-        .filter_map(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64))
-        .collect();
     let mid = t.message_id.as_str();
     if !recorded_client.contains(mid) {
         j.fail(
@@ -238,12 +234,32 @@ fn check_ambiguous_start(j: &mut Judgement, e: &Evidence, run_id: &str, t: &Turn
             [at.clone()],
         );
     }
-    if accepted_rows.contains(&t.turn_row) {
+    if still_accepted(e, t.turn_row, mid) {
         j.fail(
             format!("run {run_id} failed ambiguous_turn_start for {mid} although the runner had persisted the acceptance: it should continue"),
             [at],
         );
     }
+}
+
+/// Whether turn row `row` (of message `mid`) is accepted in the run log:
+/// it has a `turn.accepted`, and no `turn.absent_at_provider` for its
+/// message after the latest. An accepted turn the provider turned out never
+/// to have recorded is sent again as a new start, so it is an intent again
+/// until that start's acceptance (`docs/recovery-contract.md`).
+fn still_accepted(e: &Evidence, row: i64, mid: &str) -> bool {
+    let seq = |ev: &Value| ev["seq"].as_i64().unwrap_or(0);
+    let Some(accepted) = e
+        .events_of(Kind::TurnAccepted)
+        .filter(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64) == Some(row))
+        .map(seq)
+        .max()
+    else {
+        return false;
+    };
+    !e.events_of(Kind::TurnAbsentAtProvider)
+        .filter(|ev| ev.pointer("/data/message_id").and_then(Value::as_str) == Some(mid))
+        .any(|ev| seq(ev) > accepted)
 }
 
 /// Whether an approval request in the run log was never answered.

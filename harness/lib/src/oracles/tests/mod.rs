@@ -271,6 +271,36 @@ fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
     assert_only_fails(&e, "cause.structured", "without a listed reason");
 }
 
+/// Found by `turncut explore` (codex `file-change`, schedule
+/// `codex.turn_start.responded#1/kill-provider+runner.write.turn_accepted#2/kill-runner`):
+/// an accepted turn the provider never recorded is an intent again once
+/// `turn.absent_at_provider` says so, until its re-send is accepted; a cut
+/// before that acceptance fails closed like any intent the provider
+/// recorded, and that is no "persisted acceptance".
+#[test]
+fn an_acceptance_withdrawn_by_an_absent_turn_does_not_forbid_failing_closed() {
+    let failed_closed = |e: &mut Evidence| {
+        e.task["state"] = json!("failed");
+        e.task["cause"] =
+            json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
+        e.task["runs"][0]["status"] = json!("failed");
+        e.task["runs"][0]["cause"] = e.task["cause"].clone();
+    };
+    let mut e = good();
+    failed_closed(&mut e);
+    let (v, m) = verdict(&judge(&e), "contract");
+    assert_eq!(v, Verdict::Fail);
+    assert!(m.contains("persisted the acceptance"), "{m}");
+    let next = e.events.len() as i64 + 1;
+    e.events.push(event(
+        next,
+        "turn.absent_at_provider",
+        json!({ "message_id": "m1", "provider_turn_id": "pt1" }),
+    ));
+    let (_, m) = verdict(&judge(&e), "contract");
+    assert!(!m.contains("persisted the acceptance"), "{m}");
+}
+
 #[test]
 fn contract_catches_an_unjustified_fail_closed_and_a_false_adoption() {
     let mut e = good();
