@@ -375,10 +375,13 @@ fn apply_event(
     }
     if event.fault.class() == FaultClass::Action {
         // The request passes cut points of its own, so it runs on a thread of
-        // its own; it counts as applied when it has its answer.
+        // its own; it counts as applied when it has its answer. Its runner
+        // is taken now, in the order the events matched: a later event that
+        // kills the runner must not leave it with none to send to.
         let ctx = side.ctx.clone();
+        let client = ctx.board.client().map(|(c, _)| c);
         std::thread::spawn(move || {
-            inject_action(&ctx, held, event.fault, stage);
+            inject_action(&ctx, client, held, event.fault, stage);
             ctx.board.update(|s| s.applied += 1);
         });
         return;
@@ -685,7 +688,13 @@ pub fn injected_message_id(fault: Fault, stage: usize) -> String {
 /// it). The request is recorded like any controller request, so the oracles
 /// hold it to the same rules (a follow-up consumed exactly once or refused by
 /// the fence; a Retry admitted only for a failed task, and then working).
-fn inject_action(ctx: &Ctx, held: cutpoint::HeldHit, fault: Fault, stage: usize) {
+fn inject_action(
+    ctx: &Ctx,
+    client: Option<RunnerClient>,
+    held: cutpoint::HeldHit,
+    fault: Fault,
+    stage: usize,
+) {
     let message_id = injected_message_id(fault, stage);
     // Each injected follow-up says something of its own: two messages of
     // one text would read, by text, as one message run twice
@@ -698,15 +707,21 @@ fn inject_action(ctx: &Ctx, held: cutpoint::HeldHit, fault: Fault, stage: usize)
         ),
     };
     let (tx, rx) = std::sync::mpsc::channel();
-    if let Some((client, _)) = ctx.board.client() {
-        let (id, text) = (message_id.clone(), text.clone());
-        std::thread::spawn(move || {
-            let answer = match fault {
-                Fault::Retry => client.retry(TASK_ID, &id),
-                _ => client.follow_up(TASK_ID, &id, &text),
-            };
-            let _ = tx.send(answer);
-        });
+    match client {
+        Some(client) => {
+            let (id, text) = (message_id.clone(), text.clone());
+            std::thread::spawn(move || {
+                let answer = match fault {
+                    Fault::Retry => client.retry(TASK_ID, &id),
+                    _ => client.follow_up(TASK_ID, &id, &text),
+                };
+                let _ = tx.send(answer);
+            });
+        }
+        // Nothing to wait for: no request was sent.
+        None => {
+            let _ = tx.send(Err(anyhow::anyhow!("not sent: no runner was running")));
+        }
     }
     let at_ms = ctx.rec.now_ms();
     let bound = Duration::from_millis(ctx.env.wait_ms.min(2_000));
