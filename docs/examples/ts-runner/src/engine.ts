@@ -186,8 +186,13 @@ export class Engine {
       case "fail":
         throw new Fail(decision.code, decision.message);
       case "send":
-        await this.store.write("turn_absent", task.task_id, [[run.run_id, "turn.absent_at_provider", { message_id: turn.message_id, provider_turn_id: turn.provider_turn_id, action: "the provider never recorded it; send it once" }]]);
-        return this.runTurn(task, run, turn, turn.kind === "continuation" ? CONTINUE_TEXT : message.text, live, thread);
+        // The turn is an intent again in the same write: cut before the
+        // re-send's acceptance, it is looked up by its client id, not by a
+        // turn id the provider never had (which would send it a third time).
+        await this.store.write("turn_absent", task.task_id, [[run.run_id, "turn.absent_at_provider", { message_id: turn.message_id, provider_turn_id: turn.provider_turn_id, action: "the provider never recorded it; send it once" }]], () =>
+          this.store.exec("UPDATE turns SET provider_turn_id = NULL, status = 'intent' WHERE turn_row = ?", turn.turn_row),
+        );
+        return this.runTurn(task, run, { ...turn, provider_turn_id: null, status: "intent" }, turn.kind === "continuation" ? CONTINUE_TEXT : message.text, live, thread);
       case "continue":
         return this.continueOnce(task, run, turn, live, thread);
     }
