@@ -197,6 +197,23 @@ fn row_5_a_lookup_error_inside_a_recovery_is_not_read_as_absent() {
     );
 }
 
+/// Found by `turncut explore --seed 32 --only runner-codex` in runnerd
+/// itself: the provider lost an accepted turn's message, the runner sent it
+/// again, and was killed before that send's acceptance was durable.
+#[test]
+fn row_5b_a_re_sent_turn_cut_before_its_acceptance_is_not_sent_a_third_time() {
+    caught(
+        "absent-keeps-acceptance",
+        "everyday-workflows.runner-codex.local.file-change",
+        &[
+            "--schedule",
+            "codex.turn_start.responded#1/kill-provider+runner.write.turn_accepted#2/kill-runner",
+        ],
+        "no-replay.turn",
+        "started 2 primary turns",
+    );
+}
+
 #[test]
 fn row_6_a_retry_cut_between_admission_and_current_still_runs() {
     caught(

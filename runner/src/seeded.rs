@@ -67,6 +67,8 @@ pub enum SeededBug {
     StrandSilently,
     /// Read a failed recovery lookup as "turn absent", and trust that mark after the restart.
     LookupErrorAsAbsent,
+    /// Re-send an accepted turn the provider never recorded while the row still holds the lost acceptance.
+    AbsentKeepsAcceptance,
     /// Admit a Retry in one write and make it the task's current run in a second.
     RetryCurrentInSecondWrite,
     /// A Retry decides whether the latest message was answered from its primary turn only.
@@ -83,7 +85,7 @@ pub enum SeededBug {
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 30] = [
+    pub const ALL: [SeededBug; 31] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -108,6 +110,7 @@ impl SeededBug {
         SeededBug::NativeReasksFinal,
         SeededBug::StrandSilently,
         SeededBug::LookupErrorAsAbsent,
+        SeededBug::AbsentKeepsAcceptance,
         SeededBug::RetryCurrentInSecondWrite,
         SeededBug::RetryDecidesByPrimaryTurn,
         SeededBug::WalSynchronousNormal,
@@ -144,6 +147,9 @@ impl SeededBug {
             | RetryCurrentInSecondWrite
             | RetryDecidesByPrimaryTurn
             | RetryResendsQueued => !native,
+            // Only Codex and OpenCode re-send an accepted turn found absent
+            // (ACP closes it, native resumes from its checkpoint).
+            AbsentKeepsAcceptance => matches!(protocol, Protocol::Codex | Protocol::Opencode),
             AtomicWriteWithoutFsync | RenameWithoutDirSync => {
                 matches!(protocol, Protocol::Acp | Protocol::Native)
             }
@@ -178,6 +184,7 @@ impl SeededBug {
             SeededBug::NativeReasksFinal => "native-reasks-final",
             SeededBug::StrandSilently => "strand-silently",
             SeededBug::LookupErrorAsAbsent => "lookup-error-as-absent",
+            SeededBug::AbsentKeepsAcceptance => "absent-keeps-acceptance",
             SeededBug::RetryCurrentInSecondWrite => "retry-current-in-second-write",
             SeededBug::RetryDecidesByPrimaryTurn => "retry-decides-by-primary-turn",
             SeededBug::WalSynchronousNormal => "wal-synchronous-normal",
@@ -289,6 +296,8 @@ hooks! {
     strand_silently => StrandSilently;
     /// `lookup-error-as-absent`.
     lookup_error_as_absent => LookupErrorAsAbsent;
+    /// `absent-keeps-acceptance`.
+    absent_keeps_acceptance => AbsentKeepsAcceptance;
     /// `retry-current-in-second-write`.
     retry_current_in_second_write => RetryCurrentInSecondWrite;
     /// `retry-decides-by-primary-turn`.

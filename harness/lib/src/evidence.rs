@@ -657,6 +657,15 @@ impl Evidence {
                         "adopted"
                     }
                     Kind::ToolOutcomeUncertain => "tool uncertain",
+                    // An accepted turn the provider never recorded, sent
+                    // again (an intent found absent is sent the first time).
+                    Kind::TurnAbsentAtProvider
+                        if ev
+                            .pointer("/data/provider_turn_id")
+                            .is_some_and(|v| !v.is_null()) =>
+                    {
+                        "re-sent"
+                    }
                     _ => continue,
                 };
                 if steps.last().map(String::as_str) != Some(step) {

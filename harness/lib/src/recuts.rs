@@ -2,7 +2,7 @@
 //! stage of a wave.
 //!
 //! The one-cut cells of a wave (stage 1) each walk a recovery path (the
-//! snapshot's path words: `continued → completed`, `failed
+//! snapshot's path words: `continued → completed`, `re-sent → completed`, `failed
 //! ambiguous_turn_start → retry → completed`, …). For every path a profile's
 //! one-cut cells walked, in each scenario shape, the first cell that walked
 //! it (in cell order) is its representative: a traced run of its event

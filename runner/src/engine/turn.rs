@@ -211,14 +211,29 @@ impl Engine {
     ) -> Result<(), StepError> {
         let task_id = &snap.task.task_id;
         let (tid, rid, row) = (task_id.clone(), run.run_id.clone(), turn.turn_row);
-        self.write("turn_absent", move |db| {
-            db.turn_absent(&tid, &rid, row, data)
+        // SEEDED BUG absent-keeps-acceptance: the row keeps the lost
+        // acceptance while the message is sent again.
+        let keep = crate::seeded::absent_keeps_acceptance();
+        self.write("turn_absent", move |db| match keep {
+            true => db
+                .append(
+                    "turn_absent",
+                    &tid,
+                    Some(&rid),
+                    "turn.absent_at_provider",
+                    data,
+                )
+                .map(drop),
+            false => db.turn_absent(&tid, &rid, row, data),
         })
         .await?;
-        let intent = TurnRow {
-            provider_turn_id: None,
-            status: TurnStatus::Intent,
-            ..turn.clone()
+        let intent = match keep {
+            true => turn.clone(),
+            false => TurnRow {
+                provider_turn_id: None,
+                status: TurnStatus::Intent,
+                ..turn.clone()
+            },
         };
         let message = self.message_text(task_id, &turn.message_id).await?;
         self.run_turn(snap, run, conversation, &intent, &message, l)

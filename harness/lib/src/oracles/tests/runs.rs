@@ -423,6 +423,17 @@ fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
         ),
     );
     assert_eq!(e.path(), "continued → adopted → completed");
+    // An accepted turn the provider never recorded, sent again; an intent
+    // found absent is its first send, no recovery word.
+    let mut e = good();
+    let absent = |data| event(4, "turn.absent_at_provider", data);
+    e.events.insert(3, absent(json!({ "message_id": "m1" })));
+    assert_eq!(e.path(), "completed");
+    e.events.insert(
+        3,
+        absent(json!({ "message_id": "m1", "provider_turn_id": "pt0" })),
+    );
+    assert_eq!(e.path(), "re-sent → completed");
     // Failed closed, then a Retry run.
     let mut e = good();
     e.task["runs"][0]["status"] = json!("failed");
