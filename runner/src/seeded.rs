@@ -147,9 +147,11 @@ impl SeededBug {
             | RetryCurrentInSecondWrite
             | RetryDecidesByPrimaryTurn
             | RetryResendsQueued => !native,
-            // Only Codex and OpenCode re-send an accepted turn found absent
-            // (ACP closes it, native resumes from its checkpoint).
-            AbsentKeepsAcceptance => matches!(protocol, Protocol::Codex | Protocol::Opencode),
+            // Only Codex sends an accepted turn found absent again under a
+            // new provider turn id: OpenCode re-sends under the client's
+            // message id, found by the next lookup (adopted); ACP closes the
+            // turn, native resumes from its checkpoint.
+            AbsentKeepsAcceptance => protocol == Protocol::Codex,
             AtomicWriteWithoutFsync | RenameWithoutDirSync => {
                 matches!(protocol, Protocol::Acp | Protocol::Native)
             }
