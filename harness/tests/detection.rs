@@ -290,6 +290,24 @@ fn row_8_native_the_write_tool_s_file_survives_a_power_cut_too() {
 /// Row 9 has its own check: the lost task leaves the cell's steps waiting
 /// for a task the runner no longer knows, so the cell also ends with the
 /// deadline passed; the catch is `no-loss`'s, from the runner's own 404.
+/// Found in the power-cut snapshot's `re-sent` entries: the provider lost
+/// its unsynced thread with the turn's record, the runner (which holds the
+/// turn's items) read "no record" as "no model saw it", opened a fresh
+/// conversation and sent the message again: write-notes ran twice.
+#[test]
+fn row_10_a_turn_whose_output_the_runner_holds_is_not_sent_again_after_a_power_cut() {
+    if no_fuse().is_some() {
+        return;
+    }
+    caught(
+        "resend-lost-output",
+        "restart-chaos.runner-codex.local.power-cut",
+        &["--cut", "runner.item.persisted#3", "--fault", "power-cut"],
+        "no-replay.effect",
+        "in 2 conversations",
+    );
+}
+
 #[test]
 fn row_9_a_store_that_commits_without_syncing_loses_the_task_to_a_power_cut() {
     if no_fuse().is_some() {

@@ -69,6 +69,8 @@ pub enum SeededBug {
     LookupErrorAsAbsent,
     /// Re-send an accepted turn the provider never recorded while the row still holds the lost acceptance.
     AbsentKeepsAcceptance,
+    /// Send again a turn the provider has no record of though the runner holds its output.
+    ResendLostOutput,
     /// Admit a Retry in one write and make it the task's current run in a second.
     RetryCurrentInSecondWrite,
     /// A Retry decides whether the latest message was answered from its primary turn only.
@@ -85,7 +87,7 @@ pub enum SeededBug {
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 31] = [
+    pub const ALL: [SeededBug; 32] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -111,6 +113,7 @@ impl SeededBug {
         SeededBug::StrandSilently,
         SeededBug::LookupErrorAsAbsent,
         SeededBug::AbsentKeepsAcceptance,
+        SeededBug::ResendLostOutput,
         SeededBug::RetryCurrentInSecondWrite,
         SeededBug::RetryDecidesByPrimaryTurn,
         SeededBug::WalSynchronousNormal,
@@ -152,6 +155,9 @@ impl SeededBug {
             // message id, found by the next lookup (adopted); ACP closes the
             // turn, native resumes from its checkpoint.
             AbsentKeepsAcceptance => protocol == Protocol::Codex,
+            // Only Codex and OpenCode read "no record" as "no model saw it"
+            // (ACP closes such a turn, native keeps its own record).
+            ResendLostOutput => matches!(protocol, Protocol::Codex | Protocol::Opencode),
             AtomicWriteWithoutFsync | RenameWithoutDirSync => {
                 matches!(protocol, Protocol::Acp | Protocol::Native)
             }
@@ -187,6 +193,7 @@ impl SeededBug {
             SeededBug::StrandSilently => "strand-silently",
             SeededBug::LookupErrorAsAbsent => "lookup-error-as-absent",
             SeededBug::AbsentKeepsAcceptance => "absent-keeps-acceptance",
+            SeededBug::ResendLostOutput => "resend-lost-output",
             SeededBug::RetryCurrentInSecondWrite => "retry-current-in-second-write",
             SeededBug::RetryDecidesByPrimaryTurn => "retry-decides-by-primary-turn",
             SeededBug::WalSynchronousNormal => "wal-synchronous-normal",
@@ -300,6 +307,8 @@ hooks! {
     lookup_error_as_absent => LookupErrorAsAbsent;
     /// `absent-keeps-acceptance`.
     absent_keeps_acceptance => AbsentKeepsAcceptance;
+    /// `resend-lost-output`.
+    resend_lost_output => ResendLostOutput;
     /// `retry-current-in-second-write`.
     retry_current_in_second_write => RetryCurrentInSecondWrite;
     /// `retry-decides-by-primary-turn`.

@@ -75,6 +75,9 @@ pub(super) struct Pending<'a> {
     pub requests: usize,
     /// Items whose command was approved and never completed.
     pub unfinished_approved: &'a [String],
+    /// Whether the runner holds output of the turn (an item completed, a
+    /// request made): a model saw its message (`Db::output_held`).
+    pub output_held: bool,
 }
 
 /// What to do with a cut turn.
@@ -157,7 +160,24 @@ fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pendi
         Some(ProviderTurnStatus::Completed) => Recovery::Adopt,
         // The provider never recorded the turn's user message (or the
         // turn): no model saw it, so this delivery is its first.
-        _ if provider.unrecorded_reached_no_model && unrecorded => Recovery::ResendUnrecorded,
+        // SEEDED BUG resend-lost-output: the runner's own record of the
+        // turn's output is not consulted.
+        _ if provider.unrecorded_reached_no_model
+            && unrecorded
+            && (!pending.output_held || crate::seeded::resend_lost_output()) =>
+        {
+            Recovery::ResendUnrecorded
+        }
+        // The runner holds output of a turn the provider has no record of:
+        // a model saw the message and the provider lost the turn (a power
+        // cut takes the unsynced tail of its log). Sending it again would
+        // run it twice; a continuation would refer to a turn it lacks.
+        _ if unrecorded && pending.output_held => Recovery::Fail(Cause::new(
+            CauseCode::ActiveTurnRecoveryClosed,
+            format!(
+                "the provider has no record of accepted turn {provider_turn}, though the runner holds its output: the provider lost it; it is neither sent again nor continued"
+            ),
+        )),
         // SEEDED BUG adopt-without-completion: an interrupted turn is
         // treated as finished and adopted instead of continued.
         Some(ProviderTurnStatus::Interrupted) if crate::seeded::adopt_without_completion() => {
@@ -210,17 +230,33 @@ pub(super) enum LostConversation {
     Fail(Cause),
 }
 
+/// What the runner holds of a conversation the provider lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Held {
+    /// A turn of it completed.
+    pub completed_turn: bool,
+    /// Output of one of its turns (an item completed, a request made):
+    /// a model saw the turn's message.
+    pub output: bool,
+}
+
 /// The provider lost conversation `id`: Codex writes a thread only with its
-/// first turn, so a provider lost before that leaves nothing, and only a
-/// conversation with a completed turn has lost history.
-pub(super) fn lost_conversation(id: &str, has_completed_turn: bool) -> LostConversation {
-    if has_completed_turn {
-        return LostConversation::Fail(Cause::new(
-            CauseCode::ProviderProtocolError,
-            format!("the provider lost conversation {id}, which has completed turns"),
-        ));
-    }
-    LostConversation::Forget
+/// first turn, so a provider lost before that leaves nothing; a
+/// conversation with a completed turn, or a turn whose output the runner
+/// holds, has lost history (a power cut takes an unsynced thread), and
+/// opening a fresh one would run that turn again.
+pub(super) fn lost_conversation(id: &str, held: Held) -> LostConversation {
+    // SEEDED BUG resend-lost-output: output alone is not history.
+    let output = held.output && !crate::seeded::resend_lost_output();
+    let what = match (held.completed_turn, output) {
+        (true, _) => "which has completed turns",
+        (false, true) => "whose turn's output the runner holds",
+        (false, false) => return LostConversation::Forget,
+    };
+    LostConversation::Fail(Cause::new(
+        CauseCode::ProviderProtocolError,
+        format!("the provider lost conversation {id}, {what}"),
+    ))
 }
 
 #[cfg(test)]
@@ -290,15 +326,25 @@ mod tests {
     const IDLE: Pending<'static> = Pending {
         requests: 0,
         unfinished_approved: &[],
+        output_held: false,
     };
+    /// An approval asked and not answered: the runner holds the request.
     const APPROVAL_PENDING: Pending<'static> = Pending {
         requests: 1,
         unfinished_approved: &[],
+        output_held: true,
+    };
+    /// Items completed, nothing pending.
+    const OUTPUT_HELD: Pending<'static> = Pending {
+        requests: 0,
+        unfinished_approved: &[],
+        output_held: true,
     };
     fn approved_unfinished(items: &[String]) -> Pending<'_> {
         Pending {
             requests: 0,
             unfinished_approved: items,
+            output_held: true,
         }
     }
 
@@ -320,8 +366,12 @@ mod tests {
             // | turn.absent_at_provider, then the message is sent once more".
             ("codex accepted, absent", ACCEPTED, codex(None), IDLE, Want::ResendUnrecorded),
             ("codex accepted, not recorded", ACCEPTED, codex(Some(("t1", "notRecorded"))), IDLE, Want::ResendUnrecorded),
-            // The same holds with an approval pending: the model never saw it.
-            ("codex accepted, not recorded, approval pending", ACCEPTED, codex(Some(("t1", "notRecorded"))), APPROVAL_PENDING, Want::ResendUnrecorded),
+            // Unless the runner holds output of the turn (an item, an
+            // approval asked): a model saw it and the provider lost its
+            // record (a power cut), so it is closed, never sent again.
+            ("codex accepted, not recorded, approval pending", ACCEPTED, codex(Some(("t1", "notRecorded"))), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
+            ("codex accepted, absent, output held", ACCEPTED, codex(None), OUTPUT_HELD, Want::Fail(ActiveTurnRecoveryClosed)),
+            ("codex accepted, not recorded, output held", ACCEPTED, codex(Some(("t1", "notRecorded"))), OUTPUT_HELD, Want::Fail(ActiveTurnRecoveryClosed)),
             // Codex: "turn accepted | turn recorded, interrupted or in
             // progress | turn.failed provider_turn_lost_on_restore
             // (recoverable), then one continuation".
@@ -378,6 +428,7 @@ mod tests {
             // (turn.absent_at_provider). A permission asked and not answered
             // closes the run with active_turn_recovery_closed".
             ("opencode accepted, absent", ACCEPTED, codex(None), IDLE, Want::ResendUnrecorded),
+            ("opencode accepted, absent, output held", ACCEPTED, codex(None), OUTPUT_HELD, Want::Fail(ActiveTurnRecoveryClosed)),
             ("opencode accepted, permission pending", ACCEPTED, codex(Some(("msg_1", "inProgress"))), APPROVAL_PENDING, Want::Fail(ActiveTurnRecoveryClosed)),
         ];
         for (name, turn, provider, pending, want) in rows {
@@ -388,16 +439,30 @@ mod tests {
 
     /// Codex: "a conversation, no completed turn in it | no thread | event
     /// conversation.lost; open a fresh conversation" and "a conversation
-    /// with a completed turn | no thread | fail provider_protocol_error".
+    /// with a completed turn, or a turn whose output the runner holds | no
+    /// thread | fail provider_protocol_error".
     #[test]
     fn a_lost_conversation() {
-        assert_eq!(lost_conversation("thr_1", false), LostConversation::Forget);
-        match lost_conversation("thr_1", true) {
-            LostConversation::Fail(c) => {
-                assert_eq!(c.code, ProviderProtocolError);
-                assert!(c.message.contains("thr_1"), "{}", c.message);
+        let held = |completed_turn, output| Held {
+            completed_turn,
+            output,
+        };
+        assert_eq!(
+            lost_conversation("thr_1", held(false, false)),
+            LostConversation::Forget
+        );
+        for (h, why) in [
+            (held(true, false), "completed turns"),
+            (held(false, true), "output the runner holds"),
+        ] {
+            match lost_conversation("thr_1", h) {
+                LostConversation::Fail(c) => {
+                    assert_eq!(c.code, ProviderProtocolError);
+                    assert!(c.message.contains("thr_1"), "{}", c.message);
+                    assert!(c.message.contains(why), "{}", c.message);
+                }
+                other => panic!("{other:?}"),
             }
-            other => panic!("{other:?}"),
         }
     }
 

@@ -27,12 +27,20 @@ impl Engine {
         run: &Run,
         conversation: &str,
     ) -> Result<(), StepError> {
-        let completed = snap
+        let completed_turn = snap
             .turns
             .iter()
             .any(|t| t.run_id == run.run_id && t.status == TurnStatus::Completed);
-        if let LostConversation::Fail(cause) = recovery::lost_conversation(conversation, completed)
-        {
+        let (tid, rid) = (snap.task.task_id.clone(), run.run_id.clone());
+        let output = self
+            .store
+            .call(move |db| db.output_held(&tid, &rid, None))
+            .await?;
+        let held = recovery::Held {
+            completed_turn,
+            output,
+        };
+        if let LostConversation::Fail(cause) = recovery::lost_conversation(conversation, held) {
             return Err(StepError::Fail(cause));
         }
         let (tid, rid, old) = (
@@ -87,15 +95,7 @@ impl Engine {
             }
             other => other.map_err(driver_err)?,
         };
-        let unfinished = match state {
-            TurnState::Accepted { .. } => {
-                let (tid, row) = (task_id.clone(), turn.turn_row);
-                self.store
-                    .call(move |db| db.approved_items_unfinished(&tid, row))
-                    .await?
-            }
-            _ => Vec::new(),
-        };
+        let (unfinished, output_held) = self.held_of(task_id, run, turn, state).await?;
         let provider = ProviderSays {
             turn: found,
             unrecorded_reached_no_model: driver.unrecorded_reached_no_model(),
@@ -103,10 +103,36 @@ impl Engine {
         let pending = Pending {
             requests: snap.pending_requests,
             unfinished_approved: &unfinished,
+            output_held,
         };
         let decision = recovery::classify(state, provider, pending);
         self.carry_out(snap, run, conversation, turn, decision, l)
             .await
+    }
+
+    /// What the store holds of a cut turn's work: the approved commands of
+    /// an accepted turn that never completed, and whether any output of
+    /// the turn is held ([`Pending`]).
+    async fn held_of(
+        &self,
+        task_id: &str,
+        run: &Run,
+        turn: &TurnRow,
+        state: TurnState<'_>,
+    ) -> Result<(Vec<String>, bool), StepError> {
+        let (tid, rid, row) = (task_id.to_owned(), run.run_id.clone(), turn.turn_row);
+        let accepted = matches!(state, TurnState::Accepted { .. });
+        let held = self
+            .store
+            .call(move |db| {
+                let unfinished = match accepted {
+                    true => db.approved_items_unfinished(&tid, row)?,
+                    false => Vec::new(),
+                };
+                Ok((unfinished, db.output_held(&tid, &rid, Some(row))?))
+            })
+            .await?;
+        Ok(held)
     }
 
     /// What a turn never seen accepted carried, and the turns accepted

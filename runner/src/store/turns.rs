@@ -232,6 +232,27 @@ impl Db {
         Ok(ids)
     }
 
+    /// Whether the runner holds output of turn `turn_row` (with `None`: of
+    /// any turn of run `run_id`): an item the provider completed or a
+    /// request it made. Either proves a model saw the turn's message, so a
+    /// provider with no record of that turn lost it (a power cut takes the
+    /// tail of an unsynced log); it did not "reach no model".
+    pub fn output_held(
+        &self,
+        task_id: &str,
+        run_id: &str,
+        turn_row: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let held: bool = self.conn.query_row(
+            "SELECT EXISTS(SELECT 1 FROM events WHERE task_id = ?1 AND run_id = ?2
+               AND kind IN ('item.completed', 'provider_request')
+               AND (?3 IS NULL OR json_extract(data, '$.turn_row') = ?3))",
+            params![task_id, run_id, turn_row],
+            |r| r.get(0),
+        )?;
+        Ok(held)
+    }
+
     /// Unanswered provider requests of a turn.
     pub fn pending_requests(&self, turn_row: i64) -> Result<usize, StoreError> {
         let n: i64 = self.conn.query_row(
@@ -406,6 +427,31 @@ mod tests {
                 assert_eq!(turns[0].provider_turn_id, None);
                 assert_eq!(turns[0].client_id, "m1");
                 assert_eq!(db.accepted_before("t1", row + 1)?, Vec::<String>::new());
+                Ok(())
+            })
+            .unwrap();
+    }
+
+    /// The output the runner holds of a turn: an item completed or a
+    /// request made, of that turn (or, with no turn, of any turn of the
+    /// run); an acceptance alone is not output.
+    #[test]
+    fn output_held_counts_items_and_requests_of_the_turn() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, epoch) = Store::open(dir.path()).unwrap();
+        store
+            .call_blocking(move |db| {
+                db.admit("t1", "m1", "hello", "p", "/ws", "run-1", epoch)?;
+                let row = db.turn_intent("t1", "run-1", "m1", TurnKind::Primary, "m1")?;
+                db.turn_accepted("t1", "run-1", row, "turn-1")?;
+                assert!(!db.output_held("t1", "run-1", Some(row))?);
+                assert!(!db.output_held("t1", "run-1", None)?);
+                let item = serde_json::json!({ "turn_row": row, "item": { "id": "i1" } });
+                db.append("item", "t1", Some("run-1"), "item.completed", item)?;
+                assert!(db.output_held("t1", "run-1", Some(row))?);
+                assert!(db.output_held("t1", "run-1", None)?);
+                assert!(!db.output_held("t1", "run-1", Some(row + 1))?);
+                assert!(!db.output_held("t1", "run-2", None)?);
                 Ok(())
             })
             .unwrap();

@@ -175,7 +175,7 @@ export class Engine {
       turn.provider_turn_id ? t.id === turn.provider_turn_id : (t.items ?? []).some((i: any) => i.type === "userMessage" && i.clientId === turn.client_id),
     );
     const found: Found = match ? { recorded: (match.items ?? []).some((i: any) => i.type === "userMessage"), status: match.status } : null;
-    const decision = classify(state, found, this.approvalOpen(task.task_id, turn.turn_row));
+    const decision = classify(state, found, this.approvalOpen(task.task_id, turn.turn_row), this.outputHeld(task.task_id, run.run_id, turn.turn_row));
     const message = this.store.message(task.task_id, turn.message_id)!;
     switch (decision.do) {
       case "adopt":
@@ -206,6 +206,15 @@ export class Engine {
       if (e instanceof RpcError && e.message.includes("not supported yet")) return [];
       throw e;
     }
+  }
+
+  /** Whether the run log holds output of turn `turnRow` (or, with none, of
+   * any turn of the run): an item completed or a request made — a model saw
+   * the message, so a provider without its record lost it. */
+  private outputHeld(taskId: string, runId: string, turnRow?: number): boolean {
+    return this.store
+      .events(taskId, 0)
+      .some((e) => e.run_id === runId && (e.kind === "item.completed" || e.kind === "provider_request") && (turnRow === undefined || e.data.turn_row === turnRow));
   }
 
   /** Whether the turn had an approval requested and never answered, or
@@ -302,9 +311,10 @@ export class Engine {
         if (!(e instanceof RpcError && e.message.startsWith("no rollout found"))) throw e;
         // Codex writes a thread with its first turn: a thread the provider
         // never wrote is forgotten and a fresh one opened, unless a turn of
-        // the run had completed in it (then history is lost).
-        if (this.store.turns(run.run_id).some((t) => t.status === "completed")) {
-          throw new Fail("provider_protocol_error", `the provider lost conversation ${current.conversation_id} with completed turns`);
+        // the run had completed in it or the run log holds a turn's output
+        // (then history is lost: a power cut took an unsynced thread).
+        if (this.store.turns(run.run_id).some((t) => t.status === "completed") || this.outputHeld(task.task_id, run.run_id)) {
+          throw new Fail("provider_protocol_error", `the provider lost conversation ${current.conversation_id}, which has completed turns or output the runner holds`);
         }
         await this.store.write("conversation_lost", task.task_id, [[run.run_id, "conversation.lost", { conversation_id: current.conversation_id, action: "open a fresh conversation" }]], () =>
           this.store.exec("UPDATE runs SET conversation_id = NULL WHERE run_id = ?", run.run_id),

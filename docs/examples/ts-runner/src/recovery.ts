@@ -19,7 +19,7 @@ export type Decision =
 
 /** `approvalOpen`: an approval of the turn was requested and never answered,
  * or answered accept for a command that never completed (it may have run). */
-export function classify(turn: TurnState, found: Found, approvalOpen: boolean): Decision {
+export function classify(turn: TurnState, found: Found, approvalOpen: boolean, outputHeld: boolean): Decision {
   if (turn.kind === "continuation") {
     if (found?.recorded && found.status === "completed") return { do: "adopt" };
     return { do: "fail", code: "continuation_exhausted", message: "the continuation of a lost turn was itself cut; a turn is continued once" };
@@ -31,6 +31,12 @@ export function classify(turn: TurnState, found: Found, approvalOpen: boolean): 
       return { do: "fail", code: "ambiguous_turn_start", message: `the provider recorded a turn (${found.status}) the runner never saw accepted` };
     }
     return { do: "send", absent: true };
+  }
+  // No record of an accepted turn means no model saw it — unless the runner
+  // holds its output (an item, a request): then the provider lost it (a
+  // power cut), and sending it again would run it twice.
+  if (!found?.recorded && outputHeld) {
+    return { do: "fail", code: "active_turn_recovery_closed", message: "the provider has no record of the accepted turn, though the runner holds its output" };
   }
   if (!found?.recorded) return { do: "send", absent: true };
   if (found.status === "completed") return { do: "adopt" };

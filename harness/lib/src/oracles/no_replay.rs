@@ -174,9 +174,46 @@ fn check_recorded_turns(j: &mut Judgement, e: &Evidence) {
 /// An effect key runs at most once per authorizing message, counted whole:
 /// per the message's content and conversation, so an effect of a message
 /// replayed under another id (a Retry's) in the same conversation counts
-/// as a second run.
+/// as a second run; and at most once per authorizing id in any
+/// conversations, so a runner that opens a fresh conversation on its own
+/// and sends the message there again ran it twice (only a Retry, under its
+/// own id, may run a message's effects again).
 pub fn no_replay_effect(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::NoReplayEffect).needs(e, &[Source::Ledger]);
+    check_effects_per_conversation(&mut j, e);
+    check_effects_across_conversations(&mut j, e);
+    j.done()
+}
+
+/// An effect key of one authorizing id in two conversations: the message
+/// was sent again in a fresh conversation without a Retry.
+fn check_effects_across_conversations(j: &mut Judgement, e: &Evidence) {
+    let mut seen: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
+    for (i, entry) in e.ledger.iter().enumerate() {
+        seen.entry((&entry.key, &entry.by)).or_default().push(i + 1);
+    }
+    for ((key, by), lines) in seen {
+        let mut conversations: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| e.ledger[l - 1].conversation.as_deref())
+            .collect();
+        conversations.sort_unstable();
+        conversations.dedup();
+        if conversations.len() > 1 {
+            j.fail(
+                format!(
+                    "effect {key} ran {} times for message {by} in {} conversations {conversations:?} (no Retry: the runner sent the message again in a fresh conversation; ledger lines {lines:?})",
+                    lines.len(),
+                    conversations.len()
+                ),
+                lines.iter().map(|l| format!("ledger:{l}")),
+            );
+        }
+    }
+}
+
+/// An effect key of one message's content twice in one conversation.
+fn check_effects_per_conversation(j: &mut Judgement, e: &Evidence) {
     let mut seen: BTreeMap<(String, String, Option<String>), Vec<usize>> = BTreeMap::new();
     for (i, entry) in e.ledger.iter().enumerate() {
         let who = match &entry.conversation {
@@ -204,5 +241,4 @@ pub fn no_replay_effect(e: &Evidence) -> OracleResult {
             );
         }
     }
-    j.done()
 }

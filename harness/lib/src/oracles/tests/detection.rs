@@ -81,6 +81,23 @@ fn effects_are_counted_whole_across_ids_in_one_conversation() {
 }
 
 #[test]
+fn one_message_s_effect_in_two_conversations_without_a_retry_is_a_replay() {
+    // The provider lost its thread (a power cut) and the runner sent m1
+    // again in a fresh conversation: the effect ran twice, once in each.
+    let mut e = good();
+    let mut a = ledger("write-notes", "m1");
+    a.conversation = Some("th".into());
+    let mut b = ledger("write-notes", "m1");
+    b.conversation = Some("th-fresh".into());
+    let once = e.ledger.len();
+    e.ledger.extend([a, b]);
+    assert_only_fails(&e, "no-replay.effect", "in 2 conversations");
+    // Once, in one conversation: nothing to say.
+    e.ledger.truncate(once + 1);
+    assert_eq!(verdict(&judge(&e), "no-replay.effect").0, Verdict::Pass);
+}
+
+#[test]
 fn a_follow_up_to_a_failed_task_must_be_refused_with_its_proof() {
     let mut e = good();
     let mut x = exchange("follow_up", "f1", "more", 202, json!({}));
