@@ -186,8 +186,17 @@ pub fn no_replay_effect(e: &Evidence) -> OracleResult {
 }
 
 /// An effect key of one authorizing id in two conversations: the message
-/// was sent again in a fresh conversation without a Retry.
+/// was sent again in a fresh conversation without a Retry. The contract
+/// re-sends an accepted turn its provider has no record of ("no record"
+/// means "no model saw it"), which a power cut can make false before the
+/// runner holds any output of the turn; that re-send is not judged here
+/// (`docs/oracles.md`, "Not judged yet"). A re-send after the runner held
+/// output of the run (an item, a request), or without a
+/// `turn.absent_at_provider` at all, is.
 fn check_effects_across_conversations(j: &mut Judgement, e: &Evidence) {
+    if !resent_knowingly(e) {
+        return;
+    }
     let mut seen: BTreeMap<(&str, &str), Vec<usize>> = BTreeMap::new();
     for (i, entry) in e.ledger.iter().enumerate() {
         seen.entry((&entry.key, &entry.by)).or_default().push(i + 1);
@@ -210,6 +219,24 @@ fn check_effects_across_conversations(j: &mut Judgement, e: &Evidence) {
             );
         }
     }
+}
+
+/// Whether a message sent again in a fresh conversation was sent against
+/// the runner's own record: no `turn.absent_at_provider` precedes it, or
+/// the run log held output (an item completed, a request made) before the
+/// first one.
+fn resent_knowingly(e: &Evidence) -> bool {
+    use crate::run_log::Kind;
+    let Some(absent) = e
+        .events
+        .iter()
+        .position(|ev| Kind::of(ev) == Kind::TurnAbsentAtProvider)
+    else {
+        return true;
+    };
+    e.events[..absent]
+        .iter()
+        .any(|ev| matches!(Kind::of(ev), Kind::ItemCompleted | Kind::ProviderRequest))
 }
 
 /// An effect key of one message's content twice in one conversation.

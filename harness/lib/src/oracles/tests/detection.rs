@@ -92,7 +92,23 @@ fn one_message_s_effect_in_two_conversations_without_a_retry_is_a_replay() {
     let once = e.ledger.len();
     e.ledger.extend([a, b]);
     assert_only_fails(&e, "no-replay.effect", "in 2 conversations");
+    // Found absent after the runner held an item of the turn: still a
+    // replay (the runner knew a model saw it).
+    let absent = json!({ "message_id": "m1", "provider_turn_id": "t1" });
+    let seq = e.events.len() as i64 + 1;
+    e.events
+        .push(event(seq, "item.completed", json!({ "turn_row": 1 })));
+    e.events
+        .push(event(seq + 1, "turn.absent_at_provider", absent.clone()));
+    assert_only_fails(&e, "no-replay.effect", "in 2 conversations");
+    // Found absent before the runner held any output: the contract's
+    // re-send, which a power cut can defeat; not judged.
+    e.events.truncate(seq as usize - 1);
+    e.events
+        .insert(0, event(0, "turn.absent_at_provider", absent));
+    assert_eq!(verdict(&judge(&e), "no-replay.effect").0, Verdict::Pass);
     // Once, in one conversation: nothing to say.
+    e.events.remove(0);
     e.ledger.truncate(once + 1);
     assert_eq!(verdict(&judge(&e), "no-replay.effect").0, Verdict::Pass);
 }
