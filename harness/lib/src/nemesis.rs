@@ -43,7 +43,7 @@ pub fn plan(fault: Fault) -> Plan {
             kill_runner: false,
             provider_signal: Some(Signal::SIGSTOP),
         },
-        // A controller action (`cell::inject_action`), a storage fault (the
+        // A controller action (`cell::inject::inject_action`), a storage fault (the
         // cut-point reply `fail <errno>`), or a power cut, which kills every
         // process of the cell by its tag (`freeze_and_kill`), not by plan.
         Fault::FollowUp | Fault::Retry | Fault::FailWrite | Fault::DiskFull | Fault::PowerCut => {

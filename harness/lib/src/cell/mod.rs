@@ -29,6 +29,7 @@ use crate::scenario::{FollowUpWhen, Scenario, Step};
 mod board;
 mod doomed;
 mod events;
+mod inject;
 mod power;
 mod reproduce;
 mod steps;
@@ -36,7 +37,8 @@ mod teardown;
 use board::{Board, Recorder, Records};
 pub use doomed::doomed_in_trace;
 use events::arms_for;
-pub use events::{EVENT_MARK, injected_message_id, schedule_of};
+pub use events::{EVENT_MARK, schedule_of};
+pub use inject::injected_message_id;
 pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 pub use reproduce::{
     reproduce_args, reproduce_command, reproduce_script, run_config, scenarios_arg,
