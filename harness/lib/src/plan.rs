@@ -38,18 +38,38 @@ pub fn is_durable_write(point: &str) -> bool {
 }
 
 /// How many one-cut cells a process fault keeps per durable segment of an
-/// `every-boundary` scenario: its first boundary (the write itself), its
-/// last (just before the next write) and one more drawn by the seed.
-pub const SEGMENT_KEEP: usize = 3;
+/// `every-boundary` scenario (see [`trim_by_segment`]).
+///
+/// - `kill-runner` and `kill-provider`: 3 — the segment's first boundary
+///   (the write itself), its last (just before the next write) and one more
+///   drawn by the seed.
+/// - `hang-provider`: 2, the first and the last. A hang leaves the state of
+///   a `kill-provider` at the same boundary once the idle timeout kills the
+///   provider; what it adds is how the runner finds a silent provider, and
+///   what the provider's other threads do meanwhile, which the ends of a
+///   segment show.
+/// - `kill-both`: 1, drawn by the seed. It leaves the durable state of a
+///   `kill-runner` at the same boundary (a `kill-runner` freezes the
+///   providers, and the restarted runner kills them), so the two walk the
+///   same recovery; they differ only in whether the old provider is still
+///   there when the runner restarts, which does not depend on where in the
+///   segment the cut fell.
+pub fn segment_keep(fault: Fault) -> usize {
+    match fault {
+        Fault::KillBoth => 1,
+        Fault::HangProvider => 2,
+        _ => 3,
+    }
+}
 
 /// Trims the one-cut process-fault cells of an `every-boundary` scenario to
-/// [`SEGMENT_KEEP`] per durable segment (of one role: `Boundary::segment`)
-/// and fault: the boundaries of one segment leave the same durable state behind a kill, and the runner
-/// recovers from its durable state, so they walk the same recovery path;
-/// the wave's room goes to cutting those recoveries (`recuts`). The first
-/// and last boundary of a segment are always kept, and the one drawn by
-/// `seed` between them changes with the seed. Storage faults, controller
-/// actions and the clean cell are never trimmed.
+/// [`segment_keep`] per durable segment (of one role: `Boundary::segment`)
+/// and fault: the boundaries of one segment leave the same durable state
+/// behind a kill, and the runner recovers from its durable state, so they
+/// walk the same recovery path; the wave's room goes to cutting those
+/// recoveries (`recuts`). What is kept of a segment changes with the seed
+/// where a draw is made. Storage faults, controller actions and the clean
+/// cell are never trimmed.
 pub fn trim_by_segment(
     cells: Vec<Vec<crate::model::Event>>,
     boundaries: &[Boundary],
@@ -76,15 +96,10 @@ pub fn trim_by_segment(
     let mut keep: std::collections::HashSet<(usize, Fault)> = Default::default();
     for (((role, seg), fault), mut at) in members {
         // The draw's seed names the segment: its role and its count.
-        let seg = seg * 4 + role as usize;
+        let draw = mix(seed ^ ((seg * 4 + role as usize) as u64) ^ ((fault as u64) << 32)) as usize;
         at.sort_unstable();
-        let (first, last) = (at[0], at[at.len() - 1]);
-        keep.insert((first, fault));
-        keep.insert((last, fault));
-        if at.len() > 2 {
-            let inner = &at[1..at.len() - 1];
-            let pick = mix(seed ^ (seg as u64) ^ ((fault as u64) << 32)) as usize % inner.len();
-            keep.insert((inner[pick], fault));
+        for i in kept_of_segment(at.len(), segment_keep(fault), draw) {
+            keep.insert((at[i], fault));
         }
     }
     cells
@@ -96,6 +111,21 @@ pub fn trim_by_segment(
             _ => true,
         })
         .collect()
+}
+
+/// Which of a segment's `len` boundaries (in order) a fault keeping `keep`
+/// of them keeps: 1, the one `draw` picks; 2, the first and the last; 3,
+/// those and one between them that `draw` picks.
+fn kept_of_segment(len: usize, keep: usize, draw: usize) -> Vec<usize> {
+    if len <= keep {
+        return (0..len).collect();
+    }
+    match keep {
+        0 => Vec::new(),
+        1 => vec![draw % len],
+        2 => vec![0, len - 1],
+        _ => vec![0, 1 + draw % (len - 2), len - 1],
+    }
 }
 
 /// The result of discovery.
@@ -680,6 +710,61 @@ pub fn parse_shard(s: &str) -> anyhow::Result<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A segment of five boundaries keeps three cells of `kill-runner` and
+    /// `kill-provider` (its ends and one drawn), two of `hang-provider` (its
+    /// ends) and one of `kill-both` (drawn); storage faults are not trimmed.
+    #[test]
+    fn a_segment_keeps_each_process_fault_its_own_count() {
+        let boundaries: Vec<Boundary> = (1..=5)
+            .map(|n| Boundary {
+                cut: Cut {
+                    point: "acp.x".into(),
+                    n,
+                },
+                role: Role::Provider,
+                provider_alive: true,
+                segment: 0,
+            })
+            .collect();
+        let faults = [
+            Fault::KillRunner,
+            Fault::KillProvider,
+            Fault::HangProvider,
+            Fault::KillBoth,
+            Fault::FailWrite,
+        ];
+        let cells: Vec<Vec<Event>> = boundaries
+            .iter()
+            .flat_map(|b| {
+                faults.iter().map(|f| {
+                    vec![Event {
+                        cut: b.cut.clone(),
+                        fault: *f,
+                    }]
+                })
+            })
+            .collect();
+        for seed in 0..20 {
+            let kept = trim_by_segment(cells.clone(), &boundaries, seed);
+            let of = |f: Fault| -> Vec<u64> {
+                kept.iter()
+                    .filter(|e| e[0].fault == f)
+                    .map(|e| e[0].cut.n)
+                    .collect()
+            };
+            for f in [Fault::KillRunner, Fault::KillProvider] {
+                let n = of(f);
+                assert_eq!(n.len(), 3, "{f}: {n:?}");
+                assert!(n.contains(&1) && n.contains(&5), "{f}: {n:?}");
+            }
+            assert_eq!(of(Fault::HangProvider), vec![1, 5]);
+            assert_eq!(of(Fault::KillBoth).len(), 1);
+            assert_eq!(of(Fault::FailWrite).len(), 5);
+        }
+        assert_eq!(kept_of_segment(2, 3, 7), vec![0, 1]);
+        assert_eq!(kept_of_segment(1, 2, 7), vec![0]);
+    }
 
     fn specs(n: usize) -> Vec<CellSpec> {
         number(

@@ -250,7 +250,10 @@ fn parent_and_session(pid: i32) -> Option<(i32, i32)> {
     Some((parent, session))
 }
 
-/// Every process but this one that holds `fifo` open.
+/// Every process but this one that holds `fifo` open. Each process's
+/// descriptors are stat'ed relative to its open `/proc/PID/fd` (one lookup
+/// per descriptor, not a walk of the whole path): this scan runs at every
+/// read of every provider's key.
 fn holders_of(fifo: &Path) -> Vec<i32> {
     let Ok(meta) = std::fs::metadata(fifo) else {
         return Vec::new();
@@ -259,26 +262,33 @@ fn holders_of(fifo: &Path) -> Vec<i32> {
     let Ok(procs) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let mut out = Vec::new();
-    for pid in procs
+    procs
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-    {
-        if pid == me {
-            continue;
-        }
-        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-            continue;
-        };
-        let holds = fds.flatten().any(|fd| {
-            std::fs::metadata(fd.path())
-                .is_ok_and(|m| m.dev() == meta.dev() && m.ino() == meta.ino())
-        });
-        if holds {
-            out.push(pid);
-        }
-    }
-    out
+        .filter(|pid| *pid != me && holds(*pid, meta.dev(), meta.ino()))
+        .collect()
+}
+
+/// Whether process `pid` has a descriptor open on the file (`dev`, `ino`).
+fn holds(pid: i32, dev: u64, ino: u64) -> bool {
+    use nix::dir::Dir;
+    use nix::fcntl::{AtFlags, OFlag};
+    use nix::sys::stat::Mode;
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let Ok(mut dir) = Dir::open(format!("/proc/{pid}/fd").as_str(), flags, Mode::empty()) else {
+        return false;
+    };
+    let names: Vec<std::ffi::CString> = dir
+        .iter()
+        .flatten()
+        .filter(|e| e.file_name().to_bytes()[0] != b'.')
+        .map(|e| e.file_name().to_owned())
+        .collect();
+    let at = std::os::fd::AsFd::as_fd(&dir);
+    names.iter().any(|name| {
+        nix::sys::stat::fstatat(at, name.as_c_str(), AtFlags::empty())
+            .is_ok_and(|st| st.st_dev as u64 == dev && st.st_ino as u64 == ino)
+    })
 }
 
 fn remove(fifo: &Path, dir: &Path) {

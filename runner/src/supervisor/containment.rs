@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::cgroup::{self, Base, Emptied};
-use super::stat::{proc_pid, read_stat};
+use super::stat::{children_listed, children_of, proc_pid, read_stat};
 use super::wait::{INITIAL_POLL_INTERVAL, backoff};
 
 /// What `--provider-containment` asks for.
@@ -254,14 +254,8 @@ pub fn spawn_own<T>(
 fn kill_adopted_once() -> Vec<i32> {
     let me = std::process::id() as i32;
     let own = OWN_CHILDREN.lock().unwrap_or_else(|p| p.into_inner());
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
     let mut found = Vec::new();
-    for entry in entries.flatten() {
-        let Some(pid) = proc_pid(&entry) else {
-            continue;
-        };
+    for pid in runnerd_children(me) {
         let Ok(stat) = read_stat(pid) else {
             continue;
         };
@@ -279,6 +273,19 @@ fn kill_adopted_once() -> Vec<i32> {
         }
     }
     found
+}
+
+/// Candidates for runnerd's children: its threads' lists where the kernel
+/// keeps them ([`children_of`]), else every process (each is checked for
+/// its parent by the caller).
+fn runnerd_children(me: i32) -> Vec<i32> {
+    if children_listed() {
+        return children_of(me);
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries.flatten().filter_map(|e| proc_pid(&e)).collect()
 }
 
 /// SIGKILLs every adopted orphan until none is left or `grace` passes;

@@ -28,7 +28,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::time::Instant;
 
-use super::stat::{proc_pid, read_stat};
+use super::stat::{children_listed, children_of, proc_pid, read_stat};
 use super::{ProcessIdentity, StopOutcome, identity_of, is_alive};
 
 /// Every descendant of a provider seen so far.
@@ -54,7 +54,7 @@ impl Tree {
     pub fn snapshot(root: &ProcessIdentity) -> Tree {
         let mut tree = Tree::default();
         if is_alive(root) {
-            tree.extend_from(&[root.pid], &children_by_parent());
+            tree.extend_from(&[root.pid], &Children::now());
         }
         tree
     }
@@ -70,10 +70,10 @@ impl Tree {
     }
 
     /// Adds every descendant of `roots` not yet known.
-    fn extend_from(&mut self, roots: &[i32], children: &HashMap<i32, Vec<i32>>) {
+    fn extend_from(&mut self, roots: &[i32], children: &Children) {
         let mut todo: Vec<i32> = roots.to_vec();
         while let Some(parent) = todo.pop() {
-            for &child in children.get(&parent).into_iter().flatten() {
+            for child in children.of(parent) {
                 if self.members.iter().any(|m| m.pid == child) {
                     continue;
                 }
@@ -99,7 +99,7 @@ impl Tree {
                 .map(|m| m.pid)
                 .collect();
             // Whatever they started since is theirs too.
-            self.extend_from(&alive, &children_by_parent());
+            self.extend_from(&alive, &Children::now());
             let alive: Vec<ProcessIdentity> =
                 self.members.iter().copied().filter(is_alive).collect();
             if alive.is_empty() || Instant::now() >= deadline {
@@ -182,6 +182,31 @@ pub async fn stop(
         );
     }
     (outcome, swept)
+}
+
+/// Where a process's children are read: each parent's own list
+/// ([`children_of`], the subtree only), or, on a kernel without it, one
+/// scan of every process's parent.
+enum Children {
+    PerParent,
+    Scanned(HashMap<i32, Vec<i32>>),
+}
+
+impl Children {
+    fn now() -> Children {
+        if children_listed() {
+            Children::PerParent
+        } else {
+            Children::Scanned(children_by_parent())
+        }
+    }
+
+    fn of(&self, parent: i32) -> Vec<i32> {
+        match self {
+            Children::PerParent => children_of(parent),
+            Children::Scanned(map) => map.get(&parent).cloned().unwrap_or_default(),
+        }
+    }
 }
 
 /// Every process's children, from the parent field (4) of `/proc/<pid>/stat`.

@@ -69,6 +69,41 @@ pub(super) fn is_no_such_process(error: &io::Error) -> bool {
     error.kind() == io::ErrorKind::NotFound || error.raw_os_error() == Some(libc::ESRCH)
 }
 
+/// Whether this kernel lists a task's children in
+/// `/proc/<pid>/task/<tid>/children` (`CONFIG_PROC_CHILDREN`).
+pub(super) fn children_listed() -> bool {
+    static LISTED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LISTED.get_or_init(|| {
+        let me = std::process::id();
+        std::path::Path::new(&format!("/proc/{me}/task/{me}/children")).exists()
+    })
+}
+
+/// The children of `pid` now, from `/proc/<pid>/task/<tid>/children` of
+/// each of its threads (a child belongs to the thread that forked it, or
+/// to the one an orphan was handed to): the subtree only, where a scan of
+/// `/proc` reads every process. Only where [`children_listed`]; none when
+/// `pid` is gone.
+pub(super) fn children_of(pid: i32) -> Vec<i32> {
+    if pid <= 0 {
+        return Vec::new();
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for task in tasks.flatten() {
+        let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+            continue;
+        };
+        children.extend(
+            list.split_whitespace()
+                .filter_map(|c| c.parse::<i32>().ok()),
+        );
+    }
+    children
+}
+
 /// The pid an entry of `/proc` names, if it names a process.
 pub(super) fn proc_pid(entry: &std::fs::DirEntry) -> Option<i32> {
     entry
