@@ -3,6 +3,7 @@
 //! and a Retry after the stop proof. Each is idempotent on its ids and
 //! checks its bindings inside the write that would create them.
 
+use super::cached::Cached as _;
 use rusqlite::{OptionalExtension as _, params};
 use serde_json::Value;
 
@@ -57,13 +58,13 @@ fn insert_retry(
     (kind, text): (MessageKind, &str),
     (epoch, now): (i64, i64),
 ) -> Result<(), StoreError> {
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
          VALUES (?1, ?2, ?3, ?4,
             (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?5)",
         params![task_id, message_id, kind, text, now],
     )?;
-    tx.execute(
+    tx.exec_cached(
         "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
          VALUES (?1, ?2, 'retry', ?3, 'running', ?4, ?5)",
         params![run_id, task_id, message_id, epoch, now],
@@ -94,7 +95,7 @@ impl Db {
         epoch: i64,
     ) -> Result<Admission, StoreError> {
         if let Some(task) = self.task(task_id)? {
-            let first: String = self.conn.query_row(
+            let first: String = self.conn.row_cached(
                 "SELECT first_message_id FROM tasks WHERE task_id = ?1",
                 params![task_id],
                 |r| r.get(0),
@@ -120,17 +121,17 @@ impl Db {
             "task.admitted",
             serde_json::json!({ "message_id": message_id, "profile": profile, "run_id": run_id }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO tasks(task_id, profile, workspace, first_message_id, state, current_run, created_ms)
                      VALUES (?1, ?2, ?3, ?4, 'running', ?5, ?6)",
                     params![task_id, profile, workspace, message_id, run_id, now],
                 )?;
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
                      VALUES (?1, ?2, 'prompt', ?3, 1, ?4)",
                     params![task_id, message_id, prompt, now],
                 )?;
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, owner_epoch, created_ms)
                      VALUES (?1, ?2, 'initial', ?3, 'running', ?4, ?5)",
                     params![run_id, task_id, message_id, epoch, now],
@@ -191,19 +192,19 @@ impl Db {
             "message.queued",
             serde_json::json!({ "message_id": message_id, "kind": "follow_up", "new_run": reopen }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO messages(task_id, message_id, kind, text, ord, created_ms)
                      VALUES (?1, ?2, 'follow_up', ?3,
                         (SELECT coalesce(max(ord), 0) + 1 FROM messages WHERE task_id = ?1), ?4)",
                     params![task_id, message_id, text, now],
                 )?;
                 if reopen {
-                    tx.execute(
+                    tx.exec_cached(
                         "INSERT INTO runs(run_id, task_id, kind, trigger_message_id, status, conversation_id, owner_epoch, created_ms)
                          VALUES (?1, ?2, 'follow_up', ?3, 'running', ?4, ?5, ?6)",
                         params![new_run_id, task_id, message_id, conversation, epoch, now],
                     )?;
-                    tx.execute(
+                    tx.exec_cached(
                         "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
                         params![task_id, new_run_id],
                     )?;
@@ -290,7 +291,7 @@ impl Db {
                 insert_retry(tx, task_id, message_id, run_id, (kind, &text), (epoch, now))?;
                 #[cfg(feature = "seeded-bugs")]
                 if let Some(conversation) = &reused {
-                    tx.execute(
+                    tx.exec_cached(
                         "UPDATE runs SET conversation_id = ?2 WHERE run_id = ?1",
                         params![run_id, conversation],
                     )?;
@@ -299,7 +300,7 @@ impl Db {
                 // becomes the task's current run in a write of its own
                 // (`Db::retry_current`, after `runner.retry_admitted.persisted`).
                 if !crate::seeded::retry_current_in_second_write() {
-                    tx.execute(
+                    tx.exec_cached(
                         "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
                         params![task_id, run_id],
                     )?;
@@ -321,7 +322,7 @@ impl Db {
             "retry.current",
             serde_json::json!({ "run_id": run_id }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE tasks SET state = 'running', cause = NULL, current_run = ?2 WHERE task_id = ?1",
                     params![task_id, run_id],
                 )?;
@@ -357,7 +358,7 @@ impl Db {
 
     /// The run that message `message_id` started.
     fn run_triggered_by(&self, task_id: &str, message_id: &str) -> Result<String, StoreError> {
-        Ok(self.conn.query_row(
+        Ok(self.conn.row_cached(
             "SELECT run_id FROM runs WHERE task_id = ?1 AND trigger_message_id = ?2",
             params![task_id, message_id],
             |r| r.get(0),
@@ -401,7 +402,7 @@ impl Db {
                 queued,
             },
             Some((id, text, _)) => resend((id, text)),
-            None => resend(self.conn.query_row(
+            None => resend(self.conn.row_cached(
                 "SELECT message_id, text FROM messages WHERE task_id = ?1 ORDER BY ord LIMIT 1",
                 params![task_id],
                 |r| Ok((r.get(0)?, r.get(1)?)),
@@ -427,7 +428,7 @@ impl Db {
         };
         let latest: Option<(String, String, String)> = self
             .conn
-            .query_row(
+            .row_cached(
                 &format!(
                     "SELECT m.message_id, m.text, {last_turn}
                      FROM turns t JOIN messages m

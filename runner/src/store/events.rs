@@ -4,6 +4,7 @@
 //! operation of the store goes through [`Db::event_in`] or [`Db::events_in`],
 //! which pass the write's storage-fault check first.
 
+use super::cached::Cached as _;
 use rusqlite::params;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -94,7 +95,7 @@ impl Db {
         body(&tx)?;
         let mut seq = match self.last_seq.get(task_id) {
             Some(s) => *s,
-            None => tx.query_row(
+            None => tx.row_cached(
                 "SELECT coalesce(max(seq), 0) FROM events WHERE task_id = ?1",
                 params![task_id],
                 |r| r.get(0),

@@ -1,6 +1,7 @@
 //! Messages: the prompt, follow-ups and Retries of a task, in admission
 //! order, and the queue of those no primary turn has taken yet.
 
+use super::cached::Cached as _;
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
@@ -49,7 +50,7 @@ impl Db {
     /// A message by id.
     pub fn message(&self, task_id: &str, message_id: &str) -> Result<Option<Message>, StoreError> {
         self.conn
-            .query_row(
+            .row_cached(
                 "SELECT message_id, kind, text FROM messages WHERE task_id = ?1 AND message_id = ?2",
                 params![task_id, message_id],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),

@@ -39,6 +39,7 @@ use rusqlite::Connection;
 use tokio::sync::{broadcast, oneshot};
 
 mod admission;
+mod cached;
 mod events;
 mod kinds;
 mod messages;

@@ -2,6 +2,7 @@
 //! (`native::checkpoint::Checkpoint`), one row per turn, saved with the
 //! run-log event of the boundary it passed.
 
+use super::cached::Cached as _;
 use rusqlite::{OptionalExtension as _, params};
 use serde_json::Value;
 
@@ -12,7 +13,7 @@ impl Db {
     pub fn native_checkpoint(&self, turn_row: i64) -> Result<Option<Value>, StoreError> {
         let text: Option<String> = self
             .conn
-            .query_row(
+            .row_cached(
                 "SELECT checkpoint FROM native_checkpoints WHERE turn_row = ?1",
                 params![turn_row],
                 |r| r.get(0),
@@ -69,7 +70,7 @@ impl Db {
         let text = serde_json::to_string(&checkpoint).expect("checkpoints serialize");
         let conversation = conversation.to_owned();
         self.event_in(write, task_id, Some(run_id), kind, data, move |tx| {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO native_checkpoints(turn_row, conversation, checkpoint) VALUES (?1, ?2, ?3)
                  ON CONFLICT(turn_row) DO UPDATE SET checkpoint = excluded.checkpoint",
                 params![turn_row, conversation, text],

@@ -2,6 +2,7 @@
 //! identity recorded before use, and the proofs that a process (or whatever
 //! carries an unrecorded spawn's marker) is gone.
 
+use super::cached::Cached as _;
 use rusqlite::params;
 use serde::Serialize;
 use serde_json::Value;
@@ -91,7 +92,7 @@ impl Db {
             "provider.spawn_intent",
             serde_json::json!({ "marker": marker }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO provider_spawns(task_id, run_id, marker, created_ms)
                      VALUES (?1, ?2, ?3, ?4)",
                     params![task_id, run_id, marker, now_ms()],
@@ -120,7 +121,7 @@ impl Db {
             "provider.spawn_swept",
             proof,
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE provider_spawns SET sweep_proof = ?2 WHERE spawn_row = ?1",
                     params![spawn_row, text],
                 )?;
@@ -199,7 +200,7 @@ impl Db {
             "provider.spawned",
             data,
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO provider_procs(task_id, run_id, pid, pgid, start_time, spawned_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     params![
@@ -212,7 +213,7 @@ impl Db {
                     ],
                 )?;
                 row = tx.last_insert_rowid();
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE provider_spawns SET proc_row = ?2 WHERE spawn_row = ?1",
                     params![spawn_row, row],
                 )?;
@@ -238,7 +239,7 @@ impl Db {
             "provider.stopped",
             proof,
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE provider_procs SET stop_proof = ?2 WHERE proc_row = ?1",
                     params![proc_row, text],
                 )?;

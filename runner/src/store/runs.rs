@@ -1,6 +1,7 @@
 //! Runs: one execution of a task (initial, follow-up or Retry) and the
 //! provider conversation it holds.
 
+use super::cached::Cached as _;
 use rusqlite::{OptionalExtension as _, params};
 use serde::Serialize;
 
@@ -28,7 +29,7 @@ impl Db {
     pub fn run(&self, run_id: &str) -> Result<Option<Run>, StoreError> {
         let row = self
             .conn
-            .query_row(
+            .row_cached(
                 "SELECT run_id, task_id, kind, status, cause, conversation_id, owner_epoch, created_ms,
                         trigger_message_id
                  FROM runs WHERE run_id = ?1",
@@ -113,7 +114,7 @@ impl Db {
             "conversation.opened",
             serde_json::json!({ "conversation_id": conversation }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE runs SET conversation_id = ?2 WHERE run_id = ?1",
                     params![run_id, conversation],
                 )?;
@@ -138,7 +139,7 @@ impl Db {
             "conversation.lost",
             serde_json::json!({ "conversation_id": conversation, "action": "open a fresh conversation" }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE runs SET conversation_id = NULL WHERE run_id = ?1",
                     params![run_id],
                 )?;

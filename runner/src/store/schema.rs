@@ -6,6 +6,7 @@
 //! It deliberately does not create the state directory or the file (the
 //! store does that first, with their modes) and starts no thread.
 
+use super::cached::Cached as _;
 use std::path::Path;
 
 use rusqlite::{Connection, OptionalExtension as _, params};
@@ -17,6 +18,7 @@ use super::StoreError;
 /// the new epoch.
 pub(super) fn open_db(path: &Path) -> Result<(Connection, i64), StoreError> {
     let conn = Connection::open(path)?;
+    conn.set_prepared_statement_cache_capacity(super::cached::CAPACITY);
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // SEEDED BUG wal-synchronous-normal: SQLite's advice for WAL when speed
     // matters, which loses the commits since the last checkpoint at a power
@@ -33,14 +35,14 @@ pub(super) fn open_db(path: &Path) -> Result<(Connection, i64), StoreError> {
     let epoch: i64 = {
         let tx = conn.unchecked_transaction()?;
         let old: Option<String> = tx
-            .query_row(
+            .row_cached(
                 "SELECT value FROM meta WHERE key = 'owner_epoch'",
                 [],
                 |r| r.get(0),
             )
             .optional()?;
         let epoch = old.and_then(|v| v.parse::<i64>().ok()).unwrap_or(0) + 1;
-        tx.execute(
+        tx.exec_cached(
             "INSERT INTO meta(key, value) VALUES('owner_epoch', ?1)
              ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             params![epoch.to_string()],

@@ -2,6 +2,7 @@
 //! resume after a restart, and settlement (a run and its task end together,
 //! completed or failed with a cause).
 
+use super::cached::Cached as _;
 use rusqlite::{OptionalExtension as _, params};
 use serde::{Deserialize, Serialize};
 
@@ -111,7 +112,7 @@ impl Db {
     pub fn task(&self, task_id: &str) -> Result<Option<Task>, StoreError> {
         let row = self
             .conn
-            .query_row(
+            .row_cached(
                 "SELECT task_id, profile, workspace, state, cause, current_run, created_ms
                  FROM tasks WHERE task_id = ?1",
                 params![task_id],
@@ -172,7 +173,7 @@ impl Db {
     }
     /// Tasks whose state says a run is executing (to resume after a restart).
     pub fn unsettled_tasks(&self) -> Result<Vec<String>, StoreError> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT task_id FROM tasks WHERE state IN ('queued', 'running') ORDER BY created_ms",
         )?;
         let ids = stmt
@@ -247,11 +248,11 @@ impl Db {
             }
         }
         self.events_in("run_settled", task_id, events, |tx| {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE runs SET status = ?2, cause = ?3 WHERE run_id = ?1",
                 params![run_id, run_status, cause_text],
             )?;
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE tasks SET state = ?2, cause = ?3 WHERE task_id = ?1",
                 params![task_id, state.as_str(), cause_text],
             )?;

@@ -3,6 +3,7 @@
 //! a call whose outcome a crash or a lost provider left unknown (DESIGN §3.4
 //! rule 4).
 
+use super::cached::Cached as _;
 use rusqlite::{OptionalExtension as _, params};
 use serde_json::Value;
 
@@ -17,7 +18,7 @@ impl Db {
         key: &str,
     ) -> Result<Option<ToolCallStatus>, StoreError> {
         self.conn
-            .query_row(
+            .row_cached(
                 "SELECT status FROM tool_calls WHERE run_id = ?1 AND key = ?2",
                 params![run_id, key],
                 |r| r.get::<_, String>(0),
@@ -45,7 +46,7 @@ impl Db {
         let data =
             serde_json::json!({ "turn_row": turn_row, "key": key, "kind": kind, "detail": detail });
         self.event_in("tool_executing", task_id, Some(run_id), "tool.executing", data, |tx| {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO tool_calls(run_id, key, turn_row, kind, status) VALUES (?1, ?2, ?3, ?4, 'executing')",
                 params![run_id, key, turn_row, kind],
             )?;
@@ -72,7 +73,7 @@ impl Db {
             "tool.outcome",
             data,
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                 "UPDATE tool_calls SET status = ?3, outcome = ?4 WHERE run_id = ?1 AND key = ?2",
                 params![run_id, key, status, text],
             )?;
@@ -87,7 +88,7 @@ impl Db {
     /// `tool_outcome_uncertain` event) and is never executed again.
     pub fn tools_uncertain(&mut self, task_id: &str, run_id: &str) -> Result<usize, StoreError> {
         let keys: Vec<(String, String)> = {
-            let mut stmt = self.conn.prepare(
+            let mut stmt = self.conn.prepare_cached(
                 "SELECT key, kind FROM tool_calls WHERE run_id = ?1 AND status = 'executing' ORDER BY rowid",
             )?;
             stmt.query_map(params![run_id], |r| Ok((r.get(0)?, r.get(1)?)))?
@@ -105,7 +106,7 @@ impl Db {
                 "tool_outcome_uncertain",
                 data,
                 move |tx| {
-                    tx.execute(
+                    tx.exec_cached(
                         "UPDATE tool_calls SET status = 'uncertain' WHERE run_id = ?1 AND key = ?2",
                         params![rid, k],
                     )?;

@@ -2,6 +2,7 @@
 //! acceptance to its end, the one continuation of a lost turn, and the
 //! provider requests (approvals) asked during a turn.
 
+use super::cached::Cached as _;
 use rusqlite::params;
 use serde::Serialize;
 use serde_json::Value;
@@ -76,7 +77,7 @@ impl Db {
             "turn.intent",
             serde_json::json!({ "message_id": message_id, "kind": kind, "client_id": client_id }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "INSERT INTO turns(run_id, task_id, message_id, kind, client_id, status, created_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5, 'intent', ?6)",
                     params![run_id, task_id, message_id, kind, client_id, now_ms()],
@@ -103,7 +104,7 @@ impl Db {
             "turn.accepted",
             serde_json::json!({ "turn_row": turn_row, "provider_turn_id": provider_turn_id }),
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE turns SET provider_turn_id = ?2, status = 'accepted' WHERE turn_row = ?1",
                     params![turn_row, provider_turn_id],
                 )?;
@@ -134,7 +135,7 @@ impl Db {
             "turn.absent_at_provider",
             data,
             |tx| {
-                tx.execute(
+                tx.exec_cached(
                     "UPDATE turns SET provider_turn_id = NULL, status = 'intent' WHERE turn_row = ?1",
                     params![turn_row],
                 )?;
@@ -166,7 +167,7 @@ impl Db {
             "turn.failed"
         };
         self.event_in("turn_ended", task_id, Some(run_id), kind, data, |tx| {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE turns SET status = ?2 WHERE turn_row = ?1",
                 params![turn_row, status],
             )?;
@@ -188,7 +189,7 @@ impl Db {
         data: Value,
         client_id: &str,
     ) -> Result<i64, StoreError> {
-        let message_id: String = self.conn.query_row(
+        let message_id: String = self.conn.row_cached(
             "SELECT message_id FROM turns WHERE turn_row = ?1",
             params![lost_row],
             |r| r.get(0),
@@ -205,11 +206,11 @@ impl Db {
             (Some(run_id), "turn.intent", intent),
         ];
         self.events_in("turn_intent", task_id, events, |tx| {
-            tx.execute(
+            tx.exec_cached(
                 "UPDATE turns SET status = 'interrupted' WHERE turn_row = ?1",
                 params![lost_row],
             )?;
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO turns(run_id, task_id, message_id, kind, client_id, status, created_ms)
                  VALUES (?1, ?2, ?3, 'continuation', ?4, 'intent', ?5)",
                 params![run_id, task_id, message_id, client_id, now_ms()],
@@ -243,7 +244,7 @@ impl Db {
         run_id: &str,
         turn_row: Option<i64>,
     ) -> Result<bool, StoreError> {
-        let held: bool = self.conn.query_row(
+        let held: bool = self.conn.row_cached(
             "SELECT EXISTS(SELECT 1 FROM events WHERE task_id = ?1 AND run_id = ?2
                AND kind IN ('item.completed', 'provider_request')
                AND (?3 IS NULL OR json_extract(data, '$.turn_row') = ?3))",
@@ -255,7 +256,7 @@ impl Db {
 
     /// Unanswered provider requests of a turn.
     pub fn pending_requests(&self, turn_row: i64) -> Result<usize, StoreError> {
-        let n: i64 = self.conn.query_row(
+        let n: i64 = self.conn.row_cached(
             "SELECT count(*) FROM provider_requests WHERE turn_row = ?1 AND status != 'answered'",
             params![turn_row],
             |r| r.get(0),
@@ -289,7 +290,7 @@ impl Db {
             data["item_id"] = serde_json::json!(item);
         }
         self.event_in(write, task_id, Some(run_id), "provider_request", data, |tx| {
-            tx.execute(
+            tx.exec_cached(
                 "INSERT INTO provider_requests(turn_row, request_id, method, status, decision)
                  VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT(turn_row, request_id) DO UPDATE SET status = excluded.status, decision = excluded.decision",
@@ -308,7 +309,7 @@ impl Db {
         task_id: &str,
         turn_row: i64,
     ) -> Result<Vec<String>, StoreError> {
-        let mut stmt = self.conn.prepare(
+        let mut stmt = self.conn.prepare_cached(
             "SELECT DISTINCT json_extract(r.data, '$.item_id') FROM events r
              WHERE r.task_id = ?1 AND r.kind = 'provider_request'
                AND json_extract(r.data, '$.turn_row') = ?2
@@ -334,7 +335,7 @@ impl Db {
     /// Whether a failed lookup of turn `turn_row` was recorded as "absent"
     /// (a `turn.absent_at_provider` event with `lookup_failed`).
     pub fn seeded_absent_marked(&self, turn_row: i64) -> Result<bool, StoreError> {
-        let n: i64 = self.conn.query_row(
+        let n: i64 = self.conn.row_cached(
             "SELECT count(*) FROM events WHERE kind = 'turn.absent_at_provider'
              AND json_extract(data, '$.turn_row') = ?1
              AND json_extract(data, '$.lookup_failed') IS NOT NULL",
