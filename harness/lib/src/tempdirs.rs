@@ -51,7 +51,7 @@ fn shm_usable(dir: &Path) -> bool {
     use nix::sys::{statfs, statvfs};
     let tmpfs = statfs::statfs(dir).is_ok_and(|s| s.filesystem_type() == statfs::TMPFS_MAGIC);
     let room = statvfs::statvfs(dir)
-        .is_ok_and(|s| s.blocks_available() as u64 * s.fragment_size() as u64 >= SHM_MIN_FREE);
+        .is_ok_and(|s| s.blocks_available().saturating_mul(s.fragment_size()) >= SHM_MIN_FREE);
     let writable = nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok();
     tmpfs && room && writable
 }

@@ -287,7 +287,7 @@ fn holds(pid: i32, dev: u64, ino: u64) -> bool {
     let at = std::os::fd::AsFd::as_fd(&dir);
     names.iter().any(|name| {
         nix::sys::stat::fstatat(at, name.as_c_str(), AtFlags::empty())
-            .is_ok_and(|st| st.st_dev as u64 == dev && st.st_ino as u64 == ino)
+            .is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
     })
 }
 
