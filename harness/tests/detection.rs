@@ -69,8 +69,34 @@ fn run_cell(id: &str, cell: &[&str], runner: Option<(&PathBuf, &str)>) -> Value 
 /// The cell fails `oracle` with a message containing `needle` under the
 /// seeded `bug`, and passes on the reference runner.
 fn caught(bug: &str, id: &str, cell: &[&str], oracle: &str, needle: &str) {
+    caught_where(bug, id, cell, oracle, needle, |_| None);
+}
+
+/// How many times [`caught_where`] runs a cell whose precondition the
+/// machine's timing decides.
+const PRECONDITION_ATTEMPTS: usize = 5;
+
+/// [`caught`] for a cell whose path depends on timing: `missed` says why a
+/// run did not reach the place the bug lives (`None` when it did); such a
+/// run is printed, counted and run again, up to [`PRECONDITION_ATTEMPTS`].
+fn caught_where(
+    bug: &str,
+    id: &str,
+    cell: &[&str],
+    oracle: &str,
+    needle: &str,
+    missed: impl Fn(&Value) -> Option<String>,
+) {
     let Some(bin) = seeded_runnerd() else { return };
-    let c = run_cell(id, cell, Some((&bin, bug)));
+    let mut c = run_cell(id, cell, Some((&bin, bug)));
+    for attempt in 1..PRECONDITION_ATTEMPTS {
+        let Some(why) = missed(&c) else { break };
+        eprintln!("{bug}: run {attempt} missed the bug's place ({why}); running it again");
+        c = run_cell(id, cell, Some((&bin, bug)));
+    }
+    if let Some(why) = missed(&c) {
+        panic!("{bug}: {PRECONDITION_ATTEMPTS} runs missed the bug's place; the last: {why}");
+    }
     let o = c["oracles"]
         .as_array()
         .unwrap()
@@ -299,12 +325,20 @@ fn row_10_a_turn_whose_output_the_runner_holds_is_not_sent_again_after_a_power_c
     if no_fuse().is_some() {
         return;
     }
-    caught(
+    // The power cut takes the provider's thread only when the provider had
+    // not synced it yet; a run where it kept it continues the turn, and the
+    // bug (what the runner does with a lost thread) is not reached.
+    caught_where(
         "resend-lost-output",
         "restart-chaos.runner-codex.local.power-cut",
         &["--cut", "runner.item.persisted#3", "--fault", "power-cut"],
         "no-replay.effect",
         "in 2 conversations",
+        |c| {
+            let path = c["outcome"]["path"].as_str().unwrap_or_default();
+            path.starts_with("continued")
+                .then(|| format!("the provider kept its thread: {path}"))
+        },
     );
 }
 
