@@ -428,6 +428,43 @@ mod tests {
         wait_removed(&served.path);
     }
 
+    /// A stranger that opened the FIFO beside the provider (a tool shell
+    /// that inherited the path, say) holds it too: the scan of every
+    /// process finds it, and neither gets the key, though the provider's
+    /// tree alone would pass the check.
+    #[test]
+    fn a_stranger_holding_the_fifo_beside_the_provider_gets_nothing() {
+        use std::io::BufRead as _;
+        let state = tempfile::tempdir().unwrap();
+        let secret = Secret::new("k-678".to_owned());
+        let served = serve(state.path(), &secret, "spawn-test-fifo7", 1).unwrap();
+        let opener = "exec 3<\"$0\"; echo opened; IFS= read -r k <&3; printf '%s|' \"$k\"";
+        let holder = || {
+            let mut child = std::process::Command::new("sh")
+                .args(["-c", opener])
+                .arg(&served.path)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+            let mut line = String::new();
+            // The serving opens its end once a reader waits: then both opens
+            // finish, and the provider's is never the only one.
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line, "opened\n");
+            (child, out)
+        };
+        let (mut stranger, mut stranger_out) = holder();
+        let (mut provider, mut provider_out) = holder();
+        served.provider(provider.id() as i32);
+        let mut got = (String::new(), String::new());
+        std::io::Read::read_to_string(&mut provider_out, &mut got.0).unwrap();
+        std::io::Read::read_to_string(&mut stranger_out, &mut got.1).unwrap();
+        let _ = (provider.wait(), stranger.wait());
+        assert_eq!(got, ("|".to_owned(), "|".to_owned()));
+        wait_removed(&served.path);
+    }
+
     #[test]
     fn dropping_the_handle_ends_a_wait_for_a_reader() {
         let state = tempfile::tempdir().unwrap();
