@@ -23,10 +23,6 @@ use crate::engine::{Engine, EngineOptions, Secret};
 /// The environment variable that may carry the provider credential.
 pub use wire::secret::CREDENTIAL_ENV;
 
-/// Set by runnerd for itself when it re-executes without [`CREDENTIAL_ENV`]:
-/// the number of an inherited memfd holding the credential.
-const KEY_FD_ENV: &str = "TURNCUT_PROVIDER_KEY_FD";
-
 /// The shortest bearer token accepted from a file.
 pub const TOKEN_BYTES_MIN: usize = 16;
 
@@ -93,22 +89,21 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
         }
     };
     // Before anything else (no thread exists yet): closed to inspection by
-    // the tools it runs, and named as before a re-execution.
+    // the tools it runs, and the credential out of its environment. The
+    // kernel keeps the initial environment readable in /proc/PID/environ for
+    // the life of the image, so the key's bytes there are overwritten.
     if let Err(e) = crate::own_process::forbid_inspection() {
         eprintln!("runnerd: failed to make the process not dumpable: {e}");
         return 2;
     }
-    crate::own_process::keep_name(&std::env::args_os().next().unwrap_or_default());
-    // The kernel keeps the initial environment readable in /proc/PID/environ
-    // for the life of the image, so an image that was started with the
-    // credential replaces itself.
-    if std::env::var_os(CREDENTIAL_ENV).is_some() {
-        let e = reexec_without_credential(args.provider_key_file.is_none());
-        eprintln!(
-            "runnerd: failed to re-execute without {CREDENTIAL_ENV} in the environment: {e:#}"
-        );
-        return 2;
-    }
+    // SAFETY: no other thread exists yet.
+    let from_env = match unsafe { crate::own_process::take_env_scrubbed(CREDENTIAL_ENV) } {
+        Ok(key) => key,
+        Err(e) => {
+            eprintln!("runnerd: failed to take {CREDENTIAL_ENV} out of the environment: {e}");
+            return 2;
+        }
+    };
     #[cfg(feature = "seeded-bugs")]
     if let Some(bug) = args.seeded_bug {
         crate::seeded::activate(bug);
@@ -117,7 +112,7 @@ pub fn main(args: impl IntoIterator<Item = OsString>) -> i32 {
             bug.as_str()
         );
     }
-    match start(args) {
+    match start(args, from_env) {
         Ok(code) => code,
         Err(Exit(code, message)) => {
             eprintln!("runnerd: {message}");
@@ -132,7 +127,7 @@ struct Exit(i32, String);
 /// Everything before serving: cut points, the state directory and its
 /// lock, credential, logging, profiles, store, token and runtime; then
 /// serves until SIGTERM.
-fn start(mut args: Args) -> Result<i32, Exit> {
+fn start(mut args: Args, from_env: Option<String>) -> Result<i32, Exit> {
     cutpoint::init().map_err(|e| Exit(2, e.to_string()))?;
     args.state_dir = state_dir(&args.state_dir)?;
     // Held until this function returns, which is when runnerd exits.
@@ -140,7 +135,7 @@ fn start(mut args: Args) -> Result<i32, Exit> {
         crate::state_lock::LockError::Held { .. } => Exit(2, e.to_string()),
         crate::state_lock::LockError::Io { .. } => Exit(3, e.to_string()),
     })?;
-    let credential = read_credential(args.provider_key_file.as_deref())
+    let credential = read_credential(args.provider_key_file.as_deref(), from_env)
         .map_err(|e| Exit(2, format!("{e:#}")))?;
     // The credential lives in memory only from here on: no child inherits
     // it by accident, and it only reaches a provider through its profile.
@@ -282,68 +277,6 @@ async fn serve(
     Ok(0)
 }
 
-/// Replaces this process image with itself (`/proc/self/exe`, the same
-/// argv, so the multi-call `turncut runnerd` works too) without
-/// [`CREDENTIAL_ENV`]. With `pass` the credential goes along in a memfd that
-/// the new image inherits ([`KEY_FD_ENV`] names it) and closes after reading:
-/// never in argv, never in a file on disk. Returns only on failure.
-fn reexec_without_credential(pass: bool) -> anyhow::Error {
-    use std::os::unix::process::CommandExt as _;
-    let mut argv = std::env::args_os();
-    let arg0 = argv.next().unwrap_or_else(|| OsString::from("runnerd"));
-    let mut cmd = std::process::Command::new("/proc/self/exe");
-    cmd.arg0(arg0).args(argv).env_remove(CREDENTIAL_ENV);
-    let key = std::env::var(CREDENTIAL_ENV).unwrap_or_default();
-    if pass && !key.is_empty() {
-        match key_memfd(&key) {
-            Ok(fd) => {
-                cmd.env(KEY_FD_ENV, fd.to_string());
-            }
-            Err(e) => return anyhow::anyhow!("failed to hand the credential over: {e}"),
-        }
-    }
-    cmd.exec().into()
-}
-
-/// A memfd holding `key`, inherited across exec (no `MFD_CLOEXEC`).
-fn key_memfd(key: &str) -> std::io::Result<i32> {
-    use std::os::fd::{FromRawFd as _, IntoRawFd as _};
-    // SAFETY: a plain system call with a NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(c"runnerd-key".as_ptr(), 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned here.
-    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    file.write_all(key.as_bytes())?;
-    Ok(file.into_raw_fd())
-}
-
-/// The credential a previous image of this process handed over in a memfd
-/// ([`reexec_without_credential`]); the fd is closed and the variable removed.
-fn inherited_credential() -> anyhow::Result<Option<Secret>> {
-    use std::io::{Read as _, Seek as _};
-    use std::os::fd::FromRawFd as _;
-    let Some(value) = std::env::var_os(KEY_FD_ENV) else {
-        return Ok(None);
-    };
-    // SAFETY: no other thread exists yet.
-    unsafe { std::env::remove_var(KEY_FD_ENV) };
-    let fd: i32 = value
-        .to_str()
-        .and_then(|v| v.parse().ok())
-        .filter(|fd| *fd > 2)
-        .ok_or_else(|| anyhow::anyhow!("{KEY_FD_ENV} is not a descriptor number"))?;
-    // SAFETY: the previous image of this process opened it for us; it is
-    // owned (and closed) here.
-    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    let mut key = String::new();
-    file.rewind()
-        .and_then(|()| file.read_to_string(&mut key))
-        .map_err(|e| anyhow::anyhow!("failed to read the credential handed over: {e}"))?;
-    Ok(Some(Secret::new(key)))
-}
-
 /// Reads a secret file named by `flag`: it must be a regular file of mode
 /// 0600 or stricter holding at least `bytes_min` bytes (surrounding
 /// whitespace trimmed).
@@ -374,12 +307,16 @@ fn read_secret_file(flag: &str, path: &Path, bytes_min: usize) -> anyhow::Result
     Ok(text.to_owned())
 }
 
-fn read_credential(file: Option<&Path>) -> anyhow::Result<Option<Secret>> {
-    let inherited = inherited_credential()?;
+/// The provider credential: `--provider-key-file` when given, else what
+/// [`CREDENTIAL_ENV`] held (taken out of the environment at start).
+fn read_credential(
+    file: Option<&Path>,
+    from_env: Option<String>,
+) -> anyhow::Result<Option<Secret>> {
     if let Some(path) = file {
         return read_secret_file("--provider-key-file", path, 1).map(|k| Some(Secret::new(k)));
     }
-    Ok(inherited)
+    Ok(from_env.filter(|k| !k.is_empty()).map(Secret::new))
 }
 
 fn token(args: &Args) -> anyhow::Result<String> {

@@ -1,5 +1,5 @@
 //! One runnerd per state directory (row 1), a relative `--state-dir`
-//! (row 8) and runnerd's name after it re-executed itself (row 9).
+//! (row 8) and runnerd's name with the credential in its environment (row 9).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -118,12 +118,13 @@ fn a_relative_state_dir_keeps_provider_state_out_of_the_workspace() {
     assert!(rig.path("state/providers/t1").is_dir());
 }
 
-/// runnerd started with the credential in its environment re-executes
-/// itself to drop it, and keeps its name: `pgrep -x runnerd` finds a
-/// runnerd started as `runnerd` (here a link of that name to the
-/// multi-call `turncut`), through `/proc/PID/comm`.
+/// runnerd started with the credential in its environment takes it out in
+/// place (a re-execution through `/proc/self/exe` would have renamed it
+/// `exe`) and keeps its name: `pgrep -x runnerd` finds a runnerd started as
+/// `runnerd` (here a link of that name to the multi-call `turncut`),
+/// through `/proc/PID/comm`.
 #[test]
-fn runnerd_keeps_its_name_after_it_re_executed_itself() {
+fn runnerd_keeps_its_name_with_the_credential_in_its_environment() {
     let dir = tempfile::tempdir().unwrap();
     let link = dir.path().join("runnerd");
     std::os::unix::fs::symlink(exe(), &link).unwrap();
