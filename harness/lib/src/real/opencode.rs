@@ -69,6 +69,10 @@ pub(super) fn command(
     let config_file = home.join("opencode.json");
     std::fs::write(&config_file, config(model_url).to_string())?;
     let dir = |rel: &str| home.join(rel).display().to_string();
+    // OpenCode (a Bun executable) unpacks a native library of 5 MB into
+    // its temporary directory at every start and never removes it: in the
+    // product's home it goes with the home, not into the machine's /tmp.
+    std::fs::create_dir_all(home.join("tmp"))?;
     let mut cmd: Vec<String> = vec!["env".into()];
     for var in wire::secret::CREDENTIAL_VARS {
         cmd.extend(["-u".to_owned(), (*var).to_owned()]);
@@ -80,6 +84,7 @@ pub(super) fn command(
         format!("XDG_CACHE_HOME={}", dir(".cache")),
         format!("XDG_STATE_HOME={}", dir(".local/state")),
         format!("OPENCODE_CONFIG={}", config_file.display()),
+        format!("TMPDIR={}", dir("tmp")),
     ]);
     cmd.extend(OFFLINE_ENV.iter().map(|(k, v)| format!("{k}={v}")));
     cmd.push(p.bin.display().to_string());
