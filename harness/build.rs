@@ -4,5 +4,6 @@
 //! ~34,000 relocations at each start, copying the pages they touched
 //! (`docs/architecture.md`, `src/main.rs`).
 fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-link-arg-bins=-no-pie");
 }

@@ -430,8 +430,8 @@ mod tests {
 
     /// A stranger that opened the FIFO beside the provider (a tool shell
     /// that inherited the path, say) holds it too: the scan of every
-    /// process finds it, and neither gets the key, though the provider's
-    /// tree alone would pass the check.
+    /// process finds it, and neither gets the key, though a look at the
+    /// provider's own descriptors alone would find only the provider.
     #[test]
     fn a_stranger_holding_the_fifo_beside_the_provider_gets_nothing() {
         use std::io::BufRead as _;
