@@ -490,6 +490,7 @@ struct WithCommon {
 }
 
 fn main() {
+    cutpoint::die_with_parent();
     let args: Vec<OsString> = std::env::args_os().collect();
     let exe = std::env::current_exe().unwrap_or_else(|_| "turncut".into());
     // The runner and the fakes parse their own arguments, so they are

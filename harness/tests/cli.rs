@@ -185,3 +185,101 @@ fn the_release_runner_has_no_seeded_bugs() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--seeded-bug"));
 }
+
+/// The pids of the processes whose parent is `pid`, with their command lines.
+fn children_of(pid: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let ppid: u32 = after.split(' ').nth(1).unwrap().parse().unwrap();
+        if ppid == pid {
+            let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap_or_default();
+            out.push((child, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    out
+}
+
+/// Whether `pid` still runs (a zombie no one reaped has ended).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s[s.rfind(')').unwrap() + 2..].starts_with('Z'))
+}
+
+/// The runner and a stress worker are this binary, started without a fork
+/// of the harness (`supervisor::GroupChild::spawn`): each asks for its own
+/// death signal at start. A SIGKILLed `turncut` still takes them with it.
+#[test]
+fn the_runner_and_a_stress_worker_die_with_a_sigkilled_turncut() {
+    let mut harness = turncut()
+        .args([
+            "--stress",
+            "1",
+            "--idle-timeout-ms",
+            "60000",
+            "--hang-idle-timeout-ms",
+            "60000",
+            "--cell-wait-ms",
+            "60000",
+            "run",
+            "everyday-workflows.runner-codex.local.single-task",
+            "--cut",
+            "codex.turn_start.received#1",
+            "--fault",
+            "hang-provider",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let children = loop {
+        let children = children_of(harness.id());
+        let has = |what: &str| children.iter().any(|(_, c)| c.contains(what));
+        if has(" runnerd ") && has(harness::stress::WORKER_ARG) {
+            break children;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "turncut never had both a runner and a stress worker: {children:?}"
+        );
+        std::thread::yield_now();
+    };
+    eprintln!("children of turncut: {children:?}");
+    harness.kill().unwrap();
+    harness.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while children.iter().any(|(pid, _)| alive(*pid)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "outlived a SIGKILLed turncut: {children:?}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A child told a parent that is not its own (the harness died before the
+/// child asked for its death signal, and the child was reparented) ends at
+/// once; told its real parent, it runs.
+#[test]
+fn a_child_whose_harness_is_already_gone_ends_at_once() {
+    let orphaned = turncut()
+        .arg("list")
+        .env(cutpoint::DIE_WITH_ENV, "1")
+        .output()
+        .unwrap();
+    assert_eq!(orphaned.status.code(), Some(137), "{orphaned:?}");
+    assert!(orphaned.stdout.is_empty());
+    let parented = turncut()
+        .arg("list")
+        .env(cutpoint::DIE_WITH_ENV, std::process::id().to_string())
+        .output()
+        .unwrap();
+    assert!(parented.status.success(), "{parented:?}");
+}

@@ -31,6 +31,7 @@
 
 mod client;
 mod harness;
+mod parent;
 
 use std::fmt;
 use std::io;
@@ -41,6 +42,7 @@ use serde::{Deserialize, Serialize};
 
 pub use client::{active, held, hit, hit_io, init};
 pub use harness::{HeldHit, Holding, Listener, MESSAGE_WAIT_MS, Waker, trace_read};
+pub use parent::{DIE_WITH_ENV, die_with_parent};
 
 /// Path of the unix stream socket the harness listens on.
 pub const ENV_SOCKET: &str = "TURNCUT_CUT_SOCKET";

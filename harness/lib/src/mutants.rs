@@ -130,6 +130,8 @@ pub fn run(
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
     crate::progress::note(&format!("turncut mutants: seed {}", sel.seed));
     let bin = build_seeded()?;
+    // Its `main` asks for its own death signal, as turncut's does.
+    crate::supervisor::dies_with_parent(&bin);
     let by_profile = ids_by_profile(&scenarios, sel.profiles)?;
     let selected = selected_bugs(sel.bugs, sel.only)?;
     let mut env = CellEnv::new(exe, &scenarios_dir.clone().unwrap_or_default());

@@ -11,6 +11,40 @@ use std::process::{Child, Command};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
+/// Programs besides this binary that call [`cutpoint::die_with_parent`]
+/// first thing (the seeded `runnerd` of `turncut mutants`).
+static DIE_WITH_PARENT: std::sync::Mutex<Vec<std::path::PathBuf>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Says that `program` sets its own death signal ([`cutpoint::die_with_parent`]):
+/// [`GroupChild::spawn`] then spawns it without forking this process.
+pub fn dies_with_parent(program: &std::path::Path) {
+    DIE_WITH_PARENT
+        .lock()
+        .expect("programs")
+        .push(program.to_owned());
+}
+
+/// The device and inode of a file, to tell two paths to one binary apart
+/// from two binaries.
+fn file_id(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// Whether `program` sets its own death signal: this very binary, or one
+/// named by [`dies_with_parent`].
+fn sets_own_death_signal(program: &std::ffi::OsStr) -> bool {
+    let Some(it) = file_id(std::path::Path::new(program)) else {
+        return false;
+    };
+    let known = DIE_WITH_PARENT.lock().expect("programs").clone();
+    std::iter::once(std::path::PathBuf::from("/proc/self/exe"))
+        .chain(known)
+        .any(|p| file_id(&p) == Some(it))
+}
+
 /// A child process leading its own process group; the group is SIGKILLed on drop.
 #[derive(Debug)]
 pub struct GroupChild {
@@ -20,15 +54,32 @@ pub struct GroupChild {
 
 impl GroupChild {
     /// Spawns `cmd` in a new process group that dies with this process.
+    ///
+    /// A child that runs this very binary (runnerd, a stress worker) or
+    /// another that links `cutpoint` ([`dies_with_parent`]) sets its own
+    /// death signal as the first thing it does
+    /// ([`cutpoint::die_with_parent`], told the parent's pid by
+    /// [`cutpoint::DIE_WITH_ENV`]); with no `pre_exec` hook,
+    /// the standard library spawns it with `posix_spawn` (a vfork), which
+    /// copies none of this process's page tables. A wave process holds
+    /// hundreds of megabytes, and a fork of it, then the copy-on-write
+    /// faults on both sides until the exec, cost about a twentieth of a
+    /// wave's CPU. Any other program gets the signal set between fork and
+    /// exec.
     pub fn spawn(cmd: &mut Command) -> std::io::Result<GroupChild> {
         cmd.process_group(0);
-        // SAFETY: the closure runs in the forked child before exec and only
-        // calls prctl(2), which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                Ok(())
-            });
+        if sets_own_death_signal(cmd.get_program()) {
+            cmd.env(cutpoint::DIE_WITH_ENV, std::process::id().to_string());
+        } else {
+            cmd.env_remove(cutpoint::DIE_WITH_ENV);
+            // SAFETY: the closure runs in the forked child before exec and
+            // only calls prctl(2), which is async-signal-safe.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
+                    Ok(())
+                });
+            }
         }
         let child = cmd.spawn()?;
         Ok(GroupChild {
