@@ -359,15 +359,24 @@ fn apply_event(
     stage: usize,
 ) {
     let event = side.event(stage).clone();
-    if stage > 0 && !nemesis::alive_same(held.hit.pid, start) && aims_at_hit(side, stage, &held.hit)
-    {
+    let gone = stage > 0 && !nemesis::alive_same(held.hit.pid, start);
+    if gone && aims_at_hit(side, stage, &held.hit) {
         not_applied(side, stage, held);
         return;
     }
     mark_trace(side, stage);
+    let mut detail = json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() });
+    if gone {
+        // An action, sent to the runner all the same (`aims_at`).
+        detail["process_gone"] = json!(true);
+    }
     side.act(
-        if stage == 0 { "cut.reached" } else { "event.reached" },
-        json!({ "event": stage + 1, "point": held.hit.point, "n": held.hit.n, "role": held.hit.role, "pid": held.hit.pid, "fault": event.fault.as_str() }),
+        if stage == 0 {
+            "cut.reached"
+        } else {
+            "event.reached"
+        },
+        detail,
     );
     if stage == 0 {
         report.cut_role = Some(Role::of(&held.hit.role));
@@ -412,8 +421,19 @@ fn aims_at_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
 }
 
 /// [`aims_at_hit`] by the fault, the role of the hit's process and whether
-/// the match held the runner.
+/// the match held the runner. An action (a follow-up, a Retry) at a
+/// provider's or the model API's hit aims at the runner's API, not at that
+/// process: it is sent as soon as the harness comes to it, whether or not
+/// the process is still there. Its moment was never exact — the runner is
+/// not held for an action and goes on meanwhile — and a provider the runner
+/// stopped in that time (its turn ended by another route; seen under load,
+/// when the harness came to the hit 18 ms late) leaves the action's meaning
+/// as it was: a follow-up or a Retry just after that point. At a runner's
+/// own hit, the runner that hit it is the one to send to.
 fn aims_at(fault: Fault, hit_role: Role, runner_held: bool) -> bool {
+    if fault.class() == FaultClass::Action && hit_role != Role::Runner {
+        return false;
+    }
     let plan = nemesis::plan(fault);
     hit_role == Role::Runner || plan.provider_signal.is_some() || !runner_held
 }
@@ -740,5 +760,12 @@ mod tests {
         assert!(aims_at(Fault::FailWrite, Role::Runner, false));
         // A runner not held at the match went on: the moment is gone.
         assert!(aims_at(Fault::KillRunner, Role::Provider, false));
+        // An action goes to the runner's API, wherever a provider was;
+        // at a runner's hit, to that runner.
+        for role in [Role::Provider, Role::Model] {
+            assert!(!aims_at(Fault::FollowUp, role, false));
+            assert!(!aims_at(Fault::Retry, role, false));
+        }
+        assert!(aims_at(Fault::FollowUp, Role::Runner, false));
     }
 }
