@@ -3,10 +3,9 @@
 //!
 //! The one-cut cells of a wave (stage 1) each walk a recovery path (the
 //! snapshot's path words: `continued → completed`, `re-sent → completed`, `failed
-//! ambiguous_turn_start → retry → completed`, …). For every recovery a
-//! profile's one-cut cells walked (the path's recovery words, whichever turn
-//! it happened in: [`recovery_words`]), one cell that walked it is its
-//! representative ([`representatives`]): a traced run of its event
+//! ambiguous_turn_start → retry → completed`, …). For every path a profile's
+//! one-cut cells walked, in each scenario shape, the first cell that walked
+//! it (in cell order) is its representative: a traced run of its event
 //! lists the boundaries of the recovery that follows, and each boundary of
 //! that recovery — and where the path goes through a Retry, each boundary
 //! of the Retry up to its first accepted turn — gets a second event:
@@ -70,31 +69,11 @@ fn waiting_work(s: &Scenario) -> usize {
         .sum()
 }
 
-/// The recovery a path names: its recovery words (`continued`, `adopted`,
-/// `re-sent`, `tool uncertain`, `failed <cause>`, `retry`), in order,
-/// without the runs that simply ended (`completed`) or were follow-ups
-/// (`follow-up`). `continued → completed → follow-up → completed` and
-/// `completed → follow-up → continued → completed` are one recovery, a
-/// continuation, met in the first message's turn or in the next one's: the
-/// runner recovers either from the same kind of durable state with the same
-/// code, and the first of them in the order of [`representatives`] is cut
-/// twice. A path with no recovery word (`completed`, `completed →
-/// follow-up → completed`: a restart that found nothing to decide but a
-/// turn to send) is one recovery too, the restart's own: its words are
-/// empty.
-pub fn recovery_words(path: &str) -> String {
-    path.split(" → ")
-        .filter(|w| !matches!(*w, "completed" | "follow-up"))
-        .collect::<Vec<_>>()
-        .join(" → ")
-}
-
-/// The representatives of the recovery paths walked by `stage1`'s one-cut
-/// cells: per profile and recovery ([`recovery_words`]), the first cell (in
-/// cell order) of the scenario that leaves the most work waiting
-/// ([`waiting_work`]) among the cells that walked it and reached their cut.
-/// The count grows with the recoveries, not with the boundaries, the
-/// scenarios or the turn a recovery happened in.
+/// The representatives of the paths walked by `stage1`'s one-cut cells:
+/// per profile and path, the first cell (in cell order) of the scenario
+/// that leaves the most work waiting ([`waiting_work`]) among the cells that
+/// walked it and reached their cut. The count grows with the paths, not
+/// with the boundaries or the scenarios.
 pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Representative> {
     let mut cells: Vec<(&CellResult, usize)> = stage1
         .iter()
@@ -122,7 +101,7 @@ pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Rep
         };
         let key = (
             r.spec.scenario_id.profile().to_owned(),
-            recovery_words(&r.outcome.path),
+            r.outcome.path.clone(),
         );
         seen.entry(key).or_insert_with(|| Representative {
             scenario_id: r.spec.scenario_id.to_string(),
@@ -435,26 +414,6 @@ mod tests {
         assert_eq!(span(&after[..3]).len(), 2, "no acceptance: to the end");
     }
 
-    #[test]
-    fn a_path_names_its_recovery_by_its_recovery_words() {
-        let first_turn = "continued → completed → follow-up → completed";
-        let next_turn = "completed → follow-up → continued → completed";
-        assert_eq!(recovery_words(first_turn), "continued");
-        assert_eq!(recovery_words(first_turn), recovery_words(next_turn));
-        assert_eq!(
-            recovery_words(
-                "completed → follow-up → failed active_turn_recovery_closed → retry → completed"
-            ),
-            "failed active_turn_recovery_closed → retry"
-        );
-        assert_ne!(
-            recovery_words("tool uncertain → continued → completed"),
-            recovery_words("continued → completed")
-        );
-        assert_eq!(recovery_words("completed → follow-up → completed"), "");
-        assert_eq!(recovery_words("completed"), "");
-    }
-
     fn walked(cell_id: &str, scenario_id: &str, event: &str, path: &str) -> CellResult {
         let events = crate::model::parse_schedule(event).unwrap();
         CellResult {
@@ -475,12 +434,14 @@ mod tests {
         }
     }
 
-    /// One continuation met in two turns of one scenario, and in another
-    /// scenario, is one recovery: cut twice once, from the first cell of
-    /// the scenario that leaves the most work waiting. A restart with
-    /// nothing to decide is a recovery of its own.
+    /// A path is the whole of it, run by run: a continuation followed by a
+    /// follow-up's run is not the continuation of that follow-up's turn,
+    /// nor a continuation with nothing after it. Keyed by the recovery
+    /// words alone (2026-12-04), stage 2 cut only one of them per profile,
+    /// and `retry-decides-by-primary-turn` (a continued turn, then a failed
+    /// follow-up run, then a Retry) escaped OpenCode at seed 13.
     #[test]
-    fn one_recovery_met_in_several_turns_and_scenarios_has_one_representative() {
+    fn one_recovery_followed_by_other_runs_is_another_path() {
         let scenarios = scenario::load(None).unwrap();
         let retry = "restart-chaos.runner-codex.local.cut-turn-start-retry";
         let single = "everyday-workflows.runner-codex.local.single-task";
@@ -498,36 +459,21 @@ mod tests {
                 "continued → completed → follow-up → completed",
             ),
             walked(
+                "t003",
+                retry,
+                "runner.turn_intent.persisted#1/kill-runner",
+                "continued → completed → follow-up → completed",
+            ),
+            walked(
                 "t006",
                 retry,
                 "runner.turn_accepted.persisted#2/kill-runner",
                 "completed → follow-up → continued → completed",
             ),
-            walked(
-                "t010",
-                retry,
-                "runner.turn_intent.persisted#1/kill-runner",
-                "completed → follow-up → completed",
-            ),
-            walked(
-                "t011",
-                single,
-                "runner.turn_intent.persisted#1/kill-runner",
-                "completed",
-            ),
         ];
         let reps = representatives(&scenarios, &stage1);
-        let got: Vec<(&str, &str)> = reps
-            .iter()
-            .map(|r| (r.cell_id.as_str(), r.path.as_str()))
-            .collect();
-        assert_eq!(
-            got,
-            [
-                ("t002", "continued → completed → follow-up → completed"),
-                ("t010", "completed → follow-up → completed"),
-            ]
-        );
+        let got: Vec<&str> = reps.iter().map(|r| r.cell_id.as_str()).collect();
+        assert_eq!(got, ["t001", "t002", "t006"]);
     }
 
     #[test]
