@@ -62,10 +62,11 @@ impl GroupChild {
     /// [`cutpoint::DIE_WITH_ENV`]); with no `pre_exec` hook,
     /// the standard library spawns it with `posix_spawn` (a vfork), which
     /// copies none of this process's page tables. A wave process holds
-    /// hundreds of megabytes, and a fork of it, then the copy-on-write
-    /// faults on both sides until the exec, cost about a twentieth of a
-    /// wave's CPU. Any other program gets the signal set between fork and
-    /// exec.
+    /// hundreds of megabytes and many threads; forking it at every runner
+    /// start, with the copy-on-write faults on both sides until the exec,
+    /// took about two fifths of a default wave's CPU (897 CPU-s with the
+    /// fork, 523 without, 2026-12-04). Any other program gets the signal
+    /// set between fork and exec.
     pub fn spawn(cmd: &mut Command) -> std::io::Result<GroupChild> {
         cmd.process_group(0);
         if sets_own_death_signal(cmd.get_program()) {
