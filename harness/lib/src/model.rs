@@ -545,6 +545,25 @@ pub struct CellResult {
     pub reruns: Vec<Rerun>,
 }
 
+impl CellResult {
+    /// A result of `spec` with `verdict` and `outcome` and nothing else
+    /// (no oracle, no error, no rerun): the tests' fixture.
+    #[cfg(test)]
+    pub fn bare(spec: CellSpec, verdict: Verdict, outcome: Outcome) -> CellResult {
+        CellResult {
+            spec,
+            verdict,
+            oracles: Vec::new(),
+            outcome,
+            duration_ms: 1,
+            reproduce: String::new(),
+            error: None,
+            retried: None,
+            reruns: Vec::new(),
+        }
+    }
+}
+
 /// One timing rerun of a cell: why, and the timeouts it ran with.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Rerun {

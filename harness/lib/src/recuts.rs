@@ -416,22 +416,16 @@ mod tests {
 
     fn walked(cell_id: &str, scenario_id: &str, event: &str, path: &str) -> CellResult {
         let events = crate::model::parse_schedule(event).unwrap();
-        CellResult {
-            spec: plan::schedule_cell(1, cell_id.into(), scenario_id.into(), &events),
-            verdict: crate::model::Verdict::Pass,
-            oracles: Vec::new(),
-            outcome: crate::model::Outcome {
+        CellResult::bare(
+            plan::schedule_cell(1, cell_id.into(), scenario_id.into(), &events),
+            crate::model::Verdict::Pass,
+            crate::model::Outcome {
                 state: "completed".into(),
                 reached_cut: true,
                 path: path.into(),
                 ..Default::default()
             },
-            duration_ms: 1,
-            reproduce: String::new(),
-            error: None,
-            retried: None,
-            reruns: Vec::new(),
-        }
+        )
     }
 
     /// A path is the whole of it, run by run: a continuation followed by a

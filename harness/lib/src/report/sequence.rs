@@ -243,26 +243,20 @@ mod tests {
     const TIMELINE: &str = "     0 ms    H submit 202\n    12 ms    R #3 turn.started {}\n    15 ms    P <- request turn/start (id 2)\n    20 ms >> H cut.reached runner.turn_intent.persisted#1\n    25 ms    P -> turn/completed\n";
 
     fn cell(id: &str, verdict: Verdict) -> CellResult {
+        let spec = CellSpec {
+            cell_id: id.to_owned(),
+            scenario_id: "s".into(),
+            seed: 1,
+            events: Vec::new(),
+        };
         CellResult {
-            spec: CellSpec {
-                cell_id: id.to_owned(),
-                scenario_id: "s".into(),
-                seed: 1,
-                events: Vec::new(),
-            },
-            verdict,
             oracles: vec![OracleResult {
                 oracle: "o".to_owned(),
                 verdict,
                 message: String::new(),
                 evidence: vec!["events#3".to_owned(), "journal.jsonl:2".to_owned()],
             }],
-            outcome: Outcome::default(),
-            duration_ms: 1,
-            reproduce: String::new(),
-            error: None,
-            retried: None,
-            reruns: Vec::new(),
+            ..CellResult::bare(spec, verdict, Outcome::default())
         }
     }
 
