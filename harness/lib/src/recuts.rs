@@ -342,7 +342,7 @@ fn discover_all(
                     let interrupted =
                         crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
                     let found = match scenario::find(scenarios, &rep.scenario_id) {
-                        _ if interrupted => Err("interrupted (Ctrl-C) before it was traced".into()),
+                        _ if interrupted => Err("interrupted before it was traced".into()),
                         Some((s, profile)) => plan::discover_after(env, s, &profile, &rep.first)
                             .map_err(|e| format!("{e:#}")),
                         None => Err(format!("unknown scenario id {}", rep.scenario_id)),

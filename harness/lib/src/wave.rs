@@ -212,7 +212,7 @@ fn stop_reason_with(
     let not_run = planned.saturating_sub(finished.len());
     if interrupted {
         return Some(format!(
-            "interrupted (Ctrl-C); {not_run} planned cells did not run, and stage 2's recovery cuts may not all have been planned"
+            "interrupted (Ctrl-C or SIGTERM); {not_run} planned cells did not run, and stage 2's recovery cuts may not all have been planned"
         ));
     }
     if not_run == 0 {

@@ -84,7 +84,7 @@ fn facts(wave: &WaveResult, counts: &Counts) -> Vec<String> {
     }
     let (rerun, reruns) = super::timing_reruns(&wave.cells);
     facts.push(format!(
-        "{rerun} cells ran again for timing ({reruns} reruns with longer timeouts; a provider silent under load that no fault touched)"
+        "{rerun} cells ran again for timing ({reruns} reruns with longer timeouts: a provider found silent that no fault hung, or a task still running at the deadline)"
     ));
     if wave.run.stress > 0 {
         facts.push(format!("--stress {}", wave.run.stress));
