@@ -347,8 +347,8 @@ impl Server {
                 format!("session {} already has a prompt in progress", p.session_id),
             ));
         }
-        let client_id = p.meta.as_ref().and_then(|m| m.message_id.clone());
-        let continuation = turns::is_continuation(&p.text());
+        let client_id = p.client_id();
+        let continuation = turns::is_continuation(&p.runner_text());
         let turn_id = client_id
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
