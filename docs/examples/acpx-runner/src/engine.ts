@@ -69,6 +69,8 @@ export class Engine {
   private actors = new Map<string, { again: boolean; wake: () => void }>();
   private flights = new Map<string, Flight>();
   private agents = new Map<string, string>();
+  /** Tasks whose earlier acpx processes this runner process has stopped. */
+  private claimed = new Set<string>();
   private acpx: Acpx;
 
   readonly store: Store;
@@ -115,6 +117,14 @@ export class Engine {
     if (!task || task.state !== "running") return false;
     const run = this.store.run(task.current_run)!;
     try {
+      // Old provider first: whatever acpx ran for this task under an earlier
+      // runner process (its queue owner, the agent, their children) is
+      // stopped, with proof, before this one uses the session; acpx then
+      // reconnects a new owner to the saved session (session/load).
+      if (!this.claimed.has(taskId)) {
+        await this.stopAll(task, run.run_id);
+        this.claimed.add(taskId);
+      }
       const session = await this.conversation(task, run);
       await this.submitQueued(task, run, session);
       const unfinished = this.store.turns(run.run_id).find((t) => t.status === "intent" || t.status === "accepted");
@@ -331,7 +341,7 @@ export class Engine {
       case "adopt":
         return this.finished(task, run, turn, true);
       case "fail":
-        throw new Fail(d.code, `${d.message} (acpx: ${describe(outcome)})`, d.code === "ambiguous_turn_start" || d.code === "active_turn_recovery_closed");
+        throw new Fail(d.code, `${d.message} (acpx: ${describe(outcome)})`);
       case "send": {
         await this.store.write("turn_absent", task.task_id, [[run.run_id, "turn.absent_at_provider", { message_id: turn.message_id, provider_turn_id: turn.provider_turn_id, action: "acpx's journal never started it; submit it once" }]], () =>
           this.store.exec("UPDATE turns SET provider_turn_id = NULL, status = 'intent' WHERE turn_row = ?", turn.turn_row),
@@ -386,24 +396,29 @@ export class Engine {
   }
 
   /** Stops every acpx process of the task: each owner named in the run log
-   * (its group: the agent is in it), then everything with the task's marker;
-   * records each stop. Throws when something survives SIGKILL. */
+   * (its group: the agent is in it), then everything carrying any marker the
+   * task ever had; records each stop of a process the run log named. Throws
+   * when something survives SIGKILL. */
   private async stopAll(task: Task, runId: string): Promise<void> {
     const rows = this.store.liveProviders(task.task_id);
-    if (rows.length === 0) return;
     const events: Array<[string, string, Record<string, unknown>]> = [];
-    let killed = 0;
     for (const p of rows) {
-      const same = p.pid !== null && aliveSame(p.pid, p.start_time);
-      const swept = await sweep(same ? p.pgid : null, p.marker, 2000);
+      if (p.pid !== null && aliveSame(p.pid, p.start_time)) await sweep(p.pgid, p.marker, 2000);
+    }
+    let killed = 0;
+    for (const marker of this.store.markers(task.task_id)) {
+      const swept = await sweep(null, marker, 2000);
       killed += swept.killed;
       if (swept.survivors.length > 0) throw new Fail("cleanup_quarantined", `processes ${swept.survivors.join(", ")} of acpx survived SIGKILL`);
+    }
+    for (const p of rows) {
       events.push(
         p.pid === null
-          ? [runId, "provider.spawn_swept", { marker: p.marker, killed: swept.killed }]
-          : [runId, "provider.stopped", { identity: { pid: p.pid, pgid: p.pgid, start_time: p.start_time }, marked_killed: swept.killed }],
+          ? [runId, "provider.spawn_swept", { marker: p.marker, killed }]
+          : [runId, "provider.stopped", { identity: { pid: p.pid, pgid: p.pgid, start_time: p.start_time }, marked_killed: killed }],
       );
     }
+    if (events.length === 0) return;
     await this.store.write("provider_stop", task.task_id, events, () => this.store.exec("UPDATE providers SET stopped = 1 WHERE task_id = ?", task.task_id));
   }
 

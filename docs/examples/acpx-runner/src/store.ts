@@ -195,6 +195,12 @@ export class Store {
     return r.o;
   }
 
+  /** Every spawn marker the task ever had: acpx keeps a session's agent
+   * command (with the marker it was created with) for the session's life. */
+  markers(taskId: string): string[] {
+    return (this.db.prepare("SELECT DISTINCT marker FROM providers WHERE task_id = ?").all(taskId) as Array<{ marker: string }>).map((r) => r.marker);
+  }
+
   liveProviders(taskId: string): Provider[] {
     return this.db.prepare("SELECT * FROM providers WHERE task_id = ? AND stopped = 0 ORDER BY row").all(taskId) as Provider[];
   }
