@@ -26,3 +26,4 @@ mod stdio;
 pub mod tap;
 pub mod tap_http;
 pub mod turns;
+pub mod upstream;

@@ -75,7 +75,11 @@ impl PromptParams {
     /// acpx sends no `_meta` of the runner's), else none.
     pub fn client_id(&self) -> Option<String> {
         let meta = self.meta.as_ref().and_then(|m| m.message_id.clone());
-        meta.or_else(|| ::wire::marker::split_message_id(&self.text()).0.map(str::to_owned))
+        meta.or_else(|| {
+            ::wire::marker::split_message_id(&self.text())
+                .0
+                .map(str::to_owned)
+        })
     }
 
     /// The runner's text, without a message-id prefix.

@@ -32,10 +32,19 @@
 //! 404 with an OpenAI error body), and the echo of `instructions` and `tools`
 //! in the response object (kept `null`/`[]` so the journal stays small).
 //!
+//! The same model also speaks the Anthropic Messages API (`POST
+//! /v1/messages`, `anthropic.rs`), for agents built on the Claude Agent SDK:
+//! the same script, store, turn identity and cut points (`model.messages.*`
+//! where the Responses path passes `model.responses.*`), and upstream faults
+//! armed with `--upstream-fault` (`crate::upstream`; the Messages path only,
+//! for now).
+//!
 //! Files: this one holds the server (a request recorded, answered whole or
 //! streamed); `model.rs` the model's decision; `wire.rs` requests, responses
-//! and events; `store.rs` the durable turns.
+//! and events; `anthropic.rs` the Messages format; `store.rs` the durable
+//! turns.
 
+mod anthropic;
 mod model;
 pub mod store;
 pub mod wire;
@@ -70,7 +79,11 @@ pub fn bind(port: u16) -> Result<std::net::TcpListener, String> {
 
 /// Serves on `listener` (loopback) until stdin closes or SIGTERM arrives,
 /// then exits the process with 0.
-pub fn serve(opts: Options, listener: std::net::TcpListener) -> anyhow::Result<()> {
+pub fn serve(
+    opts: Options,
+    listener: std::net::TcpListener,
+    upstream: crate::upstream::Armed,
+) -> anyhow::Result<()> {
     let (journal, store) = crate::serving::start(&opts, "model-api", Some(&listener), |dir, j| {
         Store::open(dir, j.generation())
     })?;
@@ -78,9 +91,11 @@ pub fn serve(opts: Options, listener: std::net::TcpListener) -> anyhow::Result<(
         journal,
         store: Mutex::new(store),
         opts,
+        upstream,
     });
     let app = axum::Router::new()
         .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
         .fallback(fallback)
         .with_state(Arc::clone(&shared));
     crate::http::run(&shared, |s| &s.journal, listener, 2, "model api", app)
@@ -88,6 +103,7 @@ pub fn serve(opts: Options, listener: std::net::TcpListener) -> anyhow::Result<(
 
 struct Shared {
     opts: Options,
+    upstream: crate::upstream::Armed,
     journal: Journal,
     store: Mutex<Store>,
 }
@@ -146,8 +162,92 @@ async fn responses(
     // Cut points may block for the harness; the rest is blocking file I/O.
     tokio::task::block_in_place(|| {
         s.point("model.responses.received");
-        answer(&s, &method, &uri, &body)
+        answer(&s, Api::Responses, &method, &uri, &body)
     })
+}
+
+async fn messages(State(s): State<Arc<Shared>>, method: Method, uri: Uri, body: Bytes) -> Response {
+    s.journal_in(&method, &uri, &body);
+    tokio::task::block_in_place(|| {
+        s.point("model.messages.received");
+        if let Some(fault) = s.upstream.next_request() {
+            s.journal
+                .fact("upstream.fault", json!({ "fault": format!("{fault:?}") }));
+            if let crate::upstream::Upstream::Status {
+                code,
+                retry_after_s,
+            } = fault
+            {
+                return status_fault(&s, &method, &uri, code, retry_after_s);
+            }
+            return answer_with(&s, Api::Messages, &method, &uri, &body, Some(fault));
+        }
+        answer(&s, Api::Messages, &method, &uri, &body)
+    })
+}
+
+/// The two wire formats this model speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Api {
+    /// OpenAI Responses (`/v1/responses`).
+    Responses,
+    /// Anthropic Messages (`/v1/messages`).
+    Messages,
+}
+
+impl Api {
+    /// The cut-point segment of its requests and answers.
+    fn point(self) -> &'static str {
+        match self {
+            Api::Responses => "responses",
+            Api::Messages => "messages",
+        }
+    }
+
+    /// Its error body for `message` (a 400 names `param` where it can).
+    fn error(self, status: StatusCode, message: &str, param: Option<&str>) -> Value {
+        match self {
+            Api::Responses => {
+                let kind = if status.is_server_error() {
+                    "server_error"
+                } else {
+                    "invalid_request_error"
+                };
+                error_body(message, kind, param)
+            }
+            Api::Messages => anthropic::error_body(anthropic::error_type(status.as_u16()), message),
+        }
+    }
+
+    /// The event before which a finishing turn is recorded completed.
+    fn finishing_event(self) -> &'static str {
+        match self {
+            Api::Responses => "response.completed",
+            Api::Messages => "message_stop",
+        }
+    }
+}
+
+/// An upstream status fault: the Messages error body, with `retry-after`.
+fn status_fault(
+    s: &Shared,
+    method: &Method,
+    uri: &Uri,
+    code: u16,
+    retry_after_s: Option<u32>,
+) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let body = <Request as crate::upstream::Render>::error_body(
+        code,
+        "upstream fault injected by turncut",
+    );
+    let mut response = s.respond_json(method, uri, status, body);
+    if let Some(secs) = retry_after_s
+        && let Ok(v) = header::HeaderValue::from_str(&secs.to_string())
+    {
+        response.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    response
 }
 
 /// What one request made of its turn: the model's plan, the calls it issues
@@ -158,18 +258,29 @@ struct Taken {
     script_turn: ScriptTurn,
 }
 
-fn answer(s: &Arc<Shared>, method: &Method, uri: &Uri, body: &Bytes) -> Response {
+fn answer(s: &Arc<Shared>, api: Api, method: &Method, uri: &Uri, body: &Bytes) -> Response {
+    answer_with(s, api, method, uri, body, None)
+}
+
+fn answer_with(
+    s: &Arc<Shared>,
+    api: Api,
+    method: &Method,
+    uri: &Uri,
+    body: &Bytes,
+    fault: Option<crate::upstream::Upstream>,
+) -> Response {
     let bad = |message: String, param: Option<&str>| {
         s.journal
             .fact("request.rejected", json!({ "reason": message }));
-        s.respond_json(
-            method,
-            uri,
-            StatusCode::BAD_REQUEST,
-            error_body(&message, "invalid_request_error", param),
-        )
+        let body = api.error(StatusCode::BAD_REQUEST, &message, param);
+        s.respond_json(method, uri, StatusCode::BAD_REQUEST, body)
     };
-    let req = match Request::from_body(body) {
+    let parsed = match api {
+        Api::Responses => Request::from_body(body),
+        Api::Messages => anthropic::translate(body).and_then(Request::parse),
+    };
+    let req = match parsed {
         Ok(r) => r,
         Err((message, param)) => return bad(message, param),
     };
@@ -183,16 +294,9 @@ fn answer(s: &Arc<Shared>, method: &Method, uri: &Uri, body: &Bytes) -> Response
     let taken = match take_turn(s, &req, &outputs) {
         Ok(t) => t,
         Err(e) => {
-            return s.respond_json(
-                method,
-                uri,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                error_body(
-                    &format!("failed to read the ledger: {e}"),
-                    "server_error",
-                    None,
-                ),
-            );
+            let status = StatusCode::INTERNAL_SERVER_ERROR;
+            let body = api.error(status, &format!("failed to read the ledger: {e}"), None);
+            return s.respond_json(method, uri, status, body);
         }
     };
     let finishing = matches!(taken.plan, Plan::Final(_));
@@ -203,15 +307,13 @@ fn answer(s: &Arc<Shared>, method: &Method, uri: &Uri, body: &Bytes) -> Response
         .filter(|t| t.approval)
         .map(|t| t.key.clone())
         .collect();
-    let built = wire::build_response(
-        &req,
-        &taken.plan,
-        &taken.calls,
-        &approvals,
-        body.len(),
-        |key| call_body(&s.opts, &req, key),
-    );
-    send(s, method, uri, &req, built, finishing)
+    let call = |key: &str| call_body(&s.opts, &req, key);
+    let (plan, calls) = (&taken.plan, &taken.calls);
+    let built = match api {
+        Api::Responses => wire::build_response(&req, plan, calls, &approvals, body.len(), call),
+        Api::Messages => anthropic::build(&req, plan, calls, &approvals, body.len(), call),
+    };
+    send(s, api, method, uri, &req, built, (finishing, fault))
 }
 
 /// Plays the request's turn: the model decides, the calls it issues are
@@ -282,18 +384,19 @@ fn take_turn(
 /// [`stream_events`]. A finishing turn is recorded `completed` first.
 fn send(
     s: &Arc<Shared>,
+    api: Api,
     method: &Method,
     uri: &Uri,
     req: &Request,
     built: Built,
-    finishing: bool,
+    (finishing, fault): (bool, Option<crate::upstream::Upstream>),
 ) -> Response {
     if !req.stream {
         if finishing {
             complete_turn(s, &req.conversation, &req.message_id);
         }
         let response = s.respond_json(method, uri, StatusCode::OK, built.response);
-        s.point("model.responses.responded");
+        s.point(&format!("model.{}.responded", api.point()));
         return response;
     }
     s.journal.message_out(&json!({
@@ -303,12 +406,8 @@ fn send(
     let producer = Arc::clone(s);
     let (conversation, message_id) = (req.conversation.clone(), req.message_id.clone());
     std::thread::spawn(move || {
-        stream_events(
-            &producer,
-            built.events,
-            tx,
-            finishing.then_some((conversation, message_id)),
-        )
+        let finishing = finishing.then_some((conversation, message_id));
+        stream_events(&producer, api, built.events, tx, (finishing, fault))
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -396,19 +495,30 @@ type Frame = (Bytes, std::sync::mpsc::SyncSender<()>);
 /// `completed` before `response.completed` goes out.
 fn stream_events(
     s: &Shared,
+    api: Api,
     events: Vec<Value>,
     tx: tokio::sync::mpsc::UnboundedSender<Frame>,
-    finishing: Option<(String, String)>,
+    (finishing, fault): (Option<(String, String)>, Option<crate::upstream::Upstream>),
 ) {
-    for event in events {
+    use crate::upstream::{StreamFault, Upstream};
+    for (index, event) in events.into_iter().enumerate() {
         let kind = event["type"].as_str().unwrap_or_default().to_owned();
-        if kind == "response.completed"
+        let data = match Upstream::stream_fault(fault, index) {
+            StreamFault::Cut => {
+                s.journal
+                    .fact("stream.cut", json!({ "before": kind, "index": index }));
+                return;
+            }
+            StreamFault::Malform => "{\"type\": malformed by turncut".to_owned(),
+            StreamFault::Send => event.to_string(),
+        };
+        if kind == api.finishing_event()
             && let Some((conversation, message_id)) = &finishing
         {
             complete_turn(s, conversation, message_id);
         }
         s.journal.message_out(&json!({ "event": event }));
-        let frame = Bytes::from(format!("event: {kind}\ndata: {event}\n\n"));
+        let frame = Bytes::from(format!("event: {kind}\ndata: {data}\n\n"));
         let (ack, acked) = std::sync::mpsc::sync_channel(1);
         if tx.send((frame, ack)).is_err() || acked.recv().is_err() {
             s.journal.fact("stream.abandoned", json!({ "at": kind }));
@@ -417,7 +527,7 @@ fn stream_events(
         s.point(&format!("model.{}.sent", cutpoint::slug(&kind)));
     }
     drop(tx);
-    s.point("model.responses.responded");
+    s.point(&format!("model.{}.responded", api.point()));
 }
 
 /// The SSE body: yields frames as they come and acknowledges a frame when the

@@ -92,7 +92,7 @@ impl Request {
         Request::parse(raw)
     }
 
-    fn parse(raw: Value) -> Result<Request, (String, Option<&'static str>)> {
+    pub(super) fn parse(raw: Value) -> Result<Request, (String, Option<&'static str>)> {
         let stream = match raw.get("stream") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
@@ -467,7 +467,7 @@ fn message_item(events: &mut Events, index: usize, text: &str) -> Value {
 
 /// The function and arguments of the call of `key` doing `body`, in the
 /// shape the request's tools want.
-fn call_arguments<'r>(
+pub(super) fn call_arguments<'r>(
     req: &'r Request,
     key: &str,
     body: CallBody,
