@@ -136,11 +136,23 @@ impl Request {
                     .map(str::to_owned)
             })
             .unwrap_or_else(|| "default".to_owned());
+        // A runner that can send only text (acpx, through an agent) names
+        // its message by a prefix of it (`wire::marker`); a continuation runs
+        // under the message it continues.
+        let marked = users
+            .last()
+            .and_then(|u| wire::marker::split_message_id(u).0)
+            .map(|id| {
+                id.strip_suffix(wire::client_id::CONTINUATION)
+                    .unwrap_or(id)
+                    .to_owned()
+            });
         let message_id = metadata("turncut_message_id")
+            .or(marked)
             .unwrap_or_else(|| derived_message_id(&conversation, &users));
         let continuation = users
             .last()
-            .is_some_and(|u| wire::marker::is_continuation(u));
+            .is_some_and(|u| wire::marker::is_continuation(wire::marker::split_message_id(u).1));
         let parallel = raw
             .get("parallel_tool_calls")
             .and_then(Value::as_bool)
