@@ -6,7 +6,7 @@
 // watch` reads, schema `acpx.session.journal.v1`). This module decides
 // nothing; the engine does.
 
-import { readFileSync, readdirSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { createSharedAcpRuntime, type SharedAcpRuntime } from "acpx/runtime";
 import { MARKER_ENV } from "./processes.ts";
@@ -81,15 +81,21 @@ export class Acpx {
     return null;
   }
 
+  /** Whether acpx still has the record of session `recordId` (a power
+   * cut can take it: acpx syncs nothing). */
+  hasRecord(recordId: string): boolean {
+    return existsSync(join(this.home, ".acpx", "sessions", `${encodeURIComponent(recordId)}.json`));
+  }
+
   /** Request `requestId`'s outcome in the journal of session `recordId`;
    * `size` is the journal's length, which grows with every message acpx
    * journals (the engine's sign of life while it follows a turn). */
-  outcome(recordId: string, requestId: string): { outcome: Outcome; size: number } {
+  outcome(recordId: string, requestId: string): { outcome: Outcome; size: number; echoed: boolean } {
     let text: string;
     try {
       text = readFileSync(join(this.home, ".acpx", "sessions", `${encodeURIComponent(recordId)}.stream.ndjson`), "utf8");
     } catch {
-      return { outcome: { kind: "none" }, size: 0 };
+      return { outcome: { kind: "none" }, size: 0, echoed: false };
     }
     let outcome: Outcome = { kind: "none" };
     for (const line of text.split("\n")) {
@@ -112,8 +118,20 @@ export class Acpx {
               : { kind: "failed", detailCode: r.error?.detailCode ?? null, message: String(r.error?.message ?? "") };
       }
     }
-    return { outcome, size: text.length };
+    return { outcome, size: text.length, echoed: echoed(text, requestId) };
   }
+}
+
+/** Whether acpx's journal of session `recordId` holds the agent's echo of
+ * message `clientId` (a `user_message_chunk` with that `messageId`): the
+ * agent recorded the turn, live or in a `session/load` replay acpx
+ * journaled. acpx journals the agent's messages in batches (every 500 ms),
+ * so an echo the agent sent just before a crash may be missing. */
+export function echoed(text: string, clientId: string): boolean {
+  const id = JSON.stringify(clientId);
+  return text
+    .split("\n")
+    .some((l) => l.includes('"user_message_chunk"') && l.includes(`"messageId":${id}`));
 }
 
 function alive(pid: number): boolean {

@@ -20,14 +20,13 @@
 // settles and before a Retry, and calls an owner that journals nothing for
 // the idle timeout unresponsive.
 
-import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { randomUUID } from "node:crypto";
 import type { AcpRuntimeHandle } from "acpx/runtime";
 import { Acpx, type Outcome, withMessageId } from "./acpx.ts";
 import { MARKER_ENV, aliveSame, startTime, sweep } from "./processes.ts";
 import { classify, type Found } from "./recovery.ts";
-import { StorageError, type Cause, type Message, type Run, type Store, type Task, type Turn } from "./store.ts";
+import { StorageError, mkdirDurable, type Cause, type Message, type Run, type Store, type Task, type Turn } from "./store.ts";
 
 export type Profile = { driver: string; command: string[]; approval: string; credential_env: string };
 export type Options = { stateDir: string; idleMs: number; termGraceMs: number; profiles: Map<string, Profile> };
@@ -58,6 +57,10 @@ export const CONTINUE_TEXT =
  * gives (50 ms in hang cells) is raised to it. */
 const IDLE_FLOOR_MS = 3_000;
 
+/** Submissions of one turn in one runner process after its owner was lost
+ * (a bound, not a record: each restart starts again). */
+const SENDS_MAX = 3;
+
 /** How often a turn being followed is looked at (owner alive, journal grown). */
 const FOLLOW_TICK_MS = 100;
 
@@ -69,6 +72,8 @@ export class Engine {
   private actors = new Map<string, { again: boolean; wake: () => void }>();
   private flights = new Map<string, Flight>();
   private agents = new Map<string, string>();
+  /** Submissions again per turn in this process (`SENDS_MAX`). */
+  private sends = new Map<string, number>();
   /** Tasks whose earlier acpx processes this runner process has stopped. */
   private claimed = new Set<string>();
   private acpx: Acpx;
@@ -80,7 +85,7 @@ export class Engine {
     this.store = store;
     this.opts = opts;
     const home = join(opts.stateDir, "acpx-home");
-    mkdirSync(home, { recursive: true, mode: 0o700 });
+    mkdirDurable(home);
     process.env.HOME = home;
     this.acpx = new Acpx(home, this.agents);
   }
@@ -158,11 +163,12 @@ export class Engine {
    * conversation id. A Retry run gets a session of its own. */
   private async conversation(task: Task, run: Run): Promise<AcpRuntimeHandle> {
     const current = this.store.run(run.run_id)!;
-    if (current.conversation_id !== null) return handle(current.conversation_id, task.workspace);
+    const have = current.conversation_id;
+    if (have !== null && this.acpx.hasRecord(have)) return handle(have, task.workspace);
     const marker = await this.marker(task, run);
     const profile = this.opts.profiles.get(task.profile)!;
     const providerDir = join(this.opts.stateDir, "providers", encodeURIComponent(task.task_id));
-    mkdirSync(providerDir, { recursive: true });
+    mkdirDurable(providerDir);
     const argv = profile.command.map((a) =>
       a.replaceAll("{provider_dir}", providerDir).replaceAll("{workspace}", task.workspace).replaceAll("{task_id}", task.task_id),
     );
@@ -177,13 +183,23 @@ export class Engine {
     // A Retry's run opens a session under a key of its own: acpx finds a
     // session by agent, directory and key, and the Retry's must be fresh.
     const key = run.kind === "retry" ? `${task.task_id}/${run.run_id}` : task.task_id;
+    // acpx lost the record of a session this run opened (a power cut: it
+    // syncs none of its files): its documented way back is a session that
+    // resumes the agent's session id (`sessions new --resume-session`).
+    const resume = have ?? undefined;
     let h: AcpRuntimeHandle;
     try {
-      h = await this.acpx.runtime.ensureSession({ sessionKey: key, agent, cwd: task.workspace, mode: "persistent" });
+      h = await this.acpx.runtime.ensureSession({ sessionKey: key, agent, cwd: task.workspace, mode: "persistent", resumeSessionId: resume });
     } catch (e) {
-      throw new Fail("provider_start_failed", `acpx could not ensure a session: ${(e as Error).message}`);
+      throw new Fail("provider_start_failed", `acpx could not ${resume ? `resume session ${resume}` : "ensure a session"}: ${(e as Error).message}`);
     }
-    await this.store.write("conversation", task.task_id, [[run.run_id, "conversation.opened", { conversation_id: h.acpxRecordId, acpx_session_key: key }]], () =>
+    if (resume !== undefined && h.acpxRecordId !== resume) {
+      // acpx names the resumed session's record anew: the conversation is
+      // the agent's session, which the run keeps.
+      process.stderr.write(`acpx-runner: acpx restored session ${resume} as record ${h.acpxRecordId}\n`);
+    }
+    const kind = resume ? "conversation.restored" : "conversation.opened";
+    await this.store.write("conversation", task.task_id, [[run.run_id, kind, { conversation_id: h.acpxRecordId, acpx_session_key: key, resumed: resume ?? null }]], () =>
       this.store.exec("UPDATE runs SET conversation_id = ? WHERE run_id = ?", h.acpxRecordId!, run.run_id),
     );
     return h;
@@ -299,7 +315,7 @@ export class Engine {
       }
       // Not submitted by this process, or its submission ended unsettled.
       const now = this.store.turns(run.run_id).find((t) => t.turn_row === turn.turn_row)!;
-      const { outcome, size } = this.acpx.outcome(recordId, now.client_id);
+      const { outcome, size, echoed } = this.acpx.outcome(recordId, now.client_id);
       const owner = this.acpx.owner(recordId);
       if (owner) await this.noteOwner(task, run, session);
       if (size !== journalSize) {
@@ -321,7 +337,7 @@ export class Engine {
         if (Date.now() - lastMs > this.idleMs) await this.unresponsive(task, run, session, Date.now() - lastMs);
         continue;
       }
-      return this.recover(task, run, session, now, outcome);
+      return this.recover(task, run, session, now, outcome, echoed);
     }
   }
 
@@ -333,9 +349,8 @@ export class Engine {
 
   /** A turn whose result this process did not see, its owner gone: acpx's
    * journal in the place of the agent's replay (recovery.ts). */
-  private async recover(task: Task, run: Run, session: AcpRuntimeHandle, turn: Turn, outcome: Outcome): Promise<void> {
-    const found: Found =
-      outcome.kind === "none" ? "absent" : outcome.kind === "completed" ? "completed" : "unsettled";
+  private async recover(task: Task, run: Run, session: AcpRuntimeHandle, turn: Turn, outcome: Outcome, echoed: boolean): Promise<void> {
+    const found: Found = outcome.kind === "completed" ? "completed" : echoed ? "recorded" : "absent";
     const d = classify(turn.kind === "continuation" ? "continuation" : turn.status === "accepted" ? "accepted" : "intent", found);
     switch (d.do) {
       case "adopt":
@@ -343,9 +358,14 @@ export class Engine {
       case "fail":
         throw new Fail(d.code, `${d.message} (acpx: ${describe(outcome)})`);
       case "send": {
-        await this.store.write("turn_absent", task.task_id, [[run.run_id, "turn.absent_at_provider", { message_id: turn.message_id, provider_turn_id: turn.provider_turn_id, action: "acpx's journal never started it; submit it once" }]], () =>
-          this.store.exec("UPDATE turns SET provider_turn_id = NULL, status = 'intent' WHERE turn_row = ?", turn.turn_row),
-        );
+        const sent = (this.sends.get(turn.client_id) ?? 0) + 1;
+        this.sends.set(turn.client_id, sent);
+        if (sent > SENDS_MAX) throw new Fail("provider_start_failed", `acpx did not run turn ${turn.client_id} in ${SENDS_MAX} submissions (acpx: ${describe(outcome)})`);
+        if (turn.status === "accepted") {
+          await this.store.write("turn_absent", task.task_id, [[run.run_id, "turn.absent_at_provider", { message_id: turn.message_id, provider_turn_id: turn.provider_turn_id, action: "the agent's echo is not in acpx's journal; submit it once more" }]], () =>
+            this.store.exec("UPDATE turns SET provider_turn_id = NULL, status = 'intent' WHERE turn_row = ?", turn.turn_row),
+          );
+        }
         return this.resubmit(task, run, session, { ...turn, provider_turn_id: null, status: "intent" });
       }
       case "continue": {

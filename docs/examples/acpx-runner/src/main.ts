@@ -14,14 +14,14 @@
 // environment), 3 the store cannot be opened. Profiles of drivers other than
 // acp are refused at task admission (409 unknown_profile).
 
-import { readFileSync, writeFileSync, renameSync, existsSync } from "node:fs";
+import { closeSync, existsSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { randomBytes } from "node:crypto";
 import { parse as parseToml } from "smol-toml";
 import * as cut from "../../cutpoint-clients/node/cutpoint.mjs";
 import { Api } from "./api.ts";
 import { Engine, type Profile } from "./engine.ts";
-import { Store } from "./store.ts";
+import { Store, syncDir } from "./store.ts";
 
 function fail(code: number, message: string): never {
   process.stderr.write(`acpx-runner: ${message}\n`);
@@ -64,8 +64,13 @@ function token(stateDir: string): string {
   const path = join(stateDir, "token");
   if (existsSync(path)) return readFileSync(path, "utf8").trim();
   const t = randomBytes(24).toString("hex");
-  writeFileSync(`${path}.tmp`, t, { mode: 0o600 });
+  // Synced before and after the rename: a power cut keeps the token or none.
+  const fd = openSync(`${path}.tmp`, "w", 0o600);
+  writeSync(fd, t);
+  fsyncSync(fd);
+  closeSync(fd);
   renameSync(`${path}.tmp`, path);
+  syncDir(stateDir);
   return t;
 }
 

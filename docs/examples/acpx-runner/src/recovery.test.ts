@@ -5,14 +5,14 @@ import assert from "node:assert/strict";
 import { classify, type Found, type TurnState } from "./recovery.ts";
 
 const rows: Array<[string, TurnState, Found, string]> = [
-  ["intent, acpx never started it: send it once", "intent", "absent", "send"],
-  ["intent, acpx started it: fail closed", "intent", "unsettled", "fail:ambiguous_turn_start"],
+  ["intent, no echo journaled: send it once", "intent", "absent", "send"],
+  ["intent, the agent recorded it: fail closed", "intent", "recorded", "fail:ambiguous_turn_start"],
   ["intent, acpx completed it: fail closed, never adopted", "intent", "completed", "fail:ambiguous_turn_start"],
   ["accepted, acpx completed it: adopt", "accepted", "completed", "adopt"],
-  ["accepted, unsettled: continue once", "accepted", "unsettled", "continue"],
-  ["accepted, the journal lost it: close", "accepted", "absent", "fail:active_turn_recovery_closed"],
+  ["accepted, recorded, unsettled: continue once", "accepted", "recorded", "continue"],
+  ["accepted, never recorded by the agent: send once more", "accepted", "absent", "send"],
   ["continuation completed: adopt", "continuation", "completed", "adopt"],
-  ["continuation unsettled: exhausted", "continuation", "unsettled", "fail:continuation_exhausted"],
+  ["continuation recorded: exhausted", "continuation", "recorded", "fail:continuation_exhausted"],
   ["continuation absent: exhausted", "continuation", "absent", "fail:continuation_exhausted"],
 ];
 

@@ -8,8 +8,8 @@
 // This module decides nothing: the engine and the API do.
 
 import { DatabaseSync } from "node:sqlite";
-import { mkdirSync } from "node:fs";
-import { join } from "node:path";
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 import * as cut from "../../cutpoint-clients/node/cutpoint.mjs";
 
 export type Cause = { code: string; recoverable: boolean; message: string };
@@ -55,6 +55,27 @@ export type Message = { message_id: string; kind: string; text: string; consumed
 /** A provider spawn: its marker from the intent on, its identity once recorded. */
 export type Provider = { row: number; task_id: string; marker: string; pid: number | null; pgid: number | null; start_time: number | null; stopped: number };
 export type NewEvent = [runId: string | null, kind: string, data: Record<string, unknown>];
+
+/** Creates `dir` (and its missing parents) so that each new name survives a
+ * power cut: every directory that got a new entry is synced. */
+export function mkdirDurable(dir: string): void {
+  const missing: string[] = [];
+  for (let d = resolve(dir); !existsSync(d); d = dirname(d)) missing.unshift(d);
+  for (const d of missing) {
+    mkdirSync(d, { mode: 0o700 });
+    syncDir(dirname(d));
+  }
+}
+
+/** fsyncs a directory (its entries). */
+export function syncDir(dir: string): void {
+  const fd = openSync(dir, "r");
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
 
 /** A write the harness failed (or a full disk): the step that made it stops. */
 export class StorageError extends Error {
