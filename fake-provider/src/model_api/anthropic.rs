@@ -13,8 +13,11 @@
 //! assistant message's text a message, its `tool_use` blocks
 //! `function_call`s (by `id`, arguments the JSON of `input`); `tools`
 //! (`{name, input_schema}`) become functions (`Bash {command}` is the
-//! command tool the Claude Agent SDK offers); the conversation is
-//! `metadata.user_id` (Claude Code puts its session there), else `default`.
+//! command tool the Claude Agent SDK offers); the conversation is the
+//! `session_id` of `metadata.user_id` (JSON from Claude Code), else that
+//! string, else `default`; a text block that starts with the runner's
+//! message-id marker goes first (Claude Code puts `<system-reminder>`
+//! blocks before the user's text).
 //!
 //! Deliberately not simulated: thinking blocks, images, prompt caching (the
 //! usage's cache fields are 0), `tool_choice`, token counting, the beta
@@ -94,7 +97,13 @@ pub(super) fn translate(body: &[u8]) -> Result<Value, (String, Option<&'static s
         "parallel_tool_calls": parallel,
     });
     if let Some(user) = raw.pointer("/metadata/user_id").and_then(Value::as_str) {
-        out["prompt_cache_key"] = json!(user);
+        // Claude Code's is JSON with its `session_id`; another client's, itself.
+        let session = serde_json::from_str::<Value>(user).ok().and_then(|v| {
+            v.get("session_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        });
+        out["prompt_cache_key"] = json!(session.unwrap_or_else(|| user.to_owned()));
     }
     Ok(out)
 }
@@ -137,9 +146,22 @@ fn translate_message(
             _ => {}
         }
     }
-    if !text.is_empty() {
-        input.push(json!({ "type": "message", "role": role, "content": text.join("\n") }));
+    // Claude Code puts its context (`<system-reminder>` blocks) before the
+    // user's text: a block that names the runner's message id goes first,
+    // where the model looks for it.
+    if let Some(i) = text
+        .iter()
+        .position(|t| t.starts_with(::wire::marker::MESSAGE_MARKER))
+    {
+        let marked = text.remove(i);
+        text.insert(0, marked);
     }
+    // A message of context alone (Claude Code adds `<system-reminder>`
+    // blocks beside tool results) is no new user message.
+    if text.iter().all(|t| t.starts_with("<system-reminder>")) {
+        return Ok(());
+    }
+    input.push(json!({ "type": "message", "role": role, "content": text.join("\n") }));
     Ok(())
 }
 
@@ -253,16 +275,18 @@ mod tests {
     fn a_claude_request_reads_as_its_responses_request() {
         let req = request(json!({
             "model": "claude-sonnet", "max_tokens": 100, "stream": true,
-            "metadata": { "user_id": "user_x_session_s1" },
+            "metadata": { "user_id": "{\"device_id\":\"d\",\"session_id\":\"s1\"}" },
             "tools": [{ "name": "Bash", "input_schema": { "type": "object", "properties": { "command": { "type": "string" } } } }],
             "messages": [
-                { "role": "user", "content": "[turncut:message m1] Create hello.txt" },
+                { "role": "user", "content": [{ "type": "text", "text": "<system-reminder>context</system-reminder>" },
+                                              { "type": "text", "text": "[turncut:message m1] Create hello.txt" }] },
                 { "role": "assistant", "content": [{ "type": "tool_use", "id": "toolu_1", "name": "Bash", "input": { "command": "true" } }] },
                 { "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "toolu_1", "content": "ok" }] },
             ],
         }));
         assert!(req.stream);
-        assert_eq!(req.conversation, "user_x_session_s1");
+        assert_eq!(req.conversation, "s1");
+        assert_eq!(req.message_id, "m1", "the marked block names the message");
         assert_eq!(req.tool.name, "Bash");
         assert_eq!(req.outputs().get("call_1"), Some(&"ok"));
     }
