@@ -57,6 +57,11 @@ export const CONTINUE_TEXT =
  * gives (50 ms in hang cells) is raised to it. */
 const IDLE_FLOOR_MS = 3_000;
 
+/** How long acpx may take from a submission to writing the prompt to the
+ * agent: it starts a queue owner (Node), the agent, and reconnects the
+ * session first. */
+const START_MS = 30_000;
+
 /** Submissions of one turn in one runner process after its owner was lost
  * (a bound, not a record: each restart starts again). */
 const SENDS_MAX = 3;
@@ -66,7 +71,7 @@ const FOLLOW_TICK_MS = 100;
 
 /** A turn this runner process submitted: acpx's answer, and the last time
  * acpx said anything of it. */
-type Flight = { result: Promise<{ status: string; stopReason?: string; error?: { message: string; detailCode?: string } }>; lastMs: number; accepted: Promise<void> };
+type Flight = { result: Promise<{ status: string; stopReason?: string; error?: { message: string; detailCode?: string } }>; lastMs: number; accepted: Promise<void>; started: boolean };
 
 export class Engine {
   private actors = new Map<string, { again: boolean; wake: () => void }>();
@@ -246,10 +251,11 @@ export class Engine {
     // acpx starts the queue owner with this process's environment.
     process.env[MARKER_ENV] = marker;
     const t = this.acpx.runtime.startTurn({ handle: session, text: withMessageId(turn.client_id, text), mode: "prompt", requestId: turn.client_id });
-    const flight: Flight = { result: t.result as Flight["result"], lastMs: Date.now(), accepted: Promise.resolve() };
+    const flight: Flight = { result: t.result as Flight["result"], lastMs: Date.now(), accepted: Promise.resolve(), started: false };
     flight.accepted = t.promptStarted.then(
       async () => {
         flight.lastMs = Date.now();
+        flight.started = true;
         await this.noteOwner(task, run, session);
         const now = this.store.turns(run.run_id).find((x) => x.turn_row === turn.turn_row);
         if (now?.status !== "intent") return;
@@ -310,7 +316,11 @@ export class Engine {
         continue;
       }
       if (flight) {
-        if (Date.now() - flight.lastMs > this.idleMs) await this.unresponsive(task, run, session, Date.now() - flight.lastMs);
+        // Before the prompt reaches the agent, acpx is starting its owner
+        // and the agent and reconnecting the session (seconds, under load):
+        // bounded by START_MS, not by the idle timeout.
+        const bound = flight.started ? this.idleMs : START_MS;
+        if (Date.now() - flight.lastMs > bound) await this.unresponsive(task, run, session, Date.now() - flight.lastMs);
         continue;
       }
       // Not submitted by this process, or its submission ended unsettled.
@@ -350,7 +360,8 @@ export class Engine {
   /** A turn whose result this process did not see, its owner gone: acpx's
    * journal in the place of the agent's replay (recovery.ts). */
   private async recover(task: Task, run: Run, session: AcpRuntimeHandle, turn: Turn, outcome: Outcome, echoed: boolean): Promise<void> {
-    const found: Found = outcome.kind === "completed" ? "completed" : echoed ? "recorded" : "absent";
+    const found: Found =
+      outcome.kind === "completed" ? "completed" : echoed ? "recorded" : outcome.kind === "none" ? "absent" : "unknown";
     const d = classify(turn.kind === "continuation" ? "continuation" : turn.status === "accepted" ? "accepted" : "intent", found);
     switch (d.do) {
       case "adopt":

@@ -5,12 +5,14 @@ import assert from "node:assert/strict";
 import { classify, type Found, type TurnState } from "./recovery.ts";
 
 const rows: Array<[string, TurnState, Found, string]> = [
-  ["intent, no echo journaled: send it once", "intent", "absent", "send"],
+  ["intent, acpx never began it: send it once", "intent", "absent", "send"],
   ["intent, the agent recorded it: fail closed", "intent", "recorded", "fail:ambiguous_turn_start"],
+  ["intent, outcome unknown: fail closed", "intent", "unknown", "fail:ambiguous_turn_start"],
   ["intent, acpx completed it: fail closed, never adopted", "intent", "completed", "fail:ambiguous_turn_start"],
   ["accepted, acpx completed it: adopt", "accepted", "completed", "adopt"],
-  ["accepted, recorded, unsettled: continue once", "accepted", "recorded", "continue"],
-  ["accepted, never recorded by the agent: send once more", "accepted", "absent", "send"],
+  ["accepted, recorded by the agent, unsettled: continue once", "accepted", "recorded", "continue"],
+  ["accepted, outcome unknown: fail closed, never replayed", "accepted", "unknown", "fail:ambiguous_turn_start"],
+  ["accepted, acpx lost its journal of it: fail closed", "accepted", "absent", "fail:ambiguous_turn_start"],
   ["continuation completed: adopt", "continuation", "completed", "adopt"],
   ["continuation recorded: exhausted", "continuation", "recorded", "fail:continuation_exhausted"],
   ["continuation absent: exhausted", "continuation", "absent", "fail:continuation_exhausted"],

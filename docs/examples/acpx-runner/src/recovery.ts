@@ -12,12 +12,13 @@
  * to the agent), or the one continuation of a lost turn. */
 export type TurnState = "intent" | "accepted" | "continuation";
 
-/** acpx's journal: the request completed (`turn_result` completed); the
- * agent recorded the turn (its echo of the message is in the journal, live
- * or replayed) and it did not complete; or neither (never started, or
- * started with no echo journaled: the agent never saw it, or acpx lost the
- * echo with its unflushed batch). */
-export type Found = "absent" | "recorded" | "completed";
+/** acpx's journal of the request: no `turn_started` (acpx never began it);
+ * started, and the agent's echo of the message is journaled (the agent
+ * recorded the turn) but no result; started with neither echo nor result
+ * (acpx cannot say whether the agent recorded it: it journals the agent's
+ * messages in 500 ms batches, and a killed owner takes its last batch with
+ * it); or completed. */
+export type Found = "absent" | "recorded" | "unknown" | "completed";
 
 export type Decision =
   | { do: "adopt" }
@@ -31,13 +32,13 @@ export function classify(turn: TurnState, found: Found): Decision {
     return { do: "fail", code: "continuation_exhausted", message: "the continuation of a lost turn was itself cut; a turn is continued once" };
   }
   if (turn === "intent") {
-    // No echo journaled: as far as acpx can tell, no agent recorded it.
+    // acpx never began it: no agent saw it.
     if (found === "absent") return { do: "send" };
-    return { do: "fail", code: "ambiguous_turn_start", message: "the agent recorded a turn the runner never saw accepted; neither replayed nor adopted" };
+    return { do: "fail", code: "ambiguous_turn_start", message: "acpx began a turn the runner never saw accepted; neither replayed nor adopted" };
   }
   if (found === "completed") return { do: "adopt" };
-  // Accepted, but no echo: the agent never recorded it (a prompt written
-  // to an agent killed before it read it); sent once more.
-  if (found === "absent") return { do: "send" };
-  return { do: "continue" };
+  if (found === "recorded") return { do: "continue" };
+  // Unknown (acpx: WATCH_OUTCOME_UNKNOWN, "do not automatically replay the
+  // prompt"), or acpx lost its journal of a turn it sent (a power cut).
+  return { do: "fail", code: "ambiguous_turn_start", message: "acpx cannot tell whether the agent recorded the turn (WATCH_OUTCOME_UNKNOWN, no echo journaled): neither replayed nor continued" };
 }
