@@ -79,6 +79,8 @@ export class Engine {
   private agents = new Map<string, string>();
   /** Submissions again per turn in this process (`SENDS_MAX`). */
   private sends = new Map<string, number>();
+  /** Runs whose acpx session record this process restored (acpx lost it). */
+  private restored = new Set<string>();
   /** Tasks whose earlier acpx processes this runner process has stopped. */
   private claimed = new Set<string>();
   private acpx: Acpx;
@@ -203,6 +205,7 @@ export class Engine {
       // the agent's session, which the run keeps.
       process.stderr.write(`acpx-runner: acpx restored session ${resume} as record ${h.acpxRecordId}\n`);
     }
+    if (resume) this.restored.add(run.run_id);
     const kind = resume ? "conversation.restored" : "conversation.opened";
     await this.store.write("conversation", task.task_id, [[run.run_id, kind, { conversation_id: h.acpxRecordId, acpx_session_key: key, resumed: resume ?? null }]], () =>
       this.store.exec("UPDATE runs SET conversation_id = ? WHERE run_id = ?", h.acpxRecordId!, run.run_id),
@@ -360,8 +363,11 @@ export class Engine {
   /** A turn whose result this process did not see, its owner gone: acpx's
    * journal in the place of the agent's replay (recovery.ts). */
   private async recover(task: Task, run: Run, session: AcpRuntimeHandle, turn: Turn, outcome: Outcome, echoed: boolean): Promise<void> {
+    // A run whose session acpx lost (a power cut: acpx syncs nothing) has no
+    // journal to tell "never began" from "began": nothing is absent then.
+    const lost = this.restored.has(run.run_id);
     const found: Found =
-      outcome.kind === "completed" ? "completed" : echoed ? "recorded" : outcome.kind === "none" ? "absent" : "unknown";
+      outcome.kind === "completed" ? "completed" : echoed ? "recorded" : outcome.kind === "none" && !lost ? "absent" : "unknown";
     const d = classify(turn.kind === "continuation" ? "continuation" : turn.status === "accepted" ? "accepted" : "intent", found);
     switch (d.do) {
       case "adopt":
