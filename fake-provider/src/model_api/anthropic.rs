@@ -221,12 +221,7 @@ pub(super) fn build(
     let mut output_chars = 0;
     if let Some(text) = text {
         output_chars += text.len();
-        let index = content.len();
-        events.push(json!({ "type": "content_block_start", "index": index, "content_block": { "type": "text", "text": "" } }));
-        for delta in text.split_inclusive(' ') {
-            events.push(json!({ "type": "content_block_delta", "index": index, "delta": { "type": "text_delta", "text": delta } }));
-        }
-        events.push(json!({ "type": "content_block_stop", "index": index }));
+        text_block(&mut events, content.len(), &text);
         content.push(json!({ "type": "text", "text": text }));
     }
     for (call_id, key) in calls {
@@ -260,6 +255,17 @@ pub(super) fn build(
         events,
         response: message,
     }
+}
+
+/// The events of a text block at `index`, word by word.
+fn text_block(events: &mut Vec<Value>, index: usize, text: &str) {
+    events.push(json!({ "type": "content_block_start", "index": index,
+        "content_block": { "type": "text", "text": "" } }));
+    for delta in text.split_inclusive(' ') {
+        events.push(json!({ "type": "content_block_delta", "index": index,
+            "delta": { "type": "text_delta", "text": delta } }));
+    }
+    events.push(json!({ "type": "content_block_stop", "index": index }));
 }
 
 #[cfg(test)]

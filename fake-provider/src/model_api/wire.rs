@@ -136,19 +136,8 @@ impl Request {
                     .map(str::to_owned)
             })
             .unwrap_or_else(|| "default".to_owned());
-        // A runner that can send only text (acpx, through an agent) names
-        // its message by a prefix of it (`wire::marker`); a continuation runs
-        // under the message it continues.
-        let marked = users
-            .last()
-            .and_then(|u| wire::marker::split_message_id(u).0)
-            .map(|id| {
-                id.strip_suffix(wire::client_id::CONTINUATION)
-                    .unwrap_or(id)
-                    .to_owned()
-            });
         let message_id = metadata("turncut_message_id")
-            .or(marked)
+            .or_else(|| marked_message_id(&users))
             .unwrap_or_else(|| derived_message_id(&conversation, &users));
         let continuation = users
             .last()
@@ -179,6 +168,18 @@ impl Request {
             .map_or(0, |p| p + 1);
         &self.items[last_user..]
     }
+}
+
+/// The message id a runner that can send only text (acpx, through an agent)
+/// names by a prefix of the latest user message (`wire::marker`); a
+/// continuation runs under the message it continues.
+fn marked_message_id(users: &[&str]) -> Option<String> {
+    let id = wire::marker::split_message_id(users.last()?).0?;
+    Some(
+        id.strip_suffix(wire::client_id::CONTINUATION)
+            .unwrap_or(id)
+            .to_owned(),
+    )
 }
 
 fn parse_item(item: &Value) -> Result<Item, (String, Option<&'static str>)> {
