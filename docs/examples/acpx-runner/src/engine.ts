@@ -139,7 +139,11 @@ export class Engine {
       }
       const session = await this.conversation(task, run);
       await this.submitQueued(task, run, session);
-      const unfinished = this.store.turns(run.run_id).find((t) => t.status === "intent" || t.status === "accepted");
+      // A continuation goes first: it stands for an earlier message than any
+      // follow-up whose turn row comes before it (after a restart, a
+      // follow-up submitted again ahead of it was continued in its place).
+      const open = this.store.turns(run.run_id).filter((t) => t.status === "intent" || t.status === "accepted");
+      const unfinished = open.find((t) => t.kind === "continuation") ?? open[0];
       if (!unfinished) {
         await this.settle(task, run, null);
         return false;
