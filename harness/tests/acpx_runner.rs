@@ -47,7 +47,10 @@ fn acpx_passes_the_doctor_with_a_clean_cell_that_passes_every_oracle() {
     let Some(runner) = acpx_runner() else { return };
     let (code, out, err) = turncut(&["doctor", "--runner-cmd", &runner.display().to_string()]);
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("profiles claimed: runner-acpx-claude\n"), "{out}");
+    assert!(
+        out.contains("profiles claimed: runner-acpx-claude\n"),
+        "{out}"
+    );
     assert!(!out.contains("already fails"), "{out}");
     for oracle in harness::oracles::ORACLES {
         assert!(

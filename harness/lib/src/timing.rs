@@ -61,7 +61,8 @@ pub fn silent_provider(ev: &Evidence) -> Option<String> {
         .actions
         .iter()
         .filter(|a| a.what == "fault.hang-provider")
-        .filter_map(|a| a.detail["provider_pid"].as_u64())
+        .flat_map(|a| [&a.detail["provider_pid"], &a.detail["provider_pgid"]])
+        .filter_map(Value::as_u64)
         .collect();
     let e = ev.events_of(Kind::ProviderUnresponsive).find(|e| {
         e.pointer("/data/pid")
@@ -240,6 +241,22 @@ mod tests {
             detail: json!({ "provider_pid": 7 }),
         });
         assert_eq!(timing_shape(&ev), None, "the harness hung it");
+    }
+
+    #[test]
+    fn a_silent_leader_of_a_group_the_harness_hung_is_not_timing() {
+        // acpx's shape: the fault held the agent (pid 8), in its queue
+        // owner's group (pgid 7); the runner names the owner silent.
+        let mut ev = Evidence {
+            events: vec![unresponsive(7)],
+            ..Evidence::default()
+        };
+        ev.actions.push(Action {
+            at_ms: 1,
+            what: "fault.hang-provider".into(),
+            detail: json!({ "provider_pid": 8, "provider_pgid": 7 }),
+        });
+        assert_eq!(timing_shape(&ev), None, "the harness hung its group");
     }
 
     #[test]

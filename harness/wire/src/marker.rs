@@ -61,9 +61,18 @@ mod tests {
     #[test]
     fn a_message_marker_names_the_id_and_leaves_the_text() {
         let sent = with_message_id("m1#continuation", CONTINUE_TEXT);
-        assert_eq!(split_message_id(&sent), (Some("m1#continuation"), CONTINUE_TEXT));
-        assert_eq!(split_message_id("Create hello.txt"), (None, "Create hello.txt"));
-        assert_eq!(split_message_id("[turncut:message ] x"), (None, "[turncut:message ] x"));
+        assert_eq!(
+            split_message_id(&sent),
+            (Some("m1#continuation"), CONTINUE_TEXT)
+        );
+        assert_eq!(
+            split_message_id("Create hello.txt"),
+            (None, "Create hello.txt")
+        );
+        assert_eq!(
+            split_message_id("[turncut:message ] x"),
+            (None, "[turncut:message ] x")
+        );
         assert_eq!(split_message_id("[turncut:message a\nb] x").0, None);
     }
 }

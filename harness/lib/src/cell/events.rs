@@ -649,9 +649,15 @@ fn apply_signals(
         (Some(signal), Some(pid)) => {
             let target = nemesis::provider_target(pid, runner_pgid);
             nemesis::signal_target(target, signal)?;
+            // The group's leader (acpx's queue owner) is a provider the runner
+            // may name too: `timing` counts both as faulted.
+            let pgid = match target {
+                nemesis::Target::Group(g) => Some(g),
+                _ => None,
+            };
             side.act(
                 &format!("fault.{}", fault.as_str()),
-                json!({ "provider_pid": pid, "signal": signal.as_str(), "target": format!("{target:?}") }),
+                json!({ "provider_pid": pid, "provider_pgid": pgid, "signal": signal.as_str(), "target": format!("{target:?}") }),
             );
         }
         (Some(_), None) => side.act("fault.no-provider", json!({ "fault": fault.as_str() })),
