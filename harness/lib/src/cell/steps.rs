@@ -222,6 +222,12 @@ fn follow_up(
             ctx.board.update(|s| s.sync_wanted = true);
             let _ = wait_task(ctx, until, |t| settled(t) || turn_active(t));
         }
+        FollowUpWhen::Recovering => {
+            // The first event's fault makes the runner or a provider log
+            // (or restart), which wakes this wait; a clean run settles.
+            let applied = || ctx.board.read(|s| s.applied > 0);
+            let _ = wait_task(ctx, until, |t| settled(t) || applied());
+        }
         FollowUpWhen::Settled => {
             // The state it was sent in: a failed task must refuse it.
             state_before = wait_task(ctx, until, settled)
