@@ -195,14 +195,14 @@ pub fn discover(
     Ok(Discovery {
         timing: crate::timing::silent_provider(&run.evidence),
         boundaries: boundaries_of(hits),
-        clean_state: run.result.outcome.state.clone(),
+        clean_state: crate::model::TaskState::name(run.result.outcome.state).to_owned(),
         clean_verdict: run.result.verdict,
         clean_ms: run.result.duration_ms,
         clean_timeline: run
             .evidence
             .events
             .iter()
-            .filter_map(|e| e["kind"].as_str())
+            .filter_map(crate::run_log::RunLogEvent::kind_name)
             .filter(|k| *k != "message.queued")
             .map(str::to_owned)
             .collect(),
