@@ -200,7 +200,7 @@ pub fn discover(
     Ok(Discovery {
         timing: crate::timing::silent_provider(&run.evidence),
         boundaries: boundaries_of(hits),
-        clean_state: run.result.outcome.state.clone(),
+        clean_state: crate::model::TaskState::name(run.result.outcome.state).to_owned(),
         clean_verdict: run.result.verdict,
         clean_failure: (run.result.verdict != Verdict::Pass).then(|| Box::new(run.result.clone())),
         clean_ms: run.result.duration_ms,
@@ -208,7 +208,7 @@ pub fn discover(
             .evidence
             .events
             .iter()
-            .filter_map(|e| e["kind"].as_str())
+            .filter_map(crate::run_log::RunLogEvent::kind_name)
             .filter(|k| *k != "message.queued")
             .map(str::to_owned)
             .collect(),

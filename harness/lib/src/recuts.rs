@@ -425,7 +425,7 @@ mod tests {
             plan::schedule_cell(1, cell_id.into(), scenario_id.into(), &events),
             crate::model::Verdict::Pass,
             crate::model::Outcome {
-                state: "completed".into(),
+                state: Some(crate::model::TaskState::Completed),
                 reached_cut: true,
                 path: path.into(),
                 ..Default::default()

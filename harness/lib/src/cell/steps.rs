@@ -5,10 +5,12 @@
 use std::path::Path;
 use std::time::Instant;
 
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 use super::{Ctx, TASK_ID};
-use crate::evidence::{Evidence, Exchange, Op, Source};
+use crate::evidence::{ActionKind, Evidence, Exchange, Op, OpKind, RequestKind, Source};
+use crate::model::TaskState;
 use crate::nemesis;
 use crate::runner_client::RunnerClient;
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
@@ -93,7 +95,7 @@ fn send(
     ctx: &Ctx,
     until: Instant,
     ev: &mut Evidence,
-    kind: &str,
+    kind: RequestKind,
     path: &str,
     body: &Value,
     message_id: &str,
@@ -109,7 +111,8 @@ fn send(
             let answer = client
                 .post(path, body)
                 .map_err(|e| e.context(format!("POST {path}")));
-            ev.ops.push(Op::of(kind, message_id, at_ms, &answer));
+            ev.ops
+                .push(Op::of(OpKind::Request(kind), message_id, at_ms, &answer));
             answer
         });
         if !matches!(answer, Ok((503, _))) {
@@ -125,10 +128,12 @@ fn send(
         Ok(a) => a,
         Err(e) => (0, json!({ "error": format!("{e:#}") })),
     };
-    ctx.rec
-        .act(kind, json!({ "message_id": message_id, "status": status }));
+    ctx.rec.act(
+        ActionKind::Request(kind),
+        json!({ "message_id": message_id, "status": status }),
+    );
     ev.exchanges.push(Exchange {
-        kind: kind.to_owned(),
+        kind,
         message_id: message_id.to_owned(),
         text: text.to_owned(),
         status,
@@ -167,7 +172,7 @@ pub(super) fn run_steps(
                     ctx,
                     until,
                     ev,
-                    "submit",
+                    RequestKind::Submit,
                     "/v1/tasks",
                     &body,
                     message_id,
@@ -192,7 +197,7 @@ pub(super) fn run_steps(
             }
             Step::Await(_) => {
                 wait_task(ctx, until, settled)?;
-                ctx.rec.act("settled", json!({}));
+                ctx.rec.act(ActionKind::Settled, json!({}));
             }
             Step::Retry { when, message_id } => {
                 retry(ctx, model_api, until, ev, message_id, *when)?;
@@ -232,12 +237,21 @@ fn follow_up(
             // The state it was sent in: a failed task must refuse it.
             state_before = wait_task(ctx, until, settled)
                 .ok()
-                .and_then(|t| t["state"].as_str().map(str::to_owned));
+                .and_then(|t| TaskState::deserialize(&t["state"]).ok());
         }
     }
     let path = format!("/v1/tasks/{TASK_ID}/messages");
     let body = json!({ "message_id": message_id, "text": text });
-    let sent = send(ctx, until, ev, "follow_up", &path, &body, message_id, text);
+    let sent = send(
+        ctx,
+        until,
+        ev,
+        RequestKind::FollowUp,
+        &path,
+        &body,
+        message_id,
+        text,
+    );
     if let Some(x) = ev.exchanges.last_mut() {
         x.state_before = state_before;
     }
@@ -276,7 +290,16 @@ fn retry(
         procs.retain(|(pid, _, _)| Some(*pid) != model_api);
         procs
     });
-    let status = send(ctx, until, ev, "retry", &path, &body, message_id, "")?;
+    let status = send(
+        ctx,
+        until,
+        ev,
+        RequestKind::Retry,
+        &path,
+        &body,
+        message_id,
+        "",
+    )?;
     if status == 201 {
         match before {
             Ok(procs) => ev.alive_at_retry.extend(

@@ -274,7 +274,7 @@ pub fn failing_oracles(f: &Finished) -> Vec<String> {
         .oracles
         .iter()
         .filter(|o| o.verdict == Verdict::Fail)
-        .map(|o| o.oracle.clone())
+        .map(|o| o.oracle.as_str().to_owned())
         .collect()
 }
 
