@@ -77,6 +77,11 @@ pub struct Evidence {
     /// The scenario's `[expect]` (judged on a clean cell).
     #[serde(default)]
     pub expect: crate::model::Expect,
+    /// The scripted model the fake played (each turn with the message
+    /// texts it answers): what each message's content asks it to run, for
+    /// the contract model's effects judgement.
+    #[serde(default)]
+    pub script: Option<wire::script::Script>,
     /// Whether the task was still unsettled at the deadline.
     pub deadline_passed: bool,
     /// The canary credential planted in the runner's environment.
