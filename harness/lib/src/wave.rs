@@ -17,6 +17,7 @@ use crate::scenario::{self, Scenario};
 
 /// A finished cell kept for the report: its result and, unless it passed,
 /// its evidence.
+#[derive(Clone)]
 pub struct Finished {
     /// The result.
     pub result: CellResult,
