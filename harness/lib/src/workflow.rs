@@ -233,17 +233,25 @@ pub fn strategy() -> impl Strategy<Value = Drawn> {
 }
 
 impl Program {
-    /// The program a drawn value stands for. Shrinking deletes the steps a
-    /// test never saw without trying them, so a test of a whole program
-    /// marks every step seen (`seen`).
+    /// The program a drawn value stands for, in a test of it: shrinking
+    /// deletes the steps a test never saw without trying them, so a test of
+    /// a whole program marks every step seen (`seen`). Outside a test (the
+    /// tree's value read before proptest runs it), [`Program::peek`].
     pub fn of(drawn: &Drawn) -> Program {
-        let (shape, ops, seen) = drawn;
+        let (_, ops, seen) = drawn;
         if let Some(seen) = seen {
             seen.store(ops.len(), Ordering::SeqCst);
         }
+        Program::peek(drawn)
+    }
+
+    /// The program a drawn value stands for, read outside a test (the
+    /// state machine's tree refuses to give a value while its counter of
+    /// seen steps is set).
+    pub fn peek(drawn: &Drawn) -> Program {
         Program {
-            script: shape.script.clone(),
-            ops: ops.clone(),
+            script: drawn.0.script.clone(),
+            ops: drawn.1.clone(),
         }
     }
 }
@@ -254,7 +262,7 @@ pub fn draw(seed: u64, k: usize) -> Vec<Program> {
     let mut runner = crate::explore::seeded_runner(seed, 0);
     (0..k)
         .filter_map(|_| strategy.new_tree(&mut runner).ok())
-        .map(|tree| Program::of(&tree.current()))
+        .map(|tree| Program::peek(&tree.current()))
         .collect()
 }
 

@@ -180,7 +180,7 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
     started: Instant,
     shared: &Shared,
 ) -> Option<FoundWorkflow> {
-    let program = Program::of(&tree.current());
+    let program = Program::peek(&tree.current());
     let scenario = program.scenario(case, &[profile], workflow::CHAOS).ok()?;
     let id = scenario.id(profile);
     let scenarios = std::slice::from_ref(&scenario);
@@ -281,7 +281,7 @@ fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
     case: &str,
     found: Found,
 ) -> FoundWorkflow {
-    let original_program = Program::of(&tree.current());
+    let original_program = Program::peek(&tree.current());
     let schedule: Vec<Event> = found.minimal.result.spec.events.clone();
     let min_case = format!("{case}-min");
     crate::progress::note(&format!(
@@ -306,7 +306,7 @@ fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
         }
     });
     let minimal_program = match outcome {
-        Err(TestError::Fail(_, drawn)) => Program::of(&drawn),
+        Err(TestError::Fail(_, drawn)) => Program::peek(&drawn),
         _ => original_program.clone(),
     };
     let minimal = run_program(
