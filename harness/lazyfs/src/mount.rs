@@ -34,7 +34,7 @@ use crate::guard::{FSTYPE, Guard};
 const OPTIONS: &str = "fsname=lazyfs,subtype=lazyfs,default_permissions,auto_unmount";
 
 /// The fix printed with every reason FUSE cannot be used.
-const FIX: &str = "run as root (the mount system call needs CAP_SYS_ADMIN), or install fusermount3 (Debian: apt-get install fuse3)";
+const FIX: &str = "run as root with CAP_SYS_ADMIN and a working /dev/fuse (a container: --device /dev/fuse --cap-add SYS_ADMIN), or install fusermount3 (Debian: apt-get install fuse3)";
 
 /// `fusermount3` on `PATH`.
 fn fusermount3() -> Option<PathBuf> {
