@@ -6,6 +6,7 @@
 //! ambiguous_turn_start → retry → completed`, …). For every path a profile's
 //! one-cut cells walked, in each scenario shape, the first cell that walked
 //! it (in cell order) is its representative: a traced run of its event
+//! (made again, up to three runs, until it walks the representative's path)
 //! lists the boundaries of the recovery that follows, and each boundary of
 //! that recovery — and where the path goes through a Retry, each boundary
 //! of the Retry up to its first accepted turn — gets a second event:
@@ -367,8 +368,14 @@ fn discover_all(
                         crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
                     let found = match scenario::find(scenarios, &rep.scenario_id) {
                         _ if interrupted => Err("interrupted before it was traced".into()),
-                        Some((s, profile)) => plan::discover_after(env, s, &profile, &rep.first)
-                            .map_err(|e| format!("{e:#}")),
+                        Some((s, profile)) => plan::discover_after_walking(
+                            env,
+                            s,
+                            &profile,
+                            &rep.first,
+                            Some(&rep.path),
+                        )
+                        .map_err(|e| format!("{e:#}")),
                         None => Err(format!("unknown scenario id {}", rep.scenario_id)),
                     };
                     out.lock().expect("discoveries")[i] = Some(found);
