@@ -661,18 +661,16 @@ pub struct WaveResult {
     pub stages: Stages,
 }
 
-/// Which stages of a wave a plan holds or a run ran (see `recuts` for
-/// stage 2: every recovery cut of the paths stage 1 walked).
+/// Which stages of a wave a plan holds or a run ran (`recuts`: stage 2).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stages {
     /// Stage 1, then stage 2 from its results when the plan has one.
     #[default]
     Both,
-    /// Stage 1 alone: a shard leaves stage 2 to `turncut plan --stage2`,
-    /// which plans it from the results of every shard.
+    /// Stage 1 alone: a shard leaves stage 2 to `turncut plan --stage2`.
     Stage1,
-    /// Stage 2 alone: the cells `turncut plan --stage2` planned.
+    /// The cells `turncut plan --stage2` planned from every shard's stage 1.
     Stage2,
 }
 
@@ -778,10 +776,8 @@ pub struct Plan {
     pub judged: Vec<CellResult>,
     /// Per scenario id, the boundaries only some clean runs reached.
     pub timing_dependent: Vec<(String, Vec<String>)>,
-    /// [`Stages::Both`] for a plan of `turncut plan` (its cells are stage 1,
-    /// and `stage2` says whether stage 2 follows); [`Stages::Stage2`] for
-    /// one of `turncut plan --stage2`, whose cells are stage 2. Never
-    /// [`Stages::Stage1`].
+    /// `Both` for `turncut plan` (`stage2` says whether stage 2 follows),
+    /// `Stage2` for `turncut plan --stage2`; never `Stage1`.
     #[serde(default, skip_serializing_if = "Stages::is_both")]
     pub stages: Stages,
 }
