@@ -655,6 +655,30 @@ pub struct WaveResult {
     /// installed), with the reason: listed as skipped, never as passed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<Skipped>,
+    /// Which stages of its plan this wave ran (both, the default, is not
+    /// written); `report merge` joins one complete set of each phase.
+    #[serde(default, skip_serializing_if = "Stages::is_both")]
+    pub stages: Stages,
+}
+
+/// Which stages of a wave a plan holds or a run ran (`recuts`: stage 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stages {
+    /// Stage 1, then stage 2 from its results when the plan has one.
+    #[default]
+    Both,
+    /// Stage 1 alone: a shard leaves stage 2 to `turncut plan --stage2`.
+    Stage1,
+    /// The cells `turncut plan --stage2` planned from every shard's stage 1.
+    Stage2,
+}
+
+impl Stages {
+    /// Whether this is the default, [`Stages::Both`].
+    pub fn is_both(&self) -> bool {
+        *self == Stages::Both
+    }
 }
 
 /// A scenario id a wave did not run, and why.
@@ -752,6 +776,10 @@ pub struct Plan {
     pub judged: Vec<CellResult>,
     /// Per scenario id, the boundaries only some clean runs reached.
     pub timing_dependent: Vec<(String, Vec<String>)>,
+    /// `Both` for `turncut plan` (`stage2` says whether stage 2 follows),
+    /// `Stage2` for `turncut plan --stage2`; never `Stage1`.
+    #[serde(default, skip_serializing_if = "Stages::is_both")]
+    pub stages: Stages,
 }
 
 /// Stage 2 of a plan: which of its cells are kept.

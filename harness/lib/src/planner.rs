@@ -577,6 +577,7 @@ pub fn make_plan(
         skipped,
         judged: planned.judged,
         timing_dependent: planned.timing_dependent,
+        stages: crate::model::Stages::Both,
     })
 }
 

@@ -27,6 +27,9 @@ pub struct Finished {
     /// report draws a sequence diagram from it, abbreviated for a passing
     /// cell.
     pub timeline: String,
+    /// With `--keep`, the cell's kept directory (of the run whose result
+    /// stands), which holds its `evidence.json` too.
+    pub kept: Option<std::path::PathBuf>,
 }
 
 /// What a wave reaches beyond one cut per cell.
@@ -90,6 +93,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
             },
             evidence: None,
             timeline: String::new(),
+            kept: None,
         };
     };
     let mut run = run_cell(env, s, &profile, spec);
@@ -99,11 +103,22 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
     }
     let run = crate::timing::run_with_reruns(env, s, &profile, spec, run);
     let timeline = run.evidence.timeline();
-    let evidence = (run.result.verdict != Verdict::Pass).then_some(run.evidence);
+    if let Some(dir) = &run.kept {
+        // `turncut judge DIR` reads it there: a kept directory is judged
+        // like a report's `cells/t###/`.
+        if let Err(e) = run.evidence.write(dir) {
+            crate::progress::note(&format!("writing the evidence into {}: {e}", dir.display()));
+        }
+    }
+    // A kept cell's evidence goes to the report even when it passed, so
+    // `cells/t###/` exists for every kept cell.
+    let keep = run.result.verdict != Verdict::Pass || run.kept.is_some();
+    let evidence = keep.then_some(run.evidence);
     Finished {
         result: run.result,
         evidence,
         timeline,
+        kept: run.kept,
     }
 }
 
@@ -245,6 +260,8 @@ pub struct WaveMeta {
     pub run: RunConfig,
     /// Scenario ids that could not run here.
     pub skipped: Vec<crate::model::Skipped>,
+    /// Which stages of its plan the wave runs.
+    pub stages: crate::model::Stages,
 }
 
 /// Cells of each scenario id of a real product's profile that a wave runs
@@ -410,6 +427,7 @@ pub fn wave_result(
         not_run: planned.saturating_sub(finished.len()),
         stopped,
         skipped: meta.skipped.clone(),
+        stages: meta.stages,
     }
 }
 
@@ -516,6 +534,7 @@ mod tests {
             },
             evidence: None,
             timeline: String::new(),
+            kept: None,
         }
     }
 

@@ -108,6 +108,7 @@ fn report_found(
             jobs: args.jobs as usize,
             run: harness::cell::run_config(env, scenarios),
             skipped: Vec::new(),
+            stages: harness::model::Stages::Both,
         },
         Instant::now(),
         &finished,

@@ -183,6 +183,7 @@ fn write_report(
             jobs: args.jobs as usize,
             run: harness::cell::run_config(env, &[]),
             skipped: Vec::new(),
+            stages: harness::model::Stages::Both,
         },
         Instant::now(),
         cells,

@@ -25,6 +25,7 @@ pub mod providers;
 pub mod replay;
 mod reports;
 pub mod run;
+mod stage2;
 pub mod wave;
 
 /// turncut's exit codes (README.md, "Exit codes").

@@ -196,6 +196,7 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
         result: *r,
         evidence: None,
         timeline: String::new(),
+        kept: None,
     });
     let verdict = clean
         .as_ref()

@@ -62,14 +62,7 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "<p class=\"warn\">Not complete: {}.</p>", html(why));
     }
-    for s in &wave.skipped {
-        let _ = writeln!(
-            out,
-            "<p class=\"warn skipped\">Skipped (not run, not passed) <code>{}</code>: {}</p>",
-            html(&s.scenario_id),
-            html(&s.reason)
-        );
-    }
+    render_skipped(&mut out, wave);
     if wave.cells.is_empty() {
         out.push_str("<p>No cells ran.</p>\n");
     }
@@ -98,6 +91,23 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
 }
 
 /// The first oracle whose verdict is the cell's (or `harness error`).
+/// One collapsed line per reason ids were skipped for, with the count.
+fn render_skipped(out: &mut String, wave: &WaveResult) {
+    for (reason, ids) in super::skipped_by_reason(&wave.skipped) {
+        let list: Vec<String> = ids
+            .iter()
+            .map(|id| format!("<code>{}</code>", html(id)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<details class=\"warn skipped\"><summary>Skipped (not run, not passed): {} — {}</summary><p>{}</p></details>",
+            ids.len(),
+            html(reason),
+            list.join(" ")
+        );
+    }
+}
+
 fn first_reason(cell: &CellResult) -> (String, String) {
     reasons(cell).into_iter().next().unwrap_or_default()
 }
