@@ -69,6 +69,10 @@ pub enum FaultClass {
     Storage,
     /// Every process of the cell frozen and killed, unsynced writes lost.
     Power,
+    /// The held process answers the request it just received with an
+    /// error (the cut-point reply `answer <fault>`): a provider's error
+    /// answer, a model API's error status or broken stream.
+    Answer,
 }
 
 /// What the harness does at a cut.
@@ -106,11 +110,34 @@ pub enum Fault {
     /// starts again on what survived. The ledger and the journal are the
     /// world's record and stay off the mounts.
     PowerCut,
+    /// A provider answers the request it just received (a handshake, a
+    /// conversation opened or looked up, a turn started or looked up:
+    /// `wire::upstream::ERROR_ANSWER_POINTS`) with its protocol's error.
+    ErrorAnswer,
+    /// The model API answers 429 with `Retry-After`
+    /// (`wire::upstream::UpstreamFault`, as are the eight below).
+    RateLimit,
+    /// The model API answers 500.
+    ServerError,
+    /// The model API answers 503.
+    Unavailable,
+    /// The model API answers 529 (overloaded).
+    Overload,
+    /// The model API answers 401, and every later request of its process too.
+    AuthExpired,
+    /// The model API answers 400 `context_length_exceeded`.
+    ContextOverflow,
+    /// The model API resets the connection after an event of its stream.
+    StreamCut,
+    /// The model API ends its stream after an event, without `response.completed`.
+    StreamTruncated,
+    /// The model API sends a malformed event after an event of its stream.
+    MalformedEvent,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 19] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
@@ -120,6 +147,16 @@ impl Fault {
         Fault::FailWrite,
         Fault::DiskFull,
         Fault::PowerCut,
+        Fault::ErrorAnswer,
+        Fault::RateLimit,
+        Fault::ServerError,
+        Fault::Unavailable,
+        Fault::Overload,
+        Fault::AuthExpired,
+        Fault::ContextOverflow,
+        Fault::StreamCut,
+        Fault::StreamTruncated,
+        Fault::MalformedEvent,
     ];
 
     /// The faults of a scenario that names none: the process faults.
@@ -142,7 +179,28 @@ impl Fault {
             Fault::FailWrite => "fail-write",
             Fault::DiskFull => "disk-full",
             Fault::PowerCut => "power-cut",
+            Fault::ErrorAnswer => wire::upstream::ERROR_ANSWER,
+            _ => self.upstream().map_or("", wire::upstream::UpstreamFault::as_str),
         }
+    }
+
+    /// The model API's failure this fault injects, one of
+    /// `wire::upstream::UpstreamFault` (the one definition of their names
+    /// and wire forms).
+    pub fn upstream(self) -> Option<wire::upstream::UpstreamFault> {
+        use wire::upstream::UpstreamFault as U;
+        Some(match self {
+            Fault::RateLimit => U::RateLimit,
+            Fault::ServerError => U::ServerError,
+            Fault::Unavailable => U::Unavailable,
+            Fault::Overload => U::Overload,
+            Fault::AuthExpired => U::AuthExpired,
+            Fault::ContextOverflow => U::ContextOverflow,
+            Fault::StreamCut => U::StreamCut,
+            Fault::StreamTruncated => U::StreamTruncated,
+            Fault::MalformedEvent => U::MalformedEvent,
+            _ => return None,
+        })
     }
 
     /// How the harness applies the fault: every fault is in exactly one
@@ -155,6 +213,7 @@ impl Fault {
             Fault::FollowUp | Fault::Retry => FaultClass::Action,
             Fault::FailWrite | Fault::DiskFull => FaultClass::Storage,
             Fault::PowerCut => FaultClass::Power,
+            _ => FaultClass::Answer,
         }
     }
 
@@ -175,12 +234,30 @@ impl Fault {
     /// so nothing can read the run log to find the provider, and a
     /// controller request would wait on the held write; a power cut finds
     /// the cell's processes by its tag, not through the runner).
+    /// An error answer applies only where its process answers a request
+    /// (`answers_at`).
     pub fn applies_at(self, point: &str) -> bool {
         let write = point.starts_with(WRITE_POINTS);
+        if self.class() == FaultClass::Answer {
+            return self.answers_at(point);
+        }
         if self.is_storage() {
             write
         } else {
             !write || matches!(self, Fault::KillRunner | Fault::PowerCut)
+        }
+    }
+
+    /// Whether an error-answer fault can be injected at `point`:
+    /// `error-answer` at a provider's request (`ERROR_ANSWER_POINTS`), a
+    /// status fault at the model API's request, a stream fault after an
+    /// event of its stream but the last.
+    fn answers_at(self, point: &str) -> bool {
+        use wire::upstream as up;
+        match self.upstream() {
+            None => self == Fault::ErrorAnswer && up::ERROR_ANSWER_POINTS.contains(&point),
+            Some(u) if u.is_stream() => up::stream_fault_point(point),
+            Some(_) => point == up::MODEL_REQUEST_POINT,
         }
     }
 

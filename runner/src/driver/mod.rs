@@ -205,6 +205,16 @@ pub enum DriverError {
         code: i64,
         message: String,
     },
+    /// The model API failed upstream (an error status, a broken stream),
+    /// as the model client saw it or the provider reported it; `cause` is
+    /// the contract's code for it (`docs/recovery-contract.md`, "Upstream
+    /// failures"), `retry_after_ms` the API's `Retry-After`.
+    #[error("the model API failed: {message}")]
+    Upstream {
+        cause: crate::causes::CauseCode,
+        retry_after_ms: Option<u64>,
+        message: String,
+    },
 }
 
 fn unresponsive_text(idle_ms: u64, unanswered: Option<&str>) -> String {

@@ -12,7 +12,7 @@ use super::provider::{Link, Live};
 use super::recovery::{self, LostConversation, Pending, ProviderSays, Recovery, TurnState};
 use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{Driver, ProviderEvent, Sent};
+use crate::driver::{Driver, DriverError, ProviderEvent, Sent};
 use crate::profiles::Profile;
 use crate::store::{RequestStatus, Run, Snapshot, TurnKind, TurnRow, TurnStatus};
 
@@ -92,6 +92,18 @@ impl Engine {
             _ if trusted_absent => None,
             Err(e) if crate::seeded::lookup_error_as_absent() => {
                 return self.seeded_absent(snap, run, turn, e).await;
+            }
+            // SEEDED BUG lookup-error-answer-as-absent: the provider's error
+            // answer is read as "no such turn".
+            Err(DriverError::Rpc { .. }) if crate::seeded::lookup_error_answer_as_absent() => None,
+            // The provider is there and answered with an error: whether it
+            // recorded the turn is unknown, so the turn is neither sent
+            // again nor continued.
+            Err(e @ DriverError::Rpc { .. }) => {
+                return Err(StepError::Fail(Cause::new(
+                    CauseCode::ProviderLookupFailed,
+                    format!("the recovery lookup failed: {e}"),
+                )));
             }
             other => other.map_err(driver_err)?,
         };
