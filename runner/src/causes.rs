@@ -102,6 +102,19 @@ impl CauseCode {
         )
     }
 
+    /// Whether a run failing with this cause leaves its latest message
+    /// answered by no one, waiting for the Retry that re-sends it: the model
+    /// API failed the turn, or the lookup of the turn failed.
+    pub fn leaves_message_unanswered(self) -> bool {
+        self.retried_by_runner() && self != CauseCode::ProviderTurnLostOnRestore
+            || matches!(
+                self,
+                CauseCode::UpstreamUnauthorized
+                    | CauseCode::ContextWindowExceeded
+                    | CauseCode::ProviderLookupFailed
+            )
+    }
+
     /// The wire name.
     pub fn as_str(self) -> &'static str {
         match self {

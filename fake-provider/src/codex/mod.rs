@@ -190,7 +190,7 @@ impl LineServer for Server {
                 if self.opts.faults.answer_point(&point, &self.journal).is_some() {
                     // Fault `error-answer`: the request fails inside, as an
                     // app-server's does, before anything of it is done.
-                    let error = wire::upstream::codex_error_answer(&method);
+                    let error = ::wire::upstream::codex_error_answer(&method);
                     return self.write(&json!({ "id": id, "error": error }));
                 }
                 self.on_request(&id, &method, &msg)

@@ -8,7 +8,7 @@
 //! it failing on deliberately broken evidence (`tests.rs`).
 //!
 //! One module per family: `no_replay`, `cause`, `contract`, `retry`,
-//! `fence`, `no_loss`, `durable`; the small ones (liveness, secrecy, hygiene, vacuity) and the
+//! `fence`, `no_loss`, `durable`, `upstream`; the small ones (liveness, secrecy, hygiene, vacuity) and the
 //! `Judgement` they all fill are here.
 
 use crate::evidence::{Evidence, Source};
@@ -22,6 +22,7 @@ mod fence;
 mod no_loss;
 mod no_replay;
 mod retry;
+mod upstream;
 
 pub use cause::cause_structured;
 pub use contract::contract_oracle;
@@ -30,6 +31,7 @@ pub use fence::fence;
 pub use no_loss::no_loss;
 pub use no_replay::{no_replay_effect, no_replay_turn};
 pub use retry::retry_works;
+pub use upstream::{expected_cause, upstream};
 
 /// An oracle: one rule a cell's evidence is judged by, with the one name
 /// every report spells it with.
@@ -60,11 +62,14 @@ pub enum Oracle {
     Hygiene,
     /// The cell tested what it names (its events applied).
     Vacuity,
+    /// An injected provider error or model API failure ends with the
+    /// contract's cause for it, retried only as the contract lets it.
+    Upstream,
 }
 
 impl Oracle {
     /// Every oracle, in report order.
-    pub const ALL: [Oracle; 12] = [
+    pub const ALL: [Oracle; 13] = [
         Oracle::NoReplayTurn,
         Oracle::NoReplayEffect,
         Oracle::CauseStructured,
@@ -77,6 +82,7 @@ impl Oracle {
         Oracle::Secrecy,
         Oracle::Hygiene,
         Oracle::Vacuity,
+        Oracle::Upstream,
     ];
 
     /// Its name in reports (`no-replay.turn`, …).
@@ -94,13 +100,14 @@ impl Oracle {
             Oracle::Secrecy => "secrecy",
             Oracle::Hygiene => "hygiene",
             Oracle::Vacuity => "vacuity",
+            Oracle::Upstream => "upstream",
         }
     }
 }
 
 /// The oracles' names, in report order ([`Oracle::ALL`]).
-pub const ORACLES: [&str; 12] = {
-    let mut names = [""; 12];
+pub const ORACLES: [&str; 13] = {
+    let mut names = [""; 13];
     let mut i = 0;
     while i < names.len() {
         names[i] = Oracle::ALL[i].as_str();
@@ -131,6 +138,7 @@ pub fn judge(e: &Evidence) -> Vec<OracleResult> {
         secrecy(e),
         hygiene(e),
         vacuity(e),
+        upstream(e),
     ]
 }
 
