@@ -36,8 +36,8 @@
 //! through `cutpoint::hit_answer`): at `model.responses.received` a status
 //! fault answers the request with OpenAI's status, `Retry-After` and error
 //! body before the model sees it (an `auth-expired` one answers every later
-//! request of this process 401 too: the credential it was started with is
-//! dead); after an event of a stream (`model.<type>.sent`) a stream fault
+//! request of that conversation 401 too: its session's credential is dead,
+//! and only a fresh conversation, a Retry's, has a new one); after an event of a stream (`model.<type>.sent`) a stream fault
 //! resets the connection, ends the stream without `response.completed`, or
 //! sends a malformed event and ends it.
 //!
@@ -51,7 +51,6 @@ pub mod wire;
 
 use std::collections::HashSet;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
@@ -88,7 +87,7 @@ pub fn serve(opts: Options, listener: std::net::TcpListener) -> anyhow::Result<(
         journal,
         store: Mutex::new(store),
         opts,
-        auth_expired: AtomicBool::new(false),
+        auth_expired: Mutex::new(HashSet::new()),
     });
     let app = axum::Router::new()
         .route("/v1/responses", post(responses))
@@ -101,8 +100,10 @@ struct Shared {
     opts: Options,
     journal: Journal,
     store: Mutex<Store>,
-    /// An `auth-expired` fault was injected: every request is answered 401.
-    auth_expired: AtomicBool,
+    /// The conversations an `auth-expired` fault was injected into: every
+    /// later request of theirs is answered 401 (their session's credential
+    /// is dead); a fresh conversation (a Retry's) has a fresh one.
+    auth_expired: Mutex<HashSet<String>>,
 }
 
 impl Shared {
@@ -192,14 +193,14 @@ async fn responses(
         let injected = s
             .upstream_point(::wire::upstream::MODEL_REQUEST_POINT)
             .filter(|f| !f.is_stream());
-        if injected.is_some_and(UpstreamFault::sticky) {
-            s.auth_expired.store(true, Ordering::SeqCst);
+        let conversation = Request::from_body(&body).map(|r| r.conversation).ok();
+        let mut expired = s.auth_expired.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = conversation.as_ref().filter(|_| injected.is_some_and(UpstreamFault::sticky)) {
+            expired.insert(c.clone());
         }
-        let fault = injected.or_else(|| {
-            s.auth_expired
-                .load(Ordering::SeqCst)
-                .then_some(UpstreamFault::AuthExpired)
-        });
+        let dead = conversation.is_some_and(|c| expired.contains(&c));
+        drop(expired);
+        let fault = injected.or_else(|| dead.then_some(UpstreamFault::AuthExpired));
         if let Some(fault) = fault {
             return s.upstream_error(&method, &uri, fault);
         }

@@ -123,7 +123,7 @@ pub enum Fault {
     Unavailable,
     /// The model API answers 529 (overloaded).
     Overload,
-    /// The model API answers 401, and every later request of its process too.
+    /// The model API answers 401, and every later request of that conversation too.
     AuthExpired,
     /// The model API answers 400 `context_length_exceeded`.
     ContextOverflow,

@@ -32,8 +32,8 @@ pub enum UpstreamFault {
     /// gateways pass it on).
     Overload,
     /// 401: the credential expired. Sticky: every later request of the
-    /// same API process is answered 401 too, until a new process (a new
-    /// credential) serves it.
+    /// same conversation is answered 401 too; a fresh conversation (a
+    /// Retry's, with a new session) is served.
     AuthExpired,
     /// 400 `context_length_exceeded`: the conversation no longer fits.
     ContextOverflow,
@@ -120,7 +120,7 @@ impl UpstreamFault {
         )
     }
 
-    /// Whether the API keeps failing this way for the rest of its process.
+    /// Whether the API keeps failing this way for the rest of the conversation.
     pub fn sticky(self) -> bool {
         self == UpstreamFault::AuthExpired
     }

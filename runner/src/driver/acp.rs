@@ -303,6 +303,7 @@ impl AcpDriver {
         Ok(ProviderEvent::TurnCompleted {
             turn_id: client,
             status: status.to_owned(),
+            upstream: None,
         })
     }
 

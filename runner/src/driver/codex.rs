@@ -217,6 +217,9 @@ impl CodexDriver {
             ("turn/completed", None) => ProviderEvent::TurnCompleted {
                 turn_id: str_at(&params, "/turn/id", "turn/completed")?,
                 status: str_at(&params, "/turn/status", "turn/completed")?,
+                upstream: params
+                    .pointer("/turn/error")
+                    .and_then(codex_error_cause),
             },
             (m, None) if !m.is_empty() => ProviderEvent::Other(m.to_owned()),
             _ => ProviderEvent::Other(String::new()),
@@ -280,3 +283,41 @@ mod tests {
         ));
     }
 }
+
+/// The contract's cause for a turn Codex failed with `error.codexErrorInfo`
+/// (its vendored spec's `CodexErrorInfo`): a named upstream failure, or
+/// one carrying the model API's `httpStatusCode` (`httpConnectionFailed`,
+/// `responseTooManyFailedAttempts`, `responseStream…`), read as that
+/// status; a stream that broke with no status is a broken stream. Codex
+/// 0.171.0 against a failing model API reports these, measured
+/// (`docs/real-providers.md`, "Upstream failures").
+pub fn codex_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
+    use crate::causes::CauseCode;
+    let info = error.get("codexErrorInfo")?;
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+    if let Some(name) = info.as_str() {
+        return match name {
+            "rateLimitExceeded" | "usageLimitExceeded" => Some(CauseCode::UpstreamRateLimited),
+            "serverOverloaded" => Some(CauseCode::UpstreamOverloaded),
+            "internalServerError" => Some(CauseCode::UpstreamServerError),
+            "unauthorized" => Some(CauseCode::UpstreamUnauthorized),
+            "contextWindowExceeded" => Some(CauseCode::ContextWindowExceeded),
+            _ => None,
+        };
+    }
+    let (kind, detail) = info.as_object()?.iter().next()?;
+    let status = detail
+        .get("httpStatusCode")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok());
+    match (kind.as_str(), status) {
+        (_, Some(s)) if super::upstream_cause(s, message).is_some() => {
+            super::upstream_cause(s, message)
+        }
+        ("responseStreamDisconnected" | "responseStreamConnectionFailed", _) => {
+            Some(CauseCode::UpstreamStreamBroken)
+        }
+        _ => None,
+    }
+}
+

@@ -215,24 +215,14 @@ impl NativeDriver {
     }
 }
 
-/// A non-200 answer of the model API as the contract's cause: 429 rate
-/// limited, 503 and 529 overloaded, other 5xx a server error, 401 and 403
-/// unauthorized, 400 with `context_length_exceeded` a full context window;
-/// any other status stays the API's refusal (`refused`).
+/// A non-200 answer of the model API as the contract's cause
+/// (`super::upstream_cause`); any other status stays the API's refusal.
 fn upstream_status(status: u16, retry_after_ms: Option<u64>, refused: DriverError) -> DriverError {
     let DriverError::Rpc { message, .. } = &refused else {
         return refused;
     };
-    let cause = match status {
-        // SEEDED BUG rate-limit-unrecoverable: a 429 is a refusal like any 4xx.
-        429 if !crate::seeded::rate_limit_unrecoverable() => CauseCode::UpstreamRateLimited,
-        503 | 529 => CauseCode::UpstreamOverloaded,
-        500..=599 => CauseCode::UpstreamServerError,
-        401 | 403 => CauseCode::UpstreamUnauthorized,
-        400 if message.contains("context window") || message.contains("context_length") => {
-            CauseCode::ContextWindowExceeded
-        }
-        _ => return refused,
+    let Some(cause) = super::upstream_cause(status, message) else {
+        return refused;
     };
     DriverError::Upstream {
         cause,

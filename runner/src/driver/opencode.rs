@@ -262,9 +262,11 @@ impl OpenCodeDriver {
                     },
                 };
                 self.active = None;
+                let upstream = self.session_error.as_ref().and_then(opencode_error_cause);
                 ProviderEvent::TurnCompleted {
                     turn_id,
                     status: status.to_owned(),
+                    upstream,
                 }
             }
             _ => ProviderEvent::Other(kind),
@@ -564,3 +566,22 @@ mod tests {
         assert!(matches!(parse_block(b"data: {"), Some(Sse::Malformed(_))));
     }
 }
+
+/// The contract's cause for a turn OpenCode failed with a `session.error`
+/// whose error is an `APIError` carrying the model API's status
+/// (`data.statusCode`) or a context overflow (`ContextOverflowError`).
+fn opencode_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
+    if error["name"] == "ContextOverflowError" {
+        return Some(crate::causes::CauseCode::ContextWindowExceeded);
+    }
+    let status = error
+        .pointer("/data/statusCode")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())?;
+    let message = error
+        .pointer("/data/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    super::upstream_cause(status, message)
+}
+

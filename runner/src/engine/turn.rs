@@ -439,8 +439,14 @@ impl Engine {
                         .await
                         .map_err(driver_err)?;
                 }
-                ProviderEvent::TurnCompleted { turn_id, status } if turn_id == provider_turn => {
-                    return self.turn_ended(snap, run, row, turn_id, status).await;
+                ProviderEvent::TurnCompleted {
+                    turn_id,
+                    status,
+                    upstream,
+                } if turn_id == provider_turn => {
+                    return self
+                        .turn_ended(snap, run, row, turn_id, status, upstream)
+                        .await;
                 }
                 _ => {}
             }
@@ -565,6 +571,7 @@ impl Engine {
         row: i64,
         turn_id: String,
         status: String,
+        upstream: Option<CauseCode>,
     ) -> Result<(), StepError> {
         let ended = status.parse().unwrap_or(TurnStatus::Failed);
         if crate::seeded::accept_at_turn_end() {
@@ -579,8 +586,11 @@ impl Engine {
         if ended == TurnStatus::Completed {
             return Ok(());
         }
+        // The provider ran the loop and retried its model API itself: a turn
+        // it failed upstream settles with that cause, never started again
+        // by the runner (its history holds the message).
         Err(StepError::Fail(Cause::new(
-            CauseCode::ProviderProtocolError,
+            upstream.unwrap_or(CauseCode::ProviderProtocolError),
             format!("the provider ended turn {turn_id} with status {status}"),
         )))
     }

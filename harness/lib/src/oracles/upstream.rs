@@ -177,7 +177,8 @@ fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &Injected) {
 
 /// The model requests the runner made by itself after an injected model
 /// API failure: those of the same API process after it, before the
-/// controller's first Retry. None after an expired credential or a full
+/// controller's first Retry (a harness-started model API of a real product
+/// serves the Retry too, so the Retry's invocation is the bound). None after an expired credential or a full
 /// context window; after a 429, the first not sooner than its
 /// `Retry-After`.
 fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &Injected) {
