@@ -72,18 +72,22 @@ pub fn justifies(e: &Evidence, code: &str) -> bool {
         .any(|i| expected_cause(i.fault, &i.point) == Some(code))
 }
 
-/// One injected error answer, as the fake journaled it.
+/// One injected error answer, as the fake journaled it (`line` and
+/// `generation` set), or, where the answering process's journal is not in
+/// the evidence (a real product's harness-started model API), as the
+/// harness's own action recorded it.
 struct Injected {
     fault: Fault,
     point: String,
-    /// Its journal line (1-based) and time.
-    line: usize,
+    /// Its journal line (1-based), when journaled, and its time.
+    line: Option<usize>,
     ts_ms: u64,
-    generation: String,
+    generation: Option<String>,
 }
 
 fn injected(e: &Evidence) -> Vec<Injected> {
-    e.journal
+    let journaled: Vec<Injected> = e
+        .journal
         .iter()
         .enumerate()
         .filter(|(_, en)| en.fact.as_deref() == Some("fault.answer"))
@@ -92,9 +96,25 @@ fn injected(e: &Evidence) -> Vec<Injected> {
             (fault.class() == FaultClass::Answer).then(|| Injected {
                 fault,
                 point: en.data["point"].as_str().unwrap_or_default().to_owned(),
-                line: i + 1,
+                line: Some(i + 1),
                 ts_ms: en.ts_ms,
-                generation: en.generation.clone(),
+                generation: Some(en.generation.clone()),
+            })
+        })
+        .collect();
+    if !journaled.is_empty() {
+        return journaled;
+    }
+    e.actions
+        .iter()
+        .filter_map(|a| {
+            let fault = Fault::parse(a.what.strip_prefix("fault.")?)?;
+            (fault.class() == FaultClass::Answer).then(|| Injected {
+                fault,
+                point: a.detail["point"].as_str().unwrap_or_default().to_owned(),
+                line: None,
+                ts_ms: e.started_ms + a.at_ms,
+                generation: None,
             })
         })
         .collect()
@@ -126,7 +146,9 @@ fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &Injected) {
     let Some(want) = expected_cause(inj.fault, &inj.point) else {
         return;
     };
-    let at = format!("journal:{}", inj.line);
+    let at = inj
+        .line
+        .map_or_else(|| "actions".to_owned(), |l| format!("journal:{l}"));
     let Some(run) = run_at(e, inj.ts_ms) else {
         j.unknown = Some(format!(
             "no run of the task was created before {} was injected at {}",
@@ -185,6 +207,15 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &Injected) {
     let Some(u) = inj.fault.upstream() else {
         return;
     };
+    let (Some(line), Some(generation)) = (inj.line, inj.generation.as_deref()) else {
+        if !u.transient() || u.retry_after_s().is_some() {
+            j.unknown = Some(format!(
+                "{} was injected where the evidence holds no journal of the model API: whether the runner retried it is not judged",
+                inj.fault
+            ));
+        }
+        return;
+    };
     let retry_at = e
         .ops
         .iter()
@@ -196,8 +227,8 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &Injected) {
         .journal
         .iter()
         .enumerate()
-        .skip(inj.line)
-        .filter(|(_, en)| en.generation == inj.generation && en.ts_ms < retry_at)
+        .skip(line)
+        .filter(|(_, en)| en.generation == generation && en.ts_ms < retry_at)
         .filter(|(_, en)| is_request(en))
         .collect();
     if !u.transient() {
@@ -207,7 +238,7 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &Injected) {
                     "the runner asked the model API again by itself after {} ({} request(s) after journal:{}); the contract never retries it",
                     inj.fault,
                     after.len(),
-                    inj.line
+                    line
                 ),
                 [format!("journal:{}", line + 1)],
             );
@@ -221,7 +252,7 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &Injected) {
     let answered = e
         .journal
         .iter()
-        .skip(inj.line)
+        .skip(line)
         .find(|en| en.kind == EntryKind::Out && en.data["status"] == u.status().unwrap_or(0));
     if let (Some(out), Some((line, next))) = (answered, after.first()) {
         // One millisecond of slack: both times are truncated to the ms.

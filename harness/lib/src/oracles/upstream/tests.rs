@@ -141,3 +141,21 @@ fn no_injection_judges_nothing_and_no_run_is_unknown() {
     e.task["runs"][0]["created_ms"] = json!(5);
     assert_eq!(verdict(&e).0, Verdict::Unknown);
 }
+
+#[test]
+fn without_the_model_api_s_journal_the_harness_s_action_names_the_fault() {
+    use crate::evidence::Action;
+    let mut e = evidence("failed", Some(("provider_protocol_error", false)), vec![]);
+    e.started_ms = 10;
+    e.actions.push(Action {
+        at_ms: 5,
+        what: "fault.context-overflow".into(),
+        detail: json!({ "point": "model.responses.received" }),
+    });
+    let (v, m) = verdict(&e);
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(m.contains("context_window_exceeded"), "{m}");
+    e.task["runs"][0]["cause"] = json!({ "code": "context_window_exceeded", "recoverable": false, "message": "m" });
+    // The cause is right; whether the runner retried is not judged.
+    assert_eq!(verdict(&e).0, Verdict::Unknown);
+}
