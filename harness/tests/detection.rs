@@ -228,7 +228,12 @@ fn row_11_a_429_is_closed_as_a_rate_limit_not_a_protocol_error() {
     caught(
         "rate-limit-unrecoverable",
         "restart-chaos.runner-native-openai.local.upstream-faults",
-        &["--cut", "model.responses.received#1", "--fault", "rate-limit"],
+        &[
+            "--cut",
+            "model.responses.received#1",
+            "--fault",
+            "rate-limit",
+        ],
         "upstream",
         "the contract's cause is upstream_rate_limited",
     );
@@ -239,7 +244,12 @@ fn row_11b_a_rate_limited_request_waits_out_retry_after() {
     caught(
         "ignore-retry-after",
         "restart-chaos.runner-native-openai.local.upstream-faults",
-        &["--cut", "model.responses.received#1", "--fault", "rate-limit"],
+        &[
+            "--cut",
+            "model.responses.received#1",
+            "--fault",
+            "rate-limit",
+        ],
         "upstream",
         "Retry-After",
     );
@@ -250,7 +260,12 @@ fn row_12_a_broken_stream_after_a_tool_call_does_not_run_the_tool_again() {
     caught(
         "retry-turn-after-stream-cut",
         "restart-chaos.runner-native-openai.local.upstream-faults",
-        &["--cut", "model.response_created.sent#2", "--fault", "stream-cut"],
+        &[
+            "--cut",
+            "model.response_created.sent#2",
+            "--fault",
+            "stream-cut",
+        ],
         "no-replay.effect",
         "",
     );
@@ -261,7 +276,12 @@ fn row_13_an_expired_credential_is_not_retried_by_the_runner() {
     caught(
         "retry-unauthorized",
         "restart-chaos.runner-native-openai.local.upstream-faults",
-        &["--cut", "model.responses.received#1", "--fault", "auth-expired"],
+        &[
+            "--cut",
+            "model.responses.received#1",
+            "--fault",
+            "auth-expired",
+        ],
         "upstream",
         "by itself",
     );

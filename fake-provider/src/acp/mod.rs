@@ -155,7 +155,12 @@ impl LineServer for Server {
         match incoming {
             Incoming::Request { id, method } => {
                 let point = format!("acp.{}.received", slug(&method));
-                if self.opts.faults.answer_point(&point, &self.journal).is_some() {
+                if self
+                    .opts
+                    .faults
+                    .answer_point(&point, &self.journal)
+                    .is_some()
+                {
                     // Fault `error-answer`: the request fails inside, as an
                     // agent's does, before anything of it is done.
                     let error = ::wire::upstream::acp_error_answer(&method);

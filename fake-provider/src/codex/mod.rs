@@ -187,7 +187,12 @@ impl LineServer for Server {
         match incoming {
             Incoming::Request { id, method } => {
                 let point = format!("codex.{}.received", slug(&method));
-                if self.opts.faults.answer_point(&point, &self.journal).is_some() {
+                if self
+                    .opts
+                    .faults
+                    .answer_point(&point, &self.journal)
+                    .is_some()
+                {
                     // Fault `error-answer`: the request fails inside, as an
                     // app-server's does, before anything of it is done.
                     let error = ::wire::upstream::codex_error_answer(&method);

@@ -67,10 +67,10 @@ pub use wire::FAKE_MODEL;
 use crate::journal::Journal;
 use crate::script::ScriptTurn;
 use crate::serving::Options;
+use ::wire::upstream::UpstreamFault;
 use model::Plan;
 use store::{CallRecord, Store, TurnRecord, TurnStatus};
 use wire::{Built, Request, error_body, random_hex};
-use ::wire::upstream::UpstreamFault;
 
 /// Binds `127.0.0.1:port`; the error is a sentence for the user (exit code 2).
 pub fn bind(port: u16) -> Result<std::net::TcpListener, String> {
@@ -194,8 +194,14 @@ async fn responses(
             .upstream_point(::wire::upstream::MODEL_REQUEST_POINT)
             .filter(|f| !f.is_stream());
         let conversation = Request::from_body(&body).map(|r| r.conversation).ok();
-        let mut expired = s.auth_expired.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(c) = conversation.as_ref().filter(|_| injected.is_some_and(UpstreamFault::sticky)) {
+        let mut expired = s
+            .auth_expired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = conversation
+            .as_ref()
+            .filter(|_| injected.is_some_and(UpstreamFault::sticky))
+        {
             expired.insert(c.clone());
         }
         let dead = conversation.is_some_and(|c| expired.contains(&c));
@@ -512,7 +518,12 @@ fn break_stream(
             send_frame(tx, None);
         }
         UpstreamFault::MalformedEvent => {
-            send_frame(tx, Some(Bytes::from_static(UpstreamFault::MALFORMED_FRAME.as_bytes())));
+            send_frame(
+                tx,
+                Some(Bytes::from_static(
+                    UpstreamFault::MALFORMED_FRAME.as_bytes(),
+                )),
+            );
         }
         _ => {}
     }

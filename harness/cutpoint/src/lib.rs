@@ -487,7 +487,14 @@ mod tests {
     fn an_answer_reply_names_a_fault_in_lowercase_and_dashes() {
         assert_eq!(answer_of_reply("answer rate-limit"), Some("rate-limit"));
         assert_eq!(answer_of_reply("answer error-answer"), Some("error-answer"));
-        for bad in ["answer ", "answer Rate", "answer a b", "answer\trate", "fail EIO", "continue"] {
+        for bad in [
+            "answer ",
+            "answer Rate",
+            "answer a b",
+            "answer\trate",
+            "fail EIO",
+            "continue",
+        ] {
             assert_eq!(answer_of_reply(bad), None, "{bad:?}");
         }
     }

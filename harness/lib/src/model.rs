@@ -180,7 +180,9 @@ impl Fault {
             Fault::DiskFull => "disk-full",
             Fault::PowerCut => "power-cut",
             Fault::ErrorAnswer => wire::upstream::ERROR_ANSWER,
-            _ => self.upstream().map_or("", wire::upstream::UpstreamFault::as_str),
+            _ => self
+                .upstream()
+                .map_or("", wire::upstream::UpstreamFault::as_str),
         }
     }
 

@@ -284,7 +284,10 @@ mod tests {
             }
         }
         assert_eq!(UpstreamFault::parse("rate_limit"), None);
-        assert_eq!(UpstreamFault::RateLimit.retry_after_s(), Some(RETRY_AFTER_S));
+        assert_eq!(
+            UpstreamFault::RateLimit.retry_after_s(),
+            Some(RETRY_AFTER_S)
+        );
         assert!(!UpstreamFault::AuthExpired.transient());
         assert!(UpstreamFault::StreamCut.transient());
         for p in LOOKUP_POINTS {

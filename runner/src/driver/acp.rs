@@ -302,8 +302,10 @@ impl AcpDriver {
         };
         Ok(ProviderEvent::TurnCompleted {
             turn_id: client,
-            status: status.to_owned(),
-            upstream: None,
+            end: super::TurnEnd {
+                status: status.to_owned(),
+                upstream: None,
+            },
         })
     }
 

@@ -216,10 +216,10 @@ impl CodexDriver {
             },
             ("turn/completed", None) => ProviderEvent::TurnCompleted {
                 turn_id: str_at(&params, "/turn/id", "turn/completed")?,
-                status: str_at(&params, "/turn/status", "turn/completed")?,
-                upstream: params
-                    .pointer("/turn/error")
-                    .and_then(codex_error_cause),
+                end: super::TurnEnd {
+                    status: str_at(&params, "/turn/status", "turn/completed")?,
+                    upstream: params.pointer("/turn/error").and_then(codex_error_cause),
+                },
             },
             (m, None) if !m.is_empty() => ProviderEvent::Other(m.to_owned()),
             _ => ProviderEvent::Other(String::new()),
@@ -267,23 +267,6 @@ fn never_written(message: &str) -> bool {
         || (message.contains("rollout at ") && message.ends_with(" is empty"))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_thread_never_written_is_told_by_both_resume_errors() {
-        assert!(never_written("no rollout found for thread id 01a2"));
-        assert!(never_written(
-            "failed to read thread: thread-store internal error: failed to read session \
-             metadata /h/sessions/r.jsonl: rollout at /h/sessions/r.jsonl is empty"
-        ));
-        assert!(!never_written(
-            "thread-store internal error: permission denied"
-        ));
-    }
-}
-
 /// The contract's cause for a turn Codex failed with `error.codexErrorInfo`
 /// (its vendored spec's `CodexErrorInfo`): a named upstream failure, or
 /// one carrying the model API's `httpStatusCode` (`httpConnectionFailed`,
@@ -321,3 +304,64 @@ pub fn codex_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_never_written_is_told_by_both_resume_errors() {
+        assert!(never_written("no rollout found for thread id 01a2"));
+        assert!(never_written(
+            "failed to read thread: thread-store internal error: failed to read session \
+             metadata /h/sessions/r.jsonl: rollout at /h/sessions/r.jsonl is empty"
+        ));
+        assert!(!never_written(
+            "thread-store internal error: permission denied"
+        ));
+    }
+
+    /// The `turn.error` shapes the real codex 0.171.0 sent for each model API
+    /// failure (docs/real-providers.md, "Upstream failures") read as the
+    /// contract's causes.
+    #[test]
+    fn codex_error_info_reads_as_the_contract_s_upstream_cause() {
+        use crate::causes::CauseCode as C;
+        let cases = [
+            (
+                json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
+                Some(C::UpstreamRateLimited),
+            ),
+            (json!("internalServerError"), Some(C::UpstreamServerError)),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 503}}),
+                Some(C::UpstreamOverloaded),
+            ),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 529}}),
+                Some(C::UpstreamOverloaded),
+            ),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 401}}),
+                Some(C::UpstreamUnauthorized),
+            ),
+            (
+                json!("contextWindowExceeded"),
+                Some(C::ContextWindowExceeded),
+            ),
+            (
+                json!({"responseStreamDisconnected": {"httpStatusCode": null}}),
+                Some(C::UpstreamStreamBroken),
+            ),
+            (json!("sandboxError"), None),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 418}}),
+                None,
+            ),
+        ];
+        for (info, want) in cases {
+            let error = json!({ "message": "m", "codexErrorInfo": info });
+            assert_eq!(super::codex_error_cause(&error), want, "{info}");
+        }
+        assert_eq!(super::codex_error_cause(&json!({ "message": "m" })), None);
+    }
+}

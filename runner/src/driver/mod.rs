@@ -55,17 +55,21 @@ pub enum ProviderEvent {
     },
     /// A server request the runner does not handle.
     UnsupportedRequest { request_id: Value, method: String },
-    /// The turn ended with `completed`, `interrupted` or `failed`;
-    /// `upstream` is the contract's cause when the provider reports that its
-    /// model API failed the turn (Codex `codexErrorInfo`, OpenCode's
-    /// `APIError`).
-    TurnCompleted {
-        turn_id: String,
-        status: String,
-        upstream: Option<crate::causes::CauseCode>,
-    },
+    /// The turn ended (`end`).
+    TurnCompleted { turn_id: String, end: TurnEnd },
     /// Any other notification, by method.
     Other(String),
+}
+
+/// How a turn ended: `completed`, `interrupted` or `failed`; `upstream` is
+/// the contract's cause when the provider reports that its model API failed
+/// the turn (Codex `codexErrorInfo`, OpenCode's `APIError`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnEnd {
+    /// The status in the provider's spelling.
+    pub status: String,
+    /// The upstream cause the provider reported, if any.
+    pub upstream: Option<crate::causes::CauseCode>,
 }
 
 /// A client-side tool request (ACP).

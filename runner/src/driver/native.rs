@@ -22,9 +22,9 @@ use serde_json::{Value, json};
 use tokio::process::Child;
 
 use super::DriverError;
-use crate::causes::CauseCode;
 use super::budget::{Bounds, OutputBudget, Pending};
 use super::http::{BODY_BYTES_MAX, Sse, Stdout, find_blank_line, listen_address, parse_block};
+use crate::causes::CauseCode;
 
 /// Largest SSE event accepted.
 const EVENT_BYTES_MAX: usize = 8 << 20;
@@ -187,9 +187,9 @@ impl NativeDriver {
                 // provider died (its stdout closed: it is replaced) or the
                 // API broke the stream (the request is tried again).
                 Ok(Ok(None)) => {
-                    return Err(self.stream_broken(
-                        "the stream ended without response.completed".into(),
-                    ));
+                    return Err(
+                        self.stream_broken("the stream ended without response.completed".into())
+                    );
                 }
                 Ok(Err(e)) => {
                     return Err(self.stream_broken(format!("the stream broke: {e}")));

@@ -265,8 +265,10 @@ impl OpenCodeDriver {
                 let upstream = self.session_error.as_ref().and_then(opencode_error_cause);
                 ProviderEvent::TurnCompleted {
                     turn_id,
-                    status: status.to_owned(),
-                    upstream,
+                    end: super::TurnEnd {
+                        status: status.to_owned(),
+                        upstream,
+                    },
                 }
             }
             _ => ProviderEvent::Other(kind),
@@ -529,6 +531,24 @@ fn str_at(v: &Value, pointer: &str, what: &str) -> Result<String, DriverError> {
         .ok_or_else(|| DriverError::Protocol(format!("{what}: missing {pointer}")))
 }
 
+/// The contract's cause for a turn OpenCode failed with a `session.error`
+/// whose error is an `APIError` carrying the model API's status
+/// (`data.statusCode`) or a context overflow (`ContextOverflowError`).
+fn opencode_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
+    if error["name"] == "ContextOverflowError" {
+        return Some(crate::causes::CauseCode::ContextWindowExceeded);
+    }
+    let status = error
+        .pointer("/data/statusCode")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())?;
+    let message = error
+        .pointer("/data/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    super::upstream_cause(status, message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,22 +586,3 @@ mod tests {
         assert!(matches!(parse_block(b"data: {"), Some(Sse::Malformed(_))));
     }
 }
-
-/// The contract's cause for a turn OpenCode failed with a `session.error`
-/// whose error is an `APIError` carrying the model API's status
-/// (`data.statusCode`) or a context overflow (`ContextOverflowError`).
-fn opencode_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
-    if error["name"] == "ContextOverflowError" {
-        return Some(crate::causes::CauseCode::ContextWindowExceeded);
-    }
-    let status = error
-        .pointer("/data/statusCode")
-        .and_then(Value::as_u64)
-        .and_then(|s| u16::try_from(s).ok())?;
-    let message = error
-        .pointer("/data/message")
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    super::upstream_cause(status, message)
-}
-

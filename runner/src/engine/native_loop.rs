@@ -331,7 +331,12 @@ async fn ask_with_retries(
     loop {
         tries += 1;
         let result = model
-            .respond(model_name, input.clone(), tools::definitions(), metadata.clone())
+            .respond(
+                model_name,
+                input.clone(),
+                tools::definitions(),
+                metadata.clone(),
+            )
             .await;
         let e = match result {
             Ok(out) => return Ok(out),
@@ -350,7 +355,8 @@ async fn ask_with_retries(
         {
             return Err(driver_err(e));
         }
-        let seeded = crate::seeded::retry_unauthorized() && *cause == CauseCode::UpstreamUnauthorized;
+        let seeded =
+            crate::seeded::retry_unauthorized() && *cause == CauseCode::UpstreamUnauthorized;
         let may_retry = (cause.retried_by_runner() && tries < UPSTREAM_TRIES_MAX) || seeded;
         if !may_retry || retry_after > RETRY_AFTER_WAIT_MAX_MS {
             return Err(driver_err(e));
@@ -364,4 +370,3 @@ async fn ask_with_retries(
         tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
     }
 }
-

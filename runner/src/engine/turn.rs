@@ -12,7 +12,7 @@ use super::provider::{Link, Live};
 use super::recovery::{self, LostConversation, Pending, ProviderSays, Recovery, TurnState};
 use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{Driver, DriverError, ProviderEvent, Sent};
+use crate::driver::{Driver, DriverError, ProviderEvent, Sent, TurnEnd};
 use crate::profiles::Profile;
 use crate::store::{RequestStatus, Run, Snapshot, TurnKind, TurnRow, TurnStatus};
 
@@ -439,14 +439,8 @@ impl Engine {
                         .await
                         .map_err(driver_err)?;
                 }
-                ProviderEvent::TurnCompleted {
-                    turn_id,
-                    status,
-                    upstream,
-                } if turn_id == provider_turn => {
-                    return self
-                        .turn_ended(snap, run, row, turn_id, status, upstream)
-                        .await;
+                ProviderEvent::TurnCompleted { turn_id, end } if turn_id == provider_turn => {
+                    return self.turn_ended(snap, run, row, turn_id, end).await;
                 }
                 _ => {}
             }
@@ -570,9 +564,9 @@ impl Engine {
         run: &Run,
         row: i64,
         turn_id: String,
-        status: String,
-        upstream: Option<CauseCode>,
+        end: TurnEnd,
     ) -> Result<(), StepError> {
+        let TurnEnd { status, upstream } = end;
         let ended = status.parse().unwrap_or(TurnStatus::Failed);
         if crate::seeded::accept_at_turn_end() {
             self.accept(&snap.task.task_id, run, row, &turn_id).await?;

@@ -22,15 +22,30 @@ fn entry(kind: EntryKind, fact: Option<&str>, ts_ms: u64, data: Value) -> Entry 
 }
 
 fn request(ts_ms: u64) -> Entry {
-    entry(EntryKind::In, None, ts_ms, json!({ "method": "POST", "path": "/v1/responses", "body": {} }))
+    entry(
+        EntryKind::In,
+        None,
+        ts_ms,
+        json!({ "method": "POST", "path": "/v1/responses", "body": {} }),
+    )
 }
 
 fn answered(ts_ms: u64, status: u16) -> Entry {
-    entry(EntryKind::Out, None, ts_ms, json!({ "method": "POST", "path": "/v1/responses", "status": status, "body": {} }))
+    entry(
+        EntryKind::Out,
+        None,
+        ts_ms,
+        json!({ "method": "POST", "path": "/v1/responses", "status": status, "body": {} }),
+    )
 }
 
 fn injected(ts_ms: u64, point: &str, fault: &str) -> Entry {
-    entry(EntryKind::Fact, Some("fault.answer"), ts_ms, json!({ "point": point, "answer": fault }))
+    entry(
+        EntryKind::Fact,
+        Some("fault.answer"),
+        ts_ms,
+        json!({ "point": point, "answer": fault }),
+    )
 }
 
 /// A task whose one run (created at 1) ended `status` with `cause`.
@@ -63,7 +78,11 @@ fn a_rate_limit_closed_as_a_protocol_error_fails_and_its_own_cause_passes() {
             answered(102, 429),
         ]
     };
-    let bad = evidence("failed", Some(("provider_protocol_error", false)), journal());
+    let bad = evidence(
+        "failed",
+        Some(("provider_protocol_error", false)),
+        journal(),
+    );
     let (v, m) = verdict(&bad);
     assert_eq!(v, Verdict::Fail, "{m}");
     assert!(m.contains("upstream_rate_limited"), "{m}");
@@ -81,7 +100,10 @@ fn a_transient_failure_may_be_retried_to_completion_but_not_before_retry_after()
         answered(102, 429),
         request(1103),
     ];
-    assert_eq!(verdict(&evidence("completed", None, journal.clone())).0, Verdict::Pass);
+    assert_eq!(
+        verdict(&evidence("completed", None, journal.clone())).0,
+        Verdict::Pass
+    );
     journal[3] = request(400);
     let (v, m) = verdict(&evidence("completed", None, journal));
     assert_eq!(v, Verdict::Fail, "{m}");
@@ -97,7 +119,11 @@ fn an_expired_credential_is_never_retried_by_the_runner() {
         request(400),
         answered(401, 401),
     ];
-    let e = evidence("failed", Some(("upstream_unauthorized", false)), journal.clone());
+    let e = evidence(
+        "failed",
+        Some(("upstream_unauthorized", false)),
+        journal.clone(),
+    );
     let (v, m) = verdict(&e);
     assert_eq!(v, Verdict::Fail, "{m}");
     assert!(m.contains("by itself"), "{m}");
@@ -116,7 +142,10 @@ fn an_expired_credential_is_never_retried_by_the_runner() {
     let done = evidence(
         "completed",
         None,
-        vec![request(100), injected(101, "model.responses.received", "auth-expired")],
+        vec![
+            request(100),
+            injected(101, "model.responses.received", "auth-expired"),
+        ],
     );
     assert_eq!(verdict(&done).0, Verdict::Fail);
 }
@@ -128,7 +157,11 @@ fn an_error_answer_to_a_lookup_must_close_provider_lookup_failed() {
     assert_eq!(verdict(&absent).0, Verdict::Fail);
     let closed = evidence("failed", Some(("provider_lookup_failed", false)), journal());
     assert_eq!(verdict(&closed).0, Verdict::Pass);
-    let other = evidence("failed", Some(("provider_protocol_error", false)), journal());
+    let other = evidence(
+        "failed",
+        Some(("provider_protocol_error", false)),
+        journal(),
+    );
     assert_eq!(verdict(&other).0, Verdict::Fail);
     assert!(justifies(&closed, "provider_lookup_failed"));
     assert!(!justifies(&closed, "provider_protocol_error"));
@@ -136,8 +169,15 @@ fn an_error_answer_to_a_lookup_must_close_provider_lookup_failed() {
 
 #[test]
 fn no_injection_judges_nothing_and_no_run_is_unknown() {
-    assert_eq!(verdict(&evidence("completed", None, vec![request(1)])).0, Verdict::Pass);
-    let mut e = evidence("failed", None, vec![injected(0, "model.responses.received", "overload")]);
+    assert_eq!(
+        verdict(&evidence("completed", None, vec![request(1)])).0,
+        Verdict::Pass
+    );
+    let mut e = evidence(
+        "failed",
+        None,
+        vec![injected(0, "model.responses.received", "overload")],
+    );
     e.task["runs"][0]["created_ms"] = json!(5);
     assert_eq!(verdict(&e).0, Verdict::Unknown);
 }
@@ -155,7 +195,8 @@ fn without_the_model_api_s_journal_the_harness_s_action_names_the_fault() {
     let (v, m) = verdict(&e);
     assert_eq!(v, Verdict::Fail, "{m}");
     assert!(m.contains("context_window_exceeded"), "{m}");
-    e.task["runs"][0]["cause"] = json!({ "code": "context_window_exceeded", "recoverable": false, "message": "m" });
+    e.task["runs"][0]["cause"] =
+        json!({ "code": "context_window_exceeded", "recoverable": false, "message": "m" });
     // The cause is right; whether the runner retried is not judged.
     assert_eq!(verdict(&e).0, Verdict::Unknown);
 }
