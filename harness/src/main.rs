@@ -347,6 +347,21 @@ struct ExploreArgs {
     /// Report directory for a failure [default: reports/explore/<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Generated workflows instead of the scenario files: controller
+    /// programs drawn by a state machine (follow-ups at every moment, the
+    /// same follow-up again, Retries, the same Retry again, scripts of 1-3
+    /// turns), each traced clean and run under drawn schedules; --only
+    /// picks profiles (a name or part of one) [default: the four fakes].
+    #[arg(long)]
+    workflows: bool,
+    /// With --workflows: schedules run per program after its clean run.
+    #[arg(long, default_value_t = 4, requires = "workflows")]
+    per_program: usize,
+    /// With --workflows: write the shrunk failing program as a scenario
+    /// file into DIR (its `[chaos] schedules` holds the shrunk schedule),
+    /// ready to add to scenarios/ as a regression.
+    #[arg(long, value_name = "DIR", requires = "workflows")]
+    emit_scenario: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

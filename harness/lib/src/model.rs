@@ -8,8 +8,12 @@
 
 use serde::{Deserialize, Serialize};
 
+mod oracle;
 mod scenario_id;
+mod task_state;
+pub use oracle::Oracle;
 pub use scenario_id::ScenarioId;
+pub use task_state::TaskState;
 
 /// Version of `wave.json`.
 pub const WAVE_FORMAT_VERSION: u32 = 1;
@@ -320,8 +324,8 @@ impl Verdict {
 /// One oracle's judgement of one cell.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OracleResult {
-    /// The oracle's name, e.g. `no-replay.turn`.
-    pub oracle: String,
+    /// The oracle (stored as its name, e.g. `no-replay.turn`).
+    pub oracle: Oracle,
     /// Its verdict.
     pub verdict: Verdict,
     /// A sentence: why it failed or could not decide (empty on pass).
@@ -565,9 +569,10 @@ pub fn sort_cells<T>(cells: &mut [T], id: impl Fn(&T) -> &str) {
 /// How the cell's task ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
-    /// Final task state (`completed`, `failed`, `needs_human`, `running`, or
-    /// `unknown` when the harness could not read it).
-    pub state: String,
+    /// Final task state; `None` when the harness could not read it (stored
+    /// as the state's name, `unknown` for none).
+    #[serde(with = "task_state::or_unknown")]
+    pub state: Option<TaskState>,
     /// The final cause code, if any.
     pub cause: Option<String>,
     /// Whether the armed cut was reached.

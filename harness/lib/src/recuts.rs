@@ -311,6 +311,11 @@ pub fn run_stages(
 impl Reach {
     /// One paragraph for the console: paths per profile and cells.
     pub fn summary(&self, cells: usize) -> String {
+        if self.paths.is_empty() {
+            return format!(
+                "stage 2: {cells} recovery cells: no one-cut cell walked a recovery path"
+            );
+        }
         let mut text = format!("stage 2: {cells} recovery cells over");
         for (profile, paths) in &self.paths {
             let boundaries: usize = paths.iter().map(|(_, n)| n).sum();
@@ -426,7 +431,7 @@ mod tests {
             plan::schedule_cell(1, cell_id.into(), scenario_id.into(), &events),
             crate::model::Verdict::Pass,
             crate::model::Outcome {
-                state: "completed".into(),
+                state: Some(crate::model::TaskState::Completed),
                 reached_cut: true,
                 path: path.into(),
                 ..Default::default()

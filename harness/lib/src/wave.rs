@@ -17,6 +17,7 @@ use crate::scenario::{self, Scenario};
 
 /// A finished cell kept for the report: its result and, unless it passed,
 /// its evidence.
+#[derive(Clone)]
 pub struct Finished {
     /// The result.
     pub result: CellResult,
@@ -525,7 +526,7 @@ mod tests {
     fn a_deadline_the_runner_let_pass_is_a_catch_and_a_harness_error_is_not() {
         let mut r = finished("t001", Verdict::Fail, "", true).result;
         r.oracles = vec![crate::model::OracleResult {
-            oracle: crate::oracles::Oracle::Liveness.as_str().into(),
+            oracle: crate::oracles::Oracle::Liveness,
             verdict: Verdict::Fail,
             message: "the task is still running after the cell's deadline".into(),
             evidence: Vec::new(),
@@ -535,7 +536,7 @@ mod tests {
         assert!(!caught(&r), "an error the cell cannot place is no catch");
         r.outcome.deadline_passed = true;
         assert!(caught(&r));
-        r.oracles[0].oracle = crate::oracles::Oracle::Vacuity.as_str().into();
+        r.oracles[0].oracle = crate::oracles::Oracle::Vacuity;
         assert!(!caught(&r), "a missed cut catches nothing");
     }
 

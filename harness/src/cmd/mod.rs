@@ -16,6 +16,7 @@ use crate::Common;
 pub mod crash_round;
 pub mod doctor;
 pub mod explore;
+pub mod explore_workflows;
 pub mod judge;
 pub mod lazyfs;
 pub mod list;

@@ -10,9 +10,9 @@
 
 use super::Judgement;
 use super::Oracle;
-use crate::evidence::{Evidence, Exchange, Source};
-use crate::model::{OracleResult, ReplyExpect};
-use crate::run_log::Kind;
+use crate::evidence::{Evidence, Exchange, RequestKind, Source};
+use crate::model::{OracleResult, ReplyExpect, TaskState};
+use crate::run_log::PriorOwnerFenceRefused;
 
 /// The reason a fenced follow-up is refused with.
 const FENCE_REASON: &str = "prior_owner_fence_refused";
@@ -20,7 +20,11 @@ const FENCE_REASON: &str = "prior_owner_fence_refused";
 /// The fence, both sides.
 pub fn fence(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::Fence).needs(e, &[Source::RunLog, Source::Journal]);
-    for x in e.exchanges.iter().filter(|x| x.kind == "follow_up") {
+    for x in e
+        .exchanges
+        .iter()
+        .filter(|x| x.kind == RequestKind::FollowUp)
+    {
         check_refused_reaches_nothing(&mut j, e, x);
         check_failed_task_refuses(&mut j, e, x);
         check_step_expect(&mut j, x);
@@ -30,7 +34,7 @@ pub fn fence(e: &Evidence) -> OracleResult {
 
 /// Whether the runner refused `x` with the fence's reason.
 fn fenced(x: &Exchange) -> bool {
-    x.status == 409 && x.body["reason"] == FENCE_REASON
+    x.status == 409 && x.reason() == Some(FENCE_REASON)
 }
 
 /// A message the runner refused (409, so definitely not applied) never
@@ -60,11 +64,7 @@ fn check_refused_reaches_nothing(j: &mut Judgement, e: &Evidence, x: &Exchange) 
 /// A follow-up sent to a task the harness had just read failed (or needing
 /// a human) is refused by the fence, with the run-log event that proves it.
 fn check_failed_task_refuses(j: &mut Judgement, e: &Evidence, x: &Exchange) {
-    let Some(state) = x
-        .state_before
-        .as_deref()
-        .filter(|s| matches!(*s, "failed" | "needs_human"))
-    else {
+    let Some(state) = x.state_before.filter(|s| s.failed()) else {
         return;
     };
     let id = &x.message_id;
@@ -79,8 +79,8 @@ fn check_failed_task_refuses(j: &mut Judgement, e: &Evidence, x: &Exchange) {
         return;
     }
     let proved = e
-        .events_of(Kind::PriorOwnerFenceRefused)
-        .any(|ev| ev.pointer("/data/message_id").and_then(|v| v.as_str()) == Some(id));
+        .payloads::<PriorOwnerFenceRefused>()
+        .any(|(_, r)| r.message_id.as_ref() == Some(id));
     if !proved {
         j.fail(
             format!(
@@ -99,7 +99,7 @@ fn check_step_expect(j: &mut Judgement, x: &Exchange) {
         // No answer came: the request is indeterminate, nothing to hold.
         return;
     }
-    let refused_state = matches!(x.state_before.as_deref(), Some("failed" | "needs_human"));
+    let refused_state = x.state_before.is_some_and(|s| s.failed());
     let want_refused = match expect {
         ReplyExpect::Accepted => false,
         ReplyExpect::Refused => true,
@@ -126,7 +126,10 @@ fn check_step_expect(j: &mut Judgement, x: &Exchange) {
         j.fail(
             format!(
                 "follow-up {} expects {expect:?} (task {:?} when sent): {want}, but the runner answered {} {}",
-                x.message_id, x.state_before, x.status, x.body
+                x.message_id,
+                x.state_before.map(TaskState::as_str),
+                x.status,
+                x.body
             ),
             [format!("exchange:{}", x.message_id)],
         );

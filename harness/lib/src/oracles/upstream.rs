@@ -12,23 +12,18 @@
 //! automatic retry (no-replay.effect), a Retry that does not work
 //! (retry.works), a task left running (liveness).
 
-use serde_json::Value;
-use wire::journal::{Entry, EntryKind};
 use wire::upstream::{self as up, UpstreamFault};
 
 use super::{Judgement, Oracle};
 use crate::contract;
-use crate::evidence::{Evidence, Source};
-use crate::model::{Fault, FaultClass};
+use crate::evidence::{Evidence, InjectedAnswer, Source};
+use crate::model::Fault;
 use crate::runner_client::RunView;
-
-/// The model API's one route.
-const RESPONSES: &str = "/v1/responses";
 
 /// Judges every error answer the provider's journal shows was injected.
 pub fn upstream(e: &Evidence) -> crate::model::OracleResult {
     let mut j = Judgement::new(Oracle::Upstream).needs(e, &[Source::Journal]);
-    for inj in injected(e) {
+    for inj in e.injected_answers() {
         judge_cause(&mut j, e, &inj);
         if inj.fault.upstream().is_some() {
             judge_retries(&mut j, e, &inj);
@@ -67,82 +62,23 @@ pub fn expected_cause(fault: Fault, point: &str) -> Option<&'static str> {
 /// error the harness injected (for the contract oracle, which otherwise
 /// takes only a fail-closed cause after a fault).
 pub fn justifies(e: &Evidence, code: &str) -> bool {
-    injected(e)
+    e.injected_answers()
         .iter()
         .any(|i| expected_cause(i.fault, &i.point) == Some(code))
 }
 
-/// One injected error answer, as the fake journaled it (`line` and
-/// `generation` set), or, where the answering process's journal is not in
-/// the evidence (a real product's harness-started model API), as the
-/// harness's own action recorded it.
-struct Injected {
-    fault: Fault,
-    point: String,
-    /// Its journal line (1-based), when journaled, and its time.
-    line: Option<usize>,
-    ts_ms: u64,
-    generation: Option<String>,
-}
-
-fn injected(e: &Evidence) -> Vec<Injected> {
-    let journaled: Vec<Injected> = e
-        .journal
-        .iter()
-        .enumerate()
-        .filter(|(_, en)| en.fact.as_deref() == Some("fault.answer"))
-        .filter_map(|(i, en)| {
-            let fault = Fault::parse(en.data["answer"].as_str()?)?;
-            (fault.class() == FaultClass::Answer).then(|| Injected {
-                fault,
-                point: en.data["point"].as_str().unwrap_or_default().to_owned(),
-                line: Some(i + 1),
-                ts_ms: en.ts_ms,
-                generation: Some(en.generation.clone()),
-            })
-        })
-        .collect();
-    if !journaled.is_empty() {
-        return journaled;
-    }
-    e.actions
-        .iter()
-        .filter_map(|a| {
-            let fault = Fault::parse(a.what.strip_prefix("fault.")?)?;
-            (fault.class() == FaultClass::Answer).then(|| Injected {
-                fault,
-                point: a.detail["point"].as_str().unwrap_or_default().to_owned(),
-                line: None,
-                ts_ms: e.started_ms + a.at_ms,
-                generation: None,
-            })
-        })
-        .collect()
-}
-
 /// The run that met the fault: the latest created no later than it.
-fn run_at(e: &Evidence, ts_ms: u64) -> Option<RunView> {
+fn run_at(e: &Evidence, ts_ms: u64) -> Option<&RunView> {
     e.runs()
-        .into_iter()
+        .iter()
         .filter(|r| u64::try_from(r.created_ms).is_ok_and(|c| c <= ts_ms))
         .max_by_key(|r| r.created_ms)
-}
-
-/// Whether an event of the schedule other than the answer was applied at
-/// or after the answer: then the run may end by that event's rules.
-fn later_event(e: &Evidence, inj: &Injected) -> bool {
-    e.actions.iter().any(|a| {
-        let at = e.started_ms + a.at_ms;
-        (a.what == "cut.reached" || a.what == "event.reached")
-            && at + 50 >= inj.ts_ms
-            && a.detail["fault"].as_str().and_then(Fault::parse) != Some(inj.fault)
-    })
 }
 
 /// The faulted run ends with the contract's cause for the fault: exactly,
 /// with the right `recoverable`; a transient upstream failure may instead
 /// have been retried to completion.
-fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &Injected) {
+fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
     let Some(want) = expected_cause(inj.fault, &inj.point) else {
         return;
     };
@@ -175,7 +111,7 @@ fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &Injected) {
                 );
             }
         }
-        _ if later_event(e, inj) => {}
+        _ if e.other_event_since(inj.fault, inj.ts_ms) => {}
         (status, got) => j.fail(
             format!(
                 "run {} met {} at {} and ended {status} {}; the contract's cause is {want}{}",
@@ -200,10 +136,10 @@ fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &Injected) {
 /// The model requests the runner made by itself after an injected model
 /// API failure: those of the same API process after it, before the
 /// controller's first Retry (a harness-started model API of a real product
-/// serves the Retry too, so the Retry's invocation is the bound). None after an expired credential or a full
-/// context window; after a 429, the first not sooner than its
-/// `Retry-After`.
-fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &Injected) {
+/// serves the Retry too, so the Retry's invocation is the bound). None
+/// after an expired credential or a full context window; after a 429, the
+/// first not sooner than its `Retry-After`.
+fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
     let Some(u) = inj.fault.upstream() else {
         return;
     };
@@ -216,61 +152,41 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &Injected) {
         }
         return;
     };
-    let retry_at = e
-        .ops
-        .iter()
-        .filter(|o| o.kind == "retry")
-        .map(|o| e.started_ms + o.at_ms)
-        .min()
-        .unwrap_or(u64::MAX);
-    let after: Vec<(usize, &Entry)> = e
-        .journal
-        .iter()
-        .enumerate()
-        .skip(line)
-        .filter(|(_, en)| en.generation == generation && en.ts_ms < retry_at)
-        .filter(|(_, en)| is_request(en))
-        .collect();
+    let until = e.first_retry_ms().unwrap_or(u64::MAX);
+    let after = e.model_exchanges_after(line, generation, until);
+    let requests: Vec<_> = after.iter().filter(|x| x.status.is_none()).collect();
     if !u.transient() {
-        if let Some((line, _)) = after.first() {
+        if let Some(first) = requests.first() {
             j.fail(
                 format!(
-                    "the runner asked the model API again by itself after {} ({} request(s) after journal:{}); the contract never retries it",
+                    "the runner asked the model API again by itself after {} ({} request(s) after journal:{line}); the contract never retries it",
                     inj.fault,
-                    after.len(),
-                    line
+                    requests.len(),
                 ),
-                [format!("journal:{}", line + 1)],
+                [format!("journal:{}", first.line)],
             );
         }
         return;
     }
-    let Some(wait_ms) = u.retry_after_s().map(|s| s * 1000) else {
+    let (Some(wait_ms), Some(status)) = (u.retry_after_s().map(|s| s * 1000), u.status()) else {
         return;
     };
     // The 429's answer, then the next request: the wait between them.
-    let answered = e
-        .journal
-        .iter()
-        .skip(line)
-        .find(|en| en.kind == EntryKind::Out && en.data["status"] == u.status().unwrap_or(0));
-    if let (Some(out), Some((line, next))) = (answered, after.first()) {
+    let answered = after.iter().find(|x| x.status == Some(status));
+    let next = answered.and_then(|a| requests.iter().find(|r| r.line > a.line));
+    if let (Some(out), Some(next)) = (answered, next) {
         // One millisecond of slack: both times are truncated to the ms.
         if next.ts_ms + 1 < out.ts_ms + wait_ms {
             j.fail(
                 format!(
-                    "the runner asked the model API again {} ms after a 429 with Retry-After {} s",
+                    "the runner asked the model API again {} ms after a {status} with Retry-After {} s",
                     next.ts_ms.saturating_sub(out.ts_ms),
                     wait_ms / 1000
                 ),
-                [format!("journal:{}", line + 1)],
+                [format!("journal:{}", next.line)],
             );
         }
     }
-}
-
-fn is_request(en: &Entry) -> bool {
-    en.kind == EntryKind::In && en.data.get("path").and_then(Value::as_str) == Some(RESPONSES)
 }
 
 #[cfg(test)]

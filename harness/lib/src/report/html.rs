@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use super::matrix;
 use super::sequence::Sequences;
 use super::{Counts, Timelines, by_scenario, format_ms, in_order, reasons, truncate};
-use crate::model::{CellResult, Fault, OracleResult, Outcome, Verdict, WaveResult};
+use crate::model::{CellResult, Fault, OracleResult, Outcome, TaskState, Verdict, WaveResult};
 
 const HTML_STYLE: &str = include_str!("report.css");
 
@@ -292,11 +292,11 @@ fn cell_button(cell: &CellResult, text: &str) -> String {
 /// The short text of a grid cell: how the task ended (never the verdict,
 /// which is the colour), and the cause when there is one.
 fn outcome_abbrev(cell: &CellResult) -> String {
-    let state = match cell.outcome.state.as_str() {
-        "completed" => "done".to_owned(),
-        "needs_human" => "human".to_owned(),
-        "unknown" | "" => "no state".to_owned(),
-        other => truncate(other, 10),
+    let state = match cell.outcome.state {
+        Some(TaskState::Completed) => "done".to_owned(),
+        Some(TaskState::NeedsHuman) => "human".to_owned(),
+        None => "no state".to_owned(),
+        Some(other) => truncate(other.as_str(), 10),
     };
     match &cell.outcome.cause {
         Some(cause) => format!("{state} · {}", truncate(cause, 18)),
@@ -318,7 +318,7 @@ fn compact_data(
     for c in &wave.cells {
         for o in &c.oracles {
             if !oracles.contains(&o.oracle.as_str()) {
-                oracles.push(&o.oracle);
+                oracles.push(o.oracle.as_str());
             }
         }
     }
@@ -446,7 +446,7 @@ fn render_oracles(out: &mut String, cell: &CellResult) {
 fn render_outcome(out: &mut String, o: &Outcome) {
     out.push_str("<h4>outcome</h4>\n<dl>");
     for (term, value) in [
-        ("state", o.state.clone()),
+        ("state", TaskState::name(o.state).to_owned()),
         (
             "cause",
             o.cause.clone().unwrap_or_else(|| "none".to_owned()),
@@ -476,7 +476,7 @@ fn render_oracle_row(out: &mut String, o: &OracleResult) {
         out,
         "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
         o.verdict.as_str(),
-        html(&o.oracle),
+        html(o.oracle.as_str()),
         o.verdict.as_str(),
         html(&o.message),
         evidence

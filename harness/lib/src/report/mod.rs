@@ -297,7 +297,7 @@ pub(crate) fn reasons(cell: &CellResult) -> Vec<(String, String)> {
         .oracles
         .iter()
         .filter(|o| o.verdict == cell.verdict && o.verdict != Verdict::Pass)
-        .map(|o| (o.oracle.clone(), o.message.clone()))
+        .map(|o| (o.oracle.as_str().to_owned(), o.message.clone()))
         .collect();
     if let Some(error) = &cell.error {
         let entry = ("harness error".to_owned(), error.clone());

@@ -11,7 +11,7 @@ const FAIL_REPRODUCE: &str = "turncut run everyday.runner-codex.local.single --c
 
 fn oracle(name: &str, verdict: Verdict, message: &str) -> OracleResult {
     OracleResult {
-        oracle: name.to_owned(),
+        oracle: crate::model::Oracle::parse(name).unwrap(),
         verdict,
         message: message.to_owned(),
         evidence: if verdict == Verdict::Pass {
@@ -54,7 +54,7 @@ fn cell(
         verdict,
         oracles,
         outcome: Outcome {
-            state: "completed".to_owned(),
+            state: Some(crate::model::TaskState::Completed),
             cause: None,
             reached_cut: cut.is_some(),
             runs: 1,
@@ -86,7 +86,7 @@ fn sample_wave() -> WaveResult {
         ],
     );
     failing.reproduce = FAIL_REPRODUCE.to_owned();
-    failing.outcome.state = "failed".to_owned();
+    failing.outcome.state = Some(crate::model::TaskState::Failed);
     failing.outcome.cause = Some("provider_lost".to_owned());
     let mut unknown = cell(
         "t004",
@@ -102,7 +102,7 @@ fn sample_wave() -> WaveResult {
             ),
         ],
     );
-    unknown.outcome.state = "unknown".to_owned();
+    unknown.outcome.state = None;
     WaveResult {
         v: WAVE_FORMAT_VERSION,
         wave_id: "w-20250101T000000-s7".to_owned(),

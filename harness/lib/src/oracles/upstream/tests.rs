@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use wire::journal::{Entry, EntryKind};
 
 use super::*;
-use crate::evidence::{Evidence, Op, OpResult};
+use crate::evidence::{Action, ActionKind, Evidence, Op, OpKind, OpResult, RequestKind, TaskRead};
 use crate::model::Verdict;
 
 fn entry(kind: EntryKind, fact: Option<&str>, ts_ms: u64, data: Value) -> Entry {
@@ -50,15 +50,25 @@ fn injected(ts_ms: u64, point: &str, fault: &str) -> Entry {
 
 /// A task whose one run (created at 1) ended `status` with `cause`.
 fn evidence(status: &str, cause: Option<(&str, bool)>, journal: Vec<Entry>) -> Evidence {
+    created_at(1, status, cause, journal)
+}
+
+/// As [`evidence`], its run created at `created_ms`.
+fn created_at(
+    created_ms: u64,
+    status: &str,
+    cause: Option<(&str, bool)>,
+    journal: Vec<Entry>,
+) -> Evidence {
     let cause = cause.map(|(c, r)| json!({ "code": c, "recoverable": r, "message": "m" }));
     Evidence {
-        task: json!({
+        task: Some(TaskRead::read(json!({
             "task_id": "task-1", "profile": "runner-native-openai", "workspace": "/ws",
             "state": status, "cause": cause, "current_run": "run-1", "queued_messages": [],
             "runs": [{ "run_id": "run-1", "task_id": "task-1", "kind": "initial",
                        "trigger_message_id": "m1", "status": status, "cause": cause,
-                       "conversation_id": "c", "owner_epoch": 1, "created_ms": 1, "turns": [] }]
-        }),
+                       "conversation_id": "c", "owner_epoch": 1, "created_ms": created_ms, "turns": [] }]
+        }))),
         journal,
         ..Default::default()
     }
@@ -130,7 +140,7 @@ fn an_expired_credential_is_never_retried_by_the_runner() {
     // After the controller's Retry, a request is the Retry's.
     let mut e = evidence("failed", Some(("upstream_unauthorized", false)), journal);
     e.ops.push(Op {
-        kind: "retry".into(),
+        kind: OpKind::Request(RequestKind::Retry),
         message_id: "r1".into(),
         at_ms: 300,
         result: OpResult::Ok,
@@ -173,30 +183,33 @@ fn no_injection_judges_nothing_and_no_run_is_unknown() {
         verdict(&evidence("completed", None, vec![request(1)])).0,
         Verdict::Pass
     );
-    let mut e = evidence(
+    let e = created_at(
+        5,
         "failed",
         None,
         vec![injected(0, "model.responses.received", "overload")],
     );
-    e.task["runs"][0]["created_ms"] = json!(5);
     assert_eq!(verdict(&e).0, Verdict::Unknown);
 }
 
 #[test]
 fn without_the_model_api_s_journal_the_harness_s_action_names_the_fault() {
-    use crate::evidence::Action;
-    let mut e = evidence("failed", Some(("provider_protocol_error", false)), vec![]);
-    e.started_ms = 10;
-    e.actions.push(Action {
-        at_ms: 5,
-        what: "fault.context-overflow".into(),
-        detail: json!({ "point": "model.responses.received" }),
-    });
-    let (v, m) = verdict(&e);
+    let acted = |cause: (&str, bool)| {
+        let mut e = evidence("failed", Some(cause), vec![]);
+        e.started_ms = 10;
+        e.actions.push(Action {
+            at_ms: 5,
+            what: ActionKind::Fault(crate::model::Fault::ContextOverflow),
+            detail: json!({ "point": "model.responses.received" }),
+        });
+        e
+    };
+    let (v, m) = verdict(&acted(("provider_protocol_error", false)));
     assert_eq!(v, Verdict::Fail, "{m}");
     assert!(m.contains("context_window_exceeded"), "{m}");
-    e.task["runs"][0]["cause"] =
-        json!({ "code": "context_window_exceeded", "recoverable": false, "message": "m" });
     // The cause is right; whether the runner retried is not judged.
-    assert_eq!(verdict(&e).0, Verdict::Unknown);
+    assert_eq!(
+        verdict(&acted(("context_window_exceeded", false))).0,
+        Verdict::Unknown
+    );
 }
