@@ -3,10 +3,16 @@
 //! really ran (effect ledger), and what was left behind (files, processes).
 //!
 //! The history is the only contract between running a cell (`cell`) and
-//! judging it (`oracles`): oracles read nothing else. The evidence of a cell
-//! that did not pass is written to its report directory (`cells/t###/`) for
-//! a person to read; `turncut replay` runs a cell again rather than judging
-//! written evidence.
+//! judging it (`oracles`): oracles read nothing else. It is typed from the
+//! wire in: the task view (`TaskRead`) and the run log (`run_log::RunLogEvent`)
+//! are parsed once, where the cell reads them and where `turncut judge`
+//! loads a saved `evidence.json`, and the oracles read the typed forms (and
+//! the typed accessors here: `evidence/journal.rs` for the provider's
+//! journal, `evidence/actions.rs` for the harness's own records), never
+//! JSON. The JSON as the runner sent it is kept only to write
+//! `evidence.json` again, in the same shape, and to show a person (the
+//! timeline). The evidence of a cell that did not pass is written to its
+//! report directory (`cells/t###/`) for a person to read.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -79,6 +85,11 @@ pub struct Evidence {
     /// The scenario's `[expect]` (judged on a clean cell).
     #[serde(default)]
     pub expect: crate::model::Expect,
+    /// The scripted model the fake played (each turn with the message
+    /// texts it answers): what each message's content asks it to run, for
+    /// the contract model's effects judgement.
+    #[serde(default)]
+    pub script: Option<wire::script::Script>,
     /// Whether the task was still unsettled at the deadline.
     pub deadline_passed: bool,
     /// The canary credential planted in the runner's environment.

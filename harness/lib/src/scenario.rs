@@ -160,8 +160,12 @@ pub struct Scenario {
     /// Schedules every wave runs for each profile (`[chaos] schedules`, as
     /// `turncut explore --emit-scenario` writes a shrunk failure), with the
     /// place of each in the file.
-    pub schedules: Vec<(Vec<crate::model::Event>, (usize, usize))>,
+    pub schedules: Vec<OwnSchedule>,
 }
+
+/// A `[chaos] schedules` entry: its events, and its place in the file
+/// (line, column).
+pub type OwnSchedule = (Vec<crate::model::Event>, (usize, usize));
 
 impl Scenario {
     /// The scenario id for `profile`.
@@ -414,7 +418,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
 fn parse_schedules(
     ctx: &Ctx<'_>,
     list: &[Spanned<String>],
-) -> Result<Vec<(Vec<crate::model::Event>, (usize, usize))>, ScenarioError> {
+) -> Result<Vec<OwnSchedule>, ScenarioError> {
     let mut out = Vec::new();
     for s in list {
         let events = crate::model::parse_schedule(s.get_ref())

@@ -83,6 +83,8 @@ pub(super) fn inject_action(
         body,
         state_before: None,
         expect: None,
+        sent_at_ms: at_ms,
+        injected: true,
     };
     ctx.rec.injected(exchange, op);
 }

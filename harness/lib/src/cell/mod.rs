@@ -279,6 +279,7 @@ pub fn run_cell_traced(
         fault: spec.fault(),
         canary: canary.clone(),
         expect: scenario.expect.clone(),
+        script: Some(scenario.script.clone()),
         runner_idle_timeout_ms: Some(env.idle_timeout_ms),
         ..Evidence::default()
     };

@@ -105,6 +105,7 @@ fn send(
     // controller would; a few attempts outlast a full disk that the harness
     // brings back with a runner restart.
     let mut answer = Err(anyhow::anyhow!("not sent"));
+    let sent_at_ms = ctx.rec.now_ms();
     for _ in 0..SEND_ATTEMPTS_503 {
         answer = with_runner(ctx, until, |client| {
             let at_ms = ctx.rec.now_ms();
@@ -140,6 +141,8 @@ fn send(
         body: answer.clone(),
         state_before: None,
         expect: None,
+        sent_at_ms,
+        injected: false,
     });
     if status == 0 {
         return Err(DeadlineMissed(format!(
@@ -290,7 +293,7 @@ fn retry(
         procs.retain(|(pid, _, _)| Some(*pid) != model_api);
         procs
     });
-    let status = send(
+    let sent = send(
         ctx,
         until,
         ev,
@@ -299,7 +302,12 @@ fn retry(
         &body,
         message_id,
         "",
-    )?;
+    );
+    // The state the Retry was sent in: what the contract allows it.
+    if let Some(x) = ev.exchanges.last_mut() {
+        x.state_before = TaskState::deserialize(&task["state"]).ok();
+    }
+    let status = sent?;
     if status == 201 {
         match before {
             Ok(procs) => ev.alive_at_retry.extend(

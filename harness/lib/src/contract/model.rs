@@ -209,10 +209,9 @@ impl TaskModel {
                 (409, Some("process_running")),
                 (409, Some("cleanup_quarantined")),
             ]),
-            Some(TaskState::Completed) if s.raced => Allowed::of(&[
-                (409, Some(NOTHING_TO_RETRY)),
-                (409, Some(EXECUTION_ACTIVE)),
-            ]),
+            Some(TaskState::Completed) if s.raced => {
+                Allowed::of(&[(409, Some(NOTHING_TO_RETRY)), (409, Some(EXECUTION_ACTIVE))])
+            }
             Some(TaskState::Completed) => Allowed::of(&[(409, Some(NOTHING_TO_RETRY))]),
             Some(TaskState::Queued | TaskState::Running) => {
                 Allowed::of(&[(409, Some(EXECUTION_ACTIVE))])
@@ -254,9 +253,10 @@ impl TaskModel {
     }
 
     /// Judges every request of one task in the order the controller sent
-    /// them: each answer the contract does not allow is a problem naming the
-    /// request, what it got and what was allowed.
-    pub fn judge(sent: &[Sent]) -> Vec<String> {
+    /// them: each answer the contract does not allow is a problem (the
+    /// request's kind and id, and a sentence naming what it got and what
+    /// was allowed).
+    pub fn judge(sent: &[Sent]) -> Vec<(RequestKind, String, String)> {
         let mut model = TaskModel::default();
         let mut problems = Vec::new();
         for s in sent {
@@ -265,15 +265,19 @@ impl TaskModel {
                 && a.status != 0
                 && !allowed.admits(a)
             {
-                problems.push(format!(
+                let problem = format!(
                     "{} {} was answered {}{} ({}), the contract allows {}",
                     s.kind.as_str(),
                     s.id,
                     a.status,
-                    a.reason.as_deref().map(|r| format!(" {r}")).unwrap_or_default(),
+                    a.reason
+                        .as_deref()
+                        .map(|r| format!(" {r}"))
+                        .unwrap_or_default(),
                     state_phrase(s),
                     allowed.describe()
-                ));
+                );
+                problems.push((s.kind, s.id.clone(), problem));
             }
             model.apply(s);
         }
@@ -303,9 +307,15 @@ pub fn must_complete(events_applied: usize) -> bool {
 pub struct MessageEffects {
     /// The message id effects run under (the ledger's `by`).
     pub id: String,
-    /// The effect keys its content asks the scripted model to run, when
-    /// known (the ledger's keys of its script turn).
+    /// The effect keys its content asks the scripted model to run (every
+    /// tool of its script turn), when its content is known: an effect under
+    /// it outside these is another message's work.
     pub asks: Option<Vec<String>>,
+    /// Of those, the ones that run as an effect command whoever executes
+    /// them (commands): a message answered by a completed turn ran each.
+    /// File writes are `durable.effect`'s (the runner or the provider
+    /// writes them, not always through a command).
+    pub must_run: Vec<String>,
     /// Whether a completed provider turn answered it in a run that
     /// completed: then every effect it asks for ran.
     pub answered: bool,
@@ -353,7 +363,7 @@ pub fn judge_effects(messages: &[MessageEffects], ledger: &[Effect]) -> Vec<(Str
     }
     for m in messages.iter().filter(|m| m.answered) {
         let Some(asks) = &m.asks else { continue };
-        for key in asks.iter().filter(|k| !m.excused.contains(k)) {
+        for key in m.must_run.iter().filter(|k| !m.excused.contains(k)) {
             if !ledger.iter().any(|e| e.by == m.id && &e.key == key) {
                 problems.push((
                     format!(

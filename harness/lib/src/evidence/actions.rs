@@ -236,6 +236,16 @@ pub struct Exchange {
     /// What the scenario step expects the runner to answer.
     #[serde(default)]
     pub expect: Option<ReplyExpect>,
+    /// When its first attempt was sent, in milliseconds since the cell
+    /// started: the contract model takes requests in the order they were
+    /// sent (a controller-action event's request is collected after the
+    /// steps').
+    #[serde(default)]
+    pub sent_at_ms: u64,
+    /// Whether a controller-action event sent it (`follow-up`, `retry`)
+    /// rather than a scenario step.
+    #[serde(default)]
+    pub injected: bool,
 }
 
 impl Exchange {

@@ -60,6 +60,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
     );
     let recorded = provider_turns(e);
     check_clean_run(&mut j, e);
+    super::by_model::check(&mut j, e);
     let whole = e.gap(Source::RunLog).is_none() && e.gap(Source::Journal).is_none();
     for (id, starts, records) in unrecorded_turn_starts(e).into_iter().filter(|_| whole) {
         j.fail(
@@ -106,8 +107,23 @@ fn check_native_final_answers(j: &mut Judgement, e: &Evidence) {
     }
 }
 
+/// Whether a power cut took from the provider's store a turn of `run`'s
+/// messages that the provider had recorded (its journal says so): the
+/// contract's rows "turn accepted, and the runner holds output of it |
+/// turn absent" close such a run `active_turn_recovery_closed`, since a
+/// model saw the message and "no record" no longer means "reached no model"
+/// (`docs/recovery-contract.md`, Codex and OpenCode). Any run can meet it,
+/// a follow-up's run after the task completed as well as the first.
+fn turn_lost_to_power_cut(e: &Evidence, run: &RunView) -> bool {
+    e.turns_lost_to_power_cut()
+        .iter()
+        .any(|lost| run.turns.iter().any(|t| t.message_id == lost.authorized_by))
+}
+
 /// A clean cell (nothing cut) shows what its scenario's `[expect]` says:
-/// the final state, the follow-ups consumed and the effects in the ledger.
+/// the final state, the follow-ups consumed (distinct follow-up ids a
+/// provider turn answered: a follow-up sent twice is one message) and the
+/// effects in the ledger.
 fn check_clean_run(j: &mut Judgement, e: &Evidence) {
     if e.spec.as_ref().is_none_or(|s| s.cut().is_some()) {
         return;
@@ -146,7 +162,9 @@ fn check_clean_run(j: &mut Judgement, e: &Evidence) {
                     !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str())
                 })
             })
-            .count();
+            .map(|x| x.message_id.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
         if consumed != n {
             j.fail(
                 format!("a clean run consumed {consumed} follow-up(s), the scenario expects {n}"),
@@ -180,10 +198,12 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
             check_ambiguous_start(j, e, run_id, t, at);
         }
         "active_turn_recovery_closed"
-            if !approval_pending(e) && !approved_command_unfinished(e) =>
+            if !approval_pending(e)
+                && !approved_command_unfinished(e)
+                && !turn_lost_to_power_cut(e, run) =>
         {
             j.fail(
-                format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending and no approved command was left unfinished"),
+                format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending, no approved command was left unfinished and the provider lost no turn of the run"),
                 [at],
             );
         }

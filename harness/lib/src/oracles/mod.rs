@@ -15,10 +15,12 @@ use crate::evidence::{ActionKind, Evidence, Source};
 use crate::model::{Fault, OracleResult, TaskState, Verdict};
 
 mod acceptance;
+mod by_model;
 mod cause;
 mod contract;
 mod durable;
 mod fence;
+mod model_input;
 mod no_loss;
 mod no_replay;
 mod retry;

@@ -18,6 +18,9 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::RetryWorks)
         .needs(e, &[Source::Task, Source::RunLog, Source::Processes]);
     let runs = e.runs();
+    for (problem, at) in super::model_input::answer_problems(e, RequestKind::Retry) {
+        j.fail(problem, [at]);
+    }
     for x in e.exchanges.iter().filter(|x| x.kind == RequestKind::Retry) {
         match x.status {
             201 => check_admitted(&mut j, e, runs, x),

@@ -18,6 +18,8 @@ fn exchange(kind: &str, id: &str, text: &str, status: u16, body: Value) -> Excha
         body,
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     }
 }
 
@@ -119,7 +121,11 @@ fn a_follow_up_to_a_failed_task_must_be_refused_with_its_proof() {
     let mut x = exchange("follow_up", "f1", "more", 202, json!({}));
     x.state_before = Some(TaskState::Failed);
     e.exchanges.push(x.clone());
-    assert_only_fails(&e, "fence", "the fence must refuse it");
+    assert_only_fails(
+        &e,
+        "fence",
+        "follow_up f1 was answered 202 (the task read failed just before), the contract allows 409 prior_owner_fence_refused",
+    );
     e.exchanges.pop();
     x.status = 409;
     x.body = json!({ "reason": "prior_owner_fence_refused" });

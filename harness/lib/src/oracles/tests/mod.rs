@@ -169,6 +169,8 @@ fn good() -> Evidence {
             body: json!({ "run_id": "run-1" }),
             state_before: None,
             expect: None,
+            sent_at_ms: 0,
+            injected: false,
         }],
         task: Some(TaskRead::read(json!({
             "task_id": "task-1", "profile": "runner-codex", "workspace": "/ws",
@@ -332,6 +334,8 @@ fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
         body: json!({ "reason": "nope" }),
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     });
     assert_only_fails(&e, "cause.structured", "without a listed reason");
 }
@@ -453,9 +457,11 @@ fn an_adoption_of_a_row_never_accepted_is_judged_by_its_client_id() {
 
 #[test]
 fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_unfinished() {
-    // The run closed after answering `accept` for command call_x.
+    // The run closed after answering `accept` for command call_x, when a
+    // fault cut it.
     let closed = |item_completed: bool| {
         let mut e = good();
+        e.events_applied = 1;
         task(&mut e)["state"] = json!("failed");
         task(&mut e)["runs"][0]["status"] = json!("failed");
         task(&mut e)["runs"][0]["cause"] =
@@ -605,4 +611,5 @@ fn evidence_reads_turn_starts_of_every_protocol() {
 
 mod detection;
 mod durable;
+mod model;
 mod runs;

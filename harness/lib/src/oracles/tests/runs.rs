@@ -27,6 +27,8 @@ fn retry_r1(status: u16, body: Value) -> Exchange {
         body,
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     }
 }
 
@@ -40,6 +42,8 @@ fn follow_up_f1() -> Exchange {
         body: json!({}),
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     }
 }
 
@@ -262,6 +266,8 @@ fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
             body: json!({ "error": "connection reset" }),
             state_before: None,
             expect: None,
+            sent_at_ms: 0,
+            injected: false,
         });
     };
     // Absent: the cut POST never reached the runner.
@@ -304,12 +310,35 @@ fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
         text: "more".into(),
         status: 409,
         body: json!({ "reason": "prior_owner_fence_refused" }),
-        state_before: None,
+        state_before: Some(crate::model::TaskState::Failed),
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     });
+    e.events.push(event(
+        6,
+        "prior_owner_fence_refused",
+        json!({ "message_id": "f1", "reason": "prior_owner_fence_refused" }),
+    ));
     assert_eq!(verdict(&judge(&e), "fence").0, Verdict::Pass);
     e.journal.push(turn_start("f1", "more"));
     assert_only_fails(&e, "fence", "was refused");
+    // Refused as id_conflict (the runner holds f1 with another text), its
+    // text reaches nothing: the provider's f1 carried the admitted text.
+    let mut e = good();
+    e.exchanges.push(follow_up_f1());
+    let mut conflict = follow_up_f1();
+    conflict.text = "other".into();
+    conflict.status = 409;
+    conflict.body = json!({ "reason": "id_conflict" });
+    e.exchanges.push(conflict);
+    e.journal.push(turn_start("f1", "more"));
+    assert_ne!(
+        verdict(&judge(&e), "fence").0,
+        Verdict::Fail,
+        "{:#?}",
+        judge(&e)
+    );
 }
 
 /// A healthy cell plus an admitted Retry whose run completed in a fresh
