@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod applies;
 mod oracle;
 mod scenario_id;
 mod task_state;
@@ -73,9 +74,7 @@ pub enum FaultClass {
     Storage,
     /// Every process of the cell frozen and killed, unsynced writes lost.
     Power,
-    /// The held process answers the request it just received with an
-    /// error (the cut-point reply `answer <fault>`): a provider's error
-    /// answer, a model API's error status or broken stream.
+    /// The held process answers its request with an error (`answer <fault>`).
     Answer,
 }
 
@@ -114,12 +113,9 @@ pub enum Fault {
     /// starts again on what survived. The ledger and the journal are the
     /// world's record and stay off the mounts.
     PowerCut,
-    /// A provider answers the request it just received (a handshake, a
-    /// conversation opened or looked up, a turn started or looked up:
-    /// `wire::upstream::ERROR_ANSWER_POINTS`) with its protocol's error.
+    /// A provider answers a request with its protocol's error (`wire::upstream`).
     ErrorAnswer,
-    /// The model API answers 429 with `Retry-After`
-    /// (`wire::upstream::UpstreamFault`, as are the eight below).
+    /// The model API answers 429 with `Retry-After` (`wire::upstream::UpstreamFault`).
     RateLimit,
     /// The model API answers 500.
     ServerError,
@@ -127,15 +123,15 @@ pub enum Fault {
     Unavailable,
     /// The model API answers 529 (overloaded).
     Overload,
-    /// The model API answers 401, and every later request of that conversation too.
+    /// The model API answers 401, and every later request of that conversation.
     AuthExpired,
     /// The model API answers 400 `context_length_exceeded`.
     ContextOverflow,
     /// The model API resets the connection after an event of its stream.
     StreamCut,
-    /// The model API ends its stream after an event, without `response.completed`.
+    /// The model API ends its stream early, without `response.completed`.
     StreamTruncated,
-    /// The model API sends a malformed event after an event of its stream.
+    /// The model API sends a malformed event, then ends its stream.
     MalformedEvent,
 }
 
@@ -190,25 +186,6 @@ impl Fault {
         }
     }
 
-    /// The model API's failure this fault injects, one of
-    /// `wire::upstream::UpstreamFault` (the one definition of their names
-    /// and wire forms).
-    pub fn upstream(self) -> Option<wire::upstream::UpstreamFault> {
-        use wire::upstream::UpstreamFault as U;
-        Some(match self {
-            Fault::RateLimit => U::RateLimit,
-            Fault::ServerError => U::ServerError,
-            Fault::Unavailable => U::Unavailable,
-            Fault::Overload => U::Overload,
-            Fault::AuthExpired => U::AuthExpired,
-            Fault::ContextOverflow => U::ContextOverflow,
-            Fault::StreamCut => U::StreamCut,
-            Fault::StreamTruncated => U::StreamTruncated,
-            Fault::MalformedEvent => U::MalformedEvent,
-            _ => return None,
-        })
-    }
-
     /// How the harness applies the fault: every fault is in exactly one
     /// class, and the cell's event loop dispatches on it.
     pub fn class(self) -> FaultClass {
@@ -232,53 +209,6 @@ impl Fault {
     /// Whether the fault is a signal to a process (a kill or a hang).
     pub fn is_process(self) -> bool {
         self.class() == FaultClass::Process
-    }
-
-    /// Whether the fault may be applied at `point`: a storage fault only at
-    /// a before-write point; at a before-write point only storage faults,
-    /// `kill-runner` and `power-cut` (the runner's store is blocked there,
-    /// so nothing can read the run log to find the provider, and a
-    /// controller request would wait on the held write; a power cut finds
-    /// the cell's processes by its tag, not through the runner).
-    /// An error answer applies only where its process answers a request
-    /// (`answers_at`).
-    pub fn applies_at(self, point: &str) -> bool {
-        let write = point.starts_with(WRITE_POINTS);
-        if self.class() == FaultClass::Answer {
-            return self.answers_at(point);
-        }
-        if self.is_storage() {
-            write
-        } else {
-            !write || matches!(self, Fault::KillRunner | Fault::PowerCut)
-        }
-    }
-
-    /// Whether an error-answer fault can be injected at `point`:
-    /// `error-answer` at a provider's request (`ERROR_ANSWER_POINTS`), a
-    /// status fault at the model API's request, a stream fault after an
-    /// event of its stream but the last.
-    fn answers_at(self, point: &str) -> bool {
-        use wire::upstream as up;
-        match self.upstream() {
-            None => self == Fault::ErrorAnswer && up::ERROR_ANSWER_POINTS.contains(&point),
-            Some(u) if u.is_stream() => up::stream_fault_point(point),
-            Some(_) => point == up::MODEL_REQUEST_POINT,
-        }
-    }
-
-    /// Whether the default wave plans a `power-cut` cell at `point` of
-    /// `role`: after each of the runner's durable writes
-    /// (`runner.<write>.persisted`), and at a provider's boundaries right
-    /// after the runner sent it something (`<proto>.<what>.received`, a
-    /// request or an answer; `<proto>.<what>.answered`, the runner's answer
-    /// to a client request). Those are the moments a runner's claim
-    /// (durable, then sent) or a provider's unsynced record is exposed.
-    pub fn power_cut_planned_at(point: &str, role: Role) -> bool {
-        match role {
-            Role::Runner => point.starts_with("runner.") && point.ends_with(".persisted"),
-            _ => point.ends_with(".received") || point.ends_with(".answered"),
-        }
     }
 
     /// Whether the fault is a controller action rather than a signal.
