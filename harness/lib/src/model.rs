@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+mod applies;
 mod oracle;
 mod scenario_id;
 mod task_state;
@@ -73,6 +74,8 @@ pub enum FaultClass {
     Storage,
     /// Every process of the cell frozen and killed, unsynced writes lost.
     Power,
+    /// The held process answers its request with an error (`answer <fault>`).
+    Answer,
 }
 
 /// What the harness does at a cut.
@@ -110,11 +113,31 @@ pub enum Fault {
     /// starts again on what survived. The ledger and the journal are the
     /// world's record and stay off the mounts.
     PowerCut,
+    /// A provider answers a request with its protocol's error (`wire::upstream`).
+    ErrorAnswer,
+    /// The model API answers 429 with `Retry-After` (`wire::upstream::UpstreamFault`).
+    RateLimit,
+    /// The model API answers 500.
+    ServerError,
+    /// The model API answers 503.
+    Unavailable,
+    /// The model API answers 529 (overloaded).
+    Overload,
+    /// The model API answers 401, and every later request of that conversation.
+    AuthExpired,
+    /// The model API answers 400 `context_length_exceeded`.
+    ContextOverflow,
+    /// The model API resets the connection after an event of its stream.
+    StreamCut,
+    /// The model API ends its stream early, without `response.completed`.
+    StreamTruncated,
+    /// The model API sends a malformed event, then ends its stream.
+    MalformedEvent,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 19] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
@@ -124,6 +147,16 @@ impl Fault {
         Fault::FailWrite,
         Fault::DiskFull,
         Fault::PowerCut,
+        Fault::ErrorAnswer,
+        Fault::RateLimit,
+        Fault::ServerError,
+        Fault::Unavailable,
+        Fault::Overload,
+        Fault::AuthExpired,
+        Fault::ContextOverflow,
+        Fault::StreamCut,
+        Fault::StreamTruncated,
+        Fault::MalformedEvent,
     ];
 
     /// The faults of a scenario that names none: the process faults.
@@ -146,6 +179,10 @@ impl Fault {
             Fault::FailWrite => "fail-write",
             Fault::DiskFull => "disk-full",
             Fault::PowerCut => "power-cut",
+            Fault::ErrorAnswer => wire::upstream::ERROR_ANSWER,
+            _ => self
+                .upstream()
+                .map_or("", wire::upstream::UpstreamFault::as_str),
         }
     }
 
@@ -159,6 +196,7 @@ impl Fault {
             Fault::FollowUp | Fault::Retry => FaultClass::Action,
             Fault::FailWrite | Fault::DiskFull => FaultClass::Storage,
             Fault::PowerCut => FaultClass::Power,
+            _ => FaultClass::Answer,
         }
     }
 
@@ -171,35 +209,6 @@ impl Fault {
     /// Whether the fault is a signal to a process (a kill or a hang).
     pub fn is_process(self) -> bool {
         self.class() == FaultClass::Process
-    }
-
-    /// Whether the fault may be applied at `point`: a storage fault only at
-    /// a before-write point; at a before-write point only storage faults,
-    /// `kill-runner` and `power-cut` (the runner's store is blocked there,
-    /// so nothing can read the run log to find the provider, and a
-    /// controller request would wait on the held write; a power cut finds
-    /// the cell's processes by its tag, not through the runner).
-    pub fn applies_at(self, point: &str) -> bool {
-        let write = point.starts_with(WRITE_POINTS);
-        if self.is_storage() {
-            write
-        } else {
-            !write || matches!(self, Fault::KillRunner | Fault::PowerCut)
-        }
-    }
-
-    /// Whether the default wave plans a `power-cut` cell at `point` of
-    /// `role`: after each of the runner's durable writes
-    /// (`runner.<write>.persisted`), and at a provider's boundaries right
-    /// after the runner sent it something (`<proto>.<what>.received`, a
-    /// request or an answer; `<proto>.<what>.answered`, the runner's answer
-    /// to a client request). Those are the moments a runner's claim
-    /// (durable, then sent) or a provider's unsynced record is exposed.
-    pub fn power_cut_planned_at(point: &str, role: Role) -> bool {
-        match role {
-            Role::Runner => point.starts_with("runner.") && point.ends_with(".persisted"),
-            _ => point.ends_with(".received") || point.ends_with(".answered"),
-        }
     }
 
     /// Whether the fault is a controller action rather than a signal.

@@ -492,6 +492,10 @@ pub fn expand(scenario: &Scenario, boundaries: &[Boundary]) -> anyhow::Result<Ve
 /// fault); a power cut where `Fault::power_cut_planned_at` says.
 fn planned_at(b: &Boundary, fault: Fault) -> bool {
     let write_point = b.cut.point.starts_with(crate::model::WRITE_POINTS);
+    if fault.class() == crate::model::FaultClass::Answer {
+        // Where the process answers a request (`Fault::applies_at`).
+        return fault.applies_at(&b.cut.point);
+    }
     if nemesis::needs_provider(fault) && !b.provider_alive {
         return false;
     }

@@ -175,7 +175,10 @@ pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
 /// The second events at boundary `b`: `kill-runner` everywhere,
 /// `kill-provider` at a provider's own boundary (a provider killed while
 /// the runner works is lost at the provider's next boundary anyway),
-/// `fail-write` at a before-write point.
+/// `fail-write` at a before-write point, and `error-answer` at a
+/// provider's recovery lookup (`wire::upstream::LOOKUP_POINTS`: a lookup
+/// happens only in a recovery, where its error decides whether a turn is
+/// sent again).
 pub fn second_faults(b: &Boundary) -> Vec<Fault> {
     let write = b.cut.point.starts_with(WRITE_POINTS);
     let mut out = vec![Fault::KillRunner];
@@ -183,6 +186,9 @@ pub fn second_faults(b: &Boundary) -> Vec<Fault> {
         out.push(Fault::FailWrite);
     } else if b.role != Role::Runner && b.provider_alive {
         out.push(Fault::KillProvider);
+    }
+    if wire::upstream::LOOKUP_POINTS.contains(&b.cut.point.as_str()) {
+        out.push(Fault::ErrorAnswer);
     }
     out
 }
@@ -514,6 +520,10 @@ mod tests {
         );
         assert_eq!(
             second_faults(&b("codex.thread_read.received", 1, true)),
+            [Fault::KillRunner, Fault::KillProvider, Fault::ErrorAnswer]
+        );
+        assert_eq!(
+            second_faults(&b("codex.turn_start.received", 1, true)),
             [Fault::KillRunner, Fault::KillProvider]
         );
         assert_eq!(

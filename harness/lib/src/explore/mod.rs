@@ -29,8 +29,10 @@ use crate::wave::{self, Finished};
 /// The faults a generated schedule draws from, in shrinking order (a
 /// schedule shrinks towards the first). `power-cut` is not drawn: it needs
 /// FUSE and lazy mounts, and the wave plans its cells where they count
-/// (`Fault::power_cut_planned_at`); a `--schedule` may name it.
-pub const SCHEDULE_FAULTS: [Fault; 8] = [
+/// (`Fault::power_cut_planned_at`); a `--schedule` may name it. The
+/// error answers are drawn too: one drawn where its process answers no
+/// request becomes kill-runner, as any fault that does not apply.
+pub const SCHEDULE_FAULTS: [Fault; 12] = [
     Fault::KillRunner,
     Fault::KillProvider,
     Fault::KillBoth,
@@ -39,6 +41,10 @@ pub const SCHEDULE_FAULTS: [Fault; 8] = [
     Fault::FailWrite,
     Fault::DiskFull,
     Fault::HangProvider,
+    Fault::ErrorAnswer,
+    Fault::RateLimit,
+    Fault::AuthExpired,
+    Fault::StreamCut,
 ];
 
 /// How many events a generated schedule has.
