@@ -109,11 +109,6 @@ pub struct ModelApiArgs {
     /// TCP port to listen on (127.0.0.1); 0 picks a free one.
     #[arg(long, default_value_t = 0)]
     port: u16,
-    /// An upstream fault of the Messages API, `KIND@N` for the N-th request
-    /// (repeatable): `429[:retry-after=S]`, `500`, `503`, `529`, `401`,
-    /// `400`, `cut:K` (the stream ends after K events), `malformed:K`.
-    #[arg(long = "upstream-fault", value_name = "SPEC")]
-    upstream_fault: Vec<String>,
 }
 
 /// Runs the command line `args` (including the program name). `self_cmd` is
@@ -163,15 +158,8 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
                     return 2;
                 }
             };
-            let upstream = match crate::upstream::Armed::parse(&args.upstream_fault) {
-                Ok(u) => u,
-                Err(e) => {
-                    eprintln!("fake-provider model-api: {e}");
-                    return 2;
-                }
-            };
             run("model-api", args.provider, self_cmd, |o| {
-                crate::model_api::serve(o, listener, upstream)
+                crate::model_api::serve(o, listener)
             })
         }
         Command::Acp(args) => run("acp", args.provider, self_cmd, |o| {

@@ -26,4 +26,3 @@ mod stdio;
 pub mod tap;
 pub mod tap_http;
 pub mod turns;
-pub mod upstream;

@@ -2,9 +2,12 @@
 //! model-api` (`POST /v1/messages`) as a real child process: a full
 //! two-request turn in the events and order the real API streams (text, a
 //! `tool_use` whose command the test runs with `sh -c`, as an agent would,
-//! then its `tool_result` and `end_turn`), and the upstream faults armed with
-//! `--upstream-fault` (a 429 with `retry-after` in the API's error body, a
-//! stream cut after K events, a malformed event).
+//! then its `tool_result` and `end_turn`), and the upstream faults
+//! (`wire::upstream`) injected as a cell injects them, through the cut-point
+//! reply `answer NAME` at `model.messages.received` and after a stream's
+//! events: a 429 with `retry-after` in the API's error body, a stream reset
+//! after its second event, a malformed event, an expired credential that
+//! stays expired for its conversation.
 //!
 //! Every wait has a deadline and waits on an event (a stdout line, the end of
 //! a stream); nothing sleeps to synchronize.
@@ -26,11 +29,14 @@ struct Fake {
     state: PathBuf,
 }
 
-fn start(state: &Path, extra: &[&str]) -> Fake {
+fn start(state: &Path, env: &[(&str, &str)]) -> Fake {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_turncut"));
     cmd.args(["fake-provider", "model-api", "--state-dir"])
         .arg(state)
-        .args(extra)
+        .env_remove(cutpoint::ENV_SOCKET)
+        .env_remove(cutpoint::ENV_ARM)
+        .env_remove(cutpoint::ENV_TRACE)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit());
@@ -107,9 +113,16 @@ fn blocks(text: &str) -> Vec<(String, String)> {
 }
 
 fn request(messages: Value) -> Value {
+    request_in("s1", messages)
+}
+
+/// A streaming request of Claude Code's session `session` (its
+/// `metadata.user_id` is JSON naming it: the fake's conversation).
+fn request_in(session: &str, messages: Value) -> Value {
+    let user_id = json!({ "device_id": "d", "session_id": session }).to_string();
     json!({
         "model": "claude-sonnet-4-5", "max_tokens": 1024, "stream": true,
-        "metadata": { "user_id": "user_t_account__session_s1" },
+        "metadata": { "user_id": user_id },
         "tools": [{ "name": "Bash", "description": "Run a command",
                     "input_schema": { "type": "object", "properties": { "command": { "type": "string" } }, "required": ["command"] } }],
         "messages": messages,
@@ -175,39 +188,104 @@ fn a_tool_turn_streams_as_the_messages_api_and_its_tool_result_ends_it() {
     assert_eq!(delta["delta"]["stop_reason"], "end_turn", "{text}");
 }
 
+/// Answers each armed hit as `answers` says, in the order they come: the
+/// harness's side of a cell that injects upstream faults. Returns the hits
+/// as `point#n answer`.
+fn answer_hits(listener: cutpoint::Listener, answers: &[&str]) -> Vec<String> {
+    let mut seen = Vec::new();
+    for answer in answers {
+        let held = listener.accept_hit(WAIT).expect("an armed hit");
+        seen.push(format!("{}#{} {answer}", held.hit.point, held.hit.n));
+        held.answer(answer).expect("answer the hit");
+    }
+    seen
+}
+
 #[test]
 fn upstream_faults_answer_as_the_messages_api_fails() {
     let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("cut.sock");
+    let listener = cutpoint::Listener::bind(&socket).unwrap();
+    let arm = "model.messages.received#1,model.content_block_start.sent#1,\
+               model.message_start.sent#2,model.messages.received#4";
+    let state = dir.path().join("state");
     let fake = start(
-        dir.path(),
+        &state,
         &[
-            "--upstream-fault",
-            "429:retry-after=7@1",
-            "--upstream-fault",
-            "cut:2@2",
-            "--upstream-fault",
-            "malformed:1@3",
+            (cutpoint::ENV_SOCKET, socket.to_str().unwrap()),
+            (cutpoint::ENV_ARM, arm),
         ],
     );
+    let answers = [
+        "rate-limit",
+        "stream-cut",
+        "malformed-event",
+        "auth-expired",
+    ];
+    let harness = std::thread::spawn(move || answer_hits(listener, &answers));
     let body = request(json!([{ "role": "user", "content": "hi" }]));
+    // A status fault at the request point: Anthropic's status, body and
+    // `retry-after`, before the model sees the request.
     let (status, retry, text) = post(&fake, &body);
-    assert_eq!((status, retry.as_deref()), (429, Some("7")), "{text}");
+    assert_eq!((status, retry.as_deref()), (429, Some("1")), "{text}");
     let error: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(error["type"], "error");
-    assert_eq!(error["error"]["type"], "rate_limit_error");
+    assert_eq!(
+        error,
+        wire::upstream::UpstreamFault::RateLimit.anthropic_body()
+    );
+    // A stream reset after its second event: no `message_stop`.
     let (status, _, text) = post(&fake, &body);
     assert_eq!(status, 200);
-    let cut = blocks(&text);
-    assert_eq!(cut.len(), 2, "the stream ends after 2 events: {text}");
-    assert!(cut.iter().all(|(e, _)| e != "message_stop"));
+    let cut: Vec<String> = blocks(&text).into_iter().map(|(e, _)| e).collect();
+    assert_eq!(cut, ["message_start", "content_block_start"], "{text}");
+    // A malformed event after the first, then the end.
     let (_, _, text) = post(&fake, &body);
-    let first = &blocks(&text)[0];
-    assert_eq!(first.0, "message_start");
+    let sent = blocks(&text);
+    assert_eq!(sent.len(), 2, "{text}");
+    assert_eq!(sent[1].0, "content_block_delta");
     assert!(
-        serde_json::from_str::<Value>(&first.1).is_err(),
+        serde_json::from_str::<Value>(&sent[1].1).is_err(),
         "malformed: {}",
-        first.1
+        sent[1].1
     );
-    let (status, _, _) = post(&fake, &body);
-    assert_eq!(status, 200, "the fourth request has no fault");
+    // An expired credential: 401 now and for every later request of its
+    // conversation; another conversation (a Retry's) is served.
+    let (status, _, text) = post(&fake, &body);
+    assert_eq!(status, 401, "{text}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["error"]["type"],
+        "authentication_error"
+    );
+    assert_eq!(post(&fake, &body).0, 401, "auth-expired is sticky");
+    let other = request_in("s2", json!([{ "role": "user", "content": "hi" }]));
+    let (status, _, text) = post(&fake, &other);
+    assert_eq!(status, 200, "a fresh conversation is served: {text}");
+    assert!(blocks(&text).iter().any(|(e, _)| e == "message_stop"));
+    let hits = harness.join().unwrap();
+    assert_eq!(
+        hits,
+        [
+            "model.messages.received#1 rate-limit",
+            "model.content_block_start.sent#1 stream-cut",
+            "model.message_start.sent#2 malformed-event",
+            "model.messages.received#4 auth-expired",
+        ]
+    );
+    let journal = wire::journal::read(&state.join("journal.jsonl")).unwrap();
+    let facts = |name: &str| {
+        journal
+            .iter()
+            .filter(|e| e.fact.as_deref() == Some(name))
+            .count()
+    };
+    assert_eq!(
+        facts("fault.answer"),
+        4,
+        "each injected answer is journaled"
+    );
+    assert_eq!(
+        facts("stream.broken"),
+        2,
+        "the cut and the malformed stream"
+    );
 }

@@ -83,11 +83,21 @@ pub enum SeededBug {
     RenameWithoutDirSync,
     /// Read the provider idle timeout in microseconds instead of milliseconds.
     IdleTimeoutInMicros,
+    /// Native: read a 429 as a refusal like any 4xx, closing the run `provider_protocol_error` (not recoverable).
+    RateLimitUnrecoverable,
+    /// Native: after a broken response stream, start the turn over, running its completed tool calls again.
+    RetryTurnAfterStreamCut,
+    /// Native: retry a model request answered 401 like a transient failure, without bound.
+    RetryUnauthorized,
+    /// Native: retry a rate-limited model request at once, ignoring `Retry-After`.
+    IgnoreRetryAfter,
+    /// Read a recovery lookup the provider answered with an error as "turn absent", and send the turn again.
+    LookupErrorAnswerAsAbsent,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 32] = [
+    pub const ALL: [SeededBug; 37] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -120,6 +130,11 @@ impl SeededBug {
         SeededBug::AtomicWriteWithoutFsync,
         SeededBug::RenameWithoutDirSync,
         SeededBug::IdleTimeoutInMicros,
+        SeededBug::RateLimitUnrecoverable,
+        SeededBug::RetryTurnAfterStreamCut,
+        SeededBug::RetryUnauthorized,
+        SeededBug::IgnoreRetryAfter,
+        SeededBug::LookupErrorAnswerAsAbsent,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -134,7 +149,13 @@ impl SeededBug {
         use wire::profiles::Protocol;
         let native = protocol == Protocol::Native;
         match self {
-            RerunExecutingTool | ContinueBeforeOutcome | NativeReasksFinal => native,
+            RerunExecutingTool
+            | ContinueBeforeOutcome
+            | NativeReasksFinal
+            | RateLimitUnrecoverable
+            | RetryTurnAfterStreamCut
+            | RetryUnauthorized
+            | IgnoreRetryAfter => native,
             SplitLostMark
             | ResendAmbiguousTurn
             | SecondContinuation
@@ -147,6 +168,7 @@ impl SeededBug {
             | FenceReopensFailed
             | AcceptAtTurnEnd
             | LookupErrorAsAbsent
+            | LookupErrorAnswerAsAbsent
             | RetryCurrentInSecondWrite
             | RetryDecidesByPrimaryTurn
             | RetryResendsQueued => !native,
@@ -200,6 +222,11 @@ impl SeededBug {
             SeededBug::AtomicWriteWithoutFsync => "atomic-write-without-fsync",
             SeededBug::RenameWithoutDirSync => "rename-without-dir-sync",
             SeededBug::IdleTimeoutInMicros => "idle-timeout-in-micros",
+            SeededBug::RateLimitUnrecoverable => "rate-limit-unrecoverable",
+            SeededBug::RetryTurnAfterStreamCut => "retry-turn-after-stream-cut",
+            SeededBug::RetryUnauthorized => "retry-unauthorized",
+            SeededBug::IgnoreRetryAfter => "ignore-retry-after",
+            SeededBug::LookupErrorAnswerAsAbsent => "lookup-error-answer-as-absent",
         }
     }
 }
@@ -321,6 +348,16 @@ hooks! {
     rename_without_dir_sync => RenameWithoutDirSync;
     /// `idle-timeout-in-micros`.
     idle_timeout_in_micros => IdleTimeoutInMicros;
+    /// `rate-limit-unrecoverable`.
+    rate_limit_unrecoverable => RateLimitUnrecoverable;
+    /// `retry-turn-after-stream-cut`.
+    retry_turn_after_stream_cut => RetryTurnAfterStreamCut;
+    /// `retry-unauthorized`.
+    retry_unauthorized => RetryUnauthorized;
+    /// `ignore-retry-after`.
+    ignore_retry_after => IgnoreRetryAfter;
+    /// `lookup-error-answer-as-absent`.
+    lookup_error_answer_as_absent => LookupErrorAnswerAsAbsent;
 }
 
 #[cfg(all(test, feature = "seeded-bugs"))]

@@ -154,7 +154,18 @@ impl LineServer for Server {
         };
         match incoming {
             Incoming::Request { id, method } => {
-                self.point(&format!("acp.{}.received", slug(&method)));
+                let point = format!("acp.{}.received", slug(&method));
+                if self
+                    .opts
+                    .faults
+                    .answer_point(&point, &self.journal)
+                    .is_some()
+                {
+                    // Fault `error-answer`: the request fails inside, as an
+                    // agent's does, before anything of it is done.
+                    let error = ::wire::upstream::acp_error_answer(&method);
+                    return self.write(&json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+                }
                 self.on_request(&id, &method, &msg)
             }
             Incoming::Notification { method } => {
@@ -352,7 +363,7 @@ impl Server {
         let turn_id = client_id
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let planned = self.plan_prompt(&p.session_id, &turn_id, continuation)?;
+        let planned = self.plan_prompt(&p.session_id, &turn_id, &p.runner_text(), continuation)?;
         // The user message is part of the turn from the moment it is recorded:
         // a restarted agent replays it with its message id on `session/load`,
         // which is what "was this turn recorded?" asks.
@@ -398,6 +409,7 @@ impl Server {
         &self,
         session_id: &str,
         turn_id: &str,
+        text: &str,
         continuation: bool,
     ) -> Result<Planned, Refusal> {
         let session = self.store.get(session_id).expect("checked above");
@@ -409,11 +421,7 @@ impl Server {
                     "continuation.empty",
                     json!({ "session": session_id, "reason": "no user message to continue" }),
                 );
-                let nothing = crate::script::ScriptTurn {
-                    say: Vec::new(),
-                    tools: Vec::new(),
-                    final_message: "There is nothing to continue.".to_owned(),
-                };
+                let nothing = turns::nothing_to_continue();
                 return Ok(Planned {
                     authorized_by: turn_id.to_owned(),
                     script_index: 0,
@@ -422,7 +430,9 @@ impl Server {
             };
             (target.authorized_by.clone(), target.script_index)
         } else {
-            let index = turns::script_index(session.turns.iter(), turn_id, turns::as_sent);
+            let script = &self.opts.script;
+            let index =
+                turns::script_index(script, session.turns.iter(), turn_id, text, turns::as_sent);
             (turn_id.to_owned(), index)
         };
         let script_turn = self.opts.script.turn(script_index).clone();

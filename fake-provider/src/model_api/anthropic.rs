@@ -47,12 +47,6 @@ pub(super) fn error_type(code: u16) -> &'static str {
     }
 }
 
-impl crate::upstream::Render for Request {
-    fn error_body(code: u16, message: &str) -> Value {
-        error_body(error_type(code), message)
-    }
-}
-
 /// A Messages request as the Responses request the model reads; the error
 /// is a message and the offending parameter.
 pub(super) fn translate(body: &[u8]) -> Result<Value, (String, Option<&'static str>)> {

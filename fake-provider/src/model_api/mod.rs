@@ -34,10 +34,19 @@
 //!
 //! The same model also speaks the Anthropic Messages API (`POST
 //! /v1/messages`, `anthropic.rs`), for agents built on the Claude Agent SDK:
-//! the same script, store, turn identity and cut points (`model.messages.*`
-//! where the Responses path passes `model.responses.*`), and upstream faults
-//! armed with `--upstream-fault` (`crate::upstream`; the Messages path only,
-//! for now).
+//! the same script, store, turn identity, cut points (`model.messages.*`
+//! where the Responses route passes `model.responses.*`) and upstream faults.
+//!
+//! Upstream faults (`wire::upstream::UpstreamFault`, injected by the harness
+//! through `cutpoint::hit_answer`): at `model.responses.received` (or
+//! `model.messages.received`) a status fault answers the request with the
+//! API's status, `Retry-After` and error body (OpenAI's, or Anthropic's)
+//! before the model sees it (an `auth-expired` one answers every later
+//! request of that conversation 401 too: its session's credential is dead,
+//! and only a fresh conversation, a Retry's, has a new one); after an event
+//! of a stream (`model.<type>.sent`) a stream fault resets the connection,
+//! ends the stream without its last event (`response.completed`,
+//! `message_stop`), or sends a malformed event and ends it.
 //!
 //! Files: this one holds the server (a request recorded, answered whole or
 //! streamed); `model.rs` the model's decision; `wire.rs` requests, responses
@@ -50,7 +59,6 @@ pub mod store;
 pub mod wire;
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
@@ -68,6 +76,7 @@ pub use wire::FAKE_MODEL;
 use crate::journal::Journal;
 use crate::script::ScriptTurn;
 use crate::serving::Options;
+use ::wire::upstream::UpstreamFault;
 use model::Plan;
 use store::{CallRecord, Store, TurnRecord, TurnStatus};
 use wire::{Built, Request, error_body, random_hex};
@@ -79,11 +88,7 @@ pub fn bind(port: u16) -> Result<std::net::TcpListener, String> {
 
 /// Serves on `listener` (loopback) until stdin closes or SIGTERM arrives,
 /// then exits the process with 0.
-pub fn serve(
-    opts: Options,
-    listener: std::net::TcpListener,
-    upstream: crate::upstream::Armed,
-) -> anyhow::Result<()> {
+pub fn serve(opts: Options, listener: std::net::TcpListener) -> anyhow::Result<()> {
     let (journal, store) = crate::serving::start(&opts, "model-api", Some(&listener), |dir, j| {
         Store::open(dir, j.generation())
     })?;
@@ -91,7 +96,7 @@ pub fn serve(
         journal,
         store: Mutex::new(store),
         opts,
-        upstream,
+        auth_expired: Mutex::new(HashSet::new()),
     });
     let app = axum::Router::new()
         .route("/v1/responses", post(responses))
@@ -103,14 +108,79 @@ pub fn serve(
 
 struct Shared {
     opts: Options,
-    upstream: crate::upstream::Armed,
     journal: Journal,
     store: Mutex<Store>,
+    /// The conversations an `auth-expired` fault was injected into: every
+    /// later request of theirs is answered 401 (their session's credential
+    /// is dead); a fresh conversation (a Retry's) has a fresh one.
+    auth_expired: Mutex<HashSet<String>>,
 }
 
 impl Shared {
     fn point(&self, name: &str) {
         self.opts.faults.point(name, &self.journal);
+    }
+
+    /// Passes a point where the harness may inject an upstream fault; an
+    /// injected name that is no upstream fault is journaled and ignored.
+    fn upstream_point(&self, name: &str) -> Option<UpstreamFault> {
+        let answer = self.opts.faults.answer_point(name, &self.journal)?;
+        let fault = UpstreamFault::parse(&answer);
+        if fault.is_none() {
+            self.journal.fact(
+                "fault.ignored",
+                json!({ "point": name, "answer": answer, "why": "not an upstream fault" }),
+            );
+        }
+        fault
+    }
+
+    /// The status fault a request of `conversation` is answered with: the
+    /// one injected at the API's request point, else `auth-expired` for a
+    /// conversation one was injected into before (and recorded here).
+    fn request_fault(&self, api: Api, conversation: Option<String>) -> Option<UpstreamFault> {
+        let injected = self
+            .upstream_point(api.request_point())
+            .filter(|f| !f.is_stream());
+        let mut expired = self
+            .auth_expired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = conversation
+            .as_ref()
+            .filter(|_| injected.is_some_and(UpstreamFault::sticky))
+        {
+            expired.insert(c.clone());
+        }
+        let dead = conversation.is_some_and(|c| expired.contains(&c));
+        injected.or_else(|| dead.then_some(UpstreamFault::AuthExpired))
+    }
+
+    /// Answers with a status fault's status, `Retry-After` and the API's
+    /// error body.
+    fn upstream_error(
+        &self,
+        api: Api,
+        method: &Method,
+        uri: &Uri,
+        fault: UpstreamFault,
+    ) -> Response {
+        let status = fault
+            .status()
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = match api {
+            Api::Responses => fault.openai_body(),
+            Api::Messages => fault.anthropic_body(),
+        };
+        crate::http::journal_out(&self.journal, method, uri, status, &body);
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(s) = fault.retry_after_s() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        response
     }
 
     fn store(&self) -> MutexGuard<'_, Store> {
@@ -158,31 +228,24 @@ async fn responses(
     uri: Uri,
     body: Bytes,
 ) -> Response {
-    s.journal_in(&method, &uri, &body);
-    // Cut points may block for the harness; the rest is blocking file I/O.
-    tokio::task::block_in_place(|| {
-        s.point("model.responses.received");
-        answer(&s, Api::Responses, &method, &uri, &body)
-    })
+    receive(&s, Api::Responses, &method, &uri, &body)
 }
 
 async fn messages(State(s): State<Arc<Shared>>, method: Method, uri: Uri, body: Bytes) -> Response {
-    s.journal_in(&method, &uri, &body);
+    receive(&s, Api::Messages, &method, &uri, &body)
+}
+
+/// A request of either API: journaled, its request point passed (where a
+/// status fault may answer it), then answered by the model.
+fn receive(s: &Arc<Shared>, api: Api, method: &Method, uri: &Uri, body: &Bytes) -> Response {
+    s.journal_in(method, uri, body);
+    // Cut points may block for the harness; the rest is blocking file I/O.
     tokio::task::block_in_place(|| {
-        s.point("model.messages.received");
-        if let Some(fault) = s.upstream.next_request() {
-            s.journal
-                .fact("upstream.fault", json!({ "fault": format!("{fault:?}") }));
-            if let crate::upstream::Upstream::Status {
-                code,
-                retry_after_s,
-            } = fault
-            {
-                return status_fault(&s, &method, &uri, code, retry_after_s);
-            }
-            return answer_with(&s, Api::Messages, &method, &uri, &body, Some(fault));
+        let conversation = api.parse(body).map(|r| r.conversation).ok();
+        if let Some(fault) = s.request_fault(api, conversation) {
+            return s.upstream_error(api, method, uri, fault);
         }
-        answer(&s, Api::Messages, &method, &uri, &body)
+        answer(s, api, method, uri, body)
     })
 }
 
@@ -201,6 +264,24 @@ impl Api {
         match self {
             Api::Responses => "responses",
             Api::Messages => "messages",
+        }
+    }
+
+    /// Its request point, where a status fault answers
+    /// (`wire::upstream::MODEL_REQUEST_POINTS`).
+    fn request_point(self) -> &'static str {
+        let [responses, messages] = ::wire::upstream::MODEL_REQUEST_POINTS;
+        match self {
+            Api::Responses => responses,
+            Api::Messages => messages,
+        }
+    }
+
+    /// A request body as the request the model reads.
+    fn parse(self, body: &Bytes) -> Result<Request, (String, Option<&'static str>)> {
+        match self {
+            Api::Responses => Request::from_body(body),
+            Api::Messages => anthropic::translate(body).and_then(Request::parse),
         }
     }
 
@@ -226,28 +307,14 @@ impl Api {
             Api::Messages => "message_stop",
         }
     }
-}
 
-/// An upstream status fault: the Messages error body, with `retry-after`.
-fn status_fault(
-    s: &Shared,
-    method: &Method,
-    uri: &Uri,
-    code: u16,
-    retry_after_s: Option<u32>,
-) -> Response {
-    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let body = <Request as crate::upstream::Render>::error_body(
-        code,
-        "upstream fault injected by turncut",
-    );
-    let mut response = s.respond_json(method, uri, status, body);
-    if let Some(secs) = retry_after_s
-        && let Ok(v) = header::HeaderValue::from_str(&secs.to_string())
-    {
-        response.headers_mut().insert(header::RETRY_AFTER, v);
+    /// The frame a `malformed-event` fault sends in its stream.
+    fn malformed_frame(self) -> &'static str {
+        match self {
+            Api::Responses => UpstreamFault::OPENAI_MALFORMED_FRAME,
+            Api::Messages => UpstreamFault::ANTHROPIC_MALFORMED_FRAME,
+        }
     }
-    response
 }
 
 /// What one request made of its turn: the model's plan, the calls it issues
@@ -259,28 +326,13 @@ struct Taken {
 }
 
 fn answer(s: &Arc<Shared>, api: Api, method: &Method, uri: &Uri, body: &Bytes) -> Response {
-    answer_with(s, api, method, uri, body, None)
-}
-
-fn answer_with(
-    s: &Arc<Shared>,
-    api: Api,
-    method: &Method,
-    uri: &Uri,
-    body: &Bytes,
-    fault: Option<crate::upstream::Upstream>,
-) -> Response {
     let bad = |message: String, param: Option<&str>| {
         s.journal
             .fact("request.rejected", json!({ "reason": message }));
         let body = api.error(StatusCode::BAD_REQUEST, &message, param);
         s.respond_json(method, uri, StatusCode::BAD_REQUEST, body)
     };
-    let parsed = match api {
-        Api::Responses => Request::from_body(body),
-        Api::Messages => anthropic::translate(body).and_then(Request::parse),
-    };
-    let req = match parsed {
+    let req = match api.parse(body) {
         Ok(r) => r,
         Err((message, param)) => return bad(message, param),
     };
@@ -313,7 +365,7 @@ fn answer_with(
         Api::Responses => wire::build_response(&req, plan, calls, &approvals, body.len(), call),
         Api::Messages => anthropic::build(&req, plan, calls, &approvals, body.len(), call),
     };
-    send(s, api, method, uri, &req, built, (finishing, fault))
+    send(s, api, method, uri, &req, built, finishing)
 }
 
 /// Plays the request's turn: the model decides, the calls it issues are
@@ -331,7 +383,10 @@ fn take_turn(
         .unwrap_or_else(|| TurnRecord {
             conversation: req.conversation.clone(),
             message_id: req.message_id.clone(),
-            script_index: st.turn_count(&req.conversation),
+            script_index: s
+                .opts
+                .script
+                .index_for(&req.user_text, st.turn_count(&req.conversation)),
             status: TurnStatus::InProgress,
             requests: 0,
             generation: String::new(),
@@ -389,7 +444,7 @@ fn send(
     uri: &Uri,
     req: &Request,
     built: Built,
-    (finishing, fault): (bool, Option<crate::upstream::Upstream>),
+    finishing: bool,
 ) -> Response {
     if !req.stream {
         if finishing {
@@ -407,7 +462,7 @@ fn send(
     let (conversation, message_id) = (req.conversation.clone(), req.message_id.clone());
     std::thread::spawn(move || {
         let finishing = finishing.then_some((conversation, message_id));
-        stream_events(&producer, api, built.events, tx, (finishing, fault))
+        stream_events(&producer, api, built.events, tx, finishing)
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -486,8 +541,9 @@ fn complete_turn(s: &Shared, conversation: &str, message_id: &str) {
     s.point("model.turn_completed.recorded");
 }
 
-/// One SSE frame and the channel its stream acknowledges it on.
-type Frame = (Bytes, std::sync::mpsc::SyncSender<()>);
+/// One SSE frame (or, `None`, the connection reset) and the channel its
+/// stream acknowledges it on.
+type Frame = (Option<Bytes>, std::sync::mpsc::SyncSender<()>);
 
 /// Writes `events` one at a time on their own thread, so cut points may block
 /// it: each is journaled, handed to the HTTP body, and once the body asks for
@@ -498,36 +554,68 @@ fn stream_events(
     api: Api,
     events: Vec<Value>,
     tx: tokio::sync::mpsc::UnboundedSender<Frame>,
-    (finishing, fault): (Option<(String, String)>, Option<crate::upstream::Upstream>),
+    finishing: Option<(String, String)>,
 ) {
-    use crate::upstream::{StreamFault, Upstream};
-    for (index, event) in events.into_iter().enumerate() {
+    for event in events {
         let kind = event["type"].as_str().unwrap_or_default().to_owned();
-        let data = match Upstream::stream_fault(fault, index) {
-            StreamFault::Cut => {
-                s.journal
-                    .fact("stream.cut", json!({ "before": kind, "index": index }));
-                return;
-            }
-            StreamFault::Malform => "{\"type\": malformed by turncut".to_owned(),
-            StreamFault::Send => event.to_string(),
-        };
         if kind == api.finishing_event()
             && let Some((conversation, message_id)) = &finishing
         {
             complete_turn(s, conversation, message_id);
         }
         s.journal.message_out(&json!({ "event": event }));
-        let frame = Bytes::from(format!("event: {kind}\ndata: {data}\n\n"));
-        let (ack, acked) = std::sync::mpsc::sync_channel(1);
-        if tx.send((frame, ack)).is_err() || acked.recv().is_err() {
+        let frame = Bytes::from(format!("event: {kind}\ndata: {event}\n\n"));
+        if !send_frame(&tx, Some(frame)) {
             s.journal.fact("stream.abandoned", json!({ "at": kind }));
             return;
         }
-        s.point(&format!("model.{}.sent", cutpoint::slug(&kind)));
+        let point = format!("model.{}.sent", cutpoint::slug(&kind));
+        let fault = if ::wire::upstream::stream_fault_point(&point) {
+            s.upstream_point(&point).filter(|f| f.is_stream())
+        } else {
+            s.point(&point);
+            None
+        };
+        if let Some(fault) = fault {
+            return break_stream(s, api, fault, &tx, &kind);
+        }
     }
     drop(tx);
     s.point(&format!("model.{}.responded", api.point()));
+}
+
+/// Hands one frame (`None`: reset the connection) to the body; false when
+/// the client is gone.
+fn send_frame(tx: &tokio::sync::mpsc::UnboundedSender<Frame>, frame: Option<Bytes>) -> bool {
+    let (ack, acked) = std::sync::mpsc::sync_channel(1);
+    tx.send((frame, ack)).is_ok() && acked.recv().is_ok()
+}
+
+/// Breaks a stream after the event `after`: reset, ended without its last
+/// event, or a malformed event then the end. Journaled as `stream.broken`.
+fn break_stream(
+    s: &Shared,
+    api: Api,
+    fault: UpstreamFault,
+    tx: &tokio::sync::mpsc::UnboundedSender<Frame>,
+    after: &str,
+) {
+    s.journal.fact(
+        "stream.broken",
+        json!({ "after": after, "fault": fault.as_str() }),
+    );
+    match fault {
+        UpstreamFault::StreamCut => {
+            send_frame(tx, None);
+        }
+        UpstreamFault::MalformedEvent => {
+            send_frame(
+                tx,
+                Some(Bytes::from_static(api.malformed_frame().as_bytes())),
+            );
+        }
+        _ => {}
+    }
 }
 
 /// The SSE body: yields frames as they come and acknowledges a frame when the
@@ -538,16 +626,24 @@ struct EventBody {
 }
 
 impl tokio_stream::Stream for EventBody {
-    type Item = Result<Bytes, Infallible>;
+    type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if let Some(ack) = self.ack.take() {
             let _ = ack.send(());
         }
         match self.rx.poll_recv(cx) {
-            Poll::Ready(Some((frame, ack))) => {
+            Poll::Ready(Some((Some(frame), ack))) => {
                 self.ack = Some(ack);
                 Poll::Ready(Some(Ok(frame)))
+            }
+            // An error ends the body mid-stream: hyper drops the
+            // connection without the chunked terminator, as a reset does.
+            Poll::Ready(Some((None, ack))) => {
+                self.ack = Some(ack);
+                Poll::Ready(Some(Err(std::io::Error::from(
+                    std::io::ErrorKind::ConnectionReset,
+                ))))
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,

@@ -33,6 +33,10 @@ pub(super) struct Request {
     pub stream: bool,
     pub items: Vec<Item>,
     pub message_id: String,
+    /// The text of the user message this request's turn answers: the latest
+    /// one that is not a continuation (a continuation answers the message it
+    /// continues).
+    pub user_text: String,
     pub conversation: String,
     /// The latest user message continues an interrupted turn (it starts
     /// with the continuation marker).
@@ -98,19 +102,7 @@ impl Request {
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(("'stream' must be a boolean.".to_owned(), Some("stream"))),
         };
-        let items = match raw.get("input") {
-            Some(Value::String(text)) => vec![Item::Message {
-                role: "user".to_owned(),
-                text: text.clone(),
-            }],
-            Some(Value::Array(items)) => items.iter().map(parse_item).collect::<Result<_, _>>()?,
-            _ => {
-                return Err((
-                    "'input' must be a string or an array of input items.".to_owned(),
-                    Some("input"),
-                ));
-            }
-        };
+        let items = parse_input(raw.get("input"))?;
         let metadata = |key: &str| {
             raw.pointer(&format!("/metadata/{key}"))
                 .and_then(Value::as_str)
@@ -139,9 +131,15 @@ impl Request {
         let message_id = metadata("turncut_message_id")
             .or_else(|| marked_message_id(&users))
             .unwrap_or_else(|| derived_message_id(&conversation, &users));
+        // The runner's own texts, without a message-id marker.
+        let users: Vec<&str> = users
+            .iter()
+            .map(|u| wire::marker::split_message_id(u).1)
+            .collect();
         let continuation = users
             .last()
-            .is_some_and(|u| wire::marker::is_continuation(wire::marker::split_message_id(u).1));
+            .is_some_and(|u| wire::marker::is_continuation(u));
+        let user_text = answered_text(&users);
         let parallel = raw
             .get("parallel_tool_calls")
             .and_then(Value::as_bool)
@@ -152,6 +150,7 @@ impl Request {
             stream,
             items,
             message_id,
+            user_text,
             conversation,
             continuation,
             parallel,
@@ -180,6 +179,21 @@ fn marked_message_id(users: &[&str]) -> Option<String> {
             .unwrap_or(id)
             .to_owned(),
     )
+}
+
+/// The request's `input`: a string is one user message.
+fn parse_input(input: Option<&Value>) -> Result<Vec<Item>, (String, Option<&'static str>)> {
+    match input {
+        Some(Value::String(text)) => Ok(vec![Item::Message {
+            role: "user".to_owned(),
+            text: text.clone(),
+        }]),
+        Some(Value::Array(items)) => items.iter().map(parse_item).collect(),
+        _ => Err((
+            "'input' must be a string or an array of input items.".to_owned(),
+            Some("input"),
+        )),
+    }
 }
 
 fn parse_item(item: &Value) -> Result<Item, (String, Option<&'static str>)> {
@@ -533,6 +547,19 @@ fn call_item(
     events
         .push(json!({ "type": "response.output_item.done", "output_index": index, "item": item }));
     item
+}
+
+/// The text of the user message a request's turn answers: the latest one
+/// that is not a continuation (a continuation answers the message it
+/// continues).
+fn answered_text(users: &[&str]) -> String {
+    users
+        .iter()
+        .rev()
+        .find(|u| !wire::marker::is_continuation(u))
+        .copied()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The message id of a request without `turncut_message_id` (a real

@@ -25,6 +25,10 @@
 //!   failure of the write it was about to make, as RocksDB's fault-injection
 //!   file system does. A point passed with [`hit`] cannot fail; it logs the
 //!   reply to stderr and continues;
+//! - `answer NAME` — the process answers the request it just received with
+//!   the error `NAME` stands for instead of its real answer
+//!   ([`HeldHit::answer`]). Only a point passed with [`hit_answer`] takes it
+//!   (it returns `NAME`); elsewhere it is logged and treated as `continue`;
 //! - nothing (the harness closed the connection) — logged, then as `continue`.
 //!
 //! The process stays blocked until a reply arrives or it is killed.
@@ -40,7 +44,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{active, held, hit, hit_io, init};
+pub use client::{active, held, hit, hit_answer, hit_io, init};
 pub use harness::{HeldHit, Holding, Listener, MESSAGE_WAIT_MS, Waker, trace_read};
 pub use parent::{DIE_WITH_ENV, die_with_parent};
 
@@ -120,6 +124,17 @@ impl FromStr for IoFault {
             .find(|f| f.as_str() == name)
             .ok_or_else(|| format!("unknown storage fault {name:?}; expected EIO or ENOSPC"))
     }
+}
+
+/// The name in an `answer NAME` reply line; `None` for any other line or a
+/// name that is empty or has characters other than `a-z`, `0-9` and `-`.
+pub(crate) fn answer_of_reply(line: &str) -> Option<&str> {
+    let name = line.strip_prefix("answer ")?;
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ok.then_some(name)
 }
 
 /// One hit of a cut point: the message sent to the harness and the trace line.
@@ -466,5 +481,21 @@ mod tests {
                 .unwrap_err()
                 .contains("EIO or ENOSPC")
         );
+    }
+
+    #[test]
+    fn an_answer_reply_names_a_fault_in_lowercase_and_dashes() {
+        assert_eq!(answer_of_reply("answer rate-limit"), Some("rate-limit"));
+        assert_eq!(answer_of_reply("answer error-answer"), Some("error-answer"));
+        for bad in [
+            "answer ",
+            "answer Rate",
+            "answer a b",
+            "answer\trate",
+            "fail EIO",
+            "continue",
+        ] {
+            assert_eq!(answer_of_reply(bad), None, "{bad:?}");
+        }
     }
 }

@@ -8,8 +8,15 @@
 
 use serde::{Deserialize, Serialize};
 
+mod applies;
+mod fault;
+mod oracle;
 mod scenario_id;
+mod task_state;
+pub use fault::{Fault, FaultClass};
+pub use oracle::Oracle;
 pub use scenario_id::ScenarioId;
+pub use task_state::TaskState;
 
 /// Version of `wave.json`.
 pub const WAVE_FORMAT_VERSION: u32 = 1;
@@ -58,163 +65,6 @@ impl std::fmt::Display for Role {
     }
 }
 
-/// How a fault is applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultClass {
-    /// A signal to the runner or the provider's group (`nemesis::plan`).
-    Process,
-    /// A controller request sent while the hit is held.
-    Action,
-    /// The held write fails (the cut-point reply `fail <errno>`).
-    Storage,
-    /// Every process of the cell frozen and killed, unsynced writes lost.
-    Power,
-}
-
-/// What the harness does at a cut.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fault {
-    /// SIGKILL the runner; its provider survives as an orphan.
-    KillRunner,
-    /// SIGKILL the provider's process group; the runner survives.
-    KillProvider,
-    /// SIGKILL both.
-    KillBoth,
-    /// SIGSTOP the provider's process group: it stops answering forever.
-    HangProvider,
-    /// A controller action, not a signal: while the runner or provider is
-    /// held at the cut, the controller sends a follow-up, then the hit goes
-    /// on. The follow-up lands exactly in the window of that boundary.
-    FollowUp,
-    /// A controller action: while the hit is held, the controller asks for
-    /// a Retry (refused with 409 unless the task has failed; admitted, it
-    /// races whatever the held process does next).
-    Retry,
-    /// A storage fault at a runner's before-write point (`runner.write.*`):
-    /// this one durable write fails with EIO; the next ones succeed.
-    FailWrite,
-    /// A storage fault at a runner's before-write point: the disk is full,
-    /// so this write and every later write of that runner fail with ENOSPC;
-    /// the disk comes back when the harness restarts the runner, at its
-    /// next attempted write.
-    DiskFull,
-    /// A power loss: every process of the cell frozen, then SIGKILLed, then
-    /// every write not yet made durable dropped from the runner's state
-    /// directory (with the providers' stores inside it) and the workspace,
-    /// which sit on lazy mounts in such a cell (`docs/lazyfs.md`); the runner
-    /// starts again on what survived. The ledger and the journal are the
-    /// world's record and stay off the mounts.
-    PowerCut,
-}
-
-impl Fault {
-    /// Every fault, in report order.
-    pub const ALL: [Fault; 9] = [
-        Fault::KillRunner,
-        Fault::KillProvider,
-        Fault::KillBoth,
-        Fault::HangProvider,
-        Fault::FollowUp,
-        Fault::Retry,
-        Fault::FailWrite,
-        Fault::DiskFull,
-        Fault::PowerCut,
-    ];
-
-    /// The faults of a scenario that names none: the process faults.
-    pub const DEFAULT: [Fault; 4] = [
-        Fault::KillRunner,
-        Fault::KillProvider,
-        Fault::KillBoth,
-        Fault::HangProvider,
-    ];
-
-    /// The name used in scenario files, cell names and the CLI.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::KillRunner => "kill-runner",
-            Fault::KillProvider => "kill-provider",
-            Fault::KillBoth => "kill-both",
-            Fault::HangProvider => "hang-provider",
-            Fault::FollowUp => "follow-up",
-            Fault::Retry => "retry",
-            Fault::FailWrite => "fail-write",
-            Fault::DiskFull => "disk-full",
-            Fault::PowerCut => "power-cut",
-        }
-    }
-
-    /// How the harness applies the fault: every fault is in exactly one
-    /// class, and the cell's event loop dispatches on it.
-    pub fn class(self) -> FaultClass {
-        match self {
-            Fault::KillRunner | Fault::KillProvider | Fault::KillBoth | Fault::HangProvider => {
-                FaultClass::Process
-            }
-            Fault::FollowUp | Fault::Retry => FaultClass::Action,
-            Fault::FailWrite | Fault::DiskFull => FaultClass::Storage,
-            Fault::PowerCut => FaultClass::Power,
-        }
-    }
-
-    /// Whether the fault is a storage fault: it applies only at a runner's
-    /// before-write points ([`WRITE_POINTS`]).
-    pub fn is_storage(self) -> bool {
-        self.class() == FaultClass::Storage
-    }
-
-    /// Whether the fault is a signal to a process (a kill or a hang).
-    pub fn is_process(self) -> bool {
-        self.class() == FaultClass::Process
-    }
-
-    /// Whether the fault may be applied at `point`: a storage fault only at
-    /// a before-write point; at a before-write point only storage faults,
-    /// `kill-runner` and `power-cut` (the runner's store is blocked there,
-    /// so nothing can read the run log to find the provider, and a
-    /// controller request would wait on the held write; a power cut finds
-    /// the cell's processes by its tag, not through the runner).
-    pub fn applies_at(self, point: &str) -> bool {
-        let write = point.starts_with(WRITE_POINTS);
-        if self.is_storage() {
-            write
-        } else {
-            !write || matches!(self, Fault::KillRunner | Fault::PowerCut)
-        }
-    }
-
-    /// Whether the default wave plans a `power-cut` cell at `point` of
-    /// `role`: after each of the runner's durable writes
-    /// (`runner.<write>.persisted`), and at a provider's boundaries right
-    /// after the runner sent it something (`<proto>.<what>.received`, a
-    /// request or an answer; `<proto>.<what>.answered`, the runner's answer
-    /// to a client request). Those are the moments a runner's claim
-    /// (durable, then sent) or a provider's unsynced record is exposed.
-    pub fn power_cut_planned_at(point: &str, role: Role) -> bool {
-        match role {
-            Role::Runner => point.starts_with("runner.") && point.ends_with(".persisted"),
-            _ => point.ends_with(".received") || point.ends_with(".answered"),
-        }
-    }
-
-    /// Whether the fault is a controller action rather than a signal.
-    pub fn is_action(self) -> bool {
-        self.class() == FaultClass::Action
-    }
-
-    /// Parses a fault name.
-    pub fn parse(s: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for Fault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 /// A verdict: `fail` > `unknown` > `pass`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -241,8 +91,8 @@ impl Verdict {
 /// One oracle's judgement of one cell.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OracleResult {
-    /// The oracle's name, e.g. `no-replay.turn`.
-    pub oracle: String,
+    /// The oracle (stored as its name, e.g. `no-replay.turn`).
+    pub oracle: Oracle,
     /// Its verdict.
     pub verdict: Verdict,
     /// A sentence: why it failed or could not decide (empty on pass).
@@ -486,9 +336,10 @@ pub fn sort_cells<T>(cells: &mut [T], id: impl Fn(&T) -> &str) {
 /// How the cell's task ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
-    /// Final task state (`completed`, `failed`, `needs_human`, `running`, or
-    /// `unknown` when the harness could not read it).
-    pub state: String,
+    /// Final task state; `None` when the harness could not read it (stored
+    /// as the state's name, `unknown` for none).
+    #[serde(with = "task_state::or_unknown")]
+    pub state: Option<TaskState>,
     /// The final cause code, if any.
     pub cause: Option<String>,
     /// Whether the armed cut was reached.
@@ -650,6 +501,30 @@ pub struct WaveResult {
     /// installed), with the reason: listed as skipped, never as passed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<Skipped>,
+    /// Which stages of its plan this wave ran (both, the default, is not
+    /// written); `report merge` joins one complete set of each phase.
+    #[serde(default, skip_serializing_if = "Stages::is_both")]
+    pub stages: Stages,
+}
+
+/// Which stages of a wave a plan holds or a run ran (`recuts`: stage 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stages {
+    /// Stage 1, then stage 2 from its results when the plan has one.
+    #[default]
+    Both,
+    /// Stage 1 alone: a shard leaves stage 2 to `turncut plan --stage2`.
+    Stage1,
+    /// The cells `turncut plan --stage2` planned from every shard's stage 1.
+    Stage2,
+}
+
+impl Stages {
+    /// Whether this is the default, [`Stages::Both`].
+    pub fn is_both(&self) -> bool {
+        *self == Stages::Both
+    }
 }
 
 /// A scenario id a wave did not run, and why.
@@ -747,6 +622,10 @@ pub struct Plan {
     pub judged: Vec<CellResult>,
     /// Per scenario id, the boundaries only some clean runs reached.
     pub timing_dependent: Vec<(String, Vec<String>)>,
+    /// `Both` for `turncut plan` (`stage2` says whether stage 2 follows),
+    /// `Stage2` for `turncut plan --stage2`; never `Stage1`.
+    #[serde(default, skip_serializing_if = "Stages::is_both")]
+    pub stages: Stages,
 }
 
 /// Stage 2 of a plan: which of its cells are kept.

@@ -45,13 +45,12 @@ pub fn plan(fault: Fault) -> Plan {
         },
         // A controller action (`cell::inject::inject_action`), a storage fault (the
         // cut-point reply `fail <errno>`), or a power cut, which kills every
-        // process of the cell by its tag (`freeze_and_kill`), not by plan.
-        Fault::FollowUp | Fault::Retry | Fault::FailWrite | Fault::DiskFull | Fault::PowerCut => {
-            Plan {
-                kill_runner: false,
-                provider_signal: None,
-            }
-        }
+        // process of the cell by its tag (`freeze_and_kill`), not by plan;
+        // or an error answer (the cut-point reply `answer <fault>`).
+        _ => Plan {
+            kill_runner: false,
+            provider_signal: None,
+        },
     }
 }
 

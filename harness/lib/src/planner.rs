@@ -56,6 +56,7 @@ pub fn plan_cells(
     let found = discover_all(env, scenarios, ids, &mut planned, quiet);
     for f in &found {
         check_points(env, f.scenario, &found)?;
+        check_schedules(f.scenario, &found)?;
     }
     let mut all = Vec::new();
     for f in &found {
@@ -64,7 +65,11 @@ pub fn plan_cells(
             continue;
         };
         let depth1 = cells.len();
-        if reach.depth1_only {
+        cells.extend(own_schedules(f));
+        if f.scenario.cut == crate::scenario::CutSelection::None {
+            // `cut = "none"`: the clean run only, as the file says; no
+            // schedule is drawn for it.
+        } else if reach.depth1_only {
             cells.retain(|events| events.iter().all(|e| Fault::DEFAULT.contains(&e.fault)));
         } else {
             cells.extend(depth2_cells(env, f, &cells, reach.depth2, wave_seed)?);
@@ -171,6 +176,9 @@ fn discover_all<'a>(
                 continue;
             }
         };
+        if let Some(r) = discovery.clean_failure.take() {
+            judge_clean_run(planned, id, *r, quiet);
+        }
         // Threads of the runner and of a fake interleave by timing, so the
         // clean run's order of boundaries varies from run to run while their
         // set does not: cells are numbered in a fixed order (runner points
@@ -339,6 +347,26 @@ fn majority(values: &[usize]) -> Option<usize> {
     best.map(|(v, _)| v)
 }
 
+/// A clean traced run that settled but did not pass (an oracle failed, or
+/// the scenario's `[expect]` did not hold): a planning cell `p###` of the
+/// wave, while the id is planned from its trace as usual.
+fn judge_clean_run(planned: &mut Planned, id: &str, mut r: CellResult, quiet: bool) {
+    r.spec.cell_id = format!("p{:03}", planned.judged.len() + 1);
+    if !quiet {
+        crate::progress::note(&format!(
+            "planning {id}: its clean run did not pass ({:?}): {}",
+            r.verdict,
+            r.oracles
+                .iter()
+                .filter(|o| o.verdict != Verdict::Pass)
+                .map(|o| format!("{}: {}", o.oracle, o.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    planned.judged.push(r);
+}
+
 /// An id whose clean run could not be traced: judged like a cell when the
 /// runner failed it (an oracle other than vacuity failed), else listed as
 /// not run with the reason.
@@ -421,6 +449,45 @@ fn depth2_cells(
         ]);
     }
     Ok(out)
+}
+
+/// The scenario's own `[chaos] schedules` that this profile's clean run
+/// can run (a schedule names one protocol's points).
+fn own_schedules(f: &Discovered<'_>) -> Vec<Vec<Event>> {
+    f.scenario
+        .schedules
+        .iter()
+        .filter(|(events, _)| plan::check_schedule(&f.discovery.boundaries, f.id, events).is_ok())
+        .map(|(events, _)| events.clone())
+        .collect()
+}
+
+/// Every `[chaos] schedules` entry of `s` runs on at least one of its
+/// planned profiles; otherwise the file is wrong (its place, and why the
+/// first profile refused it).
+fn check_schedules(s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
+    let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
+    for (events, (line, col)) in &s.schedules {
+        let why: Vec<String> = mine
+            .iter()
+            .map(|f| plan::check_schedule(&f.discovery.boundaries, f.id, events))
+            .filter_map(Result::err)
+            .collect();
+        if !mine.is_empty() && why.len() == mine.len() {
+            return Err(crate::scenario::ScenarioError {
+                path: s.path.display().to_string(),
+                line: *line,
+                col: *col,
+                message: format!(
+                    "schedules: {} runs on none of the planned profiles: {}",
+                    crate::model::format_schedule(events),
+                    why[0]
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Checks the `cut` list of `s` against the boundaries of all its profiles
@@ -510,6 +577,7 @@ pub fn make_plan(
         skipped,
         judged: planned.judged,
         timing_dependent: planned.timing_dependent,
+        stages: crate::model::Stages::Both,
     })
 }
 

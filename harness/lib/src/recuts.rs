@@ -6,6 +6,7 @@
 //! ambiguous_turn_start → retry → completed`, …). For every path a profile's
 //! one-cut cells walked, in each scenario shape, the first cell that walked
 //! it (in cell order) is its representative: a traced run of its event
+//! (made again, up to three runs, until it walks the representative's path)
 //! lists the boundaries of the recovery that follows, and each boundary of
 //! that recovery — and where the path goes through a Retry, each boundary
 //! of the Retry up to its first accepted turn — gets a second event:
@@ -174,7 +175,10 @@ pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
 /// The second events at boundary `b`: `kill-runner` everywhere,
 /// `kill-provider` at a provider's own boundary (a provider killed while
 /// the runner works is lost at the provider's next boundary anyway),
-/// `fail-write` at a before-write point.
+/// `fail-write` at a before-write point, and `error-answer` at a
+/// provider's recovery lookup (`wire::upstream::LOOKUP_POINTS`: a lookup
+/// happens only in a recovery, where its error decides whether a turn is
+/// sent again).
 pub fn second_faults(b: &Boundary) -> Vec<Fault> {
     let write = b.cut.point.starts_with(WRITE_POINTS);
     let mut out = vec![Fault::KillRunner];
@@ -182,6 +186,9 @@ pub fn second_faults(b: &Boundary) -> Vec<Fault> {
         out.push(Fault::FailWrite);
     } else if b.role != Role::Runner && b.provider_alive {
         out.push(Fault::KillProvider);
+    }
+    if wire::upstream::LOOKUP_POINTS.contains(&b.cut.point.as_str()) {
+        out.push(Fault::ErrorAnswer);
     }
     out
 }
@@ -213,7 +220,16 @@ pub fn recovery_cells(
                 continue;
             }
         };
-        let span = span(&after);
+        let mut span = span(&after);
+        // Threads of the runner and of a provider interleave by timing, so
+        // two traces of one recovery list its boundaries in orders that
+        // differ while their set does not: the cells are numbered in a fixed
+        // order (runner points first, then by name and occurrence), as the
+        // planner numbers stage 1, so `turncut plan --stage2` and a wave's own
+        // stage 2 name the same cell the same way.
+        span.sort_by(|a, b| {
+            (a.role != Role::Runner, &a.cut).cmp(&(b.role != Role::Runner, &b.cut))
+        });
         reach
             .paths
             .entry(profile)
@@ -255,6 +271,27 @@ fn kept(c: &CellSpec, wave_seed: u64, keep_ppm: Option<u32>) -> bool {
     })
 }
 
+/// The stage-2 cells of a wave whose stage 1 gave `stage1` (every cell of
+/// it: a part would miss paths), kept by `s2`'s budget share: what a wave
+/// runs after its stage 1, and what `turncut plan --stage2` plans from the
+/// results of every shard's stage 1. The same results give the same cells.
+pub fn plan_stage2(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    stage1: &[CellResult],
+    s2: Stage2,
+    jobs: usize,
+) -> (Vec<CellSpec>, Reach) {
+    crate::progress::note("stage 2: tracing the recovery of each path the one-cut cells walked …");
+    let (cells, reach) = recovery_cells(env, scenarios, stage1, s2.wave_seed, jobs);
+    let cells: Vec<CellSpec> = cells
+        .into_iter()
+        .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
+        .collect();
+    crate::progress::note(&reach.summary(cells.len()));
+    (cells, reach)
+}
+
 /// What a wave's two stages ran.
 pub struct Stages {
     /// The finished cells of both stages.
@@ -285,13 +322,7 @@ pub fn run_stages(
         };
     };
     let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
-    crate::progress::note("stage 2: tracing the recovery of each path the one-cut cells walked …");
-    let (more, reach) = recovery_cells(env, scenarios, &stage1, s2.wave_seed, jobs);
-    let more: Vec<CellSpec> = more
-        .into_iter()
-        .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
-        .collect();
-    crate::progress::note(&reach.summary(more.len()));
+    let (more, reach) = plan_stage2(env, scenarios, &stage1, s2, jobs);
     finished.extend(crate::wave::run_cells_until(
         env, scenarios, &more, jobs, stop,
     ));
@@ -305,6 +336,11 @@ pub fn run_stages(
 impl Reach {
     /// One paragraph for the console: paths per profile and cells.
     pub fn summary(&self, cells: usize) -> String {
+        if self.paths.is_empty() {
+            return format!(
+                "stage 2: {cells} recovery cells: no one-cut cell walked a recovery path"
+            );
+        }
         let mut text = format!("stage 2: {cells} recovery cells over");
         for (profile, paths) in &self.paths {
             let boundaries: usize = paths.iter().map(|(_, n)| n).sum();
@@ -343,8 +379,14 @@ fn discover_all(
                         crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
                     let found = match scenario::find(scenarios, &rep.scenario_id) {
                         _ if interrupted => Err("interrupted before it was traced".into()),
-                        Some((s, profile)) => plan::discover_after(env, s, &profile, &rep.first)
-                            .map_err(|e| format!("{e:#}")),
+                        Some((s, profile)) => plan::discover_after_walking(
+                            env,
+                            s,
+                            &profile,
+                            &rep.first,
+                            Some(&rep.path),
+                        )
+                        .map_err(|e| format!("{e:#}")),
                         None => Err(format!("unknown scenario id {}", rep.scenario_id)),
                     };
                     out.lock().expect("discoveries")[i] = Some(found);
@@ -420,7 +462,7 @@ mod tests {
             plan::schedule_cell(1, cell_id.into(), scenario_id.into(), &events),
             crate::model::Verdict::Pass,
             crate::model::Outcome {
-                state: "completed".into(),
+                state: Some(crate::model::TaskState::Completed),
                 reached_cut: true,
                 path: path.into(),
                 ..Default::default()
@@ -478,6 +520,10 @@ mod tests {
         );
         assert_eq!(
             second_faults(&b("codex.thread_read.received", 1, true)),
+            [Fault::KillRunner, Fault::KillProvider, Fault::ErrorAnswer]
+        );
+        assert_eq!(
+            second_faults(&b("codex.turn_start.received", 1, true)),
             [Fault::KillRunner, Fault::KillProvider]
         );
         assert_eq!(

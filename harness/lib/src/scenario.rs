@@ -14,6 +14,8 @@ use toml::Spanned;
 
 use crate::model::Fault;
 
+mod chaos;
+
 /// Profiles a scenario may list: the built-in ones with fakes and with
 /// real products (`wire::profiles`).
 fn known_profiles() -> Vec<&'static str> {
@@ -43,6 +45,32 @@ pub enum FollowUpWhen {
     TurnActive,
     /// Once the task settled.
     Settled,
+    /// Once the cell's first event was applied (a recovery is under way:
+    /// the runner or a provider restarting, a write failed), or, when no
+    /// event comes (a clean run), once the task settled.
+    Recovering,
+}
+
+impl FollowUpWhen {
+    /// The word a scenario file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FollowUpWhen::Now => "now",
+            FollowUpWhen::TurnActive => "turn-active",
+            FollowUpWhen::Settled => "settled",
+            FollowUpWhen::Recovering => "recovering",
+        }
+    }
+}
+
+impl RetryWhen {
+    /// The word a scenario file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryWhen::FailedClosed => "failed-closed",
+            RetryWhen::Always => "always",
+        }
+    }
 }
 
 /// When the harness issues its Retry.
@@ -73,6 +101,17 @@ pub enum Step {
     Retry { when: RetryWhen, message_id: String },
 }
 
+impl Step {
+    /// The text a submit or a follow-up sends.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Step::Submit { prompt, .. } => Some(prompt),
+            Step::FollowUp { text, .. } => Some(text),
+            Step::Await(_) | Step::Retry { .. } => None,
+        }
+    }
+}
+
 /// Which cut points a scenario cuts at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CutSelection {
@@ -101,7 +140,10 @@ pub struct Scenario {
     pub profiles: Vec<String>,
     /// One line for people.
     pub title: String,
-    /// The fake model's script.
+    /// The fake model's script, each turn answering the texts of the steps
+    /// in order unless the file says which texts a turn answers
+    /// (`Script::answering_in_order`): a Retry that re-sends a follow-up's
+    /// text into a fresh conversation gets the follow-up's turn.
     pub script: wire::script::Script,
     /// Controller steps.
     pub steps: Vec<Step>,
@@ -117,7 +159,15 @@ pub struct Scenario {
     /// Where each point name of a `cut` list is in the file (line, column),
     /// for errors found once the boundaries are known.
     pub cut_places: std::collections::BTreeMap<String, (usize, usize)>,
+    /// Schedules every wave runs for each profile (`[chaos] schedules`, as
+    /// `turncut explore --emit-scenario` writes a shrunk failure), with the
+    /// place of each in the file.
+    pub schedules: Vec<OwnSchedule>,
 }
+
+/// A `[chaos] schedules` entry: its events, and its place in the file
+/// (line, column).
+pub type OwnSchedule = (Vec<crate::model::Event>, (usize, usize));
 
 impl Scenario {
     /// The scenario id for `profile`.
@@ -190,7 +240,7 @@ struct RawScenario {
     script: Option<Spanned<wire::script::Script>>,
     steps: Spanned<Vec<Spanned<RawStep>>>,
     #[serde(default)]
-    chaos: Option<RawChaos>,
+    chaos: Option<chaos::RawChaos>,
     #[serde(default)]
     expect: Option<RawExpect>,
 }
@@ -250,17 +300,6 @@ struct RawRetry {
     when: Option<Spanned<String>>,
     #[serde(default)]
     message_id: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawChaos {
-    #[serde(default)]
-    cut: Option<Spanned<toml::Value>>,
-    #[serde(default)]
-    faults: Option<Spanned<Vec<Spanned<String>>>>,
-    #[serde(default)]
-    recut: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -331,10 +370,15 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         return Err(ctx.err(0..0, format!("script: {m}")));
     }
     let steps = parse_steps(&ctx, &raw.steps)?;
+    let script = script.answering_in_order(steps.iter().filter_map(Step::text));
     let mut cut_places = std::collections::BTreeMap::new();
+    let schedules = match raw.chaos.as_ref().and_then(|ch| ch.schedules.as_ref()) {
+        None => Vec::new(),
+        Some(list) => chaos::parse_schedules(&ctx, list)?,
+    };
     let (cut, faults, recut) = match raw.chaos {
         None => (CutSelection::EveryBoundary, Fault::DEFAULT.to_vec(), None),
-        Some(ch) => parse_chaos(&ctx, &ch, &mut cut_places)?,
+        Some(ch) => chaos::parse_chaos(&ctx, &ch, &mut cut_places)?,
     };
     let expect = match raw.expect {
         None => Expect::default(),
@@ -354,6 +398,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         recut,
         expect,
         cut_places,
+        schedules,
     })
 }
 
@@ -481,10 +526,12 @@ fn follow_up_when(ctx: &Ctx<'_>, f: &RawFollowUp) -> Result<FollowUpWhen, Scenar
         None | Some(("now", _)) => Ok(FollowUpWhen::Now),
         Some(("turn-active", _)) => Ok(FollowUpWhen::TurnActive),
         Some(("settled", _)) => Ok(FollowUpWhen::Settled),
+        Some(("recovering", _)) => Ok(FollowUpWhen::Recovering),
         Some((other, sp)) => Err(ctx.err(
             sp,
             format!(
-                "follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\""
+                "follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\", \"recovering\"{}",
+                did_you_mean(other, ["now", "turn-active", "settled", "recovering"])
             ),
         )),
     }
@@ -515,125 +562,6 @@ fn retry_when(ctx: &Ctx<'_>, r: &RawRetry) -> Result<RetryWhen, ScenarioError> {
             format!("retry when = {other:?} is not one of \"failed-closed\", \"always\""),
         )),
     }
-}
-
-/// The `[chaos]` table: the cut selection, the faults and the `recut`;
-/// the place of each listed cut point goes into `cut_places`.
-fn parse_chaos(
-    ctx: &Ctx<'_>,
-    ch: &RawChaos,
-    cut_places: &mut std::collections::BTreeMap<String, (usize, usize)>,
-) -> Result<(CutSelection, Vec<Fault>, Option<crate::model::Cut>), ScenarioError> {
-    let recut = match &ch.recut {
-        None => None,
-        Some(r) => Some(parse_recut(ctx, r)?),
-    };
-    let cut = match &ch.cut {
-        None => CutSelection::EveryBoundary,
-        Some(v) => parse_cut_selection(ctx, v, cut_places)?,
-    };
-    let faults = match &ch.faults {
-        None => Fault::DEFAULT.to_vec(),
-        Some(list) => parse_faults(ctx, list, &cut)?,
-    };
-    Ok((cut, faults, recut))
-}
-
-/// `recut`: one point such as `runner.turn_accepted.persisted#1`.
-fn parse_recut(ctx: &Ctx<'_>, r: &Spanned<String>) -> Result<crate::model::Cut, ScenarioError> {
-    let arms =
-        cutpoint::parse_arm(r.get_ref()).map_err(|e| ctx.err(r.span(), format!("recut: {e}")))?;
-    match arms.as_slice() {
-        [a] => Ok(crate::model::Cut {
-            point: a.point.clone(),
-            n: a.n,
-        }),
-        _ => Err(ctx.err(
-            r.span(),
-            "recut takes one point such as \"runner.turn_accepted.persisted#1\"",
-        )),
-    }
-}
-
-/// `cut`: `"every-boundary"`, `"none"` or a list of point names (each
-/// placed in `cut_places`).
-fn parse_cut_selection(
-    ctx: &Ctx<'_>,
-    v: &Spanned<toml::Value>,
-    cut_places: &mut std::collections::BTreeMap<String, (usize, usize)>,
-) -> Result<CutSelection, ScenarioError> {
-    let items = match v.get_ref() {
-        toml::Value::String(s) if s == "every-boundary" => return Ok(CutSelection::EveryBoundary),
-        toml::Value::String(s) if s == "none" => return Ok(CutSelection::None),
-        toml::Value::Array(items) => items,
-        _ => {
-            return Err(ctx.err(
-                v.span(),
-                "cut must be \"every-boundary\", \"none\" or a list of point names",
-            ));
-        }
-    };
-    let mut names = Vec::new();
-    for it in items {
-        match it.as_str() {
-            Some(s) if s.contains('.') && !s.contains('#') => names.push(s.to_owned()),
-            _ => {
-                return Err(ctx.err(
-                    v.span(),
-                    "cut lists point names such as \"runner.turn_intent.persisted\" (without #N: every occurrence is cut)",
-                ));
-            }
-        }
-    }
-    for n in &names {
-        let span = v.span();
-        let at = ctx.text[span.clone()]
-            .find(&format!("\"{n}\""))
-            .map_or(span.start, |i| span.start + i);
-        cut_places.insert(n.clone(), wire::script::line_col(ctx.text, at));
-    }
-    if names.is_empty() {
-        return Err(ctx.err(
-            v.span(),
-            "cut = [] cuts nothing; write cut = \"none\" for a clean run only",
-        ));
-    }
-    Ok(CutSelection::Points(names))
-}
-
-/// `faults`: known faults, none twice; empty only with `cut = "none"`.
-fn parse_faults(
-    ctx: &Ctx<'_>,
-    list: &Spanned<Vec<Spanned<String>>>,
-    cut: &CutSelection,
-) -> Result<Vec<Fault>, ScenarioError> {
-    let mut out = Vec::new();
-    for f in list.get_ref() {
-        match Fault::parse(f.get_ref()) {
-            Some(fault) if !out.contains(&fault) => out.push(fault),
-            Some(_) => {
-                return Err(ctx.err(f.span(), format!("fault {:?} is listed twice", f.get_ref())));
-            }
-            None => {
-                return Err(ctx.err(
-                    f.span(),
-                    format!(
-                        "unknown fault {:?}{}; faults are {}",
-                        f.get_ref(),
-                        did_you_mean(f.get_ref(), Fault::ALL.map(Fault::as_str)),
-                        Fault::ALL.map(Fault::as_str).join(", ")
-                    ),
-                ));
-            }
-        }
-    }
-    if out.is_empty() && *cut != CutSelection::None {
-        return Err(ctx.err(
-            list.span(),
-            "faults is empty; list at least one or set cut = \"none\"",
-        ));
-    }
-    Ok(out)
 }
 
 /// The `[expect]` table.

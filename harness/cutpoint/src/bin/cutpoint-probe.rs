@@ -5,7 +5,10 @@
 //! prints `passed <point>` after each one and `done` at the end, so a test can
 //! tell from stdout exactly how far the process got. A point written `io:<point>`
 //! is passed with [`cutpoint::hit_io`], as before a write that can fail, and a
-//! failure prints `failed <point> errno <n>` instead. A leading `--lazy` skips
+//! failure prints `failed <point> errno <n>` instead; one written
+//! `answer:<point>` is passed with [`cutpoint::hit_answer`], as where a
+//! request is answered, and an injected answer prints `answered <point>
+//! <name>`. A leading `--lazy` skips
 //! `init` so that tests can exercise the lazy first-hit path. It deliberately
 //! does nothing else: no work between hits, no signal handling.
 
@@ -23,12 +26,16 @@ fn main() -> ExitCode {
     }
     let mut out = io::stdout().lock();
     for arg in &points {
-        let line = match arg.strip_prefix("io:") {
-            Some(point) => match cutpoint::hit_io(point) {
+        let line = match (arg.strip_prefix("io:"), arg.strip_prefix("answer:")) {
+            (Some(point), _) => match cutpoint::hit_io(point) {
                 Ok(()) => format!("passed {point}"),
                 Err(e) => format!("failed {point} errno {}", e.raw_os_error().unwrap_or(0)),
             },
-            None => {
+            (None, Some(point)) => match cutpoint::hit_answer(point) {
+                None => format!("passed {point}"),
+                Some(name) => format!("answered {point} {name}"),
+            },
+            (None, None) => {
                 cutpoint::hit(arg);
                 format!("passed {arg}")
             }

@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Ctx, TASK_ID, start_runner};
+use crate::evidence::ActionKind;
 use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
-use crate::run_log::Kind;
+use crate::run_log::{Data, RunLogEvent};
 use crate::runner_client::RunnerClient;
 use crate::scenario::Scenario;
 
@@ -100,7 +101,7 @@ struct CutSide {
 }
 
 impl CutSide {
-    fn act(&self, what: &str, detail: Value) {
+    fn act(&self, what: ActionKind, detail: Value) {
         self.ctx.rec.act(what, detail);
     }
 
@@ -220,7 +221,7 @@ fn accept_hits(listener: &cutpoint::Listener, side: &CutSide, tx: std::sync::mps
             Ok(h) => h,
             Err(cutpoint::Error::Timeout { .. } | cutpoint::Error::Woken) => continue,
             Err(e) => {
-                side.act("cut.error", json!({ "error": e.to_string() }));
+                side.act(ActionKind::CutError, json!({ "error": e.to_string() }));
                 continue;
             }
         };
@@ -269,9 +270,13 @@ fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
         .plan
         .sync
         .as_ref()
-        .is_some_and(|c| c.point == hit.point && c.n == hit.n)
+        .is_some_and(|c| c.point == hit.point)
         && Role::of(&hit.role) == Role::Runner
-        && !board.read(|s| s.follow_up_sent);
+        && board.update(|s| {
+            let hold = s.sync_wanted && !s.sync_reached;
+            s.sync_reached |= hold;
+            hold
+        });
     match (is_sync, event) {
         (true, e) => Some(Wanted::Sync(e)),
         (false, Some(stage)) => Some(Wanted::Event(stage)),
@@ -326,7 +331,7 @@ fn hold_runner_at_provider_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit
         && nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok()
     {
         side.act(
-            "fault.hold-runner",
+            ActionKind::HoldRunner,
             json!({ "event": stage + 1, "pid": pid }),
         );
     }
@@ -372,9 +377,9 @@ fn apply_event(
     }
     side.act(
         if stage == 0 {
-            "cut.reached"
+            ActionKind::CutReached
         } else {
-            "event.reached"
+            ActionKind::EventReached
         },
         detail,
     );
@@ -446,7 +451,7 @@ fn aims_at(fault: Fault, hit_role: Role, runner_held: bool) -> bool {
 /// (vacuity).
 fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
     side.act(
-        "event.not-applied",
+        ActionKind::EventNotApplied,
         json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
                 "why": "its process was gone (an earlier event killed it, or the runner stopped it) before the event was applied" }),
     );
@@ -473,13 +478,13 @@ fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
 fn disk_comes_back(side: &CutSide, held: cutpoint::HeldHit) {
     let point = held.hit.point.clone();
     let _ = held.fail(cutpoint::IoFault::Enospc);
-    side.act("disk.still-full", json!({ "point": point }));
+    side.act(ActionKind::DiskStillFull, json!({ "point": point }));
     disk_back(&side.ctx);
 }
 
 /// Restarts the runner, which brings its disk back.
 fn disk_back(ctx: &Ctx) {
-    if let Err(e) = restart_runner(ctx, "disk.back") {
+    if let Err(e) = restart_runner(ctx, ActionKind::DiskBack) {
         ctx.rec
             .error(format!("failed to bring the disk back: {e:#}"));
     }
@@ -495,19 +500,21 @@ fn disk_freed_by_operator(side: &CutSide) {
     }
     side.ctx.board.update(|s| s.disk_coming_back = true);
     side.act(
-        "disk.quiet",
+        ActionKind::DiskQuiet,
         json!({ "idle_ms": side.ctx.env.idle_timeout_ms }),
     );
     disk_back(&side.ctx);
 }
 
 /// SIGKILLs the current runner and starts the next one (`why` is recorded).
-fn restart_runner(ctx: &Ctx, why: &str) -> anyhow::Result<()> {
+fn restart_runner(ctx: &Ctx, why: ActionKind) -> anyhow::Result<()> {
     if let Some(r) = ctx.board.update(|s| s.runner.take()) {
         let pid = r.pid();
         r.kill()?;
-        ctx.rec
-            .act("fault.kill-runner", json!({ "pid": pid, "why": why }));
+        ctx.rec.act(
+            ActionKind::Fault(Fault::KillRunner),
+            json!({ "pid": pid, "why": why.to_string() }),
+        );
     }
     start_runner(ctx)?;
     ctx.rec.act(why, json!({}));
@@ -520,7 +527,7 @@ fn restart_runner(ctx: &Ctx, why: &str) -> anyhow::Result<()> {
 fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
     if Role::of(&held.hit.role) != Role::Runner || !fault.applies_at(&held.hit.point) {
         side.act(
-            "fault.not-a-write",
+            ActionKind::NotAWrite,
             json!({ "fault": fault.as_str(), "point": held.hit.point }),
         );
         let _ = held.resume();
@@ -535,29 +542,50 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
     };
     side.matcher().disk_full = pid;
     side.act(
-        &format!("fault.{fault}"),
+        ActionKind::Fault(fault),
         json!({ "point": held.hit.point, "errno": io.as_str() }),
     );
     held.fail(io)?;
     Ok(())
 }
 
-/// A turn-active follow-up's sync point: the runner is held while the
-/// driver sends the follow-up. The follow-up's own request passes cut points
-/// too, so unless this hit is also the next event, the hold waits on a
-/// thread of its own and the cut loop keeps answering (`None`).
+/// An error answer: the held hit, where its process received a request, is
+/// answered `answer <fault>` and the process answers that request with the
+/// fault's error (`wire::upstream`). At a point that answers nothing it is
+/// recorded as `fault.not-an-answer` and the hit goes on.
+fn apply_answer(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+    if !fault.applies_at(&held.hit.point) {
+        side.act(
+            ActionKind::NotAnAnswer,
+            json!({ "fault": fault.as_str(), "point": held.hit.point }),
+        );
+        let _ = held.resume();
+        return Ok(());
+    }
+    side.act(
+        ActionKind::Fault(fault),
+        json!({ "point": held.hit.point, "role": held.hit.role, "pid": held.hit.pid }),
+    );
+    held.answer(fault.as_str())?;
+    Ok(())
+}
+
+/// A turn-active follow-up's sync point, reached while the driver wants
+/// it: the runner is held while the driver sends the follow-up. The
+/// follow-up's own request passes cut points too, so unless this hit is
+/// also the next event, the hold waits on a thread of its own and the cut
+/// loop keeps answering (`None`).
 fn hold_for_sync(ctx: &Ctx, held: cutpoint::HeldHit, is_armed: bool) -> Option<cutpoint::HeldHit> {
-    ctx.board.update(|s| s.sync_reached = true);
     let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
     if !is_armed {
         let board = Arc::clone(&ctx.board);
         std::thread::spawn(move || {
-            board.wait_until(until, |s| s.follow_up_sent);
+            board.wait_until(until, |s| !s.sync_wanted);
             let _ = held.resume();
         });
         return None;
     }
-    ctx.board.wait_until(until, |s| s.follow_up_sent);
+    ctx.board.wait_until(until, |s| !s.sync_wanted);
     Some(held)
 }
 
@@ -574,7 +602,7 @@ fn mark_trace(side: &CutSide, stage: usize) {
         .open(path)
         .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
     if let Err(e) = appended {
-        side.act("trace.error", json!({ "error": e.to_string() }));
+        side.act(ActionKind::TraceError, json!({ "error": e.to_string() }));
     }
 }
 
@@ -604,6 +632,7 @@ fn apply_fault(
         FaultClass::Storage => apply_storage(side, fault, held),
         FaultClass::Power => super::power::cut_power(&side.ctx, report, held),
         FaultClass::Process => apply_signals(side, report, fault, held, client),
+        FaultClass::Answer => apply_answer(side, fault, held),
         FaultClass::Action => {
             let _ = held.resume();
             anyhow::bail!("{fault} is a controller action, not applied by a signal")
@@ -643,7 +672,7 @@ fn apply_signals(
     {
         let pid = r.pid();
         r.kill()?;
-        side.act("fault.kill-runner", json!({ "pid": pid }));
+        side.act(ActionKind::Fault(Fault::KillRunner), json!({ "pid": pid }));
     }
     match (plan.provider_signal, provider) {
         (Some(signal), Some(pid)) => {
@@ -656,11 +685,11 @@ fn apply_signals(
                 _ => None,
             };
             side.act(
-                &format!("fault.{}", fault.as_str()),
+                ActionKind::Fault(fault),
                 json!({ "provider_pid": pid, "provider_pgid": pgid, "signal": signal.as_str(), "target": format!("{target:?}") }),
             );
         }
-        (Some(_), None) => side.act("fault.no-provider", json!({ "fault": fault.as_str() })),
+        (Some(_), None) => side.act(ActionKind::NoProvider, json!({ "fault": fault.as_str() })),
         (None, _) => {}
     }
     if plan.kill_runner
@@ -700,7 +729,7 @@ fn read_before_fault(client: Option<&RunnerClient>, hit: &cutpoint::Hit) -> Opti
 pub(super) fn restarted(ctx: &Ctx) {
     let stage = ctx.board.read(|s| s.stage);
     ctx.rec.act(
-        "restart",
+        ActionKind::Restart,
         json!({ "next_event": ctx.plan.events.get(stage).map(ToString::to_string) }),
     );
 }
@@ -725,7 +754,7 @@ fn freeze_runner_children(side: &CutSide, runner: u32) {
         // A fork of the runner not yet exec'ed: the runner's, left to exec.
         data["runner_forks_left"] = json!(forks);
     }
-    side.act("fault.freeze-providers", data);
+    side.act(ActionKind::FreezeProviders, data);
 }
 
 /// The runner's live provider, from its run log (read within
@@ -733,18 +762,10 @@ fn freeze_runner_children(side: &CutSide, runner: u32) {
 pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
     let events = client.events_within(TASK_ID, 0, PRE_FAULT_READ).ok()?;
     let mut live: Vec<u32> = Vec::new();
-    for e in events {
-        match Kind::of(&e) {
-            Kind::ProviderSpawned => {
-                if let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64) {
-                    live.push(pid as u32);
-                }
-            }
-            Kind::ProviderStopped => {
-                if let Some(pid) = e.pointer("/data/identity/pid").and_then(Value::as_u64) {
-                    live.retain(|p| *p != pid as u32);
-                }
-            }
+    for e in RunLogEvent::read_all(events) {
+        match &e.data {
+            Data::ProviderSpawned(s) => live.push(s.pid as u32),
+            Data::ProviderStopped(s) => live.retain(|p| *p as u64 != s.identity.pid),
             _ => {}
         }
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::evidence::Evidence;
+use crate::evidence::{ActionKind, Evidence, RequestKind, TaskRead};
 use crate::model::{CellResult, CellSpec, Cut, Event, Fault, Outcome, Role, Verdict};
 use crate::nemesis;
 use crate::runner_client::RunnerProcess;
@@ -132,17 +132,20 @@ struct Plan {
     trace: Option<PathBuf>,
     /// The tag in the environment of every process of the cell.
     tag: String,
-    /// The sync point of a `turn-active` follow-up (the first turn acceptance).
+    /// The sync point of the scenario's `turn-active` follow-ups: every turn
+    /// acceptance, held only while the driver wants one (`Status::sync_wanted`).
     sync: Option<Cut>,
     /// The script adds a file through `apply_patch` (a real codex then runs
     /// with its read-only sandbox: `Product::command_for`).
     patches: bool,
 }
 
-impl Plan {
-    /// The plan of a cell that runs the schedule `events`.
-    fn new(scenario: &Scenario, events: Vec<Event>, trace: Option<&Path>, layout: &Layout) -> Plan {
-        let turn_active = scenario.steps.iter().any(|st| {
+/// How many of the scenario's follow-ups wait for a turn in flight.
+fn turn_active_follow_ups(scenario: &Scenario) -> usize {
+    scenario
+        .steps
+        .iter()
+        .filter(|st| {
             matches!(
                 st,
                 Step::FollowUp {
@@ -150,7 +153,14 @@ impl Plan {
                     ..
                 }
             )
-        });
+        })
+        .count()
+}
+
+impl Plan {
+    /// The plan of a cell that runs the schedule `events`.
+    fn new(scenario: &Scenario, events: Vec<Event>, trace: Option<&Path>, layout: &Layout) -> Plan {
+        let turn_active = turn_active_follow_ups(scenario) > 0;
         let patches = scenario
             .script
             .turns
@@ -165,7 +175,7 @@ impl Plan {
             tag: layout.dir.display().to_string(),
             sync: turn_active.then(|| Cut {
                 point: SYNC_POINT.to_owned(),
-                n: 1,
+                n: cutpoint::EVERY,
             }),
         }
     }
@@ -269,16 +279,19 @@ pub fn run_cell_traced(
         fault: spec.fault(),
         canary: canary.clone(),
         expect: scenario.expect.clone(),
+        script: Some(scenario.script.clone()),
         runner_idle_timeout_ms: Some(env.idle_timeout_ms),
         ..Evidence::default()
     };
     let (rec, records) = Recorder::new(started);
+    let board = Board::default();
+    board.update(|s| s.turn_active_left = turn_active_follow_ups(scenario));
     let ctx = Ctx {
         env: env.clone(),
         plan: Arc::new(Plan::new(scenario, events, trace, &layout)),
         layout,
         canary,
-        board: Arc::new(Board::default()),
+        board: Arc::new(board),
         rec,
     };
     run_and_collect(&ctx, records, scenario, profile, spec, &mut ev);
@@ -383,7 +396,7 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
             verdict: Verdict::Unknown,
             oracles: Vec::new(),
             outcome: Outcome {
-                state: "unknown".into(),
+                state: None,
                 ..Outcome::default()
             },
             duration_ms: started.elapsed().as_millis() as u64,
@@ -409,7 +422,7 @@ pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
 fn outcome_of(ev: &Evidence) -> Outcome {
     Outcome {
         state: ev.state(),
-        cause: ev.cause_code(),
+        cause: ev.cause_code().map(str::to_owned),
         reached_cut: ev.reached_cut,
         events_applied: ev.events_applied,
         runs: ev.runs().len(),
@@ -417,7 +430,7 @@ fn outcome_of(ev: &Evidence) -> Outcome {
         retry_status: ev
             .exchanges
             .iter()
-            .find(|x| x.kind == "retry")
+            .find(|x| x.kind == RequestKind::Retry)
             .map(|x| x.status),
         path: ev.path(),
         effects: ev.ledger.len(),
@@ -615,9 +628,9 @@ fn runner_command(
 fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
     // While a turn-active follow-up is pending, the runner is also armed at
     // the sync point so the follow-up lands while the turn is provably active.
-    let (follow_up_sent, stage) = ctx.board.read(|s| (s.follow_up_sent, s.stage));
+    let (left, stage) = ctx.board.read(|s| (s.turn_active_left, s.stage));
     let plan = &ctx.plan;
-    let sync = plan.sync.as_ref().filter(|_| !follow_up_sent);
+    let sync = plan.sync.as_ref().filter(|_| left > 0);
     let arms = if stage < plan.events.len() {
         &plan.arms[..]
     } else {
@@ -670,7 +683,7 @@ fn drive(
     }
     start_runner(ctx)?;
     ctx.rec.act(
-        "runner.started",
+        ActionKind::RunnerStarted,
         json!({ "armed": spec.cut().as_ref().map(ToString::to_string) }),
     );
     // The cut side runs until teardown has read the final evidence: a
@@ -696,7 +709,7 @@ fn deadline_passed(ctx: &Ctx, ev: &mut Evidence) {
     // Said once: a step and the quiet phase after it may both miss it.
     if !ev.deadline_passed {
         ev.deadline_passed = true;
-        ctx.rec.act(DEADLINE_PASSED, json!({}));
+        ctx.rec.act(ActionKind::DeadlinePassed, json!({}));
     }
 }
 
@@ -730,9 +743,6 @@ fn settle_after_late_event(ctx: &Ctx) {
     let _ = wait_task(ctx, until, settled);
 }
 
-/// The action recorded when the cell's deadline passes.
-pub const DEADLINE_PASSED: &str = "deadline.passed";
-
 /// The quiet recovery phase: the armed cut was reached and its fault
 /// applied (the steps may finish before a late cut is even hit), no fault
 /// is in flight, and the task has settled with the runner that is now
@@ -744,7 +754,7 @@ fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
             board.wait_until(until, |s| s.stage >= 1 && s.applied >= s.stage);
         }
         match wait_task(ctx, settle_deadline(ctx, spec, until), settled) {
-            Ok(task) => ev.task = task,
+            Ok(task) => ev.task = Some(TaskRead::read(task)),
             Err(_) => {
                 deadline_passed(ctx, ev);
                 break;

@@ -29,8 +29,10 @@ use crate::wave::{self, Finished};
 /// The faults a generated schedule draws from, in shrinking order (a
 /// schedule shrinks towards the first). `power-cut` is not drawn: it needs
 /// FUSE and lazy mounts, and the wave plans its cells where they count
-/// (`Fault::power_cut_planned_at`); a `--schedule` may name it.
-pub const SCHEDULE_FAULTS: [Fault; 8] = [
+/// (`Fault::power_cut_planned_at`); a `--schedule` may name it. The
+/// error answers are drawn too: one drawn where its process answers no
+/// request becomes kill-runner, as any fault that does not apply.
+pub const SCHEDULE_FAULTS: [Fault; 12] = [
     Fault::KillRunner,
     Fault::KillProvider,
     Fault::KillBoth,
@@ -39,6 +41,10 @@ pub const SCHEDULE_FAULTS: [Fault; 8] = [
     Fault::FailWrite,
     Fault::DiskFull,
     Fault::HangProvider,
+    Fault::ErrorAnswer,
+    Fault::RateLimit,
+    Fault::AuthExpired,
+    Fault::StreamCut,
 ];
 
 /// How many events a generated schedule has.
@@ -274,7 +280,7 @@ pub fn failing_oracles(f: &Finished) -> Vec<String> {
         .oracles
         .iter()
         .filter(|o| o.verdict == Verdict::Fail)
-        .map(|o| o.oracle.clone())
+        .map(|o| o.oracle.as_str().to_owned())
         .collect()
 }
 
@@ -310,6 +316,7 @@ pub fn explore(
     }
 }
 
+#[derive(Default)]
 struct Progress {
     stop: AtomicBool,
     /// An explorer is shrinking a failure: the others stop.
@@ -322,8 +329,13 @@ struct Progress {
 
 impl Progress {
     fn count(&self, id: &str, f: &Finished) {
+        self.count_verdict(id, f.result.verdict);
+    }
+
+    /// Counts one cell of `id` that ended `verdict`.
+    fn count_verdict(&self, id: &str, verdict: Verdict) {
         let runs = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
-        if f.result.verdict == Verdict::Unknown {
+        if verdict == Verdict::Unknown {
             self.unknown.fetch_add(1, Ordering::SeqCst);
         }
         *self
@@ -463,6 +475,8 @@ pub fn run_schedule(env: &CellEnv, scenarios: &[Scenario], id: &str, events: &[E
     let spec: CellSpec = plan::schedule_cell(0, "t001".into(), id.to_owned(), events);
     wave::run_one(env, scenarios, &spec)
 }
+
+pub mod workflows;
 
 #[cfg(test)]
 mod tests {
