@@ -12,11 +12,12 @@ use std::process::{ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use wire::profiles::{Protocol, Real};
+use wire::profiles::{Program, Protocol, Real};
 
 use crate::supervisor::GroupChild;
 
 mod acp;
+mod claude;
 mod codex;
 mod opencode;
 
@@ -41,16 +42,18 @@ pub const MODEL_ROLE: crate::model::Role = crate::model::Role::Model;
 /// writes its rollout, it starts its tools).
 pub const IDLE_FLOOR_MS: u64 = 5_000;
 
-/// The least idle timeout of `opencode acp`: the runner bounds a provider's
-/// start by its idle timeout, and this agent answers `initialize` only
-/// after 4.5-6.3 s on an idle 2-core machine (five runs, a plain key file
-/// for the credential, `--print-logs`: 2.4 s to "setup connection", the
-/// rest inside `initialize`). At 5 s every start was stopped as silent and
-/// every cell of a sampled wave ended `unknown`.
+/// The least idle timeout of a real ACP agent: the runner bounds a
+/// provider's start by its idle timeout, and `opencode acp` answers
+/// `initialize` only after 4.5-6.3 s on an idle 2-core machine (five runs,
+/// a plain key file for the credential, `--print-logs`: 2.4 s to "setup
+/// connection", the rest inside `initialize`). At 5 s every start was
+/// stopped as silent and every cell of a sampled wave ended `unknown`.
+/// `claude-agent-acp` starts Claude Code (a Node program of its own) at
+/// `session/new` and `session/load`.
 pub const ACP_IDLE_FLOOR_MS: u64 = 20_000;
 
 /// The least idle timeout in a real product's cell ([`IDLE_FLOOR_MS`], or
-/// [`ACP_IDLE_FLOOR_MS`] for the ACP agent).
+/// [`ACP_IDLE_FLOOR_MS`] for an ACP agent).
 pub fn idle_floor_ms(real: &Real) -> u64 {
     if real.mirrors == "runner-acpx-claude" {
         ACP_IDLE_FLOOR_MS
@@ -105,8 +108,34 @@ fn on_path(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// Whether `bin --version` names the pinned version.
+/// The version in the `package.json` of the npm package `package` that
+/// `bin` belongs to (its real path's nearest such directory), if it is one.
+fn package_version(bin: &Path, package: &str) -> Option<String> {
+    let real = std::fs::canonicalize(bin).ok()?;
+    real.ancestors().skip(1).find_map(|dir| {
+        let text = std::fs::read_to_string(dir.join("package.json")).ok()?;
+        let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+        (json["name"] == package).then(|| json["version"].as_str().map(str::to_owned))?
+    })
+}
+
+/// Whether `bin` is the pinned version: its npm package's `package.json`
+/// says so, or, for a program from elsewhere, `bin --version` names it
+/// (the ACP agents have no `--version`: `codex-acp` refuses the flag,
+/// `claude-agent-acp` starts serving).
 fn is_pinned(bin: &Path, real: &Real) -> Result<(), String> {
+    if let Some(version) = package_version(bin, real.package) {
+        return if version == real.version {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} is {}@{version}, the profile pins {}",
+                bin.display(),
+                real.package,
+                real.version
+            ))
+        };
+    }
     let out = Command::new(bin)
         .arg("--version")
         .stdin(Stdio::null())
@@ -251,11 +280,14 @@ impl Product {
         patches: bool,
     ) -> anyhow::Result<Vec<String>> {
         std::fs::create_dir_all(self.home.join("home"))?;
-        match self.protocol() {
-            Protocol::Codex => Ok(codex::command(self, model_url, tag, patches)),
-            Protocol::Opencode => opencode::command(self, model_url, &["serve"]),
-            Protocol::Acp => opencode::command(self, model_url, &["acp"]),
-            Protocol::Native => anyhow::bail!("no real product speaks {:?}", self.protocol()),
+        match self.real.program {
+            Program::Codex => Ok(codex::command(self, model_url, tag, patches)),
+            Program::CodexAcp => Ok(codex::acp_command(self, model_url, tag, patches)),
+            Program::ClaudeAgentAcp => Ok(claude::command(self, model_url)),
+            Program::Opencode if self.protocol() == Protocol::Acp => {
+                opencode::command(self, model_url, &["acp"])
+            }
+            Program::Opencode => opencode::command(self, model_url, &["serve"]),
         }
     }
 
@@ -274,10 +306,11 @@ impl Product {
     }
 
     /// The profile lines that hand it the credential: as its API key in
-    /// its environment (codex keeps `*KEY*` variables out of its tool
-    /// shells), or through the runner's credential FIFO (OpenCode gives its
-    /// tools its whole environment; its configuration reads the FIFO: once
-    /// for `opencode serve`, twice for `opencode acp`, at its start and at
+    /// its environment (codex and codex-acp keep `*KEY*` variables out of
+    /// their tool shells; Claude Code does not, see `docs/real-providers.md`),
+    /// or through the runner's credential FIFO (OpenCode gives its tools its
+    /// whole environment; its configuration reads the FIFO: once for
+    /// `opencode serve`, twice for `opencode acp`, at its start and at
     /// `session/new`).
     pub fn credential_lines(&self) -> String {
         let fifo = |reads: u32| {
@@ -286,10 +319,13 @@ impl Product {
                 opencode::CREDENTIAL_FIFO_ENV
             )
         };
-        match self.protocol() {
-            Protocol::Opencode => fifo(1),
-            Protocol::Acp => fifo(2),
-            _ => "credential_env = \"OPENAI_API_KEY\"\n".to_owned(),
+        match (self.real.program, self.protocol()) {
+            (Program::Opencode, Protocol::Acp) => fifo(2),
+            (Program::Opencode, _) => fifo(1),
+            (Program::ClaudeAgentAcp, _) => "credential_env = \"ANTHROPIC_API_KEY\"\n".to_owned(),
+            (Program::Codex | Program::CodexAcp, _) => {
+                "credential_env = \"OPENAI_API_KEY\"\n".to_owned()
+            }
         }
     }
 
@@ -305,21 +341,27 @@ impl Product {
         journal: &[wire::journal::Entry],
     ) -> Result<Vec<wire::recorded::RecordedTurn>, String> {
         let turns = |read: Vec<opencode::TurnText>| read.into_iter().map(|(t, _)| t).collect();
-        match self.protocol() {
-            Protocol::Codex => codex::recorded_turns(self, model_url, cwd, within),
-            Protocol::Opencode => opencode::recorded_turns(self, model_url, cwd, within).map(turns),
+        // An ACP agent's turns are named by the prompts that carried them.
+        let named = |read: Vec<opencode::TurnText>| {
+            let texts: Vec<(String, String)> = read
+                .iter()
+                .map(|(t, text)| (t.turn.clone(), text.clone()))
+                .collect();
+            let mut named: Vec<_> = turns(read);
+            name_turns(&mut named, journal, &texts);
+            named
+        };
+        match (self.real.program, self.protocol()) {
+            (Program::Codex, _) => codex::recorded_turns(self, model_url, cwd, within),
             // `opencode acp` keeps its sessions where `opencode serve` reads them.
-            Protocol::Acp => {
-                let read = opencode::recorded_turns(self, model_url, cwd, within)?;
-                let texts: Vec<(String, String)> = read
-                    .iter()
-                    .map(|(t, text)| (t.turn.clone(), text.clone()))
-                    .collect();
-                let mut named: Vec<_> = turns(read);
-                name_turns(&mut named, journal, &texts);
-                Ok(named)
+            (Program::Opencode, Protocol::Acp) => {
+                opencode::recorded_turns(self, model_url, cwd, within).map(named)
             }
-            Protocol::Native => Err(format!("no reader for {}", self.real.name)),
+            (Program::Opencode, _) => {
+                opencode::recorded_turns(self, model_url, cwd, within).map(turns)
+            }
+            (Program::CodexAcp, _) => codex::rollout_turns(self).map(named),
+            (Program::ClaudeAgentAcp, _) => claude::recorded_turns(self).map(named),
         }
     }
 }

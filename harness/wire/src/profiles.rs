@@ -88,6 +88,23 @@ pub const BUILTIN: [Builtin; 4] = [
     },
 ];
 
+/// The real program behind a real profile: how it is started and
+/// configured, and how its state is read back (its protocol alone does not
+/// say: three ACP agents serve the ACP profile).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Program {
+    /// `codex app-server`.
+    Codex,
+    /// `opencode serve`, or `opencode acp` for the ACP profile.
+    Opencode,
+    /// `codex-acp`: Codex's core behind an ACP agent (Zed's); its model
+    /// speaks the OpenAI Responses API.
+    CodexAcp,
+    /// `claude-agent-acp`: the Claude Agent SDK (Claude Code) behind an ACP
+    /// agent (Zed's); its model speaks the Anthropic Messages API.
+    ClaudeAgentAcp,
+}
+
 /// A profile with a real product as its provider: the same protocol and
 /// recovery facts as the fake profile it mirrors, but the real program
 /// (installed from npm, pinned), whose model is the fake model API.
@@ -103,16 +120,19 @@ pub struct Real {
     pub version: &'static str,
     /// The executable the package installs.
     pub bin: &'static str,
+    /// Which program it is.
+    pub program: Program,
 }
 
 /// Every profile with a real product.
-pub const REAL: [Real; 3] = [
+pub const REAL: [Real; 5] = [
     Real {
         name: "runner-codex-real",
         mirrors: "runner-codex",
         package: "@openai/codex",
         version: "0.171.0",
         bin: "codex",
+        program: Program::Codex,
     },
     Real {
         name: "runner-opencode-real",
@@ -120,6 +140,7 @@ pub const REAL: [Real; 3] = [
         package: "opencode-ai",
         version: "1.18.33",
         bin: "opencode",
+        program: Program::Opencode,
     },
     // OpenCode's own ACP agent (`opencode acp`, the same package): a real
     // agent for the ACP profile, offline against the fake model API.
@@ -129,6 +150,26 @@ pub const REAL: [Real; 3] = [
         package: "opencode-ai",
         version: "1.18.33",
         bin: "opencode",
+        program: Program::Opencode,
+    },
+    // The two ACP agents the seed platform drives through acpx, offline:
+    // codex-acp against the fake Responses API, claude-agent-acp (the
+    // Claude Agent SDK) against the fake Messages API.
+    Real {
+        name: "runner-acpx-codex-real",
+        mirrors: "runner-acpx-claude",
+        package: "@zed-industries/codex-acp",
+        version: "0.16.0",
+        bin: "codex-acp",
+        program: Program::CodexAcp,
+    },
+    Real {
+        name: "runner-acpx-claude-real",
+        mirrors: "runner-acpx-claude",
+        package: "@zed-industries/claude-agent-acp",
+        version: "0.23.1",
+        bin: "claude-agent-acp",
+        program: Program::ClaudeAgentAcp,
     },
 ];
 

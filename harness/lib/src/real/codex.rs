@@ -1,6 +1,7 @@
 //! The real `codex app-server`: its command line against the fake model
 //! API, and its durable turns read back through `thread/list` and
-//! `thread/read {includeTurns}` after the cell.
+//! `thread/read {includeTurns}` after the cell. `codex-acp` (Codex's core
+//! behind an ACP agent) takes the same configuration.
 
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -23,6 +24,18 @@ use crate::codex_client::CodexClient;
 /// tool shells that get a core environment without the
 /// credential, tagged with `tag`.
 pub(super) fn command(p: &Product, model_url: &str, tag: &str, patches: bool) -> Vec<String> {
+    argv(p, &["app-server"], model_url, tag, patches)
+}
+
+/// The argv of `codex-acp` (Zed's ACP agent around Codex's core): the same
+/// configuration as `codex app-server`'s ([`command`]), as `-c` overrides
+/// it takes too.
+pub(super) fn acp_command(p: &Product, model_url: &str, tag: &str, patches: bool) -> Vec<String> {
+    argv(p, &[], model_url, tag, patches)
+}
+
+/// `p`'s program with `args`, then Codex's configuration as `-c` overrides.
+fn argv(p: &Product, args: &[&str], model_url: &str, tag: &str, patches: bool) -> Vec<String> {
     let provider = format!(
         "model_providers.fake={{name=\"fake\",base_url=\"{model_url}/v1\",wire_api=\"responses\",env_key=\"OPENAI_API_KEY\",request_max_retries=0,stream_max_retries=0}}"
     );
@@ -33,8 +46,8 @@ pub(super) fn command(p: &Product, model_url: &str, tag: &str, patches: bool) ->
         format!("CODEX_HOME={}", p.home.display()),
         format!("HOME={}", p.home.join("home").display()),
         p.bin.display().to_string(),
-        "app-server".into(),
     ];
+    cmd.extend(args.iter().map(|a| (*a).to_owned()));
     let tag = format!(
         "shell_environment_policy.set={{{}={}}}",
         crate::nemesis::TAG_ENV,
@@ -74,6 +87,89 @@ pub(super) fn command(p: &Product, model_url: &str, tag: &str, patches: bool) ->
         cmd.extend(["-c".to_owned(), config.to_owned()]);
     }
     cmd
+}
+
+/// Every turn `codex-acp` recorded in its home, with its user message's
+/// text: Codex's rollouts (`CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl`,
+/// one per thread, whose id is the ACP `sessionId`), read as Codex writes
+/// them at the pinned version (codex-acp 0.16.0): a turn starts with
+/// `event_msg` `task_started {turn_id}`, its prompt is the next
+/// `user_message`, and it completed with a `task_complete` of that
+/// `turn_id`. codex-acp embeds Codex's core but no `codex app-server` to
+/// read them through, so the files are read; a line that is not JSON (but
+/// a last one cut by a kill) is an error, never an empty store.
+pub(super) fn rollout_turns(p: &Product) -> Result<Vec<super::opencode::TurnText>, String> {
+    let mut files = Vec::new();
+    let mut dirs = vec![p.home.join("sessions")];
+    while let Some(dir) = dirs.pop() {
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|x| x == "jsonl") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+        out.extend(rollout(&text).map_err(|e| format!("{}: {e}", f.display()))?);
+    }
+    Ok(out)
+}
+
+/// The turns of one rollout.
+fn rollout(text: &str) -> Result<Vec<super::opencode::TurnText>, String> {
+    let lines = text.lines().count();
+    let mut thread = String::new();
+    let mut out: Vec<super::opencode::TurnText> = Vec::new();
+    let mut open: Option<String> = None;
+    for (i, line) in text.lines().enumerate() {
+        let Ok(entry) = serde_json::from_str::<Value>(line) else {
+            if i + 1 == lines {
+                break;
+            }
+            return Err(format!("line {}: not JSON", i + 1));
+        };
+        let p = &entry["payload"];
+        match (entry["type"].as_str(), p["type"].as_str()) {
+            (Some("session_meta"), _) => thread = p["id"].as_str().unwrap_or_default().to_owned(),
+            (Some("event_msg"), Some("task_started")) => {
+                open = p["turn_id"].as_str().map(str::to_owned);
+            }
+            (Some("event_msg"), Some("user_message")) => {
+                let Some(turn) = open.take() else { continue };
+                let text = p["message"].as_str().unwrap_or_default().to_owned();
+                out.push((
+                    RecordedTurn {
+                        thread: thread.clone(),
+                        turn: turn.clone(),
+                        client_id: Some(turn.clone()),
+                        status: "interrupted".to_owned(),
+                        continuation: wire::marker::is_continuation(&text),
+                        authorized_by: turn,
+                        model_requests: None,
+                    },
+                    text,
+                ));
+            }
+            (Some("event_msg"), Some("task_complete")) => {
+                let done = p["turn_id"].as_str();
+                if let Some((t, _)) = out.iter_mut().find(|(t, _)| Some(t.turn.as_str()) == done) {
+                    t.status = "completed".to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
 }
 
 /// Every turn of every thread in the product's home, from a fresh
@@ -155,5 +251,42 @@ fn recorded(thread: &str, turn: &Value) -> RecordedTurn {
         continuation,
         authorized_by,
         model_requests: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of a measured rollout (codex-acp 0.16.0): a completed
+    /// turn, then one cut before its end; a last line cut by the kill.
+    #[test]
+    fn a_rollout_reads_as_its_turns() {
+        let lines = [
+            r#"{"type":"session_meta","payload":{"id":"th1","cwd":"/ws"}}"#,
+            r#"{"type":"event_msg","payload":{"type":"task_started","turn_id":"t1"}}"#,
+            r#"{"type":"response_item","payload":{"type":"message","role":"user","content":[]}}"#,
+            r#"{"type":"event_msg","payload":{"type":"user_message","message":"Create hello.txt"}}"#,
+            r#"{"type":"event_msg","payload":{"type":"task_complete","turn_id":"t1"}}"#,
+            r#"{"type":"event_msg","payload":{"type":"task_started","turn_id":"t2"}}"#,
+            r#"{"type":"event_msg","payload":{"type":"user_message","message":"[turncut:continue] go"}}"#,
+            r#"{"type":"event_msg","payl"#,
+        ];
+        let turns = rollout(&lines.join("\n")).unwrap();
+        let seen: Vec<(&str, &str, &str, &str, bool)> = turns
+            .iter()
+            .map(|(t, text)| {
+                let c = t.continuation;
+                (t.thread.as_str(), t.turn.as_str(), text.as_str(), t.status.as_str(), c)
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("th1", "t1", "Create hello.txt", "completed", false),
+                ("th1", "t2", "[turncut:continue] go", "interrupted", true),
+            ]
+        );
+        assert!(rollout("{\n{}").is_err());
     }
 }
