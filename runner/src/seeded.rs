@@ -83,11 +83,15 @@ pub enum SeededBug {
     RenameWithoutDirSync,
     /// Read the provider idle timeout in microseconds instead of milliseconds.
     IdleTimeoutInMicros,
+    /// Take a failed read of a run's turns for a run with no turn.
+    FailedReadAsNoTurn,
+    /// End the task's actor on a failed read of its snapshot.
+    ActorReturnsOnFailedRead,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 32] = [
+    pub const ALL: [SeededBug; 34] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -120,6 +124,8 @@ impl SeededBug {
         SeededBug::AtomicWriteWithoutFsync,
         SeededBug::RenameWithoutDirSync,
         SeededBug::IdleTimeoutInMicros,
+        SeededBug::FailedReadAsNoTurn,
+        SeededBug::ActorReturnsOnFailedRead,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -200,6 +206,8 @@ impl SeededBug {
             SeededBug::AtomicWriteWithoutFsync => "atomic-write-without-fsync",
             SeededBug::RenameWithoutDirSync => "rename-without-dir-sync",
             SeededBug::IdleTimeoutInMicros => "idle-timeout-in-micros",
+            SeededBug::FailedReadAsNoTurn => "failed-read-as-no-turn",
+            SeededBug::ActorReturnsOnFailedRead => "actor-returns-on-failed-read",
         }
     }
 }
@@ -321,6 +329,10 @@ hooks! {
     rename_without_dir_sync => RenameWithoutDirSync;
     /// `idle-timeout-in-micros`.
     idle_timeout_in_micros => IdleTimeoutInMicros;
+    /// `failed-read-as-no-turn`.
+    failed_read_as_no_turn => FailedReadAsNoTurn;
+    /// `actor-returns-on-failed-read`.
+    actor_returns_on_failed_read => ActorReturnsOnFailedRead;
 }
 
 #[cfg(all(test, feature = "seeded-bugs"))]

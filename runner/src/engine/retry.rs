@@ -40,7 +40,13 @@ impl Engine {
         };
         let mid = message_id.to_owned();
         let tid = task_id.to_owned();
-        let existing = self.store.call(move |db| db.message(&tid, &mid)).await?;
+        let existing = self
+            .store
+            .call(move |db| {
+                db.check_read("message")?;
+                db.message(&tid, &mid)
+            })
+            .await?;
         if existing.is_some() {
             // The same Retry again (or a reused id): the store answers it
             // without a new proof and without touching any process.

@@ -5,7 +5,8 @@
 //! prints `passed <point>` after each one and `done` at the end, so a test can
 //! tell from stdout exactly how far the process got. A point written `io:<point>`
 //! is passed with [`cutpoint::hit_io`], as before a write that can fail, and a
-//! failure prints `failed <point> errno <n>` instead. A leading `--lazy` skips
+//! failure prints `failed <point> errno <n>` (`failed <point> corrupt` for a
+//! corrupt read) instead. A leading `--lazy` skips
 //! `init` so that tests can exercise the lazy first-hit path. It deliberately
 //! does nothing else: no work between hits, no signal handling.
 
@@ -26,7 +27,10 @@ fn main() -> ExitCode {
         let line = match arg.strip_prefix("io:") {
             Some(point) => match cutpoint::hit_io(point) {
                 Ok(()) => format!("passed {point}"),
-                Err(e) => format!("failed {point} errno {}", e.raw_os_error().unwrap_or(0)),
+                Err(e) => match cutpoint::IoFault::of_error(&e) {
+                    Some(cutpoint::IoFault::Corrupt) => format!("failed {point} corrupt"),
+                    _ => format!("failed {point} errno {}", e.raw_os_error().unwrap_or(0)),
+                },
             },
             None => {
                 cutpoint::hit(arg);
