@@ -590,9 +590,13 @@ fn render_traced(t: &Traced) -> String {
         .iter()
         .filter(|b| b.cut.point.starts_with(crate::model::WRITE_POINTS))
         .count();
+    let reads = runner
+        .iter()
+        .filter(|b| b.cut.point.starts_with(crate::model::READ_POINTS))
+        .count();
     out.push_str(&format!(
-        "  cut points: {} boundaries ({} runner, of which {} before-write; {} provider); a depth-1 wave of single-task plans {} cells\n",
-        t.boundaries.len(), runner.len(), writes, t.boundaries.len() - runner.len(), t.cells
+        "  cut points: {} boundaries ({} runner, of which {} before-write and {} before-read; {} provider); a depth-1 wave of single-task plans {} cells\n",
+        t.boundaries.len(), runner.len(), writes, reads, t.boundaries.len() - runner.len(), t.cells
     ));
     for (point, why) in [
         (
@@ -616,6 +620,9 @@ fn render_traced(t: &Traced) -> String {
     }
     if writes == 0 {
         out.push_str("  note: no runner.write.* point: a wave plans no storage fault (fail-write, disk-full)\n");
+    }
+    if reads == 0 {
+        out.push_str("  note: no runner.read.* point: a wave plans no read fault (fail-read, corrupt-read)\n");
     }
     out
 }

@@ -65,7 +65,8 @@ pub enum FaultClass {
     Process,
     /// A controller request sent while the hit is held.
     Action,
-    /// The held write fails (the cut-point reply `fail <errno>`).
+    /// The held write or read fails (the cut-point reply `fail <errno>`,
+    /// or `corrupt` for a read).
     Storage,
     /// Every process of the cell frozen and killed, unsynced writes lost.
     Power,
@@ -106,11 +107,19 @@ pub enum Fault {
     /// starts again on what survived. The ledger and the journal are the
     /// world's record and stay off the mounts.
     PowerCut,
+    /// A storage fault at a runner's before-read point (`runner.read.*`):
+    /// this one read fails with EIO (SQLite's `SQLITE_IOERR_READ`); the
+    /// next ones succeed.
+    FailRead,
+    /// A storage fault at a runner's before-read point: this one read
+    /// returns a corrupt page (the cut-point reply `corrupt`; SQLite's
+    /// `SQLITE_CORRUPT`); the next ones read the disk again and succeed.
+    CorruptRead,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 11] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
@@ -120,6 +129,8 @@ impl Fault {
         Fault::FailWrite,
         Fault::DiskFull,
         Fault::PowerCut,
+        Fault::FailRead,
+        Fault::CorruptRead,
     ];
 
     /// The faults of a scenario that names none: the process faults.
@@ -142,6 +153,8 @@ impl Fault {
             Fault::FailWrite => "fail-write",
             Fault::DiskFull => "disk-full",
             Fault::PowerCut => "power-cut",
+            Fault::FailRead => "fail-read",
+            Fault::CorruptRead => "corrupt-read",
         }
     }
 
@@ -153,15 +166,24 @@ impl Fault {
                 FaultClass::Process
             }
             Fault::FollowUp | Fault::Retry => FaultClass::Action,
-            Fault::FailWrite | Fault::DiskFull => FaultClass::Storage,
+            Fault::FailWrite | Fault::DiskFull | Fault::FailRead | Fault::CorruptRead => {
+                FaultClass::Storage
+            }
             Fault::PowerCut => FaultClass::Power,
         }
     }
 
     /// Whether the fault is a storage fault: it applies only at a runner's
-    /// before-write points ([`WRITE_POINTS`]).
+    /// before-write points ([`WRITE_POINTS`]: `fail-write`, `disk-full`) or
+    /// before-read points ([`READ_POINTS`]: `fail-read`, `corrupt-read`).
     pub fn is_storage(self) -> bool {
         self.class() == FaultClass::Storage
+    }
+
+    /// Whether the fault is a storage fault of a read (`fail-read`,
+    /// `corrupt-read`): it applies only at a before-read point.
+    pub fn is_read(self) -> bool {
+        matches!(self, Fault::FailRead | Fault::CorruptRead)
     }
 
     /// Whether the fault is a signal to a process (a kill or a hang).
@@ -169,18 +191,20 @@ impl Fault {
         self.class() == FaultClass::Process
     }
 
-    /// Whether the fault may be applied at `point`: a storage fault only at
-    /// a before-write point; at a before-write point only storage faults,
-    /// `kill-runner` and `power-cut` (the runner's store is blocked there,
-    /// so nothing can read the run log to find the provider, and a
-    /// controller request would wait on the held write; a power cut finds
-    /// the cell's processes by its tag, not through the runner).
+    /// Whether the fault may be applied at `point`: a write fault only at a
+    /// before-write point and a read fault only at a before-read point; at
+    /// either kind of point only its storage faults, `kill-runner` and
+    /// `power-cut` (the runner's store is blocked there, so nothing can read
+    /// the run log to find the provider, and a controller request would
+    /// wait on the held store; a power cut finds the cell's processes by its
+    /// tag, not through the runner).
     pub fn applies_at(self, point: &str) -> bool {
         let write = point.starts_with(WRITE_POINTS);
+        let read = point.starts_with(READ_POINTS);
         if self.is_storage() {
-            write
+            if self.is_read() { read } else { write }
         } else {
-            !write || matches!(self, Fault::KillRunner | Fault::PowerCut)
+            !(write || read) || matches!(self, Fault::KillRunner | Fault::PowerCut)
         }
     }
 
@@ -271,8 +295,18 @@ impl std::fmt::Display for Cut {
 }
 
 /// The prefix of a runner's before-write points (`runner.write.turn_intent`):
-/// where storage faults apply.
+/// where write faults apply.
 pub const WRITE_POINTS: &str = "runner.write.";
+
+/// The prefix of a runner's before-read points (`runner.read.turns`): where
+/// read faults apply.
+pub const READ_POINTS: &str = "runner.read.";
+
+/// Whether `point` is a runner's before-write or before-read point: the
+/// runner's store waits there (on its one thread) while the hit is held.
+pub fn is_store_point(point: &str) -> bool {
+    point.starts_with(WRITE_POINTS) || point.starts_with(READ_POINTS)
+}
 
 /// One event of a schedule: at `cut`, apply `fault`.
 ///

@@ -44,14 +44,18 @@ pub fn plan(fault: Fault) -> Plan {
             provider_signal: Some(Signal::SIGSTOP),
         },
         // A controller action (`cell::inject::inject_action`), a storage fault (the
-        // cut-point reply `fail <errno>`), or a power cut, which kills every
-        // process of the cell by its tag (`freeze_and_kill`), not by plan.
-        Fault::FollowUp | Fault::Retry | Fault::FailWrite | Fault::DiskFull | Fault::PowerCut => {
-            Plan {
-                kill_runner: false,
-                provider_signal: None,
-            }
-        }
+        // cut-point reply `fail <errno>` or `corrupt`), or a power cut, which kills
+        // every process of the cell by its tag (`freeze_and_kill`), not by plan.
+        Fault::FollowUp
+        | Fault::Retry
+        | Fault::FailWrite
+        | Fault::DiskFull
+        | Fault::FailRead
+        | Fault::CorruptRead
+        | Fault::PowerCut => Plan {
+            kill_runner: false,
+            provider_signal: None,
+        },
     }
 }
 

@@ -10,7 +10,9 @@
 //! that recovery — and where the path goes through a Retry, each boundary
 //! of the Retry up to its first accepted turn — gets a second event:
 //! `kill-runner`, `kill-provider` where a provider is alive, and
-//! `fail-write` at the runner's before-write points.
+//! `fail-write` at the runner's before-write points; at its before-read
+//! points only `fail-read` (the recovery's own reads of what it decides
+//! from: a failed read read as "no such turn" lives there).
 //!
 //! A random draw put a second fault inside a recovery 126 times in a wave
 //! of 6,136 cells and never inside a Retry's own writes; bugs that live
@@ -22,7 +24,7 @@
 use std::collections::BTreeMap;
 
 use crate::cell::CellEnv;
-use crate::model::{CellResult, CellSpec, Event, Fault, Role, WRITE_POINTS};
+use crate::model::{CellResult, CellSpec, Event, Fault, READ_POINTS, Role, WRITE_POINTS};
 use crate::plan::{self, Boundary};
 use crate::scenario::{self, Scenario};
 
@@ -171,11 +173,17 @@ pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
     out
 }
 
-/// The second events at boundary `b`: `kill-runner` everywhere,
-/// `kill-provider` at a provider's own boundary (a provider killed while
-/// the runner works is lost at the provider's next boundary anyway),
-/// `fail-write` at a before-write point.
+/// The second events at boundary `b`: `kill-runner` everywhere but at a
+/// before-read point, `kill-provider` at a provider's own boundary (a
+/// provider killed while the runner works is lost at the provider's next
+/// boundary anyway), `fail-write` at a before-write point, and only
+/// `fail-read` at a before-read point: a kill there leaves the state of the
+/// boundary before it (a read changes nothing), and `corrupt-read` walks the
+/// same retry (stage 1 plans both at every read of a clean run).
 pub fn second_faults(b: &Boundary) -> Vec<Fault> {
+    if b.cut.point.starts_with(READ_POINTS) {
+        return vec![Fault::FailRead];
+    }
     let write = b.cut.point.starts_with(WRITE_POINTS);
     let mut out = vec![Fault::KillRunner];
     if write {

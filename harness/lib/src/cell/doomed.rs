@@ -42,7 +42,12 @@ pub(super) fn doomed_by(
     let spare_runner = match fault {
         Fault::KillRunner | Fault::KillBoth | Fault::PowerCut => false,
         Fault::KillProvider | Fault::HangProvider => true,
-        Fault::FollowUp | Fault::Retry | Fault::FailWrite | Fault::DiskFull => return Vec::new(),
+        Fault::FollowUp
+        | Fault::Retry
+        | Fault::FailWrite
+        | Fault::DiskFull
+        | Fault::FailRead
+        | Fault::CorruptRead => return Vec::new(),
     };
     let mut pids: Vec<u32> = nemesis::tagged_processes(tag)
         .into_iter()
@@ -92,6 +97,8 @@ mod tests {
             Fault::Retry,
             Fault::FailWrite,
             Fault::DiskFull,
+            Fault::FailRead,
+            Fault::CorruptRead,
         ] {
             assert!(doomed_by(f, "no-such-tag", Some(1), None).is_empty(), "{f}");
         }

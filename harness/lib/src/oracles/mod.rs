@@ -21,6 +21,7 @@ mod durable;
 mod fence;
 mod no_loss;
 mod no_replay;
+mod read_faults;
 mod retry;
 
 pub use cause::cause_structured;
@@ -245,11 +246,14 @@ pub fn secrecy(e: &Evidence) -> OracleResult {
     j.done()
 }
 
-/// Whether a storage fault (`fail-write`, `disk-full`) was applied.
+/// Whether the storage faults applied justify a run's `storage_failed`: a
+/// write fault (`fail-write`, `disk-full`), or read faults as
+/// `read_faults::justify_storage_failed` says.
 fn storage_fault_applied(e: &Evidence) -> bool {
     e.actions
         .iter()
         .any(|a| matches!(a.what.as_str(), "fault.fail-write" | "fault.disk-full"))
+        || read_faults::justify_storage_failed(e)
 }
 
 /// No process of the cell is alive after the cell.

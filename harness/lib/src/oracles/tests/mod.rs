@@ -540,4 +540,5 @@ fn evidence_reads_turn_starts_of_every_protocol() {
 
 mod detection;
 mod durable;
+mod read_faults;
 mod runs;

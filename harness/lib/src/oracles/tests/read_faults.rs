@@ -1,0 +1,62 @@
+//! `storage_failed` after read faults: one failed read does not justify it
+//! (the contract tries the read again), a read that failed again does.
+
+use super::*;
+
+/// The healthy cell's run, settled `storage_failed` after `faults` read
+/// faults at `runner.read.turns`.
+fn failed_after_reads(faults: &[Fault]) -> Evidence {
+    let mut e = good();
+    e.spec = Some(CellSpec {
+        cell_id: "t001".into(),
+        scenario_id: "s".into(),
+        seed: 1,
+        events: faults
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Event {
+                cut: Cut {
+                    point: "runner.read.turns".into(),
+                    n: 1 + u64::from(i == 0),
+                },
+                fault: *f,
+            })
+            .collect(),
+    });
+    e.fault = faults.first().copied();
+    let cause =
+        json!({ "code": "storage_failed", "recoverable": false, "message": "a read failed" });
+    e.task["state"] = json!("failed");
+    e.task["cause"] = cause.clone();
+    e.task["runs"][0]["status"] = json!("failed");
+    e.task["runs"][0]["cause"] = cause.clone();
+    e.events.pop();
+    e.events.push(event(
+        5,
+        "run.settled",
+        json!({ "state": "failed", "cause": cause }),
+    ));
+    for (i, f) in faults.iter().enumerate() {
+        e.actions.push(crate::evidence::Action {
+            at_ms: 10 + i as u64,
+            what: format!("fault.{f}"),
+            detail: json!({ "point": "runner.read.turns" }),
+        });
+    }
+    e
+}
+
+#[test]
+fn one_failed_read_does_not_justify_storage_failed() {
+    for fault in [Fault::FailRead, Fault::CorruptRead] {
+        let e = failed_after_reads(&[fault]);
+        assert_only_fails(&e, "contract", "which no cut-and-restart justifies");
+    }
+}
+
+#[test]
+fn a_read_that_failed_again_when_tried_again_does() {
+    let e = failed_after_reads(&[Fault::FailRead, Fault::CorruptRead]);
+    let (v, m) = verdict(&judge(&e), "contract");
+    assert_eq!(v, Verdict::Pass, "{m}");
+}
