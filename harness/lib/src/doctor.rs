@@ -586,14 +586,16 @@ fn render_traced(t: &Traced) -> String {
         .iter()
         .filter(|b| b.role == Role::Runner)
         .collect();
-    let writes = runner
-        .iter()
-        .filter(|b| b.cut.point.starts_with(crate::model::WRITE_POINTS))
-        .count();
-    let reads = runner
-        .iter()
-        .filter(|b| b.cut.point.starts_with(crate::model::READ_POINTS))
-        .count();
+    let of = |prefix: &str| {
+        runner
+            .iter()
+            .filter(|b| b.cut.point.starts_with(prefix))
+            .count()
+    };
+    let (writes, reads) = (
+        of(crate::model::WRITE_POINTS),
+        of(crate::model::READ_POINTS),
+    );
     out.push_str(&format!(
         "  cut points: {} boundaries ({} runner, of which {} before-write and {} before-read; {} provider); a depth-1 wave of single-task plans {} cells\n",
         t.boundaries.len(), runner.len(), writes, reads, t.boundaries.len() - runner.len(), t.cells
@@ -618,11 +620,19 @@ fn render_traced(t: &Traced) -> String {
             o.oracle
         ));
     }
-    if writes == 0 {
-        out.push_str("  note: no runner.write.* point: a wave plans no storage fault (fail-write, disk-full)\n");
-    }
-    if reads == 0 {
-        out.push_str("  note: no runner.read.* point: a wave plans no read fault (fail-read, corrupt-read)\n");
+    for (n, what) in [
+        (
+            writes,
+            "runner.write.* point: a wave plans no storage fault (fail-write, disk-full)",
+        ),
+        (
+            reads,
+            "runner.read.* point: a wave plans no read fault (fail-read, corrupt-read)",
+        ),
+    ] {
+        if n == 0 {
+            out.push_str(&format!("  note: no {what}\n"));
+        }
     }
     out
 }

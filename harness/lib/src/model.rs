@@ -108,12 +108,10 @@ pub enum Fault {
     /// world's record and stay off the mounts.
     PowerCut,
     /// A storage fault at a runner's before-read point (`runner.read.*`):
-    /// this one read fails with EIO (SQLite's `SQLITE_IOERR_READ`); the
-    /// next ones succeed.
+    /// this one read fails with EIO (`SQLITE_IOERR_READ`); the next succeed.
     FailRead,
-    /// A storage fault at a runner's before-read point: this one read
-    /// returns a corrupt page (the cut-point reply `corrupt`; SQLite's
-    /// `SQLITE_CORRUPT`); the next ones read the disk again and succeed.
+    /// A storage fault at a runner's before-read point: this one read returns
+    /// a corrupt page (reply `corrupt`, `SQLITE_CORRUPT`); the next succeed.
     CorruptRead,
 }
 
@@ -180,8 +178,7 @@ impl Fault {
         self.class() == FaultClass::Storage
     }
 
-    /// Whether the fault is a storage fault of a read (`fail-read`,
-    /// `corrupt-read`): it applies only at a before-read point.
+    /// Whether the fault is a read fault: it applies only at a before-read point.
     pub fn is_read(self) -> bool {
         matches!(self, Fault::FailRead | Fault::CorruptRead)
     }
@@ -302,8 +299,8 @@ pub const WRITE_POINTS: &str = "runner.write.";
 /// read faults apply.
 pub const READ_POINTS: &str = "runner.read.";
 
-/// Whether `point` is a runner's before-write or before-read point: the
-/// runner's store waits there (on its one thread) while the hit is held.
+/// Whether `point` is a runner's before-write or before-read point, where
+/// its store (one thread) waits while the hit is held.
 pub fn is_store_point(point: &str) -> bool {
     point.starts_with(WRITE_POINTS) || point.starts_with(READ_POINTS)
 }
