@@ -17,7 +17,7 @@ use std::path::Path;
 use serde_json::json;
 
 use crate::journal::Journal;
-use crate::script::{ScriptTool, ScriptTurn};
+use crate::script::{Script, ScriptTool, ScriptTurn};
 use ::wire::marker::CONTINUE_MARKER;
 
 /// Status of a stored turn (Codex and ACP): its format lives with the stores'.
@@ -58,11 +58,24 @@ pub(crate) fn continued<'a, T: PlayedTurn + 'a>(
     turns.rev().find(|t| !t.continuation())
 }
 
-/// The script turn a new user message `message` plays, after `turns`: the
+/// The script turn a new user message `message` of `text` plays, after
+/// `turns`: the turn that answers its text ([`Script::index_for`]), else the
 /// position of its message among the distinct messages of the earlier user
 /// turns, or the next one. `same` names the message a message id stands for
 /// ([`as_sent`], or a protocol's decoding of its ids).
 pub(crate) fn script_index<'a, T: PlayedTurn + 'a>(
+    script: &Script,
+    turns: impl Iterator<Item = &'a T>,
+    message: &str,
+    text: &str,
+    same: fn(&str) -> &str,
+) -> usize {
+    script.index_for(text, position_of(turns, message, same))
+}
+
+/// The position of `message` among the distinct messages of the user turns
+/// `turns`, or the next position.
+fn position_of<'a, T: PlayedTurn + 'a>(
     turns: impl Iterator<Item = &'a T>,
     message: &str,
     same: fn(&str) -> &str,
@@ -76,6 +89,18 @@ pub(crate) fn script_index<'a, T: PlayedTurn + 'a>(
     }
     let key = same(message);
     seen.iter().position(|k| *k == key).unwrap_or(seen.len())
+}
+
+/// What a continuation's model does when no user message was ever
+/// recorded to continue (the model never saw one): nothing, and it says so.
+/// A real server takes any prompt.
+pub(crate) fn nothing_to_continue() -> ScriptTurn {
+    ScriptTurn {
+        say: Vec::new(),
+        tools: Vec::new(),
+        final_message: "There is nothing to continue.".to_owned(),
+        answers: Vec::new(),
+    }
 }
 
 /// A message id as sent: for protocols whose ids name their message directly.
@@ -191,6 +216,7 @@ mod tests {
             say: vec!["hi".to_owned()],
             tools: vec![tool("a"), tool("b")],
             final_message: "done".to_owned(),
+            answers: Vec::new(),
         };
         let shape = |steps: VecDeque<Step>| -> Vec<String> {
             steps

@@ -352,7 +352,7 @@ impl Server {
         let turn_id = client_id
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let planned = self.plan_prompt(&p.session_id, &turn_id, continuation)?;
+        let planned = self.plan_prompt(&p.session_id, &turn_id, &p.text(), continuation)?;
         // The user message is part of the turn from the moment it is recorded:
         // a restarted agent replays it with its message id on `session/load`,
         // which is what "was this turn recorded?" asks.
@@ -398,6 +398,7 @@ impl Server {
         &self,
         session_id: &str,
         turn_id: &str,
+        text: &str,
         continuation: bool,
     ) -> Result<Planned, Refusal> {
         let session = self.store.get(session_id).expect("checked above");
@@ -409,11 +410,7 @@ impl Server {
                     "continuation.empty",
                     json!({ "session": session_id, "reason": "no user message to continue" }),
                 );
-                let nothing = crate::script::ScriptTurn {
-                    say: Vec::new(),
-                    tools: Vec::new(),
-                    final_message: "There is nothing to continue.".to_owned(),
-                };
+                let nothing = turns::nothing_to_continue();
                 return Ok(Planned {
                     authorized_by: turn_id.to_owned(),
                     script_index: 0,
@@ -422,7 +419,9 @@ impl Server {
             };
             (target.authorized_by.clone(), target.script_index)
         } else {
-            let index = turns::script_index(session.turns.iter(), turn_id, turns::as_sent);
+            let script = &self.opts.script;
+            let index =
+                turns::script_index(script, session.turns.iter(), turn_id, text, turns::as_sent);
             (turn_id.to_owned(), index)
         };
         let script_turn = self.opts.script.turn(script_index).clone();

@@ -14,7 +14,7 @@ use super::{
     ActiveTurn, CHECK_ABORTED_MARKER, Queued, Server, Waiting, model_item_id, slug, storage_error,
 };
 use crate::rpc::{INVALID_REQUEST, Refusal, Sent, params};
-use crate::script::{ScriptTool, ScriptTurn, ToolKind};
+use crate::script::{ScriptTool, ToolKind};
 use crate::serving::now_s;
 use crate::turns::{self, Step};
 
@@ -93,8 +93,9 @@ impl Server {
                 .client_user_message_id
                 .clone()
                 .unwrap_or_else(|| turn_id.to_owned());
-            let index = turns::script_index(thread.turns.iter(), &by, turns::as_sent);
-            let script_turn = self.opts.script.turn(index).clone();
+            let script = &self.opts.script;
+            let index = turns::script_index(script, thread.turns.iter(), &by, text, turns::as_sent);
+            let script_turn = script.turn(index).clone();
             return Ok(Planned {
                 authorized_by: by,
                 script_index: index,
@@ -106,11 +107,7 @@ impl Server {
             // No user message was ever recorded (no turn, or its message
             // never written): the model never saw it, so the continuation
             // authorizes nothing. The real server takes any `turn/start`.
-            let nothing = ScriptTurn {
-                say: Vec::new(),
-                tools: Vec::new(),
-                final_message: "There is nothing to continue.".to_owned(),
-            };
+            let nothing = turns::nothing_to_continue();
             self.journal.fact(
                 "continuation.empty",
                 json!({ "thread": p.thread_id, "reason": "no user message to continue" }),
@@ -234,11 +231,11 @@ impl Server {
         };
         let by = last.client_id.clone().unwrap_or_else(|| turn_id.to_owned());
         let thread = self.store.get(thread_id).expect("thread exists");
-        let index = turns::script_index(thread.turns.iter(), &by, turns::as_sent);
-        let steps = turns::plan(self.opts.script.turn(index).clone(), |_| {
-            Ok::<_, Refusal>(true)
-        })
-        .unwrap_or_default();
+        let text = super::wire::input_text(&last.input);
+        let script = &self.opts.script;
+        let index = turns::script_index(script, thread.turns.iter(), &by, &text, turns::as_sent);
+        let steps =
+            turns::plan(script.turn(index).clone(), |_| Ok::<_, Refusal>(true)).unwrap_or_default();
         for q in queued {
             let item = json!({
                 "type": "userMessage",

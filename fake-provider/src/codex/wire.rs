@@ -65,13 +65,18 @@ pub(super) struct TurnStartParams {
 impl TurnStartParams {
     /// The text inputs, joined by newlines.
     pub fn text(&self) -> String {
-        self.input
-            .iter()
-            .filter(|i| i.get("type").and_then(Value::as_str) == Some("text"))
-            .filter_map(|i| i.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n")
+        input_text(&self.input)
     }
+}
+
+/// The text inputs of a `turn/start`'s `input`, joined by newlines.
+pub(super) fn input_text(input: &[Value]) -> String {
+    input
+        .iter()
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("text"))
+        .filter_map(|i| i.get("text").and_then(Value::as_str))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[derive(Deserialize)]

@@ -229,7 +229,10 @@ fn take_turn(
         .unwrap_or_else(|| TurnRecord {
             conversation: req.conversation.clone(),
             message_id: req.message_id.clone(),
-            script_index: st.turn_count(&req.conversation),
+            script_index: s
+                .opts
+                .script
+                .index_for(&req.user_text, st.turn_count(&req.conversation)),
             status: TurnStatus::InProgress,
             requests: 0,
             generation: String::new(),

@@ -33,6 +33,10 @@ pub(super) struct Request {
     pub stream: bool,
     pub items: Vec<Item>,
     pub message_id: String,
+    /// The text of the user message this request's turn answers: the latest
+    /// one that is not a continuation (a continuation answers the message it
+    /// continues).
+    pub user_text: String,
     pub conversation: String,
     /// The latest user message continues an interrupted turn (it starts
     /// with the continuation marker).
@@ -141,6 +145,13 @@ impl Request {
         let continuation = users
             .last()
             .is_some_and(|u| wire::marker::is_continuation(u));
+        let user_text = users
+            .iter()
+            .rev()
+            .find(|u| !wire::marker::is_continuation(u))
+            .copied()
+            .unwrap_or_default()
+            .to_owned();
         let parallel = raw
             .get("parallel_tool_calls")
             .and_then(Value::as_bool)
@@ -151,6 +162,7 @@ impl Request {
             stream,
             items,
             message_id,
+            user_text,
             conversation,
             continuation,
             parallel,

@@ -319,8 +319,9 @@ fn accept_prompt(
             invalid(format!("Session {session} is busy"), None),
         ));
     }
+    let text = prompt.texts.join("\n");
     let message_id = new_message_id(s, st, session, prompt.message_id)?;
-    let (meta, steps) = plan_prompt(s, st, session, &message_id, continuation)?;
+    let (meta, steps) = plan_prompt(s, st, session, &message_id, &text, continuation)?;
     Ok((message_id, meta, steps))
 }
 
@@ -364,6 +365,7 @@ fn plan_prompt(
     st: &ServerState,
     session: &str,
     message_id: &str,
+    text: &str,
     continuation: bool,
 ) -> Result<(UserMeta, VecDeque<Step>), Refusal> {
     let users: Vec<&UserMeta> = st
@@ -384,11 +386,7 @@ fn plan_prompt(
                 authorized_by: message_id.to_owned(),
                 script_index: 0,
             };
-            let nothing = crate::script::ScriptTurn {
-                say: Vec::new(),
-                tools: Vec::new(),
-                final_message: "There is nothing to continue.".to_owned(),
-            };
+            let nothing = turns::nothing_to_continue();
             return Ok((meta, turns::plan(nothing, |_| Ok::<_, Refusal>(true))?));
         };
         UserMeta {
@@ -401,8 +399,10 @@ fn plan_prompt(
             continuation,
             authorized_by: message_id.to_owned(),
             script_index: turns::script_index(
+                &s.opts.script,
                 users.iter().copied(),
                 message_id,
+                text,
                 logical_message_id,
             ),
         }

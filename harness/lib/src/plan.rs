@@ -136,6 +136,11 @@ pub struct Discovery {
     pub clean_state: String,
     /// The clean run's verdict.
     pub clean_verdict: Verdict,
+    /// The clean run's judged result when it did not pass (its scenario's
+    /// `[expect]`, say): planning reports it as a cell of its own, so a
+    /// clean run's verdict never depends on whether a sampled wave kept
+    /// the clean cell.
+    pub clean_failure: Option<Box<crate::model::CellResult>>,
     /// Wall time of the clean run.
     pub clean_ms: u64,
     /// The clean run's run-log event kinds, in order, without the events
@@ -197,6 +202,7 @@ pub fn discover(
         boundaries: boundaries_of(hits),
         clean_state: run.result.outcome.state.clone(),
         clean_verdict: run.result.verdict,
+        clean_failure: (run.result.verdict != Verdict::Pass).then(|| Box::new(run.result.clone())),
         clean_ms: run.result.duration_ms,
         clean_timeline: run
             .evidence

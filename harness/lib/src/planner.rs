@@ -64,7 +64,10 @@ pub fn plan_cells(
             continue;
         };
         let depth1 = cells.len();
-        if reach.depth1_only {
+        if f.scenario.cut == crate::scenario::CutSelection::None {
+            // `cut = "none"`: the clean run only, as the file says; no
+            // schedule is drawn for it.
+        } else if reach.depth1_only {
             cells.retain(|events| events.iter().all(|e| Fault::DEFAULT.contains(&e.fault)));
         } else {
             cells.extend(depth2_cells(env, f, &cells, reach.depth2, wave_seed)?);
@@ -171,6 +174,9 @@ fn discover_all<'a>(
                 continue;
             }
         };
+        if let Some(r) = discovery.clean_failure.take() {
+            judge_clean_run(planned, id, *r, quiet);
+        }
         // Threads of the runner and of a fake interleave by timing, so the
         // clean run's order of boundaries varies from run to run while their
         // set does not: cells are numbered in a fixed order (runner points
@@ -337,6 +343,26 @@ fn majority(values: &[usize]) -> Option<usize> {
         }
     }
     best.map(|(v, _)| v)
+}
+
+/// A clean traced run that settled but did not pass (an oracle failed, or
+/// the scenario's `[expect]` did not hold): a planning cell `p###` of the
+/// wave, while the id is planned from its trace as usual.
+fn judge_clean_run(planned: &mut Planned, id: &str, mut r: CellResult, quiet: bool) {
+    r.spec.cell_id = format!("p{:03}", planned.judged.len() + 1);
+    if !quiet {
+        crate::progress::note(&format!(
+            "planning {id}: its clean run did not pass ({:?}): {}",
+            r.verdict,
+            r.oracles
+                .iter()
+                .filter(|o| o.verdict != Verdict::Pass)
+                .map(|o| format!("{}: {}", o.oracle, o.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    }
+    planned.judged.push(r);
 }
 
 /// An id whose clean run could not be traced: judged like a cell when the

@@ -313,6 +313,11 @@ pub fn run_stages(
 impl Reach {
     /// One paragraph for the console: paths per profile and cells.
     pub fn summary(&self, cells: usize) -> String {
+        if self.paths.is_empty() {
+            return format!(
+                "stage 2: {cells} recovery cells: no one-cut cell walked a recovery path"
+            );
+        }
         let mut text = format!("stage 2: {cells} recovery cells over");
         for (profile, paths) in &self.paths {
             let boundaries: usize = paths.iter().map(|(_, n)| n).sum();

@@ -73,6 +73,17 @@ pub enum Step {
     Retry { when: RetryWhen, message_id: String },
 }
 
+impl Step {
+    /// The text a submit or a follow-up sends.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Step::Submit { prompt, .. } => Some(prompt),
+            Step::FollowUp { text, .. } => Some(text),
+            Step::Await(_) | Step::Retry { .. } => None,
+        }
+    }
+}
+
 /// Which cut points a scenario cuts at.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CutSelection {
@@ -101,7 +112,10 @@ pub struct Scenario {
     pub profiles: Vec<String>,
     /// One line for people.
     pub title: String,
-    /// The fake model's script.
+    /// The fake model's script, each turn answering the texts of the steps
+    /// in order unless the file says which texts a turn answers
+    /// (`Script::answering_in_order`): a Retry that re-sends a follow-up's
+    /// text into a fresh conversation gets the follow-up's turn.
     pub script: wire::script::Script,
     /// Controller steps.
     pub steps: Vec<Step>,
@@ -331,6 +345,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         return Err(ctx.err(0..0, format!("script: {m}")));
     }
     let steps = parse_steps(&ctx, &raw.steps)?;
+    let script = script.answering_in_order(steps.iter().filter_map(Step::text));
     let mut cut_places = std::collections::BTreeMap::new();
     let (cut, faults, recut) = match raw.chaos {
         None => (CutSelection::EveryBoundary, Fault::DEFAULT.to_vec(), None),

@@ -1,8 +1,12 @@
 //! The scripted model: what the fake says and which tools it calls, turn by turn.
 //!
-//! A script is a TOML file with `[[turn]]` tables (`say`, `tools`, `final`). The
-//! fakes pick a script turn for each user message and play it; they never look at
-//! the message text. This module only parses and validates scripts; it knows
+//! A script is a TOML file with `[[turn]]` tables (`say`, `tools`, `final`,
+//! `answers`). The fakes pick a script turn for each user message and play it:
+//! the turn whose `answers` lists the message's text, as a model answers what a
+//! message asks whatever conversation it arrives in (a Retry re-sends a
+//! follow-up's text into a fresh conversation, and the model does what that text
+//! asks); else the turn of the message's position among the conversation's
+//! distinct messages. This module only parses and validates scripts; it knows
 //! nothing about protocols, scenarios or the harness.
 
 use std::path::Path;
@@ -32,6 +36,10 @@ pub struct ScriptTurn {
     /// The final assistant message of the turn.
     #[serde(rename = "final", default = "default_final")]
     pub final_message: String,
+    /// The user message texts this turn answers, wherever they arrive (see
+    /// [`Script::answering`]); empty: the turn answers by position only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<String>,
 }
 
 /// One side-effecting tool call requested by the model.
@@ -182,6 +190,7 @@ impl Script {
                     nested_shell: false,
                 }],
                 final_message: "Created hello.txt.".to_owned(),
+                answers: Vec::new(),
             }],
         }
     }
@@ -212,6 +221,18 @@ impl Script {
     pub fn validate(&self) -> Result<(), String> {
         if self.turns.is_empty() {
             return Err("a script needs at least one [[turn]]".to_owned());
+        }
+        let mut answered = std::collections::HashMap::new();
+        for (i, turn) in self.turns.iter().enumerate() {
+            for text in &turn.answers {
+                if let Some(first) = answered.insert(text, i) {
+                    return Err(format!(
+                        "turns {} and {} both answer {text:?}; a message text is answered by one turn",
+                        first + 1,
+                        i + 1
+                    ));
+                }
+            }
         }
         for (i, turn) in self.turns.iter().enumerate() {
             let mut seen = std::collections::HashSet::new();
@@ -273,6 +294,45 @@ impl Script {
     pub fn turn(&self, index: usize) -> &ScriptTurn {
         &self.turns[index.min(self.turns.len() - 1)]
     }
+
+    /// The index of the turn whose `answers` lists `text`, if one does: the
+    /// model answers what a message asks, in any conversation.
+    pub fn answering(&self, text: &str) -> Option<usize> {
+        self.turns
+            .iter()
+            .position(|t| t.answers.iter().any(|a| a == text))
+    }
+
+    /// The index of the turn that answers a user message of `text` that is
+    /// the `position`-th distinct message of its conversation: the turn that
+    /// answers its text, else the turn at its position (the last repeats).
+    pub fn index_for(&self, text: &str, position: usize) -> usize {
+        self.answering(text)
+            .unwrap_or_else(|| position.min(self.turns.len() - 1))
+    }
+
+    /// This script with every turn that answers no text given the texts of
+    /// `messages` (in the order a controller sends them, repeats ignored):
+    /// the first text to the first turn, the second to the second, and every
+    /// text after the last turn to the last turn. A script whose turns name
+    /// any text already is returned as it is: its author chose.
+    pub fn answering_in_order<'a>(&self, messages: impl IntoIterator<Item = &'a str>) -> Script {
+        let mut script = self.clone();
+        if script.turns.iter().any(|t| !t.answers.is_empty()) {
+            return script;
+        }
+        let mut distinct: Vec<&str> = Vec::new();
+        for m in messages {
+            if !distinct.contains(&m) {
+                distinct.push(m);
+            }
+        }
+        let last = script.turns.len() - 1;
+        for (i, text) in distinct.into_iter().enumerate() {
+            script.turns[i.min(last)].answers.push(text.to_owned());
+        }
+        script
+    }
 }
 
 /// Renders a TOML error as `line:col: message`.
@@ -317,6 +377,39 @@ say = ["second"]
         assert!(!s.turns[0].tools[1].approval);
         assert_eq!(s.turn(5).say, vec!["second".to_owned()]);
         assert_eq!(s.turns[1].final_message, "Done.");
+    }
+
+    #[test]
+    fn a_turn_answers_its_texts_in_any_conversation() {
+        let s = Script::parse(
+            "[[turn]]\nfinal = \"one\"\n[[turn]]\nfinal = \"two\"\n",
+            "t.toml",
+        )
+        .unwrap()
+        .answering_in_order([
+            "Create hello.txt",
+            "Also add notes",
+            "Create hello.txt",
+            "More",
+        ]);
+        assert_eq!(s.turns[0].answers, ["Create hello.txt"]);
+        assert_eq!(s.turns[1].answers, ["Also add notes", "More"]);
+        // A Retry re-sends "Also add notes" as the first message of a fresh
+        // conversation: the model still does what it asks.
+        assert_eq!(s.index_for("Also add notes", 0), 1);
+        assert_eq!(s.index_for("Create hello.txt", 1), 0);
+        // A text no turn answers plays the turn of its position.
+        assert_eq!(s.index_for("something else", 0), 0);
+        assert_eq!(s.index_for("something else", 7), 1);
+        // A script that names its texts is left as its author wrote it.
+        let named = s.answering_in_order(["x"]);
+        assert_eq!(named, s);
+        let e = Script::parse(
+            "[[turn]]\nanswers = [\"a\"]\n[[turn]]\nanswers = [\"a\"]\n",
+            "s.toml",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("both answer"), "{e}");
     }
 
     #[test]

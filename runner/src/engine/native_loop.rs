@@ -111,22 +111,30 @@ impl Engine {
             Some(t) => t.to_owned(),
             None => self.message_text(task_id, &turn.message_id).await?,
         };
-        if turn.provider_turn_id.is_none() {
-            let (tid, rid, cid) = (
-                task_id.clone(),
-                nt.run.run_id.clone(),
-                turn.client_id.clone(),
-            );
-            self.write("turn_accepted", move |db| {
-                db.turn_accepted(&tid, &rid, row, &cid)
-            })
-            .await?;
-        }
         let model = &self.profile(&nt.snap.task.profile).model;
         let cp = Checkpoint::new(model, nt.conversation, &turn.message_id, &text);
-        let data = json!({ "turn_row": row });
-        self.native_save("native_checkpoint", nt, &cp, "native.checkpoint", data)
-            .await?;
+        if turn.provider_turn_id.is_some() {
+            // Accepted by a runner before this one's change: the checkpoint
+            // alone is missing.
+            let data = json!({ "turn_row": row });
+            self.native_save("native_checkpoint", nt, &cp, "native.checkpoint", data)
+                .await?;
+            return Ok(cp);
+        }
+        let (tid, rid, cid, conv, json) = (
+            task_id.clone(),
+            nt.run.run_id.clone(),
+            turn.client_id.clone(),
+            cp.conversation.clone(),
+            cp.to_json(),
+        );
+        self.write("native_checkpoint", move |db| {
+            db.native_accept(&tid, &rid, row, &cid, &conv, json)
+        })
+        .await?;
+        // The acceptance's boundary, as on every profile: a turn-active
+        // follow-up is sent here, and the recovery contract names it.
+        crate::cut::persisted("turn_accepted");
         Ok(cp)
     }
 

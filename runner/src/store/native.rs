@@ -56,6 +56,54 @@ impl Db {
     /// The first save of a turn also marks it accepted: for the native
     /// profile the runner's own store is the provider's record.
     #[allow(clippy::too_many_arguments)]
+    /// A native turn's acceptance and its first checkpoint (the user
+    /// message as the turn's first history item), in one transaction: the
+    /// turn is accepted exactly when the message is durable where the model
+    /// reads it from. Written apart, a failed checkpoint left a turn
+    /// accepted whose message no model would ever see, and its run failed
+    /// without naming it among the messages it strands (found by a
+    /// generated workflow: a follow-up injected at
+    /// `runner.conversation.persisted`, then a failed checkpoint write).
+    #[allow(clippy::too_many_arguments)]
+    pub fn native_accept(
+        &mut self,
+        task_id: &str,
+        run_id: &str,
+        turn_row: i64,
+        provider_turn_id: &str,
+        conversation: &str,
+        checkpoint: Value,
+    ) -> Result<(), StoreError> {
+        let text = serde_json::to_string(&checkpoint).expect("checkpoints serialize");
+        let conversation = conversation.to_owned();
+        let provider_turn_id = provider_turn_id.to_owned();
+        let events = vec![
+            (
+                Some(run_id),
+                "turn.accepted",
+                serde_json::json!({ "turn_row": turn_row, "provider_turn_id": provider_turn_id }),
+            ),
+            (
+                Some(run_id),
+                "native.checkpoint",
+                serde_json::json!({ "turn_row": turn_row }),
+            ),
+        ];
+        self.events_in("native_checkpoint", task_id, events, move |tx| {
+            tx.exec_cached(
+                "UPDATE turns SET provider_turn_id = ?2, status = 'accepted' WHERE turn_row = ?1",
+                params![turn_row, provider_turn_id],
+            )?;
+            tx.exec_cached(
+                "INSERT INTO native_checkpoints(turn_row, conversation, checkpoint) VALUES (?1, ?2, ?3)
+                 ON CONFLICT(turn_row) DO UPDATE SET checkpoint = excluded.checkpoint",
+                params![turn_row, conversation, text],
+            )?;
+            Ok(())
+        })?;
+        Ok(())
+    }
+
     pub fn native_save(
         &mut self,
         write: &str,

@@ -36,10 +36,15 @@ pub(super) struct Status {
     pub stage: usize,
     /// Events applied so far (one per matched event when done).
     pub applied: usize,
-    /// The runner is held at a turn-active follow-up's sync point.
+    /// The driver waits for a turn in flight to send a turn-active
+    /// follow-up: the next hit of the sync point holds the runner until it
+    /// is sent (or given up on), when the driver clears it.
+    pub sync_wanted: bool,
+    /// The runner is held at the sync point for the follow-up now wanted.
     pub sync_reached: bool,
-    /// The turn-active follow-up was sent (or given up on).
-    pub follow_up_sent: bool,
+    /// Turn-active follow-ups not sent yet: while any is left, every runner
+    /// of the cell is armed at the sync point.
+    pub turn_active_left: usize,
     /// The runner's full disk is being brought back: its next write after
     /// a `disk-full` event failed too (or it wrote nothing for an idle
     /// timeout), and the restart that frees the disk is under way.

@@ -269,9 +269,13 @@ fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
         .plan
         .sync
         .as_ref()
-        .is_some_and(|c| c.point == hit.point && c.n == hit.n)
+        .is_some_and(|c| c.point == hit.point)
         && Role::of(&hit.role) == Role::Runner
-        && !board.read(|s| s.follow_up_sent);
+        && board.update(|s| {
+            let hold = s.sync_wanted && !s.sync_reached;
+            s.sync_reached |= hold;
+            hold
+        });
     match (is_sync, event) {
         (true, e) => Some(Wanted::Sync(e)),
         (false, Some(stage)) => Some(Wanted::Event(stage)),
@@ -544,22 +548,22 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
     Ok(())
 }
 
-/// A turn-active follow-up's sync point: the runner is held while the
-/// driver sends the follow-up. The follow-up's own request passes cut points
-/// too, so unless this hit is also the next event, the hold waits on a
-/// thread of its own and the cut loop keeps answering (`None`).
+/// A turn-active follow-up's sync point, reached while the driver wants
+/// it: the runner is held while the driver sends the follow-up. The
+/// follow-up's own request passes cut points too, so unless this hit is
+/// also the next event, the hold waits on a thread of its own and the cut
+/// loop keeps answering (`None`).
 fn hold_for_sync(ctx: &Ctx, held: cutpoint::HeldHit, is_armed: bool) -> Option<cutpoint::HeldHit> {
-    ctx.board.update(|s| s.sync_reached = true);
     let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
     if !is_armed {
         let board = Arc::clone(&ctx.board);
         std::thread::spawn(move || {
-            board.wait_until(until, |s| s.follow_up_sent);
+            board.wait_until(until, |s| !s.sync_wanted);
             let _ = held.resume();
         });
         return None;
     }
-    ctx.board.wait_until(until, |s| s.follow_up_sent);
+    ctx.board.wait_until(until, |s| !s.sync_wanted);
     Some(held)
 }
 

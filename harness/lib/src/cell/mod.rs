@@ -132,17 +132,20 @@ struct Plan {
     trace: Option<PathBuf>,
     /// The tag in the environment of every process of the cell.
     tag: String,
-    /// The sync point of a `turn-active` follow-up (the first turn acceptance).
+    /// The sync point of the scenario's `turn-active` follow-ups: every turn
+    /// acceptance, held only while the driver wants one (`Status::sync_wanted`).
     sync: Option<Cut>,
     /// The script adds a file through `apply_patch` (a real codex then runs
     /// with its read-only sandbox: `Product::command_for`).
     patches: bool,
 }
 
-impl Plan {
-    /// The plan of a cell that runs the schedule `events`.
-    fn new(scenario: &Scenario, events: Vec<Event>, trace: Option<&Path>, layout: &Layout) -> Plan {
-        let turn_active = scenario.steps.iter().any(|st| {
+/// How many of the scenario's follow-ups wait for a turn in flight.
+fn turn_active_follow_ups(scenario: &Scenario) -> usize {
+    scenario
+        .steps
+        .iter()
+        .filter(|st| {
             matches!(
                 st,
                 Step::FollowUp {
@@ -150,7 +153,14 @@ impl Plan {
                     ..
                 }
             )
-        });
+        })
+        .count()
+}
+
+impl Plan {
+    /// The plan of a cell that runs the schedule `events`.
+    fn new(scenario: &Scenario, events: Vec<Event>, trace: Option<&Path>, layout: &Layout) -> Plan {
+        let turn_active = turn_active_follow_ups(scenario) > 0;
         let patches = scenario
             .script
             .turns
@@ -165,7 +175,7 @@ impl Plan {
             tag: layout.dir.display().to_string(),
             sync: turn_active.then(|| Cut {
                 point: SYNC_POINT.to_owned(),
-                n: 1,
+                n: cutpoint::EVERY,
             }),
         }
     }
@@ -273,12 +283,14 @@ pub fn run_cell_traced(
         ..Evidence::default()
     };
     let (rec, records) = Recorder::new(started);
+    let board = Board::default();
+    board.update(|s| s.turn_active_left = turn_active_follow_ups(scenario));
     let ctx = Ctx {
         env: env.clone(),
         plan: Arc::new(Plan::new(scenario, events, trace, &layout)),
         layout,
         canary,
-        board: Arc::new(Board::default()),
+        board: Arc::new(board),
         rec,
     };
     run_and_collect(&ctx, records, scenario, profile, spec, &mut ev);
@@ -615,9 +627,9 @@ fn runner_command(
 fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
     // While a turn-active follow-up is pending, the runner is also armed at
     // the sync point so the follow-up lands while the turn is provably active.
-    let (follow_up_sent, stage) = ctx.board.read(|s| (s.follow_up_sent, s.stage));
+    let (left, stage) = ctx.board.read(|s| (s.turn_active_left, s.stage));
     let plan = &ctx.plan;
-    let sync = plan.sync.as_ref().filter(|_| !follow_up_sent);
+    let sync = plan.sync.as_ref().filter(|_| left > 0);
     let arms = if stage < plan.events.len() {
         &plan.arms[..]
     } else {

@@ -215,13 +215,12 @@ fn follow_up(
     match when {
         FollowUpWhen::Now => {}
         FollowUpWhen::TurnActive => {
-            // The runner is held at the sync point, unless a cut
-            // came first; then the task state is the best signal.
-            ctx.board
-                .wait_until(until, |s| s.sync_reached || s.stage > 0);
-            if !ctx.board.read(|s| s.sync_reached) {
-                let _ = wait_task(ctx, until, |t| settled(t) || turn_active(t));
-            }
+            // From now on the next turn acceptance holds the runner (the
+            // cut side), and its run-log event wakes this wait; a turn
+            // already in flight, or a settled task (no turn may come, and
+            // waiting for one would wait out the deadline), ends it at once.
+            ctx.board.update(|s| s.sync_wanted = true);
+            let _ = wait_task(ctx, until, |t| settled(t) || turn_active(t));
         }
         FollowUpWhen::Settled => {
             // The state it was sent in: a failed task must refuse it.
@@ -236,10 +235,14 @@ fn follow_up(
     if let Some(x) = ev.exchanges.last_mut() {
         x.state_before = state_before;
     }
-    sent?;
     if when == FollowUpWhen::TurnActive {
-        ctx.board.update(|s| s.follow_up_sent = true);
+        ctx.board.update(|s| {
+            s.sync_wanted = false;
+            s.sync_reached = false;
+            s.turn_active_left = s.turn_active_left.saturating_sub(1);
+        });
     }
+    sent?;
     Ok(())
 }
 
