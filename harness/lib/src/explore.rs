@@ -517,6 +517,29 @@ mod tests {
     }
 
     #[test]
+    fn each_fault_is_drawn_where_it_applies() {
+        let bs = vec![
+            b("runner", "runner.write.turn_intent", 1, true),
+            b("runner", "runner.read.turns", 1, true),
+            b("runner", "runner.turn_intent.persisted", 1, true),
+            b("provider", "codex.x", 1, true),
+        ];
+        let drawn: Vec<Event> = draw(&bs, EventCount { min: 4, max: 8 }, 3, 200)
+            .into_iter()
+            .flatten()
+            .collect();
+        for e in &drawn {
+            let read = e.cut.point.starts_with(READ_POINTS);
+            assert!(e.fault.applies_at(&e.cut.point), "{e}");
+            // A read point is drawn for read faults only.
+            assert_eq!(read, e.fault.is_read(), "{e}");
+        }
+        for f in [Fault::FailRead, Fault::CorruptRead, Fault::FailWrite] {
+            assert!(drawn.iter().any(|e| e.fault == f), "{f} is drawn");
+        }
+    }
+
+    #[test]
     fn boundaries_are_ordered_runner_first_in_hit_order() {
         let bs = vec![
             b("provider", "codex.x", 1, true),

@@ -816,6 +816,28 @@ mod tests {
     }
 
     #[test]
+    fn each_storage_fault_applies_at_its_own_kind_of_point() {
+        let (write, read, other) = (
+            "runner.write.turn_intent",
+            "runner.read.turns",
+            "runner.turn_intent.persisted",
+        );
+        for f in [Fault::FailWrite, Fault::DiskFull] {
+            assert!(f.applies_at(write) && !f.applies_at(read) && !f.applies_at(other));
+        }
+        for f in [Fault::FailRead, Fault::CorruptRead] {
+            assert!(f.applies_at(read) && !f.applies_at(write) && !f.applies_at(other));
+        }
+        for f in [Fault::KillRunner, Fault::PowerCut] {
+            assert!(f.applies_at(read) && f.applies_at(write) && f.applies_at(other));
+        }
+        for f in [Fault::KillProvider, Fault::FollowUp, Fault::HangProvider] {
+            assert!(!f.applies_at(read) && !f.applies_at(write) && f.applies_at(other));
+        }
+        assert!(is_store_point(read) && is_store_point(write) && !is_store_point(other));
+    }
+
+    #[test]
     fn a_cell_spec_is_stored_as_it_always_was_and_half_a_cut_is_refused() {
         let old = r#"{"cell_id":"t002","scenario_id":"s.p.l.c","cut":{"point":"a.b","n":1},"fault":"kill-runner","seed":9,"then":[{"cut":{"point":"c.d","n":2},"fault":"fail-write"}]}"#;
         let spec: CellSpec = serde_json::from_str(old).unwrap();

@@ -501,5 +501,10 @@ mod tests {
             second_faults(&b("runner.turn_accepted.persisted", 1, true)),
             [Fault::KillRunner]
         );
+        // A read changes nothing: a kill there is the kill before it.
+        assert_eq!(
+            second_faults(&b("runner.read.turns", 2, true)),
+            [Fault::FailRead]
+        );
     }
 }
