@@ -267,8 +267,9 @@ async fn serve(
     // The tasks are resumed once the address is out: their read passes a
     // cut point (`runner.read.tasks`), which a harness can answer only once
     // it knows the runner is up. A request meanwhile sees a task as the
-    // store holds it, and one that wakes a task starts its actor as the
-    // resumption would (a second wake of it is one more read).
+    // store holds it; one that wakes a task of an earlier process starts
+    // its actor as the resumption would, and a task this process admitted
+    // is not resumed at all (`Db::unsettled_tasks`).
     let (failed, mut resume_failed) = tokio::sync::oneshot::channel::<String>();
     tokio::spawn(async move {
         match engine.recover_all().await {

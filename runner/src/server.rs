@@ -67,7 +67,7 @@ pub struct Limits {
 /// The open connections, under one lock: which have a request in flight,
 /// and since when each idle one has been idle, so that at the limit the
 /// one idle the longest makes room for a new one.
-pub struct Table {
+struct Table {
     connections_max: usize,
     inner: Mutex<Conns>,
 }
@@ -93,7 +93,7 @@ struct Conn {
 
 impl Table {
     /// A table for at most `connections_max` connections.
-    pub fn new(connections_max: usize) -> Arc<Table> {
+    fn new(connections_max: usize) -> Arc<Table> {
         Arc::new(Table {
             connections_max,
             inner: Mutex::new(Conns::default()),
@@ -108,7 +108,7 @@ impl Table {
     /// make room. At the limit the connection idle the longest is closed
     /// (its entry leaves at once, its socket as soon as its task sees the
     /// word); `None` when every connection has a request in flight.
-    pub fn admit(&self) -> Option<(u64, oneshot::Receiver<()>)> {
+    fn admit(&self) -> Option<(u64, oneshot::Receiver<()>)> {
         let mut c = self.conns();
         if c.open.len() >= self.connections_max {
             let oldest = c
@@ -155,7 +155,8 @@ impl Table {
 
     /// How many connections are open, and how many of them have a request
     /// in flight.
-    pub fn counts(&self) -> (usize, usize) {
+    #[cfg(test)]
+    fn counts(&self) -> (usize, usize) {
         let c = self.conns();
         let busy = c.open.values().filter(|k| k.in_flight > 0).count();
         (c.open.len(), busy)

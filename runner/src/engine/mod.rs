@@ -174,23 +174,10 @@ impl Engine {
     /// last try ends the runner's start (exit 3), since a runner that cannot
     /// tell which tasks it must resume would leave them without an actor.
     pub async fn recover_all(self: &Arc<Self>) -> Result<usize, StoreError> {
-        let mut pause = actor::READ_RETRY_FIRST;
-        let mut tries = 1;
-        let tasks = loop {
-            match self.store.call(|db| db.unsettled_tasks()).await {
-                Ok(tasks) => break tasks,
-                Err(e) if tries < actor::READ_TRIES => {
-                    tracing::warn!(
-                        "failed to read the tasks to resume ({e}); try {tries} of {}",
-                        actor::READ_TRIES
-                    );
-                    tokio::time::sleep(pause).await;
-                    pause *= 2;
-                    tries += 1;
-                }
-                Err(e) => return Err(e),
-            }
-        };
+        let epoch = self.opts.epoch;
+        let tasks = self
+            .read_tried("the tasks to resume", move |db| db.unsettled_tasks(epoch))
+            .await?;
         if crate::seeded::stuck_after_restart() {
             // SEEDED BUG stuck-after-restart: the tasks are counted (and
             // logged as resumed) but no actor is woken for them.
@@ -234,6 +221,35 @@ impl Engine {
         wake.close();
         actors.remove(task_id);
         true
+    }
+
+    /// A read that answers a request rather than a step (the tasks to
+    /// resume, a Retry's snapshot and message), tried as the actor tries its
+    /// reads: again after a pause (50 ms, doubling), [`actor::READ_TRIES`]
+    /// times in all, so that one failed read never fails the request; the
+    /// last try's error is the answer.
+    async fn read_tried<R: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl Fn(&Db) -> Result<R, StoreError> + Clone + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let mut pause = actor::READ_RETRY_FIRST;
+        let mut tries = 1;
+        loop {
+            let once = f.clone();
+            match self.store.call(move |db| once(db)).await {
+                Err(e) if tries < actor::READ_TRIES => {
+                    tracing::warn!(
+                        "failed to read {what} ({e}); try {tries} of {}",
+                        actor::READ_TRIES
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// A read the next step decides from: its point `runner.read.<read>`

@@ -196,15 +196,22 @@ impl Db {
         Ok((turns, pending_requests))
     }
 
-    /// Tasks whose state says a run is executing (to resume after a
-    /// restart): the read `tasks`.
-    pub fn unsettled_tasks(&self) -> Result<Vec<String>, StoreError> {
+    /// Tasks whose state says a run is executing and whose run an earlier
+    /// runner process started (or that have none), to resume after a
+    /// restart: the read `tasks`. The runner reads them once it is serving,
+    /// so a task this process admitted meanwhile is left out: its admission
+    /// woke it, and a second wake would add a step at a moment that depends
+    /// on timing.
+    pub fn unsettled_tasks(&self, epoch: i64) -> Result<Vec<String>, StoreError> {
         self.check_read("tasks")?;
         let mut stmt = self.conn.prepare_cached(
-            "SELECT task_id FROM tasks WHERE state IN ('queued', 'running') ORDER BY created_ms",
+            "SELECT t.task_id FROM tasks t LEFT JOIN runs r ON r.run_id = t.current_run
+             WHERE t.state IN ('queued', 'running')
+               AND (r.owner_epoch IS NULL OR r.owner_epoch < ?1)
+             ORDER BY t.created_ms",
         )?;
         let ids = stmt
-            .query_map([], |r| r.get(0))?
+            .query_map(params![epoch], |r| r.get(0))?
             .collect::<Result<_, _>>()?;
         Ok(ids)
     }

@@ -542,7 +542,11 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
     side.matcher().disk_full = pid;
     side.act(
         &format!("fault.{fault}"),
-        json!({ "point": held.hit.point, "errno": io.as_str() }),
+        match io.errno() {
+            Some(_) => json!({ "point": held.hit.point, "errno": io.as_str() }),
+            // A corrupt read has no errno: the reply says what it was.
+            None => json!({ "point": held.hit.point, "reply": io.reply() }),
+        },
     );
     held.fail(io)?;
     Ok(())

@@ -1,5 +1,6 @@
 //! `storage_failed` after read faults: one failed read does not justify it
-//! (the contract tries the read again), a read that failed again does.
+//! (the contract tries the read again), a read that failed again does; the
+//! same for a Retry answered 503 `storage_failed`.
 
 use super::*;
 
@@ -59,4 +60,44 @@ fn a_read_that_failed_again_when_tried_again_does() {
     let e = failed_after_reads(&[Fault::FailRead, Fault::CorruptRead]);
     let (v, m) = verdict(&judge(&e), "contract");
     assert_eq!(v, Verdict::Pass, "{m}");
+}
+
+/// The healthy cell with a Retry answered 503 `storage_failed` and the
+/// harness's own records of `faults`.
+fn retry_refused_by_the_store(faults: &[Fault]) -> Evidence {
+    let mut e = good();
+    e.exchanges.push(Exchange {
+        kind: "retry".into(),
+        message_id: "r1".into(),
+        text: String::new(),
+        status: 503,
+        body: json!({ "error": "storage failed", "reason": "storage_failed" }),
+        state_before: None,
+        expect: None,
+    });
+    for (i, f) in faults.iter().enumerate() {
+        e.actions.push(crate::evidence::Action {
+            at_ms: 10 + i as u64,
+            what: format!("fault.{f}"),
+            detail: json!({}),
+        });
+    }
+    e
+}
+
+#[test]
+fn a_retry_answered_503_by_the_store_needs_the_faults_to_justify_it() {
+    for faults in [&[][..], &[Fault::FailRead], &[Fault::CorruptRead]] {
+        let e = retry_refused_by_the_store(faults);
+        assert_only_fails(&e, "retry.works", "Retry answered 503");
+    }
+    for faults in [
+        &[Fault::FailWrite][..],
+        &[Fault::DiskFull],
+        &[Fault::FailRead, Fault::FailRead],
+    ] {
+        let e = retry_refused_by_the_store(faults);
+        let (v, m) = verdict(&judge(&e), "retry.works");
+        assert_eq!(v, Verdict::Pass, "{faults:?}: {m}");
+    }
 }
