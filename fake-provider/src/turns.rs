@@ -195,8 +195,14 @@ mod tests {
     #[test]
     fn messages_play_script_turns_in_order_of_first_sight() {
         let turns = [T(false, "a"), T(true, "a"), T(false, "b"), T(false, "a")];
-        let index = |m| script_index(turns.iter(), m, as_sent);
+        let mut script = crate::script::Script::builtin();
+        script.turns = vec![script.turns[0].clone(); 4];
+        let index = |m| script_index(&script, turns.iter(), m, "text", as_sent);
         assert_eq!((index("a"), index("b"), index("c")), (0, 1, 2));
+        // A turn that answers the text wins over the position.
+        script.turns[3].answers = vec!["text".to_owned()];
+        let index = |m| script_index(&script, turns.iter(), m, "text", as_sent);
+        assert_eq!((index("a"), index("c")), (3, 3));
         assert_eq!(continued(turns.iter()).map(|t| t.1), Some("a"));
         assert!(continued([T(true, "a")].iter()).is_none());
     }

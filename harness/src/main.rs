@@ -80,21 +80,27 @@ corrupt-read (at runner.read.* points).
 const WAVE_EXAMPLES: &str = "Examples:
   turncut wave                                   # every cell of every built-in scenario
   turncut wave --seed 7 --budget 100 --jobs 2    # 100 cells sampled by seed 7
-  turncut wave --seed 7 --shard 1/2 --out out/1  # half of a wave (CI matrix)
-  turncut report merge out/1 out/2 --out out/all
+  turncut wave --seed 7 --shard 1/2 --out out/1  # stage 1 of half a wave (CI matrix;
+                                                 # stage 2: see turncut plan --help)
   turncut wave --only runner-acpx-claude --max-fail 0
 
 Exit codes: 0 all pass, 1 a check failed, 2 bad input, 3 harness error.";
 
 const PLAN_EXAMPLES: &str = "Examples:
   turncut plan --seed 7 --out plan.json          # prints the wave id
-  turncut wave --plan plan.json --shard 1/2 --out out/1
+  turncut wave --plan plan.json --shard 1/2 --out out/1   # stage 1, half
   turncut wave --plan plan.json --shard 2/2 --out out/2
-  turncut report merge out/1 out/2 --out out/all
+  turncut plan --stage2 out/1 out/2 --out plan2.json      # stage 2 from both halves
+  turncut wave --plan plan2.json --shard 1/2 --out out/3
+  turncut wave --plan plan2.json --shard 2/2 --out out/4
+  turncut report merge out/1 out/2 out/3 out/4 --out out/all
 
 The plan holds every cell, the runner command and the timeouts; a shard runs
 exactly its cells, whatever its machine's load, so the shards of one plan
-always merge. Exit codes: 0 planned, 2 bad input, 3 harness error.";
+always merge. Stage 2 (every recovery cut of the paths stage 1 walked)
+follows from every shard's stage-1 results, so it is planned once they are
+all in; the merged report equals `turncut wave --plan plan.json` unsharded.
+Exit codes: 0 planned, 2 bad input, 3 harness error.";
 
 const EXPLORE_EXAMPLES: &str = "Examples:
   turncut explore --time 10m                       # every scenario id
@@ -271,8 +277,9 @@ struct WaveArgs {
     #[command(flatten)]
     select: SelectArgs,
     /// Run shard I of N (1-based), e.g. 2/4: whole groups of scenario ids
-    /// (a profile and a scenario shape), so each shard derives its own
-    /// part of stage 2.
+    /// (a profile and a scenario shape). A shard runs stage 1 only and
+    /// leaves its plan in --out: `turncut plan --stage2` plans stage 2 from
+    /// every shard's results.
     #[arg(long)]
     shard: Option<String>,
     /// Parallel cells.
@@ -317,6 +324,15 @@ struct SelectArgs {
 struct PlanArgs {
     #[command(flatten)]
     select: SelectArgs,
+    /// Plan stage 2 instead: from the report directories of every shard's
+    /// stage 1 (`turncut wave --plan PLAN --shard I/N --out DIR`, which
+    /// leaves its plan in DIR), the recovery cuts of the paths they walked,
+    /// as a plan to run in shards too; then `report merge` all of them.
+    #[arg(long, num_args = 1.., value_name = "DIR")]
+    stage2: Vec<PathBuf>,
+    /// Parallel traced runs while planning stage 2.
+    #[arg(long, default_value_t = default_jobs(), value_parser = at_least_one)]
+    jobs: u64,
     /// Where to write the plan (JSON).
     #[arg(long)]
     out: PathBuf,
@@ -348,6 +364,21 @@ struct ExploreArgs {
     /// Report directory for a failure [default: reports/explore/<seed>].
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Generated workflows instead of the scenario files: controller
+    /// programs drawn by a state machine (follow-ups at every moment, the
+    /// same follow-up again, Retries, the same Retry again, scripts of 1-3
+    /// turns), each traced clean and run under drawn schedules; --only
+    /// picks profiles (a name or part of one) [default: the four fakes].
+    #[arg(long)]
+    workflows: bool,
+    /// With --workflows: schedules run per program after its clean run.
+    #[arg(long, default_value_t = 4, requires = "workflows")]
+    per_program: usize,
+    /// With --workflows: write the shrunk failing program as a scenario
+    /// file into DIR (its `[chaos] schedules` holds the shrunk schedule),
+    /// ready to add to scenarios/ as a regression.
+    #[arg(long, value_name = "DIR", requires = "workflows")]
+    emit_scenario: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -14,9 +14,10 @@ mod common;
 
 use common::exe;
 use harness::cell::{self, CellEnv};
+use harness::evidence::ActionKind;
 use harness::model::{Verdict, parse_schedule};
+use harness::run_log::ProviderSpawned;
 use harness::{plan, scenario};
-use serde_json::Value;
 
 const ID: &str = "everyday-workflows.runner-codex.local.single-task";
 const PROFILE: &str = "runner-codex";
@@ -36,17 +37,15 @@ fn run_once(env: &CellEnv) -> (Verdict, Vec<u64>, Option<u64>) {
     let run = cell::run_cell(env, s, profile, &spec);
     let spawned = run
         .evidence
-        .events
-        .iter()
-        .filter(|e| e["kind"] == "provider.spawned")
-        .filter_map(|e| e.pointer("/data/pid").and_then(Value::as_u64))
+        .payloads::<ProviderSpawned>()
+        .map(|(_, s)| s.pid)
         .collect();
     let second = run
         .evidence
         .actions
         .iter()
-        .find(|a| a.what == "event.reached")
-        .and_then(|a| a.detail["pid"].as_u64());
+        .find(|a| a.what == ActionKind::EventReached)
+        .and_then(|a| a.pid());
     (run.result.verdict, spawned, second)
 }
 

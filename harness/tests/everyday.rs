@@ -155,7 +155,7 @@ fn replay_and_reproduce_sh_use_the_custom_runner_of_the_wave() {
         failed
             .oracles
             .iter()
-            .any(|o| o.oracle == "secrecy" && o.verdict == Verdict::Fail),
+            .any(|o| o.oracle == harness::model::Oracle::Secrecy && o.verdict == Verdict::Fail),
         "{failed:?}"
     );
 

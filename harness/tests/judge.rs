@@ -108,3 +108,52 @@ fn a_path_without_evidence_is_refused_with_its_place() {
     let err = String::from_utf8_lossy(&corrupt.stderr);
     assert!(err.contains(&format!("{}:2:", bad.display())), "{err}");
 }
+
+/// `run --keep` on a passing cell: the console names the kept directory and
+/// the report's `cells/t###/`, which holds the evidence and links to it,
+/// and `turncut judge` gives the cell's verdict from either place.
+#[test]
+fn a_kept_passing_cell_is_found_from_the_report_and_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("wave");
+    let tmp = dir.path().join("cells");
+    std::fs::create_dir(&tmp).unwrap();
+    let ran = run(turncut(&["--keep", "run", ID])
+        .args([
+            "--cut",
+            "runner.turn_accepted.persisted#1",
+            "--fault",
+            "kill-runner",
+        ])
+        .env("TURNCUT_TMPDIR", &tmp)
+        .arg("--out")
+        .arg(&out));
+    let stderr = String::from_utf8_lossy(&ran.stderr);
+    assert_eq!(
+        ran.status.code(),
+        Some(0),
+        "the reference runner passes: {stderr}"
+    );
+    let cell_dir = out.join("cells").join("t001");
+    let said = format!("kept t001: {}", cell_dir.display());
+    assert!(stderr.contains(&said), "the console says where: {stderr}");
+    let kept = std::fs::read_link(cell_dir.join("kept"))
+        .expect("cells/t001/kept links the kept directory");
+    assert!(kept.starts_with(&tmp), "{}", kept.display());
+    assert!(stderr.contains(&kept.display().to_string()), "{stderr}");
+    assert!(
+        kept.join("evidence.json").is_file(),
+        "the kept directory holds its evidence"
+    );
+    for place in [cell_dir.clone(), kept.clone()] {
+        let judged = run(turncut(&["judge"]).arg(&place));
+        let stdout = String::from_utf8_lossy(&judged.stdout);
+        assert_eq!(
+            judged.status.code(),
+            Some(0),
+            "{}: {stdout}",
+            place.display()
+        );
+        assert!(stdout.contains("verdict: pass"), "{stdout}");
+    }
+}

@@ -1,7 +1,8 @@
 //! A plan computed once and run anywhere (`turncut plan`, `turncut wave
 //! --plan`): its shards run on machines under different loads and still
-//! merge into the unsharded run of the same plan, and planning twice under
-//! different loads gives the same wave id.
+//! merge into the unsharded run of the same plan, stage 2 included (planned
+//! once from every shard's stage 1 by `turncut plan --stage2`), and
+//! planning twice under different loads gives the same wave id.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -26,9 +27,8 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 /// The plan of the single-task scenario on every fake profile (four
-/// groups, so both shards get cells), 12 cells by seed 3, stage 1 only,
-/// written to `out`. Stage 2 is planned by each shard from its own stage-1
-/// results, so it is left out here.
+/// groups, so both shards get cells), 12 cells by seed 3, stage 1 only
+/// (planning is what these tests compare), written to `out`.
 fn plan(out: &Path, stress: &str) -> Plan {
     plan_with(out, stress, &[])
 }
@@ -99,30 +99,96 @@ fn a_clean_run_that_found_a_healthy_provider_silent_is_traced_again() {
     assert_eq!(default.cells, short.cells);
 }
 
+/// The CI matrix's two phases: stage 1 in two shards, stage 2 planned once
+/// from both (`plan --stage2`), run in two shards too (one under `--stress
+/// 8`), and all four merged: the same cells, stage 2 included, with the
+/// same verdicts as the unsharded run of the plan.
 #[test]
-fn shards_of_one_plan_under_different_loads_merge_into_its_unsharded_run() {
+fn both_stages_in_shards_under_different_loads_merge_into_the_unsharded_run() {
     let dir = tempfile::tempdir().unwrap();
     let d = |n: &str| dir.path().join(n);
-    let quiet = plan(&d("plan.json"), "0");
+    // The fake Codex's scenarios: stage 2 follows the recovery paths the
+    // stage-1 cells walk, and on a loaded machine the fake ACP agent's and
+    // OpenCode's cells sometimes walk a path a quiet run does not (then
+    // two unsharded waves differ as much); Codex's walk the same ones.
+    let o = run(turncut()
+        .args(["plan", "--seed", "3", "--budget", "12"])
+        .args(["--only", "runner-codex.local", "--out"])
+        .arg(d("plan.json")));
+    assert_eq!(o.status.code(), Some(0), "turncut plan exits 0");
+    let planned: Plan = serde_json::from_slice(&std::fs::read(d("plan.json")).unwrap()).unwrap();
+    assert!(planned.stage2.is_some(), "the plan has stage 2");
 
     let whole = wave(&d("plan.json"), &d("whole"), None, "0");
-    let one = wave(&d("plan.json"), &d("one"), Some("1/2"), "8");
+    let one = wave(&d("plan.json"), &d("one"), Some("1/2"), "0");
     let two = wave(&d("plan.json"), &d("two"), Some("2/2"), "0");
     assert!(
         !one.cells.is_empty() && !two.cells.is_empty(),
         "both shards run cells"
     );
-    assert_eq!(one.run.stress, 8, "wave.json records --stress");
+    assert_eq!(
+        one.stages,
+        harness::model::Stages::Stage1,
+        "a shard runs stage 1 alone"
+    );
+    assert!(
+        one.cells
+            .iter()
+            .chain(&two.cells)
+            .all(|c| !c.spec.cell_id.contains('.')),
+        "no stage-2 cell in a stage-1 shard"
+    );
     let o = run(turncut()
         .args(["report", "merge"])
         .args([d("one"), d("two")])
         .arg("--out")
+        .arg(d("stage1-alone")));
+    assert_eq!(o.status.code(), Some(2), "stage 1 alone does not merge");
+
+    let o = run(turncut()
+        .args(["plan", "--jobs", "2", "--stage2"])
+        .args([d("one"), d("two")])
+        .arg("--out")
+        .arg(d("plan2.json")));
+    assert_eq!(o.status.code(), Some(0), "turncut plan --stage2 exits 0");
+    let plan2: Plan = serde_json::from_slice(&std::fs::read(d("plan2.json")).unwrap()).unwrap();
+    assert_eq!(plan2.wave_id, planned.wave_id);
+    assert_eq!(plan2.stages, harness::model::Stages::Stage2);
+    // The stage-2 cells are fixed by plan2.json, so a loaded machine runs
+    // the same cells and must give the same verdicts. (Stage 1 runs quiet:
+    // the paths its cells walk, which stage 2 follows, can change with the
+    // load on some profiles, as they can between two unsharded waves.)
+    let three = wave(&d("plan2.json"), &d("three"), Some("1/2"), "8");
+    assert_eq!(three.run.stress, 8, "wave.json records --stress");
+    let four = wave(&d("plan2.json"), &d("four"), Some("2/2"), "0");
+    assert_eq!(three.cells.len() + four.cells.len(), plan2.cells.len());
+
+    let o = run(turncut()
+        .args(["report", "merge"])
+        .args([d("one"), d("two"), d("three"), d("four")])
+        .arg("--out")
         .arg(d("merged")));
     assert!(matches!(o.status.code(), Some(0 | 1)));
     let merged = harness::report::read_wave(&d("merged").join("wave.json")).unwrap();
-    assert_eq!(merged.wave_id, quiet.wave_id);
-    assert_eq!(whole.wave_id, quiet.wave_id);
-    assert_eq!(cells_of(&merged), cells_of(&whole));
+    assert_eq!(merged.wave_id, planned.wave_id);
+    assert_eq!(whole.wave_id, planned.wave_id);
+    let stage2 = |w: &WaveResult| {
+        w.cells
+            .iter()
+            .filter(|c| c.spec.cell_id.contains('.'))
+            .count()
+    };
+    assert!(
+        stage2(&whole) > 0,
+        "the unsharded run has stage-2 cells: {:?}",
+        cells_of(&whole)
+    );
+    assert_eq!(stage2(&merged), plan2.cells.len());
+    // The unsharded wave lists its stage-2 cells after stage 1; the merge
+    // sorts every cell by id.
+    let mut whole_cells = whole.clone();
+    harness::model::sort_cells(&mut whole_cells.cells, |c| &c.spec.cell_id);
+    assert_eq!(cells_of(&merged), cells_of(&whole_cells));
     assert!(
         merged.cells.iter().all(|c| c.verdict == Verdict::Pass),
         "the reference runner passes, loaded or not: {:?}",

@@ -7,18 +7,20 @@
 //!   validated against the spec, every run-log event against the events
 //!   schema, and the spec's routes equal to runnerd's route table;
 //! - what the harness parses: the view schemas are closed exactly as the typed
-//!   views are (`TaskView`, `RunView`, `TurnView`, `CauseView`, `EventView`):
-//!   the same field names; an unknown field is refused by both; a field the
-//!   harness needs is required by the spec.
+//!   views are (`TaskView`, `RunView`, `TurnView`, `CauseView`, and the
+//!   envelope of `run_log::RunLogEvent`): the same field names; an unknown
+//!   field is refused by both; a field the harness needs is required by the
+//!   spec. Every event runnerd wrote parses as a typed `RunLogEvent`, its
+//!   payload included.
 //!
 //! A change to either program that the spec does not follow fails here.
 
 use std::path::Path;
 use std::time::Duration;
 
+use harness::run_log::RunLogEvent;
 use harness::runner_client::{
-    CauseView, EventView, RunnerClient, RunnerCommand, RunnerProcess, TaskView, event_views,
-    task_view, write_fake_profile,
+    CauseView, RunnerClient, RunnerCommand, RunnerProcess, TaskView, task_view, write_fake_profile,
 };
 use harness::runner_spec;
 use serde_json::{Value, json};
@@ -252,7 +254,7 @@ fn runnerd_answers_as_the_spec_says_and_the_harness_parses_what_the_spec_allows(
         task_view(&view).unwrap_or_else(|e| panic!("the harness cannot read {id}: {e}"));
         check_views_agree(&view);
         let events = c.events(id, 0).unwrap();
-        event_views(&events).unwrap();
+        RunLogEvent::parse_all(&events).unwrap();
         for ev in &events {
             if let Err(errs) = runner_spec::check_event(ev) {
                 panic!("run-log event {ev} does not fit the events schema: {errs:?}");
@@ -348,9 +350,9 @@ fn check_views_agree(view: &Value) {
 
 fn check_event_view_agrees(ev: &Value) {
     agree(
-        "EventView",
+        "RunLogEvent",
         ev,
-        |v| EventView::deserialize(v).is_ok(),
+        |v| RunLogEvent::deserialize(v).is_ok(),
         |v| runner_spec::check_event(v).is_ok(),
         runner_spec::event_fields(),
     );

@@ -536,6 +536,86 @@ fn every_scenario_has_a_snapshot() {
     );
 }
 
+/// The lines of `text` (a file's non-test code) that name `serde_json`'s
+/// `Value`: a path through `serde_json` to `Value`, or a `use` of it (a
+/// glob of `serde_json` included, which brings it in).
+fn names_json_value(rel: &str, text: &str) -> Vec<usize> {
+    #[derive(Default)]
+    struct Finder {
+        lines: Vec<usize>,
+    }
+    impl<'ast> Visit<'ast> for Finder {
+        fn visit_item(&mut self, item: &'ast syn::Item) {
+            let attrs: &[syn::Attribute] = match item {
+                syn::Item::Mod(m) => &m.attrs,
+                syn::Item::Fn(f) => &f.attrs,
+                syn::Item::Impl(i) => &i.attrs,
+                syn::Item::Use(u) => &u.attrs,
+                _ => &[],
+            };
+            if !is_cfg_test(attrs) {
+                syn::visit::visit_item(self, item);
+            }
+        }
+
+        fn visit_path(&mut self, p: &'ast syn::Path) {
+            let names: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+            if names.first().is_some_and(|n| n == "serde_json")
+                && names.iter().any(|n| n == "Value")
+            {
+                self.lines.push(p.span().start().line);
+            }
+            syn::visit::visit_path(self, p);
+        }
+
+        fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+            fn walk(t: &syn::UseTree, json: bool, out: &mut Vec<usize>) {
+                match t {
+                    syn::UseTree::Path(p) => walk(&p.tree, json || p.ident == "serde_json", out),
+                    syn::UseTree::Name(n) if json && n.ident == "Value" => {
+                        out.push(n.ident.span().start().line)
+                    }
+                    syn::UseTree::Rename(r) if json && r.ident == "Value" => {
+                        out.push(r.ident.span().start().line)
+                    }
+                    syn::UseTree::Glob(g) if json => out.push(g.star_token.span.start().line),
+                    syn::UseTree::Group(g) => g.items.iter().for_each(|i| walk(i, json, out)),
+                    _ => {}
+                }
+            }
+            walk(&u.tree, false, &mut self.lines);
+        }
+    }
+    let file = syn::parse_file(text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let mut f = Finder::default();
+    f.visit_file(&file);
+    f.lines.sort_unstable();
+    f.lines.dedup();
+    f.lines
+}
+
+/// Rule: the oracles read typed evidence only. No non-test code under
+/// `harness/lib/src/oracles/` names `serde_json::Value`: the evidence is
+/// parsed once where it is read (`run_log::RunLogEvent`,
+/// `evidence::TaskRead`, the typed accessors of `evidence`), so a runner
+/// that renames a field fails the parse with its place (`unknown`), never
+/// an oracle's lookup silently.
+#[test]
+fn the_oracles_never_name_a_json_value() {
+    let mut problems = Vec::new();
+    for (rel, text) in sources() {
+        if !rel.starts_with("harness/lib/src/oracles/") || is_test_file(&rel) {
+            continue;
+        }
+        for line in names_json_value(&rel, &text) {
+            problems.push(format!(
+                "{rel}:{line}: names serde_json::Value: read the typed evidence (run_log, evidence) instead"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
 /// The tidy checks themselves: each rule finds what it is for.
 #[test]
 fn the_rules_find_what_they_look_for() {
@@ -555,6 +635,8 @@ fn the_rules_find_what_they_look_for() {
             .collect();
     let sccs = cycles(&edges);
     assert_eq!(sccs, [BTreeSet::from(["a".into(), "b".into(), "c".into()])]);
+    let json = "use serde_json::{json, Value as V};\nuse serde_json::*;\nfn f(v: &serde_json::Value) {}\nfn g(v: serde_json::Map) {}\n#[cfg(test)]\nmod tests {\n    use serde_json::Value;\n}\n";
+    assert_eq!(names_json_value("j.rs", json), [1, 2, 3]);
     let u = shape("y.rs", "use fake_provider::journal::read;\n");
     assert!(
         u.crate_paths.contains(&("fake_provider".into(), 1)),

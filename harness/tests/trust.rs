@@ -101,7 +101,7 @@ fn a_runner_that_loses_its_state_on_restart_never_passes() {
 /// exactly once".
 #[test]
 fn a_follow_up_cut_mid_request_is_recorded_as_info_then_ok() {
-    use harness::evidence::OpResult;
+    use harness::evidence::{OpKind, OpResult, RequestKind};
     use harness::model::{CellSpec, Cut};
     let dir = scenarios_dir();
     let scenarios = scenario::load_dir(&dir).unwrap();
@@ -127,7 +127,7 @@ fn a_follow_up_cut_mid_request_is_recorded_as_info_then_ok() {
         .evidence
         .ops
         .iter()
-        .filter(|o| o.kind == "follow_up")
+        .filter(|o| o.kind == OpKind::Request(RequestKind::FollowUp))
         .map(|o| (o.result, o.status))
         .collect();
     assert_eq!(

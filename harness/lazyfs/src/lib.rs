@@ -18,12 +18,15 @@
 //! `write(2)` (a write is all or nothing). The harness uses it as a leaf: it
 //! depends on no workspace crate.
 //!
-//! A mount is owned by its [`LazyFs`]: dropping it unmounts lazily, and the
-//! `fusermount3` helper unmounts it when the owning process dies (SIGKILL
-//! included), so a dead owner leaves no mount behind.
+//! A mount is owned by its [`LazyFs`]: dropping it unmounts lazily, and a
+//! helper unmounts it when the owning process dies (SIGKILL included), so a
+//! dead owner leaves no mount behind. As root the mount is made with the
+//! mount system call and the helper is lazyfs's own guard (a forked child);
+//! otherwise `fusermount3` mounts and stays as the `auto_unmount` helper.
 
 mod durable;
 mod fs;
+mod guard;
 mod image;
 mod mount;
 
@@ -73,8 +76,10 @@ pub enum Error {
 }
 
 /// Why FUSE cannot be mounted here, or `None` when it can: `/dev/fuse` must
-/// open for reading and writing and `fusermount3` (Debian's `fuse3`) must be
-/// on `PATH`.
+/// open for reading and writing, and either this process may mount FUSE
+/// with the mount system call (root with CAP_SYS_ADMIN: found out once per
+/// process with a probe mount) or `fusermount3` (Debian's `fuse3`) is on
+/// `PATH`. The reason ends with the fix.
 pub fn unavailable() -> Option<String> {
     mount::unavailable()
 }

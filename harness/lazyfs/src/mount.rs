@@ -1,10 +1,17 @@
-//! Mounting and unmounting: `fusermount3` mounts and hands back the
-//! `/dev/fuse` descriptor (its `_FUSE_COMMFD` protocol), then stays as the
-//! `auto_unmount` helper: when this process dies, even by SIGKILL, its end of
-//! the socket closes and the helper unmounts the dead mount, so no owner
-//! leaves a mount behind. fuser's own mount path is not used because it
-//! never reaps that helper and unmounts only lazily; here the helper is
-//! waited for, and an unmount that finds the mount busy says who uses it.
+//! Mounting and unmounting, two ways. As root (more exactly: where the
+//! mount(2) system call may mount FUSE, which [`unavailable`] finds out once
+//! per process by mounting and unmounting a probe), lazyfs opens
+//! `/dev/fuse` and mounts with it itself, and its own [`Guard`] (a forked
+//! child holding the other end of a socket) unmounts the mount if the owner
+//! dies, even by SIGKILL: no package is needed. Elsewhere `fusermount3`
+//! (Debian's `fuse3`, setuid root) mounts and hands back the `/dev/fuse`
+//! descriptor (its `_FUSE_COMMFD` protocol), then stays as the
+//! `auto_unmount` helper that does the same. Either way no owner leaves a
+//! mount behind. fuser's own mount path is not used: it mounts without
+//! `fusermount3` only when no `auto_unmount` is asked for (so nothing would
+//! unmount a dead owner's mount), and with `fusermount3` it never reaps the
+//! helper and unmounts only lazily; here the helper is waited for, and an
+//! unmount that finds the mount busy says who uses it.
 
 use std::ffi::OsString;
 use std::io;
@@ -13,17 +20,21 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use fuser::{BackgroundSession, Config, Session, SessionACL};
 
 use crate::Error;
 use crate::durable::State;
 use crate::fs::Fs;
+use crate::guard::{FSTYPE, Guard};
 
-/// The mount options: the kernel checks permissions, `fsname`/`subtype`
-/// make the mount `fuse.lazyfs` in `/proc/mounts`.
+/// The mount options given to `fusermount3`: the kernel checks permissions,
+/// `fsname`/`subtype` make the mount `fuse.lazyfs` in `/proc/mounts`.
 const OPTIONS: &str = "fsname=lazyfs,subtype=lazyfs,default_permissions,auto_unmount";
+
+/// The fix printed with every reason FUSE cannot be used.
+const FIX: &str = "run as root with CAP_SYS_ADMIN and a working /dev/fuse (a container: --device /dev/fuse --cap-add SYS_ADMIN), or install fusermount3 (Debian: apt-get install fuse3)";
 
 /// `fusermount3` on `PATH`.
 fn fusermount3() -> Option<PathBuf> {
@@ -41,32 +52,72 @@ pub(crate) fn unavailable() -> Option<String> {
     {
         return Some(format!("/dev/fuse cannot be opened: {e}"));
     }
+    let direct = match direct_mounts() {
+        Ok(()) => return None,
+        Err(why) => why,
+    };
     if fusermount3().is_none() {
-        return Some("fusermount3 is not on PATH (Debian: apt-get install fuse3)".to_owned());
+        return Some(format!("{direct}, and fusermount3 is not on PATH: {FIX}"));
     }
     None
 }
 
+/// Whether this process may mount FUSE with mount(2) itself, found out once
+/// by mounting a probe (with no file system served behind it) and
+/// unmounting it at once: being root is not enough in a container without
+/// CAP_SYS_ADMIN or under a security module that forbids mounts.
+fn direct_mounts() -> Result<(), String> {
+    static ANSWER: OnceLock<Result<(), String>> = OnceLock::new();
+    ANSWER.get_or_init(probe).clone()
+}
+
+fn probe() -> Result<(), String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err("not root (mounting FUSE with the mount system call needs root)".to_owned());
+    }
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("lazyfs-probe-{}-{n}", std::process::id()));
+    std::fs::create_dir(&dir).map_err(|e| format!("probe {}: {e}", dir.display()))?;
+    let mounted = mount_with_dev_fuse(&dir);
+    if mounted.is_ok() {
+        let _ = nix::mount::umount2(&dir, nix::mount::MntFlags::MNT_DETACH);
+    }
+    let _ = std::fs::remove_dir(&dir);
+    mounted
+        .map(drop)
+        .map_err(|e| format!("the mount system call refuses to mount FUSE here ({e})"))
+}
 /// A mount being served: the FUSE thread, the state it serves, and the
-/// `fusermount3` helper.
+/// helper that unmounts it if this process dies.
 pub(crate) struct Live {
     session: BackgroundSession,
     pub(crate) state: Arc<Mutex<State>>,
     helper: Helper,
 }
 
-struct Helper {
-    child: Child,
-    socket: UnixStream,
+/// What unmounts a dead owner's mount.
+enum Helper {
+    /// Our own guard, for a mount made with mount(2).
+    Guard(Guard),
+    /// `fusermount3 -o auto_unmount`, for a mount it made.
+    Fusermount { child: Child, socket: UnixStream },
 }
 
 impl Helper {
-    /// Closes our end of the socket: the helper then unmounts if the
-    /// mount is still there and dead, and exits; it is reaped here.
+    /// Tells the helper the mount is gone (our guard), or closes our end of
+    /// the socket (`fusermount3` then unmounts if the mount is still there
+    /// and dead); either exits and is reaped here.
     fn finish(self) {
-        drop(self.socket);
-        let mut child = self.child;
-        let _ = child.wait();
+        match self {
+            Helper::Guard(guard) => guard.finish(),
+            Helper::Fusermount { child, socket } => {
+                drop(socket);
+                let mut child = child;
+                let _ = child.wait();
+            }
+        }
     }
 }
 
@@ -77,7 +128,11 @@ impl Live {
             source,
         };
         let state = Arc::new(Mutex::new(State::new(backing).map_err(err)?));
-        let (fuse, helper) = fusermount(mountpoint).map_err(err)?;
+        let (fuse, helper) = if direct_mounts().is_ok() {
+            mount_guarded(mountpoint).map_err(err)?
+        } else {
+            fusermount(mountpoint).map_err(err)?
+        };
         let fs = Fs {
             state: state.clone(),
         };
@@ -137,6 +192,46 @@ impl Live {
     }
 }
 
+/// Mounts with mount(2), guarded: the guard is forked first, so an owner
+/// killed at any point after leaves a guard that unmounts.
+fn mount_guarded(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
+    let guard = Guard::spawn(mountpoint)?;
+    match mount_with_dev_fuse(mountpoint) {
+        Ok(fd) => Ok((fd, Helper::Guard(guard))),
+        Err(e) => {
+            guard.finish();
+            Err(e)
+        }
+    }
+}
+
+/// Opens `/dev/fuse` and mounts a `fuse.lazyfs` at `mountpoint` with it,
+/// with the options `fusermount3` would give the kernel for [`OPTIONS`]:
+/// `nosuid`, `nodev`, the kernel checking permissions, the mounting user as
+/// the owner. The descriptor is the connection to serve.
+fn mount_with_dev_fuse(mountpoint: &Path) -> io::Result<OwnedFd> {
+    let fuse = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")?;
+    // SAFETY: getuid and getgid have no preconditions.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let data = format!(
+        "fd={},rootmode={:o},user_id={uid},group_id={gid},default_permissions",
+        fuse.as_raw_fd(),
+        libc::S_IFDIR,
+    );
+    use nix::mount::MsFlags;
+    nix::mount::mount(
+        Some("lazyfs"),
+        mountpoint,
+        Some(FSTYPE),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some(data.as_str()),
+    )?;
+    Ok(OwnedFd::from(fuse))
+}
+
 /// Mounts through `fusermount3`: it mounts, sends the `/dev/fuse`
 /// descriptor over a socket pair, and stays (`auto_unmount`) until our end
 /// closes.
@@ -173,7 +268,7 @@ fn fusermount(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
             drop(child.stderr.take());
             Ok((
                 fd,
-                Helper {
+                Helper::Fusermount {
                     child,
                     socket: ours,
                 },

@@ -70,26 +70,40 @@ fn owner(paths: &str) {
     drop(fs);
 }
 
-#[test]
-fn a_killed_owner_leaves_no_mount_behind() {
-    if let Ok(paths) = std::env::var(OWNER_ENV) {
-        return owner(&paths);
-    }
-    let r = rig();
-    let mut child = Command::new(std::env::current_exe().expect("exe"))
-        .args([
-            "--exact",
-            "a_killed_owner_leaves_no_mount_behind",
-            "--nocapture",
-        ])
-        .env(
-            OWNER_ENV,
-            format!("{}:{}", r.backing.display(), r.mnt.display()),
-        )
+/// How the owner process runs.
+enum As {
+    /// As this test runs (root on CI: mount(2) and lazyfs's own guard).
+    Itself,
+    /// With a `PATH` that has no `fusermount3`: the mount needs no package.
+    WithoutFusermount3,
+    /// As `nobody`: only `fusermount3` can mount, and its helper guards.
+    Nobody,
+}
+
+/// Runs test `name` of this binary as the owner of a mount of `r`, waits
+/// until it mounted, SIGKILLs it, and checks that its mount goes and that
+/// nothing it started stays (the guard is found by the owner's environment,
+/// which a fork keeps).
+fn kill_the_owner(name: &str, r: &Rig, how: As) {
+    let paths = format!("{}:{}", r.backing.display(), r.mnt.display());
+    let mut cmd = Command::new(std::env::current_exe().expect("exe"));
+    cmd.args(["--exact", name, "--nocapture"])
+        .env(OWNER_ENV, &paths)
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the owner");
+        .stdout(Stdio::piped());
+    match how {
+        As::Itself => {}
+        As::WithoutFusermount3 => {
+            let empty = r.backing.parent().expect("rig dir").join("empty-path");
+            std::fs::create_dir_all(&empty).expect("mkdir");
+            cmd.env("PATH", &empty);
+        }
+        As::Nobody => {
+            use std::os::unix::process::CommandExt as _;
+            cmd.uid(65534).gid(65534);
+        }
+    }
+    let mut child = cmd.spawn().expect("spawn the owner");
     // The test harness's own lines come first.
     let out = BufReader::new(child.stdout.take().expect("stdout"));
     let said = out.lines().map_while(Result::ok).any(|l| l == "mounted");
@@ -99,7 +113,125 @@ fn a_killed_owner_leaves_no_mount_behind() {
     child.wait().expect("reap the owner");
     assert!(
         wait_unmounted(&r.mnt),
-        "fusermount3 unmounts a dead owner's mount within {WAIT:?}"
+        "the helper unmounts a dead owner's mount within {WAIT:?}"
+    );
+    let entry = format!("{OWNER_ENV}={paths}");
+    for pid in processes_with_env(&entry) {
+        assert!(
+            wait_gone(pid),
+            "process {pid} ({}) the owner started is still alive {WAIT:?} after it was killed",
+            comm(pid)
+        );
+    }
+}
+
+/// Live processes (not zombies) whose initial environment holds `entry`.
+fn processes_with_env(entry: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
+        if !zombie && environ.split(|b| *b == 0).any(|v| v == entry.as_bytes()) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn comm(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// Waits until process `pid` has exited: its pidfd becomes readable then.
+fn wait_gone(pid: i32) -> bool {
+    // SAFETY: pidfd_open with a pid and no flags; the descriptor is owned below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return true; // Already gone.
+    }
+    // SAFETY: the descriptor was just opened and nothing else owns it.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    let ms = u16::try_from(WAIT.as_millis()).unwrap_or(u16::MAX);
+    poll(&mut fds, PollTimeout::from(ms)).is_ok_and(|n| n == 1) || comm(pid).is_empty()
+}
+
+#[test]
+fn a_killed_owner_leaves_no_mount_behind() {
+    if let Ok(paths) = std::env::var(OWNER_ENV) {
+        return owner(&paths);
+    }
+    kill_the_owner("a_killed_owner_leaves_no_mount_behind", &rig(), As::Itself);
+}
+
+/// As root, `fusermount3` is not needed: the owner mounts with mount(2) and
+/// its own guard unmounts when it is SIGKILLed.
+#[test]
+fn a_root_owner_without_fusermount3_mounts_and_leaves_no_mount_behind() {
+    if let Ok(paths) = std::env::var(OWNER_ENV) {
+        return owner(&paths);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: not root, so mount(2) cannot mount FUSE here");
+        return;
+    }
+    assert_eq!(lazyfs::unavailable(), None, "root with /dev/fuse can mount");
+    kill_the_owner(
+        "a_root_owner_without_fusermount3_mounts_and_leaves_no_mount_behind",
+        &rig(),
+        As::WithoutFusermount3,
+    );
+}
+
+/// A user who is not root mounts through `fusermount3`, whose
+/// `auto_unmount` helper unmounts when the owner is SIGKILLed. Run as
+/// `nobody` from root (the only way to reach that path on a root machine).
+#[test]
+fn a_user_who_is_not_root_mounts_through_fusermount3() {
+    if let Ok(paths) = std::env::var(OWNER_ENV) {
+        return owner(&paths);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can start the owner as another user");
+        return;
+    }
+    if !std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join("fusermount3").is_file())
+    {
+        eprintln!("skipped: fusermount3 is not on PATH (Debian: apt-get install fuse3)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata("/dev/fuse").map_or(0, |m| m.permissions().mode());
+    if mode & 0o006 != 0o006 {
+        eprintln!(
+            "skipped: /dev/fuse (mode {:o}) is closed to other users here, so no user but root can use FUSE",
+            mode & 0o777
+        );
+        return;
+    }
+    let r = rig();
+    for dir in [r.backing.parent().expect("rig dir"), &r.backing, &r.mnt] {
+        std::os::unix::fs::chown(dir, Some(65534), Some(65534)).expect("chown to nobody");
+    }
+    kill_the_owner(
+        "a_user_who_is_not_root_mounts_through_fusermount3",
+        &r,
+        As::Nobody,
     );
 }
 

@@ -234,7 +234,7 @@ impl Rig {
                 Err(e) => figures.lost.push(format!("{id}: {e:#}")),
             }
             for e in client.events(&id, 0)? {
-                if Kind::of(&e) == Kind::ProviderSpawnSwept {
+                if Kind::parse(e["kind"].as_str().unwrap_or_default()) == Kind::ProviderSpawnSwept {
                     figures.spawn_sweeps += 1;
                     figures.swept_processes += e
                         .pointer("/data/killed")

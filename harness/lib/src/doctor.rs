@@ -22,7 +22,8 @@ use serde_json::{Value, json};
 use crate::cell::{CellEnv, cell_runner_command, run_cell_traced, write_cell_inputs};
 use crate::model::{CellSpec, OracleResult, Role, Verdict};
 use crate::plan::{Boundary, boundaries_of, expand};
-use crate::runner_client::{RunnerClient, RunnerProcess, event_views, task_view};
+use crate::run_log::RunLogEvent;
+use crate::runner_client::{RunnerClient, RunnerProcess, task_view};
 use crate::runner_spec::{self, KindStatus};
 use crate::scenario::Scenario;
 
@@ -339,7 +340,8 @@ fn check_task_and_log(
             "docs/runner-contract.openapi.json /v1/tasks/{id}/events",
         )
     })?;
-    event_views(&events).map_err(|e| missing(e, "docs/runner-contract.md §4"))?;
+    RunLogEvent::parse_all(&events)
+        .map_err(|e| missing(e.to_string(), "docs/runner-contract.md §4"))?;
     for ev in &events {
         runner_spec::check_event(ev).map_err(|errs| {
             missing(
@@ -508,7 +510,7 @@ fn traced(env: &CellEnv, scenario: &Scenario, profile: &str) -> Result<Traced, M
             .evidence
             .events
             .iter()
-            .filter_map(|e| e["kind"].as_str())
+            .filter_map(RunLogEvent::kind_name)
             .map(str::to_owned)
             .collect(),
     })
@@ -563,7 +565,9 @@ fn render_traced(t: &Traced) -> String {
     for o in &t.oracles {
         let unread: Vec<String> = kinds
             .iter()
-            .filter(|k| k.read_by.iter().any(|r| r == &o.oracle) && !t.kinds.contains(&k.kind))
+            .filter(|k| {
+                k.read_by.iter().any(|r| r == o.oracle.as_str()) && !t.kinds.contains(&k.kind)
+            })
             .map(|k| k.kind.clone())
             .collect();
         let why = if o.verdict == Verdict::Pass {

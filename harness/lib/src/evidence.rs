@@ -3,10 +3,16 @@
 //! really ran (effect ledger), and what was left behind (files, processes).
 //!
 //! The history is the only contract between running a cell (`cell`) and
-//! judging it (`oracles`): oracles read nothing else. The evidence of a cell
-//! that did not pass is written to its report directory (`cells/t###/`) for
-//! a person to read; `turncut replay` runs a cell again rather than judging
-//! written evidence.
+//! judging it (`oracles`): oracles read nothing else. It is typed from the
+//! wire in: the task view (`TaskRead`) and the run log (`run_log::RunLogEvent`)
+//! are parsed once, where the cell reads them and where `turncut judge`
+//! loads a saved `evidence.json`, and the oracles read the typed forms (and
+//! the typed accessors here: `evidence/journal.rs` for the provider's
+//! journal, `evidence/actions.rs` for the harness's own records), never
+//! JSON. The JSON as the runner sent it is kept only to write
+//! `evidence.json` again, in the same shape, and to show a person (the
+//! timeline). The evidence of a cell that did not pass is written to its
+//! report directory (`cells/t###/`) for a person to read.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -16,102 +22,18 @@ use serde_json::Value;
 use wire::journal::{Entry, EntryKind};
 use wire::ledger::LedgerEntry;
 
-use crate::model::{CellSpec, Fault};
-use crate::run_log::Kind;
-use crate::runner_client::{RunView, TaskView, event_views, task_view};
+use crate::model::{CellSpec, Fault, TaskState};
+use crate::run_log::{Data, Kind, Payload, RetryAdmitted, RunLogEvent, TurnKind};
+use crate::runner_client::{RunView, TaskView};
 
+mod actions;
+mod journal;
 mod power_cut;
+mod task;
 
-/// One thing the harness did, with its time.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Action {
-    /// Milliseconds since the cell started.
-    pub at_ms: u64,
-    /// `submit`, `follow_up`, `retry`, `cut.reached`, `fault.kill-runner`,
-    /// `restart`, `settled`, …
-    pub what: String,
-    /// Details (ids, statuses, pids).
-    pub detail: Value,
-}
-
-/// A request the harness sent and the runner's answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Exchange {
-    /// `submit`, `follow_up` or `retry`.
-    pub kind: String,
-    /// The message id the harness chose.
-    pub message_id: String,
-    /// The text sent (empty for a Retry, which re-sends a stored message).
-    pub text: String,
-    /// The HTTP status (0 when no answer came: the request is indeterminate,
-    /// see [`Evidence::ops`]).
-    pub status: u16,
-    /// The JSON body.
-    pub body: Value,
-    /// The task's state as the harness read it just before sending (a
-    /// follow-up sent once the task settled): the fence's other side.
-    #[serde(default)]
-    pub state_before: Option<String>,
-    /// What the scenario step expects the runner to answer.
-    #[serde(default)]
-    pub expect: Option<crate::model::ReplyExpect>,
-}
-
-/// How a controller request ended, as Jepsen records operations.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OpResult {
-    /// The runner answered 2xx: it happened.
-    Ok,
-    /// The runner answered 4xx: it definitely did not happen.
-    Fail,
-    /// No answer (the connection was cut, or a 5xx): it may or may not have
-    /// happened.
-    Info,
-}
-
-/// One attempt of a controller request: invoked at `at_ms`, then `result`.
-/// A request re-sent across a runner restart is one op per attempt.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Op {
-    /// `submit`, `follow_up`, `retry`, `read.task` or `read.events`.
-    pub kind: String,
-    /// The message id (empty for reads).
-    pub message_id: String,
-    /// When it was invoked, in milliseconds since the cell started.
-    pub at_ms: u64,
-    /// How it ended.
-    pub result: OpResult,
-    /// The HTTP status, when one came.
-    pub status: Option<u16>,
-    /// The transport error, when no answer came.
-    pub error: Option<String>,
-}
-
-impl Op {
-    /// The op of one attempt that got `answer`.
-    pub fn of<T>(
-        kind: &str,
-        message_id: &str,
-        at_ms: u64,
-        answer: &anyhow::Result<(u16, T)>,
-    ) -> Op {
-        let (result, status, error) = match answer {
-            Ok((s, _)) if (200..300).contains(s) => (OpResult::Ok, Some(*s), None),
-            Ok((s, _)) if (400..500).contains(s) => (OpResult::Fail, Some(*s), None),
-            Ok((s, _)) => (OpResult::Info, Some(*s), None),
-            Err(e) => (OpResult::Info, None, Some(format!("{e:#}"))),
-        };
-        Op {
-            kind: kind.to_owned(),
-            message_id: message_id.to_owned(),
-            at_ms,
-            result,
-            status,
-            error,
-        }
-    }
-}
+pub use actions::{Action, ActionKind, Exchange, Op, OpKind, OpResult, RequestKind};
+pub use journal::TurnStart;
+pub use task::TaskRead;
 
 /// A turn as the provider durably recorded it (its own store, read after the
 /// cell): the provider's truth, which the journal can lag by a write. The
@@ -141,13 +63,17 @@ pub struct Evidence {
     /// Every attempt of every controller request, in invocation order.
     #[serde(default)]
     pub ops: Vec<Op>,
-    /// The task as the runner reports it at the end (`GET /v1/tasks/{id}`).
-    pub task: Value,
-    /// The run log at the end.
-    pub events: Vec<Value>,
+    /// The task as the runner reports it at the end (`GET /v1/tasks/{id}`),
+    /// parsed once; `None` when it was never read.
+    pub task: Option<TaskRead>,
+    /// The run log at the end, parsed once (an event that does not parse
+    /// is kept in its place, malformed: a gap, see [`Evidence::gap`]).
+    #[serde(deserialize_with = "crate::run_log::deserialize_lenient")]
+    pub events: Vec<RunLogEvent>,
     /// The run log as read just before the fault (a prefix of `events`
     /// unless something was lost).
-    pub events_before_fault: Option<Vec<Value>>,
+    #[serde(default, deserialize_with = "crate::run_log::deserialize_lenient_opt")]
+    pub events_before_fault: Option<Vec<RunLogEvent>>,
     /// The provider journal.
     pub journal: Vec<Entry>,
     /// The effect ledger.
@@ -157,6 +83,11 @@ pub struct Evidence {
     /// The scenario's `[expect]` (judged on a clean cell).
     #[serde(default)]
     pub expect: crate::model::Expect,
+    /// The scripted model the fake played (each turn with the message
+    /// texts it answers): what each message's content asks it to run, for
+    /// the contract model's effects judgement.
+    #[serde(default)]
+    pub script: Option<wire::script::Script>,
     /// Whether the task was still unsettled at the deadline.
     pub deadline_passed: bool,
     /// The canary credential planted in the runner's environment.
@@ -327,31 +258,6 @@ fn unparsable(file: &Path) -> Option<String> {
         .map(|e| format!("{}: not a whole JSON document: {e}", file.display()))
 }
 
-/// A turn start the provider received, in any protocol.
-pub struct TurnStart<'a> {
-    /// 1-based journal line.
-    pub line: usize,
-    /// The journal entry.
-    pub entry: &'a Entry,
-    /// The controller message id it carries (translated), if any.
-    pub client_id: Option<String>,
-    /// Its text input.
-    pub text: String,
-}
-
-fn text_of(blocks: Option<&Value>) -> String {
-    blocks
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|i| i.get("text").and_then(Value::as_str))
-                .collect::<Vec<_>>()
-                .join("\n")
-        })
-        .unwrap_or_default()
-}
-
 impl Evidence {
     /// Records `source` as unreadable for `reason`.
     pub fn unreadable(&mut self, source: Source, reason: impl Into<String>) {
@@ -398,42 +304,38 @@ impl Evidence {
     }
 
     fn task_gap(&self) -> Option<String> {
-        if self.task.is_null() {
-            return Some("the task view was never read".to_owned());
+        match &self.task {
+            None => Some("the task view was never read".to_owned()),
+            Some(t) => t.view().err().map(str::to_owned),
         }
-        self.task_view().err()
     }
 
-    /// The task view, typed: an error names what does not fit.
-    pub fn task_view(&self) -> Result<TaskView, String> {
-        task_view(&self.task)
+    /// The task view, typed; `None` when it was never read or does not
+    /// parse (the oracles that read it then say `unknown`, see
+    /// [`Evidence::gap`]).
+    pub fn task(&self) -> Option<&TaskView> {
+        self.task.as_ref()?.view().ok()
     }
 
     /// The runs of the task (none when the view does not parse: the oracles
     /// that read them then say `unknown`, see [`Evidence::gap`]).
-    pub fn runs(&self) -> Vec<RunView> {
-        self.task_view().map(|t| t.runs).unwrap_or_default()
+    pub fn runs(&self) -> &[RunView] {
+        self.task().map_or(&[], |t| t.runs.as_slice())
     }
 
     fn run_log_gap(&self) -> Option<String> {
-        if self.task.is_null() {
-            return None;
-        }
+        self.task.as_ref()?;
         if self.events.is_empty() {
             return Some("the run log of an existing task is empty".to_owned());
         }
-        if let Err(e) = event_views(&self.events) {
-            return Some(e);
+        if let Some(e) = self.events.iter().find_map(RunLogEvent::error) {
+            return Some(e.to_string());
         }
         // Every settle writes its run.settled event in the same transaction.
-        let settled = matches!(
-            self.state().as_str(),
-            "completed" | "failed" | "needs_human"
-        );
-        if settled && self.events_of(Kind::RunSettled).next().is_none() {
+        let state = self.state().filter(|s| s.settled())?;
+        if self.events_of(Kind::RunSettled).next().is_none() {
             return Some(format!(
-                "truncated: the task is {} but the run log has no run.settled",
-                self.state()
+                "truncated: the task is {state} but the run log has no run.settled"
             ));
         }
         None
@@ -485,12 +387,8 @@ impl Evidence {
     /// id, from its `retry.admitted` event (`resends_message`). A Retry that
     /// re-sends nothing (it answers the queue) is absent.
     pub fn retry_resends(&self) -> BTreeMap<String, String> {
-        self.events_of(Kind::RetryAdmitted)
-            .filter_map(|ev| {
-                let retry = ev.pointer("/data/message_id")?.as_str()?;
-                let resends = ev.pointer("/data/resends_message")?.as_str()?;
-                Some((retry.to_owned(), resends.to_owned()))
-            })
+        self.payloads::<RetryAdmitted>()
+            .filter_map(|(_, r)| Some((r.message_id.clone(), r.resends_message.clone()?)))
             .collect()
     }
 
@@ -522,25 +420,16 @@ impl Evidence {
     /// itself tells it: admitted (the prompt, follow-ups, a Retry that
     /// re-sends a text), minus those a primary turn's intent took.
     pub fn queued_before(&self, seq: i64) -> Vec<String> {
-        let id = |ev: &Value| {
-            ev.pointer("/data/message_id")
-                .and_then(Value::as_str)
-                .map(str::to_owned)
-        };
         let mut queued: Vec<String> = Vec::new();
-        for ev in self
-            .events
-            .iter()
-            .take_while(|ev| ev["seq"].as_i64().unwrap_or(0) < seq)
-        {
-            match Kind::of(ev) {
-                Kind::TaskAdmitted | Kind::MessageQueued => queued.extend(id(ev)),
-                Kind::RetryAdmitted if ev.pointer("/data/resends") == Some(&Value::Bool(true)) => {
-                    queued.extend(id(ev))
+        for ev in self.events.iter().take_while(|ev| ev.seq < seq) {
+            match &ev.data {
+                Data::TaskAdmitted(a) => queued.push(a.message_id.clone()),
+                Data::MessageQueued(q) => queued.push(q.message_id.clone()),
+                Data::RetryAdmitted(r) if r.resends == Some(true) => {
+                    queued.push(r.message_id.clone())
                 }
-                Kind::TurnIntent if ev.pointer("/data/kind") == Some(&Value::from("primary")) => {
-                    let taken = id(ev);
-                    queued.retain(|q| Some(q) != taken.as_ref());
+                Data::TurnIntent(t) if t.kind == TurnKind::Primary => {
+                    queued.retain(|q| *q != t.message_id);
                 }
                 _ => {}
             }
@@ -556,71 +445,20 @@ impl Evidence {
             .collect()
     }
 
-    /// Turn starts received by the provider: Codex `turn/start`, ACP
-    /// `session/prompt`, OpenCode `POST …/prompt_async`.
-    pub fn turn_starts(&self) -> Vec<TurnStart<'_>> {
-        let mut out = Vec::new();
-        for (i, e) in self.journal.iter().enumerate() {
-            if e.kind != EntryKind::In {
-                continue;
-            }
-            let d = &e.data;
-            let (cid, text) = if d["method"] == "turn/start" {
-                (
-                    d.pointer("/params/clientUserMessageId"),
-                    text_of(d.pointer("/params/input")),
-                )
-            } else if d["method"] == "session/prompt" {
-                (
-                    d.pointer("/params/_meta/messageId"),
-                    text_of(d.pointer("/params/prompt")),
-                )
-            } else if d["method"] == "POST"
-                && d["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/prompt_async"))
-            {
-                (
-                    d.pointer("/body/messageID"),
-                    text_of(d.pointer("/body/parts")),
-                )
-            } else {
-                continue;
-            };
-            out.push(TurnStart {
-                line: i + 1,
-                entry: e,
-                client_id: cid.and_then(Value::as_str).map(controller_id),
-                text,
-            });
-        }
-        out
-    }
-
-    /// Journal facts by name, with line numbers.
-    pub fn facts(&self, name: &str) -> Vec<(usize, &Value)> {
-        self.journal
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.fact.as_deref() == Some(name))
-            .map(|(i, e)| (i + 1, &e.data))
-            .collect()
-    }
-
     /// The profile of the cell (from its scenario id), if known.
     pub fn profile(&self) -> Option<&str> {
         self.spec.as_ref().map(|s| s.scenario_id.profile())
     }
 
-    /// The final task state (`unknown` when the view does not parse).
-    pub fn state(&self) -> String {
-        self.task_view()
-            .map_or_else(|_| "unknown".to_owned(), |t| t.state)
+    /// The final task state (`None` when the view was not read or does not
+    /// parse).
+    pub fn state(&self) -> Option<TaskState> {
+        self.task().map(|t| t.state)
     }
 
     /// The final cause code.
-    pub fn cause_code(&self) -> Option<String> {
-        self.task_view().ok()?.cause.map(|c| c.code)
+    pub fn cause_code(&self) -> Option<&str> {
+        Some(self.task()?.cause.as_ref()?.code.as_str())
     }
 
     /// The recovery path the cell took, run by run: a Retry or follow-up
@@ -629,7 +467,7 @@ impl Evidence {
     /// `failed ambiguous_turn_start → retry → completed`. From the task view
     /// and the run log; `unknown` when the task view does not parse.
     pub fn path(&self) -> String {
-        let Ok(task) = self.task_view() else {
+        let Some(task) = self.task() else {
             return "unknown".to_owned();
         };
         let mut steps: Vec<String> = Vec::new();
@@ -643,29 +481,15 @@ impl Evidence {
             let mine = self
                 .events
                 .iter()
-                .filter(|ev| ev["run_id"].as_str() == Some(run.run_id.as_str()));
+                .filter(|ev| ev.run_id.as_deref() == Some(run.run_id.as_str()));
             for ev in mine {
-                let step = match Kind::of(ev) {
-                    Kind::TurnIntent
-                        if ev.pointer("/data/kind") == Some(&Value::from("continuation")) =>
-                    {
-                        "continued"
-                    }
-                    Kind::TurnFinished
-                        if ev.pointer("/data/adopted") == Some(&Value::Bool(true)) =>
-                    {
-                        "adopted"
-                    }
-                    Kind::ToolOutcomeUncertain => "tool uncertain",
+                let step = match &ev.data {
+                    Data::TurnIntent(t) if t.kind == TurnKind::Continuation => "continued",
+                    Data::TurnFinished(f) if f.adopted == Some(true) => "adopted",
+                    _ if ev.kind() == Kind::ToolOutcomeUncertain => "tool uncertain",
                     // An accepted turn the provider never recorded, sent
                     // again (an intent found absent is sent the first time).
-                    Kind::TurnAbsentAtProvider
-                        if ev
-                            .pointer("/data/provider_turn_id")
-                            .is_some_and(|v| !v.is_null()) =>
-                    {
-                        "re-sent"
-                    }
+                    Data::TurnAbsentAtProvider(a) if a.provider_turn_id.is_some() => "re-sent",
                     _ => continue,
                 };
                 if steps.last().map(String::as_str) != Some(step) {
@@ -678,14 +502,22 @@ impl Evidence {
             });
         }
         if steps.is_empty() {
-            return task.state;
+            return task.state.to_string();
         }
         steps.join(" → ")
     }
 
-    /// Run-log events of a kind.
-    pub fn events_of(&self, kind: Kind) -> impl Iterator<Item = &Value> + '_ {
-        self.events.iter().filter(move |e| Kind::of(e) == kind)
+    /// Run-log events of a kind, malformed ones included (for counting
+    /// and finding events by kind; [`Evidence::payloads`] reads their data).
+    pub fn events_of(&self, kind: Kind) -> impl Iterator<Item = &RunLogEvent> + '_ {
+        self.events.iter().filter(move |e| e.kind() == kind)
+    }
+
+    /// Run-log events of `P`'s kind that parsed, with their typed data.
+    pub fn payloads<P: Payload>(&self) -> impl Iterator<Item = (&RunLogEvent, &P)> + '_ {
+        self.events
+            .iter()
+            .filter_map(|e| e.payload::<P>().map(|p| (e, p)))
     }
 
     /// One merged history, in time order: harness actions (`H`), runner run
@@ -694,7 +526,7 @@ impl Evidence {
     pub fn timeline(&self) -> String {
         let mut rows: Vec<(u64, u8, String)> = Vec::new();
         for a in &self.actions {
-            let mark = if a.what.ends_with("cut.reached") {
+            let mark = if a.what == ActionKind::CutReached {
                 ">>"
             } else {
                 "  "
@@ -720,7 +552,7 @@ impl Evidence {
                 ),
             ));
         }
-        for e in &self.events {
+        for e in self.events.iter().map(RunLogEvent::as_written) {
             let ts = e["ts_ms"].as_u64().unwrap_or(0);
             rows.push((
                 ts,

@@ -36,3 +36,4 @@ pub mod supervisor;
 pub mod tempdirs;
 pub mod timing;
 pub mod wave;
+pub mod workflow;

@@ -8,8 +8,12 @@
 
 use serde::{Deserialize, Serialize};
 
+mod oracle;
 mod scenario_id;
+mod task_state;
+pub use oracle::Oracle;
 pub use scenario_id::ScenarioId;
+pub use task_state::TaskState;
 
 /// Version of `wave.json`.
 pub const WAVE_FORMAT_VERSION: u32 = 1;
@@ -262,8 +266,8 @@ impl Verdict {
 /// One oracle's judgement of one cell.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OracleResult {
-    /// The oracle's name, e.g. `no-replay.turn`.
-    pub oracle: String,
+    /// The oracle (stored as its name, e.g. `no-replay.turn`).
+    pub oracle: Oracle,
     /// Its verdict.
     pub verdict: Verdict,
     /// A sentence: why it failed or could not decide (empty on pass).
@@ -517,9 +521,10 @@ pub fn sort_cells<T>(cells: &mut [T], id: impl Fn(&T) -> &str) {
 /// How the cell's task ended.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outcome {
-    /// Final task state (`completed`, `failed`, `needs_human`, `running`, or
-    /// `unknown` when the harness could not read it).
-    pub state: String,
+    /// Final task state; `None` when the harness could not read it (stored
+    /// as the state's name, `unknown` for none).
+    #[serde(with = "task_state::or_unknown")]
+    pub state: Option<TaskState>,
     /// The final cause code, if any.
     pub cause: Option<String>,
     /// Whether the armed cut was reached.
@@ -681,6 +686,30 @@ pub struct WaveResult {
     /// installed), with the reason: listed as skipped, never as passed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<Skipped>,
+    /// Which stages of its plan this wave ran (both, the default, is not
+    /// written); `report merge` joins one complete set of each phase.
+    #[serde(default, skip_serializing_if = "Stages::is_both")]
+    pub stages: Stages,
+}
+
+/// Which stages of a wave a plan holds or a run ran (`recuts`: stage 2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stages {
+    /// Stage 1, then stage 2 from its results when the plan has one.
+    #[default]
+    Both,
+    /// Stage 1 alone: a shard leaves stage 2 to `turncut plan --stage2`.
+    Stage1,
+    /// The cells `turncut plan --stage2` planned from every shard's stage 1.
+    Stage2,
+}
+
+impl Stages {
+    /// Whether this is the default, [`Stages::Both`].
+    pub fn is_both(&self) -> bool {
+        *self == Stages::Both
+    }
 }
 
 /// A scenario id a wave did not run, and why.
@@ -778,6 +807,10 @@ pub struct Plan {
     pub judged: Vec<CellResult>,
     /// Per scenario id, the boundaries only some clean runs reached.
     pub timing_dependent: Vec<(String, Vec<String>)>,
+    /// `Both` for `turncut plan` (`stage2` says whether stage 2 follows),
+    /// `Stage2` for `turncut plan --stage2`; never `Stage1`.
+    #[serde(default, skip_serializing_if = "Stages::is_both")]
+    pub stages: Stages,
 }
 
 /// Stage 2 of a plan: which of its cells are kept.

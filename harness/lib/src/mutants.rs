@@ -322,7 +322,7 @@ fn tally(bug: &str, profile: &str, results: &[crate::model::CellResult]) -> Row 
         }
         row.example.get_or_insert_with(|| r.spec.name());
         for o in r.oracles.iter().filter(|o| o.verdict == Verdict::Fail) {
-            *row.caught_by.entry(o.oracle.clone()).or_default() += 1;
+            *row.caught_by.entry(o.oracle.as_str().into()).or_default() += 1;
         }
     }
     row

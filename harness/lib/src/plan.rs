@@ -200,7 +200,7 @@ pub fn discover(
     Ok(Discovery {
         timing: crate::timing::silent_provider(&run.evidence),
         boundaries: boundaries_of(hits),
-        clean_state: run.result.outcome.state.clone(),
+        clean_state: crate::model::TaskState::name(run.result.outcome.state).to_owned(),
         clean_verdict: run.result.verdict,
         clean_failure: (run.result.verdict != Verdict::Pass).then(|| Box::new(run.result.clone())),
         clean_ms: run.result.duration_ms,
@@ -208,7 +208,7 @@ pub fn discover(
             .evidence
             .events
             .iter()
-            .filter_map(|e| e["kind"].as_str())
+            .filter_map(crate::run_log::RunLogEvent::kind_name)
             .filter(|k| *k != "message.queued")
             .map(str::to_owned)
             .collect(),
@@ -277,23 +277,40 @@ pub fn discover_after(
     profile: &str,
     first: &crate::model::Event,
 ) -> anyhow::Result<Vec<Boundary>> {
+    discover_after_walking(env, scenario, profile, first, None)
+}
+
+/// How many traced runs [`discover_after_walking`] makes at most to see the
+/// recovery path it is asked for.
+const WALK_TRACES: usize = 3;
+
+/// [`discover_after`], for the recovery of `path` when given: the event's
+/// recovery can walk another path in another run (the provider recorded the
+/// turn before the kill or not), so a traced run that walked another path is
+/// made again, [`WALK_TRACES`] runs at most (then the last stands). Stage 2
+/// traces each representative this way, so the boundaries it cuts are those
+/// of the path the representative walked, whichever run traces it.
+pub fn discover_after_walking(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    first: &crate::model::Event,
+    path: Option<&str>,
+) -> anyhow::Result<Vec<Boundary>> {
     let spec = schedule_cell(
         0,
         "discovery".into(),
         scenario.id(profile),
         std::slice::from_ref(first),
     );
-    // A cut whose reach depends on timing can be missed once, as a cell's
-    // can (`wave::run_one` runs such a cell once more): so can this run.
-    let (hits, mark, doomed) = match traced_after(env, scenario, profile, &spec)? {
-        Some(found) => found,
-        None => traced_after(env, scenario, profile, &spec)?.ok_or_else(|| {
-            anyhow::anyhow!(
-                "the traced run of {} never reached its cut (twice)",
-                spec.name()
-            )
-        })?,
-    };
+    let mut found = reached_after(env, scenario, profile, &spec)?;
+    for _ in 1..WALK_TRACES {
+        if path.is_none_or(|p| found.3 == p) {
+            break;
+        }
+        found = reached_after(env, scenario, profile, &spec)?;
+    }
+    let (hits, mark, doomed, _) = found;
     let mut counts: std::collections::HashMap<&str, u64> = Default::default();
     let mut out: Vec<Boundary> = Vec::new();
     let alive = provider_alive_at(&hits);
@@ -318,13 +335,33 @@ pub fn discover_after(
     Ok(out)
 }
 
+/// A traced run of `spec` that reached its event. A cut whose reach
+/// depends on timing can be missed once, as a cell's can (`wave::run_one`
+/// runs such a cell once more): so can this run.
+fn reached_after(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    spec: &CellSpec,
+) -> anyhow::Result<TracedAfter> {
+    match traced_after(env, scenario, profile, spec)? {
+        Some(found) => Ok(found),
+        None => traced_after(env, scenario, profile, spec)?.ok_or_else(|| {
+            anyhow::anyhow!(
+                "the traced run of {} never reached its cut (twice)",
+                spec.name()
+            )
+        }),
+    }
+}
+
 /// How many times a traced run after an event is run again with longer
 /// timeouts when the load made the runner find a provider silent.
 const TIMING_RETRACES: usize = 2;
 
-/// A traced run after an event: its hits, the index of the event's mark and
-/// the pids the event doomed.
-type TracedAfter = (Vec<cutpoint::Hit>, usize, Vec<u32>);
+/// A traced run after an event: its hits, the index of the event's mark,
+/// the pids the event doomed and the recovery path it walked.
+type TracedAfter = (Vec<cutpoint::Hit>, usize, Vec<u32>, String);
 
 /// One traced run of the discovery cell `spec`, or `None` when the run
 /// never reached the event.
@@ -362,7 +399,8 @@ fn traced_after(
         .iter()
         .position(|h| h.point == crate::cell::EVENT_MARK && h.n == 1);
     let doomed = crate::cell::doomed_in_trace(&trace, 1)?;
-    Ok(mark.map(|m| (hits, m, doomed)))
+    let path = run.result.outcome.path.clone();
+    Ok(mark.map(|m| (hits, m, doomed, path)))
 }
 
 /// The listed cut points of `scenario` that never happen in this clean run

@@ -56,6 +56,7 @@ pub fn plan_cells(
     let found = discover_all(env, scenarios, ids, &mut planned, quiet);
     for f in &found {
         check_points(env, f.scenario, &found)?;
+        check_schedules(f.scenario, &found)?;
     }
     let mut all = Vec::new();
     for f in &found {
@@ -64,6 +65,7 @@ pub fn plan_cells(
             continue;
         };
         let depth1 = cells.len();
+        cells.extend(own_schedules(f));
         if f.scenario.cut == crate::scenario::CutSelection::None {
             // `cut = "none"`: the clean run only, as the file says; no
             // schedule is drawn for it.
@@ -455,6 +457,45 @@ fn depth2_cells(
     Ok(out)
 }
 
+/// The scenario's own `[chaos] schedules` that this profile's clean run
+/// can run (a schedule names one protocol's points).
+fn own_schedules(f: &Discovered<'_>) -> Vec<Vec<Event>> {
+    f.scenario
+        .schedules
+        .iter()
+        .filter(|(events, _)| plan::check_schedule(&f.discovery.boundaries, f.id, events).is_ok())
+        .map(|(events, _)| events.clone())
+        .collect()
+}
+
+/// Every `[chaos] schedules` entry of `s` runs on at least one of its
+/// planned profiles; otherwise the file is wrong (its place, and why the
+/// first profile refused it).
+fn check_schedules(s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
+    let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
+    for (events, (line, col)) in &s.schedules {
+        let why: Vec<String> = mine
+            .iter()
+            .map(|f| plan::check_schedule(&f.discovery.boundaries, f.id, events))
+            .filter_map(Result::err)
+            .collect();
+        if !mine.is_empty() && why.len() == mine.len() {
+            return Err(crate::scenario::ScenarioError {
+                path: s.path.display().to_string(),
+                line: *line,
+                col: *col,
+                message: format!(
+                    "schedules: {} runs on none of the planned profiles: {}",
+                    crate::model::format_schedule(events),
+                    why[0]
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Checks the `cut` list of `s` against the boundaries of all its profiles
 /// (a runner point may exist in one driver only); profiles not planned
 /// (`--only`) are discovered only when a point is missing from the others.
@@ -542,6 +583,7 @@ pub fn make_plan(
         skipped,
         judged: planned.judged,
         timing_dependent: planned.timing_dependent,
+        stages: crate::model::Stages::Both,
     })
 }
 

@@ -6,6 +6,7 @@
 //! ambiguous_turn_start → retry → completed`, …). For every path a profile's
 //! one-cut cells walked, in each scenario shape, the first cell that walked
 //! it (in cell order) is its representative: a traced run of its event
+//! (made again, up to three runs, until it walks the representative's path)
 //! lists the boundaries of the recovery that follows, and each boundary of
 //! that recovery — and where the path goes through a Retry, each boundary
 //! of the Retry up to its first accepted turn — gets a second event:
@@ -221,7 +222,16 @@ pub fn recovery_cells(
                 continue;
             }
         };
-        let span = span(&after);
+        let mut span = span(&after);
+        // Threads of the runner and of a provider interleave by timing, so
+        // two traces of one recovery list its boundaries in orders that
+        // differ while their set does not: the cells are numbered in a fixed
+        // order (runner points first, then by name and occurrence), as the
+        // planner numbers stage 1, so `turncut plan --stage2` and a wave's own
+        // stage 2 name the same cell the same way.
+        span.sort_by(|a, b| {
+            (a.role != Role::Runner, &a.cut).cmp(&(b.role != Role::Runner, &b.cut))
+        });
         reach
             .paths
             .entry(profile)
@@ -263,6 +273,27 @@ fn kept(c: &CellSpec, wave_seed: u64, keep_ppm: Option<u32>) -> bool {
     })
 }
 
+/// The stage-2 cells of a wave whose stage 1 gave `stage1` (every cell of
+/// it: a part would miss paths), kept by `s2`'s budget share: what a wave
+/// runs after its stage 1, and what `turncut plan --stage2` plans from the
+/// results of every shard's stage 1. The same results give the same cells.
+pub fn plan_stage2(
+    env: &CellEnv,
+    scenarios: &[Scenario],
+    stage1: &[CellResult],
+    s2: Stage2,
+    jobs: usize,
+) -> (Vec<CellSpec>, Reach) {
+    crate::progress::note("stage 2: tracing the recovery of each path the one-cut cells walked …");
+    let (cells, reach) = recovery_cells(env, scenarios, stage1, s2.wave_seed, jobs);
+    let cells: Vec<CellSpec> = cells
+        .into_iter()
+        .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
+        .collect();
+    crate::progress::note(&reach.summary(cells.len()));
+    (cells, reach)
+}
+
 /// What a wave's two stages ran.
 pub struct Stages {
     /// The finished cells of both stages.
@@ -293,13 +324,7 @@ pub fn run_stages(
         };
     };
     let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
-    crate::progress::note("stage 2: tracing the recovery of each path the one-cut cells walked …");
-    let (more, reach) = recovery_cells(env, scenarios, &stage1, s2.wave_seed, jobs);
-    let more: Vec<CellSpec> = more
-        .into_iter()
-        .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
-        .collect();
-    crate::progress::note(&reach.summary(more.len()));
+    let (more, reach) = plan_stage2(env, scenarios, &stage1, s2, jobs);
     finished.extend(crate::wave::run_cells_until(
         env, scenarios, &more, jobs, stop,
     ));
@@ -356,8 +381,14 @@ fn discover_all(
                         crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
                     let found = match scenario::find(scenarios, &rep.scenario_id) {
                         _ if interrupted => Err("interrupted before it was traced".into()),
-                        Some((s, profile)) => plan::discover_after(env, s, &profile, &rep.first)
-                            .map_err(|e| format!("{e:#}")),
+                        Some((s, profile)) => plan::discover_after_walking(
+                            env,
+                            s,
+                            &profile,
+                            &rep.first,
+                            Some(&rep.path),
+                        )
+                        .map_err(|e| format!("{e:#}")),
                         None => Err(format!("unknown scenario id {}", rep.scenario_id)),
                     };
                     out.lock().expect("discoveries")[i] = Some(found);
@@ -433,7 +464,7 @@ mod tests {
             plan::schedule_cell(1, cell_id.into(), scenario_id.into(), &events),
             crate::model::Verdict::Pass,
             crate::model::Outcome {
-                state: "completed".into(),
+                state: Some(crate::model::TaskState::Completed),
                 reached_cut: true,
                 path: path.into(),
                 ..Default::default()

@@ -14,10 +14,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::model::TaskState;
 use crate::supervisor::GroupChild;
-
-/// Version of the run-log events this harness reads (`v` of every event).
-pub const EVENT_VERSION: u32 = 1;
 
 /// The task as `GET /v1/tasks/{id}` shows it. Typed views refuse unknown
 /// fields: a runner that renames a field fails loudly (the oracles that read
@@ -31,8 +29,8 @@ pub struct TaskView {
     pub profile: String,
     /// The workspace.
     pub workspace: String,
-    /// `queued`, `running`, `completed`, `failed` or `needs_human`.
-    pub state: String,
+    /// Its state.
+    pub state: TaskState,
     /// Why it failed.
     pub cause: Option<CauseView>,
     /// The run executing or last executed.
@@ -115,49 +113,9 @@ pub struct CauseView {
     pub message: String,
 }
 
-/// A run-log event's envelope (its `data` depends on its kind).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventView {
-    /// Format version, [`EVENT_VERSION`].
-    pub v: u32,
-    /// The task.
-    pub task_id: String,
-    /// Gapless per task, from 1.
-    pub seq: i64,
-    /// The run, if any.
-    pub run_id: Option<String>,
-    /// When it was written.
-    pub ts_ms: i64,
-    /// The kind (`turn.accepted`, …).
-    pub kind: String,
-    /// Kind-specific data.
-    pub data: Value,
-}
-
 /// Reads a task view, naming what does not fit.
 pub fn task_view(v: &Value) -> Result<TaskView, String> {
     TaskView::deserialize(v).map_err(|e| format!("the task view does not parse: {e}"))
-}
-
-/// Reads run-log events, naming the first that does not fit or has another
-/// version.
-pub fn event_views(events: &[Value]) -> Result<Vec<EventView>, String> {
-    events
-        .iter()
-        .enumerate()
-        .map(|(i, e)| {
-            let ev = EventView::deserialize(e)
-                .map_err(|err| format!("run-log event {} does not parse: {err}", i + 1))?;
-            if ev.v != EVENT_VERSION {
-                return Err(format!(
-                    "run-log event {} has version {}, this harness reads {EVENT_VERSION}",
-                    ev.seq, ev.v
-                ));
-            }
-            Ok(ev)
-        })
-        .collect()
 }
 
 /// A running runner process.

@@ -43,6 +43,32 @@ pub enum FollowUpWhen {
     TurnActive,
     /// Once the task settled.
     Settled,
+    /// Once the cell's first event was applied (a recovery is under way:
+    /// the runner or a provider restarting, a write failed), or, when no
+    /// event comes (a clean run), once the task settled.
+    Recovering,
+}
+
+impl FollowUpWhen {
+    /// The word a scenario file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FollowUpWhen::Now => "now",
+            FollowUpWhen::TurnActive => "turn-active",
+            FollowUpWhen::Settled => "settled",
+            FollowUpWhen::Recovering => "recovering",
+        }
+    }
+}
+
+impl RetryWhen {
+    /// The word a scenario file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetryWhen::FailedClosed => "failed-closed",
+            RetryWhen::Always => "always",
+        }
+    }
 }
 
 /// When the harness issues its Retry.
@@ -131,7 +157,15 @@ pub struct Scenario {
     /// Where each point name of a `cut` list is in the file (line, column),
     /// for errors found once the boundaries are known.
     pub cut_places: std::collections::BTreeMap<String, (usize, usize)>,
+    /// Schedules every wave runs for each profile (`[chaos] schedules`, as
+    /// `turncut explore --emit-scenario` writes a shrunk failure), with the
+    /// place of each in the file.
+    pub schedules: Vec<OwnSchedule>,
 }
+
+/// A `[chaos] schedules` entry: its events, and its place in the file
+/// (line, column).
+pub type OwnSchedule = (Vec<crate::model::Event>, (usize, usize));
 
 impl Scenario {
     /// The scenario id for `profile`.
@@ -275,6 +309,8 @@ struct RawChaos {
     faults: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default)]
     recut: Option<Spanned<String>>,
+    #[serde(default)]
+    schedules: Option<Vec<Spanned<String>>>,
 }
 
 #[derive(Deserialize)]
@@ -347,6 +383,10 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
     let steps = parse_steps(&ctx, &raw.steps)?;
     let script = script.answering_in_order(steps.iter().filter_map(Step::text));
     let mut cut_places = std::collections::BTreeMap::new();
+    let schedules = match raw.chaos.as_ref().and_then(|ch| ch.schedules.as_ref()) {
+        None => Vec::new(),
+        Some(list) => parse_schedules(&ctx, list)?,
+    };
     let (cut, faults, recut) = match raw.chaos {
         None => (CutSelection::EveryBoundary, Fault::DEFAULT.to_vec(), None),
         Some(ch) => parse_chaos(&ctx, &ch, &mut cut_places)?,
@@ -369,7 +409,32 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         recut,
         expect,
         cut_places,
+        schedules,
     })
+}
+
+/// `[chaos] schedules`: each a `--schedule` string, parsed here; whether
+/// its points happen is checked once the boundaries are known.
+fn parse_schedules(
+    ctx: &Ctx<'_>,
+    list: &[Spanned<String>],
+) -> Result<Vec<OwnSchedule>, ScenarioError> {
+    let mut out = Vec::new();
+    for s in list {
+        let events = crate::model::parse_schedule(s.get_ref())
+            .map_err(|e| ctx.err(s.span(), format!("schedules: {e}")))?;
+        if events.len() > crate::plan::MAX_EVENTS {
+            return Err(ctx.err(
+                s.span(),
+                format!(
+                    "schedules: at most {} events per schedule",
+                    crate::plan::MAX_EVENTS
+                ),
+            ));
+        }
+        out.push((events, wire::script::line_col(ctx.text, s.span().start)));
+    }
+    Ok(out)
 }
 
 /// The `profiles` list: at least one, each known and supported, none twice.
@@ -496,10 +561,12 @@ fn follow_up_when(ctx: &Ctx<'_>, f: &RawFollowUp) -> Result<FollowUpWhen, Scenar
         None | Some(("now", _)) => Ok(FollowUpWhen::Now),
         Some(("turn-active", _)) => Ok(FollowUpWhen::TurnActive),
         Some(("settled", _)) => Ok(FollowUpWhen::Settled),
+        Some(("recovering", _)) => Ok(FollowUpWhen::Recovering),
         Some((other, sp)) => Err(ctx.err(
             sp,
             format!(
-                "follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\""
+                "follow_up when = {other:?} is not one of \"now\", \"turn-active\", \"settled\", \"recovering\"{}",
+                did_you_mean(other, ["now", "turn-active", "settled", "recovering"])
             ),
         )),
     }

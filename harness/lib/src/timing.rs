@@ -24,12 +24,10 @@
 
 use std::collections::HashSet;
 
-use serde_json::Value;
-
 use crate::cell::{CellEnv, CellRun, run_cell};
-use crate::evidence::Evidence;
-use crate::model::{CellSpec, Rerun, Verdict};
-use crate::run_log::Kind;
+use crate::evidence::{ActionKind, Evidence};
+use crate::model::{CellSpec, Fault, Rerun, Verdict};
+use crate::run_log::{Kind, ProviderUnresponsive, RunLogEvent};
 use crate::scenario::Scenario;
 
 /// How much longer a rerun waits: the idle timeout ×4, the deadline ×2.
@@ -60,20 +58,16 @@ pub fn silent_provider(ev: &Evidence) -> Option<String> {
     let hung: HashSet<u64> = ev
         .actions
         .iter()
-        .filter(|a| a.what == "fault.hang-provider")
-        .filter_map(|a| a.detail["provider_pid"].as_u64())
+        .filter(|a| a.what == ActionKind::Fault(Fault::HangProvider))
+        .filter_map(|a| a.provider_pid())
         .collect();
-    let e = ev.events_of(Kind::ProviderUnresponsive).find(|e| {
-        e.pointer("/data/pid")
-            .and_then(Value::as_u64)
-            .is_none_or(|pid| !hung.contains(&pid))
-    })?;
+    let (_, e) = ev
+        .payloads::<ProviderUnresponsive>()
+        .find(|(_, e)| e.pid.is_none_or(|pid| !hung.contains(&pid)))?;
     Some(format!(
         "the runner found provider pid {} silent ({}), and no fault was applied to it",
-        e.pointer("/data/pid").unwrap_or(&Value::Null),
-        e.pointer("/data/detail")
-            .and_then(Value::as_str)
-            .unwrap_or("idle timeout")
+        e.pid.map_or_else(|| "null".to_owned(), |p| p.to_string()),
+        e.detail.as_deref().unwrap_or("idle timeout")
     ))
 }
 
@@ -82,15 +76,16 @@ pub fn silent_provider(ev: &Evidence) -> Option<String> {
 /// providers spins (a seeded bug's runner did so 130 times in 8 s), and a
 /// loaded machine cannot make a correct runner do that for long: it gives
 /// up on a provider lost five times in a run, and settles.
-fn is_progress(e: &Value) -> bool {
+fn is_progress(e: &RunLogEvent) -> bool {
     let lifecycle = matches!(
-        Kind::of(e),
-        Kind::ProviderSpawned
+        e.kind(),
+        Kind::ProviderSpawnIntent
+            | Kind::ProviderSpawned
             | Kind::ProviderStopped
             | Kind::ProviderSpawnSwept
             | Kind::ProviderUnresponsive
             | Kind::ProviderExited
-    ) || e["kind"] == "provider.spawn_intent";
+    );
     !lifecycle
 }
 
@@ -100,13 +95,13 @@ fn quiet_at_deadline(ev: &Evidence) -> Option<u64> {
     let at = ev
         .actions
         .iter()
-        .find(|a| a.what == crate::cell::DEADLINE_PASSED)?
+        .find(|a| a.what == ActionKind::DeadlinePassed)?
         .at_ms;
     let last = ev
         .events
         .iter()
         .filter(|e| is_progress(e))
-        .filter_map(|e| e["ts_ms"].as_u64())
+        .filter_map(|e| u64::try_from(e.ts_ms).ok())
         .max()
         .map_or(0, |t| t.saturating_sub(ev.started_ms));
     Some(at.saturating_sub(last))
@@ -153,11 +148,8 @@ fn gave_up_early(ev: &Evidence) -> bool {
     let Some(given) = ev.runner_idle_timeout_ms else {
         return false;
     };
-    ev.events_of(Kind::ProviderUnresponsive).any(|e| {
-        e.pointer("/data/idle_ms")
-            .and_then(Value::as_u64)
-            .is_some_and(|waited| waited < given)
-    })
+    ev.payloads::<ProviderUnresponsive>()
+        .any(|(_, e)| e.idle_ms.is_some_and(|waited| waited < given))
 }
 
 /// Runs the cell; a failure of timing's shape runs again with longer
@@ -220,7 +212,11 @@ fn undecided(run: &mut CellRun, why: &str) {
 mod tests {
     use super::*;
     use crate::evidence::Action;
-    use serde_json::json;
+    use serde_json::{Value, json};
+
+    fn read(events: Vec<Value>) -> Vec<RunLogEvent> {
+        RunLogEvent::read_all(events)
+    }
 
     fn unresponsive(pid: u64) -> Value {
         json!({ "v": 1, "task_id": "t", "seq": 1, "run_id": null, "ts_ms": 1,
@@ -230,13 +226,13 @@ mod tests {
     #[test]
     fn a_silent_provider_the_harness_did_not_hang_is_timing() {
         let mut ev = Evidence {
-            events: vec![unresponsive(7)],
+            events: read(vec![unresponsive(7)]),
             ..Evidence::default()
         };
         assert!(timing_shape(&ev).unwrap().contains("pid 7"));
         ev.actions.push(Action {
             at_ms: 1,
-            what: "fault.hang-provider".into(),
+            what: ActionKind::Fault(Fault::HangProvider),
             detail: json!({ "provider_pid": 7 }),
         });
         assert_eq!(timing_shape(&ev), None, "the harness hung it");
@@ -247,12 +243,13 @@ mod tests {
         let mut silent = unresponsive(7);
         silent["data"]["idle_ms"] = json!(500);
         let mut ev = Evidence {
-            events: vec![silent],
+            events: read(vec![silent.clone()]),
             runner_idle_timeout_ms: Some(500),
             ..Evidence::default()
         };
         assert!(timing_shape(&ev).is_some(), "waited 500 of 500");
-        ev.events[0]["data"]["idle_ms"] = json!(0);
+        silent["data"]["idle_ms"] = json!(0);
+        ev.events = read(vec![silent]);
         assert_eq!(
             timing_shape(&ev),
             None,
@@ -276,14 +273,14 @@ mod tests {
     fn a_runner_quiet_for_half_the_deadline_is_stuck_and_a_busy_one_is_not() {
         let at = |ms| crate::evidence::Action {
             at_ms: ms,
-            what: crate::cell::DEADLINE_PASSED.into(),
+            what: ActionKind::DeadlinePassed,
             detail: Value::Null,
         };
         let event = |ts| serde_json::json!({ "kind": "turn.intent", "ts_ms": ts });
         let mut ev = Evidence {
             deadline_passed: true,
             started_ms: 1_000,
-            events: vec![event(1_100), event(1_500)],
+            events: read(vec![event(1_100), event(1_500)]),
             actions: vec![at(8_000)],
             ..Evidence::default()
         };
@@ -307,11 +304,11 @@ mod tests {
             ][ts as usize % 3];
             spinning
                 .events
-                .push(serde_json::json!({ "kind": kind, "ts_ms": ts }));
+                .extend(read(vec![serde_json::json!({ "kind": kind, "ts_ms": ts })]));
         }
         assert!(stuck(&spinning, 8_000).is_some());
         // Its last event 1 s before the deadline: slow, not stuck.
-        ev.events.push(event(8_000));
+        ev.events.extend(read(vec![event(8_000)]));
         assert_eq!(stuck(&ev, 8_000), None);
         // No word of when the deadline passed: never called stuck.
         ev.actions.clear();

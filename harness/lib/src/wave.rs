@@ -17,6 +17,7 @@ use crate::scenario::{self, Scenario};
 
 /// A finished cell kept for the report: its result and, unless it passed,
 /// its evidence.
+#[derive(Clone)]
 pub struct Finished {
     /// The result.
     pub result: CellResult,
@@ -26,6 +27,9 @@ pub struct Finished {
     /// report draws a sequence diagram from it, abbreviated for a passing
     /// cell.
     pub timeline: String,
+    /// With `--keep`, the cell's kept directory (of the run whose result
+    /// stands), which holds its `evidence.json` too.
+    pub kept: Option<std::path::PathBuf>,
 }
 
 /// What a wave reaches beyond one cut per cell.
@@ -89,6 +93,7 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
             },
             evidence: None,
             timeline: String::new(),
+            kept: None,
         };
     };
     let mut run = run_cell(env, s, &profile, spec);
@@ -98,11 +103,22 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
     }
     let run = crate::timing::run_with_reruns(env, s, &profile, spec, run);
     let timeline = run.evidence.timeline();
-    let evidence = (run.result.verdict != Verdict::Pass).then_some(run.evidence);
+    if let Some(dir) = &run.kept {
+        // `turncut judge DIR` reads it there: a kept directory is judged
+        // like a report's `cells/t###/`.
+        if let Err(e) = run.evidence.write(dir) {
+            crate::progress::note(&format!("writing the evidence into {}: {e}", dir.display()));
+        }
+    }
+    // A kept cell's evidence goes to the report even when it passed, so
+    // `cells/t###/` exists for every kept cell.
+    let keep = run.result.verdict != Verdict::Pass || run.kept.is_some();
+    let evidence = keep.then_some(run.evidence);
     Finished {
         result: run.result,
         evidence,
         timeline,
+        kept: run.kept,
     }
 }
 
@@ -244,6 +260,8 @@ pub struct WaveMeta {
     pub run: RunConfig,
     /// Scenario ids that could not run here.
     pub skipped: Vec<crate::model::Skipped>,
+    /// Which stages of its plan the wave runs.
+    pub stages: crate::model::Stages,
 }
 
 /// Cells of each scenario id of a real product's profile that a wave runs
@@ -409,6 +427,7 @@ pub fn wave_result(
         not_run: planned.saturating_sub(finished.len()),
         stopped,
         skipped: meta.skipped.clone(),
+        stages: meta.stages,
     }
 }
 
@@ -515,6 +534,7 @@ mod tests {
             },
             evidence: None,
             timeline: String::new(),
+            kept: None,
         }
     }
 
@@ -525,7 +545,7 @@ mod tests {
     fn a_deadline_the_runner_let_pass_is_a_catch_and_a_harness_error_is_not() {
         let mut r = finished("t001", Verdict::Fail, "", true).result;
         r.oracles = vec![crate::model::OracleResult {
-            oracle: crate::oracles::Oracle::Liveness.as_str().into(),
+            oracle: crate::oracles::Oracle::Liveness,
             verdict: Verdict::Fail,
             message: "the task is still running after the cell's deadline".into(),
             evidence: Vec::new(),
@@ -535,7 +555,7 @@ mod tests {
         assert!(!caught(&r), "an error the cell cannot place is no catch");
         r.outcome.deadline_passed = true;
         assert!(caught(&r));
-        r.oracles[0].oracle = crate::oracles::Oracle::Vacuity.as_str().into();
+        r.oracles[0].oracle = crate::oracles::Oracle::Vacuity;
         assert!(!caught(&r), "a missed cut catches nothing");
     }
 

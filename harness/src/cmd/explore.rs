@@ -20,6 +20,9 @@ pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<Code, 
         return Err(bad("--time 0 would explore nothing; give e.g. 90s or 10m"));
     }
     let events = ex::parse_event_count(&args.events).map_err(bad)?;
+    if args.workflows {
+        return super::explore_workflows::explore_workflows(exe, common, args, budget, events);
+    }
     let (env, scenarios) = env_for(exe, common, None)?;
     let ids = matching_ids(&scenarios, args.only.as_deref(), false)?;
     let seed = args.seed.unwrap_or_else(clock_seed);
@@ -105,6 +108,7 @@ fn report_found(
             jobs: args.jobs as usize,
             run: harness::cell::run_config(env, scenarios),
             skipped: Vec::new(),
+            stages: harness::model::Stages::Both,
         },
         Instant::now(),
         &finished,

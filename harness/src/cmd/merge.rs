@@ -31,14 +31,19 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Code, Exit> {
 }
 
 /// Copies a directory tree (file modes too, so `reproduce.sh` stays
-/// executable).
+/// executable; symbolic links as links).
 fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let target = to.join(entry.file_name());
-        if entry.file_type()?.is_dir() {
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
             copy_dir(&entry.path(), &target)?;
+        } else if kind.is_symlink() {
+            // A kept cell's `kept` link to its directory stays a link.
+            let _ = std::fs::remove_file(&target);
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, target)?;
         } else {
             std::fs::copy(entry.path(), target)?;
         }

@@ -16,6 +16,7 @@ use crate::Common;
 pub mod crash_round;
 pub mod doctor;
 pub mod explore;
+pub mod explore_workflows;
 pub mod judge;
 pub mod lazyfs;
 pub mod list;
@@ -24,6 +25,7 @@ pub mod providers;
 pub mod replay;
 mod reports;
 pub mod run;
+mod stage2;
 pub mod wave;
 
 /// turncut's exit codes (README.md, "Exit codes").

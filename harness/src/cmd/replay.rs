@@ -64,7 +64,7 @@ pub fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<Code, Exit> {
         format!(
             "{} ({}{})",
             c.verdict.as_str(),
-            c.outcome.state,
+            harness::model::TaskState::name(c.outcome.state),
             failing(c)
                 .iter()
                 .map(|f| format!(", {f}"))

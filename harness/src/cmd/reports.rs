@@ -59,6 +59,8 @@ pub(super) struct Job<'a> {
     pub stage2: Option<harness::recuts::Stage2>,
     /// Planning runs the runner failed, judged like cells.
     pub judged: Vec<harness::model::CellResult>,
+    /// Which stages of the plan run.
+    pub stages: harness::model::Stages,
 }
 
 /// Runs the job's cells, writes the reports (with `out`) and prints the
@@ -68,9 +70,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
     let max_fail = (job.max_fail > 0).then_some(job.max_fail);
     wave::install_interrupt_handler();
     let (cells, no_fuse) = wave::split_power_cut(job.cells.clone());
-    for s in &no_fuse {
-        harness::progress::note(&format!("skipped {}: {}", s.scenario_id, s.reason));
-    }
+    note_skipped(&no_fuse);
     let stages = harness::recuts::run_stages(
         job.env,
         job.scenarios,
@@ -84,6 +84,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
         result: r.clone(),
         evidence: None,
         timeline: String::new(),
+        kept: None,
     }));
     let planned = (job.planned + stages.stage2_planned + job.judged.len())
         .saturating_sub(no_fuse.len())
@@ -97,6 +98,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
             jobs: job.jobs,
             run: harness::cell::run_config(job.env, job.scenarios),
             skipped: job.skipped.iter().cloned().chain(no_fuse).collect(),
+            stages: job.stages,
         },
         started,
         &finished,
@@ -106,13 +108,23 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
     if let Some(out) = job.out {
         write_reports(job.env, out, &result, &finished)?;
     }
+    note_kept(job.out, &finished);
     print_outcome(&result);
     let whole = result.not_run == 0 && result.stopped.is_none();
     Ok(Code::of(result.verdict()).max(Code::pass_if(whole)))
 }
 
+/// One progress note per reason cells or scenarios are skipped for, with
+/// the count: a reason that skips 184 cells is said once, not 184 times.
+pub(super) fn note_skipped(skipped: &[harness::model::Skipped]) {
+    for (reason, ids) in report::skipped_by_reason(skipped) {
+        harness::progress::note(&format!("skipping {}: {reason}", ids.len()));
+    }
+}
+
 /// The reports, and `cells/t###/` (evidence, timeline, reproduce.sh) for
-/// every cell that did not pass.
+/// every cell that did not pass or was kept (`--keep`: with a `kept` link to
+/// the cell's directory).
 pub(super) fn write_reports(
     env: &CellEnv,
     out: &Path,
@@ -131,6 +143,11 @@ pub(super) fn write_reports(
         let dir = out.join("cells").join(&f.result.spec.cell_id);
         let write = || -> std::io::Result<()> {
             ev.write(&dir)?;
+            if let Some(kept) = &f.kept {
+                let link = dir.join(KEPT_LINK);
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(kept, link)?;
+            }
             std::fs::write(dir.join("timeline.txt"), &f.timeline)?;
             let script = dir.join("reproduce.sh");
             std::fs::write(&script, harness::cell::reproduce_script(env, &f.result))?;
@@ -142,6 +159,44 @@ pub(super) fn write_reports(
     append_step_summary(result);
     harness::progress::note(&format!("reports in {}", out.display()));
     Ok(())
+}
+
+/// The name, inside a report's `cells/t###/`, of the link to the cell's
+/// kept directory (`--keep`).
+const KEPT_LINK: &str = "kept";
+
+/// How many kept cells are named one per line; more are counted.
+const KEPT_LINES_MAX: usize = 20;
+
+/// Says where `--keep` left each cell: its `cells/t###/` in the report
+/// (which `turncut judge` reads, with the `kept` link to the directory), or
+/// the directory itself without `--out` (it holds `evidence.json` too).
+fn note_kept(out: Option<&Path>, finished: &[wave::Finished]) {
+    let kept: Vec<(&str, &Path)> = finished
+        .iter()
+        .filter_map(|f| Some((f.result.spec.cell_id.as_str(), f.kept.as_deref()?)))
+        .collect();
+    for (id, dir) in kept.iter().take(KEPT_LINES_MAX) {
+        let line = match out {
+            Some(out) => format!(
+                "kept {id}: {} (its directory: {}; turncut judge {0})",
+                out.join("cells").join(id).display(),
+                dir.display()
+            ),
+            None => format!("kept {id}: {} (turncut judge {0})", dir.display()),
+        };
+        harness::progress::note(&line);
+    }
+    if kept.len() > KEPT_LINES_MAX {
+        let place = match out {
+            Some(out) => format!("{}/cells/t###/{KEPT_LINK}", out.display()),
+            None => format!("{}/turncut-cell-*", harness::tempdirs::root().display()),
+        };
+        harness::progress::note(&format!(
+            "…and {} more kept cells, in {place}",
+            kept.len() - KEPT_LINES_MAX
+        ));
+    }
 }
 
 /// The wave's counts and every cell that did not pass, with its reproduce
@@ -182,14 +237,11 @@ fn print_outcome(result: &WaveResult) {
     if let Some(why) = &result.stopped {
         text.push_str(&format!("NOT COMPLETE: {why}\n"));
     }
-    if !result.skipped.is_empty() {
+    for (reason, ids) in report::skipped_by_reason(&result.skipped) {
         text.push_str(&format!(
-            "{} scenario ids skipped (not run, not passed):\n",
-            result.skipped.len()
+            "SKIPPED {} (not run, not passed; listed in summary.md): {reason}\n",
+            ids.len()
         ));
-        for s in &result.skipped {
-            text.push_str(&format!("  skipped {}: {}\n", s.scenario_id, s.reason));
-        }
     }
     for c in result.cells.iter().filter(|c| c.verdict != Verdict::Pass) {
         text.push_str(&format!(

@@ -52,6 +52,7 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<Code, Exit> {
         skipped,
         stage2,
         judged,
+        stages: harness::model::Stages::Both,
     })
 }
 

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use harness::cell::CellEnv;
-use harness::model::{Plan, Verdict};
+use harness::model::{Plan, Stages, Verdict};
 use harness::scenario::Scenario;
 use harness::{plan, planner, wave};
 
@@ -55,6 +55,8 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
         .unwrap_or_else(|| PathBuf::from("reports/out").join(&plan.wave_id));
     prepare_out(&out)?;
     harness::progress::note(&format!("wave {}: {} cells", plan.wave_id, cells.len()));
+    write_plan(&out.join(PLAN_IN_REPORT), &plan)?;
+    let stages = stages_of(&plan, shard, &out);
     let planned = cells.len();
     run_and_report(&Job {
         env: &env,
@@ -73,11 +75,36 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
             Vec::new()
         },
         judged,
-        stage2: plan.stage2.map(|s| harness::recuts::Stage2 {
-            wave_seed: plan.seed,
-            keep_ppm: s.keep_ppm,
-        }),
+        stage2: plan
+            .stage2
+            .filter(|_| stages == Stages::Both)
+            .map(|s| harness::recuts::Stage2 {
+                wave_seed: plan.seed,
+                keep_ppm: s.keep_ppm,
+            }),
+        stages,
     })
+}
+
+/// The plan a wave ran, beside its reports: `turncut plan --stage2` reads
+/// it from each stage-1 shard's directory.
+pub(super) const PLAN_IN_REPORT: &str = "plan.json";
+
+/// Which stages a wave of `plan` runs: a shard of a plan with stage 2 runs
+/// stage 1 only (stage 2 follows from every shard's results, not from its
+/// own), and says how stage 2 is planned.
+fn stages_of(plan: &Plan, shard: Option<(u32, u32)>, out: &Path) -> Stages {
+    match plan.stages {
+        Stages::Stage2 => Stages::Stage2,
+        _ if shard.is_some() && plan.stage2.is_some() => {
+            harness::progress::note(&format!(
+                "stage 1 only: once every shard is done, plan stage 2 from all of them: turncut plan --stage2 {} … --out plan2.json",
+                out.display()
+            ));
+            Stages::Stage1
+        }
+        _ => Stages::Both,
+    }
 }
 
 /// The cells and judged planning runs of `shard` of `plan` (all without
@@ -110,17 +137,38 @@ fn shard_of_plan(
     )
 }
 
-/// `turncut plan`: plans a wave and writes the plan.
+/// Writes `plan` to `path` (JSON); a failure is bad input (the path).
+fn write_plan(path: &Path, plan: &Plan) -> Result<(), Exit> {
+    let text = serde_json::to_string_pretty(plan).expect("a plan serializes");
+    write_file_atomically(path, text.as_bytes())
+        .map_err(|e| bad(format!("{}: {e}", path.display())))
+}
+
+/// `turncut plan`: plans a wave (or, with `--stage2`, its stage 2) and
+/// writes the plan.
 pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<Code, Exit> {
     let (env, scenarios) = env_for(exe, common, None)?;
-    let plan = make_plan(&env, &scenarios, &args.select)?;
-    let text = serde_json::to_string_pretty(&plan).expect("a plan serializes");
-    write_file_atomically(&args.out, text.as_bytes())
-        .map_err(|e| bad(format!("--out {}: {e}", args.out.display())))?;
+    let plan = if args.stage2.is_empty() {
+        make_plan(&env, &scenarios, &args.select)?
+    } else {
+        if args.select.given() {
+            return Err(bad(
+                "--stage2: the stage-1 plan fixes the selection; drop --seed, --budget, --only, --real and the reach options"
+                    .to_owned(),
+            ));
+        }
+        super::stage2::plan_stage2(env, &scenarios, &args.stage2, args.jobs as usize)?
+    };
+    write_plan(&args.out, &plan)?;
     harness::progress::note(&format!(
-        "plan {}: {} cells{}, {} skipped, {} judged planning runs; written to {}",
+        "plan {}: {} {}cells{}, {} skipped, {} judged planning runs; written to {}",
         plan.wave_id,
         plan.cells.len(),
+        if plan.stages == Stages::Stage2 {
+            "stage-2 "
+        } else {
+            ""
+        },
         if plan.stage2.is_some() {
             " and stage 2"
         } else {
@@ -140,9 +188,7 @@ fn make_plan(env: &CellEnv, scenarios: &[Scenario], select: &SelectArgs) -> Resu
     let only = select.only.as_deref();
     let ids = matching_ids(scenarios, only, select.real)?;
     let (ids, skipped) = wave::split_skipped(ids);
-    for s in &skipped {
-        harness::progress::note(&format!("skipped {}: {}", s.scenario_id, s.reason));
-    }
+    super::reports::note_skipped(&skipped);
     let reach = select.reach.reach();
     let mut env = env.clone();
     env.recut = !reach.depth1_only;
@@ -165,7 +211,7 @@ fn make_plan(env: &CellEnv, scenarios: &[Scenario], select: &SelectArgs) -> Resu
 
 /// Reads a plan, refusing one made from other scenarios or by another
 /// turncut version (its cells would not mean the same).
-fn read_plan(path: &Path, scenarios: &[Scenario]) -> Result<Plan, Exit> {
+pub(super) fn read_plan(path: &Path, scenarios: &[Scenario]) -> Result<Plan, Exit> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("--plan {}: {e}", path.display())))?;
     let plan: Plan = serde_json::from_str(&text).map_err(|e| {
@@ -201,7 +247,7 @@ fn read_plan(path: &Path, scenarios: &[Scenario]) -> Result<Plan, Exit> {
 
 /// The cell environment of a plan: its runner command, arguments and
 /// timeouts (given options still win, as for `replay`).
-fn env_of_plan(mut env: CellEnv, plan: &Plan) -> CellEnv {
+pub(super) fn env_of_plan(mut env: CellEnv, plan: &Plan) -> CellEnv {
     let r = &plan.run;
     if let Some(cmd) = &r.runner_cmd {
         env.runner_cmd = cmd.clone();

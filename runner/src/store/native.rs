@@ -50,12 +50,6 @@ impl Db {
             .collect()
     }
 
-    /// Writes a native turn's checkpoint (the allowlisted JSON of
-    /// `native::checkpoint::Checkpoint`) with its run-log event; `write` names
-    /// the boundary (`model_output`, `tool_executing`, `tool_outcome`, …).
-    /// The first save of a turn also marks it accepted: for the native
-    /// profile the runner's own store is the provider's record.
-    #[allow(clippy::too_many_arguments)]
     /// A native turn's acceptance and its first checkpoint (the user
     /// message as the turn's first history item), in one transaction: the
     /// turn is accepted exactly when the message is durable where the model
@@ -64,7 +58,6 @@ impl Db {
     /// without naming it among the messages it strands (found by a
     /// generated workflow: a follow-up injected at
     /// `runner.conversation.persisted`, then a failed checkpoint write).
-    #[allow(clippy::too_many_arguments)]
     pub fn native_accept(
         &mut self,
         task_id: &str,
@@ -104,6 +97,13 @@ impl Db {
         Ok(())
     }
 
+    /// Writes a native turn's checkpoint (the allowlisted JSON of
+    /// `native::checkpoint::Checkpoint`) with its run-log event; `write` names
+    /// the boundary (`model_output`, `tool_executing`, `tool_outcome`, …).
+    /// A turn's first checkpoint is written with its acceptance
+    /// ([`Db::native_accept`]): for the native profile the runner's own
+    /// store is the provider's record.
+    #[allow(clippy::too_many_arguments)]
     pub fn native_save(
         &mut self,
         write: &str,

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use serde_json::Value;
 
-use crate::evidence::{Action, Exchange, Op};
+use crate::evidence::{Action, ActionKind, Exchange, Op};
 use crate::runner_client::{RunnerClient, RunnerProcess};
 
 /// The state the two sides share: see the module doc.
@@ -146,10 +146,10 @@ impl Recorder {
     }
 
     /// Records an action.
-    pub fn act(&self, what: &str, detail: Value) {
+    pub fn act(&self, what: ActionKind, detail: Value) {
         self.send(Record::Action(Action {
             at_ms: self.now_ms(),
-            what: what.to_owned(),
+            what,
             detail,
         }));
     }

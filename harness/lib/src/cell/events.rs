@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{Ctx, TASK_ID, start_runner};
+use crate::evidence::ActionKind;
 use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
-use crate::run_log::Kind;
+use crate::run_log::{Data, RunLogEvent};
 use crate::runner_client::RunnerClient;
 use crate::scenario::Scenario;
 
@@ -100,7 +101,7 @@ struct CutSide {
 }
 
 impl CutSide {
-    fn act(&self, what: &str, detail: Value) {
+    fn act(&self, what: ActionKind, detail: Value) {
         self.ctx.rec.act(what, detail);
     }
 
@@ -220,7 +221,7 @@ fn accept_hits(listener: &cutpoint::Listener, side: &CutSide, tx: std::sync::mps
             Ok(h) => h,
             Err(cutpoint::Error::Timeout { .. } | cutpoint::Error::Woken) => continue,
             Err(e) => {
-                side.act("cut.error", json!({ "error": e.to_string() }));
+                side.act(ActionKind::CutError, json!({ "error": e.to_string() }));
                 continue;
             }
         };
@@ -330,7 +331,7 @@ fn hold_runner_at_provider_hit(side: &CutSide, stage: usize, hit: &cutpoint::Hit
         && nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok()
     {
         side.act(
-            "fault.hold-runner",
+            ActionKind::HoldRunner,
             json!({ "event": stage + 1, "pid": pid }),
         );
     }
@@ -376,9 +377,9 @@ fn apply_event(
     }
     side.act(
         if stage == 0 {
-            "cut.reached"
+            ActionKind::CutReached
         } else {
-            "event.reached"
+            ActionKind::EventReached
         },
         detail,
     );
@@ -450,7 +451,7 @@ fn aims_at(fault: Fault, hit_role: Role, runner_held: bool) -> bool {
 /// (vacuity).
 fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
     side.act(
-        "event.not-applied",
+        ActionKind::EventNotApplied,
         json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
                 "why": "its process was gone (an earlier event killed it, or the runner stopped it) before the event was applied" }),
     );
@@ -477,13 +478,13 @@ fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
 fn disk_comes_back(side: &CutSide, held: cutpoint::HeldHit) {
     let point = held.hit.point.clone();
     let _ = held.fail(cutpoint::IoFault::Enospc);
-    side.act("disk.still-full", json!({ "point": point }));
+    side.act(ActionKind::DiskStillFull, json!({ "point": point }));
     disk_back(&side.ctx);
 }
 
 /// Restarts the runner, which brings its disk back.
 fn disk_back(ctx: &Ctx) {
-    if let Err(e) = restart_runner(ctx, "disk.back") {
+    if let Err(e) = restart_runner(ctx, ActionKind::DiskBack) {
         ctx.rec
             .error(format!("failed to bring the disk back: {e:#}"));
     }
@@ -499,19 +500,21 @@ fn disk_freed_by_operator(side: &CutSide) {
     }
     side.ctx.board.update(|s| s.disk_coming_back = true);
     side.act(
-        "disk.quiet",
+        ActionKind::DiskQuiet,
         json!({ "idle_ms": side.ctx.env.idle_timeout_ms }),
     );
     disk_back(&side.ctx);
 }
 
 /// SIGKILLs the current runner and starts the next one (`why` is recorded).
-fn restart_runner(ctx: &Ctx, why: &str) -> anyhow::Result<()> {
+fn restart_runner(ctx: &Ctx, why: ActionKind) -> anyhow::Result<()> {
     if let Some(r) = ctx.board.update(|s| s.runner.take()) {
         let pid = r.pid();
         r.kill()?;
-        ctx.rec
-            .act("fault.kill-runner", json!({ "pid": pid, "why": why }));
+        ctx.rec.act(
+            ActionKind::Fault(Fault::KillRunner),
+            json!({ "pid": pid, "why": why.to_string() }),
+        );
     }
     start_runner(ctx)?;
     ctx.rec.act(why, json!({}));
@@ -525,7 +528,7 @@ fn restart_runner(ctx: &Ctx, why: &str) -> anyhow::Result<()> {
 fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
     if Role::of(&held.hit.role) != Role::Runner || !fault.applies_at(&held.hit.point) {
         side.act(
-            "fault.not-a-write",
+            ActionKind::NotAWrite,
             json!({ "fault": fault.as_str(), "point": held.hit.point }),
         );
         let _ = held.resume();
@@ -541,7 +544,7 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
     };
     side.matcher().disk_full = pid;
     side.act(
-        &format!("fault.{fault}"),
+        ActionKind::Fault(fault),
         match io.errno() {
             Some(_) => json!({ "point": held.hit.point, "errno": io.as_str() }),
             // A corrupt read has no errno: the reply says what it was.
@@ -584,7 +587,7 @@ fn mark_trace(side: &CutSide, stage: usize) {
         .open(path)
         .and_then(|mut f| std::io::Write::write_all(&mut f, format!("{line}\n").as_bytes()));
     if let Err(e) = appended {
-        side.act("trace.error", json!({ "error": e.to_string() }));
+        side.act(ActionKind::TraceError, json!({ "error": e.to_string() }));
     }
 }
 
@@ -649,17 +652,17 @@ fn apply_signals(
     {
         let pid = r.pid();
         r.kill()?;
-        side.act("fault.kill-runner", json!({ "pid": pid }));
+        side.act(ActionKind::Fault(Fault::KillRunner), json!({ "pid": pid }));
     }
     match (plan.provider_signal, provider) {
         (Some(signal), Some(pid)) => {
             nemesis::signal_group(pid, signal)?;
             side.act(
-                &format!("fault.{}", fault.as_str()),
+                ActionKind::Fault(fault),
                 json!({ "provider_pid": pid, "signal": signal.as_str() }),
             );
         }
-        (Some(_), None) => side.act("fault.no-provider", json!({ "fault": fault.as_str() })),
+        (Some(_), None) => side.act(ActionKind::NoProvider, json!({ "fault": fault.as_str() })),
         (None, _) => {}
     }
     if plan.kill_runner
@@ -699,7 +702,7 @@ fn read_before_fault(client: Option<&RunnerClient>, hit: &cutpoint::Hit) -> Opti
 pub(super) fn restarted(ctx: &Ctx) {
     let stage = ctx.board.read(|s| s.stage);
     ctx.rec.act(
-        "restart",
+        ActionKind::Restart,
         json!({ "next_event": ctx.plan.events.get(stage).map(ToString::to_string) }),
     );
 }
@@ -724,7 +727,7 @@ fn freeze_runner_children(side: &CutSide, runner: u32) {
         // A fork of the runner not yet exec'ed: the runner's, left to exec.
         data["runner_forks_left"] = json!(forks);
     }
-    side.act("fault.freeze-providers", data);
+    side.act(ActionKind::FreezeProviders, data);
 }
 
 /// The runner's live provider, from its run log (read within
@@ -732,18 +735,10 @@ fn freeze_runner_children(side: &CutSide, runner: u32) {
 pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
     let events = client.events_within(TASK_ID, 0, PRE_FAULT_READ).ok()?;
     let mut live: Vec<u32> = Vec::new();
-    for e in events {
-        match Kind::of(&e) {
-            Kind::ProviderSpawned => {
-                if let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64) {
-                    live.push(pid as u32);
-                }
-            }
-            Kind::ProviderStopped => {
-                if let Some(pid) = e.pointer("/data/identity/pid").and_then(Value::as_u64) {
-                    live.retain(|p| *p != pid as u32);
-                }
-            }
+    for e in RunLogEvent::read_all(events) {
+        match &e.data {
+            Data::ProviderSpawned(s) => live.push(s.pid as u32),
+            Data::ProviderStopped(s) => live.retain(|p| *p as u64 != s.identity.pid),
             _ => {}
         }
     }

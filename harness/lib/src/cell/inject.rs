@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::{Ctx, TASK_ID};
-use crate::evidence::{Exchange, Op};
+use crate::evidence::{ActionKind, Exchange, Op, OpKind, RequestKind};
 use crate::model::Fault;
 use crate::runner_client::RunnerClient;
 
@@ -35,9 +35,9 @@ pub(super) fn inject_action(
     // one text would read, by text, as one message run twice
     // (`no-replay.turn` judges content under any id).
     let (kind, text) = match fault {
-        Fault::Retry => ("retry", String::new()),
+        Fault::Retry => (RequestKind::Retry, String::new()),
         _ => (
-            "follow_up",
+            RequestKind::FollowUp,
             format!("Also add a CHANGELOG (follow-up {message_id})"),
         ),
     };
@@ -69,20 +69,22 @@ pub(super) fn inject_action(
             .unwrap_or_else(|_| Err(anyhow::anyhow!("no answer before the deadline"))),
     };
     // No answer: the request may or may not have been applied (an `info` op).
-    let op = Op::of(kind, &message_id, at_ms, &answer);
+    let op = Op::of(OpKind::Request(kind), &message_id, at_ms, &answer);
     let (status, body) = answer.unwrap_or_else(|e| (0, json!({ "error": format!("{e:#}") })));
     ctx.rec.act(
-        &format!("fault.{fault}"),
+        ActionKind::Fault(fault),
         json!({ "message_id": message_id, "status": status }),
     );
     let exchange = Exchange {
-        kind: kind.to_owned(),
+        kind,
         message_id,
         text: text.to_owned(),
         status,
         body,
         state_before: None,
         expect: None,
+        sent_at_ms: at_ms,
+        injected: true,
     };
     ctx.rec.injected(exchange, op);
 }

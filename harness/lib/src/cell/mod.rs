@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::evidence::Evidence;
+use crate::evidence::{ActionKind, Evidence, RequestKind, TaskRead};
 use crate::model::{CellResult, CellSpec, Cut, Event, Fault, Outcome, Role, Verdict};
 use crate::nemesis;
 use crate::runner_client::RunnerProcess;
@@ -279,6 +279,7 @@ pub fn run_cell_traced(
         fault: spec.fault(),
         canary: canary.clone(),
         expect: scenario.expect.clone(),
+        script: Some(scenario.script.clone()),
         runner_idle_timeout_ms: Some(env.idle_timeout_ms),
         ..Evidence::default()
     };
@@ -395,7 +396,7 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
             verdict: Verdict::Unknown,
             oracles: Vec::new(),
             outcome: Outcome {
-                state: "unknown".into(),
+                state: None,
                 ..Outcome::default()
             },
             duration_ms: started.elapsed().as_millis() as u64,
@@ -421,7 +422,7 @@ pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
 fn outcome_of(ev: &Evidence) -> Outcome {
     Outcome {
         state: ev.state(),
-        cause: ev.cause_code(),
+        cause: ev.cause_code().map(str::to_owned),
         reached_cut: ev.reached_cut,
         events_applied: ev.events_applied,
         runs: ev.runs().len(),
@@ -429,7 +430,7 @@ fn outcome_of(ev: &Evidence) -> Outcome {
         retry_status: ev
             .exchanges
             .iter()
-            .find(|x| x.kind == "retry")
+            .find(|x| x.kind == RequestKind::Retry)
             .map(|x| x.status),
         path: ev.path(),
         effects: ev.ledger.len(),
@@ -682,7 +683,7 @@ fn drive(
     }
     start_runner(ctx)?;
     ctx.rec.act(
-        "runner.started",
+        ActionKind::RunnerStarted,
         json!({ "armed": spec.cut().as_ref().map(ToString::to_string) }),
     );
     // The cut side runs until teardown has read the final evidence: a
@@ -708,7 +709,7 @@ fn deadline_passed(ctx: &Ctx, ev: &mut Evidence) {
     // Said once: a step and the quiet phase after it may both miss it.
     if !ev.deadline_passed {
         ev.deadline_passed = true;
-        ctx.rec.act(DEADLINE_PASSED, json!({}));
+        ctx.rec.act(ActionKind::DeadlinePassed, json!({}));
     }
 }
 
@@ -742,9 +743,6 @@ fn settle_after_late_event(ctx: &Ctx) {
     let _ = wait_task(ctx, until, settled);
 }
 
-/// The action recorded when the cell's deadline passes.
-pub const DEADLINE_PASSED: &str = "deadline.passed";
-
 /// The quiet recovery phase: the armed cut was reached and its fault
 /// applied (the steps may finish before a late cut is even hit), no fault
 /// is in flight, and the task has settled with the runner that is now
@@ -756,7 +754,7 @@ fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
             board.wait_until(until, |s| s.stage >= 1 && s.applied >= s.stage);
         }
         match wait_task(ctx, settle_deadline(ctx, spec, until), settled) {
-            Ok(task) => ev.task = task,
+            Ok(task) => ev.task = Some(TaskRead::read(task)),
             Err(_) => {
                 deadline_passed(ctx, ev);
                 break;

@@ -19,6 +19,7 @@ use serde_json::json;
 
 use super::events::CutReport;
 use super::{Ctx, start_runner};
+use crate::evidence::ActionKind;
 use crate::model::{Event, Fault};
 use crate::nemesis;
 
@@ -54,7 +55,7 @@ pub(super) fn mount_disks(ctx: &Ctx) -> anyhow::Result<Vec<lazyfs::LazyFs>> {
         mounts.push(lazyfs::LazyFs::mount(&backing, &layout.p(name))?);
     }
     ctx.rec
-        .act("disks.lazy", json!({ "mounted": ON_LAZY_MOUNTS }));
+        .act(ActionKind::DisksLazy, json!({ "mounted": ON_LAZY_MOUNTS }));
     Ok(mounts)
 }
 
@@ -63,8 +64,10 @@ pub(super) fn mount_disks(ctx: &Ctx) -> anyhow::Result<Vec<lazyfs::LazyFs>> {
 pub(super) fn unmount_disks(ctx: &Ctx, mounts: Vec<lazyfs::LazyFs>) {
     for fs in mounts {
         if let Err(e) = fs.unmount() {
-            ctx.rec
-                .act("disks.unmount-error", json!({ "error": e.to_string() }));
+            ctx.rec.act(
+                ActionKind::DisksUnmountError,
+                json!({ "error": e.to_string() }),
+            );
         }
     }
 }
@@ -124,7 +127,7 @@ pub(super) fn cut_power(
     let (files, gaps) = super::teardown::workspace_files(&ctx.layout.p("ws"));
     report.workspace_after_cut = Some(files);
     ctx.rec.act(
-        "fault.power-cut",
+        ActionKind::Fault(Fault::PowerCut),
         json!({ "killed": killed, "dead_at_epoch_ms": dead_at_epoch_ms,
                 "changes": changed.len(), "took_ms": took_ms, "workspace_unreadable": gaps,
                 "changed": changed.iter().take(CHANGES_LISTED_MAX).collect::<Vec<_>>() }),

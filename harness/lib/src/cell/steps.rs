@@ -5,10 +5,12 @@
 use std::path::Path;
 use std::time::Instant;
 
+use serde::Deserialize as _;
 use serde_json::{Value, json};
 
 use super::{Ctx, TASK_ID};
-use crate::evidence::{Evidence, Exchange, Op, Source};
+use crate::evidence::{ActionKind, Evidence, Exchange, Op, OpKind, RequestKind, Source};
+use crate::model::TaskState;
 use crate::nemesis;
 use crate::runner_client::RunnerClient;
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, Step};
@@ -93,7 +95,7 @@ fn send(
     ctx: &Ctx,
     until: Instant,
     ev: &mut Evidence,
-    kind: &str,
+    kind: RequestKind,
     path: &str,
     body: &Value,
     message_id: &str,
@@ -103,13 +105,15 @@ fn send(
     // controller would; a few attempts outlast a full disk that the harness
     // brings back with a runner restart.
     let mut answer = Err(anyhow::anyhow!("not sent"));
+    let sent_at_ms = ctx.rec.now_ms();
     for _ in 0..SEND_ATTEMPTS_503 {
         answer = with_runner(ctx, until, |client| {
             let at_ms = ctx.rec.now_ms();
             let answer = client
                 .post(path, body)
                 .map_err(|e| e.context(format!("POST {path}")));
-            ev.ops.push(Op::of(kind, message_id, at_ms, &answer));
+            ev.ops
+                .push(Op::of(OpKind::Request(kind), message_id, at_ms, &answer));
             answer
         });
         if !matches!(answer, Ok((503, _))) {
@@ -125,16 +129,20 @@ fn send(
         Ok(a) => a,
         Err(e) => (0, json!({ "error": format!("{e:#}") })),
     };
-    ctx.rec
-        .act(kind, json!({ "message_id": message_id, "status": status }));
+    ctx.rec.act(
+        ActionKind::Request(kind),
+        json!({ "message_id": message_id, "status": status }),
+    );
     ev.exchanges.push(Exchange {
-        kind: kind.to_owned(),
+        kind,
         message_id: message_id.to_owned(),
         text: text.to_owned(),
         status,
         body: answer.clone(),
         state_before: None,
         expect: None,
+        sent_at_ms,
+        injected: false,
     });
     if status == 0 {
         return Err(DeadlineMissed(format!(
@@ -167,7 +175,7 @@ pub(super) fn run_steps(
                     ctx,
                     until,
                     ev,
-                    "submit",
+                    RequestKind::Submit,
                     "/v1/tasks",
                     &body,
                     message_id,
@@ -192,7 +200,7 @@ pub(super) fn run_steps(
             }
             Step::Await(_) => {
                 wait_task(ctx, until, settled)?;
-                ctx.rec.act("settled", json!({}));
+                ctx.rec.act(ActionKind::Settled, json!({}));
             }
             Step::Retry { when, message_id } => {
                 retry(ctx, model_api, until, ev, message_id, *when)?;
@@ -222,16 +230,31 @@ fn follow_up(
             ctx.board.update(|s| s.sync_wanted = true);
             let _ = wait_task(ctx, until, |t| settled(t) || turn_active(t));
         }
+        FollowUpWhen::Recovering => {
+            // The first event's fault makes the runner or a provider log
+            // (or restart), which wakes this wait; a clean run settles.
+            let applied = || ctx.board.read(|s| s.applied > 0);
+            let _ = wait_task(ctx, until, |t| settled(t) || applied());
+        }
         FollowUpWhen::Settled => {
             // The state it was sent in: a failed task must refuse it.
             state_before = wait_task(ctx, until, settled)
                 .ok()
-                .and_then(|t| t["state"].as_str().map(str::to_owned));
+                .and_then(|t| TaskState::deserialize(&t["state"]).ok());
         }
     }
     let path = format!("/v1/tasks/{TASK_ID}/messages");
     let body = json!({ "message_id": message_id, "text": text });
-    let sent = send(ctx, until, ev, "follow_up", &path, &body, message_id, text);
+    let sent = send(
+        ctx,
+        until,
+        ev,
+        RequestKind::FollowUp,
+        &path,
+        &body,
+        message_id,
+        text,
+    );
     if let Some(x) = ev.exchanges.last_mut() {
         x.state_before = state_before;
     }
@@ -270,7 +293,21 @@ fn retry(
         procs.retain(|(pid, _, _)| Some(*pid) != model_api);
         procs
     });
-    let status = send(ctx, until, ev, "retry", &path, &body, message_id, "")?;
+    let sent = send(
+        ctx,
+        until,
+        ev,
+        RequestKind::Retry,
+        &path,
+        &body,
+        message_id,
+        "",
+    );
+    // The state the Retry was sent in: what the contract allows it.
+    if let Some(x) = ev.exchanges.last_mut() {
+        x.state_before = TaskState::deserialize(&task["state"]).ok();
+    }
+    let status = sent?;
     if status == 201 {
         match before {
             Ok(procs) => ev.alive_at_retry.extend(

@@ -5,13 +5,11 @@
 
 use std::path::Path;
 
-use serde_json::Value;
-
 use super::events::CutReport;
 use super::{Cell, Ctx, Layout, TASK_ID};
-use crate::evidence::{Evidence, Op, Source};
+use crate::evidence::{ActionKind, Evidence, Op, OpKind, Source, TaskRead};
 use crate::nemesis;
-use crate::run_log::Kind;
+use crate::run_log::{ProviderSpawned, RunLogEvent};
 
 /// Ends the cell: the final runner reads, the cut side joined (it hands
 /// back what it owned), the runner and every other process of the cell
@@ -40,7 +38,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     }
     (ev.reached_cut, ev.events_applied) = ctx.board.read(|s| (s.stage > 0, s.applied));
     ev.cut_role = report.cut_role;
-    ev.events_before_fault = report.events_before.take();
+    ev.events_before_fault = report.events_before.take().map(RunLogEvent::read_all);
     ev.workspace_after_cut = report.workspace_after_cut.take();
     // The journal as it is now names the commands to look for; the evidence
     // itself is read below, once every process of the cell is dead.
@@ -86,13 +84,8 @@ fn kill_survivors(
 ) {
     // Every process the cell knew of must be gone now that the runner is.
     let mut known = seen.to_vec();
-    for e in &ev.events {
-        if Kind::of(e) == Kind::ProviderSpawned
-            && let Some(pid) = e.pointer("/data/pid").and_then(Value::as_u64)
-        {
-            let start = e.pointer("/data/start_time").and_then(Value::as_u64);
-            known.push(("provider".into(), pid as u32, start));
-        }
+    for (_, s) in ev.payloads::<ProviderSpawned>() {
+        known.push(("provider".into(), s.pid as u32, s.start_time));
     }
     // Commands a fake Codex ran in sessions of their own outlive its
     // process group; the runner's stop must have ended them too.
@@ -248,7 +241,7 @@ fn read_runner_settled(ctx: &Ctx, ev: &mut Evidence) {
     for _ in 0..READS_AGAIN_MAX {
         if ctx.board.read(|s| s.applied < s.stage) {
             ctx.rec.act(
-                "read.wait",
+                ActionKind::ReadWait,
                 serde_json::json!({ "why": "an event matched before the final reads is still being applied" }),
             );
             super::settle_after_late_event(ctx);
@@ -260,7 +253,7 @@ fn read_runner_settled(ctx: &Ctx, ev: &mut Evidence) {
             return;
         }
         ctx.rec.act(
-            "read.again",
+            ActionKind::ReadAgain,
             serde_json::json!({ "why": "an event was matched while the runner was read" }),
         );
         ev.ops.truncate(ops);
@@ -284,9 +277,9 @@ fn read_runner(ctx: &Ctx, ev: &mut Evidence) {
     };
     let at_ms = ctx.rec.now_ms();
     let task = client.task(TASK_ID);
-    ev.ops.push(Op::of("read.task", "", at_ms, &task));
+    ev.ops.push(Op::of(OpKind::ReadTask, "", at_ms, &task));
     match task {
-        Ok((200, t)) => ev.task = t,
+        Ok((200, t)) => ev.task = Some(TaskRead::read(t)),
         Ok((status, body)) => {
             ev.unreadable(Source::Task, format!("GET task answered {status}: {body}"))
         }
@@ -294,9 +287,9 @@ fn read_runner(ctx: &Ctx, ev: &mut Evidence) {
     }
     let at_ms = ctx.rec.now_ms();
     let events = client.events(TASK_ID, 0).map(|evs| (200, evs));
-    ev.ops.push(Op::of("read.events", "", at_ms, &events));
+    ev.ops.push(Op::of(OpKind::ReadEvents, "", at_ms, &events));
     match events {
-        Ok((_, evs)) => ev.events = evs,
+        Ok((_, evs)) => ev.events = RunLogEvent::read_all(evs),
         Err(e) => ev.unreadable(Source::RunLog, format!("GET events: {e:#}")),
     }
 }

@@ -6,7 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{Evidence, ProviderTurn, controller_id};
+use super::{ActionKind, Evidence, ProviderTurn, controller_id};
+use crate::model::Fault;
 
 impl Evidence {
     /// When the cell's last power cut dropped the unsynced writes (epoch
@@ -14,8 +15,8 @@ impl Evidence {
     pub fn last_power_cut_ms(&self) -> Option<u64> {
         self.actions
             .iter()
-            .filter(|a| a.what == "fault.power-cut")
-            .filter_map(|a| a.detail["dead_at_epoch_ms"].as_u64())
+            .filter(|a| a.what == ActionKind::Fault(Fault::PowerCut))
+            .filter_map(|a| a.dead_at_epoch_ms())
             .max()
     }
 

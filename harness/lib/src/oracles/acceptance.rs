@@ -13,30 +13,9 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-use wire::journal::{Entry, EntryKind};
-
 use super::Judgement;
 use crate::evidence::Evidence;
-use crate::run_log::Kind;
-
-/// Whether a journaled message from the runner answers a provider request:
-/// a JSON-RPC response (an id and a result or error, no method), or an
-/// OpenCode permission reply.
-fn is_runner_action(entry: &Entry) -> bool {
-    if entry.kind != EntryKind::In {
-        return false;
-    }
-    let d = &entry.data;
-    let rpc_response = d.get("method").is_none()
-        && d.get("id").is_some()
-        && (d.get("result").is_some() || d.get("error").is_some());
-    let permission_reply = d["method"] == "POST"
-        && d["path"]
-            .as_str()
-            .is_some_and(|p| p.starts_with("/permission/") && p.ends_with("/reply"));
-    rpc_response || permission_reply
-}
+use crate::run_log::TurnAccepted;
 
 /// Each turn (client id) the runner acted on, with the journal line and
 /// time of its first action: the turn started last before the action in
@@ -44,10 +23,7 @@ fn is_runner_action(entry: &Entry) -> bool {
 fn acted_turns(e: &Evidence) -> BTreeMap<String, (usize, u64)> {
     let starts = e.turn_starts();
     let mut acted: BTreeMap<String, (usize, u64)> = BTreeMap::new();
-    for (i, entry) in e.journal.iter().enumerate() {
-        if !is_runner_action(entry) {
-            continue;
-        }
+    for (i, entry) in e.runner_answers() {
         let turn = starts
             .iter()
             .rfind(|s| s.line <= i && s.entry.generation == entry.generation)
@@ -68,15 +44,11 @@ fn accepted_at(e: &Evidence) -> BTreeMap<String, i64> {
         .map(|t| (t.turn_row, crate::evidence::controller_id(&t.client_id)))
         .collect();
     let mut at: BTreeMap<String, i64> = BTreeMap::new();
-    for ev in e.events_of(Kind::TurnAccepted) {
-        let Some(c) = ev
-            .pointer("/data/turn_row")
-            .and_then(Value::as_i64)
-            .and_then(|r| clients.get(&r))
-        else {
+    for (ev, a) in e.payloads::<TurnAccepted>() {
+        let Some(c) = clients.get(&a.turn_row) else {
             continue;
         };
-        let ts = ev["ts_ms"].as_i64().unwrap_or(i64::MAX);
+        let ts = ev.ts_ms;
         at.entry(c.clone())
             .and_modify(|t| *t = (*t).min(ts))
             .or_insert(ts);

@@ -1,34 +1,49 @@
 //! `cause.structured`: every failure and refusal carries a cause from the
 //! closed sets of `contract`.
 
-use serde_json::Value;
-
 use super::Judgement;
 use super::Oracle;
 use crate::contract;
-use crate::evidence::{Evidence, Source};
-use crate::model::OracleResult;
-use crate::run_log::Kind;
+use crate::evidence::{Evidence, RequestKind, Source};
+use crate::model::{OracleResult, TaskState};
+use crate::run_log::{self, Data};
 use crate::runner_client::CauseView;
 
-/// A typed cause as the JSON `check_cause` reads (the run log's causes are
-/// kind-specific data, so both go through one check).
-fn cause_value(c: &Option<CauseView>) -> Option<Value> {
-    c.as_ref()
-        .map(|c| serde_json::to_value(c).expect("a cause serializes"))
+/// A cause as `check_cause` judges it: the task view's (typed, whole) and
+/// the run log's (read leniently, so a missing field is a finding here)
+/// both come as this.
+struct Fields<'a> {
+    code: Option<&'a str>,
+    recoverable: Option<bool>,
+    message: &'a str,
 }
 
-fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String) {
-    let Some(cause) = cause.filter(|c| !c.is_null()) else {
+impl<'a> From<&'a CauseView> for Fields<'a> {
+    fn from(c: &'a CauseView) -> Fields<'a> {
+        Fields {
+            code: Some(&c.code),
+            recoverable: Some(c.recoverable),
+            message: &c.message,
+        }
+    }
+}
+
+impl<'a> From<&'a run_log::Cause> for Fields<'a> {
+    fn from(c: &'a run_log::Cause) -> Fields<'a> {
+        Fields {
+            code: c.code.as_deref(),
+            recoverable: c.recoverable,
+            message: c.message.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
+fn check_cause(j: &mut Judgement, cause: Option<Fields<'_>>, what: &str, at: String) {
+    let Some(cause) = cause else {
         j.fail(format!("{what} has no cause"), [at]);
         return;
     };
-    let code = cause.get("code").and_then(Value::as_str);
-    let recoverable = cause.get("recoverable").and_then(Value::as_bool);
-    let message = cause
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
+    let (code, recoverable, message) = (cause.code, cause.recoverable, cause.message);
     match code.and_then(|c| contract::recoverable(c).map(|r| (c, r))) {
         None => j.fail(
             format!("{what} has cause {code:?}, outside the closed set"),
@@ -56,14 +71,10 @@ fn check_cause(j: &mut Judgement, cause: Option<&Value>, what: &str, at: String)
 /// `recoverable` flag; every refusal names a listed reason.
 pub fn cause_structured(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::CauseStructured).needs(e, &[Source::Task, Source::RunLog]);
-    let task = e.task_view().ok();
-    if let Some(t) = task
-        .as_ref()
-        .filter(|t| matches!(t.state.as_str(), "failed" | "needs_human"))
-    {
+    if let Some(t) = e.task().filter(|t| t.state.failed()) {
         check_cause(
             &mut j,
-            cause_value(&t.cause).as_ref(),
+            t.cause.as_ref().map(Fields::from),
             "the failed task",
             "task".to_owned(),
         );
@@ -72,52 +83,41 @@ pub fn cause_structured(e: &Evidence) -> OracleResult {
         let id = &run.run_id;
         check_cause(
             &mut j,
-            cause_value(&run.cause).as_ref(),
+            run.cause.as_ref().map(Fields::from),
             &format!("failed run {id}"),
             format!("task.runs.{id}"),
         );
     }
     for ev in &e.events {
-        let seq = ev["seq"].as_i64().unwrap_or(0);
-        let kind = Kind::of(ev);
-        if kind == Kind::TurnFailed && ev.pointer("/data/cause").is_some() {
-            check_cause(
-                &mut j,
-                ev.pointer("/data/cause"),
-                "a turn.failed event",
-                format!("events#{seq}"),
-            );
-        }
-        if kind == Kind::RunSettled && ev.pointer("/data/state") != Some(&Value::from("completed"))
-        {
-            check_cause(
-                &mut j,
-                ev.pointer("/data/cause"),
-                "a failed run.settled event",
-                format!("events#{seq}"),
-            );
+        let at = format!("events#{}", ev.seq);
+        match &ev.data {
+            Data::TurnFailed(f) => {
+                if let Some(cause) = &f.cause {
+                    let cause = cause.as_ref().map(Fields::from);
+                    check_cause(&mut j, cause, "a turn.failed event", at);
+                }
+            }
+            Data::RunSettled(s) if s.state != TaskState::Completed => {
+                let cause = s.cause.as_ref().map(Fields::from);
+                check_cause(&mut j, cause, "a failed run.settled event", at);
+            }
+            _ => {}
         }
     }
-    for x in &e.exchanges {
-        if x.status == 409 {
-            let reason = x
-                .body
-                .get("reason")
-                .or_else(|| x.body.get("block_reason"))
-                .and_then(Value::as_str);
-            let listed = match x.kind.as_str() {
-                "retry" => reason.is_some_and(|r| contract::RETRY_BLOCKS.contains(&r)),
-                _ => reason.is_some_and(|r| contract::REFUSALS.contains(&r)),
-            };
-            if !listed {
-                j.fail(
-                    format!(
-                        "the {} of {} was refused without a listed reason: {}",
-                        x.kind, x.message_id, x.body
-                    ),
-                    [format!("exchange:{}", x.message_id)],
-                );
-            }
+    for x in e.exchanges.iter().filter(|x| x.status == 409) {
+        let reason = x.reason().or(x.block_reason());
+        let listed = match x.kind {
+            RequestKind::Retry => reason.is_some_and(|r| contract::RETRY_BLOCKS.contains(&r)),
+            _ => reason.is_some_and(|r| contract::REFUSALS.contains(&r)),
+        };
+        if !listed {
+            j.fail(
+                format!(
+                    "the {} of {} was refused without a listed reason: {}",
+                    x.kind, x.message_id, x.body
+                ),
+                [format!("exchange:{}", x.message_id)],
+            );
         }
     }
     j.done()

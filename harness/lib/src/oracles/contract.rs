@@ -5,14 +5,15 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use serde_json::Value;
-
 use super::Oracle;
 use super::{Judgement, storage_fault_applied};
 use crate::contract;
-use crate::evidence::{Evidence, Source};
+use crate::evidence::{Evidence, RequestKind, Source};
 use crate::model::OracleResult;
-use crate::run_log::Kind;
+use crate::run_log::{
+    Data, ItemCompleted, Kind, ModelOutput, ProviderRequest, RequestStatus, TurnAbsentAtProvider,
+    TurnAccepted, TurnIntent,
+};
 use crate::runner_client::{RunView, TurnView};
 
 /// The provider's durable turns by id: (final status, authorizing message,
@@ -32,22 +33,17 @@ fn provider_turns(e: &Evidence) -> ProviderTurns {
 /// Whether an approval was answered `accept` for a command item (`item_id`)
 /// that never completed in the run log: the command may have run.
 fn approved_command_unfinished(e: &Evidence) -> bool {
-    let completed: HashSet<(Option<i64>, &str)> = e
-        .events_of(Kind::ItemCompleted)
-        .filter_map(|ev| {
-            let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
-            Some((row, ev.pointer("/data/item/id")?.as_str()?))
-        })
+    let completed: HashSet<(i64, &str)> = e
+        .payloads::<ItemCompleted>()
+        .filter_map(|(_, c)| Some((c.turn_row, c.item.id.as_deref()?)))
         .collect();
-    e.events_of(Kind::ProviderRequest).any(|ev| {
-        let accepted = ev.pointer("/data/status") == Some(&Value::from("answered"))
-            && ev
-                .pointer("/data/decision")
-                .and_then(Value::as_str)
+    e.payloads::<ProviderRequest>().any(|(_, r)| {
+        let accepted = r.status == RequestStatus::Answered
+            && r.decision
+                .as_deref()
                 .is_some_and(|d| d.starts_with("accept"));
-        let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
-        let item = ev.pointer("/data/item_id").and_then(Value::as_str);
-        accepted && item.is_some_and(|i| !completed.contains(&(row, i)))
+        let item = r.item_id.as_deref();
+        accepted && item.is_some_and(|i| !completed.contains(&(r.turn_row, i)))
     })
 }
 
@@ -64,6 +60,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
     );
     let recorded = provider_turns(e);
     check_clean_run(&mut j, e);
+    super::by_model::check(&mut j, e);
     let whole = e.gap(Source::RunLog).is_none() && e.gap(Source::Journal).is_none();
     for (id, starts, records) in unrecorded_turn_starts(e).into_iter().filter(|_| whole) {
         j.fail(
@@ -71,7 +68,7 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
             ["journal".to_owned(), "events".to_owned()],
         );
     }
-    for run in &e.runs() {
+    for run in e.runs() {
         if check_run_cause(&mut j, e, run) {
             check_completed_run(&mut j, run, &recorded);
         }
@@ -91,14 +88,11 @@ pub fn contract_oracle(e: &Evidence) -> OracleResult {
 /// answer. The model API's own count of requests for the turn shows it too.
 fn check_native_final_answers(j: &mut Judgement, e: &Evidence) {
     let mut finals: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    for ev in e.events_of(Kind::ModelOutput) {
-        if ev.pointer("/data/calls").and_then(Value::as_u64) == Some(0)
-            && let Some(row) = ev.pointer("/data/turn_row").and_then(Value::as_i64)
+    for (ev, out) in e.payloads::<ModelOutput>() {
+        if out.calls == Some(0)
+            && let Some(row) = out.turn_row
         {
-            finals
-                .entry(row)
-                .or_default()
-                .push(ev["seq"].as_i64().unwrap_or(0));
+            finals.entry(row).or_default().push(ev.seq);
         }
     }
     check_model_requests(j, e);
@@ -113,20 +107,35 @@ fn check_native_final_answers(j: &mut Judgement, e: &Evidence) {
     }
 }
 
+/// Whether a power cut took from the provider's store a turn of `run`'s
+/// messages that the provider had recorded (its journal says so): the
+/// contract's rows "turn accepted, and the runner holds output of it |
+/// turn absent" close such a run `active_turn_recovery_closed`, since a
+/// model saw the message and "no record" no longer means "reached no model"
+/// (`docs/recovery-contract.md`, Codex and OpenCode). Any run can meet it,
+/// a follow-up's run after the task completed as well as the first.
+fn turn_lost_to_power_cut(e: &Evidence, run: &RunView) -> bool {
+    e.turns_lost_to_power_cut()
+        .iter()
+        .any(|lost| run.turns.iter().any(|t| t.message_id == lost.authorized_by))
+}
+
 /// A clean cell (nothing cut) shows what its scenario's `[expect]` says:
-/// the final state, the follow-ups consumed and the effects in the ledger.
+/// the final state, the follow-ups consumed (distinct follow-up ids a
+/// provider turn answered: a follow-up sent twice is one message) and the
+/// effects in the ledger.
 fn check_clean_run(j: &mut Judgement, e: &Evidence) {
     if e.spec.as_ref().is_none_or(|s| s.cut().is_some()) {
         return;
     }
     let x = &e.expect;
+    let state = crate::model::TaskState::name(e.state());
     if let Some(expected) = &x.final_state
-        && e.state() != *expected
+        && state != expected
     {
         j.fail(
             format!(
-                "a clean run ended {} (cause {:?}), the scenario expects {expected}",
-                e.state(),
+                "a clean run ended {state} (cause {:?}), the scenario expects {expected}",
                 e.cause_code()
             ),
             ["task".to_owned()],
@@ -147,13 +156,15 @@ fn check_clean_run(j: &mut Judgement, e: &Evidence) {
         let consumed = e
             .exchanges
             .iter()
-            .filter(|x| x.kind == "follow_up" && x.status == 202)
+            .filter(|x| x.kind == RequestKind::FollowUp && x.status == 202)
             .filter(|x| {
                 e.provider_turns.iter().any(|t| {
                     !t.continuation && t.client_id.as_deref() == Some(x.message_id.as_str())
                 })
             })
-            .count();
+            .map(|x| x.message_id.as_str())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len();
         if consumed != n {
             j.fail(
                 format!("a clean run consumed {consumed} follow-up(s), the scenario expects {n}"),
@@ -187,10 +198,12 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
             check_ambiguous_start(j, e, run_id, t, at);
         }
         "active_turn_recovery_closed"
-            if !approval_pending(e) && !approved_command_unfinished(e) =>
+            if !approval_pending(e)
+                && !approved_command_unfinished(e)
+                && !turn_lost_to_power_cut(e, run) =>
         {
             j.fail(
-                format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending and no approved command was left unfinished"),
+                format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending, no approved command was left unfinished and the provider lost no turn of the run"),
                 [at],
             );
         }
@@ -248,28 +261,27 @@ fn check_ambiguous_start(j: &mut Judgement, e: &Evidence, run_id: &str, t: &Turn
 /// to have recorded is sent again as a new start, so it is an intent again
 /// until that start's acceptance (`docs/recovery-contract.md`).
 fn still_accepted(e: &Evidence, row: i64, mid: &str) -> bool {
-    let seq = |ev: &Value| ev["seq"].as_i64().unwrap_or(0);
     let Some(accepted) = e
-        .events_of(Kind::TurnAccepted)
-        .filter(|ev| ev.pointer("/data/turn_row").and_then(Value::as_i64) == Some(row))
-        .map(seq)
+        .payloads::<TurnAccepted>()
+        .filter(|(_, a)| a.turn_row == row)
+        .map(|(ev, _)| ev.seq)
         .max()
     else {
         return false;
     };
-    !e.events_of(Kind::TurnAbsentAtProvider)
-        .filter(|ev| ev.pointer("/data/message_id").and_then(Value::as_str) == Some(mid))
-        .any(|ev| seq(ev) > accepted)
+    !e.payloads::<TurnAbsentAtProvider>()
+        .filter(|(_, a)| a.message_id == mid)
+        .any(|(ev, _)| ev.seq > accepted)
 }
 
 /// Whether an approval request in the run log was never answered.
 fn approval_pending(e: &Evidence) -> bool {
-    e.events_of(Kind::ProviderRequest).any(|ev| {
-        ev.pointer("/data/status") != Some(&Value::from("answered"))
-            && !e.events_of(Kind::ProviderRequest).any(|o| {
-                o.pointer("/data/request_id") == ev.pointer("/data/request_id")
-                    && o.pointer("/data/turn_row") == ev.pointer("/data/turn_row")
-                    && o.pointer("/data/status") == Some(&Value::from("answered"))
+    e.payloads::<ProviderRequest>().any(|(_, r)| {
+        r.status != RequestStatus::Answered
+            && !e.payloads::<ProviderRequest>().any(|(_, o)| {
+                o.request_id == r.request_id
+                    && o.turn_row == r.turn_row
+                    && o.status == RequestStatus::Answered
             })
     })
 }
@@ -307,21 +319,20 @@ fn completed_at_provider(recorded: &ProviderTurns, id: &str) -> bool {
 /// recorded is sent again and accepted anew); for a row never accepted (the
 /// runner was cut between sending the turn and recording its acceptance, and
 /// found it by its client id), the provider's turn with the row's client id.
-fn adopted_turn(e: &Evidence, seq: i64, row: Option<i64>) -> Option<String> {
+fn adopted_turn(e: &Evidence, seq: i64, row: i64) -> Option<String> {
     let accepted = e
-        .events_of(Kind::TurnAccepted)
-        .filter(|a| a["seq"].as_i64().unwrap_or(0) < seq)
-        .filter(|a| a.pointer("/data/turn_row").and_then(Value::as_i64) == row)
+        .payloads::<TurnAccepted>()
+        .filter(|(ev, a)| ev.seq < seq && a.turn_row == row)
         .last()
-        .and_then(|a| a.pointer("/data/provider_turn_id").and_then(Value::as_str));
+        .map(|(_, a)| a.provider_turn_id.as_str());
     if let Some(t) = accepted {
         return Some(t.to_owned());
     }
-    let runs = e.runs();
-    let view = runs
+    let view = e
+        .runs()
         .iter()
         .flat_map(|r| &r.turns)
-        .find(|t| Some(t.turn_row) == row)?;
+        .find(|t| t.turn_row == row)?;
     let client = crate::evidence::controller_id(&view.client_id);
     e.provider_turns
         .iter()
@@ -334,12 +345,11 @@ fn adopted_turn(e: &Evidence, seq: i64, row: Option<i64>) -> Option<String> {
 /// one it did not complete (where the profile's provider proves completion).
 fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &ProviderTurns) {
     for ev in &e.events {
-        let seq = ev["seq"].as_i64().unwrap_or(0);
-        if Kind::of(ev) == Kind::TurnFinished
-            && ev.pointer("/data/adopted") == Some(&Value::Bool(true))
+        let seq = ev.seq;
+        if let Data::TurnFinished(f) = &ev.data
+            && f.adopted == Some(true)
         {
-            let row = ev.pointer("/data/turn_row").and_then(Value::as_i64);
-            let turn = adopted_turn(e, seq, row);
+            let turn = adopted_turn(e, seq, f.turn_row);
             if !turn
                 .as_deref()
                 .is_some_and(|t| completed_at_provider(recorded, t))
@@ -350,9 +360,10 @@ fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &Provi
                 );
             }
         }
-        if Kind::of(ev) == Kind::TurnFailed
-            && ev.pointer("/data/cause/code") == Some(&Value::from("provider_turn_lost_on_restore"))
-            && let Some(t) = ev.pointer("/data/provider_turn_id").and_then(Value::as_str)
+        if let Data::TurnFailed(f) = &ev.data
+            && f.cause.as_ref().and_then(|c| c.as_ref()?.code.as_deref())
+                == Some("provider_turn_lost_on_restore")
+            && let Some(t) = f.provider_turn_id.as_deref()
             && completed_at_provider(recorded, t)
             && e.profile().is_none_or(contract::proves_completion)
         {
@@ -370,26 +381,24 @@ fn check_adopted_and_continued(j: &mut Judgement, e: &Evidence, recorded: &Provi
 fn check_tool_write_ahead(j: &mut Judgement, e: &Evidence) {
     let mut open: Option<(String, i64)> = None;
     for ev in &e.events {
-        let seq = ev["seq"].as_i64().unwrap_or(0);
-        let key = ev
-            .pointer("/data/key")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        match Kind::of(ev) {
-            Kind::ToolExecuting | Kind::ModelOutput => {
+        let seq = ev.seq;
+        match (&ev.data, ev.kind()) {
+            (Data::ToolExecuting(_) | Data::ModelOutput(_), _) => {
                 if let Some((k, at)) = open.take() {
                     j.fail(
                         format!("the runner went on (events#{seq}) before persisting the outcome of tool call {k} (executing since events#{at})"),
                         [format!("events#{at}"), format!("events#{seq}")],
                     );
                 }
-                if Kind::of(ev) == Kind::ToolExecuting {
-                    open = Some((key.to_owned(), seq));
+                if let Data::ToolExecuting(x) = &ev.data {
+                    open = Some((x.key.clone(), seq));
                 }
             }
-            Kind::ToolOutcome if open.as_ref().is_some_and(|(k, _)| k == key) => open = None,
+            (Data::ToolOutcome(o), _) if open.as_ref().is_some_and(|(k, _)| *k == o.key) => {
+                open = None
+            }
             // A settled run goes on no further: a Retry's run starts afresh.
-            Kind::ToolOutcomeUncertain | Kind::RunSettled => open = None,
+            (_, Kind::ToolOutcomeUncertain | Kind::RunSettled) => open = None,
             _ => {}
         }
     }
@@ -409,17 +418,13 @@ fn unrecorded_turn_starts(e: &Evidence) -> Vec<(String, usize, usize)> {
         }
     }
     let mut records: BTreeMap<String, usize> = BTreeMap::new();
-    for ev in e.events_of(Kind::TurnIntent) {
-        if let Some(id) = ev.pointer("/data/client_id").and_then(Value::as_str) {
-            *records
-                .entry(crate::evidence::controller_id(id))
-                .or_default() += 1;
-        }
+    for (_, t) in e.payloads::<TurnIntent>() {
+        *records
+            .entry(crate::evidence::controller_id(&t.client_id))
+            .or_default() += 1;
     }
-    for ev in e.events_of(Kind::TurnAbsentAtProvider) {
-        if let Some(id) = ev.pointer("/data/message_id").and_then(Value::as_str) {
-            *records.entry(id.to_owned()).or_default() += 1;
-        }
+    for (_, a) in e.payloads::<TurnAbsentAtProvider>() {
+        *records.entry(a.message_id.clone()).or_default() += 1;
     }
     starts
         .into_iter()
@@ -449,12 +454,8 @@ fn check_model_requests(j: &mut Judgement, e: &Evidence) {
             .map(|v| v.turn_row)
             .collect();
         let outputs = e
-            .events_of(Kind::ModelOutput)
-            .filter(|ev| {
-                ev.pointer("/data/turn_row")
-                    .and_then(Value::as_i64)
-                    .is_some_and(|r| rows.contains(&r))
-            })
+            .payloads::<ModelOutput>()
+            .filter(|(_, out)| out.turn_row.is_some_and(|r| rows.contains(&r)))
             .count() as u64;
         // An answer is lost to a fault the harness applied, or to a
         // provider the runner lost by itself (an idle timeout it recorded).

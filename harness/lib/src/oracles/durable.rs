@@ -16,13 +16,11 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::Judgement;
 use super::Oracle;
 use crate::evidence::{Evidence, Source};
 use crate::model::OracleResult;
-use crate::run_log::Kind;
+use crate::run_log::{Data, Kind, RunLogEvent};
 
 /// A write the run log holds as done.
 struct Claim<'a> {
@@ -34,30 +32,28 @@ struct Claim<'a> {
 
 /// The `tool.executing` kinds of a file write the runner performs itself:
 /// ACP's `fs/write_text_file`, the native `Write` tool.
-const WRITE_KINDS: [Option<&str>; 2] = [Some("write_text_file"), Some("Write")];
+const WRITE_KINDS: [&str; 2] = ["write_text_file", "Write"];
 
 /// Every file write the run log `events` holds as completed, in run-log
 /// order.
-fn claims(events: &[Value]) -> Vec<Claim<'_>> {
+fn claims(events: &[RunLogEvent]) -> Vec<Claim<'_>> {
     let mut paths: BTreeMap<&str, &str> = BTreeMap::new();
     let mut out = Vec::new();
     for ev in events {
-        let data = &ev["data"];
-        let key = data["key"].as_str();
-        match (Kind::of(ev), key) {
-            (Kind::ToolExecuting, Some(key)) if WRITE_KINDS.contains(&data["kind"].as_str()) => {
-                if let Some(path) = data.pointer("/detail/path").and_then(Value::as_str) {
-                    paths.insert(key, path);
+        match &ev.data {
+            Data::ToolExecuting(x)
+                if x.kind.as_deref().is_some_and(|k| WRITE_KINDS.contains(&k)) =>
+            {
+                if let Some(path) = x.detail.as_ref().and_then(|d| d.path.as_deref()) {
+                    paths.insert(&x.key, path);
                 }
             }
-            (Kind::ToolOutcome, Some(key))
-                if data["status"] == "completed" || data["ok"] == true =>
-            {
-                if let Some(path) = paths.get(key) {
+            Data::ToolOutcome(o) if o.completed() => {
+                if let Some(path) = paths.get(o.key.as_str()) {
                     out.push(Claim {
-                        key,
+                        key: &o.key,
                         path,
-                        seq: ev["seq"].as_i64().unwrap_or(-1),
+                        seq: ev.seq,
                     });
                 }
             }
@@ -67,35 +63,13 @@ fn claims(events: &[Value]) -> Vec<Claim<'_>> {
     out
 }
 
-/// What the provider asked to write to `path`: the `content` of every
-/// `fs/write_text_file` request it journaled as sent, and of every `Write`
-/// call the model API streamed, naming it.
-fn asked(e: &Evidence, path: &str) -> Vec<String> {
-    e.journal
+/// Why a tool call's event in `events` does not parse, if one does not: a
+/// write the run log holds could be hidden in it.
+fn malformed_tool_event(events: &[RunLogEvent]) -> Option<String> {
+    events
         .iter()
-        .filter(|j| j.kind == wire::journal::EntryKind::Out)
-        .filter_map(|j| write_request(&j.data))
-        .filter(|(p, _)| p == path)
-        .map(|(_, content)| content)
-        .collect()
-}
-
-/// The `(path, content)` of a journaled write request: an ACP
-/// `fs/write_text_file`, or a finished `Write` function call of the model
-/// API (its arguments are a JSON string).
-fn write_request(data: &Value) -> Option<(String, String)> {
-    let text = |v: &Value, at: &str| v.pointer(at).and_then(Value::as_str).map(str::to_owned);
-    if data["method"] == "fs/write_text_file" {
-        return Some((text(data, "/params/path")?, text(data, "/params/content")?));
-    }
-    let item = data.pointer("/event/item")?;
-    let done =
-        data.pointer("/event/type").and_then(Value::as_str) == Some("response.output_item.done");
-    if !done || item["type"] != "function_call" || item["name"] != "Write" {
-        return None;
-    }
-    let arguments: Value = serde_json::from_str(item["arguments"].as_str()?).ok()?;
-    Some((text(&arguments, "/path")?, text(&arguments, "/content")?))
+        .filter(|ev| matches!(ev.kind(), Kind::ToolExecuting | Kind::ToolOutcome))
+        .find_map(|ev| ev.error().map(ToString::to_string))
 }
 
 /// `path` as the workspace evidence names it: relative to the workspace.
@@ -119,10 +93,18 @@ pub fn durable_effect(e: &Evidence) -> OracleResult {
         (Some(events), Some(files)) => Some((claims(events), files)),
         _ => None,
     };
-    if at_end.is_empty() && before_cut.as_ref().is_none_or(|(c, _)| c.is_empty()) {
+    let hidden = malformed_tool_event(&e.events)
+        .or_else(|| malformed_tool_event(e.events_before_fault.as_deref()?));
+    if at_end.is_empty()
+        && before_cut.as_ref().is_none_or(|(c, _)| c.is_empty())
+        && hidden.is_none()
+    {
         return j.done();
     }
     j = j.needs(e, &[Source::RunLog, Source::Journal, Source::Workspace]);
+    if let Some(why) = hidden {
+        j.unknown.get_or_insert(format!("run-log: {why}"));
+    }
     if let Some((claims, files)) = &before_cut {
         check(&mut j, e, claims, files, "after the power cut");
     }
@@ -145,7 +127,7 @@ fn check(
         last.insert(c.path, c);
     }
     for c in last.values() {
-        let wanted = asked(e, c.path);
+        let wanted = e.writes_asked(c.path);
         let at = format!("events#{}", c.seq);
         let Some(rel) = in_workspace(e, c.path) else {
             j.unknown.get_or_insert(format!(

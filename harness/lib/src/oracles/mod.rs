@@ -11,14 +11,16 @@
 //! `fence`, `no_loss`, `durable`; the small ones (liveness, secrecy, hygiene, vacuity) and the
 //! `Judgement` they all fill are here.
 
-use crate::evidence::{Evidence, Source};
-use crate::model::{OracleResult, Verdict};
+use crate::evidence::{ActionKind, Evidence, Source};
+use crate::model::{Fault, OracleResult, TaskState, Verdict};
 
 mod acceptance;
+mod by_model;
 mod cause;
 mod contract;
 mod durable;
 mod fence;
+mod model_input;
 mod no_loss;
 mod no_replay;
 mod read_faults;
@@ -32,72 +34,8 @@ pub use no_loss::no_loss;
 pub use no_replay::{no_replay_effect, no_replay_turn};
 pub use retry::retry_works;
 
-/// An oracle: one rule a cell's evidence is judged by, with the one name
-/// every report spells it with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Oracle {
-    /// No provider turn started twice for one message.
-    NoReplayTurn,
-    /// No effect ran twice; the task's effects counted whole.
-    NoReplayEffect,
-    /// Every failure carries a structured, recoverable-or-not cause.
-    CauseStructured,
-    /// The recovery contract's tables (`docs/recovery-contract.md`).
-    Contract,
-    /// A Retry admitted after a failure runs and ends well.
-    RetryWorks,
-    /// The fence: a failed-closed task refuses follow-ups, and a refused
-    /// message reaches no provider.
-    Fence,
-    /// Every accepted message is consumed once or named as waiting.
-    NoLoss,
-    /// An effect the runner recorded done survives a power cut.
-    DurableEffect,
-    /// The task settles before the cell's deadline.
-    Liveness,
-    /// The credential reaches no disk, log or process it must not.
-    Secrecy,
-    /// No process is left behind.
-    Hygiene,
-    /// The cell tested what it names (its events applied).
-    Vacuity,
-}
-
-impl Oracle {
-    /// Every oracle, in report order.
-    pub const ALL: [Oracle; 12] = [
-        Oracle::NoReplayTurn,
-        Oracle::NoReplayEffect,
-        Oracle::CauseStructured,
-        Oracle::Contract,
-        Oracle::RetryWorks,
-        Oracle::Fence,
-        Oracle::NoLoss,
-        Oracle::DurableEffect,
-        Oracle::Liveness,
-        Oracle::Secrecy,
-        Oracle::Hygiene,
-        Oracle::Vacuity,
-    ];
-
-    /// Its name in reports (`no-replay.turn`, …).
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Oracle::NoReplayTurn => "no-replay.turn",
-            Oracle::NoReplayEffect => "no-replay.effect",
-            Oracle::CauseStructured => "cause.structured",
-            Oracle::Contract => "contract",
-            Oracle::RetryWorks => "retry.works",
-            Oracle::Fence => "fence",
-            Oracle::NoLoss => "no-loss",
-            Oracle::DurableEffect => "durable.effect",
-            Oracle::Liveness => "liveness",
-            Oracle::Secrecy => "secrecy",
-            Oracle::Hygiene => "hygiene",
-            Oracle::Vacuity => "vacuity",
-        }
-    }
-}
+/// An oracle's name (defined with the result model, which stores it).
+pub use crate::model::Oracle;
 
 /// The oracles' names, in report order ([`Oracle::ALL`]).
 pub const ORACLES: [&str; 12] = {
@@ -114,7 +52,7 @@ pub const ORACLES: [&str; 12] = {
 /// cell that missed its cut tested nothing, so its vacuity failure is no
 /// catch).
 pub fn decisive(o: &OracleResult) -> bool {
-    o.verdict == Verdict::Fail && o.oracle != Oracle::Vacuity.as_str()
+    o.verdict == Verdict::Fail && o.oracle != Oracle::Vacuity
 }
 
 /// Judges a cell: every oracle, in [`ORACLES`] order.
@@ -198,7 +136,7 @@ impl Judgement {
             (Verdict::Pass, String::new())
         };
         OracleResult {
-            oracle: self.oracle.as_str().to_owned(),
+            oracle: self.oracle,
             verdict,
             message,
             evidence: self.evidence,
@@ -211,9 +149,9 @@ pub fn liveness(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::Liveness).needs(e, &[Source::Task]);
     // The final state decides: a task that settled just after the harness
     // stopped waiting is slow, not stuck.
-    if matches!(e.state().as_str(), "running" | "queued") {
+    if let Some(state @ (TaskState::Running | TaskState::Queued)) = e.state() {
         j.fail(
-            format!("the task is still {} after the cell's deadline", e.state()),
+            format!("the task is still {state} after the cell's deadline"),
             ["task".to_owned()],
         );
     }
@@ -250,10 +188,12 @@ pub fn secrecy(e: &Evidence) -> OracleResult {
 /// write fault (`fail-write`, `disk-full`), or read faults as
 /// `read_faults::justify_storage_failed` says.
 fn storage_fault_applied(e: &Evidence) -> bool {
-    e.actions
-        .iter()
-        .any(|a| matches!(a.what.as_str(), "fault.fail-write" | "fault.disk-full"))
-        || read_faults::justify_storage_failed(e)
+    e.actions.iter().any(|a| {
+        matches!(
+            a.what,
+            ActionKind::Fault(Fault::FailWrite | Fault::DiskFull)
+        )
+    }) || read_faults::justify_storage_failed(e)
 }
 
 /// No process of the cell is alive after the cell.
@@ -289,17 +229,18 @@ fn event_never_applied(e: &Evidence) -> Option<String> {
     let not = e
         .actions
         .iter()
-        .filter(|a| a.what == "event.not-applied")
+        .filter(|a| a.what == ActionKind::EventNotApplied)
         .find(|a| {
             !e.actions.iter().any(|r| {
-                r.what == "event.reached"
-                    && r.at_ms >= a.at_ms
-                    && r.detail["event"] == a.detail["event"]
+                r.what == ActionKind::EventReached && r.at_ms >= a.at_ms && r.event() == a.event()
             })
         })?;
+    let or_null = |v: Option<String>| v.unwrap_or_else(|| "null".to_owned());
     Some(format!(
         "event {} ({}) matched a hit of pid {}, which was already gone, and never came again: the schedule was applied only in part",
-        not.detail["event"], not.detail["point"], not.detail["pid"]
+        or_null(not.event().map(|n| n.to_string())),
+        or_null(not.point().map(|p| format!("{p:?}"))),
+        or_null(not.pid().map(|p| p.to_string())),
     ))
 }
 

@@ -3,13 +3,11 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use super::Judgement;
 use super::Oracle;
-use crate::evidence::{Evidence, Source};
-use crate::model::OracleResult;
-use crate::run_log::Kind;
+use crate::evidence::{Evidence, OpKind, RequestKind, Source};
+use crate::model::{OracleResult, TaskState};
+use crate::run_log::{Data, Kind, MessageStranded, RunLogEvent, RunSettled};
 
 /// Nothing durable vanishes: the run log is gapless and keeps everything read
 /// before the fault; every accepted message is consumed (by its own turn or
@@ -33,7 +31,7 @@ pub fn no_loss(e: &Evidence) -> OracleResult {
 /// a task the runner admitted is still there.
 fn check_run_log(j: &mut Judgement, e: &Evidence) {
     for (i, ev) in e.events.iter().enumerate() {
-        let seq = ev["seq"].as_i64().unwrap_or(-1);
+        let seq = ev.seq;
         if seq != i as i64 + 1 {
             j.fail(
                 format!("the run log has a gap: position {} holds seq {seq}", i + 1),
@@ -47,12 +45,12 @@ fn check_run_log(j: &mut Judgement, e: &Evidence) {
     let admitted = e
         .exchanges
         .iter()
-        .any(|x| x.kind == "submit" && x.status == 201);
+        .any(|x| x.kind == RequestKind::Submit && x.status == 201);
     if admitted
         && let Some(op) = e
             .ops
             .iter()
-            .find(|o| o.kind == "read.task" && o.status == Some(404))
+            .find(|o| o.kind == OpKind::ReadTask && o.status == Some(404))
     {
         j.fail(
             format!(
@@ -66,15 +64,17 @@ fn check_run_log(j: &mut Judgement, e: &Evidence) {
     let run_log = e.gap(Source::RunLog).is_none();
     if let Some(before) = e.events_before_fault.as_ref().filter(|_| run_log) {
         for old in before {
-            let seq = old["seq"].as_i64().unwrap_or(-1);
-            let now = e.events.iter().find(|ev| ev["seq"] == seq);
-            // The whole event: a runner that lost its state and wrote the
-            // same kind again has a new time (and run) on it.
+            let seq = old.seq;
+            let now = e.events.iter().find(|ev| ev.seq == seq);
+            // The whole event, as written: a runner that lost its state and
+            // wrote the same kind again has a new time (and run) on it.
             if now != Some(old) {
+                let kind = old
+                    .kind_name()
+                    .map_or("null".to_owned(), |k| format!("{k:?}"));
                 j.fail(
                     format!(
-                        "run-log event {seq} ({}) read before the fault is gone or changed",
-                        old["kind"]
+                        "run-log event {seq} ({kind}) read before the fault is gone or changed"
                     ),
                     [format!("events#{seq}")],
                 );
@@ -89,13 +89,13 @@ fn check_run_log(j: &mut Judgement, e: &Evidence) {
 /// with a `message.stranded` event that says why. A completed task strands
 /// nothing.
 fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
-    let queued: Vec<String> = e.task_view().map(|t| t.queued_messages).unwrap_or_default();
+    let queued: &[String] = e.task().map_or(&[], |t| t.queued_messages.as_slice());
     let resends = e.retry_resends();
-    let failed = matches!(e.state().as_str(), "failed" | "needs_human");
+    let failed = e.state().is_some_and(TaskState::failed);
     for x in e.exchanges.iter().filter(|x| {
         matches!(
-            (x.kind.as_str(), x.status),
-            ("follow_up", 202 | 0) | ("submit", 201)
+            (x.kind, x.status),
+            (RequestKind::FollowUp, 202 | 0) | (RequestKind::Submit, 201)
         )
     }) {
         let maybe = x.status == 0;
@@ -122,8 +122,8 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
         });
         let still_queued = queued.iter().any(|q| q == id);
         let named = e
-            .events_of(Kind::MessageStranded)
-            .any(|ev| ev.pointer("/data/message_id").and_then(|v| v.as_str()) == Some(id));
+            .payloads::<MessageStranded>()
+            .any(|(_, s)| s.message_id == id);
         let what = if maybe {
             "sent (no answer came)"
         } else {
@@ -132,7 +132,7 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
         let at = [format!("exchange:{id}")];
         if own + lost + usize::from(by_retry) == 0 {
             // A task still running at the end is liveness's finding.
-            let completed = e.state() == "completed";
+            let completed = e.state() == Some(TaskState::Completed);
             let problem = match (still_queued, failed, named, maybe) {
                 // Named at a failed settle (queued, or its turn never accepted): waits for a Retry.
                 (_, true, true, _) | (false, _, _, true) => None,
@@ -190,10 +190,9 @@ fn check_retry_texts(j: &mut Judgement, e: &Evidence, resends: &BTreeMap<String,
 /// order of its own). The queue is read from the run log itself: admitted,
 /// minus taken by a primary turn's intent.
 fn check_stranded_at_settle(j: &mut Judgement, e: &Evidence) {
-    let seq = |ev: &Value| ev["seq"].as_i64().unwrap_or(0);
-    for settled in e.events_of(Kind::RunSettled) {
-        let at = seq(settled);
-        if settled.pointer("/data/state") == Some(&Value::from("completed")) {
+    for (settled, s) in e.payloads::<RunSettled>() {
+        let at = settled.seq;
+        if s.state == TaskState::Completed {
             continue;
         }
         let named = stranded_beside(&e.events, settled);
@@ -211,16 +210,19 @@ fn check_stranded_at_settle(j: &mut Judgement, e: &Evidence) {
 
 /// The messages the `message.stranded` events next to `settled` (a
 /// contiguous run of them, of the same run, on either side) name.
-fn stranded_beside(events: &[Value], settled: &Value) -> Vec<String> {
+fn stranded_beside(events: &[RunLogEvent], settled: &RunLogEvent) -> Vec<String> {
     let Some(i) = events.iter().position(|ev| std::ptr::eq(ev, settled)) else {
         return Vec::new();
     };
     let stranded =
-        |ev: &&Value| Kind::of(ev) == Kind::MessageStranded && ev["run_id"] == settled["run_id"];
+        |ev: &&RunLogEvent| ev.kind() == Kind::MessageStranded && ev.run_id == settled.run_id;
     let before = events[..i].iter().rev().take_while(stranded);
     let after = events[i + 1..].iter().take_while(stranded);
     before
         .chain(after)
-        .filter_map(|ev| ev.pointer("/data/message_id")?.as_str().map(str::to_owned))
+        .filter_map(|ev| match &ev.data {
+            Data::MessageStranded(s) => Some(s.message_id.clone()),
+            _ => None,
+        })
         .collect()
 }

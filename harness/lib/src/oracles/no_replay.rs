@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 
 use super::Judgement;
 use super::Oracle;
-use crate::evidence::{Evidence, Source};
+use crate::evidence::{Evidence, RequestKind, Source};
 use crate::model::OracleResult;
 
 /// The suffix of a continuation's client id: `<message id>#continuation`.
@@ -47,7 +47,7 @@ fn stands_for(e: &Evidence, id: &str) -> String {
 fn is_retry(e: &Evidence, id: &str) -> bool {
     e.exchanges
         .iter()
-        .any(|x| x.kind == "retry" && x.message_id == id)
+        .any(|x| x.kind == RequestKind::Retry && x.message_id == id)
 }
 
 /// A Retry's content reaches the provider at most once per conversation:
@@ -230,13 +230,13 @@ fn resent_knowingly(e: &Evidence) -> bool {
     let Some(absent) = e
         .events
         .iter()
-        .position(|ev| Kind::of(ev) == Kind::TurnAbsentAtProvider)
+        .position(|ev| ev.kind() == Kind::TurnAbsentAtProvider)
     else {
         return true;
     };
     e.events[..absent]
         .iter()
-        .any(|ev| matches!(Kind::of(ev), Kind::ItemCompleted | Kind::ProviderRequest))
+        .any(|ev| matches!(ev.kind(), Kind::ItemCompleted | Kind::ProviderRequest))
 }
 
 /// An effect key of one message's content twice in one conversation.

@@ -10,10 +10,7 @@
 //! does not hold a runner to the reference runner's count of tries: it only
 //! asks that a runner try a failed read at least once more.
 
-use crate::evidence::Evidence;
-
-/// The harness's records of the read faults it applied.
-const READ_FAULT_ACTIONS: [&str; 2] = ["fault.fail-read", "fault.corrupt-read"];
+use crate::evidence::{ActionKind, Evidence};
 
 /// Whether the read faults the harness applied justify a run's
 /// `storage_failed`: at least two (see the module doc).
@@ -25,6 +22,6 @@ pub(super) fn justify_storage_failed(e: &Evidence) -> bool {
 fn read_faults_applied(e: &Evidence) -> usize {
     e.actions
         .iter()
-        .filter(|a| READ_FAULT_ACTIONS.contains(&a.what.as_str()))
+        .filter(|a| matches!(a.what, ActionKind::Fault(f) if f.is_read()))
         .count()
 }

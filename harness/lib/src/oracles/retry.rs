@@ -3,15 +3,13 @@
 
 use std::collections::HashSet;
 
-use serde_json::Value;
-
 use super::Oracle;
 use super::no_replay::CONTINUATION_SUFFIX;
 use super::{Judgement, storage_fault_applied};
 use crate::contract;
-use crate::evidence::{Evidence, Exchange, Source};
+use crate::evidence::{ActionKind, Evidence, Exchange, OpKind, RequestKind, Source};
 use crate::model::OracleResult;
-use crate::run_log::Kind;
+use crate::run_log::{Data, Kind, RetryAdmitted};
 use crate::runner_client::RunView;
 
 /// A failed-closed task's Retry is admitted with a run (or refused with a
@@ -20,11 +18,14 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::RetryWorks)
         .needs(e, &[Source::Task, Source::RunLog, Source::Processes]);
     let runs = e.runs();
-    for x in e.exchanges.iter().filter(|x| x.kind == "retry") {
+    for (problem, at) in super::model_input::answer_problems(e, RequestKind::Retry) {
+        j.fail(problem, [at]);
+    }
+    for x in e.exchanges.iter().filter(|x| x.kind == RequestKind::Retry) {
         match x.status {
-            201 => check_admitted(&mut j, e, &runs, x),
+            201 => check_admitted(&mut j, e, runs, x),
             409 => {
-                let reason = x.body["block_reason"].as_str();
+                let reason = x.block_reason();
                 if !reason.is_some_and(|r| contract::RETRY_BLOCKS.contains(&r)) {
                     j.fail(
                         format!("Retry refused without a listed block reason: {}", x.body),
@@ -35,7 +36,7 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
             // The contract's answer to a store that failed under the Retry
             // (nothing changed, it may be sent again), where the storage
             // faults the harness applied justify it.
-            503 if x.body["reason"] == "storage_failed" && storage_fault_applied(e) => {}
+            503 if x.reason() == Some("storage_failed") && storage_fault_applied(e) => {}
             // No answer before the deadline (the runner was cut mid-request,
             // or the harness gave up): the harness cannot tell.
             0 => {
@@ -54,7 +55,7 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
 /// fails only as any run may after a later cut) in a fresh conversation, and
 /// was admitted after a recorded stop proof with no earlier provider alive.
 fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchange) {
-    let Some(run_id) = x.body["run_id"].as_str() else {
+    let Some(run_id) = x.run_id() else {
         j.fail(
             format!("Retry {} answered 201 without a run", x.message_id),
             [format!("exchange:{}", x.message_id)],
@@ -156,15 +157,15 @@ fn faulted_after_retry(e: &Evidence, message_id: &str) -> bool {
     let Some(sent) = e
         .ops
         .iter()
-        .filter(|o| o.kind == "retry" && o.message_id == message_id)
+        .filter(|o| o.kind == OpKind::Request(RequestKind::Retry) && o.message_id == message_id)
         .map(|o| o.at_ms)
         .min()
     else {
         return false;
     };
-    e.actions
-        .iter()
-        .any(|a| matches!(a.what.as_str(), "cut.reached" | "event.reached") && a.at_ms >= sent)
+    e.actions.iter().any(|a| {
+        matches!(a.what, ActionKind::CutReached | ActionKind::EventReached) && a.at_ms >= sent
+    })
 }
 
 /// A Retry re-sends the latest message only when that message was not
@@ -173,11 +174,11 @@ fn faulted_after_retry(e: &Evidence, message_id: &str) -> bool {
 /// queued, the failure came before the queue's next turn, and re-sending
 /// the answered message does its work twice.
 fn resent_answered_before_queue(e: &Evidence, retry: &str) -> Option<String> {
-    let admitted = e
-        .events_of(Kind::RetryAdmitted)
-        .find(|ev| ev.pointer("/data/message_id").and_then(Value::as_str) == Some(retry))?;
-    let seq = admitted["seq"].as_i64().unwrap_or(0);
-    let resent = admitted.pointer("/data/resends_message")?.as_str()?;
+    let (admitted, r) = e
+        .payloads::<RetryAdmitted>()
+        .find(|(_, r)| r.message_id == retry)?;
+    let seq = admitted.seq;
+    let resent = r.resends_message.as_deref()?;
     let rows: HashSet<i64> = e
         .runs()
         .iter()
@@ -186,18 +187,18 @@ fn resent_answered_before_queue(e: &Evidence, retry: &str) -> Option<String> {
         .map(|t| t.turn_row)
         .collect();
     let last_end = e.events.iter().rfind(|ev| {
-        ev["seq"].as_i64().unwrap_or(0) < seq
-            && matches!(Kind::of(ev), Kind::TurnFinished | Kind::TurnFailed)
-            && ev
-                .pointer("/data/turn_row")
-                .and_then(Value::as_i64)
-                .is_some_and(|r| rows.contains(&r))
+        let row = match &ev.data {
+            Data::TurnFinished(f) => f.turn_row,
+            Data::TurnFailed(f) => f.turn_row,
+            _ => return false,
+        };
+        ev.seq < seq && rows.contains(&row)
     })?;
     let queued = e.queued_before(seq);
-    (Kind::of(last_end) == Kind::TurnFinished && !queued.is_empty()).then(|| {
+    (last_end.kind() == Kind::TurnFinished && !queued.is_empty()).then(|| {
         format!(
             "Retry {retry} re-sent {resent}, whose last turn the run log recorded completed (events#{}), while {queued:?} waited: it should answer the queue and re-send nothing",
-            last_end["seq"]
+            last_end.seq
         )
     })
 }

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use super::matrix;
 use super::sequence::Sequences;
 use super::{Counts, Timelines, by_scenario, format_ms, in_order, reasons, truncate};
-use crate::model::{CellResult, Fault, OracleResult, Outcome, Verdict, WaveResult};
+use crate::model::{CellResult, Fault, OracleResult, Outcome, TaskState, Verdict, WaveResult};
 
 const HTML_STYLE: &str = include_str!("report.css");
 
@@ -62,14 +62,7 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "<p class=\"warn\">Not complete: {}.</p>", html(why));
     }
-    for s in &wave.skipped {
-        let _ = writeln!(
-            out,
-            "<p class=\"warn skipped\">Skipped (not run, not passed) <code>{}</code>: {}</p>",
-            html(&s.scenario_id),
-            html(&s.reason)
-        );
-    }
+    render_skipped(&mut out, wave);
     if wave.cells.is_empty() {
         out.push_str("<p>No cells ran.</p>\n");
     }
@@ -98,6 +91,23 @@ pub fn report_html(wave: &WaveResult, timelines: &Timelines) -> String {
 }
 
 /// The first oracle whose verdict is the cell's (or `harness error`).
+/// One collapsed line per reason ids were skipped for, with the count.
+fn render_skipped(out: &mut String, wave: &WaveResult) {
+    for (reason, ids) in super::skipped_by_reason(&wave.skipped) {
+        let list: Vec<String> = ids
+            .iter()
+            .map(|id| format!("<code>{}</code>", html(id)))
+            .collect();
+        let _ = writeln!(
+            out,
+            "<details class=\"warn skipped\"><summary>Skipped (not run, not passed): {} — {}</summary><p>{}</p></details>",
+            ids.len(),
+            html(reason),
+            list.join(" ")
+        );
+    }
+}
+
 fn first_reason(cell: &CellResult) -> (String, String) {
     reasons(cell).into_iter().next().unwrap_or_default()
 }
@@ -292,11 +302,11 @@ fn cell_button(cell: &CellResult, text: &str) -> String {
 /// The short text of a grid cell: how the task ended (never the verdict,
 /// which is the colour), and the cause when there is one.
 fn outcome_abbrev(cell: &CellResult) -> String {
-    let state = match cell.outcome.state.as_str() {
-        "completed" => "done".to_owned(),
-        "needs_human" => "human".to_owned(),
-        "unknown" | "" => "no state".to_owned(),
-        other => truncate(other, 10),
+    let state = match cell.outcome.state {
+        Some(TaskState::Completed) => "done".to_owned(),
+        Some(TaskState::NeedsHuman) => "human".to_owned(),
+        None => "no state".to_owned(),
+        Some(other) => truncate(other.as_str(), 10),
     };
     match &cell.outcome.cause {
         Some(cause) => format!("{state} · {}", truncate(cause, 18)),
@@ -318,7 +328,7 @@ fn compact_data(
     for c in &wave.cells {
         for o in &c.oracles {
             if !oracles.contains(&o.oracle.as_str()) {
-                oracles.push(&o.oracle);
+                oracles.push(o.oracle.as_str());
             }
         }
     }
@@ -446,7 +456,7 @@ fn render_oracles(out: &mut String, cell: &CellResult) {
 fn render_outcome(out: &mut String, o: &Outcome) {
     out.push_str("<h4>outcome</h4>\n<dl>");
     for (term, value) in [
-        ("state", o.state.clone()),
+        ("state", TaskState::name(o.state).to_owned()),
         (
             "cause",
             o.cause.clone().unwrap_or_else(|| "none".to_owned()),
@@ -476,7 +486,7 @@ fn render_oracle_row(out: &mut String, o: &OracleResult) {
         out,
         "<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td>{}</td><td>{}</td></tr>",
         o.verdict.as_str(),
-        html(&o.oracle),
+        html(o.oracle.as_str()),
         o.verdict.as_str(),
         html(&o.message),
         evidence

@@ -117,7 +117,7 @@ fn junit_description(cell: &CellResult) -> String {
     let _ = writeln!(
         out,
         "outcome: state {}, cause {}, reached cut {}, runs {}, continuations {}, retry {}",
-        o.state,
+        crate::model::TaskState::name(o.state),
         o.cause.as_deref().unwrap_or("none"),
         o.reached_cut,
         o.runs,

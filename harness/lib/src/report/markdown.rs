@@ -3,14 +3,19 @@
 use std::fmt::Write as _;
 
 use super::{Counts, JUNIT_XML, REPORT_HTML, SUMMARY_CELL_ROWS_MAX, SUMMARY_MESSAGE_CHARS_MAX};
-use super::{by_scenario, format_ms, one_line, reasons, truncate};
-use crate::model::{Verdict, WaveResult};
+use super::{by_scenario, format_ms, in_order, one_line, reasons, truncate};
+use crate::model::{CellResult, Verdict, WaveResult};
 
 /// The markdown summary (also what the caller appends to
-/// `$GITHUB_STEP_SUMMARY`).
+/// `$GITHUB_STEP_SUMMARY`), in the order a reader needs it: the verdict and
+/// the figures, a line saying what did not complete or did not run, the
+/// cells that did not pass grouped by their first failing oracle, the
+/// skipped cells grouped by reason (one line per reason, the ids in a
+/// collapsed block), and last the count of cells per scenario.
 ///
-/// It uses plain GitHub-flavoured markdown with no HTML, so it reads the same
-/// raw in a terminal and rendered in a step summary.
+/// It is GitHub-flavoured markdown whose only HTML is the `<details>` block
+/// around a long id list, so it reads the same raw in a terminal and
+/// rendered in a step summary.
 pub fn summary_markdown(wave: &WaveResult) -> String {
     let mut out = String::new();
     let counts = Counts::of(wave.cells.iter());
@@ -24,21 +29,61 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
     if let Some(why) = &wave.stopped {
         let _ = writeln!(out, "**Not complete:** {}.\n", md_text(why));
     }
-    for s in &wave.skipped {
+    let skips = super::skipped_by_reason(&wave.skipped);
+    if !skips.is_empty() {
         let _ = writeln!(
             out,
-            "**Skipped** (not run, not passed) {}: {}\n",
-            md_code(&s.scenario_id),
-            md_text(&s.reason)
+            "**Skipped:** {} not run, not passed, for {} {} (see [Skipped](#skipped)).\n",
+            wave.skipped.len(),
+            skips.len(),
+            if skips.len() == 1 {
+                "reason"
+            } else {
+                "reasons"
+            }
         );
     }
-
     if wave.cells.is_empty() {
         out.push_str("No cells ran.\n");
-        return out;
+    } else if counts.pass == counts.cells {
+        let _ = writeln!(out, "All {} cells passed.", counts.cells);
+    } else {
+        failing_cells(&mut out, wave, counts.cells - counts.pass);
     }
+    skipped_section(&mut out, &skips);
+    if !wave.cells.is_empty() {
+        per_scenario(&mut out, wave);
+    }
+    out
+}
 
-    out.push_str("| scenario | cells | pass | unknown | fail |\n|---|---:|---:|---:|---:|\n");
+/// The "Skipped" section: one line per reason with its count, the ids in a
+/// collapsed `<details>` block.
+fn skipped_section(out: &mut String, skips: &[(&str, Vec<&str>)]) {
+    if skips.is_empty() {
+        return;
+    }
+    out.push_str(
+        "\n## Skipped\n\nNot run, not passed: each reason with how many ids it skipped.\n\n",
+    );
+    for (reason, ids) in skips {
+        let _ = writeln!(out, "- **{}** skipped: {}", ids.len(), md_text(reason));
+        let list = ids
+            .iter()
+            .map(|id| md_code(id))
+            .collect::<Vec<_>>()
+            .join(" · ");
+        let _ = writeln!(
+            out,
+            "  <details><summary>the {} ids</summary>\n\n  {list}\n\n  </details>\n",
+            ids.len()
+        );
+    }
+}
+
+/// The cells per scenario and their verdicts.
+fn per_scenario(out: &mut String, wave: &WaveResult) {
+    out.push_str("\n## Cells per scenario\n\n| scenario | cells | pass | unknown | fail |\n|---|---:|---:|---:|---:|\n");
     for (scenario, cells) in by_scenario(wave) {
         let c = Counts::of(cells.iter().copied());
         let _ = writeln!(
@@ -51,14 +96,6 @@ pub fn summary_markdown(wave: &WaveResult) -> String {
             c.fail
         );
     }
-    out.push('\n');
-
-    if counts.pass == counts.cells {
-        let _ = writeln!(out, "All {} cells passed.", counts.cells);
-        return out;
-    }
-    failing_cells(&mut out, wave, counts.cells - counts.pass);
-    out
 }
 
 /// The facts line under the title: seed, counts, time, jobs, shard, cells
@@ -98,34 +135,29 @@ fn facts(wave: &WaveResult, counts: &Counts) -> Vec<String> {
     facts
 }
 
-/// The "Failing and unknown cells" section: a table per scenario, at most
-/// [`SUMMARY_CELL_ROWS_MAX`] rows in all (`not_passed` counts them all).
+/// The "Failing and unknown cells" section: a table per first failing
+/// oracle (the one most cells share first, as `report.html` groups them),
+/// at most [`SUMMARY_CELL_ROWS_MAX`] rows in all (`not_passed` counts them
+/// all).
 fn failing_cells(out: &mut String, wave: &WaveResult, not_passed: usize) {
-    out.push_str("## Failing and unknown cells\n");
+    out.push_str("## Failing and unknown cells, by first failing oracle\n");
     let mut rows = 0;
-    'scenarios: for (scenario, cells) in by_scenario(wave) {
-        let mut heading_written = false;
-        for cell in cells.iter().filter(|c| c.verdict != Verdict::Pass) {
+    'groups: for (oracle, cells) in by_first_oracle(wave) {
+        let _ = write!(
+            out,
+            "\n### {} ({})\n\n| cell | name | verdict | why | reproduce |\n|---|---|---|---|---|\n",
+            md_code(&oracle),
+            cells.len()
+        );
+        for cell in cells {
             if rows == SUMMARY_CELL_ROWS_MAX {
                 let _ = writeln!(
                     out,
                     "\n…and {} more failing or unknown cells; see `{JUNIT_XML}` or `{REPORT_HTML}`.",
                     not_passed - rows
                 );
-                break 'scenarios;
+                break 'groups;
             }
-            if !heading_written {
-                let _ = write!(
-                    out,
-                    "\n### {}\n\n| cell | cut | verdict | why | reproduce |\n|---|---|---|---|---|\n",
-                    md_code(scenario)
-                );
-                heading_written = true;
-            }
-            // The scenario is the heading, so the row names only the cut and
-            // fault; the full test-case name would make every row twice as wide.
-            let name = cell.spec.name();
-            let cut = name.strip_prefix(scenario).unwrap_or(&name);
             let why = reasons(cell)
                 .iter()
                 .map(|(label, message)| {
@@ -141,7 +173,7 @@ fn failing_cells(out: &mut String, wave: &WaveResult, not_passed: usize) {
                 out,
                 "| {} | {} | {} | {} | {} |",
                 cell.spec.cell_id,
-                md_code(cut),
+                md_code(&cell.spec.name()),
                 verdict_md(cell.verdict),
                 why,
                 md_code(&cell.reproduce)
@@ -149,6 +181,22 @@ fn failing_cells(out: &mut String, wave: &WaveResult, not_passed: usize) {
             rows += 1;
         }
     }
+}
+
+/// The cells that did not pass, by their first failing oracle, the largest
+/// group first; cells in number order within a group.
+fn by_first_oracle(wave: &WaveResult) -> Vec<(String, Vec<&CellResult>)> {
+    let mut groups: std::collections::BTreeMap<String, Vec<&CellResult>> = Default::default();
+    for cell in in_order(wave)
+        .into_iter()
+        .filter(|c| c.verdict != Verdict::Pass)
+    {
+        let oracle = reasons(cell).into_iter().next().unwrap_or_default().0;
+        groups.entry(oracle).or_default().push(cell);
+    }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_by_key(|(_, cells)| std::cmp::Reverse(cells.len()));
+    groups
 }
 
 /// Escapes text for a markdown table cell: markup characters are

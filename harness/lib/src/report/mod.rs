@@ -31,7 +31,7 @@ pub use html::report_html;
 pub use json::read_wave;
 pub use junit::junit_xml;
 pub use markdown::summary_markdown;
-pub use merge::merge;
+pub use merge::{merge, merge_stage1};
 
 /// The machine-readable wave, read back by [`read_wave`].
 pub const WAVE_JSON: &str = "wave.json";
@@ -148,6 +148,16 @@ pub enum ReportError {
     /// A cell id appears in more than one shard.
     #[error("merging wave {wave_id}: cell {cell_id} appears more than once")]
     DuplicateCell { wave_id: String, cell_id: String },
+    /// Stage-1 shards were given without the stage-2 runs planned from
+    /// them, or the other way round, or with a wave that ran both stages.
+    #[error(
+        "merging wave {wave_id}: {found}, but not {missing} (stage 1 of every shard, then `turncut plan --stage2 <their dirs> --out plan2.json`, then `turncut wave --plan plan2.json` in shards: merge all of them)"
+    )]
+    StagesIncomplete {
+        wave_id: String,
+        found: String,
+        missing: String,
+    },
 }
 
 /// Writes `wave.json`, `summary.md`, `junit.xml` and `report.html` into `dir`
@@ -246,6 +256,21 @@ pub(crate) fn in_order(wave: &WaveResult) -> Vec<&CellResult> {
     cells
 }
 
+/// The skipped ids grouped by their reason (what `summary.md`, `report.html`
+/// and the console show: one line per reason, never one per id), the most common reason first
+/// (then by reason), each list in the wave's order.
+pub fn skipped_by_reason(skipped: &[crate::model::Skipped]) -> Vec<(&str, Vec<&str>)> {
+    let mut groups: Vec<(&str, Vec<&str>)> = Vec::new();
+    for s in skipped {
+        match groups.iter_mut().find(|(reason, _)| *reason == s.reason) {
+            Some((_, ids)) => ids.push(&s.scenario_id),
+            None => groups.push((&s.reason, vec![&s.scenario_id])),
+        }
+    }
+    groups.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(b.0)));
+    groups
+}
+
 /// The cells of each scenario, scenarios in the order they first appear.
 pub(crate) fn by_scenario(wave: &WaveResult) -> Vec<(&str, Vec<&CellResult>)> {
     let mut groups: Vec<(&str, Vec<&CellResult>)> = Vec::new();
@@ -297,7 +322,7 @@ pub(crate) fn reasons(cell: &CellResult) -> Vec<(String, String)> {
         .oracles
         .iter()
         .filter(|o| o.verdict == cell.verdict && o.verdict != Verdict::Pass)
-        .map(|o| (o.oracle.clone(), o.message.clone()))
+        .map(|o| (o.oracle.as_str().to_owned(), o.message.clone()))
         .collect();
     if let Some(error) = &cell.error {
         let entry = ("harness error".to_owned(), error.clone());

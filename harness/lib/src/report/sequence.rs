@@ -251,7 +251,7 @@ mod tests {
         };
         CellResult {
             oracles: vec![OracleResult {
-                oracle: "o".to_owned(),
+                oracle: crate::model::Oracle::Contract,
                 verdict,
                 message: String::new(),
                 evidence: vec!["events#3".to_owned(), "journal.jsonl:2".to_owned()],

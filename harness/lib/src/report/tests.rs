@@ -11,7 +11,7 @@ const FAIL_REPRODUCE: &str = "turncut run everyday.runner-codex.local.single --c
 
 fn oracle(name: &str, verdict: Verdict, message: &str) -> OracleResult {
     OracleResult {
-        oracle: name.to_owned(),
+        oracle: crate::model::Oracle::parse(name).unwrap(),
         verdict,
         message: message.to_owned(),
         evidence: if verdict == Verdict::Pass {
@@ -54,7 +54,7 @@ fn cell(
         verdict,
         oracles,
         outcome: Outcome {
-            state: "completed".to_owned(),
+            state: Some(crate::model::TaskState::Completed),
             cause: None,
             reached_cut: cut.is_some(),
             runs: 1,
@@ -86,7 +86,7 @@ fn sample_wave() -> WaveResult {
         ],
     );
     failing.reproduce = FAIL_REPRODUCE.to_owned();
-    failing.outcome.state = "failed".to_owned();
+    failing.outcome.state = Some(crate::model::TaskState::Failed);
     failing.outcome.cause = Some("provider_lost".to_owned());
     let mut unknown = cell(
         "t004",
@@ -102,7 +102,7 @@ fn sample_wave() -> WaveResult {
             ),
         ],
     );
-    unknown.outcome.state = "unknown".to_owned();
+    unknown.outcome.state = None;
     WaveResult {
         v: WAVE_FORMAT_VERSION,
         wave_id: "w-20250101T000000-s7".to_owned(),
@@ -114,6 +114,7 @@ fn sample_wave() -> WaveResult {
         not_run: 0,
         stopped: None,
         skipped: Vec::new(),
+        stages: Default::default(),
         cells: vec![
             cell("t001", a, None, None, vec![pass("no-replay.turn")]),
             cell(
@@ -295,10 +296,13 @@ fn a_skipped_scenario_is_listed_as_skipped_in_every_report_never_as_passed() {
     });
     let summary = summary_markdown(&wave);
     assert!(
-        summary.contains("**Skipped** (not run, not passed)"),
+        summary.contains("**Skipped:** 1 not run, not passed, for 1 reason"),
         "{summary}"
     );
-    assert!(summary.contains("codex is not on PATH"), "{summary}");
+    assert!(
+        summary.contains("- **1** skipped: codex is not on PATH"),
+        "{summary}"
+    );
     let xml = junit_xml(&wave, &Default::default()).unwrap();
     let doc = roxmltree::Document::parse(&xml).unwrap();
     let skipped: Vec<_> = doc
@@ -309,6 +313,54 @@ fn a_skipped_scenario_is_listed_as_skipped_in_every_report_never_as_passed() {
     assert_eq!(skipped, vec!["codex is not on PATH".to_owned()], "{xml}");
     let page = report_html(&wave, &Default::default());
     assert!(page.contains("Skipped (not run, not passed)"));
+}
+
+/// The verdict and figures first, a one-line skip count, the failing cells
+/// by first failing oracle, the skips one line per reason with the ids
+/// collapsed, the per-scenario table last.
+#[test]
+fn summary_leads_with_the_verdict_and_groups_failures_by_oracle_and_skips_by_reason() {
+    let mut wave = sample_wave();
+    let no_fuse = "a power-cut cell needs a lazy mount, and FUSE cannot be used here: /dev/fuse cannot be opened";
+    for i in 0..184 {
+        wave.skipped.push(crate::model::Skipped {
+            scenario_id: format!("everyday.runner-codex.local.single/power-cut#{i}"),
+            reason: no_fuse.to_owned(),
+        });
+    }
+    for id in ["a-real", "b-real"] {
+        wave.skipped.push(crate::model::Skipped {
+            scenario_id: id.to_owned(),
+            reason: "codex is not on PATH".to_owned(),
+        });
+    }
+    let summary = summary_markdown(&wave);
+    let lines: Vec<&str> = summary.lines().collect();
+    assert_eq!(lines[0], "# turncut wave `w-20250101T000000-s7`: fail");
+    assert!(
+        lines[2].starts_with("seed `7` · 5 cells: 3 pass, 1 unknown, 1 fail"),
+        "{summary}"
+    );
+    let at = |needle: &str| {
+        summary
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} in {summary}"))
+    };
+    assert!(at("**Skipped:** 186 not run, not passed, for 2 reasons") < at("## Failing"));
+    assert!(at("### `no-replay.turn` (1)") < at("## Skipped"));
+    assert!(at("### `liveness` (1)") < at("## Skipped"));
+    assert!(at("## Skipped") < at("## Cells per scenario"));
+    // One line per reason, the most common first; each id once, collapsed.
+    let reason_lines: Vec<&&str> = lines.iter().filter(|l| l.contains("FUSE cannot")).collect();
+    assert_eq!(reason_lines.len(), 1, "{summary}");
+    assert!(at(&format!("- **184** skipped: {}", md_text(no_fuse))) < at("- **2** skipped: codex"));
+    assert!(
+        at("<details><summary>the 184 ids</summary>")
+            < at("`everyday.runner-codex.local.single/power-cut#183`")
+    );
+    assert_eq!(summary.matches("power-cut#7`").count(), 1, "{summary}");
+    assert_eq!(summary.matches("<details>").count(), 2);
+    assert_eq!(summary.matches("</details>").count(), 2);
 }
 
 #[test]
@@ -596,6 +648,81 @@ fn merge_rejects_missing_repeated_or_mismatched_shards() {
         merge(vec![]).unwrap_err(),
         ReportError::NothingToMerge
     ));
+}
+
+/// A wave run in two phases: stage-1 shards, then the stage-2 shards
+/// planned from them, each phase numbered 1/n … n/n on its own; merged they
+/// are the whole wave, and either phase alone is refused.
+#[test]
+fn merge_joins_both_phases_of_a_two_phase_wave_and_refuses_one_alone() {
+    let (whole, mut one, mut two) = shards();
+    let mut stage2: Vec<WaveResult> = (1..=2)
+        .map(|i| {
+            let mut w = whole.clone();
+            w.stages = crate::model::Stages::Stage2;
+            w.shard = Some((i, 2));
+            w.jobs = 1;
+            w.duration_ms = 100 * u64::from(i);
+            w.cells = Vec::new();
+            w
+        })
+        .collect();
+    // Stage 1 holds all but the last cell; stage 2 ran the last one (as
+    // `t005` of a plan2 would be, say `t001.1`).
+    let last = whole.cells.last().unwrap().clone();
+    one.cells.retain(|c| c.spec.cell_id != last.spec.cell_id);
+    two.cells.retain(|c| c.spec.cell_id != last.spec.cell_id);
+    stage2[1].cells.push(last);
+    one.stages = crate::model::Stages::Stage1;
+    two.stages = crate::model::Stages::Stage1;
+    let all = vec![
+        stage2[1].clone(),
+        one.clone(),
+        stage2[0].clone(),
+        two.clone(),
+    ];
+    let merged = merge(all).unwrap();
+    assert_eq!(merged.cells, whole.cells);
+    assert_eq!(merged.stages, crate::model::Stages::Both);
+    assert_eq!(merged.jobs, 2, "each phase ran on 2 machines side by side");
+    assert_eq!(
+        merged.duration_ms,
+        2_500 + 200,
+        "the phases ran one after the other"
+    );
+    for alone in [vec![one.clone(), two.clone()], stage2.clone()] {
+        let err = merge(alone).unwrap_err();
+        assert!(
+            matches!(err, ReportError::StagesIncomplete { .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("turncut plan --stage2"), "{err}");
+    }
+    let mut stopped = one.clone();
+    stopped.stopped = Some("stopped after 1 cell did not pass (--max-fail 1)".into());
+    stopped.not_run = 2;
+    let partial = merge(vec![stopped, two.clone()]).unwrap();
+    assert!(
+        partial.stopped.is_some(),
+        "a stage 1 that stopped has no stage 2 to wait for"
+    );
+    let err = merge(vec![one, two, stage2[0].clone()]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ReportError::MissingShards {
+                found: 1,
+                count: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = merge(vec![whole, stage2[0].clone(), stage2[1].clone()]).unwrap_err();
+    assert!(
+        matches!(err, ReportError::StagesIncomplete { .. }),
+        "{err:?}"
+    );
 }
 
 #[test]

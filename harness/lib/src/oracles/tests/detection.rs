@@ -11,13 +11,15 @@ use crate::run_log::Kind;
 /// An exchange of `kind` for `id`.
 fn exchange(kind: &str, id: &str, text: &str, status: u16, body: Value) -> Exchange {
     Exchange {
-        kind: kind.into(),
+        kind: RequestKind::parse(kind).unwrap(),
         message_id: id.into(),
         text: text.into(),
         status,
         body,
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     }
 }
 
@@ -117,9 +119,13 @@ fn one_message_s_effect_in_two_conversations_without_a_retry_is_a_replay() {
 fn a_follow_up_to_a_failed_task_must_be_refused_with_its_proof() {
     let mut e = good();
     let mut x = exchange("follow_up", "f1", "more", 202, json!({}));
-    x.state_before = Some("failed".into());
+    x.state_before = Some(TaskState::Failed);
     e.exchanges.push(x.clone());
-    assert_only_fails(&e, "fence", "the fence must refuse it");
+    assert_only_fails(
+        &e,
+        "fence",
+        "follow_up f1 was answered 202 (the task read failed just before), the contract allows 409 prior_owner_fence_refused",
+    );
     e.exchanges.pop();
     x.status = 409;
     x.body = json!({ "reason": "prior_owner_fence_refused" });
@@ -139,7 +145,7 @@ fn a_step_expectation_of_its_own_reply_is_judged() {
         let mut e = good();
         let mut x = exchange("follow_up", "f1", "more", status, json!({}));
         x.expect = Some(expect);
-        x.state_before = state.map(str::to_owned);
+        x.state_before = state.map(|s| serde_json::from_value(json!(s)).unwrap());
         e.exchanges.push(x);
         e.provider_turns
             .push(pturn("pf1", "f1", "f1", "completed", false));
@@ -199,7 +205,7 @@ fn a_run_that_settles_failed_names_every_message_it_leaves_queued() {
     e.events
         .insert(4, event(5, "message.queued", json!({ "message_id": "f1" })));
     for (i, ev) in e.events.iter_mut().enumerate() {
-        ev["seq"] = json!(i + 1);
+        json_of(ev)["seq"] = json!(i + 1);
     }
     e.events.push(event(
         7,
@@ -230,7 +236,7 @@ fn a_run_that_settles_failed_names_every_message_it_leaves_queued() {
 #[test]
 fn a_retry_that_re_sends_an_answered_message_while_others_wait_is_caught() {
     let mut e = good();
-    e.task["runs"][0]["turns"] = json!([
+    task(&mut e)["runs"][0]["turns"] = json!([
         turn_view(1, "m1", "primary", "interrupted"),
         turn_view(2, "m1", "continuation", "completed"),
     ]);
@@ -295,11 +301,11 @@ fn acceptance_is_judged_from_the_provider_side() {
     let e = acted_at(2);
     assert_only_fails(&e, "contract", "before recording its acceptance");
     let mut e = acted_at(10);
-    e.events.retain(|ev| Kind::of(ev) != Kind::TurnAccepted);
+    e.events.retain(|ev| ev.kind() != Kind::TurnAccepted);
     assert_only_fails(&e, "contract", "never recorded the turn accepted");
     let mut e = acted_at(10);
-    e.task["runs"][0]["status"] = json!("failed");
-    e.task["runs"][0]["cause"] =
+    task(&mut e)["runs"][0]["status"] = json!("failed");
+    task(&mut e)["runs"][0]["cause"] =
         json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
     assert_only_fails(&e, "contract", "had seen the turn accepted");
 }
@@ -361,7 +367,7 @@ fn a_later_event_that_met_a_dead_process_and_never_came_again_is_unknown() {
     let mut e = good();
     let act = |at_ms, what: &str, detail| Action {
         at_ms,
-        what: what.into(),
+        what: crate::evidence::ActionKind::parse(what).unwrap(),
         detail,
     };
     e.actions.push(act(

@@ -24,7 +24,7 @@ fn wrote_notes(file: Option<&str>) -> Evidence {
         ),
     ]);
     for (i, mut ev) in settled.into_iter().enumerate() {
-        ev["seq"] = json!(6 + i);
+        json_of(&mut ev)["seq"] = json!(6 + i);
         e.events.push(ev);
     }
     e.journal.push(entry(
@@ -72,11 +72,11 @@ fn durable_effect_catches_a_file_whose_rename_was_never_synced() {
 fn native_wrote_notes(file: Option<&str>) -> Evidence {
     let mut e = wrote_notes(file);
     for ev in &mut e.events {
-        if ev["kind"] == "tool.executing" {
-            ev["data"] = json!({ "turn_row": 1, "key": "call_1", "kind": "Write",
+        if ev.kind() == Kind::ToolExecuting {
+            json_of(ev)["data"] = json!({ "turn_row": 1, "key": "call_1", "kind": "Write",
                                  "detail": { "path": "notes.txt" } });
-        } else if ev["kind"] == "tool.outcome" {
-            ev["data"] = json!({ "turn_row": 1, "key": "call_1", "ok": true });
+        } else if ev.kind() == Kind::ToolOutcome {
+            json_of(ev)["data"] = json!({ "turn_row": 1, "key": "call_1", "ok": true });
         }
     }
     e.journal.pop();
@@ -112,11 +112,11 @@ fn durable_effect_judges_only_what_the_run_log_holds_as_done() {
     // The outcome never became durable (the call is uncertain after the
     // cut): the runner claims nothing, whatever the file holds.
     let mut e = wrote_notes(None);
-    e.events[4]["data"]["status"] = json!("uncertain");
+    json_of(&mut e.events[4])["data"]["status"] = json!("uncertain");
     assert_eq!(verdict(&judge(&e), "durable.effect").0, Verdict::Pass);
     // An absolute path inside the workspace is the same file.
     let mut e = wrote_notes(Some(""));
-    e.events[3]["data"]["detail"]["path"] = json!("/ws/notes.txt");
+    json_of(&mut e.events[3])["data"]["detail"]["path"] = json!("/ws/notes.txt");
     e.journal.last_mut().unwrap().data["params"]["path"] = json!("/ws/notes.txt");
     assert_only_fails(&e, "durable.effect", "/ws/notes.txt");
 }
@@ -144,7 +144,7 @@ fn a_power_cut_excuses_a_provider_turn_journaled_before_it_not_after() {
     assert!(e.gap(Source::ProviderStore).is_some(), "no cut: truncated");
     e.actions.push(Action {
         at_ms: 5,
-        what: "fault.power-cut".into(),
+        what: crate::evidence::ActionKind::Fault(Fault::PowerCut),
         detail: json!({ "dead_at_epoch_ms": 10 }),
     });
     assert_eq!(e.gap(Source::ProviderStore), None, "lost by the cut");
@@ -165,7 +165,7 @@ fn store_lost_pt1(cut: bool) -> Evidence {
     if cut {
         e.actions.push(crate::evidence::Action {
             at_ms: 5,
-            what: "fault.power-cut".into(),
+            what: crate::evidence::ActionKind::Fault(Fault::PowerCut),
             detail: json!({ "dead_at_epoch_ms": 10 }),
         });
     }
@@ -192,10 +192,10 @@ fn failing_closed_on_a_conversation_a_power_cut_took_is_the_contracts_outcome() 
     let fail = |e: &mut Evidence| {
         let cause = json!({ "code": "provider_protocol_error", "recoverable": false,
                             "message": "the provider lost conversation th, which has completed turns" });
-        e.task["state"] = json!("failed");
-        e.task["cause"] = cause.clone();
-        e.task["runs"][0]["status"] = json!("failed");
-        e.task["runs"][0]["cause"] = cause.clone();
+        task(e)["state"] = json!("failed");
+        task(e)["cause"] = cause.clone();
+        task(e)["runs"][0]["status"] = json!("failed");
+        task(e)["runs"][0]["cause"] = cause.clone();
         e.events[4] = event(
             5,
             "run.settled",

@@ -1,9 +1,9 @@
 //! Tests of the oracles: each one is made to fail by a broken runner's
 //! evidence, built from one healthy cell (`good`).
 use super::*;
-use crate::evidence::{Exchange, ProviderTurn};
-use crate::model::{CellSpec, Cut, Event, Fault, ScenarioId};
-use crate::run_log::Kind;
+use crate::evidence::{Exchange, OpKind, ProviderTurn, RequestKind, TaskRead};
+use crate::model::{CellSpec, Cut, Event, Fault, ScenarioId, TaskState};
+use crate::run_log::{Kind, RunLogEvent};
 use serde_json::{Value, json};
 use wire::journal::{Entry, EntryKind};
 use wire::ledger::LedgerEntry;
@@ -68,8 +68,69 @@ fn pturn(turn: &str, client: &str, by: &str, status: &str, cont: bool) -> Provid
     }
 }
 
-fn event(seq: i64, kind: &str, data: Value) -> Value {
-    json!({ "v": 1, "task_id": "task-1", "seq": seq, "run_id": "run-1", "ts_ms": seq, "kind": kind, "data": data })
+fn event(seq: i64, kind: &str, data: Value) -> RunLogEvent {
+    RunLogEvent::read(
+        1,
+        json!({ "v": 1, "task_id": "task-1", "seq": seq, "run_id": "run-1", "ts_ms": seq, "kind": kind, "data": data }),
+    )
+}
+
+/// The JSON of something the evidence holds parsed (the task view, a
+/// run-log event), to edit as a runner would have written it: read again
+/// when the edit is done (the guard is dropped).
+struct Edit<'a, T> {
+    target: &'a mut T,
+    json: Value,
+    read: fn(Value) -> T,
+}
+
+impl<T> std::ops::Deref for Edit<'_, T> {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.json
+    }
+}
+
+impl<T> std::ops::DerefMut for Edit<'_, T> {
+    fn deref_mut(&mut self) -> &mut Value {
+        &mut self.json
+    }
+}
+
+impl<T> Drop for Edit<'_, T> {
+    fn drop(&mut self) {
+        *self.target = (self.read)(self.json.take());
+    }
+}
+
+/// The task view of `e` as JSON, read again after the edit.
+fn task(e: &mut Evidence) -> Edit<'_, Option<TaskRead>> {
+    let json = e
+        .task
+        .as_ref()
+        .map_or(Value::Null, |t| t.as_written().clone());
+    Edit {
+        target: &mut e.task,
+        json,
+        read: |v| Some(TaskRead::read(v)),
+    }
+}
+
+/// The task view of `e` as the runner wrote it.
+fn task_json(e: &Evidence) -> Value {
+    e.task
+        .as_ref()
+        .map_or(Value::Null, |t| t.as_written().clone())
+}
+
+/// A run-log event as JSON, read again after the edit.
+fn json_of(ev: &mut RunLogEvent) -> Edit<'_, RunLogEvent> {
+    let json = ev.as_written().clone();
+    Edit {
+        target: ev,
+        json,
+        read: |v| RunLogEvent::read(1, v),
+    }
 }
 
 fn turn_view(row: i64, message: &str, kind: &str, status: &str) -> Value {
@@ -101,22 +162,28 @@ fn good() -> Evidence {
         fault: Some(Fault::KillRunner),
         reached_cut: true,
         exchanges: vec![Exchange {
-            kind: "submit".into(),
+            kind: RequestKind::Submit,
             message_id: "m1".into(),
             text: "Create hello.txt".into(),
             status: 201,
             body: json!({ "run_id": "run-1" }),
             state_before: None,
             expect: None,
+            sent_at_ms: 0,
+            injected: false,
         }],
-        task: json!({
+        task: Some(TaskRead::read(json!({
             "task_id": "task-1", "profile": "runner-codex", "workspace": "/ws",
             "state": "completed", "cause": null, "current_run": "run-1", "queued_messages": [],
             "runs": [run_view("run-1", "initial", "completed", "th",
                               vec![turn_view(1, "m1", "primary", "completed")])]
-        }),
+        }))),
         events: vec![
-            event(1, "task.admitted", json!({})),
+            event(
+                1,
+                "task.admitted",
+                json!({ "message_id": "m1", "profile": "runner-codex", "run_id": "run-1" }),
+            ),
             event(
                 2,
                 "turn.intent",
@@ -156,7 +223,7 @@ fn good() -> Evidence {
 }
 
 fn verdict(results: &[OracleResult], name: &str) -> (Verdict, String) {
-    let r = results.iter().find(|r| r.oracle == name).unwrap();
+    let r = results.iter().find(|r| r.oracle.as_str() == name).unwrap();
     (r.verdict, r.message.clone())
 }
 
@@ -247,26 +314,28 @@ fn no_replay_effect_catches_a_double_effect() {
 #[test]
 fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
     let mut e = good();
-    e.task["state"] = json!("failed");
+    task(&mut e)["state"] = json!("failed");
     assert_only_fails(&e, "cause.structured", "has no cause");
-    e.task["cause"] =
+    task(&mut e)["cause"] =
         json!({ "code": "something_went_wrong", "recoverable": false, "message": "x" });
     assert_only_fails(&e, "cause.structured", "outside the closed set");
-    e.task["cause"] =
+    task(&mut e)["cause"] =
         json!({ "code": "ambiguous_turn_start", "recoverable": true, "message": "x" });
     assert_only_fails(&e, "cause.structured", "recoverable: false");
     let mut e = good();
-    e.events.push(event(6, "turn.failed", json!({ "cause": { "code": "provider_turn_lost_on_restore", "recoverable": false, "message": "x" } })));
+    e.events.push(event(6, "turn.failed", json!({ "turn_row": 1, "cause": { "code": "provider_turn_lost_on_restore", "recoverable": false, "message": "x" } })));
     assert_only_fails(&e, "cause.structured", "recoverable: true");
     let mut e = good();
     e.exchanges.push(Exchange {
-        kind: "follow_up".into(),
+        kind: RequestKind::FollowUp,
         message_id: "f1".into(),
         text: "x".into(),
         status: 409,
         body: json!({ "reason": "nope" }),
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     });
     assert_only_fails(&e, "cause.structured", "without a listed reason");
 }
@@ -280,11 +349,11 @@ fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
 #[test]
 fn an_acceptance_withdrawn_by_an_absent_turn_does_not_forbid_failing_closed() {
     let failed_closed = |e: &mut Evidence| {
-        e.task["state"] = json!("failed");
-        e.task["cause"] =
+        task(e)["state"] = json!("failed");
+        task(e)["cause"] =
             json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
-        e.task["runs"][0]["status"] = json!("failed");
-        e.task["runs"][0]["cause"] = e.task["cause"].clone();
+        task(e)["runs"][0]["status"] = json!("failed");
+        task(e)["runs"][0]["cause"] = task_json(e)["cause"].clone();
     };
     let mut e = good();
     failed_closed(&mut e);
@@ -306,12 +375,12 @@ fn contract_catches_an_unjustified_fail_closed_and_a_false_adoption() {
     let mut e = good();
     e.journal.truncate(0);
     e.provider_turns.clear();
-    e.task["state"] = json!("failed");
-    e.task["cause"] =
+    task(&mut e)["state"] = json!("failed");
+    task(&mut e)["cause"] =
         json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
-    e.task["runs"][0]["status"] = json!("failed");
-    e.task["runs"][0]["cause"] = e.task["cause"].clone();
-    e.events.retain(|ev| Kind::of(ev) != Kind::TurnAccepted);
+    task(&mut e)["runs"][0]["status"] = json!("failed");
+    task(&mut e)["runs"][0]["cause"] = task_json(&e)["cause"].clone();
+    e.events.retain(|ev| ev.kind() != Kind::TurnAccepted);
     e.ledger.clear();
     assert_only_fails(&e, "contract", "provably safe");
 
@@ -328,8 +397,8 @@ fn contract_catches_an_unjustified_fail_closed_and_a_false_adoption() {
     assert_only_fails(&e, "contract", "did not complete it");
 
     let mut e = good();
-    e.task["runs"][0]["status"] = json!("failed");
-    e.task["runs"][0]["cause"] =
+    task(&mut e)["runs"][0]["status"] = json!("failed");
+    task(&mut e)["runs"][0]["cause"] =
         json!({ "code": "continuation_exhausted", "recoverable": false, "message": "x" });
     assert_only_fails(&e, "contract", "without a continuation");
 }
@@ -355,9 +424,9 @@ fn an_adoption_is_judged_against_the_rows_latest_acceptance() {
     );
     e.events.splice(2..2, [first, absent]);
     for (i, ev) in e.events.iter_mut().enumerate() {
-        ev["seq"] = json!(i + 1);
+        json_of(ev)["seq"] = json!(i + 1);
     }
-    e.events[5]["data"]["adopted"] = json!(true);
+    json_of(&mut e.events[5])["data"]["adopted"] = json!(true);
     let (_, message) = verdict(&judge(&e), "contract");
     assert!(!message.contains("did not complete it"), "{message}");
     e.provider_turns[1].status = "interrupted".into();
@@ -369,16 +438,16 @@ fn an_adoption_of_a_row_never_accepted_is_judged_by_its_client_id() {
     // The runner sent m1, was cut before recording the acceptance, and the
     // restarted runner found the turn by its client id, completed (pt1).
     let mut e = good();
-    e.events.retain(|ev| Kind::of(ev) != Kind::TurnAccepted);
+    e.events.retain(|ev| ev.kind() != Kind::TurnAccepted);
     for (i, ev) in e.events.iter_mut().enumerate() {
-        ev["seq"] = json!(i + 1);
+        json_of(ev)["seq"] = json!(i + 1);
     }
     let finished = e
         .events
         .iter()
-        .position(|ev| Kind::of(ev) == Kind::TurnFinished)
+        .position(|ev| ev.kind() == Kind::TurnFinished)
         .unwrap();
-    e.events[finished]["data"]["adopted"] = json!(true);
+    json_of(&mut e.events[finished])["data"]["adopted"] = json!(true);
     let (_, message) = verdict(&judge(&e), "contract");
     assert!(!message.contains("did not complete it"), "{message}");
     e.provider_turns[0].status = "interrupted".into();
@@ -388,12 +457,14 @@ fn an_adoption_of_a_row_never_accepted_is_judged_by_its_client_id() {
 
 #[test]
 fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_unfinished() {
-    // The run closed after answering `accept` for command call_x.
+    // The run closed after answering `accept` for command call_x, when a
+    // fault cut it.
     let closed = |item_completed: bool| {
         let mut e = good();
-        e.task["state"] = json!("failed");
-        e.task["runs"][0]["status"] = json!("failed");
-        e.task["runs"][0]["cause"] =
+        e.events_applied = 1;
+        task(&mut e)["state"] = json!("failed");
+        task(&mut e)["runs"][0]["status"] = json!("failed");
+        task(&mut e)["runs"][0]["cause"] =
             json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
         e.events.insert(
             3,
@@ -414,7 +485,7 @@ fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_u
             );
         }
         for (i, ev) in e.events.iter_mut().enumerate() {
-            ev["seq"] = json!(i + 1);
+            json_of(ev)["seq"] = json!(i + 1);
         }
         e
     };
@@ -442,7 +513,7 @@ fn continuing_a_completed_turn_is_wrong_except_where_the_protocol_cannot_tell() 
             ),
         );
         for (i, ev) in e.events.iter_mut().enumerate() {
-            ev["seq"] = json!(i + 1);
+            json_of(ev)["seq"] = json!(i + 1);
         }
         e
     };
@@ -494,7 +565,7 @@ fn contract_catches_a_tool_outcome_not_persisted_before_moving_on() {
     // B starts before A's outcome is durable.
     e.events.remove(4);
     for (i, ev) in e.events.iter_mut().enumerate() {
-        ev["seq"] = json!(i + 1);
+        json_of(ev)["seq"] = json!(i + 1);
     }
     assert_only_fails(
         &e,
@@ -540,5 +611,6 @@ fn evidence_reads_turn_starts_of_every_protocol() {
 
 mod detection;
 mod durable;
+mod model;
 mod read_faults;
 mod runs;

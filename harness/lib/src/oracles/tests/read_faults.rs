@@ -3,6 +3,18 @@
 //! same for a Retry answered 503 `storage_failed`.
 
 use super::*;
+use crate::evidence::{Action, ActionKind};
+
+/// The harness's records of `faults`, applied at `runner.read.turns`.
+fn applied(e: &mut Evidence, faults: &[Fault]) {
+    for (i, f) in faults.iter().enumerate() {
+        e.actions.push(Action {
+            at_ms: 10 + i as u64,
+            what: ActionKind::Fault(*f),
+            detail: json!({ "point": "runner.read.turns" }),
+        });
+    }
+}
 
 /// The healthy cell's run, settled `storage_failed` after `faults` read
 /// faults at `runner.read.turns`.
@@ -27,23 +39,20 @@ fn failed_after_reads(faults: &[Fault]) -> Evidence {
     e.fault = faults.first().copied();
     let cause =
         json!({ "code": "storage_failed", "recoverable": false, "message": "a read failed" });
-    e.task["state"] = json!("failed");
-    e.task["cause"] = cause.clone();
-    e.task["runs"][0]["status"] = json!("failed");
-    e.task["runs"][0]["cause"] = cause.clone();
+    {
+        let mut t = task(&mut e);
+        t["state"] = json!("failed");
+        t["cause"] = cause.clone();
+        t["runs"][0]["status"] = json!("failed");
+        t["runs"][0]["cause"] = cause.clone();
+    }
     e.events.pop();
     e.events.push(event(
         5,
         "run.settled",
         json!({ "state": "failed", "cause": cause }),
     ));
-    for (i, f) in faults.iter().enumerate() {
-        e.actions.push(crate::evidence::Action {
-            at_ms: 10 + i as u64,
-            what: format!("fault.{f}"),
-            detail: json!({ "point": "runner.read.turns" }),
-        });
-    }
+    applied(&mut e, faults);
     e
 }
 
@@ -67,21 +76,17 @@ fn a_read_that_failed_again_when_tried_again_does() {
 fn retry_refused_by_the_store(faults: &[Fault]) -> Evidence {
     let mut e = good();
     e.exchanges.push(Exchange {
-        kind: "retry".into(),
+        kind: RequestKind::Retry,
         message_id: "r1".into(),
         text: String::new(),
         status: 503,
         body: json!({ "error": "storage failed", "reason": "storage_failed" }),
         state_before: None,
         expect: None,
+        sent_at_ms: 100,
+        injected: false,
     });
-    for (i, f) in faults.iter().enumerate() {
-        e.actions.push(crate::evidence::Action {
-            at_ms: 10 + i as u64,
-            what: format!("fault.{f}"),
-            detail: json!({}),
-        });
-    }
+    applied(&mut e, faults);
     e
 }
 
@@ -89,7 +94,9 @@ fn retry_refused_by_the_store(faults: &[Fault]) -> Evidence {
 fn a_retry_answered_503_by_the_store_needs_the_faults_to_justify_it() {
     for faults in [&[][..], &[Fault::FailRead], &[Fault::CorruptRead]] {
         let e = retry_refused_by_the_store(faults);
-        assert_only_fails(&e, "retry.works", "Retry answered 503");
+        let (v, m) = verdict(&judge(&e), "retry.works");
+        assert_eq!(v, Verdict::Fail, "{faults:?}: {m}");
+        assert!(m.contains("503"), "{faults:?}: {m}");
     }
     for faults in [
         &[Fault::FailWrite][..],

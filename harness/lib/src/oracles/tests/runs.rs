@@ -7,7 +7,7 @@ use super::*;
 #[test]
 fn retry_works_catches_a_reused_conversation_and_a_reasonless_refusal() {
     let mut e = retried();
-    e.task["runs"][1]["conversation_id"] = json!("th");
+    task(&mut e)["runs"][1]["conversation_id"] = json!("th");
     assert_only_fails(&e, "retry.works", "fresh conversation");
     let mut e = good();
     e.exchanges.push(retry_r1(201, json!({})));
@@ -20,26 +20,30 @@ fn retry_works_catches_a_reused_conversation_and_a_reasonless_refusal() {
 /// Retry `r1`, answered `status` with `body` (0: no answer).
 fn retry_r1(status: u16, body: Value) -> Exchange {
     Exchange {
-        kind: "retry".into(),
+        kind: RequestKind::Retry,
         message_id: "r1".into(),
         text: String::new(),
         status,
         body,
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     }
 }
 
 /// Follow-up `f1`, accepted (202).
 fn follow_up_f1() -> Exchange {
     Exchange {
-        kind: "follow_up".into(),
+        kind: RequestKind::FollowUp,
         message_id: "f1".into(),
         text: "more".into(),
         status: 202,
         body: json!({}),
         state_before: None,
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     }
 }
 
@@ -54,9 +58,9 @@ fn no_loss_catches_a_gap_a_vanished_event_and_a_lost_follow_up() {
     let mut e = good();
     e.exchanges.push(follow_up_f1());
     assert_only_fails(&e, "no-loss", "never consumed");
-    e.task["queued_messages"] = json!(["f1"]);
+    task(&mut e)["queued_messages"] = json!(["f1"]);
     assert_only_fails(&e, "no-loss", "completed without consuming it");
-    e.task["state"] = json!("failed");
+    task(&mut e)["state"] = json!("failed");
     assert_only_fails(&e, "no-loss", "no run-log event names it");
     e.events.push(event(
         6,
@@ -65,8 +69,8 @@ fn no_loss_catches_a_gap_a_vanished_event_and_a_lost_follow_up() {
     ));
     assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
     e.events.pop();
-    e.task["state"] = json!("completed");
-    e.task["queued_messages"] = json!([]);
+    task(&mut e)["state"] = json!("completed");
+    task(&mut e)["queued_messages"] = json!([]);
     e.provider_turns
         .push(pturn("pf1", "f1", "f1", "completed", false));
     e.provider_turns
@@ -89,7 +93,7 @@ fn no_loss_is_unknown_when_the_run_log_or_the_queue_cannot_be_read() {
     let mut e = good();
     e.unreadable(Source::Task, "GET task answered 404");
     e.ops.push(crate::evidence::Op {
-        kind: "read.task".into(),
+        kind: crate::evidence::OpKind::ReadTask,
         message_id: String::new(),
         at_ms: 90,
         result: crate::evidence::OpResult::Fail,
@@ -102,7 +106,7 @@ fn no_loss_is_unknown_when_the_run_log_or_the_queue_cannot_be_read() {
 #[test]
 fn liveness_secrecy_hygiene_and_vacuity_each_bite() {
     let mut e = good();
-    e.task["state"] = json!("running");
+    task(&mut e)["state"] = json!("running");
     assert_only_fails(&e, "liveness", "still running");
     let mut e = good();
     e.canary_found_in.push("state/runner.sqlite3".into());
@@ -160,8 +164,10 @@ fn an_unreadable_empty_or_truncated_source_is_never_a_pass() {
     assert_unknown_without(Task, &task_oracles, |e| {
         e.unreadable(Task, "GET task answered 404")
     });
-    assert_unknown_without(Task, &task_oracles, |e| e.task = Value::Null);
-    assert_unknown_without(Task, &task_oracles, |e| e.task = json!({ "error": "x" }));
+    assert_unknown_without(Task, &task_oracles, |e| e.task = None);
+    assert_unknown_without(Task, &task_oracles, |e| {
+        e.task = Some(TaskRead::read(json!({ "error": "x" })))
+    });
     let log_oracles = [
         "cause.structured",
         "contract",
@@ -202,37 +208,66 @@ fn an_unreadable_empty_or_truncated_source_is_never_a_pass() {
 fn a_renamed_or_unknown_field_is_unknown_not_a_pass() {
     // The runner renames `runs`: the oracles must not judge zero runs.
     assert_unknown_without(Source::Task, &["contract", "retry.works", "no-loss"], |e| {
-        let runs = e.task.as_object_mut().unwrap().remove("runs").unwrap();
-        e.task["run_list"] = runs;
+        let mut t = task(e);
+        let runs = t.as_object_mut().unwrap().remove("runs").unwrap();
+        t["run_list"] = runs;
     });
     // A turn's `kind` becomes `type`.
     assert_unknown_without(Source::Task, &["contract"], |e| {
-        let t = e.task["runs"][0]["turns"][0].as_object_mut().unwrap();
+        let mut view = task(e);
+        let t = view["runs"][0]["turns"][0].as_object_mut().unwrap();
         let kind = t.remove("kind").unwrap();
         t.insert("type".into(), kind);
     });
     // A run-log event of another version, or with a renamed envelope field.
     assert_unknown_without(Source::RunLog, &["cause.structured", "no-loss"], |e| {
-        e.events[0]["v"] = json!(2)
+        json_of(&mut e.events[0])["v"] = json!(2)
     });
     assert_unknown_without(Source::RunLog, &["cause.structured", "no-loss"], |e| {
-        let ev = e.events[1].as_object_mut().unwrap();
+        let mut j = json_of(&mut e.events[1]);
+        let ev = j.as_object_mut().unwrap();
         let kind = ev.remove("kind").unwrap();
         ev.insert("type".into(), kind);
     });
+    // A payload field an oracle reads is renamed, or of another type: the
+    // oracles that read the run log say unknown, naming the event and the
+    // field, never pass.
+    let payload_oracles = ["cause.structured", "contract", "no-loss", "retry.works"];
+    assert_unknown_without(Source::RunLog, &payload_oracles, |e| {
+        let mut j = json_of(&mut e.events[2]);
+        let row = j["data"]
+            .as_object_mut()
+            .unwrap()
+            .remove("turn_row")
+            .unwrap();
+        j["data"]["row"] = row;
+    });
+    assert_unknown_without(Source::RunLog, &payload_oracles, |e| {
+        json_of(&mut e.events[4])["data"]["state"] = json!("done")
+    });
+    let mut e = good();
+    json_of(&mut e.events[2])["data"]["turn_row"] = json!("one");
+    let (v, m) = verdict(&judge(&e), "contract");
+    assert_eq!(v, Verdict::Unknown);
+    assert!(
+        m.contains("run-log event 3 (turn.accepted) does not parse: data.turn_row: invalid type"),
+        "{m}"
+    );
 }
 
 #[test]
 fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
     let info = |e: &mut Evidence| {
         e.exchanges.push(Exchange {
-            kind: "follow_up".into(),
+            kind: RequestKind::FollowUp,
             message_id: "f1".into(),
             text: "more".into(),
             status: 0,
             body: json!({ "error": "connection reset" }),
             state_before: None,
             expect: None,
+            sent_at_ms: 0,
+            injected: false,
         });
     };
     // Absent: the cut POST never reached the runner.
@@ -250,14 +285,16 @@ fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
     // Present, queued, and stranded in a completed task.
     let mut e = good();
     info(&mut e);
-    e.task["queued_messages"] = json!(["f1"]);
+    task(&mut e)["queued_messages"] = json!(["f1"]);
     assert_only_fails(&e, "no-loss", "completed without consuming it");
 }
 
 #[test]
 fn ops_record_ok_fail_and_info() {
     use crate::evidence::{Op, OpResult};
-    let of = |a: anyhow::Result<(u16, ())>| Op::of("follow_up", "f1", 5, &a).result;
+    let of = |a: anyhow::Result<(u16, ())>| {
+        Op::of(OpKind::Request(RequestKind::FollowUp), "f1", 5, &a).result
+    };
     assert_eq!(of(Ok((202, ()))), OpResult::Ok);
     assert_eq!(of(Ok((409, ()))), OpResult::Fail);
     assert_eq!(of(Ok((503, ()))), OpResult::Info);
@@ -268,17 +305,40 @@ fn ops_record_ok_fail_and_info() {
 fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
     let mut e = good();
     e.exchanges.push(Exchange {
-        kind: "follow_up".into(),
+        kind: RequestKind::FollowUp,
         message_id: "f1".into(),
         text: "more".into(),
         status: 409,
         body: json!({ "reason": "prior_owner_fence_refused" }),
-        state_before: None,
+        state_before: Some(crate::model::TaskState::Failed),
         expect: None,
+        sent_at_ms: 0,
+        injected: false,
     });
+    e.events.push(event(
+        6,
+        "prior_owner_fence_refused",
+        json!({ "message_id": "f1", "reason": "prior_owner_fence_refused" }),
+    ));
     assert_eq!(verdict(&judge(&e), "fence").0, Verdict::Pass);
     e.journal.push(turn_start("f1", "more"));
     assert_only_fails(&e, "fence", "was refused");
+    // Refused as id_conflict (the runner holds f1 with another text), its
+    // text reaches nothing: the provider's f1 carried the admitted text.
+    let mut e = good();
+    e.exchanges.push(follow_up_f1());
+    let mut conflict = follow_up_f1();
+    conflict.text = "other".into();
+    conflict.status = 409;
+    conflict.body = json!({ "reason": "id_conflict" });
+    e.exchanges.push(conflict);
+    e.journal.push(turn_start("f1", "more"));
+    assert_ne!(
+        verdict(&judge(&e), "fence").0,
+        Verdict::Fail,
+        "{:#?}",
+        judge(&e)
+    );
 }
 
 /// A healthy cell plus an admitted Retry whose run completed in a fresh
@@ -287,7 +347,7 @@ fn retried() -> Evidence {
     let mut e = good();
     e.exchanges
         .push(retry_r1(201, json!({ "run_id": "run-2" })));
-    e.task["runs"].as_array_mut().unwrap().push(run_view(
+    task(&mut e)["runs"].as_array_mut().unwrap().push(run_view(
         "run-2",
         "retry",
         "completed",
@@ -303,14 +363,14 @@ fn retried() -> Evidence {
 /// was reached at 150 ms: its run may have been cut.
 fn cut_after_retry(e: &mut Evidence) {
     e.ops.push(crate::evidence::Op::of(
-        "retry",
+        OpKind::Request(RequestKind::Retry),
         "r1",
         100,
         &Ok::<_, anyhow::Error>((201, ())),
     ));
     e.actions.push(crate::evidence::Action {
         at_ms: 150,
-        what: "event.reached".into(),
+        what: crate::evidence::ActionKind::EventReached,
         detail: json!({ "event": 2 }),
     });
 }
@@ -318,31 +378,32 @@ fn cut_after_retry(e: &mut Evidence) {
 #[test]
 fn a_retry_run_cut_by_a_later_event_may_fail_only_with_a_contract_cause() {
     let mut e = retried();
-    e.task["runs"][1]["status"] = json!("failed");
-    e.task["runs"][1]["cause"] =
+    task(&mut e)["runs"][1]["status"] = json!("failed");
+    task(&mut e)["runs"][1]["cause"] =
         json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
     // No event after the Retry: its run had no excuse to fail.
     assert_only_fails(&e, "retry.works", "ended failed");
     cut_after_retry(&mut e);
     assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
     // Cut, it still needs a cause the contract lists.
-    e.task["runs"][1]["cause"] = json!({ "code": "made_up", "recoverable": false, "message": "x" });
+    task(&mut e)["runs"][1]["cause"] =
+        json!({ "code": "made_up", "recoverable": false, "message": "x" });
     assert!(verdict(&judge(&e), "retry.works").0 == Verdict::Fail);
 }
 
 #[test]
 fn a_retry_run_cut_before_its_conversation_has_none_and_an_unanswered_retry_is_unknown() {
     let mut e = retried();
-    e.task["runs"][1]["status"] = json!("failed");
-    e.task["runs"][1]["conversation_id"] = Value::Null;
-    e.task["runs"][1]["cause"] =
+    task(&mut e)["runs"][1]["status"] = json!("failed");
+    task(&mut e)["runs"][1]["conversation_id"] = Value::Null;
+    task(&mut e)["runs"][1]["cause"] =
         json!({ "code": "storage_failed", "recoverable": false, "message": "x" });
     // Not cut: a Retry run without a conversation is wrong.
     assert_only_fails(&e, "retry.works", "fresh conversation");
     cut_after_retry(&mut e);
     e.actions.push(crate::evidence::Action {
         at_ms: 150,
-        what: "fault.fail-write".into(),
+        what: crate::evidence::ActionKind::Fault(Fault::FailWrite),
         detail: json!({}),
     });
     assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Pass);
@@ -402,7 +463,7 @@ fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
     let mut e = good();
     assert_eq!(e.path(), "completed");
     // A continuation, then adoption of the continuation.
-    e.task["runs"][0]["turns"]
+    task(&mut e)["runs"][0]["turns"]
         .as_array_mut()
         .unwrap()
         .push(turn_view(2, "m1", "continuation", "completed"));
@@ -411,7 +472,7 @@ fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
         event(
             5,
             "turn.intent",
-            json!({ "message_id": "m1", "kind": "continuation" }),
+            json!({ "message_id": "m1", "kind": "continuation", "client_id": "m1#continuation" }),
         ),
     );
     e.events.insert(
@@ -436,10 +497,10 @@ fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
     assert_eq!(e.path(), "re-sent → completed");
     // Failed closed, then a Retry run.
     let mut e = good();
-    e.task["runs"][0]["status"] = json!("failed");
-    e.task["runs"][0]["cause"] =
+    task(&mut e)["runs"][0]["status"] = json!("failed");
+    task(&mut e)["runs"][0]["cause"] =
         json!({ "code": "ambiguous_turn_start", "recoverable": false, "message": "x" });
-    e.task["runs"].as_array_mut().unwrap().push(run_view(
+    task(&mut e)["runs"].as_array_mut().unwrap().push(run_view(
         "run-2",
         "retry",
         "completed",
@@ -447,6 +508,6 @@ fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
         vec![],
     ));
     assert_eq!(e.path(), "failed ambiguous_turn_start → retry → completed");
-    e.task = json!({ "renamed": true });
+    e.task = Some(TaskRead::read(json!({ "renamed": true })));
     assert_eq!(e.path(), "unknown");
 }

@@ -291,7 +291,7 @@ pub fn failing_oracles(f: &Finished) -> Vec<String> {
         .oracles
         .iter()
         .filter(|o| o.verdict == Verdict::Fail)
-        .map(|o| o.oracle.clone())
+        .map(|o| o.oracle.as_str().to_owned())
         .collect()
 }
 
@@ -327,6 +327,7 @@ pub fn explore(
     }
 }
 
+#[derive(Default)]
 struct Progress {
     stop: AtomicBool,
     /// An explorer is shrinking a failure: the others stop.
@@ -339,8 +340,13 @@ struct Progress {
 
 impl Progress {
     fn count(&self, id: &str, f: &Finished) {
+        self.count_verdict(id, f.result.verdict);
+    }
+
+    /// Counts one cell of `id` that ended `verdict`.
+    fn count_verdict(&self, id: &str, verdict: Verdict) {
         let runs = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
-        if f.result.verdict == Verdict::Unknown {
+        if verdict == Verdict::Unknown {
             self.unknown.fetch_add(1, Ordering::SeqCst);
         }
         *self
@@ -480,6 +486,8 @@ pub fn run_schedule(env: &CellEnv, scenarios: &[Scenario], id: &str, events: &[E
     let spec: CellSpec = plan::schedule_cell(0, "t001".into(), id.to_owned(), events);
     wave::run_one(env, scenarios, &spec)
 }
+
+pub mod workflows;
 
 #[cfg(test)]
 mod tests {

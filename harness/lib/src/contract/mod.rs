@@ -6,6 +6,8 @@
 //! these tables, never against the runner's own enums, so a runner that
 //! changes its codes cannot quietly change what is judged.
 
+pub mod model;
+
 /// Causes and whether each is recoverable.
 pub const CAUSES: &[(&str, bool)] = &[
     ("provider_turn_lost_on_restore", true),

@@ -1,0 +1,266 @@
+//! The guard of a mount made with mount(2): a forked child of the owner
+//! that holds the other end of a socket and, when that end closes without
+//! the owner's word that it unmounted, unmounts the dead owner's mount.
+//! It is what `fusermount3 -o auto_unmount` does for a mount made through
+//! `fusermount3`, so that no mount outlives its owner, even one killed by
+//! SIGKILL, on a machine without `fusermount3` (a root that has `/dev/fuse`
+//! needs no setuid helper to mount).
+//!
+//! The guard is a fork that never execs: it works in any program that links
+//! lazyfs (the `turncut` binary, a test binary) without a re-exec entry
+//! point. A fork of a multi-threaded program may only make
+//! async-signal-safe calls, so the child makes raw system calls and nothing
+//! else: no allocation, no lock, no Rust I/O. Everything it needs (the path,
+//! its escaped form in `/proc/self/mountinfo`) is prepared before the fork.
+//! The first thing it does is close every descriptor it inherited except
+//! its end of the socket, so it holds no copy of the owner's pipes, of any
+//! `/dev/fuse` connection, or of a file under a mount.
+//!
+//! It deliberately does not unmount anything but a `fuse.lazyfs` mount at
+//! its own path, and it is forked before the mount is made: an owner killed
+//! between the mount and any later step still leaves a guard behind it.
+
+use std::ffi::CString;
+use std::io::{self, Write as _};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+/// The byte the owner sends before closing its end when the mount is
+/// already gone (or was never made): the guard then leaves the path alone.
+const DONE: u8 = b'u';
+
+/// The file system type of a lazy mount, as `/proc/self/mountinfo` shows it.
+pub(crate) const FSTYPE: &str = "fuse.lazyfs";
+
+/// The longest `/proc/self/mountinfo` line the guard reads whole; a longer
+/// line (a path of several kilobytes) cannot be ours, whose line is checked
+/// to fit before the fork.
+const LINE_BYTES_MAX: usize = 8192;
+
+/// The owner's side of a running guard.
+pub(crate) struct Guard {
+    pid: libc::pid_t,
+    socket: UnixStream,
+}
+
+impl Guard {
+    /// Forks the guard of `mountpoint` (canonical), before anything is
+    /// mounted there.
+    pub(crate) fn spawn(mountpoint: &Path) -> io::Result<Guard> {
+        let path = CString::new(mountpoint.as_os_str().as_bytes())
+            .map_err(|_| io::Error::other("a mount point with a NUL byte"))?;
+        let escaped = escape(mountpoint.as_os_str().as_bytes());
+        if escaped.len() + 200 > LINE_BYTES_MAX {
+            return Err(io::Error::other(format!(
+                "mount point path too long for the guard ({} bytes)",
+                escaped.len()
+            )));
+        }
+        let (ours, theirs) = UnixStream::pair()?;
+        // SAFETY: the child makes only async-signal-safe system calls on
+        // memory prepared before the fork, and ends with `_exit`.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            -1 => Err(io::Error::last_os_error()),
+            0 => unsafe { guard_main(theirs.as_raw_fd(), &path, &escaped) },
+            pid => {
+                drop(theirs);
+                Ok(Guard { pid, socket: ours })
+            }
+        }
+    }
+
+    /// The owner unmounted (or never mounted): the guard leaves and is
+    /// reaped here.
+    pub(crate) fn finish(self) {
+        let mut socket = &self.socket;
+        // A guard that is already gone cannot read it; nothing is lost.
+        let _ = socket.write_all(&[DONE]);
+        drop(self.socket);
+        reap(self.pid);
+    }
+}
+
+/// Waits for the guard to exit. `ECHILD` (reaped by someone else) ends the
+/// wait as well: the guard is gone either way.
+fn reap(pid: libc::pid_t) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, with a valid status pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == -1 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return;
+    }
+}
+
+/// `path` as `/proc/self/mountinfo` writes it: space, tab, newline and
+/// backslash as three-digit octal escapes.
+fn escape(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    for &b in path {
+        if matches!(b, b' ' | b'\t' | b'\n' | b'\\') {
+            out.extend_from_slice(format!("\\{b:03o}").as_bytes());
+        } else {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// The guard's life: detach from the owner's descriptors, session and
+/// signals, wait for the socket to close, and unmount unless told not to.
+///
+/// # Safety
+///
+/// Called only in the child of `fork`: it never returns and makes only
+/// async-signal-safe calls.
+unsafe fn guard_main(socket: RawFd, path: &CString, escaped: &[u8]) -> ! {
+    unsafe {
+        // The socket above 2, then 0-2 on /dev/null, then every other
+        // descriptor closed.
+        let socket = libc::fcntl(socket, libc::F_DUPFD, 3);
+        if socket == -1 {
+            libc::_exit(1);
+        }
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null != -1 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+        }
+        close_all_but(socket);
+        // Out of the owner's process group and session: a Ctrl-C meant for
+        // the owner does not end the guard before the owner unmounts.
+        libc::setsid();
+        libc::chdir(c"/".as_ptr());
+        libc::prctl(libc::PR_SET_NAME, c"lazyfs-guard".as_ptr());
+        for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGPIPE, libc::SIGQUIT] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        if !owner_said_done(socket) && mounted_here(escaped) {
+            libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+        }
+        libc::_exit(0)
+    }
+}
+
+/// Closes every descriptor from 3 up except `keep`.
+///
+/// # Safety
+///
+/// Only in the guard child: it closes descriptors other code may think open.
+unsafe fn close_all_but(keep: RawFd) {
+    let keep = keep as libc::c_uint;
+    unsafe {
+        if keep > 3 {
+            libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, keep - 1, 0);
+        }
+        libc::syscall(libc::SYS_close_range, keep + 1, libc::c_uint::MAX, 0);
+    }
+}
+
+/// Reads the socket to its end: whether the owner sent [`DONE`] first.
+///
+/// # Safety
+///
+/// Only in the guard child (raw `read`).
+unsafe fn owner_said_done(socket: RawFd) -> bool {
+    let mut done = false;
+    let mut buf = [0u8; 16];
+    loop {
+        let n = unsafe { libc::read(socket, buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            done |= buf[..n as usize].contains(&DONE);
+        } else if n == -1 && unsafe { *libc::__errno_location() } == libc::EINTR {
+            continue;
+        } else {
+            return done;
+        }
+    }
+}
+
+/// Whether `/proc/self/mountinfo` has a `fuse.lazyfs` mount at the path
+/// `escaped` (as mountinfo writes it).
+///
+/// # Safety
+///
+/// Only in the guard child (raw `open`/`read`, stack buffers only).
+unsafe fn mounted_here(escaped: &[u8]) -> bool {
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/mountinfo".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd == -1 {
+        // The table cannot be read: unmount by path, as fusermount3 would.
+        return true;
+    }
+    let mut line = [0u8; LINE_BYTES_MAX];
+    let mut len = 0usize;
+    let mut chunk = [0u8; 4096];
+    let mut found = false;
+    'read: loop {
+        let n = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+        if n == -1 && unsafe { *libc::__errno_location() } == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        for &b in &chunk[..n as usize] {
+            if b == b'\n' {
+                if len <= line.len() && is_ours(&line[..len], escaped) {
+                    found = true;
+                    break 'read;
+                }
+                len = 0;
+            } else {
+                if len < line.len() {
+                    line[len] = b;
+                }
+                len += 1;
+            }
+        }
+    }
+    unsafe { libc::close(fd) };
+    found
+}
+
+/// Whether a mountinfo line (`id parent maj:min root mountpoint options
+/// [optional…] - fstype source superoptions`) is a `fuse.lazyfs` mount at
+/// `escaped`. No allocation: it runs in the guard.
+fn is_ours(line: &[u8], escaped: &[u8]) -> bool {
+    let mut fields = line.split(|&b| b == b' ');
+    if fields.nth(4) != Some(escaped) {
+        return false;
+    }
+    let mut rest = fields.skip_while(|&f| f != b"-");
+    rest.next();
+    rest.next() == Some(FSTYPE.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mountinfo_line_is_ours_only_at_our_path_with_our_type() {
+        let ours = b"812 30 0:123 / /tmp/a\\040b/state rw,nosuid,nodev,relatime shared:1 - fuse.lazyfs lazyfs rw,user_id=0,group_id=0";
+        let path = escape(b"/tmp/a b/state");
+        assert_eq!(path, b"/tmp/a\\040b/state");
+        assert!(is_ours(ours, &path));
+        assert!(!is_ours(ours, b"/tmp/a\\040b"));
+        let other = b"812 30 0:123 / /tmp/a\\040b/state rw - tmpfs tmpfs rw";
+        assert!(!is_ours(other, &path));
+        assert!(!is_ours(b"", &path));
+    }
+}

@@ -1,0 +1,145 @@
+//! The provider's journal as the oracles read it: the turn starts it
+//! received in any protocol, the runner's answers to its requests, the
+//! writes it asked for, and its facts. The journal's messages are each
+//! protocol's own JSON; they are read here, once per question, so the
+//! oracles see typed answers and never the protocols' JSON.
+
+use serde_json::Value;
+use wire::journal::{Entry, EntryKind};
+
+use super::{Evidence, controller_id};
+
+/// A turn start the provider received, in any protocol.
+pub struct TurnStart<'a> {
+    /// 1-based journal line.
+    pub line: usize,
+    /// The journal entry.
+    pub entry: &'a Entry,
+    /// The controller message id it carries (translated), if any.
+    pub client_id: Option<String>,
+    /// Its text input.
+    pub text: String,
+}
+
+fn text_of(blocks: Option<&Value>) -> String {
+    blocks
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .unwrap_or_default()
+}
+
+impl Evidence {
+    /// Turn starts received by the provider: Codex `turn/start`, ACP
+    /// `session/prompt`, OpenCode `POST …/prompt_async`.
+    pub fn turn_starts(&self) -> Vec<TurnStart<'_>> {
+        let mut out = Vec::new();
+        for (i, e) in self.journal.iter().enumerate() {
+            if e.kind != EntryKind::In {
+                continue;
+            }
+            let d = &e.data;
+            let (cid, text) = if d["method"] == "turn/start" {
+                (
+                    d.pointer("/params/clientUserMessageId"),
+                    text_of(d.pointer("/params/input")),
+                )
+            } else if d["method"] == "session/prompt" {
+                (
+                    d.pointer("/params/_meta/messageId"),
+                    text_of(d.pointer("/params/prompt")),
+                )
+            } else if d["method"] == "POST"
+                && d["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("/prompt_async"))
+            {
+                (
+                    d.pointer("/body/messageID"),
+                    text_of(d.pointer("/body/parts")),
+                )
+            } else {
+                continue;
+            };
+            out.push(TurnStart {
+                line: i + 1,
+                entry: e,
+                client_id: cid.and_then(Value::as_str).map(controller_id),
+                text,
+            });
+        }
+        out
+    }
+
+    /// Journal facts by name, with line numbers.
+    pub fn facts(&self, name: &str) -> Vec<(usize, &Value)> {
+        self.journal
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.fact.as_deref() == Some(name))
+            .map(|(i, e)| (i + 1, &e.data))
+            .collect()
+    }
+
+    /// The runner's answers to a provider's requests, with their 0-based
+    /// journal index: a JSON-RPC response (an id and a result or error, no
+    /// method), or an OpenCode permission reply.
+    pub fn runner_answers(&self) -> impl Iterator<Item = (usize, &Entry)> + '_ {
+        self.journal
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| is_runner_answer(e))
+    }
+
+    /// What the provider asked to write to `path`: the `content` of every
+    /// `fs/write_text_file` request it journaled as sent, and of every
+    /// `Write` call the model API streamed, naming it.
+    pub fn writes_asked(&self, path: &str) -> Vec<String> {
+        self.journal
+            .iter()
+            .filter(|j| j.kind == EntryKind::Out)
+            .filter_map(|j| write_request(&j.data))
+            .filter(|(p, _)| p == path)
+            .map(|(_, content)| content)
+            .collect()
+    }
+}
+
+/// Whether a journaled message from the runner answers a provider request.
+fn is_runner_answer(entry: &Entry) -> bool {
+    if entry.kind != EntryKind::In {
+        return false;
+    }
+    let d = &entry.data;
+    let rpc_response = d.get("method").is_none()
+        && d.get("id").is_some()
+        && (d.get("result").is_some() || d.get("error").is_some());
+    let permission_reply = d["method"] == "POST"
+        && d["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/permission/") && p.ends_with("/reply"));
+    rpc_response || permission_reply
+}
+
+/// The `(path, content)` of a journaled write request: an ACP
+/// `fs/write_text_file`, or a finished `Write` function call of the model
+/// API (its arguments are a JSON string).
+fn write_request(data: &Value) -> Option<(String, String)> {
+    let text = |v: &Value, at: &str| v.pointer(at).and_then(Value::as_str).map(str::to_owned);
+    if data["method"] == "fs/write_text_file" {
+        return Some((text(data, "/params/path")?, text(data, "/params/content")?));
+    }
+    let item = data.pointer("/event/item")?;
+    let done =
+        data.pointer("/event/type").and_then(Value::as_str) == Some("response.output_item.done");
+    if !done || item["type"] != "function_call" || item["name"] != "Write" {
+        return None;
+    }
+    let arguments: Value = serde_json::from_str(item["arguments"].as_str()?).ok()?;
+    Some((text(&arguments, "/path")?, text(&arguments, "/content")?))
+}

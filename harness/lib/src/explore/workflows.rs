@@ -1,0 +1,368 @@
+//! `turncut explore --workflows`: generated controller programs
+//! (`crate::workflow`), each traced clean and then run under schedules drawn
+//! as `explore` draws them, until one fails or the time is up.
+//!
+//! A failure is shrunk twice: its schedule first, with its program fixed
+//! (proptest over the program's boundaries, as `explore` shrinks any
+//! schedule), then its program, with the shrunk schedule fixed (the state
+//! machine's shrinking: fewer and plainer steps, a smaller script; a
+//! candidate whose cuts no longer happen passes, so it is not kept). A
+//! failing clean run shrinks its program alone. The minimal program and
+//! schedule are what a person adds to `scenarios/` as a regression.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+
+use super::{
+    EventCount, Found, Options, Progress, Target, is_failure, new_schedule, ordered,
+    run_until_failure, seeded_runner, strategy, try_schedule,
+};
+use crate::cell::CellEnv;
+use crate::model::Event;
+use crate::plan;
+use crate::scenario::Scenario;
+use crate::wave::Finished;
+use crate::workflow::{self, Program};
+
+/// What `turncut explore --workflows` is asked to do.
+pub struct WorkflowOptions {
+    /// The schedules' options: budget, seed, events, jobs, shrinking.
+    pub explore: Options,
+    /// The profiles programs run on, in turn.
+    pub profiles: Vec<String>,
+    /// Schedules run per program (after its clean run).
+    pub schedules: usize,
+}
+
+/// A failing program, shrunk.
+pub struct FoundWorkflow {
+    /// The profile it failed on.
+    pub profile: String,
+    /// The program as drawn, and its case name.
+    pub original_program: (Program, String),
+    /// The minimal program, and its case name.
+    pub minimal_program: (Program, String),
+    /// The schedule (shrunk with the original program), the cells and the
+    /// shrinking runs, as for a schedule.
+    pub found: Found,
+    /// The minimal schedule's cell on the minimal program.
+    pub minimal: Finished,
+    /// Cells run while shrinking the program.
+    pub program_shrink_runs: usize,
+}
+
+/// The outcome of `turncut explore --workflows`.
+pub struct WorkflowsExplored {
+    /// Programs drawn (each traced clean once).
+    pub programs: usize,
+    /// Cells run (clean runs and schedules; shrinking not included).
+    pub cells: usize,
+    /// Cells whose verdict was `unknown`.
+    pub unknown: usize,
+    /// Per profile: (programs, cells).
+    pub per_profile: BTreeMap<String, (usize, usize)>,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// When the first failure was seen, from the start.
+    pub first_failure_after: Option<Duration>,
+    /// The failure, if one was found.
+    pub found: Option<FoundWorkflow>,
+}
+
+/// What every explorer thread shares.
+struct Shared {
+    schedules: Progress,
+    programs: AtomicUsize,
+    per_profile: Mutex<BTreeMap<String, (usize, usize)>>,
+    first_failure: Mutex<Option<Duration>>,
+    found: Mutex<Option<FoundWorkflow>>,
+}
+
+/// Explores generated programs until one fails or the budget is spent.
+pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExplored {
+    let started = Instant::now();
+    let shared = Shared {
+        schedules: Progress::default(),
+        programs: AtomicUsize::new(0),
+        per_profile: Mutex::new(BTreeMap::new()),
+        first_failure: Mutex::new(None),
+        found: Mutex::new(None),
+    };
+    std::thread::scope(|s| {
+        for job in 0..opts.explore.jobs.max(1) {
+            let shared = &shared;
+            s.spawn(move || explorer(env, opts, job, started, shared));
+        }
+    });
+    let schedules = shared.schedules;
+    WorkflowsExplored {
+        programs: shared.programs.load(Ordering::SeqCst),
+        cells: schedules.runs.load(Ordering::SeqCst),
+        unknown: schedules.unknown.load(Ordering::SeqCst),
+        per_profile: shared.per_profile.into_inner().expect("per profile"),
+        elapsed: started.elapsed(),
+        first_failure_after: shared.first_failure.into_inner().expect("first failure"),
+        found: shared.found.into_inner().expect("found"),
+    }
+}
+
+/// The case name of program `n` of an exploration seeded `seed`.
+pub fn case_name(seed: u64, n: usize) -> String {
+    format!("s{seed}-w{n}")
+}
+
+/// One explorer thread: draws a program, runs its clean run and
+/// `opts.schedules` schedules, and goes on to the next until the budget is
+/// spent or some thread found a failure.
+fn explorer(env: &CellEnv, opts: &WorkflowOptions, job: usize, started: Instant, shared: &Shared) {
+    let o = &opts.explore;
+    let mut runner = seeded_runner(plan::mix(o.seed ^ (job as u64) << 32), o.shrink_iters);
+    let stopped = || {
+        started.elapsed() >= o.budget
+            || shared.schedules.stop.load(Ordering::SeqCst)
+            || shared.schedules.claimed.load(Ordering::SeqCst)
+            || crate::wave::INTERRUPTED.load(Ordering::SeqCst)
+    };
+    while !stopped() {
+        let Some(tree) = workflow::new_tree(&mut runner) else {
+            continue;
+        };
+        let n = shared.programs.fetch_add(1, Ordering::SeqCst) + 1;
+        let profile = &opts.profiles[(n - 1) % opts.profiles.len()];
+        let case = case_name(o.seed, n);
+        if let Some(found) = try_program(
+            env,
+            opts,
+            &mut runner,
+            tree,
+            profile,
+            &case,
+            started,
+            shared,
+        ) {
+            shared.schedules.stop.store(true, Ordering::SeqCst);
+            shared.found.lock().expect("found").get_or_insert(found);
+        }
+    }
+}
+
+/// Counts a cell of `profile` (a program's clean run or schedule).
+fn count(
+    shared: &Shared,
+    profile: &str,
+    id: &str,
+    verdict: crate::model::Verdict,
+    new_program: bool,
+) {
+    shared.schedules.count_verdict(id, verdict);
+    let mut per = shared.per_profile.lock().expect("per profile");
+    let entry = per.entry(profile.to_owned()).or_default();
+    entry.0 += usize::from(new_program);
+    entry.1 += 1;
+}
+
+/// Runs one program: its clean run (a failure there shrinks the program
+/// alone), then its schedules; a failing schedule is shrunk, then the
+/// program under the shrunk schedule.
+#[allow(clippy::too_many_arguments)]
+fn try_program<T: ValueTree<Value = workflow::Drawn>>(
+    env: &CellEnv,
+    opts: &WorkflowOptions,
+    runner: &mut TestRunner,
+    tree: T,
+    profile: &str,
+    case: &str,
+    started: Instant,
+    shared: &Shared,
+) -> Option<FoundWorkflow> {
+    let program = Program::peek(&tree.current());
+    let scenario = program.scenario(case, &[profile], workflow::CHAOS).ok()?;
+    let id = scenario.id(profile);
+    let scenarios = std::slice::from_ref(&scenario);
+    // The clean traced run gives the boundaries, and is judged like a cell.
+    let (discovery, clean) = match plan::discover(env, &scenario, profile) {
+        Ok(mut d) => {
+            let clean = d.clean_failure.take();
+            (Some(d), clean)
+        }
+        Err(failed) => (None, failed.result),
+    };
+    let clean = clean.map(|r| Finished {
+        result: *r,
+        evidence: None,
+        timeline: String::new(),
+        kept: None,
+    });
+    let verdict = clean
+        .as_ref()
+        .map_or(crate::model::Verdict::Pass, |f| f.result.verdict);
+    count(shared, profile, &id, verdict, true);
+    if let Some(clean) = clean.filter(is_failure) {
+        note_first(shared, started);
+        if !claim(shared) {
+            return None;
+        }
+        let found = Found {
+            scenario_id: id.clone(),
+            original: clean,
+            minimal: run_until_failure(env, scenarios, &id, &[], opts.explore.attempts),
+            shrink_runs: 0,
+        };
+        return Some(shrink_program(
+            env, opts, runner, tree, profile, case, found,
+        ));
+    }
+    let discovery = discovery?;
+    let target = Target {
+        id: id.clone(),
+        scenario: &scenario,
+        boundaries: ordered(&discovery.boundaries),
+    };
+    let schedules = strategy(target.boundaries.clone(), opts.explore.events);
+    for _ in 0..opts.schedules {
+        let s_tree = new_schedule(&schedules, runner, opts.explore.events.min)?;
+        let before = shared.schedules.runs.load(Ordering::SeqCst);
+        let found = try_schedule(
+            env,
+            scenarios,
+            &target,
+            &opts.explore,
+            runner,
+            s_tree,
+            &shared.schedules,
+        );
+        if shared.schedules.runs.load(Ordering::SeqCst) > before {
+            let mut per = shared.per_profile.lock().expect("per profile");
+            per.entry(profile.to_owned()).or_default().1 += 1;
+        }
+        if let Some(found) = found {
+            note_first(shared, started);
+            return Some(shrink_program(
+                env, opts, runner, tree, profile, case, found,
+            ));
+        }
+        if shared.schedules.claimed.load(Ordering::SeqCst) {
+            return None;
+        }
+    }
+    None
+}
+
+/// Records when the first failure was seen.
+fn note_first(shared: &Shared, started: Instant) {
+    shared
+        .first_failure
+        .lock()
+        .expect("first failure")
+        .get_or_insert(started.elapsed());
+}
+
+/// Whether this explorer is the one that shrinks (the first to claim).
+fn claim(shared: &Shared) -> bool {
+    shared
+        .schedules
+        .claimed
+        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok()
+}
+
+/// Shrinks the program of `found` with its minimal schedule fixed, and
+/// runs the minimal schedule on the minimal program once more.
+fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
+    env: &CellEnv,
+    opts: &WorkflowOptions,
+    runner: &mut TestRunner,
+    tree: T,
+    profile: &str,
+    case: &str,
+    found: Found,
+) -> FoundWorkflow {
+    let original_program = Program::peek(&tree.current());
+    let schedule: Vec<Event> = found.minimal.result.spec.events.clone();
+    let min_case = format!("{case}-min");
+    crate::progress::note(&format!(
+        "explore: shrinking the program of {} under {}",
+        found.scenario_id,
+        crate::model::format_schedule(&schedule)
+    ));
+    let runs = AtomicUsize::new(0);
+    let outcome = runner.run_one(tree, |drawn| {
+        let program = Program::of(&drawn);
+        runs.fetch_add(1, Ordering::SeqCst);
+        match run_program(
+            env,
+            &program,
+            profile,
+            &min_case,
+            &schedule,
+            opts.explore.attempts,
+        ) {
+            Some(f) if is_failure(&f) => Err(TestCaseError::fail("still fails")),
+            _ => Ok(()),
+        }
+    });
+    let minimal_program = match outcome {
+        Err(TestError::Fail(_, drawn)) => Program::peek(&drawn),
+        _ => original_program.clone(),
+    };
+    let minimal = run_program(
+        env,
+        &minimal_program,
+        profile,
+        &min_case,
+        &schedule,
+        opts.explore.attempts,
+    )
+    .unwrap_or_else(|| found.minimal.clone());
+    FoundWorkflow {
+        profile: profile.to_owned(),
+        original_program: (original_program, case.to_owned()),
+        minimal_program: (minimal_program, min_case),
+        found,
+        minimal,
+        program_shrink_runs: runs.load(Ordering::SeqCst),
+    }
+}
+
+/// Runs `schedule` on `program` (case `case` on `profile`); `None` when
+/// the program is no valid scenario.
+fn run_program(
+    env: &CellEnv,
+    program: &Program,
+    profile: &str,
+    case: &str,
+    schedule: &[Event],
+    attempts: usize,
+) -> Option<Finished> {
+    let scenario: Scenario = program.scenario(case, &[profile], workflow::CHAOS).ok()?;
+    let id = scenario.id(profile);
+    Some(run_until_failure(
+        env,
+        std::slice::from_ref(&scenario),
+        &id,
+        schedule,
+        attempts,
+    ))
+}
+
+/// The `[chaos]` body of a shrunk failure's scenario file: its schedule
+/// alone (none for a failing clean run).
+pub fn emitted_chaos(schedule: &[Event]) -> String {
+    if schedule.is_empty() {
+        return "cut = \"none\"\nfaults = []\n".to_owned();
+    }
+    format!(
+        "cut = \"none\"\nfaults = []\nschedules = [\"{}\"]\n",
+        crate::model::format_schedule(schedule)
+    )
+}
+
+/// The default count of events per schedule of a generated program.
+pub fn default_events() -> EventCount {
+    EventCount::default()
+}

@@ -1,0 +1,459 @@
+//! Generated workflows: controller programs nobody wrote.
+//!
+//! The built-in scenarios are thirteen programs someone thought of. Here a
+//! proptest state machine (`proptest_state_machine::ReferenceStateMachine`)
+//! generates others over the runner contract's operations: a scripted model
+//! of 1–3 turns (messages, commands with and without approval, long
+//! commands, commands in a shell, file changes), then a task's submit and
+//! 0–8 controller steps — follow-ups now, while a turn is active, once the
+//! task settled or during a recovery; the same follow-up again; a
+//! follow-up's id with another text; awaits; Retries when the task failed
+//! or always, and the same Retry id again. The reference state holds what
+//! the controller has done, so only programs a controller could send are
+//! drawn, and a failing one shrinks (fewer steps, plainer steps, a smaller
+//! script) the way a schedule does.
+//!
+//! A program becomes an ordinary scenario file ([`Program::scenario_toml`],
+//! suite `generated`), parsed and validated like any other, so a shrunk
+//! failure is written out as a scenario a person can add to `scenarios/`
+//! (`turncut explore --workflows --emit-scenario DIR`). Nothing here judges
+//! anything: the oracles judge a generated program's cells against the
+//! contract model as they judge every cell, with no `[expect]` to lean on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+use proptest::strategy::{BoxedStrategy, ValueTree as _};
+use proptest::test_runner::TestRunner;
+use proptest_state_machine::ReferenceStateMachine;
+
+use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, ScenarioError};
+
+/// The suite of every generated program's scenario ids.
+pub const SUITE: &str = "generated";
+
+/// At most this many controller steps after the submit.
+pub const STEPS_MAX: usize = 8;
+
+/// A tool call of a generated script turn, before a profile gives it its
+/// protocol's form ([`Tool::toml`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tool {
+    /// A command: whether it asks for approval, runs long enough to be cut
+    /// while it runs, or runs inside a shell of its own.
+    Command {
+        approval: bool,
+        long: bool,
+        nested: bool,
+    },
+    /// A file written for the model: `fs/write_text_file` on ACP, `Write`
+    /// on the native profile, the effect command elsewhere.
+    WriteFile,
+    /// A file added through `apply_patch` (Codex); a `WriteFile` on the
+    /// other profiles.
+    Patch,
+}
+
+impl Tool {
+    /// The tool's TOML inline table for `profile`, with effect key `key`.
+    fn toml(self, key: &str, profile: &str) -> String {
+        match self {
+            Tool::Command {
+                approval,
+                long,
+                nested,
+            } => {
+                let mut t =
+                    format!("{{ key = \"{key}\", kind = \"command\", approval = {approval}");
+                if long {
+                    t.push_str(", duration_ms = 300");
+                }
+                if nested {
+                    t.push_str(", nested_shell = true");
+                }
+                t + " }"
+            }
+            Tool::Patch
+                if wire::profiles::facts(profile)
+                    .is_some_and(|f| f.protocol == wire::profiles::Protocol::Codex) =>
+            {
+                format!("{{ key = \"{key}\", kind = \"patch\", path = \"{key}.txt\" }}")
+            }
+            Tool::WriteFile | Tool::Patch => {
+                format!("{{ key = \"{key}\", kind = \"write-file\", path = \"{key}.txt\" }}")
+            }
+        }
+    }
+}
+
+/// One generated script turn: how many messages the model says before its
+/// tools, and the tools.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Turn {
+    /// Agent messages before the tools (0–2).
+    pub say: usize,
+    /// Tool calls, in order (0–3).
+    pub tools: Vec<Tool>,
+}
+
+/// One controller step after the submit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A new follow-up (`f<k>`, a text of its own), sent `when`.
+    FollowUp(FollowUpWhen),
+    /// Follow-up `k` (0-based) sent again: the same id and text.
+    Repeat(usize),
+    /// Follow-up `k`'s id with another text.
+    Conflict(usize),
+    /// Wait until the task settles.
+    Await,
+    /// A new Retry (`r<k>`).
+    Retry(RetryWhen),
+    /// The latest Retry's id again (a Retry repeated while its run goes, or
+    /// after it settled).
+    RetryAgain,
+}
+
+/// The reference state: the script, and what the controller has done so
+/// far (how many follow-ups and Retries it issued, how many steps).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// The scripted model's turns.
+    pub script: Vec<Turn>,
+    /// Follow-ups issued (new ones).
+    pub follow_ups: usize,
+    /// Retries issued (new ones).
+    pub retries: usize,
+    /// Steps so far.
+    pub steps: usize,
+}
+
+/// The state machine the programs are drawn from.
+pub struct Machine;
+
+fn tool() -> BoxedStrategy<Tool> {
+    prop_oneof![
+        4 => (any::<bool>(), prop::bool::weighted(0.2), prop::bool::weighted(0.15)).prop_map(
+            |(approval, long, nested)| Tool::Command { approval, long, nested }
+        ),
+        1 => Just(Tool::WriteFile),
+        1 => Just(Tool::Patch),
+    ]
+    .boxed()
+}
+
+fn turn() -> BoxedStrategy<Turn> {
+    (0..=2usize, prop::collection::vec(tool(), 0..=3))
+        .prop_map(|(say, tools)| Turn { say, tools })
+        .boxed()
+}
+
+fn follow_up_when() -> BoxedStrategy<FollowUpWhen> {
+    prop_oneof![
+        Just(FollowUpWhen::Now),
+        Just(FollowUpWhen::TurnActive),
+        Just(FollowUpWhen::Settled),
+        Just(FollowUpWhen::Recovering),
+    ]
+    .boxed()
+}
+
+impl ReferenceStateMachine for Machine {
+    type State = Shape;
+    type Transition = Op;
+
+    fn init_state() -> BoxedStrategy<Shape> {
+        prop::collection::vec(turn(), 1..=3)
+            .prop_map(|script| Shape {
+                script,
+                follow_ups: 0,
+                retries: 0,
+                steps: 0,
+            })
+            .boxed()
+    }
+
+    fn transitions(state: &Shape) -> BoxedStrategy<Op> {
+        let retry_when = prop_oneof![Just(RetryWhen::FailedClosed), Just(RetryWhen::Always)];
+        let mut ops: Vec<(u32, BoxedStrategy<Op>)> = vec![
+            (4, follow_up_when().prop_map(Op::FollowUp).boxed()),
+            (3, Just(Op::Await).boxed()),
+            (2, retry_when.prop_map(Op::Retry).boxed()),
+        ];
+        if state.follow_ups > 0 {
+            let k = state.follow_ups;
+            ops.push((1, (0..k).prop_map(Op::Repeat).boxed()));
+            ops.push((1, (0..k).prop_map(Op::Conflict).boxed()));
+        }
+        if state.retries > 0 {
+            ops.push((1, Just(Op::RetryAgain).boxed()));
+        }
+        proptest::strategy::Union::new_weighted(ops).boxed()
+    }
+
+    fn preconditions(state: &Shape, op: &Op) -> bool {
+        state.steps < STEPS_MAX
+            && match op {
+                Op::Repeat(k) | Op::Conflict(k) => *k < state.follow_ups,
+                Op::RetryAgain => state.retries > 0,
+                _ => true,
+            }
+    }
+
+    fn apply(mut state: Shape, op: &Op) -> Shape {
+        state.steps += 1;
+        match op {
+            Op::FollowUp(_) => state.follow_ups += 1,
+            Op::Retry(_) => state.retries += 1,
+            _ => {}
+        }
+        state
+    }
+}
+
+/// A generated program: the script and the controller's steps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    /// The script.
+    pub script: Vec<Turn>,
+    /// The steps after the submit.
+    pub ops: Vec<Op>,
+}
+
+/// What the state machine's strategy draws: the initial state (the
+/// script), the steps, and the counter of steps a test saw.
+pub type Drawn = (Shape, Vec<Op>, Option<Arc<AtomicUsize>>);
+
+/// The strategy of programs: a script and 1–[`STEPS_MAX`] steps, shrinking
+/// toward fewer and plainer steps and a smaller script (possibly to a
+/// submit alone).
+pub fn strategy() -> impl Strategy<Value = Drawn> {
+    Machine::sequential_strategy(1..=STEPS_MAX)
+}
+
+impl Program {
+    /// The program a drawn value stands for, in a test of it: shrinking
+    /// deletes the steps a test never saw without trying them, so a test of
+    /// a whole program marks every step seen (`seen`). Outside a test (the
+    /// tree's value read before proptest runs it), [`Program::peek`].
+    pub fn of(drawn: &Drawn) -> Program {
+        let (_, ops, seen) = drawn;
+        if let Some(seen) = seen {
+            seen.store(ops.len(), Ordering::SeqCst);
+        }
+        Program::peek(drawn)
+    }
+
+    /// The program a drawn value stands for, read outside a test (the
+    /// state machine's tree refuses to give a value while its counter of
+    /// seen steps is set).
+    pub fn peek(drawn: &Drawn) -> Program {
+        Program {
+            script: drawn.0.script.clone(),
+            ops: drawn.1.clone(),
+        }
+    }
+}
+
+/// `k` programs drawn with `seed`: the same seed draws the same programs.
+pub fn draw(seed: u64, k: usize) -> Vec<Program> {
+    let strategy = strategy();
+    let mut runner = crate::explore::seeded_runner(seed, 0);
+    (0..k)
+        .filter_map(|_| strategy.new_tree(&mut runner).ok())
+        .map(|tree| Program::peek(&tree.current()))
+        .collect()
+}
+
+/// The text of follow-up `k` (0-based).
+fn follow_up_text(k: usize) -> String {
+    format!("Follow-up {}: also do step {}", k + 1, k + 2)
+}
+
+/// The prompt every generated task is submitted with.
+pub const PROMPT: &str = "Start the work";
+
+impl Program {
+    /// The program as a scenario file of `case` for `profiles`; `chaos` is
+    /// its `[chaos]` table's body (e.g. a shrunk failure's `schedules`).
+    pub fn scenario_toml(&self, case: &str, profiles: &[&str], chaos: &str) -> String {
+        let profile = profiles.first().copied().unwrap_or_default();
+        let list: Vec<String> = profiles.iter().map(|p| format!("\"{p}\"")).collect();
+        let mut t = format!(
+            "suite = \"{SUITE}\"\ncase = \"{case}\"\nprofiles = [{}]\ntitle = \"{}\"\n",
+            list.join(", "),
+            self.title()
+        );
+        for (i, turn) in self.script.iter().enumerate() {
+            let say: Vec<String> = (0..turn.say)
+                .map(|s| format!("\"Turn {} says {}.\"", i + 1, s + 1))
+                .collect();
+            let tools: Vec<String> = turn
+                .tools
+                .iter()
+                .enumerate()
+                .map(|(j, tool)| tool.toml(&format!("t{}-k{}", i + 1, j + 1), profile))
+                .collect();
+            t.push_str(&format!(
+                "\n[[script.turn]]\nsay = [{}]\ntools = [{}]\nfinal = \"Turn {} done.\"\n",
+                say.join(", "),
+                tools.join(", "),
+                i + 1
+            ));
+        }
+        t.push_str(&format!(
+            "\n[[steps]]\nsubmit = {{ prompt = \"{PROMPT}\" }}\n"
+        ));
+        for step in self.steps() {
+            t.push_str(&format!("[[steps]]\n{step}\n"));
+        }
+        t.push_str(&format!("\n[chaos]\n{chaos}"));
+        t
+    }
+
+    /// The steps as scenario `[[steps]]` lines, every id given.
+    fn steps(&self) -> Vec<String> {
+        let (mut follow_ups, mut retries) = (0, 0);
+        let mut out = Vec::new();
+        for op in &self.ops {
+            out.push(match *op {
+                Op::FollowUp(when) => {
+                    follow_ups += 1;
+                    format!(
+                        "follow_up = {{ text = \"{}\", message_id = \"f{follow_ups}\", when = \"{}\" }}",
+                        follow_up_text(follow_ups - 1),
+                        when.as_str()
+                    )
+                }
+                Op::Repeat(k) => format!(
+                    "follow_up = {{ text = \"{}\", message_id = \"f{}\" }}",
+                    follow_up_text(k),
+                    k + 1
+                ),
+                Op::Conflict(k) => format!(
+                    "follow_up = {{ text = \"Something else under f{0}'s id\", message_id = \"f{0}\" }}",
+                    k + 1
+                ),
+                Op::Await => "await = \"settled\"".to_owned(),
+                Op::Retry(when) => {
+                    retries += 1;
+                    format!(
+                        "retry = {{ when = \"{}\", message_id = \"r{retries}\" }}",
+                        when.as_str()
+                    )
+                }
+                Op::RetryAgain => {
+                    format!("retry = {{ when = \"always\", message_id = \"r{retries}\" }}")
+                }
+            });
+        }
+        out
+    }
+
+    /// One line for people: the steps in order.
+    pub fn title(&self) -> String {
+        let steps: Vec<String> = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::FollowUp(w) => format!("follow-up@{}", w.as_str()),
+                Op::Repeat(k) => format!("follow-up f{} again", k + 1),
+                Op::Conflict(k) => format!("f{}'s id with another text", k + 1),
+                Op::Await => "await".to_owned(),
+                Op::Retry(w) => format!("retry@{}", w.as_str()),
+                Op::RetryAgain => "the same retry again".to_owned(),
+            })
+            .collect();
+        format!(
+            "Generated: a {}-turn script; submit{}{}",
+            self.script.len(),
+            if steps.is_empty() { "" } else { ", " },
+            steps.join(", ")
+        )
+    }
+
+    /// The program as a scenario (parsed and validated like a file).
+    pub fn scenario(
+        &self,
+        case: &str,
+        profiles: &[&str],
+        chaos: &str,
+    ) -> Result<Scenario, ScenarioError> {
+        let text = self.scenario_toml(case, profiles, chaos);
+        crate::scenario::parse(&text, &format!("{SUITE}/{case}.toml"))
+    }
+}
+
+/// The `[chaos]` body a generated program runs with: every fault a
+/// schedule draws, at every boundary (the wave and explore draw schedules
+/// from it; its one-cut cells are not planned for generated programs).
+pub const CHAOS: &str = "cut = \"every-boundary\"\nfaults = [\"kill-runner\", \"kill-provider\", \"kill-both\", \"hang-provider\", \"follow-up\", \"retry\", \"fail-write\", \"disk-full\"]\n";
+
+/// A new program tree drawn from `runner` (its shrinking is proptest's).
+pub fn new_tree(
+    runner: &mut TestRunner,
+) -> Option<impl proptest::strategy::ValueTree<Value = Drawn> + use<>> {
+    strategy().new_tree(runner).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_drawn_program_is_a_valid_scenario_on_every_fake_profile() {
+        for (i, p) in draw(42, 200).iter().enumerate() {
+            for profile in wire::profiles::BUILTIN.iter().map(|p| p.name) {
+                let s = p.scenario(&format!("w{i}"), &[profile], CHAOS);
+                assert!(
+                    s.is_ok(),
+                    "{profile}: {:?}\n{}",
+                    s.err(),
+                    p.scenario_toml("w", &[profile], CHAOS)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_same_seed_draws_the_same_programs_and_steps_keep_their_ids() {
+        let a = draw(7, 30);
+        assert_eq!(a, draw(7, 30));
+        assert_ne!(a, draw(8, 30));
+        assert!(a.iter().any(|p| p.ops.len() >= 3), "{a:?}");
+        let p = Program {
+            script: vec![Turn {
+                say: 1,
+                tools: vec![Tool::Patch],
+            }],
+            ops: vec![
+                Op::FollowUp(FollowUpWhen::Settled),
+                Op::Repeat(0),
+                Op::Conflict(0),
+                Op::Retry(RetryWhen::FailedClosed),
+                Op::RetryAgain,
+            ],
+        };
+        let s = p.scenario("w1", &["runner-codex"], CHAOS).unwrap();
+        let ids: Vec<String> = s
+            .steps
+            .iter()
+            .map(|st| match st {
+                crate::scenario::Step::Submit { message_id, .. }
+                | crate::scenario::Step::FollowUp { message_id, .. }
+                | crate::scenario::Step::Retry { message_id, .. } => message_id.clone(),
+                crate::scenario::Step::Await(_) => "await".to_owned(),
+            })
+            .collect();
+        assert_eq!(ids, ["m1", "f1", "f1", "f1", "r1", "r1"]);
+        assert!(
+            p.scenario_toml("w1", &["runner-codex"], CHAOS)
+                .contains("kind = \"patch\"")
+        );
+        assert!(
+            p.scenario_toml("w1", &["runner-opencode"], CHAOS)
+                .contains("kind = \"write-file\"")
+        );
+    }
+}
