@@ -585,6 +585,14 @@ fn render_traced(t: &Traced) -> String {
             o.verdict.as_str()
         ));
     }
+    out.push_str(&cut_point_notes(t));
+    out
+}
+
+/// The traced run's cut points (runner, before-write, before-read,
+/// provider) and what a wave cannot do with them.
+fn cut_point_notes(t: &Traced) -> String {
+    let mut out = String::new();
     let runner: Vec<&Boundary> = t
         .boundaries
         .iter()
