@@ -70,6 +70,25 @@ impl Faults {
     /// Passes the boundary `name`: cut point first, then any armed fault.
     pub fn point(&self, name: &str, journal: &Journal) {
         cutpoint::hit(name);
+        self.armed(name, journal);
+    }
+
+    /// Passes the boundary `name` where a request was received and is about
+    /// to be answered: the harness may tell the fake to answer it with an
+    /// error instead (`cutpoint::hit_answer`; the names are
+    /// `wire::upstream`'s). Returns that name, journaled as the fact
+    /// `fault.answer` first; then any armed `--exit`/`--hang` applies.
+    pub fn answer_point(&self, name: &str, journal: &Journal) -> Option<String> {
+        let answer = cutpoint::hit_answer(name);
+        if let Some(a) = &answer {
+            journal.fact("fault.answer", json!({ "point": name, "answer": a }));
+        }
+        self.armed(name, journal);
+        answer
+    }
+
+    /// Applies a `--exit` or `--hang` armed at this hit of `name`.
+    fn armed(&self, name: &str, journal: &Journal) {
         if self.exit.is_empty() && self.hang.is_empty() {
             return;
         }

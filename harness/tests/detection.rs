@@ -229,6 +229,84 @@ fn row_5_a_lookup_error_inside_a_recovery_is_not_read_as_absent() {
     );
 }
 
+#[test]
+fn row_11_a_429_is_closed_as_a_rate_limit_not_a_protocol_error() {
+    caught(
+        "rate-limit-unrecoverable",
+        "restart-chaos.runner-native-openai.local.upstream-faults",
+        &[
+            "--cut",
+            "model.responses.received#1",
+            "--fault",
+            "rate-limit",
+        ],
+        "upstream",
+        "the contract's cause is upstream_rate_limited",
+    );
+}
+
+#[test]
+fn row_11b_a_rate_limited_request_waits_out_retry_after() {
+    caught(
+        "ignore-retry-after",
+        "restart-chaos.runner-native-openai.local.upstream-faults",
+        &[
+            "--cut",
+            "model.responses.received#1",
+            "--fault",
+            "rate-limit",
+        ],
+        "upstream",
+        "Retry-After",
+    );
+}
+
+#[test]
+fn row_12_a_broken_stream_after_a_tool_call_does_not_run_the_tool_again() {
+    caught(
+        "retry-turn-after-stream-cut",
+        "restart-chaos.runner-native-openai.local.upstream-faults",
+        &[
+            "--cut",
+            "model.response_created.sent#2",
+            "--fault",
+            "stream-cut",
+        ],
+        "no-replay.effect",
+        "",
+    );
+}
+
+#[test]
+fn row_13_an_expired_credential_is_not_retried_by_the_runner() {
+    caught(
+        "retry-unauthorized",
+        "restart-chaos.runner-native-openai.local.upstream-faults",
+        &[
+            "--cut",
+            "model.responses.received#1",
+            "--fault",
+            "auth-expired",
+        ],
+        "upstream",
+        "by itself",
+    );
+}
+
+#[test]
+fn row_14_a_lookup_answered_with_an_error_is_not_read_as_absent() {
+    caught(
+        "lookup-error-answer-as-absent",
+        "restart-chaos.runner-codex.local.upstream-faults",
+        &[
+            "--schedule",
+            "runner.turn_accepted.persisted#1/kill-runner+codex.thread_read.received#1/error-answer",
+        ],
+        "no-replay.turn",
+        "started 2 primary turns",
+    );
+}
+
 /// Found by `turncut explore --seed 32 --only runner-codex` in runnerd
 /// itself: the provider lost an accepted turn's message, the runner sent it
 /// again, and was killed before that send's acceptance was durable.
@@ -451,12 +529,12 @@ fn a_timing_shaped_bug_is_not_hidden_by_timing_reruns() {
             "no timing rerun for a timer the runner cut short: {c:#}"
         );
         // As `harness::wave::caught` counts a catch: a harness error is none,
-    // but a cell whose deadline the runner let pass (a stranded task,
-    // which liveness judges) stopped by the runner's doing.
-    assert!(
-        c["error"].is_null() || c["outcome"]["deadline_passed"] == true,
-        "a harness error is no catch: {c}"
-    );
+        // but a cell whose deadline the runner let pass (a stranded task,
+        // which liveness judges) stopped by the runner's doing.
+        assert!(
+            c["error"].is_null() || c["outcome"]["deadline_passed"] == true,
+            "a harness error is no catch: {c}"
+        );
     }
 }
 

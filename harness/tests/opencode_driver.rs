@@ -59,9 +59,9 @@ async fn finish_turn(driver: &mut OpenCodeDriver, turn: &str) -> (String, Vec<se
                 assert_eq!(turn_id, turn);
                 items.push(item);
             }
-            ProviderEvent::TurnCompleted { turn_id, status } => {
+            ProviderEvent::TurnCompleted { turn_id, end } => {
                 assert_eq!(turn_id, turn);
-                return (status, items);
+                return (end.status, items);
             }
             ProviderEvent::Other(_) => {}
             other => panic!("unexpected event {other:?}"),

@@ -30,11 +30,30 @@ pub enum CauseCode {
     ProviderStartFailed,
     /// A durable write failed; nothing was sent after it.
     StorageFailed,
+    /// The model API rate-limited the turn (429, Codex `rateLimitExceeded`)
+    /// past what the runner and the provider retry.
+    UpstreamRateLimited,
+    /// The model API was overloaded or unavailable (503, 529, Codex
+    /// `serverOverloaded`) past the retries.
+    UpstreamOverloaded,
+    /// The model API failed on its side (500, Codex `internalServerError`)
+    /// past the retries.
+    UpstreamServerError,
+    /// The model API's response stream broke (reset, ended early, a
+    /// malformed event) past the retries.
+    UpstreamStreamBroken,
+    /// The model API refused the credential (401): it expired or was revoked.
+    UpstreamUnauthorized,
+    /// The conversation no longer fits the model's context window.
+    ContextWindowExceeded,
+    /// The provider answered a recovery lookup with an error: whether the
+    /// turn was recorded is unknown.
+    ProviderLookupFailed,
 }
 
 impl CauseCode {
     /// Every code, in documentation order.
-    pub const ALL: [CauseCode; 8] = [
+    pub const ALL: [CauseCode; 15] = [
         CauseCode::ProviderTurnLostOnRestore,
         CauseCode::AmbiguousTurnStart,
         CauseCode::ActiveTurnRecoveryClosed,
@@ -43,11 +62,57 @@ impl CauseCode {
         CauseCode::ProviderProtocolError,
         CauseCode::ProviderStartFailed,
         CauseCode::StorageFailed,
+        CauseCode::UpstreamRateLimited,
+        CauseCode::UpstreamOverloaded,
+        CauseCode::UpstreamServerError,
+        CauseCode::UpstreamStreamBroken,
+        CauseCode::UpstreamUnauthorized,
+        CauseCode::ContextWindowExceeded,
+        CauseCode::ProviderLookupFailed,
     ];
 
-    /// Whether the runner recovers by itself from this cause.
+    /// Whether the failure is transient: the same work, tried again (by
+    /// the runner itself where the contract lets it, else by a Retry), can
+    /// succeed with nothing changed.
     pub fn recoverable(self) -> bool {
-        matches!(self, CauseCode::ProviderTurnLostOnRestore)
+        matches!(
+            self,
+            CauseCode::ProviderTurnLostOnRestore
+                | CauseCode::UpstreamRateLimited
+                | CauseCode::UpstreamOverloaded
+                | CauseCode::UpstreamServerError
+                | CauseCode::UpstreamStreamBroken
+        )
+    }
+
+    /// Whether the runner itself tries again after this cause
+    /// (`docs/recovery-contract.md`, "Upstream failures"): one continuation
+    /// of a lost turn; the model request again after a transient upstream
+    /// failure, where nothing could run twice (the native loop, whose tool
+    /// calls are write-ahead). A cause the run settles with is what was
+    /// left when those tries ran out.
+    pub fn retried_by_runner(self) -> bool {
+        matches!(
+            self,
+            CauseCode::ProviderTurnLostOnRestore
+                | CauseCode::UpstreamRateLimited
+                | CauseCode::UpstreamOverloaded
+                | CauseCode::UpstreamServerError
+                | CauseCode::UpstreamStreamBroken
+        )
+    }
+
+    /// Whether a run failing with this cause leaves its latest message
+    /// answered by no one, waiting for the Retry that re-sends it: the model
+    /// API failed the turn, or the lookup of the turn failed.
+    pub fn leaves_message_unanswered(self) -> bool {
+        self.retried_by_runner() && self != CauseCode::ProviderTurnLostOnRestore
+            || matches!(
+                self,
+                CauseCode::UpstreamUnauthorized
+                    | CauseCode::ContextWindowExceeded
+                    | CauseCode::ProviderLookupFailed
+            )
     }
 
     /// The wire name.
@@ -61,6 +126,13 @@ impl CauseCode {
             CauseCode::ProviderProtocolError => "provider_protocol_error",
             CauseCode::ProviderStartFailed => "provider_start_failed",
             CauseCode::StorageFailed => "storage_failed",
+            CauseCode::UpstreamRateLimited => "upstream_rate_limited",
+            CauseCode::UpstreamOverloaded => "upstream_overloaded",
+            CauseCode::UpstreamServerError => "upstream_server_error",
+            CauseCode::UpstreamStreamBroken => "upstream_stream_broken",
+            CauseCode::UpstreamUnauthorized => "upstream_unauthorized",
+            CauseCode::ContextWindowExceeded => "context_window_exceeded",
+            CauseCode::ProviderLookupFailed => "provider_lookup_failed",
         }
     }
 }
@@ -331,13 +403,20 @@ mod tests {
                 .collect()
         };
         let causes = table("## Causes");
-        let documented: Vec<(String, String)> = causes
+        let documented: Vec<(String, String, String)> = causes
             .iter()
-            .map(|r| (r[0].clone(), r[1].clone()))
+            .map(|r| (r[0].clone(), r[1].clone(), r[2].clone()))
             .collect();
-        let expected: Vec<(String, String)> = CauseCode::ALL
+        let expected: Vec<(String, String, String)> = CauseCode::ALL
             .iter()
-            .map(|c| (c.as_str().to_owned(), c.recoverable().to_string()))
+            .map(|c| {
+                let by_runner = if c.retried_by_runner() { "yes" } else { "no" };
+                (
+                    c.as_str().to_owned(),
+                    c.recoverable().to_string(),
+                    by_runner.to_owned(),
+                )
+            })
             .collect();
         assert_eq!(documented, expected, "## Causes table");
         let names =

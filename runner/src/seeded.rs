@@ -83,6 +83,16 @@ pub enum SeededBug {
     RenameWithoutDirSync,
     /// Read the provider idle timeout in microseconds instead of milliseconds.
     IdleTimeoutInMicros,
+    /// Native: read a 429 as a refusal like any 4xx, closing the run `provider_protocol_error` (not recoverable).
+    RateLimitUnrecoverable,
+    /// Native: after a broken response stream, start the turn over, running its completed tool calls again.
+    RetryTurnAfterStreamCut,
+    /// Native: retry a model request answered 401 like a transient failure, without bound.
+    RetryUnauthorized,
+    /// Native: retry a rate-limited model request at once, ignoring `Retry-After`.
+    IgnoreRetryAfter,
+    /// Read a recovery lookup the provider answered with an error as "turn absent", and send the turn again.
+    LookupErrorAnswerAsAbsent,
     /// Take a failed read of a run's turns for a run with no turn.
     FailedReadAsNoTurn,
     /// End the task's actor on a failed read of its snapshot.
@@ -91,7 +101,7 @@ pub enum SeededBug {
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 34] = [
+    pub const ALL: [SeededBug; 39] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -124,6 +134,11 @@ impl SeededBug {
         SeededBug::AtomicWriteWithoutFsync,
         SeededBug::RenameWithoutDirSync,
         SeededBug::IdleTimeoutInMicros,
+        SeededBug::RateLimitUnrecoverable,
+        SeededBug::RetryTurnAfterStreamCut,
+        SeededBug::RetryUnauthorized,
+        SeededBug::IgnoreRetryAfter,
+        SeededBug::LookupErrorAnswerAsAbsent,
         SeededBug::FailedReadAsNoTurn,
         SeededBug::ActorReturnsOnFailedRead,
     ];
@@ -140,7 +155,13 @@ impl SeededBug {
         use wire::profiles::Protocol;
         let native = protocol == Protocol::Native;
         match self {
-            RerunExecutingTool | ContinueBeforeOutcome | NativeReasksFinal => native,
+            RerunExecutingTool
+            | ContinueBeforeOutcome
+            | NativeReasksFinal
+            | RateLimitUnrecoverable
+            | RetryTurnAfterStreamCut
+            | RetryUnauthorized
+            | IgnoreRetryAfter => native,
             SplitLostMark
             | ResendAmbiguousTurn
             | SecondContinuation
@@ -153,6 +174,7 @@ impl SeededBug {
             | FenceReopensFailed
             | AcceptAtTurnEnd
             | LookupErrorAsAbsent
+            | LookupErrorAnswerAsAbsent
             | RetryCurrentInSecondWrite
             | RetryDecidesByPrimaryTurn
             | RetryResendsQueued => !native,
@@ -206,6 +228,11 @@ impl SeededBug {
             SeededBug::AtomicWriteWithoutFsync => "atomic-write-without-fsync",
             SeededBug::RenameWithoutDirSync => "rename-without-dir-sync",
             SeededBug::IdleTimeoutInMicros => "idle-timeout-in-micros",
+            SeededBug::RateLimitUnrecoverable => "rate-limit-unrecoverable",
+            SeededBug::RetryTurnAfterStreamCut => "retry-turn-after-stream-cut",
+            SeededBug::RetryUnauthorized => "retry-unauthorized",
+            SeededBug::IgnoreRetryAfter => "ignore-retry-after",
+            SeededBug::LookupErrorAnswerAsAbsent => "lookup-error-answer-as-absent",
             SeededBug::FailedReadAsNoTurn => "failed-read-as-no-turn",
             SeededBug::ActorReturnsOnFailedRead => "actor-returns-on-failed-read",
         }
@@ -329,6 +356,16 @@ hooks! {
     rename_without_dir_sync => RenameWithoutDirSync;
     /// `idle-timeout-in-micros`.
     idle_timeout_in_micros => IdleTimeoutInMicros;
+    /// `rate-limit-unrecoverable`.
+    rate_limit_unrecoverable => RateLimitUnrecoverable;
+    /// `retry-turn-after-stream-cut`.
+    retry_turn_after_stream_cut => RetryTurnAfterStreamCut;
+    /// `retry-unauthorized`.
+    retry_unauthorized => RetryUnauthorized;
+    /// `ignore-retry-after`.
+    ignore_retry_after => IgnoreRetryAfter;
+    /// `lookup-error-answer-as-absent`.
+    lookup_error_answer_as_absent => LookupErrorAnswerAsAbsent;
     /// `failed-read-as-no-turn`.
     failed_read_as_no_turn => FailedReadAsNoTurn;
     /// `actor-returns-on-failed-read`.

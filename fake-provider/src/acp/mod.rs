@@ -154,7 +154,18 @@ impl LineServer for Server {
         };
         match incoming {
             Incoming::Request { id, method } => {
-                self.point(&format!("acp.{}.received", slug(&method)));
+                let point = format!("acp.{}.received", slug(&method));
+                if self
+                    .opts
+                    .faults
+                    .answer_point(&point, &self.journal)
+                    .is_some()
+                {
+                    // Fault `error-answer`: the request fails inside, as an
+                    // agent's does, before anything of it is done.
+                    let error = ::wire::upstream::acp_error_answer(&method);
+                    return self.write(&json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+                }
                 self.on_request(&id, &method, &msg)
             }
             Incoming::Notification { method } => {

@@ -186,7 +186,18 @@ impl LineServer for Server {
         };
         match incoming {
             Incoming::Request { id, method } => {
-                self.point(&format!("codex.{}.received", slug(&method)));
+                let point = format!("codex.{}.received", slug(&method));
+                if self
+                    .opts
+                    .faults
+                    .answer_point(&point, &self.journal)
+                    .is_some()
+                {
+                    // Fault `error-answer`: the request fails inside, as an
+                    // app-server's does, before anything of it is done.
+                    let error = ::wire::upstream::codex_error_answer(&method);
+                    return self.write(&json!({ "id": id, "error": error }));
+                }
                 self.on_request(&id, &method, &msg)
             }
             Incoming::Notification { method } => {

@@ -32,6 +32,15 @@
 //! 404 with an OpenAI error body), and the echo of `instructions` and `tools`
 //! in the response object (kept `null`/`[]` so the journal stays small).
 //!
+//! Upstream faults (`wire::upstream::UpstreamFault`, injected by the harness
+//! through `cutpoint::hit_answer`): at `model.responses.received` a status
+//! fault answers the request with OpenAI's status, `Retry-After` and error
+//! body before the model sees it (an `auth-expired` one answers every later
+//! request of that conversation 401 too: its session's credential is dead,
+//! and only a fresh conversation, a Retry's, has a new one); after an event of a stream (`model.<type>.sent`) a stream fault
+//! resets the connection, ends the stream without `response.completed`, or
+//! sends a malformed event and ends it.
+//!
 //! Files: this one holds the server (a request recorded, answered whole or
 //! streamed); `model.rs` the model's decision; `wire.rs` requests, responses
 //! and events; `store.rs` the durable turns.
@@ -41,7 +50,6 @@ pub mod store;
 pub mod wire;
 
 use std::collections::HashSet;
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
@@ -59,6 +67,7 @@ pub use wire::FAKE_MODEL;
 use crate::journal::Journal;
 use crate::script::ScriptTurn;
 use crate::serving::Options;
+use ::wire::upstream::UpstreamFault;
 use model::Plan;
 use store::{CallRecord, Store, TurnRecord, TurnStatus};
 use wire::{Built, Request, error_body, random_hex};
@@ -78,6 +87,7 @@ pub fn serve(opts: Options, listener: std::net::TcpListener) -> anyhow::Result<(
         journal,
         store: Mutex::new(store),
         opts,
+        auth_expired: Mutex::new(HashSet::new()),
     });
     let app = axum::Router::new()
         .route("/v1/responses", post(responses))
@@ -90,11 +100,46 @@ struct Shared {
     opts: Options,
     journal: Journal,
     store: Mutex<Store>,
+    /// The conversations an `auth-expired` fault was injected into: every
+    /// later request of theirs is answered 401 (their session's credential
+    /// is dead); a fresh conversation (a Retry's) has a fresh one.
+    auth_expired: Mutex<HashSet<String>>,
 }
 
 impl Shared {
     fn point(&self, name: &str) {
         self.opts.faults.point(name, &self.journal);
+    }
+
+    /// Passes a point where the harness may inject an upstream fault; an
+    /// injected name that is no upstream fault is journaled and ignored.
+    fn upstream_point(&self, name: &str) -> Option<UpstreamFault> {
+        let answer = self.opts.faults.answer_point(name, &self.journal)?;
+        let fault = UpstreamFault::parse(&answer);
+        if fault.is_none() {
+            self.journal.fact(
+                "fault.ignored",
+                json!({ "point": name, "answer": answer, "why": "not an upstream fault" }),
+            );
+        }
+        fault
+    }
+
+    /// Answers with a status fault's status, `Retry-After` and OpenAI body.
+    fn upstream_error(&self, method: &Method, uri: &Uri, fault: UpstreamFault) -> Response {
+        let status = fault
+            .status()
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = fault.openai_body();
+        crate::http::journal_out(&self.journal, method, uri, status, &body);
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(s) = fault.retry_after_s() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, header::HeaderValue::from(s));
+        }
+        response
     }
 
     fn store(&self) -> MutexGuard<'_, Store> {
@@ -145,7 +190,26 @@ async fn responses(
     s.journal_in(&method, &uri, &body);
     // Cut points may block for the harness; the rest is blocking file I/O.
     tokio::task::block_in_place(|| {
-        s.point("model.responses.received");
+        let injected = s
+            .upstream_point(::wire::upstream::MODEL_REQUEST_POINT)
+            .filter(|f| !f.is_stream());
+        let conversation = Request::from_body(&body).map(|r| r.conversation).ok();
+        let mut expired = s
+            .auth_expired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = conversation
+            .as_ref()
+            .filter(|_| injected.is_some_and(UpstreamFault::sticky))
+        {
+            expired.insert(c.clone());
+        }
+        let dead = conversation.is_some_and(|c| expired.contains(&c));
+        drop(expired);
+        let fault = injected.or_else(|| dead.then_some(UpstreamFault::AuthExpired));
+        if let Some(fault) = fault {
+            return s.upstream_error(&method, &uri, fault);
+        }
         answer(&s, &method, &uri, &body)
     })
 }
@@ -390,8 +454,9 @@ fn complete_turn(s: &Shared, conversation: &str, message_id: &str) {
     s.point("model.turn_completed.recorded");
 }
 
-/// One SSE frame and the channel its stream acknowledges it on.
-type Frame = (Bytes, std::sync::mpsc::SyncSender<()>);
+/// One SSE frame (or, `None`, the connection reset) and the channel its
+/// stream acknowledges it on.
+type Frame = (Option<Bytes>, std::sync::mpsc::SyncSender<()>);
 
 /// Writes `events` one at a time on their own thread, so cut points may block
 /// it: each is journaled, handed to the HTTP body, and once the body asks for
@@ -412,15 +477,59 @@ fn stream_events(
         }
         s.journal.message_out(&json!({ "event": event }));
         let frame = Bytes::from(format!("event: {kind}\ndata: {event}\n\n"));
-        let (ack, acked) = std::sync::mpsc::sync_channel(1);
-        if tx.send((frame, ack)).is_err() || acked.recv().is_err() {
+        if !send_frame(&tx, Some(frame)) {
             s.journal.fact("stream.abandoned", json!({ "at": kind }));
             return;
         }
-        s.point(&format!("model.{}.sent", cutpoint::slug(&kind)));
+        let point = format!("model.{}.sent", cutpoint::slug(&kind));
+        let fault = if ::wire::upstream::stream_fault_point(&point) {
+            s.upstream_point(&point).filter(|f| f.is_stream())
+        } else {
+            s.point(&point);
+            None
+        };
+        if let Some(fault) = fault {
+            return break_stream(s, fault, &tx, &kind);
+        }
     }
     drop(tx);
     s.point("model.responses.responded");
+}
+
+/// Hands one frame (`None`: reset the connection) to the body; false when
+/// the client is gone.
+fn send_frame(tx: &tokio::sync::mpsc::UnboundedSender<Frame>, frame: Option<Bytes>) -> bool {
+    let (ack, acked) = std::sync::mpsc::sync_channel(1);
+    tx.send((frame, ack)).is_ok() && acked.recv().is_ok()
+}
+
+/// Breaks a stream after the event `after`: reset, ended without
+/// `response.completed`, or a malformed event then the end. Journaled as
+/// `stream.broken`.
+fn break_stream(
+    s: &Shared,
+    fault: UpstreamFault,
+    tx: &tokio::sync::mpsc::UnboundedSender<Frame>,
+    after: &str,
+) {
+    s.journal.fact(
+        "stream.broken",
+        json!({ "after": after, "fault": fault.as_str() }),
+    );
+    match fault {
+        UpstreamFault::StreamCut => {
+            send_frame(tx, None);
+        }
+        UpstreamFault::MalformedEvent => {
+            send_frame(
+                tx,
+                Some(Bytes::from_static(
+                    UpstreamFault::MALFORMED_FRAME.as_bytes(),
+                )),
+            );
+        }
+        _ => {}
+    }
 }
 
 /// The SSE body: yields frames as they come and acknowledges a frame when the
@@ -431,16 +540,24 @@ struct EventBody {
 }
 
 impl tokio_stream::Stream for EventBody {
-    type Item = Result<Bytes, Infallible>;
+    type Item = Result<Bytes, std::io::Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if let Some(ack) = self.ack.take() {
             let _ = ack.send(());
         }
         match self.rx.poll_recv(cx) {
-            Poll::Ready(Some((frame, ack))) => {
+            Poll::Ready(Some((Some(frame), ack))) => {
                 self.ack = Some(ack);
                 Poll::Ready(Some(Ok(frame)))
+            }
+            // An error ends the body mid-stream: hyper drops the
+            // connection without the chunked terminator, as a reset does.
+            Poll::Ready(Some((None, ack))) => {
+                self.ack = Some(ack);
+                Poll::Ready(Some(Err(std::io::Error::from(
+                    std::io::ErrorKind::ConnectionReset,
+                ))))
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,

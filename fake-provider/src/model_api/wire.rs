@@ -145,13 +145,7 @@ impl Request {
         let continuation = users
             .last()
             .is_some_and(|u| wire::marker::is_continuation(u));
-        let user_text = users
-            .iter()
-            .rev()
-            .find(|u| !wire::marker::is_continuation(u))
-            .copied()
-            .unwrap_or_default()
-            .to_owned();
+        let user_text = answered_text(&users);
         let parallel = raw
             .get("parallel_tool_calls")
             .and_then(Value::as_bool)
@@ -532,6 +526,19 @@ fn call_item(
     events
         .push(json!({ "type": "response.output_item.done", "output_index": index, "item": item }));
     item
+}
+
+/// The text of the user message a request's turn answers: the latest one
+/// that is not a continuation (a continuation answers the message it
+/// continues).
+fn answered_text(users: &[&str]) -> String {
+    users
+        .iter()
+        .rev()
+        .find(|u| !wire::marker::is_continuation(u))
+        .copied()
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// The message id of a request without `turncut_message_id` (a real

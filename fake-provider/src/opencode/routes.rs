@@ -30,9 +30,21 @@ use crate::turns::{self, LedgerSkip, Step};
 
 type Shr = State<Arc<Shared>>;
 
+/// Passes a request's `.received` point; when the harness injects an
+/// `error-answer` there, the answer is OpenCode's 500 with its `NamedError`
+/// body, before anything of the request is done.
+fn answered(s: &Shared, point: &str, method: &Method, uri: &Uri) -> Option<Response> {
+    tokio::task::block_in_place(|| s.opts.faults.answer_point(point, &s.journal))?;
+    let (status, body) = ::wire::upstream::opencode_error_answer(uri.path());
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    Some(s.respond(method, uri, status, Some(body), None))
+}
+
 pub(super) async fn health(State(s): Shr, method: Method, uri: Uri, body: Bytes) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.health.received");
+    if let Some(r) = answered(&s, "opencode.health.received", &method, &uri) {
+        return r;
+    }
     let body = json!({ "healthy": true, "version": FAKE_OPENCODE_VERSION });
     s.respond(&method, &uri, StatusCode::OK, Some(body), None)
 }
@@ -44,7 +56,9 @@ pub(super) async fn session_create(
     body: Bytes,
 ) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.session_create.received");
+    if let Some(r) = answered(&s, "opencode.session_create.received", &method, &uri) {
+        return r;
+    }
     let req = match object_body(&body, true) {
         Ok(o) => o,
         Err(e) => {
@@ -82,7 +96,9 @@ pub(super) async fn session_get(
     body: Bytes,
 ) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.session_get.received");
+    if let Some(r) = answered(&s, "opencode.session_get.received", &method, &uri) {
+        return r;
+    }
     let info = s.state().store.session(&session).cloned();
     match info {
         Some(info) => s.respond(&method, &uri, StatusCode::OK, Some(info), None),
@@ -104,7 +120,9 @@ pub(super) async fn messages(
     body: Bytes,
 ) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.messages.received");
+    if let Some(r) = answered(&s, "opencode.messages.received", &method, &uri) {
+        return r;
+    }
     let list: Option<Vec<Value>> = {
         let st = s.state();
         st.store.session(&session).map(|_| {
@@ -134,7 +152,9 @@ pub(super) async fn message(
     body: Bytes,
 ) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.message.received");
+    if let Some(r) = answered(&s, "opencode.message.received", &method, &uri) {
+        return r;
+    }
     let found = {
         let st = s.state();
         st.store
@@ -161,7 +181,9 @@ pub(super) async fn abort(
     body: Bytes,
 ) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.abort.received");
+    if let Some(r) = answered(&s, "opencode.abort.received", &method, &uri) {
+        return r;
+    }
     let known = {
         let st = s.state();
         if let Some(a) = st.active.get(&session) {
@@ -190,7 +212,9 @@ pub(super) async fn permission_reply(
     body: Bytes,
 ) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.permission.received");
+    if let Some(r) = answered(&s, "opencode.permission.received", &method, &uri) {
+        return r;
+    }
     let reply = match wire::permission_reply(&body) {
         Ok(r) => r,
         Err(e) => return s.respond(&method, &uri, StatusCode::BAD_REQUEST, Some(e), None),
@@ -233,7 +257,9 @@ pub(super) async fn fallback(State(s): Shr, method: Method, uri: Uri, body: Byte
 pub(super) async fn event_stream(State(s): Shr, method: Method, uri: Uri, body: Bytes) -> Response {
     use tokio_stream::StreamExt as _;
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.event.received");
+    if let Some(r) = answered(&s, "opencode.event.received", &method, &uri) {
+        return r;
+    }
     // Subscribe before announcing the connection, so nothing emitted after
     // `server.connected` can be missed.
     let rx = s.events.subscribe();
@@ -260,7 +286,9 @@ pub(super) async fn prompt_async(
     body: Bytes,
 ) -> Response {
     s.journal_in(&method, &uri, &body);
-    point_async(&s, "opencode.prompt_async.received");
+    if let Some(r) = answered(&s, "opencode.prompt_async.received", &method, &uri) {
+        return r;
+    }
     let bad = |status: StatusCode, body: Value| s.respond(&method, &uri, status, Some(body), None);
     let prompt = match wire::prompt(&body) {
         Ok(p) => p,

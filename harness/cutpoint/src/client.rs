@@ -62,7 +62,28 @@ static RUNTIME: OnceLock<Result<Option<Runtime>, ConfigError>> = OnceLock::new()
 #[inline]
 pub fn hit(point: &str) {
     // A point that cannot fail never returns a fault (the reply is logged).
-    let _ = dispatch(point, false);
+    let _ = dispatch(point, Kind::Plain);
+}
+
+/// Marks the boundary where a process has received a request and is about
+/// to answer it, e.g. `hit_answer("model.responses.received")`.
+///
+/// Like [`hit`], but when the harness answers the armed occurrence with
+/// `answer NAME` this returns `NAME`, and the caller answers the request it
+/// just received with the error that name stands for (its protocol's error
+/// form: a JSON-RPC error, an HTTP status with its body, a cut stream)
+/// instead of its real answer. A `fail <ERRNO>` reply here is logged and
+/// treated as `continue`. Disarmed, it is one relaxed atomic load and `None`.
+///
+/// # Panics
+///
+/// As [`hit`].
+#[inline]
+pub fn hit_answer(point: &str) -> Option<String> {
+    match dispatch(point, Kind::Answer)? {
+        Reply::Answer(name) => Some(name),
+        Reply::Fail(_) => None,
+    }
 }
 
 /// Marks the boundary before an operation that can fail, e.g.
@@ -81,16 +102,34 @@ pub fn hit(point: &str) {
 /// As [`hit`].
 #[inline]
 pub fn hit_io(point: &str) -> io::Result<()> {
-    match dispatch(point, true) {
-        None => Ok(()),
-        Some(fault) => Err(fault.to_io_error()),
+    match dispatch(point, Kind::Io) {
+        Some(Reply::Fail(fault)) => Err(fault.to_io_error()),
+        _ => Ok(()),
     }
 }
 
-/// The common fast path of [`hit`] and [`hit_io`]: the fault the harness
-/// injected, if the point can fail and the harness said so.
+/// What a point can be told besides `continue`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Nothing: [`hit`].
+    Plain,
+    /// `fail <ERRNO>`: [`hit_io`].
+    Io,
+    /// `answer NAME`: [`hit_answer`].
+    Answer,
+}
+
+/// A reply other than `continue` that the point's [`Kind`] takes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Reply {
+    Fail(IoFault),
+    Answer(String),
+}
+
+/// The common fast path of [`hit`], [`hit_io`] and [`hit_answer`]: the
+/// reply the harness injected, if the point takes it.
 #[inline]
-fn dispatch(point: &str, can_fail: bool) -> Option<IoFault> {
+fn dispatch(point: &str, can_fail: Kind) -> Option<Reply> {
     // Relaxed is enough: the value only selects a path, and the active path
     // reaches the configuration through `OnceLock`, which synchronises itself.
     match STATE.load(Ordering::Relaxed) {
@@ -131,7 +170,7 @@ pub fn init() -> Result<(), Error> {
 
 #[cold]
 #[inline(never)]
-fn first_hit(point: &str, can_fail: bool) -> Option<IoFault> {
+fn first_hit(point: &str, can_fail: Kind) -> Option<Reply> {
     if let Err(e) = init() {
         panic!("cutpoint: {e}");
     }
@@ -141,7 +180,7 @@ fn first_hit(point: &str, can_fail: bool) -> Option<IoFault> {
 }
 
 #[inline(never)]
-fn active_hit(point: &str, can_fail: bool) -> Option<IoFault> {
+fn active_hit(point: &str, can_fail: Kind) -> Option<Reply> {
     // The relaxed load in `dispatch` does not order us after the thread that
     // stored the configuration, so reach it through `OnceLock`, whose fast
     // path is a single acquire load and whose slow path waits for the writer.
@@ -242,8 +281,8 @@ impl Runtime {
     }
 
     /// Counts, traces and (at an armed occurrence) holds one hit; returns the
-    /// fault the harness answered with when the point `can_fail`.
-    pub(crate) fn hit(&self, point: &str, can_fail: bool) -> Option<IoFault> {
+    /// reply the harness gave when the point's kind (`can_fail`) takes it.
+    fn hit(&self, point: &str, can_fail: Kind) -> Option<Reply> {
         // Counting and tracing happen under one lock so that the trace lists
         // each point's occurrences in increasing order even across threads.
         // The lock is released before blocking on the harness, so other
@@ -319,8 +358,8 @@ impl Trace {
 
 impl Armed {
     /// Reports the armed hit, blocks until the harness answers and returns
-    /// the fault it injected (only where the point `can_fail`).
-    fn hold(&self, line: &[u8], point: &str, n: u64, can_fail: bool) -> Option<IoFault> {
+    /// the reply it injected (only where the point's kind takes it).
+    fn hold(&self, line: &[u8], point: &str, n: u64, can_fail: Kind) -> Option<Reply> {
         let reply = match exchange(&self.socket, line) {
             Ok(reply) => reply,
             Err(e) => {
@@ -332,11 +371,21 @@ impl Armed {
             }
         };
         let reply = reply.trim_end();
+        let answer = crate::answer_of_reply(reply);
         match IoFault::from_reply(reply) {
             _ if reply == "continue" => None,
-            Some(fault) if can_fail => Some(fault),
+            Some(fault) if can_fail == Kind::Io => Some(Reply::Fail(fault)),
             Some(fault) => {
                 eprintln!("cutpoint: {point}#{n} cannot fail; ignoring {fault} and continuing");
+                None
+            }
+            None if answer.is_some() && can_fail == Kind::Answer => {
+                answer.map(|a| Reply::Answer(a.to_owned()))
+            }
+            None if answer.is_some() => {
+                eprintln!(
+                    "cutpoint: {point}#{n} answers no request; ignoring {reply:?} and continuing"
+                );
                 None
             }
             None if reply.is_empty() => {
@@ -429,8 +478,8 @@ mod tests {
                 let runtime = Arc::clone(&runtime);
                 std::thread::spawn(move || {
                     for _ in 0..500 {
-                        runtime.hit("shared.point.hit", false);
-                        runtime.hit(&format!("own.point.{t}"), true);
+                        runtime.hit("shared.point.hit", Kind::Plain);
+                        runtime.hit(&format!("own.point.{t}"), Kind::Io);
                     }
                 })
             })

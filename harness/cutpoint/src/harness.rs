@@ -288,6 +288,20 @@ impl HeldHit {
         stream.flush()
     }
 
+    /// Makes the process answer the request it just received with the error
+    /// `name` stands for (reply `answer NAME`): a point passed with
+    /// `cutpoint::hit_answer` returns `name`, any other logs it and
+    /// continues. `name` is lowercase letters, digits and dashes.
+    pub fn answer(self, name: &str) -> io::Result<()> {
+        assert!(
+            crate::answer_of_reply(&format!("answer {name}")) == Some(name),
+            "answer name {name:?} must be lowercase letters, digits and dashes"
+        );
+        let mut stream = &self.stream;
+        stream.write_all(format!("answer {name}\n").as_bytes())?;
+        stream.flush()
+    }
+
     /// Keeps the process blocked for as long as the returned guard lives.
     ///
     /// The process is never told to continue: it stays blocked until it is

@@ -29,6 +29,10 @@
 //!   ([`IoFault::Corrupt`]): [`hit_io`] returns an `InvalidData` error, and
 //!   the caller fails the read as its decoder would (SQLite: `SQLITE_CORRUPT`).
 //!   Like `fail`, only a [`hit_io`] point can take it;
+//! - `answer NAME` — the process answers the request it just received with
+//!   the error `NAME` stands for instead of its real answer
+//!   ([`HeldHit::answer`]). Only a point passed with [`hit_answer`] takes it
+//!   (it returns `NAME`); elsewhere it is logged and treated as `continue`;
 //! - nothing (the harness closed the connection) — logged, then as `continue`.
 //!
 //! The process stays blocked until a reply arrives or it is killed.
@@ -44,7 +48,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{active, held, hit, hit_io, init};
+pub use client::{active, held, hit, hit_answer, hit_io, init};
 pub use harness::{HeldHit, Holding, Listener, MESSAGE_WAIT_MS, Waker, trace_read};
 pub use parent::{DIE_WITH_ENV, die_with_parent};
 
@@ -168,6 +172,17 @@ impl FromStr for IoFault {
                 format!("unknown storage fault {name:?}; expected EIO, ENOSPC or corrupt")
             })
     }
+}
+
+/// The name in an `answer NAME` reply line; `None` for any other line or a
+/// name that is empty or has characters other than `a-z`, `0-9` and `-`.
+pub(crate) fn answer_of_reply(line: &str) -> Option<&str> {
+    let name = line.strip_prefix("answer ")?;
+    let ok = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    ok.then_some(name)
 }
 
 /// One hit of a cut point: the message sent to the harness and the trace line.
@@ -526,5 +541,21 @@ mod tests {
                 .unwrap_err()
                 .contains("EIO, ENOSPC or corrupt")
         );
+    }
+
+    #[test]
+    fn an_answer_reply_names_a_fault_in_lowercase_and_dashes() {
+        assert_eq!(answer_of_reply("answer rate-limit"), Some("rate-limit"));
+        assert_eq!(answer_of_reply("answer error-answer"), Some("error-answer"));
+        for bad in [
+            "answer ",
+            "answer Rate",
+            "answer a b",
+            "answer\trate",
+            "fail EIO",
+            "continue",
+        ] {
+            assert_eq!(answer_of_reply(bad), None, "{bad:?}");
+        }
     }
 }

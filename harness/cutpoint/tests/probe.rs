@@ -379,6 +379,59 @@ fn a_fail_reply_to_a_point_that_cannot_fail_is_logged_and_passed() {
 }
 
 #[test]
+fn an_answer_reply_reaches_an_answer_point_once_and_is_logged_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = bind(dir.path());
+    let points = ["answer:m.r.received", "answer:m.r.received", "b.y.z"];
+    let probe = Probe::spawn(&points, &armed_env(&listener, "m.r.received#1"));
+    let held = listener
+        .accept_hit(DEADLINE)
+        .expect("the armed hit arrives");
+    held.answer("rate-limit").expect("the answer is sent");
+    let (rest, status, stderr) = probe.finish();
+    assert_eq!(
+        rest,
+        [
+            "answered m.r.received rate-limit".to_owned(),
+            "passed m.r.received".to_owned(),
+            "passed b.y.z".to_owned(),
+            "done".to_owned(),
+        ]
+    );
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+
+    // A plain point and an io point pass an answer by, saying so.
+    for point in ["b.y.z", "io:b.y.z"] {
+        let probe = Probe::spawn(&[point], &armed_env(&listener, "b.y.z"));
+        let held = listener
+            .accept_hit(DEADLINE)
+            .expect("the armed hit arrives");
+        held.answer("overload").expect("the answer is sent");
+        let (rest, status, stderr) = probe.finish();
+        assert_eq!(rest, with_done(&["b.y.z"]));
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            stderr,
+            "cutpoint: b.y.z#1 answers no request; ignoring \"answer overload\" and continuing\n"
+        );
+    }
+    // An answer point takes no errno: logged and passed.
+    let probe = Probe::spawn(&["answer:b.y.z"], &armed_env(&listener, "b.y.z"));
+    listener
+        .accept_hit(DEADLINE)
+        .expect("the armed hit arrives")
+        .fail(IoFault::Eio)
+        .expect("the fault is sent");
+    let (rest, _, stderr) = probe.finish();
+    assert_eq!(rest, with_done(&["b.y.z"]));
+    assert_eq!(
+        stderr,
+        "cutpoint: b.y.z#1 cannot fail; ignoring EIO and continuing\n"
+    );
+}
+
+#[test]
 fn an_io_point_resumed_or_disarmed_passes() {
     let dir = tempfile::tempdir().unwrap();
     let listener = bind(dir.path());

@@ -30,10 +30,12 @@ mod actions;
 mod journal;
 mod power_cut;
 mod task;
+mod upstream;
 
 pub use actions::{Action, ActionKind, Exchange, Op, OpKind, OpResult, RequestKind};
 pub use journal::TurnStart;
 pub use task::TaskRead;
+pub use upstream::{InjectedAnswer, ModelExchange};
 
 /// A turn as the provider durably recorded it (its own store, read after the
 /// cell): the provider's truth, which the journal can lag by a write. The

@@ -8,10 +8,13 @@
 
 use serde::{Deserialize, Serialize};
 
+mod applies;
+mod fault;
 mod oracle;
 mod role;
 mod scenario_id;
 mod task_state;
+pub use fault::{Fault, FaultClass};
 pub use oracle::Oracle;
 pub use role::Role;
 pub use scenario_id::ScenarioId;
@@ -19,184 +22,6 @@ pub use task_state::TaskState;
 
 /// Version of `wave.json`.
 pub const WAVE_FORMAT_VERSION: u32 = 1;
-
-/// How a fault is applied.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultClass {
-    /// A signal to the runner or the provider's group (`nemesis::plan`).
-    Process,
-    /// A controller request sent while the hit is held.
-    Action,
-    /// The held write or read fails (the cut-point reply `fail <errno>`,
-    /// or `corrupt` for a read).
-    Storage,
-    /// Every process of the cell frozen and killed, unsynced writes lost.
-    Power,
-}
-
-/// What the harness does at a cut.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Fault {
-    /// SIGKILL the runner; its provider survives as an orphan.
-    KillRunner,
-    /// SIGKILL the provider's process group; the runner survives.
-    KillProvider,
-    /// SIGKILL both.
-    KillBoth,
-    /// SIGSTOP the provider's process group: it stops answering forever.
-    HangProvider,
-    /// A controller action, not a signal: while the runner or provider is
-    /// held at the cut, the controller sends a follow-up, then the hit goes
-    /// on. The follow-up lands exactly in the window of that boundary.
-    FollowUp,
-    /// A controller action: while the hit is held, the controller asks for
-    /// a Retry (refused with 409 unless the task has failed; admitted, it
-    /// races whatever the held process does next).
-    Retry,
-    /// A storage fault at a runner's before-write point (`runner.write.*`):
-    /// this one durable write fails with EIO; the next ones succeed.
-    FailWrite,
-    /// A storage fault at a runner's before-write point: the disk is full,
-    /// so this write and every later write of that runner fail with ENOSPC;
-    /// the disk comes back when the harness restarts the runner, at its
-    /// next attempted write.
-    DiskFull,
-    /// A power loss: every process of the cell frozen, then SIGKILLed, then
-    /// every write not yet made durable dropped from the runner's state
-    /// directory (with the providers' stores inside it) and the workspace,
-    /// which sit on lazy mounts in such a cell (`docs/lazyfs.md`); the runner
-    /// starts again on what survived. The ledger and the journal are the
-    /// world's record and stay off the mounts.
-    PowerCut,
-    /// A storage fault at a runner's before-read point (`runner.read.*`):
-    /// this one read fails with EIO (`SQLITE_IOERR_READ`); the next succeed.
-    FailRead,
-    /// A storage fault at a runner's before-read point: this one read returns
-    /// a corrupt page (reply `corrupt`, `SQLITE_CORRUPT`); the next succeed.
-    CorruptRead,
-}
-
-impl Fault {
-    /// Every fault, in report order.
-    pub const ALL: [Fault; 11] = [
-        Fault::KillRunner,
-        Fault::KillProvider,
-        Fault::KillBoth,
-        Fault::HangProvider,
-        Fault::FollowUp,
-        Fault::Retry,
-        Fault::FailWrite,
-        Fault::DiskFull,
-        Fault::PowerCut,
-        Fault::FailRead,
-        Fault::CorruptRead,
-    ];
-
-    /// The faults of a scenario that names none: the process faults.
-    pub const DEFAULT: [Fault; 4] = [
-        Fault::KillRunner,
-        Fault::KillProvider,
-        Fault::KillBoth,
-        Fault::HangProvider,
-    ];
-
-    /// The name used in scenario files, cell names and the CLI.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Fault::KillRunner => "kill-runner",
-            Fault::KillProvider => "kill-provider",
-            Fault::KillBoth => "kill-both",
-            Fault::HangProvider => "hang-provider",
-            Fault::FollowUp => "follow-up",
-            Fault::Retry => "retry",
-            Fault::FailWrite => "fail-write",
-            Fault::DiskFull => "disk-full",
-            Fault::PowerCut => "power-cut",
-            Fault::FailRead => "fail-read",
-            Fault::CorruptRead => "corrupt-read",
-        }
-    }
-
-    /// How the harness applies the fault: every fault is in exactly one
-    /// class, and the cell's event loop dispatches on it.
-    pub fn class(self) -> FaultClass {
-        match self {
-            Fault::KillRunner | Fault::KillProvider | Fault::KillBoth | Fault::HangProvider => {
-                FaultClass::Process
-            }
-            Fault::FollowUp | Fault::Retry => FaultClass::Action,
-            Fault::FailWrite | Fault::DiskFull | Fault::FailRead | Fault::CorruptRead => {
-                FaultClass::Storage
-            }
-            Fault::PowerCut => FaultClass::Power,
-        }
-    }
-
-    /// Whether the fault is a storage fault: it applies only at a runner's
-    /// before-write points ([`WRITE_POINTS`]: `fail-write`, `disk-full`) or
-    /// before-read points ([`READ_POINTS`]: `fail-read`, `corrupt-read`).
-    pub fn is_storage(self) -> bool {
-        self.class() == FaultClass::Storage
-    }
-
-    /// Whether the fault is a read fault: it applies only at a before-read point.
-    pub fn is_read(self) -> bool {
-        matches!(self, Fault::FailRead | Fault::CorruptRead)
-    }
-
-    /// Whether the fault is a signal to a process (a kill or a hang).
-    pub fn is_process(self) -> bool {
-        self.class() == FaultClass::Process
-    }
-
-    /// Whether the fault may be applied at `point`: a write fault only at a
-    /// before-write point and a read fault only at a before-read point; at
-    /// either kind of point only its storage faults, `kill-runner` and
-    /// `power-cut` (the runner's store is blocked there, so nothing can read
-    /// the run log to find the provider, and a controller request would
-    /// wait on the held store; a power cut finds the cell's processes by its
-    /// tag, not through the runner).
-    pub fn applies_at(self, point: &str) -> bool {
-        let write = point.starts_with(WRITE_POINTS);
-        let read = point.starts_with(READ_POINTS);
-        if self.is_storage() {
-            if self.is_read() { read } else { write }
-        } else {
-            !(write || read) || matches!(self, Fault::KillRunner | Fault::PowerCut)
-        }
-    }
-
-    /// Whether the default wave plans a `power-cut` cell at `point` of
-    /// `role`: after each of the runner's durable writes
-    /// (`runner.<write>.persisted`), and at a provider's boundaries right
-    /// after the runner sent it something (`<proto>.<what>.received`, a
-    /// request or an answer; `<proto>.<what>.answered`, the runner's answer
-    /// to a client request). Those are the moments a runner's claim
-    /// (durable, then sent) or a provider's unsynced record is exposed.
-    pub fn power_cut_planned_at(point: &str, role: Role) -> bool {
-        match role {
-            Role::Runner => point.starts_with("runner.") && point.ends_with(".persisted"),
-            _ => point.ends_with(".received") || point.ends_with(".answered"),
-        }
-    }
-
-    /// Whether the fault is a controller action rather than a signal.
-    pub fn is_action(self) -> bool {
-        self.class() == FaultClass::Action
-    }
-
-    /// Parses a fault name.
-    pub fn parse(s: &str) -> Option<Fault> {
-        Fault::ALL.into_iter().find(|f| f.as_str() == s)
-    }
-}
-
-impl std::fmt::Display for Fault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A verdict: `fail` > `unknown` > `pass`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -45,14 +45,9 @@ pub fn plan(fault: Fault) -> Plan {
         },
         // A controller action (`cell::inject::inject_action`), a storage fault (the
         // cut-point reply `fail <errno>` or `corrupt`), or a power cut, which kills
-        // every process of the cell by its tag (`freeze_and_kill`), not by plan.
-        Fault::FollowUp
-        | Fault::Retry
-        | Fault::FailWrite
-        | Fault::DiskFull
-        | Fault::FailRead
-        | Fault::CorruptRead
-        | Fault::PowerCut => Plan {
+        // every process of the cell by its tag (`freeze_and_kill`), not by plan;
+        // or an error answer (the cut-point reply `answer <fault>`).
+        _ => Plan {
             kill_runner: false,
             provider_signal: None,
         },

@@ -493,6 +493,10 @@ pub fn expand(scenario: &Scenario, boundaries: &[Boundary]) -> anyhow::Result<Ve
 /// `Fault::power_cut_planned_at` says.
 fn planned_at(b: &Boundary, fault: Fault) -> bool {
     let store_point = crate::model::is_store_point(&b.cut.point);
+    if fault.class() == crate::model::FaultClass::Answer {
+        // Where the process answers a request (`Fault::applies_at`).
+        return fault.applies_at(&b.cut.point);
+    }
     if nemesis::needs_provider(fault) && !b.provider_alive {
         return false;
     }

@@ -177,10 +177,13 @@ pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
 /// The second events at boundary `b`: `kill-runner` everywhere but at a
 /// before-read point, `kill-provider` at a provider's own boundary (a
 /// provider killed while the runner works is lost at the provider's next
-/// boundary anyway), `fail-write` at a before-write point, and only
-/// `fail-read` at a before-read point: a kill there leaves the state of the
-/// boundary before it (a read changes nothing), and `corrupt-read` walks the
-/// same retry (stage 1 plans both at every read of a clean run).
+/// boundary anyway), `fail-write` at a before-write point, `error-answer`
+/// at a provider's recovery lookup (`wire::upstream::LOOKUP_POINTS`: a
+/// lookup happens only in a recovery, where its error decides whether a
+/// turn is sent again), and only `fail-read` at a before-read point: a kill
+/// there leaves the state of the boundary before it (a read changes
+/// nothing), and `corrupt-read` walks the same retry (stage 1 plans both at
+/// every read of a clean run).
 pub fn second_faults(b: &Boundary) -> Vec<Fault> {
     if b.cut.point.starts_with(READ_POINTS) {
         return vec![Fault::FailRead];
@@ -191,6 +194,9 @@ pub fn second_faults(b: &Boundary) -> Vec<Fault> {
         out.push(Fault::FailWrite);
     } else if b.role != Role::Runner && b.provider_alive {
         out.push(Fault::KillProvider);
+    }
+    if wire::upstream::LOOKUP_POINTS.contains(&b.cut.point.as_str()) {
+        out.push(Fault::ErrorAnswer);
     }
     out
 }
@@ -522,6 +528,10 @@ mod tests {
         );
         assert_eq!(
             second_faults(&b("codex.thread_read.received", 1, true)),
+            [Fault::KillRunner, Fault::KillProvider, Fault::ErrorAnswer]
+        );
+        assert_eq!(
+            second_faults(&b("codex.turn_start.received", 1, true)),
             [Fault::KillRunner, Fault::KillProvider]
         );
         assert_eq!(

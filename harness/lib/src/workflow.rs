@@ -256,12 +256,12 @@ impl Program {
     }
 }
 
-/// `k` programs drawn with `seed`: the same seed draws the same programs.
-pub fn draw(seed: u64, k: usize) -> Vec<Program> {
+/// `k` programs drawn by `runner` (`explore::seeded_runner`: the same
+/// seed draws the same programs).
+pub fn draw(runner: &mut TestRunner, k: usize) -> Vec<Program> {
     let strategy = strategy();
-    let mut runner = crate::explore::seeded_runner(seed, 0);
     (0..k)
-        .filter_map(|_| strategy.new_tree(&mut runner).ok())
+        .filter_map(|_| strategy.new_tree(runner).ok())
         .map(|tree| Program::peek(&tree.current()))
         .collect()
 }
@@ -403,7 +403,10 @@ mod tests {
 
     #[test]
     fn every_drawn_program_is_a_valid_scenario_on_every_fake_profile() {
-        for (i, p) in draw(42, 200).iter().enumerate() {
+        for (i, p) in draw(&mut crate::explore::seeded_runner(42, 0), 200)
+            .iter()
+            .enumerate()
+        {
             for profile in wire::profiles::BUILTIN.iter().map(|p| p.name) {
                 let s = p.scenario(&format!("w{i}"), &[profile], CHAOS);
                 assert!(
@@ -418,9 +421,10 @@ mod tests {
 
     #[test]
     fn the_same_seed_draws_the_same_programs_and_steps_keep_their_ids() {
-        let a = draw(7, 30);
-        assert_eq!(a, draw(7, 30));
-        assert_ne!(a, draw(8, 30));
+        let draw = |seed| draw(&mut crate::explore::seeded_runner(seed, 0), 30);
+        let a = draw(7);
+        assert_eq!(a, draw(7));
+        assert_ne!(a, draw(8));
         assert!(a.iter().any(|p| p.ops.len() >= 3), "{a:?}");
         let p = Program {
             script: vec![Turn {

@@ -7,8 +7,8 @@
 //! continuation (`marker`), how a controller's message id travels inside a
 //! provider's client id (`client_id`), and how a process is told from a later
 //! one with its pid (`procstat`), the built-in provider profiles
-//! (`profiles`), and the fakes' durable stores, as the harness reads them
-//! (`stores`). Each lives here and nowhere else.
+//! (`profiles`), the fakes' durable stores, as the harness reads them
+//! (`stores`), and the failures a provider meets in production (`upstream`). Each lives here and nowhere else.
 //!
 //! This crate depends on no other crate of the workspace: the runner, the
 //! fakes and the harness depend on it, never the other way round (the tidy
@@ -24,3 +24,4 @@ pub mod recorded;
 pub mod script;
 pub mod secret;
 pub mod stores;
+pub mod upstream;

@@ -302,7 +302,10 @@ impl AcpDriver {
         };
         Ok(ProviderEvent::TurnCompleted {
             turn_id: client,
-            status: status.to_owned(),
+            end: super::TurnEnd {
+                status: status.to_owned(),
+                upstream: None,
+            },
         })
     }
 

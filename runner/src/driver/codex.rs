@@ -216,7 +216,10 @@ impl CodexDriver {
             },
             ("turn/completed", None) => ProviderEvent::TurnCompleted {
                 turn_id: str_at(&params, "/turn/id", "turn/completed")?,
-                status: str_at(&params, "/turn/status", "turn/completed")?,
+                end: super::TurnEnd {
+                    status: str_at(&params, "/turn/status", "turn/completed")?,
+                    upstream: params.pointer("/turn/error").and_then(codex_error_cause),
+                },
             },
             (m, None) if !m.is_empty() => ProviderEvent::Other(m.to_owned()),
             _ => ProviderEvent::Other(String::new()),
@@ -264,6 +267,43 @@ fn never_written(message: &str) -> bool {
         || (message.contains("rollout at ") && message.ends_with(" is empty"))
 }
 
+/// The contract's cause for a turn Codex failed with `error.codexErrorInfo`
+/// (its vendored spec's `CodexErrorInfo`): a named upstream failure, or
+/// one carrying the model API's `httpStatusCode` (`httpConnectionFailed`,
+/// `responseTooManyFailedAttempts`, `responseStream…`), read as that
+/// status; a stream that broke with no status is a broken stream. Codex
+/// 0.171.0 against a failing model API reports these, measured
+/// (`docs/real-providers.md`, "Upstream failures").
+pub fn codex_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
+    use crate::causes::CauseCode;
+    let info = error.get("codexErrorInfo")?;
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+    if let Some(name) = info.as_str() {
+        return match name {
+            "rateLimitExceeded" | "usageLimitExceeded" => Some(CauseCode::UpstreamRateLimited),
+            "serverOverloaded" => Some(CauseCode::UpstreamOverloaded),
+            "internalServerError" => Some(CauseCode::UpstreamServerError),
+            "unauthorized" => Some(CauseCode::UpstreamUnauthorized),
+            "contextWindowExceeded" => Some(CauseCode::ContextWindowExceeded),
+            _ => None,
+        };
+    }
+    let (kind, detail) = info.as_object()?.iter().next()?;
+    let status = detail
+        .get("httpStatusCode")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok());
+    match (kind.as_str(), status) {
+        (_, Some(s)) if super::upstream_cause(s, message).is_some() => {
+            super::upstream_cause(s, message)
+        }
+        ("responseStreamDisconnected" | "responseStreamConnectionFailed", _) => {
+            Some(CauseCode::UpstreamStreamBroken)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,5 +318,50 @@ mod tests {
         assert!(!never_written(
             "thread-store internal error: permission denied"
         ));
+    }
+
+    /// The `turn.error` shapes the real codex 0.171.0 sent for each model API
+    /// failure (docs/real-providers.md, "Upstream failures") read as the
+    /// contract's causes.
+    #[test]
+    fn codex_error_info_reads_as_the_contract_s_upstream_cause() {
+        use crate::causes::CauseCode as C;
+        let cases = [
+            (
+                json!({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}),
+                Some(C::UpstreamRateLimited),
+            ),
+            (json!("internalServerError"), Some(C::UpstreamServerError)),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 503}}),
+                Some(C::UpstreamOverloaded),
+            ),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 529}}),
+                Some(C::UpstreamOverloaded),
+            ),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 401}}),
+                Some(C::UpstreamUnauthorized),
+            ),
+            (
+                json!("contextWindowExceeded"),
+                Some(C::ContextWindowExceeded),
+            ),
+            (
+                json!({"responseStreamDisconnected": {"httpStatusCode": null}}),
+                Some(C::UpstreamStreamBroken),
+            ),
+            (json!("sandboxError"), None),
+            (
+                json!({"httpConnectionFailed": {"httpStatusCode": 418}}),
+                None,
+            ),
+        ];
+        for (info, want) in cases {
+            let error = json!({ "message": "m", "codexErrorInfo": info });
+            assert_eq!(super::codex_error_cause(&error), want, "{info}");
+        }
+        assert_eq!(super::codex_error_cause(&json!({ "message": "m" })), None);
     }
 }

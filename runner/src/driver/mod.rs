@@ -55,10 +55,21 @@ pub enum ProviderEvent {
     },
     /// A server request the runner does not handle.
     UnsupportedRequest { request_id: Value, method: String },
-    /// The turn ended with `completed`, `interrupted` or `failed`.
-    TurnCompleted { turn_id: String, status: String },
+    /// The turn ended (`end`).
+    TurnCompleted { turn_id: String, end: TurnEnd },
     /// Any other notification, by method.
     Other(String),
+}
+
+/// How a turn ended: `completed`, `interrupted` or `failed`; `upstream` is
+/// the contract's cause when the provider reports that its model API failed
+/// the turn (Codex `codexErrorInfo`, OpenCode's `APIError`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnEnd {
+    /// The status in the provider's spelling.
+    pub status: String,
+    /// The upstream cause the provider reported, if any.
+    pub upstream: Option<crate::causes::CauseCode>,
 }
 
 /// A client-side tool request (ACP).
@@ -205,6 +216,35 @@ pub enum DriverError {
         code: i64,
         message: String,
     },
+    /// The model API failed upstream (an error status, a broken stream),
+    /// as the model client saw it or the provider reported it; `cause` is
+    /// the contract's code for it (`docs/recovery-contract.md`, "Upstream
+    /// failures"), `retry_after_ms` the API's `Retry-After`.
+    #[error("the model API failed: {message}")]
+    Upstream {
+        cause: crate::causes::CauseCode,
+        retry_after_ms: Option<u64>,
+        message: String,
+    },
+}
+
+/// The contract's cause for a model API's error status: 429 rate limited,
+/// 503 and 529 overloaded, any other 5xx a server error, 401 and 403
+/// unauthorized, 400 whose message names the context window a full one;
+/// `None` for any other status (a refusal the provider must explain).
+pub fn upstream_cause(status: u16, message: &str) -> Option<crate::causes::CauseCode> {
+    use crate::causes::CauseCode;
+    Some(match status {
+        // SEEDED BUG rate-limit-unrecoverable: a 429 is a refusal like any 4xx.
+        429 if !crate::seeded::rate_limit_unrecoverable() => CauseCode::UpstreamRateLimited,
+        503 | 529 => CauseCode::UpstreamOverloaded,
+        500..=599 => CauseCode::UpstreamServerError,
+        401 | 403 => CauseCode::UpstreamUnauthorized,
+        400 if message.contains("context window") || message.contains("context_length") => {
+            CauseCode::ContextWindowExceeded
+        }
+        _ => return None,
+    })
 }
 
 fn unresponsive_text(idle_ms: u64, unanswered: Option<&str>) -> String {

@@ -24,6 +24,7 @@ use tokio::process::Child;
 use super::DriverError;
 use super::budget::{Bounds, OutputBudget, Pending};
 use super::http::{BODY_BYTES_MAX, Sse, Stdout, find_blank_line, listen_address, parse_block};
+use crate::causes::CauseCode;
 
 /// Largest SSE event accepted.
 const EVENT_BYTES_MAX: usize = 8 << 20;
@@ -101,7 +102,9 @@ impl NativeDriver {
         };
         let status = response.status().as_u16();
         if status != 200 {
-            return Err(self.refused(status, response, &pending).await);
+            let retry_after_ms = retry_after_ms(response.headers());
+            let refused = self.refused(status, response, &pending).await;
+            return Err(upstream_status(status, retry_after_ms, refused));
         }
         pending.progress();
         self.read_stream(response, pending).await
@@ -159,9 +162,9 @@ impl NativeDriver {
                 let event = match sse {
                     Sse::Event(v) => v,
                     Sse::Malformed(what) => {
-                        return Err(DriverError::Protocol(format!("the model API sent {what}")));
+                        return Err(self.stream_broken(format!("the model API sent {what}")));
                     }
-                    Sse::Eof => return Err(DriverError::Exited),
+                    Sse::Eof => return Err(self.stream_broken("the stream ended".into())),
                 };
                 if let Some(output) = on_event(&event, block.len(), &mut items)? {
                     return Ok(output);
@@ -180,13 +183,60 @@ impl NativeDriver {
                     })?;
                     buf.extend_from_slice(&chunk);
                 }
-                // The stream ended before `response.completed`: the provider
-                // died or cut it; the request is re-issued on a new one.
-                Ok(Ok(None)) | Ok(Err(_)) => return Err(DriverError::Exited),
+                // The stream ended before `response.completed`: the
+                // provider died (its stdout closed: it is replaced) or the
+                // API broke the stream (the request is tried again).
+                Ok(Ok(None)) => {
+                    return Err(
+                        self.stream_broken("the stream ended without response.completed".into())
+                    );
+                }
+                Ok(Err(e)) => {
+                    return Err(self.stream_broken(format!("the stream broke: {e}")));
+                }
                 Err(_) => return Err(pending.expired()),
             }
         }
     }
+}
+
+impl NativeDriver {
+    /// A stream that broke before `response.completed`: the provider is
+    /// gone when its stdout closed, else the API broke the stream.
+    fn stream_broken(&self, message: String) -> DriverError {
+        if self.stdout.check().is_err() {
+            return DriverError::Exited;
+        }
+        DriverError::Upstream {
+            cause: CauseCode::UpstreamStreamBroken,
+            retry_after_ms: None,
+            message,
+        }
+    }
+}
+
+/// A non-200 answer of the model API as the contract's cause
+/// (`super::upstream_cause`); any other status stays the API's refusal.
+fn upstream_status(status: u16, retry_after_ms: Option<u64>, refused: DriverError) -> DriverError {
+    let DriverError::Rpc { message, .. } = &refused else {
+        return refused;
+    };
+    let Some(cause) = super::upstream_cause(status, message) else {
+        return refused;
+    };
+    DriverError::Upstream {
+        cause,
+        retry_after_ms,
+        message: format!("{status}: {message}"),
+    }
+}
+
+/// `Retry-After` in delay-seconds, as milliseconds; an HTTP date or
+/// anything else is ignored (the runner's own backoff applies).
+fn retry_after_ms(headers: &reqwest::header::HeaderMap) -> Option<u64> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?;
+    let seconds: u64 = value.trim().parse().ok()?;
+    Some(seconds.saturating_mul(1000))
 }
 
 /// The output items of a response stream so far.

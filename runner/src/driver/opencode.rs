@@ -262,9 +262,13 @@ impl OpenCodeDriver {
                     },
                 };
                 self.active = None;
+                let upstream = self.session_error.as_ref().and_then(opencode_error_cause);
                 ProviderEvent::TurnCompleted {
                     turn_id,
-                    status: status.to_owned(),
+                    end: super::TurnEnd {
+                        status: status.to_owned(),
+                        upstream,
+                    },
                 }
             }
             _ => ProviderEvent::Other(kind),
@@ -525,6 +529,24 @@ fn str_at(v: &Value, pointer: &str, what: &str) -> Result<String, DriverError> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| DriverError::Protocol(format!("{what}: missing {pointer}")))
+}
+
+/// The contract's cause for a turn OpenCode failed with a `session.error`
+/// whose error is an `APIError` carrying the model API's status
+/// (`data.statusCode`) or a context overflow (`ContextOverflowError`).
+fn opencode_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
+    if error["name"] == "ContextOverflowError" {
+        return Some(crate::causes::CauseCode::ContextWindowExceeded);
+    }
+    let status = error
+        .pointer("/data/statusCode")
+        .and_then(Value::as_u64)
+        .and_then(|s| u16::try_from(s).ok())?;
+    let message = error
+        .pointer("/data/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    super::upstream_cause(status, message)
 }
 
 #[cfg(test)]

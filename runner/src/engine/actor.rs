@@ -323,6 +323,15 @@ impl Engine {
             Err(DriverError::ConversationGone(_)) => {
                 return self.conversation_gone(snap, run, &conversation).await;
             }
+            // Loading the conversation into a new provider process is the
+            // first half of the recovery lookup: an error answer leaves
+            // unknown what the provider recorded.
+            Err(e @ DriverError::Rpc { .. }) => {
+                return Err(StepError::Fail(Cause::new(
+                    CauseCode::ProviderLookupFailed,
+                    format!("loading the conversation failed: {e}"),
+                )));
+            }
             other => other.map_err(driver_err)?,
         }
         if let Some(turn) = snap.turns.last().filter(|t| t.status.unsettled()) {

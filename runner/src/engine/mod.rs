@@ -138,6 +138,7 @@ fn driver_err(e: DriverError) -> StepError {
         DriverError::Protocol(_) | DriverError::Rpc { .. } | DriverError::ConversationGone(_) => {
             StepError::Fail(Cause::new(CauseCode::ProviderProtocolError, e.to_string()))
         }
+        DriverError::Upstream { cause, .. } => StepError::Fail(Cause::new(cause, e.to_string())),
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use super::{Engine, NATIVE_MODEL_CALLS_MAX, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
+use crate::driver::DriverError;
 use crate::driver::native::NativeDriver;
 use crate::native::checkpoint::{CallStatus, Checkpoint};
 use crate::native::tools::{self, Limits, Tool, ToolOutput, Workspace};
@@ -87,8 +88,20 @@ impl Engine {
                     ),
                 )));
             }
-            if self.ask_model(&nt, &mut cp, model).await? == 0 {
-                return self.native_completed(&nt).await;
+            match self.ask_model(&nt, &mut cp, model).await {
+                Ok(0) => return self.native_completed(&nt).await,
+                Ok(_) => {}
+                // SEEDED BUG retry-turn-after-stream-cut: a broken stream
+                // starts the turn over, and its completed calls run again.
+                Err(StepError::Fail(c))
+                    if c.code == CauseCode::UpstreamStreamBroken
+                        && crate::seeded::retry_turn_after_stream_cut() =>
+                {
+                    for call in &mut cp.pending_calls {
+                        call.status = CallStatus::Pending;
+                    }
+                }
+                Err(e) => return Err(e),
             }
         }
     }
@@ -247,10 +260,7 @@ impl Engine {
             "turncut_conversation": nt.conversation,
         });
         let profile = self.profile(&nt.snap.task.profile);
-        let out = model
-            .respond(&profile.model, input, tools::definitions(), metadata)
-            .await
-            .map_err(driver_err)?;
+        let out = ask_with_retries(model, &profile.model, input, metadata).await?;
         let calls = cp.record_response(out.items).map_err(|e| {
             StepError::Fail(Cause::new(CauseCode::ProviderProtocolError, e.to_string()))
         })?;
@@ -301,5 +311,73 @@ impl Engine {
             db.native_save(write, &tid, &rid, row, &conv, json, kind, data)
         })
         .await
+    }
+}
+
+/// How many times one model request is tried after transient upstream
+/// failures before the run settles with the cause.
+pub const UPSTREAM_TRIES_MAX: u32 = 4;
+
+/// The first wait between two tries of a model request; it doubles.
+const UPSTREAM_BACKOFF_FIRST_MS: u64 = 250;
+
+/// The longest `Retry-After` the runner waits out; a longer one settles the
+/// run at once (the controller's Retry decides when to try again).
+pub const RETRY_AFTER_WAIT_MAX_MS: u64 = 60_000;
+
+/// Asks the model, trying again after a transient upstream failure
+/// (`CauseCode::retried_by_runner`) at most [`UPSTREAM_TRIES_MAX`] times,
+/// never sooner than the API's `Retry-After`. Safe because a model request
+/// has no side effects and every call of the turn is write-ahead: the same
+/// durable history is sent again, nothing runs twice. An upstream failure
+/// that trying again cannot mend (an expired credential, a full context
+/// window) settles the run at once.
+async fn ask_with_retries(
+    model: &mut NativeDriver,
+    model_name: &str,
+    input: Vec<Value>,
+    metadata: Value,
+) -> Result<crate::driver::native::ModelOutput, StepError> {
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let result = model
+            .respond(
+                model_name,
+                input.clone(),
+                tools::definitions(),
+                metadata.clone(),
+            )
+            .await;
+        let e = match result {
+            Ok(out) => return Ok(out),
+            Err(e) => e,
+        };
+        let DriverError::Upstream {
+            cause,
+            retry_after_ms,
+            ..
+        } = &e
+        else {
+            return Err(driver_err(e));
+        };
+        let retry_after = retry_after_ms.unwrap_or(0);
+        if *cause == CauseCode::UpstreamStreamBroken && crate::seeded::retry_turn_after_stream_cut()
+        {
+            return Err(driver_err(e));
+        }
+        let seeded =
+            crate::seeded::retry_unauthorized() && *cause == CauseCode::UpstreamUnauthorized;
+        let may_retry = (cause.retried_by_runner() && tries < UPSTREAM_TRIES_MAX) || seeded;
+        if !may_retry || retry_after > RETRY_AFTER_WAIT_MAX_MS {
+            return Err(driver_err(e));
+        }
+        let backoff = UPSTREAM_BACKOFF_FIRST_MS << (tries - 1).min(8);
+        let wait = if crate::seeded::ignore_retry_after() {
+            0
+        } else {
+            backoff.max(retry_after)
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(wait)).await;
     }
 }

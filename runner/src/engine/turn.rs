@@ -12,7 +12,7 @@ use super::provider::{Link, Live};
 use super::recovery::{self, LostConversation, Pending, ProviderSays, Recovery, TurnState};
 use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{Driver, ProviderEvent, Sent};
+use crate::driver::{Driver, DriverError, ProviderEvent, Sent, TurnEnd};
 use crate::profiles::Profile;
 use crate::store::{RequestStatus, Run, Snapshot, TurnKind, TurnRow, TurnStatus};
 
@@ -91,6 +91,18 @@ impl Engine {
             _ if trusted_absent => None,
             Err(e) if crate::seeded::lookup_error_as_absent() => {
                 return self.seeded_absent(snap, run, turn, e).await;
+            }
+            // SEEDED BUG lookup-error-answer-as-absent: the provider's error
+            // answer is read as "no such turn".
+            Err(DriverError::Rpc { .. }) if crate::seeded::lookup_error_answer_as_absent() => None,
+            // The provider is there and answered with an error: whether it
+            // recorded the turn is unknown, so the turn is neither sent
+            // again nor continued.
+            Err(e @ DriverError::Rpc { .. }) => {
+                return Err(StepError::Fail(Cause::new(
+                    CauseCode::ProviderLookupFailed,
+                    format!("the recovery lookup failed: {e}"),
+                )));
             }
             other => other.map_err(driver_err)?,
         };
@@ -424,8 +436,8 @@ impl Engine {
                         .await
                         .map_err(driver_err)?;
                 }
-                ProviderEvent::TurnCompleted { turn_id, status } if turn_id == provider_turn => {
-                    return self.turn_ended(snap, run, row, turn_id, status).await;
+                ProviderEvent::TurnCompleted { turn_id, end } if turn_id == provider_turn => {
+                    return self.turn_ended(snap, run, row, turn_id, end).await;
                 }
                 _ => {}
             }
@@ -549,8 +561,9 @@ impl Engine {
         run: &Run,
         row: i64,
         turn_id: String,
-        status: String,
+        end: TurnEnd,
     ) -> Result<(), StepError> {
+        let TurnEnd { status, upstream } = end;
         let ended = status.parse().unwrap_or(TurnStatus::Failed);
         if crate::seeded::accept_at_turn_end() {
             self.accept(&snap.task.task_id, run, row, &turn_id).await?;
@@ -564,8 +577,11 @@ impl Engine {
         if ended == TurnStatus::Completed {
             return Ok(());
         }
+        // The provider ran the loop and retried its model API itself: a turn
+        // it failed upstream settles with that cause, never started again
+        // by the runner (its history holds the message).
         Err(StepError::Fail(Cause::new(
-            CauseCode::ProviderProtocolError,
+            upstream.unwrap_or(CauseCode::ProviderProtocolError),
             format!("the provider ended turn {turn_id} with status {status}"),
         )))
     }

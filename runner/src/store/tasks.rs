@@ -305,7 +305,13 @@ impl Db {
             // write failed, or the run failed before the provider answered)
             // is off the queue and answered by no one: it waits for the
             // Retry that re-sends it, and is named too.
-            if let Some((id, _, TurnStatus::Intent)) = self.latest_primary(task_id)?
+            // So is one whose turn ended in a failure that answered
+            // nothing: the model API failed it, or its lookup failed.
+            let unanswered = cause
+                .as_ref()
+                .is_some_and(|c| c.code.leaves_message_unanswered());
+            if let Some((id, _, status)) = self.latest_primary(task_id)?
+                && (status == TurnStatus::Intent || unanswered)
                 && !waiting.contains(&id)
             {
                 waiting.insert(0, id);

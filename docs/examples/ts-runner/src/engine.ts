@@ -27,6 +27,63 @@ export type Options = { stateDir: string; idleMs: number; termGraceMs: number; p
 /** A provider this runner process started, with its client. */
 type Live = { child: ChildProcess; codex: Codex; row: number; marker: string; pid: number; pgid: number; start_time: number; loaded: Set<string> };
 
+/** The causes after which trying the same work again can succeed with
+ * nothing changed (docs/recovery-contract.md, Causes: `recoverable`). */
+const RECOVERABLE = new Set([
+  "provider_turn_lost_on_restore",
+  "upstream_rate_limited",
+  "upstream_overloaded",
+  "upstream_server_error",
+  "upstream_stream_broken",
+]);
+
+/** The causes whose run leaves its latest message answered by no one: the
+ * model API failed the turn, or its lookup failed; it waits for a Retry. */
+const UNANSWERED = new Set([
+  "upstream_rate_limited",
+  "upstream_overloaded",
+  "upstream_server_error",
+  "upstream_stream_broken",
+  "upstream_unauthorized",
+  "context_window_exceeded",
+  "provider_lookup_failed",
+]);
+
+/** The model API's status as the contract's cause (runnerd's
+ * `driver::upstream_cause`). */
+function statusCause(status: number, message: string): string | null {
+  if (status === 429) return "upstream_rate_limited";
+  if (status === 503 || status === 529) return "upstream_overloaded";
+  if (status >= 500 && status <= 599) return "upstream_server_error";
+  if (status === 401 || status === 403) return "upstream_unauthorized";
+  if (status === 400 && /context window|context_length/.test(message)) return "context_window_exceeded";
+  return null;
+}
+
+/** The contract's cause of a turn Codex failed with `codexErrorInfo`
+ * (runnerd's `driver::codex::codex_error_cause`). */
+export function codexErrorCause(error: any): string | null {
+  const info = error?.codexErrorInfo;
+  const message: string = error?.message ?? "";
+  if (typeof info === "string") {
+    const named: Record<string, string> = {
+      rateLimitExceeded: "upstream_rate_limited",
+      usageLimitExceeded: "upstream_rate_limited",
+      serverOverloaded: "upstream_overloaded",
+      internalServerError: "upstream_server_error",
+      unauthorized: "upstream_unauthorized",
+      contextWindowExceeded: "context_window_exceeded",
+    };
+    return named[info] ?? null;
+  }
+  if (info === null || typeof info !== "object") return null;
+  const [kind, detail] = Object.entries(info)[0] ?? [];
+  const status = (detail as any)?.httpStatusCode;
+  const byStatus = typeof status === "number" ? statusCause(status, message) : null;
+  if (byStatus) return byStatus;
+  return kind === "responseStreamDisconnected" || kind === "responseStreamConnectionFailed" ? "upstream_stream_broken" : null;
+}
+
 /** A step that must fail the run with this cause. */
 class Fail extends Error {
   code: string;
@@ -133,7 +190,7 @@ export class Engine {
       e instanceof StorageError
         ? { code: "storage_failed", recoverable: false, message: e.message }
         : e instanceof Fail
-          ? { code: e.code, recoverable: false, message: e.message }
+          ? { code: e.code, recoverable: RECOVERABLE.has(e.code), message: e.message }
           : { code: "provider_protocol_error", recoverable: false, message: String((e as Error).message ?? e) };
     try {
       if (this.live.has(task.task_id)) await this.stopLive(task.task_id, run.run_id, null, "");
@@ -204,6 +261,9 @@ export class Engine {
       return await live.codex.readTurns(thread);
     } catch (e) {
       if (e instanceof RpcError && e.message.includes("not supported yet")) return [];
+      // The provider answered the lookup with an error: whether it recorded
+      // the turn is unknown, so it is neither sent again nor continued.
+      if (e instanceof RpcError) throw new Fail("provider_lookup_failed", `thread/read failed: ${e.message}`);
       throw e;
     }
   }
@@ -275,7 +335,10 @@ export class Engine {
         await this.store.write("turn_ended", task.task_id, [[run.run_id, done ? "turn.finished" : "turn.failed", { turn_row: turn.turn_row, provider_turn_id: providerTurn, status }]], () =>
           this.store.exec("UPDATE turns SET status = ? WHERE turn_row = ?", done ? "completed" : "failed", turn.turn_row),
         );
-        if (!done) throw new Fail("provider_protocol_error", `the provider ended turn ${providerTurn} ${status}`);
+        // A turn Codex failed upstream (after its own retries) settles with
+        // that cause; the runner never sends it again by itself: the thread
+        // holds the message, so the model would see it twice.
+        if (!done) throw new Fail(codexErrorCause(msg.params.turn.error) ?? "provider_protocol_error", `the provider ended turn ${providerTurn} ${status}`);
         return;
       } else if (msg.id !== undefined && msg.method !== undefined) {
         live.codex.send({ id: msg.id, error: { code: -32601, message: `ts-runner does not handle ${msg.method}` } });
@@ -308,7 +371,8 @@ export class Engine {
       try {
         await live.codex.resumeThread(current.conversation_id, task.workspace);
       } catch (e) {
-        if (!(e instanceof RpcError && e.message.startsWith("no rollout found"))) throw e;
+        if (e instanceof RpcError && !e.message.startsWith("no rollout found")) throw new Fail("provider_lookup_failed", `thread/resume failed: ${e.message}`);
+        if (!(e instanceof RpcError)) throw e;
         // Codex writes a thread with its first turn: a thread the provider
         // never wrote is forgotten and a fresh one opened, unless a turn of
         // the run had completed in it or the run log holds a turn's output
@@ -423,10 +487,12 @@ export class Engine {
     const text = cause ? JSON.stringify(cause) : null;
     // Every message still queued when a run settles failed is named, with
     // what it waits for: a Retry delivers it (no-loss reads these).
-    const stranded: [string, string, Record<string, unknown>][] =
-      state === "failed"
-        ? this.store.queue(task.task_id).map((m) => [run.run_id, "message.stranded", { message_id: m.message_id, cause, waits_for: "retry" }])
-        : [];
+    // So is the message of a turn that failed answering nothing (the model
+    // API failed it, or its lookup failed): a Retry re-sends it.
+    const waiting = state === "failed" ? this.store.queue(task.task_id).map((m) => m.message_id) : [];
+    const last = this.store.turns(run.run_id).filter((t) => t.kind === "primary").at(-1);
+    if (state === "failed" && cause && UNANSWERED.has(cause.code) && last && !waiting.includes(last.message_id)) waiting.unshift(last.message_id);
+    const stranded: [string, string, Record<string, unknown>][] = waiting.map((m) => [run.run_id, "message.stranded", { message_id: m, cause, waits_for: "retry" }]);
     await this.store.write("run_settled", task.task_id, [...stranded, [run.run_id, "run.settled", { state, cause }]], () => {
       this.store.exec("UPDATE runs SET status = ?, cause = ? WHERE run_id = ?", state === "completed" ? "completed" : "failed", text, run.run_id);
       this.store.exec("UPDATE tasks SET state = ?, cause = ? WHERE task_id = ?", state, text, task.task_id);

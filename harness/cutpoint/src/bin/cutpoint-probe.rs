@@ -6,7 +6,9 @@
 //! tell from stdout exactly how far the process got. A point written `io:<point>`
 //! is passed with [`cutpoint::hit_io`], as before a write that can fail, and a
 //! failure prints `failed <point> errno <n>` (`failed <point> corrupt` for a
-//! corrupt read) instead. A leading `--lazy` skips
+//! corrupt read) instead; one written `answer:<point>` is passed with
+//! [`cutpoint::hit_answer`], as where a request is answered, and an injected
+//! answer prints `answered <point> <name>`. A leading `--lazy` skips
 //! `init` so that tests can exercise the lazy first-hit path. It deliberately
 //! does nothing else: no work between hits, no signal handling.
 
@@ -24,15 +26,19 @@ fn main() -> ExitCode {
     }
     let mut out = io::stdout().lock();
     for arg in &points {
-        let line = match arg.strip_prefix("io:") {
-            Some(point) => match cutpoint::hit_io(point) {
+        let line = match (arg.strip_prefix("io:"), arg.strip_prefix("answer:")) {
+            (Some(point), _) => match cutpoint::hit_io(point) {
                 Ok(()) => format!("passed {point}"),
                 Err(e) => match cutpoint::IoFault::of_error(&e) {
                     Some(cutpoint::IoFault::Corrupt) => format!("failed {point} corrupt"),
                     _ => format!("failed {point} errno {}", e.raw_os_error().unwrap_or(0)),
                 },
             },
-            None => {
+            (None, Some(point)) => match cutpoint::hit_answer(point) {
+                None => format!("passed {point}"),
+                Some(name) => format!("answered {point} {name}"),
+            },
+            (None, None) => {
                 cutpoint::hit(arg);
                 format!("passed {arg}")
             }

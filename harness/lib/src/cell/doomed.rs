@@ -42,12 +42,8 @@ pub(super) fn doomed_by(
     let spare_runner = match fault {
         Fault::KillRunner | Fault::KillBoth | Fault::PowerCut => false,
         Fault::KillProvider | Fault::HangProvider => true,
-        Fault::FollowUp
-        | Fault::Retry
-        | Fault::FailWrite
-        | Fault::DiskFull
-        | Fault::FailRead
-        | Fault::CorruptRead => return Vec::new(),
+        // Controller actions, storage faults and error answers kill nothing.
+        _ => return Vec::new(),
     };
     let mut pids: Vec<u32> = nemesis::tagged_processes(tag)
         .into_iter()

@@ -555,6 +555,27 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
     Ok(())
 }
 
+/// An error answer: the held hit, where its process received a request, is
+/// answered `answer <fault>` and the process answers that request with the
+/// fault's error (`wire::upstream`). At a point that answers nothing it is
+/// recorded as `fault.not-an-answer` and the hit goes on.
+fn apply_answer(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+    if !fault.applies_at(&held.hit.point) {
+        side.act(
+            ActionKind::NotAnAnswer,
+            json!({ "fault": fault.as_str(), "point": held.hit.point }),
+        );
+        let _ = held.resume();
+        return Ok(());
+    }
+    side.act(
+        ActionKind::Fault(fault),
+        json!({ "point": held.hit.point, "role": held.hit.role, "pid": held.hit.pid }),
+    );
+    held.answer(fault.as_str())?;
+    Ok(())
+}
+
 /// A turn-active follow-up's sync point, reached while the driver wants
 /// it: the runner is held while the driver sends the follow-up. The
 /// follow-up's own request passes cut points too, so unless this hit is
@@ -617,6 +638,7 @@ fn apply_fault(
         FaultClass::Storage => apply_storage(side, fault, held),
         FaultClass::Power => super::power::cut_power(&side.ctx, report, held),
         FaultClass::Process => apply_signals(side, report, fault, held, client),
+        FaultClass::Answer => apply_answer(side, fault, held),
         FaultClass::Action => {
             let _ = held.resume();
             anyhow::bail!("{fault} is a controller action, not applied by a signal")

@@ -18,6 +18,24 @@ pub const CAUSES: &[(&str, bool)] = &[
     ("provider_protocol_error", false),
     ("provider_start_failed", false),
     ("storage_failed", false),
+    ("upstream_rate_limited", true),
+    ("upstream_overloaded", true),
+    ("upstream_server_error", true),
+    ("upstream_stream_broken", true),
+    ("upstream_unauthorized", false),
+    ("context_window_exceeded", false),
+    ("provider_lookup_failed", false),
+];
+
+/// The causes after which the runner tries again by itself before it
+/// settles (the "runner retries" column): one continuation of a lost turn,
+/// the model request again after a transient upstream failure.
+pub const RUNNER_RETRIES: &[&str] = &[
+    "provider_turn_lost_on_restore",
+    "upstream_rate_limited",
+    "upstream_overloaded",
+    "upstream_server_error",
+    "upstream_stream_broken",
 ];
 
 /// Server-authored contract events.
@@ -99,6 +117,12 @@ mod tests {
             .collect();
         let ours: Vec<(String, bool)> = CAUSES.iter().map(|(c, r)| (c.to_string(), *r)).collect();
         assert_eq!(causes, ours);
+        let retries: Vec<String> = table(&doc, "## Causes")
+            .into_iter()
+            .filter(|r| r[2] == "yes")
+            .map(|r| r[0].clone())
+            .collect();
+        assert_eq!(retries, RUNNER_RETRIES);
         let names =
             |h: &str| -> Vec<String> { table(&doc, h).into_iter().map(|r| r[0].clone()).collect() };
         assert_eq!(names("## Events"), EVENTS);

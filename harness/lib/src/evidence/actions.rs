@@ -129,6 +129,8 @@ actions! {
     NoProvider = "fault.no-provider",
     /// `fault.not-a-write`: a storage fault at a hit that is no write.
     NotAWrite = "fault.not-a-write",
+    /// `fault.not-an-answer`: an error answer at a hit that answers no request.
+    NotAnAnswer = "fault.not-an-answer",
     /// `restart`: a runner started again after a fault.
     Restart = "restart",
     /// `disk.still-full`: the runner's next write after `disk-full` failed too.

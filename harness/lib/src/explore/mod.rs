@@ -29,8 +29,11 @@ use crate::wave::{self, Finished};
 /// The faults a generated schedule draws from, in shrinking order (a
 /// schedule shrinks towards the first). `power-cut` is not drawn: it needs
 /// FUSE and lazy mounts, and the wave plans its cells where they count
-/// (`Fault::power_cut_planned_at`); a `--schedule` may name it.
-pub const SCHEDULE_FAULTS: [Fault; 10] = [
+/// (`Fault::power_cut_planned_at`); a `--schedule` may name it. The
+/// error answers are drawn too: one drawn where its process answers no
+/// request becomes kill-runner, as any fault that does not apply; so are
+/// the read faults, from the before-read points.
+pub const SCHEDULE_FAULTS: [Fault; 14] = [
     Fault::KillRunner,
     Fault::KillProvider,
     Fault::KillBoth,
@@ -39,6 +42,10 @@ pub const SCHEDULE_FAULTS: [Fault; 10] = [
     Fault::FailWrite,
     Fault::DiskFull,
     Fault::HangProvider,
+    Fault::ErrorAnswer,
+    Fault::RateLimit,
+    Fault::AuthExpired,
+    Fault::StreamCut,
     Fault::FailRead,
     Fault::CorruptRead,
 ];

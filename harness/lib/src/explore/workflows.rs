@@ -184,20 +184,7 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
     let scenario = program.scenario(case, &[profile], workflow::CHAOS).ok()?;
     let id = scenario.id(profile);
     let scenarios = std::slice::from_ref(&scenario);
-    // The clean traced run gives the boundaries, and is judged like a cell.
-    let (discovery, clean) = match plan::discover(env, &scenario, profile) {
-        Ok(mut d) => {
-            let clean = d.clean_failure.take();
-            (Some(d), clean)
-        }
-        Err(failed) => (None, failed.result),
-    };
-    let clean = clean.map(|r| Finished {
-        result: *r,
-        evidence: None,
-        timeline: String::new(),
-        kept: None,
-    });
+    let (discovery, clean) = clean_run(env, &scenario, profile);
     let verdict = clean
         .as_ref()
         .map_or(crate::model::Verdict::Pass, |f| f.result.verdict);
@@ -251,6 +238,29 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
         }
     }
     None
+}
+
+/// A program's clean traced run: its boundaries (none when it could not be
+/// traced), and its judged result when it did not pass.
+fn clean_run(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+) -> (Option<plan::Discovery>, Option<Finished>) {
+    let (discovery, clean) = match plan::discover(env, scenario, profile) {
+        Ok(mut d) => {
+            let clean = d.clean_failure.take();
+            (Some(d), clean)
+        }
+        Err(failed) => (None, failed.result),
+    };
+    let clean = clean.map(|r| Finished {
+        result: *r,
+        evidence: None,
+        timeline: String::new(),
+        kept: None,
+    });
+    (discovery, clean)
 }
 
 /// Records when the first failure was seen.

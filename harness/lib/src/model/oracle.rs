@@ -34,11 +34,14 @@ pub enum Oracle {
     Hygiene,
     /// The cell tested what it names (its events applied).
     Vacuity,
+    /// An injected provider error or model API failure ends with the
+    /// contract's cause for it, retried only as the contract lets it.
+    Upstream,
 }
 
 impl Oracle {
     /// Every oracle, in report order.
-    pub const ALL: [Oracle; 12] = [
+    pub const ALL: [Oracle; 13] = [
         Oracle::NoReplayTurn,
         Oracle::NoReplayEffect,
         Oracle::CauseStructured,
@@ -51,6 +54,7 @@ impl Oracle {
         Oracle::Secrecy,
         Oracle::Hygiene,
         Oracle::Vacuity,
+        Oracle::Upstream,
     ];
 
     /// Its name in reports (`no-replay.turn`, …).
@@ -68,6 +72,7 @@ impl Oracle {
             Oracle::Secrecy => "secrecy",
             Oracle::Hygiene => "hygiene",
             Oracle::Vacuity => "vacuity",
+            Oracle::Upstream => "upstream",
         }
     }
 

@@ -219,6 +219,8 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
         // The contract's row "a conversation with a completed turn | no
         // thread": a power cut took turns the provider never synced.
         "provider_protocol_error" if !e.turns_lost_to_power_cut().is_empty() => {}
+        // The contract's answer to an error the harness injected.
+        other if super::upstream::justifies(e, other) => {}
         other if e.fault.is_some() && !contract::FAIL_CLOSED.contains(&other) => {
             j.fail(
                 format!("run {run_id} failed with {other}, which no cut-and-restart justifies"),

@@ -8,7 +8,7 @@
 //! it failing on deliberately broken evidence (`tests.rs`).
 //!
 //! One module per family: `no_replay`, `cause`, `contract`, `retry`,
-//! `fence`, `no_loss`, `durable`; the small ones (liveness, secrecy, hygiene, vacuity) and the
+//! `fence`, `no_loss`, `durable`, `upstream`; the small ones (liveness, secrecy, hygiene, vacuity) and the
 //! `Judgement` they all fill are here.
 
 use crate::evidence::{ActionKind, Evidence, Source};
@@ -25,6 +25,7 @@ mod no_loss;
 mod no_replay;
 mod read_faults;
 mod retry;
+mod upstream;
 
 pub use cause::cause_structured;
 pub use contract::contract_oracle;
@@ -33,13 +34,14 @@ pub use fence::fence;
 pub use no_loss::no_loss;
 pub use no_replay::{no_replay_effect, no_replay_turn};
 pub use retry::retry_works;
+pub use upstream::{expected_cause, upstream};
 
 /// An oracle's name (defined with the result model, which stores it).
 pub use crate::model::Oracle;
 
 /// The oracles' names, in report order ([`Oracle::ALL`]).
-pub const ORACLES: [&str; 12] = {
-    let mut names = [""; 12];
+pub const ORACLES: [&str; 13] = {
+    let mut names = [""; 13];
     let mut i = 0;
     while i < names.len() {
         names[i] = Oracle::ALL[i].as_str();
@@ -70,6 +72,7 @@ pub fn judge(e: &Evidence) -> Vec<OracleResult> {
         secrecy(e),
         hygiene(e),
         vacuity(e),
+        upstream(e),
     ]
 }
 

@@ -75,6 +75,7 @@ fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchang
         c.recoverable
             || contract::FAIL_CLOSED.contains(&c.code.as_str())
             || (c.code == "storage_failed" && storage_fault_applied(e))
+            || super::upstream::justifies(e, &c.code)
     });
     // A Retry run that a later event cut may itself fail, but
     // only the way the contract lets any run fail after a cut.

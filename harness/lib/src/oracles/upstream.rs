@@ -1,0 +1,193 @@
+//! The `upstream` oracle: a run that met an injected provider error or
+//! model API failure ends with the cause the contract names for it, and is
+//! retried by the runner only as the contract lets it
+//! (`docs/recovery-contract.md`, "Upstream failures").
+//!
+//! The harness knows what it injected and where: the fake's own journal
+//! records each injected answer (`fault.answer`, at the moment it answered)
+//! and every request the model API received and what it answered, with its
+//! time. So the judgement is exact, not "some structured cause": a 429
+//! closed `provider_protocol_error` fails here although `cause.structured`
+//! passes it. What this oracle does not judge: a replayed effect after an
+//! automatic retry (no-replay.effect), a Retry that does not work
+//! (retry.works), a task left running (liveness).
+
+use wire::upstream::{self as up, UpstreamFault};
+
+use super::{Judgement, Oracle};
+use crate::contract;
+use crate::evidence::{Evidence, InjectedAnswer, Source};
+use crate::model::Fault;
+use crate::runner_client::RunView;
+
+/// Judges every error answer the provider's journal shows was injected.
+pub fn upstream(e: &Evidence) -> crate::model::OracleResult {
+    let mut j = Judgement::new(Oracle::Upstream).needs(e, &[Source::Journal]);
+    for inj in e.injected_answers() {
+        judge_cause(&mut j, e, &inj);
+        if inj.fault.upstream().is_some() {
+            judge_retries(&mut j, e, &inj);
+        }
+    }
+    j.done()
+}
+
+/// What the contract's cause for a run that met `fault` at `point` is.
+pub fn expected_cause(fault: Fault, point: &str) -> Option<&'static str> {
+    if let Some(u) = fault.upstream() {
+        return Some(match u {
+            UpstreamFault::RateLimit => "upstream_rate_limited",
+            UpstreamFault::ServerError => "upstream_server_error",
+            UpstreamFault::Unavailable | UpstreamFault::Overload => "upstream_overloaded",
+            UpstreamFault::AuthExpired => "upstream_unauthorized",
+            UpstreamFault::ContextOverflow => "context_window_exceeded",
+            UpstreamFault::StreamCut
+            | UpstreamFault::StreamTruncated
+            | UpstreamFault::MalformedEvent => "upstream_stream_broken",
+        });
+    }
+    if fault != Fault::ErrorAnswer {
+        return None;
+    }
+    Some(if point.ends_with(".initialize.received") {
+        "provider_start_failed"
+    } else if up::LOOKUP_POINTS.contains(&point) {
+        "provider_lookup_failed"
+    } else {
+        "provider_protocol_error"
+    })
+}
+
+/// Whether a run's failure with `code` is the contract's answer to an
+/// error the harness injected (for the contract oracle, which otherwise
+/// takes only a fail-closed cause after a fault).
+pub fn justifies(e: &Evidence, code: &str) -> bool {
+    e.injected_answers()
+        .iter()
+        .any(|i| expected_cause(i.fault, &i.point) == Some(code))
+}
+
+/// The run that met the fault: the latest created no later than it.
+fn run_at(e: &Evidence, ts_ms: u64) -> Option<&RunView> {
+    e.runs()
+        .iter()
+        .filter(|r| u64::try_from(r.created_ms).is_ok_and(|c| c <= ts_ms))
+        .max_by_key(|r| r.created_ms)
+}
+
+/// The faulted run ends with the contract's cause for the fault: exactly,
+/// with the right `recoverable`; a transient upstream failure may instead
+/// have been retried to completion.
+fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
+    let Some(want) = expected_cause(inj.fault, &inj.point) else {
+        return;
+    };
+    let at = inj
+        .line
+        .map_or_else(|| "actions".to_owned(), |l| format!("journal:{l}"));
+    let Some(run) = run_at(e, inj.ts_ms) else {
+        j.unknown = Some(format!(
+            "no run of the task was created before {} was injected at {}",
+            inj.fault, inj.point
+        ));
+        return;
+    };
+    let transient = inj.fault.upstream().is_some_and(UpstreamFault::transient);
+    let got = run.cause.as_ref();
+    match (run.status.as_str(), got) {
+        ("completed", _) if transient => {}
+        ("failed", Some(c)) if c.code == want => {
+            if c.recoverable != contract::recoverable(want).unwrap_or(!c.recoverable) {
+                j.fail(
+                    format!(
+                        "run {} met {} at {} and failed {want} with recoverable {}; the contract says {}",
+                        run.run_id,
+                        inj.fault,
+                        inj.point,
+                        c.recoverable,
+                        !c.recoverable
+                    ),
+                    [at, format!("task.runs.{}", run.run_id)],
+                );
+            }
+        }
+        _ if e.other_event_since(inj.fault, inj.ts_ms) => {}
+        (status, got) => j.fail(
+            format!(
+                "run {} met {} at {} and ended {status} {}; the contract's cause is {want}{}",
+                run.run_id,
+                inj.fault,
+                inj.point,
+                got.map_or("without a cause".to_owned(), |c| format!(
+                    "with {} (recoverable {})",
+                    c.code, c.recoverable
+                )),
+                if transient {
+                    " (or the run completes after the runner's retries)"
+                } else {
+                    ""
+                }
+            ),
+            [at, format!("task.runs.{}", run.run_id)],
+        ),
+    }
+}
+
+/// The model requests the runner made by itself after an injected model
+/// API failure: those of the same API process after it, before the
+/// controller's first Retry (a harness-started model API of a real product
+/// serves the Retry too, so the Retry's invocation is the bound). None
+/// after an expired credential or a full context window; after a 429, the
+/// first not sooner than its `Retry-After`.
+fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
+    let Some(u) = inj.fault.upstream() else {
+        return;
+    };
+    let (Some(line), Some(generation)) = (inj.line, inj.generation.as_deref()) else {
+        if !u.transient() || u.retry_after_s().is_some() {
+            j.unknown = Some(format!(
+                "{} was injected where the evidence holds no journal of the model API: whether the runner retried it is not judged",
+                inj.fault
+            ));
+        }
+        return;
+    };
+    let until = e.first_retry_ms().unwrap_or(u64::MAX);
+    let after = e.model_exchanges_after(line, generation, until);
+    let requests: Vec<_> = after.iter().filter(|x| x.status.is_none()).collect();
+    if !u.transient() {
+        if let Some(first) = requests.first() {
+            j.fail(
+                format!(
+                    "the runner asked the model API again by itself after {} ({} request(s) after journal:{line}); the contract never retries it",
+                    inj.fault,
+                    requests.len(),
+                ),
+                [format!("journal:{}", first.line)],
+            );
+        }
+        return;
+    }
+    let (Some(wait_ms), Some(status)) = (u.retry_after_s().map(|s| s * 1000), u.status()) else {
+        return;
+    };
+    // The 429's answer, then the next request: the wait between them.
+    let answered = after.iter().find(|x| x.status == Some(status));
+    let next = answered.and_then(|a| requests.iter().find(|r| r.line > a.line));
+    if let (Some(out), Some(next)) = (answered, next) {
+        // One millisecond of slack: both times are truncated to the ms.
+        if next.ts_ms + 1 < out.ts_ms + wait_ms {
+            j.fail(
+                format!(
+                    "the runner asked the model API again {} ms after a {status} with Retry-After {} s",
+                    next.ts_ms.saturating_sub(out.ts_ms),
+                    wait_ms / 1000
+                ),
+                [format!("journal:{}", next.line)],
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,215 @@
+//! The `upstream` oracle made to fail: a cause that does not match the
+//! injected failure, a wrong `recoverable`, an automatic retry after an
+//! expired credential, a retry sooner than `Retry-After`.
+
+use serde_json::{Value, json};
+use wire::journal::{Entry, EntryKind};
+
+use super::*;
+use crate::evidence::{Action, ActionKind, Evidence, Op, OpKind, OpResult, RequestKind, TaskRead};
+use crate::model::Verdict;
+
+fn entry(kind: EntryKind, fact: Option<&str>, ts_ms: u64, data: Value) -> Entry {
+    Entry {
+        v: 1,
+        generation: "g".into(),
+        seq: 0,
+        ts_ms,
+        kind,
+        fact: fact.map(str::to_owned),
+        data,
+    }
+}
+
+fn request(ts_ms: u64) -> Entry {
+    entry(
+        EntryKind::In,
+        None,
+        ts_ms,
+        json!({ "method": "POST", "path": "/v1/responses", "body": {} }),
+    )
+}
+
+fn answered(ts_ms: u64, status: u16) -> Entry {
+    entry(
+        EntryKind::Out,
+        None,
+        ts_ms,
+        json!({ "method": "POST", "path": "/v1/responses", "status": status, "body": {} }),
+    )
+}
+
+fn injected(ts_ms: u64, point: &str, fault: &str) -> Entry {
+    entry(
+        EntryKind::Fact,
+        Some("fault.answer"),
+        ts_ms,
+        json!({ "point": point, "answer": fault }),
+    )
+}
+
+/// A task whose one run (created at 1) ended `status` with `cause`.
+fn evidence(status: &str, cause: Option<(&str, bool)>, journal: Vec<Entry>) -> Evidence {
+    created_at(1, status, cause, journal)
+}
+
+/// As [`evidence`], its run created at `created_ms`.
+fn created_at(
+    created_ms: u64,
+    status: &str,
+    cause: Option<(&str, bool)>,
+    journal: Vec<Entry>,
+) -> Evidence {
+    let cause = cause.map(|(c, r)| json!({ "code": c, "recoverable": r, "message": "m" }));
+    Evidence {
+        task: Some(TaskRead::read(json!({
+            "task_id": "task-1", "profile": "runner-native-openai", "workspace": "/ws",
+            "state": status, "cause": cause, "current_run": "run-1", "queued_messages": [],
+            "runs": [{ "run_id": "run-1", "task_id": "task-1", "kind": "initial",
+                       "trigger_message_id": "m1", "status": status, "cause": cause,
+                       "conversation_id": "c", "owner_epoch": 1, "created_ms": created_ms, "turns": [] }]
+        }))),
+        journal,
+        ..Default::default()
+    }
+}
+
+fn verdict(e: &Evidence) -> (Verdict, String) {
+    let r = upstream(e);
+    (r.verdict, r.message)
+}
+
+#[test]
+fn a_rate_limit_closed_as_a_protocol_error_fails_and_its_own_cause_passes() {
+    let journal = || {
+        vec![
+            request(100),
+            injected(101, "model.responses.received", "rate-limit"),
+            answered(102, 429),
+        ]
+    };
+    let bad = evidence(
+        "failed",
+        Some(("provider_protocol_error", false)),
+        journal(),
+    );
+    let (v, m) = verdict(&bad);
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(m.contains("upstream_rate_limited"), "{m}");
+    let wrong_flag = evidence("failed", Some(("upstream_rate_limited", false)), journal());
+    assert_eq!(verdict(&wrong_flag).0, Verdict::Fail);
+    let good = evidence("failed", Some(("upstream_rate_limited", true)), journal());
+    assert_eq!(verdict(&good).0, Verdict::Pass);
+}
+
+#[test]
+fn a_transient_failure_may_be_retried_to_completion_but_not_before_retry_after() {
+    let mut journal = vec![
+        request(100),
+        injected(101, "model.responses.received", "rate-limit"),
+        answered(102, 429),
+        request(1103),
+    ];
+    assert_eq!(
+        verdict(&evidence("completed", None, journal.clone())).0,
+        Verdict::Pass
+    );
+    journal[3] = request(400);
+    let (v, m) = verdict(&evidence("completed", None, journal));
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(m.contains("Retry-After"), "{m}");
+}
+
+#[test]
+fn an_expired_credential_is_never_retried_by_the_runner() {
+    let journal = vec![
+        request(100),
+        injected(101, "model.responses.received", "auth-expired"),
+        answered(102, 401),
+        request(400),
+        answered(401, 401),
+    ];
+    let e = evidence(
+        "failed",
+        Some(("upstream_unauthorized", false)),
+        journal.clone(),
+    );
+    let (v, m) = verdict(&e);
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(m.contains("by itself"), "{m}");
+    // After the controller's Retry, a request is the Retry's.
+    let mut e = evidence("failed", Some(("upstream_unauthorized", false)), journal);
+    e.ops.push(Op {
+        kind: OpKind::Request(RequestKind::Retry),
+        message_id: "r1".into(),
+        at_ms: 300,
+        result: OpResult::Ok,
+        status: Some(201),
+        error: None,
+    });
+    assert_eq!(verdict(&e).0, Verdict::Pass);
+    // Completing after an expired credential is impossible without a retry.
+    let done = evidence(
+        "completed",
+        None,
+        vec![
+            request(100),
+            injected(101, "model.responses.received", "auth-expired"),
+        ],
+    );
+    assert_eq!(verdict(&done).0, Verdict::Fail);
+}
+
+#[test]
+fn an_error_answer_to_a_lookup_must_close_provider_lookup_failed() {
+    let journal = || vec![injected(50, "codex.thread_read.received", "error-answer")];
+    let absent = evidence("completed", None, journal());
+    assert_eq!(verdict(&absent).0, Verdict::Fail);
+    let closed = evidence("failed", Some(("provider_lookup_failed", false)), journal());
+    assert_eq!(verdict(&closed).0, Verdict::Pass);
+    let other = evidence(
+        "failed",
+        Some(("provider_protocol_error", false)),
+        journal(),
+    );
+    assert_eq!(verdict(&other).0, Verdict::Fail);
+    assert!(justifies(&closed, "provider_lookup_failed"));
+    assert!(!justifies(&closed, "provider_protocol_error"));
+}
+
+#[test]
+fn no_injection_judges_nothing_and_no_run_is_unknown() {
+    assert_eq!(
+        verdict(&evidence("completed", None, vec![request(1)])).0,
+        Verdict::Pass
+    );
+    let e = created_at(
+        5,
+        "failed",
+        None,
+        vec![injected(0, "model.responses.received", "overload")],
+    );
+    assert_eq!(verdict(&e).0, Verdict::Unknown);
+}
+
+#[test]
+fn without_the_model_api_s_journal_the_harness_s_action_names_the_fault() {
+    let acted = |cause: (&str, bool)| {
+        let mut e = evidence("failed", Some(cause), vec![]);
+        e.started_ms = 10;
+        e.actions.push(Action {
+            at_ms: 5,
+            what: ActionKind::Fault(crate::model::Fault::ContextOverflow),
+            detail: json!({ "point": "model.responses.received" }),
+        });
+        e
+    };
+    let (v, m) = verdict(&acted(("provider_protocol_error", false)));
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(m.contains("context_window_exceeded"), "{m}");
+    // The cause is right; whether the runner retried is not judged.
+    assert_eq!(
+        verdict(&acted(("context_window_exceeded", false))).0,
+        Verdict::Unknown
+    );
+}

@@ -1,0 +1,300 @@
+//! The failures a provider meets in production, defined once: the model
+//! API's (upstream) faults and a provider's error answer to a request.
+//!
+//! The harness injects them through the cut-point reply `answer NAME`
+//! (`cutpoint::hit_answer`); the fakes answer with each one's real form:
+//! the fake OpenAI-Responses API (`fake-provider model-api`) with the HTTP
+//! status, headers and body OpenAI sends ([`UpstreamFault::openai_body`]),
+//! a fake Anthropic Messages API with Anthropic's
+//! ([`UpstreamFault::anthropic_body`]), a stream fault by cutting, ending or
+//! corrupting its event stream; a fake Codex, ACP agent or OpenCode server
+//! answers a request with its protocol's error ([`ErrorAnswer`]). This
+//! module only names the failures and their wire forms: where they are
+//! planned is the harness's, what a runner must make of them is
+//! `docs/recovery-contract.md` ("Upstream failures").
+
+use serde_json::{Value, json};
+
+/// What `Retry-After` says on an injected 429, in seconds: short enough for
+/// a cell, long enough that a retry sooner than it is seen as one.
+pub const RETRY_AFTER_S: u64 = 1;
+
+/// A failure of the model API: an error status, or a stream that breaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum UpstreamFault {
+    /// 429 with `Retry-After`: rate limited; a later try succeeds.
+    RateLimit,
+    /// 500: the API failed on its side.
+    ServerError,
+    /// 503: the API is unavailable for now.
+    Unavailable,
+    /// 529: the API is overloaded (Anthropic's status; OpenAI-compatible
+    /// gateways pass it on).
+    Overload,
+    /// 401: the credential expired. Sticky: every later request of the
+    /// same conversation is answered 401 too; a fresh conversation (a
+    /// Retry's, with a new session) is served.
+    AuthExpired,
+    /// 400 `context_length_exceeded`: the conversation no longer fits.
+    ContextOverflow,
+    /// The connection is reset after the events sent so far.
+    StreamCut,
+    /// The stream ends cleanly after the events sent so far, without
+    /// `response.completed`.
+    StreamTruncated,
+    /// The next event is not JSON.
+    MalformedEvent,
+}
+
+impl UpstreamFault {
+    /// Every upstream fault, in documentation order.
+    pub const ALL: [UpstreamFault; 9] = [
+        UpstreamFault::RateLimit,
+        UpstreamFault::ServerError,
+        UpstreamFault::Unavailable,
+        UpstreamFault::Overload,
+        UpstreamFault::AuthExpired,
+        UpstreamFault::ContextOverflow,
+        UpstreamFault::StreamCut,
+        UpstreamFault::StreamTruncated,
+        UpstreamFault::MalformedEvent,
+    ];
+
+    /// The fault's name in schedules, scenarios and the `answer` reply.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamFault::RateLimit => "rate-limit",
+            UpstreamFault::ServerError => "server-error",
+            UpstreamFault::Unavailable => "unavailable",
+            UpstreamFault::Overload => "overload",
+            UpstreamFault::AuthExpired => "auth-expired",
+            UpstreamFault::ContextOverflow => "context-overflow",
+            UpstreamFault::StreamCut => "stream-cut",
+            UpstreamFault::StreamTruncated => "stream-truncated",
+            UpstreamFault::MalformedEvent => "malformed-event",
+        }
+    }
+
+    /// The fault named `name`.
+    pub fn parse(name: &str) -> Option<UpstreamFault> {
+        UpstreamFault::ALL.into_iter().find(|f| f.as_str() == name)
+    }
+
+    /// Whether it breaks a response's event stream (injected after an
+    /// event was sent) rather than answering the request with a status.
+    pub fn is_stream(self) -> bool {
+        matches!(
+            self,
+            UpstreamFault::StreamCut
+                | UpstreamFault::StreamTruncated
+                | UpstreamFault::MalformedEvent
+        )
+    }
+
+    /// The HTTP status a status fault answers with.
+    pub fn status(self) -> Option<u16> {
+        Some(match self {
+            UpstreamFault::RateLimit => 429,
+            UpstreamFault::ServerError => 500,
+            UpstreamFault::Unavailable => 503,
+            UpstreamFault::Overload => 529,
+            UpstreamFault::AuthExpired => 401,
+            UpstreamFault::ContextOverflow => 400,
+            _ => return None,
+        })
+    }
+
+    /// `Retry-After` in seconds, where the API sends one.
+    pub fn retry_after_s(self) -> Option<u64> {
+        (self == UpstreamFault::RateLimit).then_some(RETRY_AFTER_S)
+    }
+
+    /// Whether trying again later can succeed with nothing changed: true
+    /// for a rate limit, a server error, an overload and a broken stream;
+    /// false for an expired credential (a new one is needed) and a context
+    /// overflow (a shorter conversation is).
+    pub fn transient(self) -> bool {
+        !matches!(
+            self,
+            UpstreamFault::AuthExpired | UpstreamFault::ContextOverflow
+        )
+    }
+
+    /// Whether the API keeps failing this way for the rest of the conversation.
+    pub fn sticky(self) -> bool {
+        self == UpstreamFault::AuthExpired
+    }
+
+    /// The error body OpenAI's API answers with (`{error: {message, type,
+    /// param, code}}`), as its documentation and its answers show.
+    pub fn openai_body(self) -> Value {
+        let (message, kind, param, code) = match self {
+            UpstreamFault::RateLimit => (
+                "Rate limit reached for requests. Please try again in 1s.",
+                "requests",
+                None,
+                Some("rate_limit_exceeded"),
+            ),
+            UpstreamFault::ServerError => (
+                "The server had an error while processing your request. Sorry about that!",
+                "server_error",
+                None,
+                None,
+            ),
+            UpstreamFault::Unavailable => (
+                "The server is temporarily unavailable. Please try again later.",
+                "server_error",
+                None,
+                None,
+            ),
+            UpstreamFault::Overload => (
+                "The engine is currently overloaded, please try again later.",
+                "server_error",
+                None,
+                Some("overloaded"),
+            ),
+            UpstreamFault::AuthExpired => (
+                "Your authentication token has expired. Please try signing in again.",
+                "invalid_request_error",
+                None,
+                Some("token_expired"),
+            ),
+            UpstreamFault::ContextOverflow => (
+                "Your input exceeds the context window of this model. Please adjust your input and try again.",
+                "invalid_request_error",
+                Some("input"),
+                Some("context_length_exceeded"),
+            ),
+            _ => return Value::Null,
+        };
+        json!({ "error": { "message": message, "type": kind, "param": param, "code": code } })
+    }
+
+    /// The error body Anthropic's Messages API answers with (`{type:
+    /// "error", error: {type, message}}`), for the fake Anthropic API.
+    pub fn anthropic_body(self) -> Value {
+        let (kind, message) = match self {
+            UpstreamFault::RateLimit => (
+                "rate_limit_error",
+                "This request would exceed the rate limit for your organization. Please try again later.",
+            ),
+            UpstreamFault::ServerError => ("api_error", "Internal server error"),
+            UpstreamFault::Unavailable => ("api_error", "Service unavailable"),
+            UpstreamFault::Overload => ("overloaded_error", "Overloaded"),
+            UpstreamFault::AuthExpired => (
+                "authentication_error",
+                "OAuth token has expired. Please obtain a new token or refresh your existing token.",
+            ),
+            UpstreamFault::ContextOverflow => (
+                "invalid_request_error",
+                "prompt is too long: 210000 tokens > 200000 maximum",
+            ),
+            _ => return Value::Null,
+        };
+        json!({ "type": "error", "error": { "type": kind, "message": message } })
+    }
+
+    /// The malformed event a [`UpstreamFault::MalformedEvent`] sends: an SSE
+    /// frame whose data is not JSON.
+    pub const MALFORMED_FRAME: &'static str = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\n\n";
+}
+
+/// A provider's error answer to a request it received (fault
+/// `error-answer`): the protocol's own error form, with the code and
+/// message its real product uses for an internal failure.
+pub const ERROR_ANSWER: &str = "error-answer";
+
+/// The JSON-RPC error a Codex app-server answers a request with when it
+/// fails inside (`-32603`, the app-server's `INTERNAL_ERROR_CODE`).
+pub fn codex_error_answer(method: &str) -> Value {
+    json!({ "code": -32603, "message": format!("failed to handle {method}: internal error") })
+}
+
+/// The JSON-RPC error an ACP agent answers a request with when it fails
+/// inside (`-32603` "Internal error", the ACP SDKs' `internalError`).
+pub fn acp_error_answer(method: &str) -> Value {
+    json!({ "code": -32603, "message": "Internal error", "data": { "details": format!("{method} failed") } })
+}
+
+/// The HTTP status and body an OpenCode server answers a request with when
+/// it fails inside: 500 with its `NamedError` shape.
+pub fn opencode_error_answer(route: &str) -> (u16, Value) {
+    (
+        500,
+        json!({ "name": "UnknownError", "data": { "message": format!("{route} failed: internal error") } }),
+    )
+}
+
+/// The provider requests an `error-answer` is planned at: the point each
+/// fake passes on receiving it, where it answers through
+/// `cutpoint::hit_answer`. These are the runner's requests whose answer
+/// decides what it does next: a handshake, a conversation opened or
+/// looked up, a turn started, a turn looked up.
+pub const ERROR_ANSWER_POINTS: &[&str] = &[
+    "codex.initialize.received",
+    "codex.thread_start.received",
+    "codex.thread_resume.received",
+    "codex.thread_read.received",
+    "codex.turn_start.received",
+    "acp.initialize.received",
+    "acp.session_new.received",
+    "acp.session_load.received",
+    "acp.session_prompt.received",
+    "opencode.session_create.received",
+    "opencode.session_get.received",
+    "opencode.message.received",
+    "opencode.prompt_async.received",
+];
+
+/// The requests among [`ERROR_ANSWER_POINTS`] that look up what a provider
+/// recorded (a turn, a conversation) during recovery: an error there means
+/// the runner does not know, not that nothing was recorded.
+pub const LOOKUP_POINTS: &[&str] = &[
+    "codex.thread_resume.received",
+    "codex.thread_read.received",
+    "acp.session_load.received",
+    "opencode.session_get.received",
+    "opencode.message.received",
+];
+
+/// The model API's request point, where status faults are answered.
+pub const MODEL_REQUEST_POINT: &str = "model.responses.received";
+
+/// Whether a stream fault may be injected at `point`: after a model API
+/// event was sent (`model.<type>.sent`), except the last one, after which
+/// the response is whole.
+pub fn stream_fault_point(point: &str) -> bool {
+    point.starts_with("model.")
+        && point.ends_with(".sent")
+        && point != "model.response_completed.sent"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_fault_has_one_name_and_a_real_form() {
+        for f in UpstreamFault::ALL {
+            assert_eq!(UpstreamFault::parse(f.as_str()), Some(f));
+            assert_eq!(f.is_stream(), f.status().is_none(), "{f:?}");
+            if !f.is_stream() {
+                assert!(f.openai_body()["error"]["message"].is_string(), "{f:?}");
+                assert_eq!(f.anthropic_body()["type"], "error", "{f:?}");
+            }
+        }
+        assert_eq!(UpstreamFault::parse("rate_limit"), None);
+        assert_eq!(
+            UpstreamFault::RateLimit.retry_after_s(),
+            Some(RETRY_AFTER_S)
+        );
+        assert!(!UpstreamFault::AuthExpired.transient());
+        assert!(UpstreamFault::StreamCut.transient());
+        for p in LOOKUP_POINTS {
+            assert!(ERROR_ANSWER_POINTS.contains(p), "{p}");
+        }
+        assert!(stream_fault_point("model.response_created.sent"));
+        assert!(!stream_fault_point("model.response_completed.sent"));
+        assert!(!stream_fault_point("model.responses.received"));
+    }
+}
