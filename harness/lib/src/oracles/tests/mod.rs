@@ -616,4 +616,5 @@ fn evidence_reads_turn_starts_of_every_protocol() {
 mod detection;
 mod durable;
 mod model;
+mod read_faults;
 mod runs;
