@@ -84,6 +84,7 @@ fn retry_refused_by_the_store(faults: &[Fault]) -> Evidence {
         state_before: None,
         expect: None,
         sent_at_ms: 100,
+        answered_at_ms: 101,
         injected: false,
     });
     applied(&mut e, faults);
