@@ -358,12 +358,12 @@ impl Server {
                 format!("session {} already has a prompt in progress", p.session_id),
             ));
         }
-        let client_id = p.meta.as_ref().and_then(|m| m.message_id.clone());
-        let continuation = turns::is_continuation(&p.text());
+        let client_id = p.client_id();
+        let continuation = turns::is_continuation(&p.runner_text());
         let turn_id = client_id
             .clone()
             .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let planned = self.plan_prompt(&p.session_id, &turn_id, &p.text(), continuation)?;
+        let planned = self.plan_prompt(&p.session_id, &turn_id, &p.runner_text(), continuation)?;
         // The user message is part of the turn from the moment it is recorded:
         // a restarted agent replays it with its message id on `session/load`,
         // which is what "was this turn recorded?" asks.

@@ -69,6 +69,24 @@ impl PromptParams {
             .collect::<Vec<_>>()
             .join("\n")
     }
+
+    /// The client's message id: `_meta.messageId`, else the id a
+    /// `[turncut:message ID]` prefix of the text names (a client such as
+    /// acpx sends no `_meta` of the runner's), else none.
+    pub fn client_id(&self) -> Option<String> {
+        let meta = self.meta.as_ref().and_then(|m| m.message_id.clone());
+        meta.or_else(|| {
+            ::wire::marker::split_message_id(&self.text())
+                .0
+                .map(str::to_owned)
+        })
+    }
+
+    /// The runner's text, without a message-id prefix.
+    pub fn runner_text(&self) -> String {
+        let text = self.text();
+        ::wire::marker::split_message_id(&text).1.to_owned()
+    }
 }
 
 #[derive(Deserialize)]

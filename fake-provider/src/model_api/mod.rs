@@ -32,19 +32,28 @@
 //! 404 with an OpenAI error body), and the echo of `instructions` and `tools`
 //! in the response object (kept `null`/`[]` so the journal stays small).
 //!
+//! The same model also speaks the Anthropic Messages API (`POST
+//! /v1/messages`, `anthropic.rs`), for agents built on the Claude Agent SDK:
+//! the same script, store, turn identity, cut points (`model.messages.*`
+//! where the Responses route passes `model.responses.*`) and upstream faults.
+//!
 //! Upstream faults (`wire::upstream::UpstreamFault`, injected by the harness
-//! through `cutpoint::hit_answer`): at `model.responses.received` a status
-//! fault answers the request with OpenAI's status, `Retry-After` and error
-//! body before the model sees it (an `auth-expired` one answers every later
+//! through `cutpoint::hit_answer`): at `model.responses.received` (or
+//! `model.messages.received`) a status fault answers the request with the
+//! API's status, `Retry-After` and error body (OpenAI's, or Anthropic's)
+//! before the model sees it (an `auth-expired` one answers every later
 //! request of that conversation 401 too: its session's credential is dead,
-//! and only a fresh conversation, a Retry's, has a new one); after an event of a stream (`model.<type>.sent`) a stream fault
-//! resets the connection, ends the stream without `response.completed`, or
-//! sends a malformed event and ends it.
+//! and only a fresh conversation, a Retry's, has a new one); after an event
+//! of a stream (`model.<type>.sent`) a stream fault resets the connection,
+//! ends the stream without its last event (`response.completed`,
+//! `message_stop`), or sends a malformed event and ends it.
 //!
 //! Files: this one holds the server (a request recorded, answered whole or
 //! streamed); `model.rs` the model's decision; `wire.rs` requests, responses
-//! and events; `store.rs` the durable turns.
+//! and events; `anthropic.rs` the Messages format; `store.rs` the durable
+//! turns.
 
+mod anthropic;
 mod model;
 pub mod store;
 pub mod wire;
@@ -91,6 +100,7 @@ pub fn serve(opts: Options, listener: std::net::TcpListener) -> anyhow::Result<(
     });
     let app = axum::Router::new()
         .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
         .fallback(fallback)
         .with_state(Arc::clone(&shared));
     crate::http::run(&shared, |s| &s.journal, listener, 2, "model api", app)
@@ -125,13 +135,44 @@ impl Shared {
         fault
     }
 
-    /// Answers with a status fault's status, `Retry-After` and OpenAI body.
-    fn upstream_error(&self, method: &Method, uri: &Uri, fault: UpstreamFault) -> Response {
+    /// The status fault a request of `conversation` is answered with: the
+    /// one injected at the API's request point, else `auth-expired` for a
+    /// conversation one was injected into before (and recorded here).
+    fn request_fault(&self, api: Api, conversation: Option<String>) -> Option<UpstreamFault> {
+        let injected = self
+            .upstream_point(api.request_point())
+            .filter(|f| !f.is_stream());
+        let mut expired = self
+            .auth_expired
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = conversation
+            .as_ref()
+            .filter(|_| injected.is_some_and(UpstreamFault::sticky))
+        {
+            expired.insert(c.clone());
+        }
+        let dead = conversation.is_some_and(|c| expired.contains(&c));
+        injected.or_else(|| dead.then_some(UpstreamFault::AuthExpired))
+    }
+
+    /// Answers with a status fault's status, `Retry-After` and the API's
+    /// error body.
+    fn upstream_error(
+        &self,
+        api: Api,
+        method: &Method,
+        uri: &Uri,
+        fault: UpstreamFault,
+    ) -> Response {
         let status = fault
             .status()
             .and_then(|s| StatusCode::from_u16(s).ok())
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let body = fault.openai_body();
+        let body = match api {
+            Api::Responses => fault.openai_body(),
+            Api::Messages => fault.anthropic_body(),
+        };
         crate::http::journal_out(&self.journal, method, uri, status, &body);
         let mut response = (status, axum::Json(body)).into_response();
         if let Some(s) = fault.retry_after_s() {
@@ -187,31 +228,93 @@ async fn responses(
     uri: Uri,
     body: Bytes,
 ) -> Response {
-    s.journal_in(&method, &uri, &body);
+    receive(&s, Api::Responses, &method, &uri, &body)
+}
+
+async fn messages(State(s): State<Arc<Shared>>, method: Method, uri: Uri, body: Bytes) -> Response {
+    receive(&s, Api::Messages, &method, &uri, &body)
+}
+
+/// A request of either API: journaled, its request point passed (where a
+/// status fault may answer it), then answered by the model.
+fn receive(s: &Arc<Shared>, api: Api, method: &Method, uri: &Uri, body: &Bytes) -> Response {
+    s.journal_in(method, uri, body);
     // Cut points may block for the harness; the rest is blocking file I/O.
     tokio::task::block_in_place(|| {
-        let injected = s
-            .upstream_point(::wire::upstream::MODEL_REQUEST_POINT)
-            .filter(|f| !f.is_stream());
-        let conversation = Request::from_body(&body).map(|r| r.conversation).ok();
-        let mut expired = s
-            .auth_expired
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(c) = conversation
-            .as_ref()
-            .filter(|_| injected.is_some_and(UpstreamFault::sticky))
-        {
-            expired.insert(c.clone());
+        let conversation = api.parse(body).map(|r| r.conversation).ok();
+        if let Some(fault) = s.request_fault(api, conversation) {
+            return s.upstream_error(api, method, uri, fault);
         }
-        let dead = conversation.is_some_and(|c| expired.contains(&c));
-        drop(expired);
-        let fault = injected.or_else(|| dead.then_some(UpstreamFault::AuthExpired));
-        if let Some(fault) = fault {
-            return s.upstream_error(&method, &uri, fault);
-        }
-        answer(&s, &method, &uri, &body)
+        answer(s, api, method, uri, body)
     })
+}
+
+/// The two wire formats this model speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Api {
+    /// OpenAI Responses (`/v1/responses`).
+    Responses,
+    /// Anthropic Messages (`/v1/messages`).
+    Messages,
+}
+
+impl Api {
+    /// The cut-point segment of its requests and answers.
+    fn point(self) -> &'static str {
+        match self {
+            Api::Responses => "responses",
+            Api::Messages => "messages",
+        }
+    }
+
+    /// Its request point, where a status fault answers
+    /// (`wire::upstream::MODEL_REQUEST_POINTS`).
+    fn request_point(self) -> &'static str {
+        let [responses, messages] = ::wire::upstream::MODEL_REQUEST_POINTS;
+        match self {
+            Api::Responses => responses,
+            Api::Messages => messages,
+        }
+    }
+
+    /// A request body as the request the model reads.
+    fn parse(self, body: &Bytes) -> Result<Request, (String, Option<&'static str>)> {
+        match self {
+            Api::Responses => Request::from_body(body),
+            Api::Messages => anthropic::translate(body).and_then(Request::parse),
+        }
+    }
+
+    /// Its error body for `message` (a 400 names `param` where it can).
+    fn error(self, status: StatusCode, message: &str, param: Option<&str>) -> Value {
+        match self {
+            Api::Responses => {
+                let kind = if status.is_server_error() {
+                    "server_error"
+                } else {
+                    "invalid_request_error"
+                };
+                error_body(message, kind, param)
+            }
+            Api::Messages => anthropic::error_body(anthropic::error_type(status.as_u16()), message),
+        }
+    }
+
+    /// The event before which a finishing turn is recorded completed.
+    fn finishing_event(self) -> &'static str {
+        match self {
+            Api::Responses => "response.completed",
+            Api::Messages => "message_stop",
+        }
+    }
+
+    /// The frame a `malformed-event` fault sends in its stream.
+    fn malformed_frame(self) -> &'static str {
+        match self {
+            Api::Responses => UpstreamFault::OPENAI_MALFORMED_FRAME,
+            Api::Messages => UpstreamFault::ANTHROPIC_MALFORMED_FRAME,
+        }
+    }
 }
 
 /// What one request made of its turn: the model's plan, the calls it issues
@@ -222,18 +325,14 @@ struct Taken {
     script_turn: ScriptTurn,
 }
 
-fn answer(s: &Arc<Shared>, method: &Method, uri: &Uri, body: &Bytes) -> Response {
+fn answer(s: &Arc<Shared>, api: Api, method: &Method, uri: &Uri, body: &Bytes) -> Response {
     let bad = |message: String, param: Option<&str>| {
         s.journal
             .fact("request.rejected", json!({ "reason": message }));
-        s.respond_json(
-            method,
-            uri,
-            StatusCode::BAD_REQUEST,
-            error_body(&message, "invalid_request_error", param),
-        )
+        let body = api.error(StatusCode::BAD_REQUEST, &message, param);
+        s.respond_json(method, uri, StatusCode::BAD_REQUEST, body)
     };
-    let req = match Request::from_body(body) {
+    let req = match api.parse(body) {
         Ok(r) => r,
         Err((message, param)) => return bad(message, param),
     };
@@ -247,16 +346,9 @@ fn answer(s: &Arc<Shared>, method: &Method, uri: &Uri, body: &Bytes) -> Response
     let taken = match take_turn(s, &req, &outputs) {
         Ok(t) => t,
         Err(e) => {
-            return s.respond_json(
-                method,
-                uri,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                error_body(
-                    &format!("failed to read the ledger: {e}"),
-                    "server_error",
-                    None,
-                ),
-            );
+            let status = StatusCode::INTERNAL_SERVER_ERROR;
+            let body = api.error(status, &format!("failed to read the ledger: {e}"), None);
+            return s.respond_json(method, uri, status, body);
         }
     };
     let finishing = matches!(taken.plan, Plan::Final(_));
@@ -267,15 +359,13 @@ fn answer(s: &Arc<Shared>, method: &Method, uri: &Uri, body: &Bytes) -> Response
         .filter(|t| t.approval)
         .map(|t| t.key.clone())
         .collect();
-    let built = wire::build_response(
-        &req,
-        &taken.plan,
-        &taken.calls,
-        &approvals,
-        body.len(),
-        |key| call_body(&s.opts, &req, key),
-    );
-    send(s, method, uri, &req, built, finishing)
+    let call = |key: &str| call_body(&s.opts, &req, key);
+    let (plan, calls) = (&taken.plan, &taken.calls);
+    let built = match api {
+        Api::Responses => wire::build_response(&req, plan, calls, &approvals, body.len(), call),
+        Api::Messages => anthropic::build(&req, plan, calls, &approvals, body.len(), call),
+    };
+    send(s, api, method, uri, &req, built, finishing)
 }
 
 /// Plays the request's turn: the model decides, the calls it issues are
@@ -349,6 +439,7 @@ fn take_turn(
 /// [`stream_events`]. A finishing turn is recorded `completed` first.
 fn send(
     s: &Arc<Shared>,
+    api: Api,
     method: &Method,
     uri: &Uri,
     req: &Request,
@@ -360,7 +451,7 @@ fn send(
             complete_turn(s, &req.conversation, &req.message_id);
         }
         let response = s.respond_json(method, uri, StatusCode::OK, built.response);
-        s.point("model.responses.responded");
+        s.point(&format!("model.{}.responded", api.point()));
         return response;
     }
     s.journal.message_out(&json!({
@@ -370,12 +461,8 @@ fn send(
     let producer = Arc::clone(s);
     let (conversation, message_id) = (req.conversation.clone(), req.message_id.clone());
     std::thread::spawn(move || {
-        stream_events(
-            &producer,
-            built.events,
-            tx,
-            finishing.then_some((conversation, message_id)),
-        )
+        let finishing = finishing.then_some((conversation, message_id));
+        stream_events(&producer, api, built.events, tx, finishing)
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -464,13 +551,14 @@ type Frame = (Option<Bytes>, std::sync::mpsc::SyncSender<()>);
 /// `completed` before `response.completed` goes out.
 fn stream_events(
     s: &Shared,
+    api: Api,
     events: Vec<Value>,
     tx: tokio::sync::mpsc::UnboundedSender<Frame>,
     finishing: Option<(String, String)>,
 ) {
     for event in events {
         let kind = event["type"].as_str().unwrap_or_default().to_owned();
-        if kind == "response.completed"
+        if kind == api.finishing_event()
             && let Some((conversation, message_id)) = &finishing
         {
             complete_turn(s, conversation, message_id);
@@ -489,11 +577,11 @@ fn stream_events(
             None
         };
         if let Some(fault) = fault {
-            return break_stream(s, fault, &tx, &kind);
+            return break_stream(s, api, fault, &tx, &kind);
         }
     }
     drop(tx);
-    s.point("model.responses.responded");
+    s.point(&format!("model.{}.responded", api.point()));
 }
 
 /// Hands one frame (`None`: reset the connection) to the body; false when
@@ -503,11 +591,11 @@ fn send_frame(tx: &tokio::sync::mpsc::UnboundedSender<Frame>, frame: Option<Byte
     tx.send((frame, ack)).is_ok() && acked.recv().is_ok()
 }
 
-/// Breaks a stream after the event `after`: reset, ended without
-/// `response.completed`, or a malformed event then the end. Journaled as
-/// `stream.broken`.
+/// Breaks a stream after the event `after`: reset, ended without its last
+/// event, or a malformed event then the end. Journaled as `stream.broken`.
 fn break_stream(
     s: &Shared,
+    api: Api,
     fault: UpstreamFault,
     tx: &tokio::sync::mpsc::UnboundedSender<Frame>,
     after: &str,
@@ -523,9 +611,7 @@ fn break_stream(
         UpstreamFault::MalformedEvent => {
             send_frame(
                 tx,
-                Some(Bytes::from_static(
-                    UpstreamFault::MALFORMED_FRAME.as_bytes(),
-                )),
+                Some(Bytes::from_static(api.malformed_frame().as_bytes())),
             );
         }
         _ => {}

@@ -96,25 +96,13 @@ impl Request {
         Request::parse(raw)
     }
 
-    fn parse(raw: Value) -> Result<Request, (String, Option<&'static str>)> {
+    pub(super) fn parse(raw: Value) -> Result<Request, (String, Option<&'static str>)> {
         let stream = match raw.get("stream") {
             None | Some(Value::Null) => false,
             Some(Value::Bool(b)) => *b,
             Some(_) => return Err(("'stream' must be a boolean.".to_owned(), Some("stream"))),
         };
-        let items = match raw.get("input") {
-            Some(Value::String(text)) => vec![Item::Message {
-                role: "user".to_owned(),
-                text: text.clone(),
-            }],
-            Some(Value::Array(items)) => items.iter().map(parse_item).collect::<Result<_, _>>()?,
-            _ => {
-                return Err((
-                    "'input' must be a string or an array of input items.".to_owned(),
-                    Some("input"),
-                ));
-            }
-        };
+        let items = parse_input(raw.get("input"))?;
         let metadata = |key: &str| {
             raw.pointer(&format!("/metadata/{key}"))
                 .and_then(Value::as_str)
@@ -141,7 +129,13 @@ impl Request {
             })
             .unwrap_or_else(|| "default".to_owned());
         let message_id = metadata("turncut_message_id")
+            .or_else(|| marked_message_id(&users))
             .unwrap_or_else(|| derived_message_id(&conversation, &users));
+        // The runner's own texts, without a message-id marker.
+        let users: Vec<&str> = users
+            .iter()
+            .map(|u| wire::marker::split_message_id(u).1)
+            .collect();
         let continuation = users
             .last()
             .is_some_and(|u| wire::marker::is_continuation(u));
@@ -172,6 +166,33 @@ impl Request {
             .rposition(|i| matches!(i, Item::Message { role, .. } if role == "user"))
             .map_or(0, |p| p + 1);
         &self.items[last_user..]
+    }
+}
+
+/// The message id a runner that can send only text (acpx, through an agent)
+/// names by a prefix of the latest user message (`wire::marker`); a
+/// continuation runs under the message it continues.
+fn marked_message_id(users: &[&str]) -> Option<String> {
+    let id = wire::marker::split_message_id(users.last()?).0?;
+    Some(
+        id.strip_suffix(wire::client_id::CONTINUATION)
+            .unwrap_or(id)
+            .to_owned(),
+    )
+}
+
+/// The request's `input`: a string is one user message.
+fn parse_input(input: Option<&Value>) -> Result<Vec<Item>, (String, Option<&'static str>)> {
+    match input {
+        Some(Value::String(text)) => Ok(vec![Item::Message {
+            role: "user".to_owned(),
+            text: text.clone(),
+        }]),
+        Some(Value::Array(items)) => items.iter().map(parse_item).collect(),
+        _ => Err((
+            "'input' must be a string or an array of input items.".to_owned(),
+            Some("input"),
+        )),
     }
 }
 
@@ -473,7 +494,7 @@ fn message_item(events: &mut Events, index: usize, text: &str) -> Value {
 
 /// The function and arguments of the call of `key` doing `body`, in the
 /// shape the request's tools want.
-fn call_arguments<'r>(
+pub(super) fn call_arguments<'r>(
     req: &'r Request,
     key: &str,
     body: CallBody,

@@ -166,6 +166,40 @@ pub fn signal_group(pgid: u32, signal: Signal) -> std::io::Result<()> {
     }
 }
 
+/// What a provider fault signals for the provider process `pid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The process group `pid` is in (the provider leads it, or the process
+    /// that started the provider does: acpx's queue owner with its agent).
+    Group(u32),
+    /// `pid` alone: its group is the runner's (a provider the runner started
+    /// in its own group), which a provider fault must not kill.
+    Pid(u32),
+    /// `pid` is gone: nothing to signal.
+    Gone,
+}
+
+/// The target of a provider fault at provider `pid` while the runner leads
+/// group `runner_pgid`. A provider that does not lead a group of its own is
+/// signalled through the group it is in: signalling a group named by its
+/// pid reached nothing (ESRCH, once silently counted as applied).
+pub fn provider_target(pid: u32, runner_pgid: Option<u32>) -> Target {
+    match nix::unistd::getpgid(Some(Pid::from_raw(pid as i32))) {
+        Ok(g) if Some(g.as_raw() as u32) == runner_pgid => Target::Pid(pid),
+        Ok(g) => Target::Group(g.as_raw() as u32),
+        Err(_) => Target::Gone,
+    }
+}
+
+/// Sends `signal` to `target`.
+pub fn signal_target(target: Target, signal: Signal) -> std::io::Result<()> {
+    match target {
+        Target::Group(g) => signal_group(g, signal),
+        Target::Pid(p) => signal_pid(p, signal),
+        Target::Gone => Ok(()),
+    }
+}
+
 /// Sends `signal` to the one process `pid`. A process that is already gone
 /// is not an error.
 pub fn signal_pid(pid: u32, signal: Signal) -> std::io::Result<()> {
@@ -250,6 +284,42 @@ pub fn processes_with_env(entry: &str) -> Result<Vec<(u32, u64, String)>, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// acpx's shape: a group leader (the queue owner) with a child in its
+    /// group (the agent). A fault at the child's hit signals the leader's
+    /// group; with the child's pid as a group it reached nothing.
+    #[test]
+    fn a_provider_that_leads_no_group_is_signalled_through_the_group_it_is_in() {
+        use std::os::unix::process::CommandExt as _;
+        let mut leader = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(leader.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the child's pid");
+        let child: u32 = line.trim().parse().expect("a pid");
+        assert_eq!(provider_target(child, None), Target::Group(leader.id()));
+        assert_eq!(
+            provider_target(child, Some(leader.id())),
+            Target::Pid(child)
+        );
+        assert_eq!(
+            provider_target(leader.id(), None),
+            Target::Group(leader.id())
+        );
+        signal_target(provider_target(child, None), Signal::SIGKILL).expect("signal");
+        let status = leader.wait().expect("wait");
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+    }
 
     /// A python process that forks and has both halves wait: the child is a
     /// fork that never exec'ed, with its parent's command line, as a

@@ -59,7 +59,8 @@ pub fn silent_provider(ev: &Evidence) -> Option<String> {
         .actions
         .iter()
         .filter(|a| a.what == ActionKind::Fault(Fault::HangProvider))
-        .filter_map(|a| a.provider_pid())
+        .flat_map(|a| [a.provider_pid(), a.provider_pgid()])
+        .flatten()
         .collect();
     let (_, e) = ev
         .payloads::<ProviderUnresponsive>()
@@ -236,6 +237,23 @@ mod tests {
             detail: json!({ "provider_pid": 7 }),
         });
         assert_eq!(timing_shape(&ev), None, "the harness hung it");
+    }
+
+    #[test]
+    fn a_silent_leader_of_a_group_the_harness_hung_is_not_timing() {
+        // acpx's shape: the fault held the agent (pid 8), in its queue
+        // owner's group (pgid 7); the runner names the owner silent.
+        let mut ev = Evidence {
+            events: read(vec![unresponsive(7)]),
+            ..Evidence::default()
+        };
+        assert!(timing_shape(&ev).is_some(), "nothing hung yet");
+        ev.actions.push(Action {
+            at_ms: 1,
+            what: ActionKind::Fault(Fault::HangProvider),
+            detail: json!({ "provider_pid": 8, "provider_pgid": 7 }),
+        });
+        assert_eq!(timing_shape(&ev), None, "the harness hung its group");
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub fn forgetful_runnerd(dir: &Path) -> PathBuf {
 /// Says why a test skips (`skipped: …` on stdout), or fails it instead when
 /// `TURNCUT_REQUIRE` (a comma-separated list) names `kind`: `.ci/run` lists
 /// there what it installed or found (`seeded`, `fuse`, `real`, `npm`,
-/// `chromium`, `node`, `python3`, `ts-runner`, `freezer`), so a skip on CI
+/// `chromium`, `node`, `python3`, `ts-runner`, `acpx-runner`, `freezer`), so a skip on CI
 /// is a failure, never a quiet pass.
 pub fn skip(kind: &str, why: &str) {
     let required = std::env::var("TURNCUT_REQUIRE").unwrap_or_default();

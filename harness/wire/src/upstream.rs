@@ -5,9 +5,9 @@
 //! (`cutpoint::hit_answer`); the fakes answer with each one's real form:
 //! the fake OpenAI-Responses API (`fake-provider model-api`) with the HTTP
 //! status, headers and body OpenAI sends ([`UpstreamFault::openai_body`]),
-//! a fake Anthropic Messages API with Anthropic's
-//! ([`UpstreamFault::anthropic_body`]), a stream fault by cutting, ending or
-//! corrupting its event stream; a fake Codex, ACP agent or OpenCode server
+//! its Anthropic Messages route (`POST /v1/messages`, the same fake) with
+//! Anthropic's ([`UpstreamFault::anthropic_body`]), a stream fault by
+//! cutting, ending or corrupting either route's event stream; a fake Codex, ACP agent or OpenCode server
 //! answers a request with its protocol's error ([`ErrorAnswer`]). This
 //! module only names the failures and their wire forms: where they are
 //! planned is the harness's, what a runner must make of them is
@@ -39,8 +39,8 @@ pub enum UpstreamFault {
     ContextOverflow,
     /// The connection is reset after the events sent so far.
     StreamCut,
-    /// The stream ends cleanly after the events sent so far, without
-    /// `response.completed`.
+    /// The stream ends cleanly after the events sent so far, without its
+    /// last event (`response.completed`, Anthropic's `message_stop`).
     StreamTruncated,
     /// The next event is not JSON.
     MalformedEvent,
@@ -194,9 +194,13 @@ impl UpstreamFault {
         json!({ "type": "error", "error": { "type": kind, "message": message } })
     }
 
-    /// The malformed event a [`UpstreamFault::MalformedEvent`] sends: an SSE
-    /// frame whose data is not JSON.
-    pub const MALFORMED_FRAME: &'static str = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\n\n";
+    /// The malformed event a [`UpstreamFault::MalformedEvent`] sends in an
+    /// OpenAI Responses stream: an SSE frame whose data is not JSON.
+    pub const OPENAI_MALFORMED_FRAME: &'static str = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\n\n";
+
+    /// The malformed event a [`UpstreamFault::MalformedEvent`] sends in an
+    /// Anthropic Messages stream: an SSE frame whose data is not JSON.
+    pub const ANTHROPIC_MALFORMED_FRAME: &'static str = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":\n\n";
 }
 
 /// A provider's error answer to a request it received (fault
@@ -257,16 +261,19 @@ pub const LOOKUP_POINTS: &[&str] = &[
     "opencode.message.received",
 ];
 
-/// The model API's request point, where status faults are answered.
-pub const MODEL_REQUEST_POINT: &str = "model.responses.received";
+/// The model API's request points, where status faults are answered: its
+/// OpenAI Responses route's and its Anthropic Messages route's.
+pub const MODEL_REQUEST_POINTS: [&str; 2] = ["model.responses.received", "model.messages.received"];
+
+/// The points after each route's last event of a response
+/// (`response.completed`, `message_stop`): the response is whole there.
+const LAST_EVENT_POINTS: [&str; 2] = ["model.response_completed.sent", "model.message_stop.sent"];
 
 /// Whether a stream fault may be injected at `point`: after a model API
 /// event was sent (`model.<type>.sent`), except the last one, after which
 /// the response is whole.
 pub fn stream_fault_point(point: &str) -> bool {
-    point.starts_with("model.")
-        && point.ends_with(".sent")
-        && point != "model.response_completed.sent"
+    point.starts_with("model.") && point.ends_with(".sent") && !LAST_EVENT_POINTS.contains(&point)
 }
 
 #[cfg(test)]
@@ -296,5 +303,14 @@ mod tests {
         assert!(stream_fault_point("model.response_created.sent"));
         assert!(!stream_fault_point("model.response_completed.sent"));
         assert!(!stream_fault_point("model.responses.received"));
+        assert!(stream_fault_point("model.content_block_delta.sent"));
+        assert!(!stream_fault_point("model.message_stop.sent"));
+        for frame in [
+            UpstreamFault::OPENAI_MALFORMED_FRAME,
+            UpstreamFault::ANTHROPIC_MALFORMED_FRAME,
+        ] {
+            let data = frame.lines().nth(1).and_then(|l| l.strip_prefix("data: "));
+            assert!(data.is_some_and(|d| serde_json::from_str::<Value>(d).is_err()));
+        }
     }
 }

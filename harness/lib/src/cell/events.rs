@@ -656,6 +656,10 @@ fn apply_signals(
     client: Option<RunnerClient>,
 ) -> anyhow::Result<()> {
     let plan = nemesis::plan(fault);
+    let runner_pgid = side
+        .ctx
+        .board
+        .update(|s| s.runner.as_ref().map(|r| r.pid()));
     let provider = if hit_is_provider(side, &held.hit) {
         Some(held.hit.pid)
     } else if plan.provider_signal.is_some() {
@@ -678,10 +682,17 @@ fn apply_signals(
     }
     match (plan.provider_signal, provider) {
         (Some(signal), Some(pid)) => {
-            nemesis::signal_group(pid, signal)?;
+            let target = nemesis::provider_target(pid, runner_pgid);
+            nemesis::signal_target(target, signal)?;
+            // The group's leader (acpx's queue owner) is a provider the runner
+            // may name too: `timing` counts both as faulted.
+            let pgid = match target {
+                nemesis::Target::Group(g) => Some(g),
+                _ => None,
+            };
             side.act(
                 ActionKind::Fault(fault),
-                json!({ "provider_pid": pid, "signal": signal.as_str() }),
+                json!({ "provider_pid": pid, "provider_pgid": pgid, "signal": signal.as_str(), "target": format!("{target:?}") }),
             );
         }
         (Some(_), None) => side.act(ActionKind::NoProvider, json!({ "fault": fault.as_str() })),

@@ -214,6 +214,13 @@ impl Action {
         self.detail["provider_pid"].as_u64()
     }
 
+    /// The process group a provider fault signalled as a whole, when the
+    /// provider led its own group (acpx's queue owner and the agent it
+    /// spawned): a process of that group reported silent was faulted too.
+    pub fn provider_pgid(&self) -> Option<u64> {
+        self.detail["provider_pgid"].as_u64()
+    }
+
     /// When a `fault.power-cut` found every process of the cell dead
     /// (milliseconds since the epoch).
     pub fn dead_at_epoch_ms(&self) -> Option<u64> {

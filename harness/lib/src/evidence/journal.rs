@@ -66,10 +66,15 @@ impl Evidence {
             } else {
                 continue;
             };
+            // A client that sends only the prompt's text (acpx) names the
+            // message by a prefix of it instead (`wire::marker`).
+            let (marked, body) = wire::marker::split_message_id(&text);
+            let client_id = cid.and_then(Value::as_str).or(marked).map(controller_id);
+            let text = body.to_owned();
             out.push(TurnStart {
                 line: i + 1,
                 entry: e,
-                client_id: cid.and_then(Value::as_str).map(controller_id),
+                client_id,
                 text,
             });
         }

@@ -9,8 +9,8 @@ use wire::journal::{Entry, EntryKind};
 use super::{ActionKind, Evidence};
 use crate::model::{Fault, FaultClass};
 
-/// The model API's one route.
-const RESPONSES: &str = "/v1/responses";
+/// The model API's routes: OpenAI Responses, Anthropic Messages.
+const MODEL_ROUTES: [&str; 2] = ["/v1/responses", "/v1/messages"];
 
 /// One injected error answer: as the answering fake journaled it (`line`
 /// and `generation` set), or, where that process's journal is not in the
@@ -128,7 +128,7 @@ impl Evidence {
 /// A model API request (`Some(None)`) or status answer (`Some(Some(s))`).
 fn model_exchange(en: &Entry) -> Option<Option<u16>> {
     let path = en.data.get("path").and_then(Value::as_str);
-    if path != Some(RESPONSES) {
+    if !path.is_some_and(|p| MODEL_ROUTES.contains(&p)) {
         return None;
     }
     match en.kind {

@@ -34,7 +34,7 @@ impl Fault {
         match self.upstream() {
             None => self == Fault::ErrorAnswer && up::ERROR_ANSWER_POINTS.contains(&point),
             Some(u) if u.is_stream() => up::stream_fault_point(point),
-            Some(_) => point == up::MODEL_REQUEST_POINT,
+            Some(_) => up::MODEL_REQUEST_POINTS.contains(&point),
         }
     }
 
