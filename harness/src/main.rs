@@ -73,7 +73,8 @@ const RUN_EXAMPLES: &str = "Examples:
 
 Faults: kill-runner, kill-provider, kill-both, hang-provider, power-cut (the
 state and the workspace on lazy mounts: every unsynced write lost; needs FUSE),
-follow-up, retry, fail-write, disk-full.
+follow-up, retry, fail-write, disk-full (at runner.write.* points), fail-read,
+corrupt-read (at runner.read.* points).
 `turncut boundaries <scenario-id>` lists the cut points.";
 
 const WAVE_EXAMPLES: &str = "Examples:

@@ -3,7 +3,7 @@
 //! (`cutpoint::Listener`, what a cell listens with): each client's own test
 //! script runs under `node` / `python3` with the `TURNCUT_*` environment a cell
 //! sets; this side answers its armed hits `continue`, `fail EIO`, `fail ENOSPC`,
-//! or closes the connection, and then compares the script's output, its exit
+//! `corrupt`, or closes the connection, and then compares the script's output, its exit
 //! code and its trace file with what the wire (`docs/cutpoints.md`) says. A
 //! malformed environment must stop the script with exit 2 and the Rust crate's
 //! own message. Without `node` or `python3` the test says why it skips, except
@@ -84,7 +84,7 @@ fn finish(mut child: GroupChild) -> (i32, String, String) {
 
 /// The expected lines of an armed run: what each reply makes of each step.
 const ARMED_OUTPUT: &str = "a.b continued\na.b continued\na.b continued\nw.x EIO\nw.y ENOSPC\n\
-w.z continued\nt.q continued\nparse a#2,runner.write.*#0,b#1 true false\n";
+r.c CORRUPT\nw.z continued\nt.q continued\nparse a#2,runner.write.*#0,b#1 true false\n";
 
 fn armed(lang: &str) {
     let dir = tempfile::tempdir().unwrap();
@@ -96,7 +96,7 @@ fn armed(lang: &str) {
         lang,
         &[
             (cutpoint::ENV_SOCKET, &sock),
-            (cutpoint::ENV_ARM, "a.b#2, w.x, w.y#1,w.z#1,t.*#*"),
+            (cutpoint::ENV_ARM, "a.b#2, w.x, w.y#1,r.c,w.z#1,t.*#*"),
             (cutpoint::ENV_TRACE, &trace_s),
             (cutpoint::ENV_ROLE, "probe"),
         ],
@@ -110,6 +110,7 @@ fn armed(lang: &str) {
         ("a.b", 2, Some(None)),
         ("w.x", 1, Some(Some(IoFault::Eio))),
         ("w.y", 1, Some(Some(IoFault::Enospc))),
+        ("r.c", 1, Some(Some(IoFault::Corrupt))),
         ("w.z", 1, Some(Some(IoFault::Eio))),
         ("t.q", 1, None),
     ] {
@@ -156,7 +157,7 @@ fn armed(lang: &str) {
     assert_eq!(
         hits,
         [
-            "a.b#1", "a.b#2", "a.b#3", "w.x#1", "w.y#1", "w.z#1", "t.q#1"
+            "a.b#1", "a.b#2", "a.b#3", "w.x#1", "w.y#1", "r.c#1", "w.z#1", "t.q#1"
         ],
         "{lang}"
     );
@@ -178,7 +179,8 @@ fn disarmed_and_malformed(lang: &str) {
         out,
         ARMED_OUTPUT
             .replace("EIO", "continued")
-            .replace("ENOSPC", "continued"),
+            .replace("ENOSPC", "continued")
+            .replace("CORRUPT", "continued"),
         "{lang}"
     );
     assert!(

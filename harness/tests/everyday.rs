@@ -495,7 +495,19 @@ fn bad_schedules_and_explore_options_are_refused_before_anything_runs() {
     );
     schedule(
         "runner.turn_intent.persisted#1/fail-write",
-        "storage faults apply only at the runner's before-write points",
+        "write faults apply only at the runner's before-write points",
+    );
+    schedule(
+        "runner.turn_intent.persisted#1/fail-read",
+        "read faults apply only at the runner's before-read points",
+    );
+    schedule(
+        "runner.write.turn_intent#1/corrupt-read",
+        "read faults apply only at the runner's before-read points",
+    );
+    schedule(
+        "runner.read.turns#1/follow-up",
+        "a before-read point takes only fail-read, corrupt-read, kill-runner and power-cut",
     );
     schedule(
         "runner.turn_intent.persisted#1/kill-runner+acp.turn.recorded#1/kill-provider",
@@ -503,7 +515,7 @@ fn bad_schedules_and_explore_options_are_refused_before_anything_runs() {
     );
     schedule(
         "runner.write.turn_intent#1/follow-up",
-        "a before-write point takes only fail-write, disk-full and kill-runner",
+        "a before-write point takes only fail-write, disk-full, kill-runner and power-cut",
     );
     refused(
         &["explore", "--time", "0"],

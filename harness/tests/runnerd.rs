@@ -9,7 +9,7 @@
 //! Here the rig and a clean task; one module per concern under `runnerd/`:
 //! the recovery rows (`recovery`), the ACP driver against an agent that
 //! keeps ids of its own (`acp`), follow-ups (`follow_ups`), storage faults
-//! and Retry (`storage`), provider processes to find and stop
+//! and Retry (`storage`), read faults (`reads`), provider processes to find and stop
 //! (`processes`), and runnerd's edges (`edges`).
 
 mod common;
@@ -19,6 +19,7 @@ mod runnerd {
     pub mod edges;
     pub mod follow_ups;
     pub mod processes;
+    pub mod reads;
     pub mod recovery;
     pub mod storage;
 }

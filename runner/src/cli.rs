@@ -238,8 +238,9 @@ fn state_dir(dir: &Path) -> Result<PathBuf, Exit> {
         })
 }
 
-/// Binds, resumes the unsettled tasks, prints the address and serves the
-/// API until SIGTERM or Ctrl-C.
+/// Binds, prints the address, resumes the unsettled tasks and serves the
+/// API until SIGTERM or Ctrl-C (or until the tasks to resume cannot be
+/// read: exit 3).
 async fn serve(
     listen: std::net::SocketAddr,
     store: crate::store::Store,
@@ -254,27 +255,46 @@ async fn serve(
         _ => Exit(2, format!("failed to listen on {listen}: {e}")),
     })?;
     let engine = Engine::new(store, opts);
-    match engine.recover_all().await {
-        Ok(n) if n > 0 => tracing::info!("resuming {n} unsettled task(s)"),
-        Ok(_) => {}
-        Err(e) => return Err(Exit(3, format!("failed to read unsettled tasks: {e}"))),
-    }
     let addr = listener
         .local_addr()
         .expect("a bound listener has an address");
-    let state = Arc::new(crate::api::ApiState { engine, token });
+    let state = Arc::new(crate::api::ApiState {
+        engine: Arc::clone(&engine),
+        token,
+    });
     println!("listening on http://{addr}");
     let _ = std::io::stdout().flush();
+    // The tasks are resumed once the address is out: their read passes a
+    // cut point (`runner.read.tasks`), which a harness can answer only once
+    // it knows the runner is up. A request meanwhile sees a task as the
+    // store holds it; one that wakes a task of an earlier process starts
+    // its actor as the resumption would, and a task this process admitted
+    // is not resumed at all (`Db::unsettled_tasks`).
+    let (failed, mut resume_failed) = tokio::sync::oneshot::channel::<String>();
+    tokio::spawn(async move {
+        match engine.recover_all().await {
+            Ok(n) if n > 0 => tracing::info!("resuming {n} unsettled task(s)"),
+            Ok(_) => {}
+            Err(e) => {
+                let _ = failed.send(format!("failed to read unsettled tasks: {e}"));
+            }
+        }
+    });
+    let mut why = None;
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("a SIGTERM handler can be installed");
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
+            Ok(failure) = &mut resume_failed => why = Some(failure),
         }
     };
     crate::server::serve(listener, crate::api::router(state), limits, shutdown).await;
-    Ok(0)
+    match why {
+        Some(failure) => Err(Exit(3, failure)),
+        None => Ok(0),
+    }
 }
 
 /// Reads a secret file named by `flag`: it must be a regular file of mode

@@ -93,11 +93,15 @@ pub enum SeededBug {
     IgnoreRetryAfter,
     /// Read a recovery lookup the provider answered with an error as "turn absent", and send the turn again.
     LookupErrorAnswerAsAbsent,
+    /// Take a failed read of a run's turns for a run with no turn.
+    FailedReadAsNoTurn,
+    /// End the task's actor on a failed read of its snapshot.
+    ActorReturnsOnFailedRead,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 37] = [
+    pub const ALL: [SeededBug; 39] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -135,6 +139,8 @@ impl SeededBug {
         SeededBug::RetryUnauthorized,
         SeededBug::IgnoreRetryAfter,
         SeededBug::LookupErrorAnswerAsAbsent,
+        SeededBug::FailedReadAsNoTurn,
+        SeededBug::ActorReturnsOnFailedRead,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -227,6 +233,8 @@ impl SeededBug {
             SeededBug::RetryUnauthorized => "retry-unauthorized",
             SeededBug::IgnoreRetryAfter => "ignore-retry-after",
             SeededBug::LookupErrorAnswerAsAbsent => "lookup-error-answer-as-absent",
+            SeededBug::FailedReadAsNoTurn => "failed-read-as-no-turn",
+            SeededBug::ActorReturnsOnFailedRead => "actor-returns-on-failed-read",
         }
     }
 }
@@ -358,6 +366,10 @@ hooks! {
     ignore_retry_after => IgnoreRetryAfter;
     /// `lookup-error-answer-as-absent`.
     lookup_error_answer_as_absent => LookupErrorAnswerAsAbsent;
+    /// `failed-read-as-no-turn`.
+    failed_read_as_no_turn => FailedReadAsNoTurn;
+    /// `actor-returns-on-failed-read`.
+    actor_returns_on_failed_read => ActorReturnsOnFailedRead;
 }
 
 #[cfg(all(test, feature = "seeded-bugs"))]

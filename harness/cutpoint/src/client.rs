@@ -52,7 +52,7 @@ static RUNTIME: OnceLock<Result<Option<Runtime>, ConfigError>> = OnceLock::new()
 /// hit is appended to the trace file; when it is the armed occurrence, the
 /// process reports it to the harness and blocks until the harness replies
 /// `continue` or kills it. Nothing at this point can fail: a `fail <ERRNO>`
-/// reply is logged to stderr and treated as `continue`.
+/// or `corrupt` reply is logged to stderr and treated as `continue`.
 ///
 /// # Panics
 ///
@@ -92,7 +92,10 @@ pub fn hit_answer(point: &str) -> Option<String> {
 /// Like [`hit`], but when the harness answers the armed occurrence with
 /// `fail EIO` or `fail ENOSPC` this returns that errno as an
 /// [`io::Error`] (`raw_os_error` set), and the caller fails the operation as
-/// if the kernel had. Disarmed, it is one relaxed atomic load and `Ok(())`.
+/// if the kernel had; answered `corrupt`, it returns an
+/// [`io::ErrorKind::InvalidData`] error ([`IoFault::of_error`] names either),
+/// and the caller fails the read as if what it read did not decode.
+/// Disarmed, it is one relaxed atomic load and `Ok(())`.
 ///
 /// # Panics
 ///

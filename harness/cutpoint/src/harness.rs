@@ -279,9 +279,9 @@ impl HeldHit {
     }
 
     /// Makes the operation at the cut point fail with `fault` (reply
-    /// `fail EIO` / `fail ENOSPC`): a point passed with `cutpoint::hit_io`
-    /// returns the errno, one passed with `cutpoint::hit` logs it and
-    /// continues.
+    /// `fail EIO` / `fail ENOSPC` / `corrupt`): a point passed with
+    /// `cutpoint::hit_io` returns it as an error, one passed with
+    /// `cutpoint::hit` logs it and continues.
     pub fn fail(self, fault: IoFault) -> io::Result<()> {
         let mut stream = &self.stream;
         stream.write_all(format!("{}\n", fault.reply()).as_bytes())?;
@@ -470,12 +470,13 @@ mod tests {
     }
 
     #[test]
-    fn fail_replies_with_the_errno_name() {
+    fn fail_replies_with_the_errno_name_or_corrupt() {
         let dir = tempfile::tempdir().unwrap();
         let listener = Listener::bind(dir.path().join("cut.sock")).unwrap();
         for (fault, wire) in [
             (IoFault::Eio, "fail EIO\n"),
             (IoFault::Enospc, "fail ENOSPC\n"),
+            (IoFault::Corrupt, "corrupt\n"),
         ] {
             let mut client = UnixStream::connect(listener.path()).unwrap();
             client

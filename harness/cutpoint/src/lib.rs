@@ -22,9 +22,13 @@
 //! - `fail EIO` or `fail ENOSPC` — the operation at this point fails with that
 //!   errno ([`HeldHit::fail`], [`IoFault`]). Only a point passed with
 //!   [`hit_io`] can fail: it returns the error and the caller treats it as the
-//!   failure of the write it was about to make, as RocksDB's fault-injection
-//!   file system does. A point passed with [`hit`] cannot fail; it logs the
-//!   reply to stderr and continues;
+//!   failure of the write (or read) it was about to make, as RocksDB's
+//!   fault-injection file system does. A point passed with [`hit`] cannot
+//!   fail; it logs the reply to stderr and continues;
+//! - `corrupt` — the read at this point returns data that does not decode
+//!   ([`IoFault::Corrupt`]): [`hit_io`] returns an `InvalidData` error, and
+//!   the caller fails the read as its decoder would (SQLite: `SQLITE_CORRUPT`).
+//!   Like `fail`, only a [`hit_io`] point can take it;
 //! - `answer NAME` — the process answers the request it just received with
 //!   the error `NAME` stands for instead of its real answer
 //!   ([`HeldHit::answer`]). Only a point passed with [`hit_answer`] takes it
@@ -58,53 +62,95 @@ pub const ENV_TRACE: &str = "TURNCUT_CUT_TRACE";
 pub const ENV_ROLE: &str = "TURNCUT_ROLE";
 
 /// A storage fault the harness can answer an armed hit with: the point's
-/// operation fails with this errno (reply `fail EIO` / `fail ENOSPC`).
+/// operation fails with an errno (reply `fail EIO` / `fail ENOSPC`), or
+/// reads data that does not decode (reply `corrupt`).
 ///
-/// The runner turns [`IoFault::Eio`] into one failed write (`fail-write`) and
-/// [`IoFault::Enospc`] into a full disk for the rest of the process's life
-/// (`disk-full`); what a fault means past the one operation is the caller's.
+/// The runner turns [`IoFault::Eio`] into one failed write (`fail-write`) or
+/// read (`fail-read`), [`IoFault::Enospc`] into a full disk for the rest of
+/// the process's life (`disk-full`) and [`IoFault::Corrupt`] into a read that
+/// returns a corrupt page (`corrupt-read`: SQLite's `SQLITE_CORRUPT`); what a
+/// fault means past the one operation is the caller's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IoFault {
-    /// `EIO`: the write failed.
+    /// `EIO`: the operation failed.
     Eio,
     /// `ENOSPC`: no space left on the device.
     Enospc,
+    /// The read succeeded, but what it read is corrupt (a page whose bytes
+    /// do not decode). No errno says this: the kernel returned the bytes, and
+    /// only the reader finds them wrong, so it has a reply of its own.
+    Corrupt,
 }
+
+/// The error [`hit_io`] returns for [`IoFault::Corrupt`] (inside an
+/// [`io::Error`] of kind [`io::ErrorKind::InvalidData`]), so that
+/// [`IoFault::of_error`] tells it from any other invalid data.
+#[derive(Debug)]
+struct CorruptData;
+
+impl fmt::Display for CorruptData {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the data read is corrupt (injected by the harness)")
+    }
+}
+
+impl std::error::Error for CorruptData {}
 
 impl IoFault {
     /// Every fault, in wire-name order.
-    pub const ALL: [IoFault; 2] = [IoFault::Eio, IoFault::Enospc];
+    pub const ALL: [IoFault; 3] = [IoFault::Eio, IoFault::Enospc, IoFault::Corrupt];
 
-    /// The errno name on the wire: `EIO`, `ENOSPC`.
+    /// The fault's name on the wire: the errno name (`EIO`, `ENOSPC`), or
+    /// `corrupt`.
     pub fn as_str(self) -> &'static str {
         match self {
             IoFault::Eio => "EIO",
             IoFault::Enospc => "ENOSPC",
+            IoFault::Corrupt => "corrupt",
         }
     }
 
-    /// The raw errno.
-    pub fn errno(self) -> i32 {
+    /// The raw errno; `None` for [`IoFault::Corrupt`], which no errno says.
+    pub fn errno(self) -> Option<i32> {
         match self {
-            IoFault::Eio => nix::errno::Errno::EIO as i32,
-            IoFault::Enospc => nix::errno::Errno::ENOSPC as i32,
+            IoFault::Eio => Some(nix::errno::Errno::EIO as i32),
+            IoFault::Enospc => Some(nix::errno::Errno::ENOSPC as i32),
+            IoFault::Corrupt => None,
         }
     }
 
-    /// The error a failed operation returns, as the kernel would.
+    /// The error a failed operation returns: the errno as the kernel would
+    /// return it, or for a corrupt read an [`io::ErrorKind::InvalidData`]
+    /// error that [`IoFault::of_error`] recognises.
     pub fn to_io_error(self) -> io::Error {
-        io::Error::from_raw_os_error(self.errno())
+        match self.errno() {
+            Some(errno) => io::Error::from_raw_os_error(errno),
+            None => io::Error::new(io::ErrorKind::InvalidData, CorruptData),
+        }
     }
 
-    /// The reply line that injects this fault, without its newline.
+    /// The fault an error of [`hit_io`] (or [`IoFault::to_io_error`]) stands
+    /// for; `None` for any other error.
+    pub fn of_error(e: &io::Error) -> Option<IoFault> {
+        if e.get_ref().is_some_and(|inner| inner.is::<CorruptData>()) {
+            return Some(IoFault::Corrupt);
+        }
+        let errno = e.raw_os_error()?;
+        IoFault::ALL.into_iter().find(|f| f.errno() == Some(errno))
+    }
+
+    /// The reply line that injects this fault, without its newline:
+    /// `fail EIO`, `fail ENOSPC`, `corrupt`.
     pub fn reply(self) -> String {
-        format!("fail {}", self.as_str())
+        match self {
+            IoFault::Corrupt => "corrupt".to_owned(),
+            errno => format!("fail {}", errno.as_str()),
+        }
     }
 
-    /// Parses a reply line (`fail EIO`); `None` for anything else.
+    /// Parses a reply line (`fail EIO`, `corrupt`); `None` for anything else.
     pub(crate) fn from_reply(line: &str) -> Option<IoFault> {
-        let name = line.strip_prefix("fail ")?;
-        IoFault::ALL.into_iter().find(|f| f.as_str() == name)
+        IoFault::ALL.into_iter().find(|f| f.reply() == line)
     }
 }
 
@@ -117,12 +163,14 @@ impl fmt::Display for IoFault {
 impl FromStr for IoFault {
     type Err = String;
 
-    /// Parses an errno name: `EIO`, `ENOSPC`.
+    /// Parses a wire name: `EIO`, `ENOSPC`, `corrupt`.
     fn from_str(name: &str) -> Result<Self, Self::Err> {
         IoFault::ALL
             .into_iter()
             .find(|f| f.as_str() == name)
-            .ok_or_else(|| format!("unknown storage fault {name:?}; expected EIO or ENOSPC"))
+            .ok_or_else(|| {
+                format!("unknown storage fault {name:?}; expected EIO, ENOSPC or corrupt")
+            })
     }
 }
 
@@ -457,14 +505,23 @@ mod tests {
     #[test]
     fn fault_replies_round_trip_and_carry_the_errno() {
         for (fault, reply, errno) in [
-            (IoFault::Eio, "fail EIO", 5),
-            (IoFault::Enospc, "fail ENOSPC", 28),
+            (IoFault::Eio, "fail EIO", Some(5)),
+            (IoFault::Enospc, "fail ENOSPC", Some(28)),
+            (IoFault::Corrupt, "corrupt", None),
         ] {
             assert_eq!(fault.reply(), reply);
             assert_eq!(IoFault::from_reply(reply), Some(fault));
             assert_eq!(fault.as_str().parse::<IoFault>(), Ok(fault));
-            assert_eq!(fault.to_io_error().raw_os_error(), Some(errno));
+            let error = fault.to_io_error();
+            assert_eq!(error.raw_os_error(), errno);
+            assert_eq!(IoFault::of_error(&error), Some(fault), "{error}");
         }
+        let corrupt = IoFault::Corrupt.to_io_error();
+        assert_eq!(corrupt.kind(), io::ErrorKind::InvalidData);
+        // Other invalid data, or another errno, is no injected fault.
+        let other = io::Error::new(io::ErrorKind::InvalidData, "bad utf-8");
+        assert_eq!(IoFault::of_error(&other), None);
+        assert_eq!(IoFault::of_error(&io::Error::from_raw_os_error(1)), None);
         for other in [
             "continue",
             "fail",
@@ -472,6 +529,9 @@ mod tests {
             "fail eio",
             "fail EIO ",
             "fail EPERM",
+            "fail corrupt",
+            "corrupt ",
+            "CORRUPT",
         ] {
             assert_eq!(IoFault::from_reply(other), None, "{other:?}");
         }
@@ -479,7 +539,7 @@ mod tests {
             "EPERM"
                 .parse::<IoFault>()
                 .unwrap_err()
-                .contains("EIO or ENOSPC")
+                .contains("EIO, ENOSPC or corrupt")
         );
     }
 

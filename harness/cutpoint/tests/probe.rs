@@ -324,7 +324,11 @@ fn each_armed_occurrence_is_held_in_turn() {
 
 #[test]
 fn a_fail_reply_fails_an_io_point_once_with_its_errno() {
-    for (fault, errno) in [(IoFault::Eio, 5), (IoFault::Enospc, 28)] {
+    for (fault, failure) in [
+        (IoFault::Eio, "errno 5"),
+        (IoFault::Enospc, "errno 28"),
+        (IoFault::Corrupt, "corrupt"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let listener = bind(dir.path());
         let points = ["io:w.x.write", "io:w.x.write", "b.y.z"];
@@ -341,7 +345,7 @@ fn a_fail_reply_fails_an_io_point_once_with_its_errno() {
         assert_eq!(
             rest,
             [
-                format!("failed w.x.write errno {errno}"),
+                format!("failed w.x.write {failure}"),
                 "passed w.x.write".to_owned(),
                 "passed b.y.z".to_owned(),
                 "done".to_owned(),

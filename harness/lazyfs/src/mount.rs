@@ -6,8 +6,9 @@
 //! dies, even by SIGKILL: no package is needed. Elsewhere `fusermount3`
 //! (Debian's `fuse3`, setuid root) mounts and hands back the `/dev/fuse`
 //! descriptor (its `_FUSE_COMMFD` protocol), then stays as the
-//! `auto_unmount` helper that does the same. Either way no owner leaves a
-//! mount behind. fuser's own mount path is not used: it mounts without
+//! `auto_unmount` helper that does the same, beside our guard, which runs
+//! `fusermount3 -u -z` where that helper leaves a dead mount in place (see
+//! the guard's module). Either way no owner leaves a mount behind. fuser's own mount path is not used: it mounts without
 //! `fusermount3` only when no `auto_unmount` is asked for (so nothing would
 //! unmount a dead owner's mount), and with `fusermount3` it never reaps the
 //! helper and unmounts only lazily; here the helper is waited for, and an
@@ -101,8 +102,13 @@ pub(crate) struct Live {
 enum Helper {
     /// Our own guard, for a mount made with mount(2).
     Guard(Guard),
-    /// `fusermount3 -o auto_unmount`, for a mount it made.
-    Fusermount { child: Child, socket: UnixStream },
+    /// `fusermount3 -o auto_unmount`, for a mount it made, and our guard
+    /// (which runs `fusermount3 -u -z` where its helper leaves the mount).
+    Fusermount {
+        child: Child,
+        socket: UnixStream,
+        guard: Guard,
+    },
 }
 
 impl Helper {
@@ -112,10 +118,15 @@ impl Helper {
     fn finish(self) {
         match self {
             Helper::Guard(guard) => guard.finish(),
-            Helper::Fusermount { child, socket } => {
+            Helper::Fusermount {
+                child,
+                socket,
+                guard,
+            } => {
                 drop(socket);
                 let mut child = child;
                 let _ = child.wait();
+                guard.finish();
             }
         }
     }
@@ -195,7 +206,7 @@ impl Live {
 /// Mounts with mount(2), guarded: the guard is forked first, so an owner
 /// killed at any point after leaves a guard that unmounts.
 fn mount_guarded(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
-    let guard = Guard::spawn(mountpoint)?;
+    let guard = Guard::spawn(mountpoint, None)?;
     match mount_with_dev_fuse(mountpoint) {
         Ok(fd) => Ok((fd, Helper::Guard(guard))),
         Err(e) => {
@@ -237,6 +248,7 @@ fn mount_with_dev_fuse(mountpoint: &Path) -> io::Result<OwnedFd> {
 /// closes.
 fn fusermount(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
     let program = fusermount3().ok_or_else(|| io::Error::other("fusermount3 is not on PATH"))?;
+    let guard = Guard::spawn(mountpoint, Some(&program))?;
     let (ours, theirs) = UnixStream::pair()?;
     let theirs_fd = theirs.as_raw_fd();
     let mut cmd = Command::new(program);
@@ -260,7 +272,13 @@ fn fusermount(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            guard.finish();
+            return Err(e);
+        }
+    };
     drop(theirs);
     match receive_fd(&ours) {
         Ok(fd) => {
@@ -271,11 +289,13 @@ fn fusermount(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
                 Helper::Fusermount {
                     child,
                     socket: ours,
+                    guard,
                 },
             ))
         }
         Err(e) => {
             drop(ours);
+            guard.finish();
             let out = child.wait_with_output()?;
             let stderr = String::from_utf8_lossy(&out.stderr);
             Err(io::Error::other(format!(

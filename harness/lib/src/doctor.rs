@@ -585,18 +585,32 @@ fn render_traced(t: &Traced) -> String {
             o.verdict.as_str()
         ));
     }
+    out.push_str(&cut_point_notes(t));
+    out
+}
+
+/// The traced run's cut points (runner, before-write, before-read,
+/// provider) and what a wave cannot do with them.
+fn cut_point_notes(t: &Traced) -> String {
+    let mut out = String::new();
     let runner: Vec<&Boundary> = t
         .boundaries
         .iter()
         .filter(|b| b.role == Role::Runner)
         .collect();
-    let writes = runner
-        .iter()
-        .filter(|b| b.cut.point.starts_with(crate::model::WRITE_POINTS))
-        .count();
+    let of = |prefix: &str| {
+        runner
+            .iter()
+            .filter(|b| b.cut.point.starts_with(prefix))
+            .count()
+    };
+    let (writes, reads) = (
+        of(crate::model::WRITE_POINTS),
+        of(crate::model::READ_POINTS),
+    );
     out.push_str(&format!(
-        "  cut points: {} boundaries ({} runner, of which {} before-write; {} provider); a depth-1 wave of single-task plans {} cells\n",
-        t.boundaries.len(), runner.len(), writes, t.boundaries.len() - runner.len(), t.cells
+        "  cut points: {} boundaries ({} runner, of which {} before-write and {} before-read; {} provider); a depth-1 wave of single-task plans {} cells\n",
+        t.boundaries.len(), runner.len(), writes, reads, t.boundaries.len() - runner.len(), t.cells
     ));
     for (point, why) in [
         (
@@ -618,8 +632,19 @@ fn render_traced(t: &Traced) -> String {
             o.oracle
         ));
     }
-    if writes == 0 {
-        out.push_str("  note: no runner.write.* point: a wave plans no storage fault (fail-write, disk-full)\n");
+    for (n, what) in [
+        (
+            writes,
+            "runner.write.* point: a wave plans no storage fault (fail-write, disk-full)",
+        ),
+        (
+            reads,
+            "runner.read.* point: a wave plans no read fault (fail-read, corrupt-read)",
+        ),
+    ] {
+        if n == 0 {
+            out.push_str(&format!("  note: no {what}\n"));
+        }
     }
     out
 }

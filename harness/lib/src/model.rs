@@ -11,59 +11,17 @@ use serde::{Deserialize, Serialize};
 mod applies;
 mod fault;
 mod oracle;
+mod role;
 mod scenario_id;
 mod task_state;
 pub use fault::{Fault, FaultClass};
 pub use oracle::Oracle;
+pub use role::Role;
 pub use scenario_id::ScenarioId;
 pub use task_state::TaskState;
 
 /// Version of `wave.json`.
 pub const WAVE_FORMAT_VERSION: u32 = 1;
-
-/// Which process reached a cut point: the `TURNCUT_ROLE` it was started
-/// with (the cutpoint wire carries it as text, `unknown` when unset).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// The runner under test.
-    Runner,
-    /// A provider (a fake, or a real product behind the harness's `tap`).
-    Provider,
-    /// The fake model API of a real product or the native profile.
-    Model,
-    /// A process started without a role.
-    #[serde(other)]
-    Unknown,
-}
-
-impl Role {
-    /// The role named `name` on the cutpoint wire.
-    pub fn of(name: &str) -> Role {
-        match name {
-            "runner" => Role::Runner,
-            "provider" => Role::Provider,
-            "model" => Role::Model,
-            _ => Role::Unknown,
-        }
-    }
-
-    /// Its name on the wire and in `TURNCUT_ROLE`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Runner => "runner",
-            Role::Provider => "provider",
-            Role::Model => "model",
-            Role::Unknown => "unknown",
-        }
-    }
-}
-
-impl std::fmt::Display for Role {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// A verdict: `fail` > `unknown` > `pass`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -121,8 +79,18 @@ impl std::fmt::Display for Cut {
 }
 
 /// The prefix of a runner's before-write points (`runner.write.turn_intent`):
-/// where storage faults apply.
+/// where write faults apply.
 pub const WRITE_POINTS: &str = "runner.write.";
+
+/// The prefix of a runner's before-read points (`runner.read.turns`): where
+/// read faults apply.
+pub const READ_POINTS: &str = "runner.read.";
+
+/// Whether `point` is a runner's before-write or before-read point, where
+/// its store (one thread) waits while the hit is held.
+pub fn is_store_point(point: &str) -> bool {
+    point.starts_with(WRITE_POINTS) || point.starts_with(READ_POINTS)
+}
 
 /// One event of a schedule: at `cut`, apply `fault`.
 ///
@@ -661,6 +629,28 @@ mod tests {
             r#""everyday-workflows.runner-codex.local.single-task""#
         );
         assert_eq!(ScenarioId::from("s").profile(), "", "an id written by hand");
+    }
+
+    #[test]
+    fn each_storage_fault_applies_at_its_own_kind_of_point() {
+        let (write, read, other) = (
+            "runner.write.turn_intent",
+            "runner.read.turns",
+            "runner.turn_intent.persisted",
+        );
+        for f in [Fault::FailWrite, Fault::DiskFull] {
+            assert!(f.applies_at(write) && !f.applies_at(read) && !f.applies_at(other));
+        }
+        for f in [Fault::FailRead, Fault::CorruptRead] {
+            assert!(f.applies_at(read) && !f.applies_at(write) && !f.applies_at(other));
+        }
+        for f in [Fault::KillRunner, Fault::PowerCut] {
+            assert!(f.applies_at(read) && f.applies_at(write) && f.applies_at(other));
+        }
+        for f in [Fault::KillProvider, Fault::FollowUp, Fault::HangProvider] {
+            assert!(!f.applies_at(read) && !f.applies_at(write) && f.applies_at(other));
+        }
+        assert!(is_store_point(read) && is_store_point(write) && !is_store_point(other));
     }
 
     #[test]

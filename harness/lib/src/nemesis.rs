@@ -44,8 +44,8 @@ pub fn plan(fault: Fault) -> Plan {
             provider_signal: Some(Signal::SIGSTOP),
         },
         // A controller action (`cell::inject::inject_action`), a storage fault (the
-        // cut-point reply `fail <errno>`), or a power cut, which kills every
-        // process of the cell by its tag (`freeze_and_kill`), not by plan;
+        // cut-point reply `fail <errno>` or `corrupt`), or a power cut, which kills
+        // every process of the cell by its tag (`freeze_and_kill`), not by plan;
         // or an error answer (the cut-point reply `answer <fault>`).
         _ => Plan {
             kill_runner: false,

@@ -486,12 +486,13 @@ pub fn expand(scenario: &Scenario, boundaries: &[Boundary]) -> anyhow::Result<Ve
 }
 
 /// Whether a one-cut cell of `fault` is planned at boundary `b`: a provider
-/// fault needs a live provider; before-write points are where storage
-/// faults apply, and the other faults cut at the boundaries after each
-/// write (explore and depth-2 cells reach the before-write points with any
-/// fault); a power cut where `Fault::power_cut_planned_at` says.
+/// fault needs a live provider; before-write and before-read points are
+/// where storage faults apply (each kind at its own), and the other faults
+/// cut at the boundaries after each write (explore and depth-2 cells reach
+/// the before-write points with any fault); a power cut where
+/// `Fault::power_cut_planned_at` says.
 fn planned_at(b: &Boundary, fault: Fault) -> bool {
-    let write_point = b.cut.point.starts_with(crate::model::WRITE_POINTS);
+    let store_point = crate::model::is_store_point(&b.cut.point);
     if fault.class() == crate::model::FaultClass::Answer {
         // Where the process answers a request (`Fault::applies_at`).
         return fault.applies_at(&b.cut.point);
@@ -499,7 +500,7 @@ fn planned_at(b: &Boundary, fault: Fault) -> bool {
     if nemesis::needs_provider(fault) && !b.provider_alive {
         return false;
     }
-    if fault.is_storage() != write_point {
+    if fault.is_storage() != store_point || !fault.applies_at(&b.cut.point) {
         return false;
     }
     fault != Fault::PowerCut || Fault::power_cut_planned_at(&b.cut.point, b.role)
@@ -543,19 +544,31 @@ pub fn check_cut(
     check_fault_point(fault, &cut.point)
 }
 
-/// A storage fault needs a runner's before-write point.
+/// A write fault needs a runner's before-write point, a read fault a
+/// before-read point.
 fn check_fault_point(fault: Fault, point: &str) -> Result<(), String> {
     if fault.applies_at(point) {
         return Ok(());
     }
+    if fault.is_read() {
+        return Err(format!(
+            "{fault} at {point}: read faults apply only at the runner's before-read points ({}*, e.g. runner.read.turns); `turncut boundaries` lists them",
+            crate::model::READ_POINTS
+        ));
+    }
     if fault.is_storage() {
         return Err(format!(
-            "{fault} at {point}: storage faults apply only at the runner's before-write points ({}*, e.g. runner.write.turn_intent); `turncut boundaries` lists them",
+            "{fault} at {point}: write faults apply only at the runner's before-write points ({}*, e.g. runner.write.turn_intent); `turncut boundaries` lists them",
             crate::model::WRITE_POINTS
         ));
     }
+    if point.starts_with(crate::model::READ_POINTS) {
+        return Err(format!(
+            "{fault} at {point}: a before-read point takes only fail-read, corrupt-read, kill-runner and power-cut; cut at another boundary instead"
+        ));
+    }
     Err(format!(
-        "{fault} at {point}: a before-write point takes only fail-write, disk-full and kill-runner; cut after the write instead (its .persisted point)"
+        "{fault} at {point}: a before-write point takes only fail-write, disk-full, kill-runner and power-cut; cut after the write instead (its .persisted point)"
     ))
 }
 

@@ -430,7 +430,13 @@ fn depth2_cells(
     firsts.sort();
     let mut out = Vec::new();
     for (seed, first) in firsts.into_iter().take(k) {
-        let after = plan::discover_after(env, f.scenario, &f.profile, first)?;
+        // The before-read points are cut by stage 2 at every recovery
+        // (`recuts::second_faults`); the draw keeps to the rest, as before
+        // they existed.
+        let after: Vec<plan::Boundary> = plan::discover_after(env, f.scenario, &f.profile, first)?
+            .into_iter()
+            .filter(|b| !b.cut.point.starts_with(crate::model::READ_POINTS))
+            .collect();
         if after.is_empty() {
             continue;
         }

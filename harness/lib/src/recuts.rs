@@ -11,7 +11,9 @@
 //! that recovery — and where the path goes through a Retry, each boundary
 //! of the Retry up to its first accepted turn — gets a second event:
 //! `kill-runner`, `kill-provider` where a provider is alive, and
-//! `fail-write` at the runner's before-write points.
+//! `fail-write` at the runner's before-write points; at its before-read
+//! points only `fail-read` (the recovery's own reads of what it decides
+//! from: a failed read read as "no such turn" lives there).
 //!
 //! A random draw put a second fault inside a recovery 126 times in a wave
 //! of 6,136 cells and never inside a Retry's own writes; bugs that live
@@ -23,7 +25,7 @@
 use std::collections::BTreeMap;
 
 use crate::cell::CellEnv;
-use crate::model::{CellResult, CellSpec, Event, Fault, Role, WRITE_POINTS};
+use crate::model::{CellResult, CellSpec, Event, Fault, READ_POINTS, Role, WRITE_POINTS};
 use crate::plan::{self, Boundary};
 use crate::scenario::{self, Scenario};
 
@@ -172,14 +174,20 @@ pub fn span(after: &[Boundary]) -> Vec<&Boundary> {
     out
 }
 
-/// The second events at boundary `b`: `kill-runner` everywhere,
-/// `kill-provider` at a provider's own boundary (a provider killed while
-/// the runner works is lost at the provider's next boundary anyway),
-/// `fail-write` at a before-write point, and `error-answer` at a
-/// provider's recovery lookup (`wire::upstream::LOOKUP_POINTS`: a lookup
-/// happens only in a recovery, where its error decides whether a turn is
-/// sent again).
+/// The second events at boundary `b`: `kill-runner` everywhere but at a
+/// before-read point, `kill-provider` at a provider's own boundary (a
+/// provider killed while the runner works is lost at the provider's next
+/// boundary anyway), `fail-write` at a before-write point, `error-answer`
+/// at a provider's recovery lookup (`wire::upstream::LOOKUP_POINTS`: a
+/// lookup happens only in a recovery, where its error decides whether a
+/// turn is sent again), and only `fail-read` at a before-read point: a kill
+/// there leaves the state of the boundary before it (a read changes
+/// nothing), and `corrupt-read` walks the same retry (stage 1 plans both at
+/// every read of a clean run).
 pub fn second_faults(b: &Boundary) -> Vec<Fault> {
+    if b.cut.point.starts_with(READ_POINTS) {
+        return vec![Fault::FailRead];
+    }
     let write = b.cut.point.starts_with(WRITE_POINTS);
     let mut out = vec![Fault::KillRunner];
     if write {
@@ -533,6 +541,11 @@ mod tests {
         assert_eq!(
             second_faults(&b("runner.turn_accepted.persisted", 1, true)),
             [Fault::KillRunner]
+        );
+        // A read changes nothing: a kill there is the kill before it.
+        assert_eq!(
+            second_faults(&b("runner.read.turns", 2, true)),
+            [Fault::FailRead]
         );
     }
 }

@@ -5,6 +5,14 @@
 //! conversation, recover a cut turn, play the next message's turn, or
 //! settle the run when nothing is left. The actor then reads the snapshot
 //! again, so every decision is made from what is durable.
+//!
+//! The actor does not end while its task is unsettled: a failed read is
+//! tried again after a pause and settles the run `storage_failed` after
+//! [`READ_TRIES`] (`read_failed`), an outcome that could not be recorded
+//! is started over (`pause_record`), and a task unsettled with no run is
+//! settled with a cause. It returns only for a task that does not exist,
+//! through `Engine::retire`, so a wake is never sent into the channel of an
+//! actor that is gone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,14 +24,31 @@ use super::provider::Live;
 use super::{Engine, PROVIDER_LOSSES_MAX, StepError, driver_err};
 use crate::causes::{Cause, CauseCode, ContractEvent};
 use crate::driver::DriverError;
-use crate::store::{Message, Run, Snapshot, TaskState, TurnKind, TurnRow, TurnStatus};
+use crate::store::{Message, Run, Snapshot, StoreError, TaskState, TurnKind, TurnRow, TurnStatus};
 
 /// First and longest pause before a task whose outcome could not be
 /// recorded starts over from its durable state (doubling in between).
 const RECORD_RETRY_FIRST: Duration = Duration::from_millis(50);
 const RECORD_RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// How many times in a row a read may fail before the run fails
+/// `storage_failed` (`docs/recovery-contract.md`, "Read faults"), and the
+/// pause before the second try (doubling: 50, 100, 200, 400 ms).
+pub(super) const READ_TRIES: u32 = 5;
+pub(super) const READ_RETRY_FIRST: Duration = Duration::from_millis(50);
+
+/// How the actor's tries are going: the pause before starting over after
+/// an outcome that could not be recorded, and the reads that failed in a
+/// row (no step has completed since).
+struct Tries {
+    record_retry: Duration,
+    reads_failed: u32,
+}
+
 impl Engine {
+    /// The task's actor. It returns only when the task does not exist, and
+    /// then through [`Engine::retire`]: whatever a read or a step returns,
+    /// an unsettled task keeps its actor or is settled with a cause.
     pub(super) async fn actor(
         self: Arc<Self>,
         task_id: String,
@@ -31,59 +56,188 @@ impl Engine {
     ) {
         let mut live: Option<Live> = None;
         let mut losses: HashMap<String, u32> = HashMap::new();
-        let mut record_retry = RECORD_RETRY_FIRST;
+        let mut tries = Tries {
+            record_retry: RECORD_RETRY_FIRST,
+            reads_failed: 0,
+        };
         loop {
             let tid = task_id.clone();
-            let snap = match self.store.call(move |db| db.snapshot(&tid)).await {
+            let read = self.store.call(move |db| db.snapshot(&tid)).await;
+            let snap = match read {
                 Ok(Some(s)) => s,
-                Ok(None) => return,
-                Err(e) => {
+                Ok(None) if self.retire(&task_id, &mut wake) => return,
+                Ok(None) => continue,
+                Err(e) if crate::seeded::actor_returns_on_failed_read() => {
+                    // SEEDED BUG actor-returns-on-failed-read: the actor
+                    // ends on a failed read, leaving the task running with
+                    // no one to run it (runnerd's own behaviour until this
+                    // round).
                     tracing::error!(task = %task_id, "failed to read the task: {e}");
                     return;
                 }
+                Err(e) => {
+                    // Settled without a snapshot to say so: wait for a wake,
+                    // as for any settled task.
+                    if self.read_failed(&task_id, e, &mut tries, &mut live).await
+                        && wake.recv().await.is_none()
+                    {
+                        return;
+                    }
+                    continue;
+                }
             };
             if snap.task.state.settled() {
-                if let Some(l) = live.take()
-                    && let Err(e) = self.stop_live(&task_id, l).await
-                {
-                    // A settled task keeps no provider; the proof is recorded.
-                    // Without one, its process stays in the store unproven
-                    // and blocks a Retry until a later stop proves it.
-                    tracing::warn!(task = %task_id, "a settled task's provider: {e}");
-                }
+                self.stop_settled(&task_id, &mut live).await;
                 if wake.recv().await.is_none() {
                     return;
                 }
                 continue;
             }
             let Some(run) = snap.run.clone() else {
-                tracing::error!(task = %task_id, "a running task has no run");
-                return;
-            };
-            if live.as_ref().is_some_and(|l| l.run_id != run.run_id)
-                && let Some(l) = live.take()
-            {
-                let _ = self.stop_live(&task_id, l).await;
-            }
-            let outcome = self.step(&snap, &run, &mut live).await;
-            if self
-                .settle_step_error(&task_id, &run, outcome, &mut live, &mut losses)
-                .await
-            {
-                record_retry = RECORD_RETRY_FIRST;
+                // Only a corrupt store holds an unsettled task with no run:
+                // it is settled with a cause, never left running with no
+                // one to run it.
+                let cause = Cause::new(
+                    CauseCode::StorageFailed,
+                    "the store holds the task unsettled with no run (a corrupt store); nothing was sent",
+                );
+                if !self.settle_unread(&task_id, cause, &mut live).await {
+                    self.pause_record(&task_id, &mut tries).await;
+                }
                 continue;
-            }
-            // The outcome could not be recorded (its provider is stopped):
-            // the store still holds the run as it was before the failed
-            // write. Start over from it after a pause, as a restarted runner
-            // would; ending the actor here left the task running with no
-            // one to run it until a restart (a write that failed once, then
-            // the write of its `storage_failed`). A full disk fails every
-            // try the same way, and nothing is sent meanwhile.
-            tracing::warn!(task = %task_id, "starting over from the durable state in {record_retry:?}");
-            tokio::time::sleep(record_retry).await;
-            record_retry = (record_retry * 2).min(RECORD_RETRY_MAX);
+            };
+            self.step_and_settle(&snap, &run, &mut live, &mut losses, &mut tries)
+                .await;
         }
+    }
+
+    /// One step of the running task `snap`, and its error applied. A failed
+    /// read goes to [`Engine::read_failed`]; an outcome that could not be
+    /// recorded, to [`Engine::pause_record`].
+    async fn step_and_settle(
+        &self,
+        snap: &Snapshot,
+        run: &Run,
+        live: &mut Option<Live>,
+        losses: &mut HashMap<String, u32>,
+        tries: &mut Tries,
+    ) {
+        let task_id = &snap.task.task_id;
+        if live.as_ref().is_some_and(|l| l.run_id != run.run_id)
+            && let Some(l) = live.take()
+        {
+            let _ = self.stop_live(task_id, l).await;
+        }
+        let outcome = self.step(snap, run, live).await;
+        if let Err(StepError::Read(e)) = outcome {
+            self.read_failed(task_id, e, tries, live).await;
+            return;
+        }
+        tries.reads_failed = 0;
+        if self
+            .settle_step_error(task_id, run, outcome, live, losses)
+            .await
+        {
+            tries.record_retry = RECORD_RETRY_FIRST;
+            return;
+        }
+        self.pause_record(task_id, tries).await;
+    }
+
+    /// A read failed (`e`) and nothing was sent after it. Below
+    /// [`READ_TRIES`] failed reads in a row, the actor pauses (50 ms,
+    /// doubling) and reads the task again, keeping its provider: a read
+    /// changes nothing, so trying it again is safe, and a disk that failed
+    /// one read often serves the next. At the last try the run fails
+    /// `storage_failed`, its provider stopped with proof first
+    /// ([`Engine::settle_unread`]). Returns whether the task is settled now.
+    async fn read_failed(
+        &self,
+        task_id: &str,
+        e: StoreError,
+        tries: &mut Tries,
+        live: &mut Option<Live>,
+    ) -> bool {
+        tries.reads_failed += 1;
+        let n = tries.reads_failed;
+        tracing::warn!(task = %task_id, "a read failed ({e}); try {n} of {READ_TRIES}");
+        if n < READ_TRIES {
+            tokio::time::sleep(READ_RETRY_FIRST * 2u32.pow(n - 1)).await;
+            return false;
+        }
+        let cause = Cause::new(
+            CauseCode::StorageFailed,
+            format!(
+                "a read of the store failed {n} times in a row (the last: {e}); nothing was sent after it"
+            ),
+        );
+        if self.settle_unread(task_id, cause, live).await {
+            tries.reads_failed = 0;
+            return true;
+        }
+        self.pause_record(task_id, tries).await;
+        false
+    }
+
+    /// Settles the task failed with `cause` without a snapshot to decide
+    /// from: its provider stopped first (one that cannot be proven stopped
+    /// settles it `needs_human` with the quarantine's cause instead), then
+    /// `Db::settle_unread`, which leaves a task already settled as it is.
+    /// False when the outcome could not be written.
+    async fn settle_unread(&self, task_id: &str, cause: Cause, live: &mut Option<Live>) -> bool {
+        let mut cause = cause;
+        if let Some(l) = live.take()
+            && let Err(StepError::Fail(q)) = self.stop_live(task_id, l).await
+        {
+            cause = q;
+        }
+        let state = if cause.code == CauseCode::CleanupQuarantined {
+            TaskState::NeedsHuman
+        } else {
+            TaskState::Failed
+        };
+        let tid = task_id.to_owned();
+        match self
+            .store
+            .call(move |db| db.settle_unread(&tid, state, cause))
+            .await
+        {
+            Ok(settled) => {
+                if settled {
+                    crate::cut::persisted("run_settled");
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(task = %task_id, "failed to record the run's outcome: {e}");
+                false
+            }
+        }
+    }
+
+    /// A settled task keeps no provider; the proof is recorded. Without one,
+    /// its process stays in the store unproven and blocks a Retry until a
+    /// later stop proves it.
+    async fn stop_settled(&self, task_id: &str, live: &mut Option<Live>) {
+        if let Some(l) = live.take()
+            && let Err(e) = self.stop_live(task_id, l).await
+        {
+            tracing::warn!(task = %task_id, "a settled task's provider: {e}");
+        }
+    }
+
+    /// The outcome could not be recorded (its provider is stopped): the
+    /// store still holds the run as it was before the failed write. The
+    /// actor starts over from it after a pause (50 ms, doubling to 5 s), as
+    /// a restarted runner would; ending the actor here left the task
+    /// running with no one to run it until a restart (a write that failed
+    /// once, then the write of its `storage_failed`). A full disk fails
+    /// every try the same way, and nothing is sent meanwhile.
+    async fn pause_record(&self, task_id: &str, tries: &mut Tries) {
+        let pause = tries.record_retry;
+        tracing::warn!(task = %task_id, "starting over from the durable state in {pause:?}");
+        tokio::time::sleep(pause).await;
+        tries.record_retry = (pause * 2).min(RECORD_RETRY_MAX);
     }
 
     /// Applies a step's error to the run: a failure settles it, a lost
@@ -117,7 +271,9 @@ impl Engine {
                     self.provider_lost(task_id, run, err, live).await
                 }
             }
-            Err(StepError::Storage(e)) => {
+            // A failed read is the actor's (`read_failed`); one that reaches
+            // here is settled like a failed write.
+            Err(StepError::Storage(e) | StepError::Read(e)) => {
                 tracing::error!(task = %task_id, "storage failed: {e}");
                 let cause = Cause::new(
                     CauseCode::StorageFailed,

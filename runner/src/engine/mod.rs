@@ -108,6 +108,9 @@ enum StepError {
     Lost(DriverError),
     /// A durable write failed; nothing may be sent after it.
     Storage(StoreError),
+    /// A read the step decides from failed; nothing was sent after it, and
+    /// the actor reads again after a pause (`actor::Reads`).
+    Read(StoreError),
 }
 
 impl std::fmt::Display for StepError {
@@ -116,6 +119,7 @@ impl std::fmt::Display for StepError {
             StepError::Fail(c) => write!(f, "{}: {}", c.code.as_str(), c.message),
             StepError::Lost(e) => write!(f, "provider lost: {e}"),
             StepError::Storage(e) => write!(f, "storage failed: {e}"),
+            StepError::Read(e) => write!(f, "a read failed: {e}"),
         }
     }
 }
@@ -165,9 +169,16 @@ impl Engine {
         self.opts.profiles.contains_key(name)
     }
 
-    /// Starts actors for every task that was executing when the runner stopped.
+    /// Starts actors for every task that was executing when the runner
+    /// stopped. A failed read of that list is tried again after a pause (50
+    /// ms, doubling), [`actor::READ_TRIES`] times in all; the error of the
+    /// last try ends the runner's start (exit 3), since a runner that cannot
+    /// tell which tasks it must resume would leave them without an actor.
     pub async fn recover_all(self: &Arc<Self>) -> Result<usize, StoreError> {
-        let tasks = self.store.call(|db| db.unsettled_tasks()).await?;
+        let epoch = self.opts.epoch;
+        let tasks = self
+            .read_tried("the tasks to resume", move |db| db.unsettled_tasks(epoch))
+            .await?;
         if crate::seeded::stuck_after_restart() {
             // SEEDED BUG stuck-after-restart: the tasks are counted (and
             // logged as resumed) but no actor is woken for them.
@@ -179,7 +190,11 @@ impl Engine {
         Ok(tasks.len())
     }
 
-    /// Wakes the task's actor, starting it if needed.
+    /// Wakes the task's actor, starting it if needed. A wake sent to an
+    /// actor is never lost: an actor returns only through
+    /// [`Engine::retire`], which takes it out of the table under the same
+    /// lock, so a wake either reaches an actor that reads it or finds no
+    /// actor and starts one.
     pub fn wake(self: &Arc<Self>, task_id: &str) {
         let mut actors = self.actors.lock().expect("actor table");
         if let Some(tx) = actors.get(task_id)
@@ -192,6 +207,67 @@ impl Engine {
         let engine = Arc::clone(self);
         let task_id = task_id.to_owned();
         tokio::spawn(async move { engine.actor(task_id, rx).await });
+    }
+
+    /// Whether the actor of `task_id`, about to return, may: not when a
+    /// wake is waiting in its channel (it goes on and reads the task
+    /// again); otherwise its entry leaves the table under the table's lock,
+    /// so the next wake starts a new actor instead of counting as
+    /// delivered into a channel no one reads any more.
+    fn retire(&self, task_id: &str, wake: &mut mpsc::UnboundedReceiver<()>) -> bool {
+        let mut actors = self.actors.lock().expect("actor table");
+        if wake.try_recv().is_ok() {
+            return false;
+        }
+        wake.close();
+        actors.remove(task_id);
+        true
+    }
+
+    /// A read that answers a request rather than a step (the tasks to
+    /// resume, a Retry's snapshot and message), tried as the actor tries its
+    /// reads: again after a pause (50 ms, doubling), [`actor::READ_TRIES`]
+    /// times in all, so that one failed read never fails the request; the
+    /// last try's error is the answer.
+    async fn read_tried<R: Send + 'static>(
+        &self,
+        what: &str,
+        f: impl Fn(&Db) -> Result<R, StoreError> + Clone + Send + 'static,
+    ) -> Result<R, StoreError> {
+        let mut pause = actor::READ_RETRY_FIRST;
+        let mut tries = 1;
+        loop {
+            let once = f.clone();
+            match self.store.call(move |db| once(db)).await {
+                Err(e) if tries < actor::READ_TRIES => {
+                    tracing::warn!(
+                        "failed to read {what} ({e}); try {tries} of {}",
+                        actor::READ_TRIES
+                    );
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// A read the next step decides from: its point `runner.read.<read>`
+    /// first ([`Db::check_read`]), then `f`. Any error of it is a failed
+    /// read ([`StepError::Read`]).
+    async fn read<R: Send + 'static>(
+        &self,
+        read: &'static str,
+        f: impl FnOnce(&Db) -> Result<R, StoreError> + Send + 'static,
+    ) -> Result<R, StepError> {
+        self.store
+            .call(move |db| {
+                db.check_read(read)?;
+                f(db)
+            })
+            .await
+            .map_err(StepError::Read)
     }
 
     /// A durable write of a step, then its cut point.
@@ -213,12 +289,15 @@ impl Engine {
             .expect("checked when the provider started")
     }
 
-    /// The text of a message of the task.
+    /// The text of a message of the task (the read `message`); a turn's
+    /// message that is not there is a corrupt store, read like a failed read.
     async fn message_text(&self, task_id: &str, message_id: &str) -> Result<String, StepError> {
         let (tid, mid) = (task_id.to_owned(), message_id.to_owned());
-        let m = self.store.call(move |db| db.message(&tid, &mid)).await?;
+        let m = self
+            .read("message", move |db| db.message(&tid, &mid))
+            .await?;
         m.map(|m| m.text).ok_or_else(|| {
-            StepError::Storage(StoreError::Corrupt {
+            StepError::Read(StoreError::Corrupt {
                 table: "messages",
                 detail: format!("turn for unknown message {message_id}"),
             })
@@ -239,3 +318,6 @@ impl Engine {
         scrub
     }
 }
+
+#[cfg(test)]
+mod tests;

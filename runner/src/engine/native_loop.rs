@@ -114,7 +114,9 @@ impl Engine {
         text: Option<&str>,
     ) -> Result<Checkpoint, StepError> {
         let (task_id, row, turn) = (&nt.snap.task.task_id, nt.row(), nt.turn);
-        let stored = self.store.call(move |db| db.native_checkpoint(row)).await?;
+        let stored = self
+            .read("native_checkpoint", move |db| db.native_checkpoint(row))
+            .await?;
         if let Some(v) = stored {
             return Checkpoint::from_json(&v).map_err(|e| corrupt(e.to_string()));
         }
@@ -243,8 +245,9 @@ impl Engine {
         let row = nt.row();
         let (conv, r) = (nt.conversation.to_owned(), row);
         let earlier = self
-            .store
-            .call(move |db| db.native_checkpoints_before(&conv, r))
+            .read("native_history", move |db| {
+                db.native_checkpoints_before(&conv, r)
+            })
             .await?;
         let mut input = Vec::new();
         for v in &earlier {

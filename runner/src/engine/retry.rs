@@ -4,7 +4,9 @@
 //! It runs on the API's request, not on the task's actor: the actor of a
 //! settled task only waits to be woken, and the admitted run wakes it. The
 //! proof and the admission are one durable write (`Db::admit_retry`), so a
-//! refused or failed Retry changed nothing.
+//! refused or failed Retry changed nothing. Its reads are tried again as
+//! the actor's are (`Engine::read_tried`): a Retry fails 503 only when a
+//! read fails every try.
 
 use std::sync::Arc;
 
@@ -35,12 +37,19 @@ impl Engine {
         message_id: &str,
     ) -> Result<RetryOutcome, StoreError> {
         let tid = task_id.to_owned();
-        let Some(snap) = self.store.call(move |db| db.snapshot(&tid)).await? else {
+        let snap = self
+            .read_tried("the task", move |db| db.snapshot(&tid))
+            .await?;
+        let Some(snap) = snap else {
             return Ok(RetryOutcome::UnknownTask);
         };
-        let mid = message_id.to_owned();
-        let tid = task_id.to_owned();
-        let existing = self.store.call(move |db| db.message(&tid, &mid)).await?;
+        let (tid, mid) = (task_id.to_owned(), message_id.to_owned());
+        let existing = self
+            .read_tried("the Retry's message", move |db| {
+                db.check_read("message")?;
+                db.message(&tid, &mid)
+            })
+            .await?;
         if existing.is_some() {
             // The same Retry again (or a reused id): the store answers it
             // without a new proof and without touching any process.

@@ -33,8 +33,7 @@ impl Engine {
             .any(|t| t.run_id == run.run_id && t.status == TurnStatus::Completed);
         let (tid, rid) = (snap.task.task_id.clone(), run.run_id.clone());
         let output = self
-            .store
-            .call(move |db| db.output_held(&tid, &rid, None))
+            .read("turn_output", move |db| db.output_held(&tid, &rid, None))
             .await?;
         let held = recovery::Held {
             completed_turn,
@@ -135,8 +134,7 @@ impl Engine {
         let (tid, rid, row) = (task_id.to_owned(), run.run_id.clone(), turn.turn_row);
         let accepted = matches!(state, TurnState::Accepted { .. });
         let held = self
-            .store
-            .call(move |db| {
+            .read("turn_output", move |db| {
                 let unfinished = match accepted {
                     true => db.approved_items_unfinished(&tid, row)?,
                     false => Vec::new(),
@@ -158,8 +156,7 @@ impl Engine {
         };
         let (tid, row) = (task_id.to_owned(), turn.turn_row);
         let earlier = self
-            .store
-            .call(move |db| db.accepted_before(&tid, row))
+            .read("turns_before", move |db| db.accepted_before(&tid, row))
             .await?;
         Ok(Sent { text, earlier })
     }

@@ -22,6 +22,17 @@
 //! `TURNCUT_RUNNER_FAIL_WRITE=<write name>`, makes every write of that name
 //! fail as a full disk would, without a harness.
 //!
+//! Read faults: each read the engine decides from first passes the cut point
+//! `runner.read.<read>` with `cutpoint::hit_io` ([`Db::check_read`]): the
+//! snapshot's parts (`task`, `turns`, `queue`, `providers`), the tasks to
+//! resume (`tasks`) and the recovery lookups (`message`, `turn_output`,
+//! `turns_before`, `native_checkpoint`, `native_history`). The harness answers
+//! an armed one `fail EIO` (`fail-read`) or `corrupt` (`corrupt-read`), and the
+//! read fails as SQLite would report it (`SQLITE_IOERR_READ`,
+//! `SQLITE_CORRUPT`); the next read goes to the disk again. The control API's
+//! own reads (a task's view, the run log) pass no point: a client polls them
+//! as often as it likes, so their hits would not count the same in two runs.
+//!
 //! One file per concept, each with its rows, its reads and its writes:
 //! `schema` (the tables and the owner epoch), `events` (the run log every
 //! write appends to), `tasks` (task state, the engine's snapshot,
@@ -94,6 +105,16 @@ pub enum StoreError {
         write: String,
         #[source]
         source: std::io::Error,
+    },
+    /// The read failed, as SQLite reports a read the disk failed
+    /// (`SQLITE_IOERR_READ`) or a page that does not decode
+    /// (`SQLITE_CORRUPT`): a read fault injected at its `runner.read.<read>`
+    /// cut point.
+    #[error("read {read} failed: {source}")]
+    Read {
+        read: &'static str,
+        #[source]
+        source: rusqlite::Error,
     },
 }
 
@@ -233,13 +254,42 @@ impl Db {
         if cutpoint::active()
             && let Err(e) = cutpoint::hit_io(&format!("runner.write.{write}"))
         {
-            self.disk_full |= e.raw_os_error() == Some(cutpoint::IoFault::Enospc.errno());
+            self.disk_full |= cutpoint::IoFault::of_error(&e) == Some(cutpoint::IoFault::Enospc);
             return Err(failed(e));
         }
         if self.disk_full {
             return Err(failed(cutpoint::IoFault::Enospc.to_io_error()));
         }
         Ok(())
+    }
+
+    /// Fails the read `read` before it starts when the harness answers its
+    /// cut point `runner.read.<read>` with `fail EIO` (the disk failed the
+    /// read: `SQLITE_IOERR_READ`) or `corrupt` (what came back does not
+    /// decode: `SQLITE_CORRUPT`), as SQLite itself would report either. A
+    /// failed read changes nothing, so the next one simply goes to the disk
+    /// again. Runs on the writer thread, like [`Db::check_fail`].
+    pub fn check_read(&self, read: &'static str) -> Result<(), StoreError> {
+        if !cutpoint::active() {
+            return Ok(());
+        }
+        let Err(e) = cutpoint::hit_io(&format!("runner.read.{read}")) else {
+            return Ok(());
+        };
+        let (code, text) = match cutpoint::IoFault::of_error(&e) {
+            Some(cutpoint::IoFault::Corrupt) => (
+                rusqlite::ffi::SQLITE_CORRUPT,
+                "database disk image is malformed",
+            ),
+            _ => (rusqlite::ffi::SQLITE_IOERR_READ, "disk I/O error"),
+        };
+        Err(StoreError::Read {
+            read,
+            source: rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(code),
+                Some(format!("{text} ({e})")),
+            ),
+        })
     }
 
     /// Read access.

@@ -27,5 +27,6 @@ export declare function active(): boolean;
 /** Marks the boundary `point`; held at the armed occurrence until the harness replies. */
 export declare function hit(point: string): Promise<void>;
 /** Marks the boundary before an operation that can fail; rejects with an Error
- * whose `code` is "EIO" or "ENOSPC" when the harness injects that fault. */
+ * whose `code` is "EIO" or "ENOSPC" (with its `errno`) when the harness injects
+ * that fault, or "CORRUPT" (no `errno`) when what it reads is to be corrupt. */
 export declare function hitIo(point: string): Promise<void>;

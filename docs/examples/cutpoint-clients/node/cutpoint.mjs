@@ -5,7 +5,7 @@
 // `await hit("runner.turn_intent.persisted")` marks a boundary; `await
 // hitIo("runner.write.turn_intent")` marks one before an operation that can fail
 // (it rejects with an Error whose `code` is "EIO" or "ENOSPC" when the harness
-// says so). The environment is read once. Disarmed, a hit is one boolean test.
+// says so, or "CORRUPT" when it says the data read there is corrupt). The environment is read once. Disarmed, a hit is one boolean test.
 // Traced, every hit appends one JSON line to the trace file in one write(2) on an
 // O_APPEND descriptor, so lines of concurrent processes never tear. At the armed
 // occurrence the hit connects to the harness, sends its line and waits for the
@@ -109,19 +109,29 @@ export function active() {
   return config !== null;
 }
 
-/** Marks the boundary `point`; a `fail …` reply is logged and ignored. */
+/** Marks the boundary `point`; a `fail …` or `corrupt` reply is logged and ignored. */
 export async function hit(point) {
   await dispatch(point, false);
 }
 
+/** The fault each reply injects: the code of the Error `hitIo` rejects with,
+ * and its errno (none for a corrupt read: the kernel returned the bytes, only
+ * the reader finds them wrong). */
+const FAULTS = new Map([
+  ["fail EIO", { code: "EIO", errno: 5 }],
+  ["fail ENOSPC", { code: "ENOSPC", errno: 28 }],
+  ["corrupt", { code: "CORRUPT", errno: undefined }],
+]);
+
 /** Marks the boundary before an operation that can fail: rejects with an
- * Error whose `code` is "EIO" or "ENOSPC" when the harness says so. */
+ * Error whose `code` is "EIO" or "ENOSPC" (with its `errno`) when the harness
+ * says so, or "CORRUPT" when what the operation reads is to be corrupt. */
 export async function hitIo(point) {
   const fault = await dispatch(point, true);
   if (fault !== null) {
-    const err = new Error(`${fault}: injected by the harness at ${point}`);
-    err.code = fault;
-    err.errno = fault === "EIO" ? 5 : 28;
+    const err = new Error(`${fault.code}: injected by the harness at ${point}`);
+    err.code = fault.code;
+    if (fault.errno !== undefined) err.errno = fault.errno;
     throw err;
   }
 }
@@ -149,7 +159,7 @@ function dispatch(point, canFail) {
   return armed ? hold(line, point, n, canFail) : Promise.resolve(null);
 }
 
-/** Sends the hit and resolves with the injected fault ("EIO"/"ENOSPC") or null. */
+/** Sends the hit and resolves with the injected fault (an entry of FAULTS) or null. */
 function hold(line, point, n, canFail) {
   return new Promise((resolve) => {
     let reply = "";
@@ -166,10 +176,11 @@ function hold(line, point, n, canFail) {
       }
       const r = text.replace(/\r?\n$/, "");
       if (r === "continue") return resolve(null);
-      const fault = r === "fail EIO" ? "EIO" : r === "fail ENOSPC" ? "ENOSPC" : null;
+      const fault = FAULTS.get(r) ?? null;
       if (fault !== null && canFail) return resolve(fault);
       if (fault !== null) {
-        process.stderr.write(`cutpoint: ${point}#${n} cannot fail; ignoring ${fault} and continuing\n`);
+        const name = fault.code === "CORRUPT" ? "corrupt" : fault.code;
+        process.stderr.write(`cutpoint: ${point}#${n} cannot fail; ignoring ${name} and continuing\n`);
       } else if (r === "") {
         process.stderr.write(
           `cutpoint: harness closed the connection for ${point}#${n} without replying; continuing\n`,

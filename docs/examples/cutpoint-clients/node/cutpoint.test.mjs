@@ -2,7 +2,8 @@
 // against the real harness listener (the Rust `cutpoint::Listener`), which sets
 // the TURNCUT_* environment, answers each armed hit as the test plans and then
 // compares this script's output and the trace file with what it expects.
-// Each step prints `<point> <outcome>`: `continued`, `EIO` or `ENOSPC`.
+// Each step prints `<point> <outcome>`: `continued`, `EIO`, `ENOSPC` or
+// `CORRUPT`.
 
 import * as cut from "./cutpoint.mjs";
 
@@ -25,6 +26,7 @@ async function step(point, canFail) {
 for (let i = 0; i < 3; i++) await step("a.b", false);
 await step("w.x", true);
 await step("w.y", true);
+await step("r.c", true);
 await step("w.z", false);
 await step("t.q", false);
 // Parsing, which the wire depends on, checked here rather than by the harness.

@@ -4,7 +4,8 @@ The wire is docs/cutpoints.md; this is the Python twin of the Rust crate
 `cutpoint` (harness/cutpoint). `hit("runner.turn_intent.persisted")` marks a
 boundary; `hit_io("runner.write.turn_intent")` marks one before an operation
 that can fail and raises `OSError(errno.EIO)` or `OSError(errno.ENOSPC)` when the
-harness says so. The environment is read once. Disarmed, a hit is one test of a
+harness says so, or `CorruptRead` (an `OSError` with no errno) when it says the
+data read there is corrupt. The environment is read once. Disarmed, a hit is one test of a
 module variable. Traced, every hit appends one JSON line to the trace file in one
 os.write on an O_APPEND descriptor. At the armed occurrence the calling thread
 connects to the harness, sends its line and blocks until the reply (other
@@ -126,16 +127,30 @@ def active():
 
 
 def hit(point):
-    """Marks the boundary `point`; a `fail ...` reply is logged and ignored."""
+    """Marks the boundary `point`; a `fail ...` or `corrupt` reply is logged and ignored."""
     _dispatch(point, False)
+
+
+class CorruptRead(OSError):
+    """What `hit_io` raises when the harness says the data read at the point is
+    corrupt (reply `corrupt`): the kernel returned the bytes and only the reader
+    finds them wrong, so it carries no errno."""
+
+
+# The fault each reply injects: its name, and its errno (None for a corrupt read).
+_FAULTS = {"fail EIO": ("EIO", errno.EIO), "fail ENOSPC": ("ENOSPC", errno.ENOSPC),
+           "corrupt": ("corrupt", None)}
 
 
 def hit_io(point):
     """Marks the boundary before an operation that can fail; raises OSError with
-    errno EIO or ENOSPC when the harness injects that fault."""
+    errno EIO or ENOSPC when the harness injects that fault, or CorruptRead when
+    what the operation reads is to be corrupt."""
     fault = _dispatch(point, True)
     if fault is not None:
-        code = errno.EIO if fault == "EIO" else errno.ENOSPC
+        name, code = fault
+        if code is None:
+            raise CorruptRead(f"the data read is corrupt (injected by the harness at {point})")
         raise OSError(code, f"{os.strerror(code)} (injected by the harness at {point})")
 
 
@@ -177,11 +192,11 @@ def _hold(cfg, line, point, n, can_fail):
     reply = reply.rstrip("\r\n")
     if reply == "continue":
         return None
-    fault = {"fail EIO": "EIO", "fail ENOSPC": "ENOSPC"}.get(reply)
+    fault = _FAULTS.get(reply)
     if fault is not None and can_fail:
         return fault
     if fault is not None:
-        print(f"cutpoint: {point}#{n} cannot fail; ignoring {fault} and continuing", file=sys.stderr)
+        print(f"cutpoint: {point}#{n} cannot fail; ignoring {fault[0]} and continuing", file=sys.stderr)
     elif reply == "":
         print(f"cutpoint: harness closed the connection for {point}#{n} without replying; continuing",
               file=sys.stderr)

@@ -2,7 +2,7 @@
 against the real harness listener (the Rust `cutpoint::Listener`), which sets the
 TURNCUT_* environment, answers each armed hit as the test plans and then compares
 this script's output and the trace file with what it expects. Each step prints
-`<point> <outcome>`: `continued`, `EIO` or `ENOSPC`."""
+`<point> <outcome>`: `continued`, `EIO`, `ENOSPC` or `CORRUPT`."""
 
 import errno
 import os
@@ -22,6 +22,8 @@ def step(point, can_fail):
     try:
         (cutpoint.hit_io if can_fail else cutpoint.hit)(point)
         print(f"{point} continued", flush=True)
+    except cutpoint.CorruptRead:
+        print(f"{point} CORRUPT", flush=True)
     except OSError as e:
         print(f"{point} {errno.errorcode[e.errno]}", flush=True)
 
@@ -30,6 +32,7 @@ for _ in range(3):
     step("a.b", False)
 step("w.x", True)
 step("w.y", True)
+step("r.c", True)
 step("w.z", False)
 step("t.q", False)
 arms = cutpoint.parse_arm(" a#2 , runner.write.*#* ,b")

@@ -5,10 +5,10 @@
 //! prints `passed <point>` after each one and `done` at the end, so a test can
 //! tell from stdout exactly how far the process got. A point written `io:<point>`
 //! is passed with [`cutpoint::hit_io`], as before a write that can fail, and a
-//! failure prints `failed <point> errno <n>` instead; one written
-//! `answer:<point>` is passed with [`cutpoint::hit_answer`], as where a
-//! request is answered, and an injected answer prints `answered <point>
-//! <name>`. A leading `--lazy` skips
+//! failure prints `failed <point> errno <n>` (`failed <point> corrupt` for a
+//! corrupt read) instead; one written `answer:<point>` is passed with
+//! [`cutpoint::hit_answer`], as where a request is answered, and an injected
+//! answer prints `answered <point> <name>`. A leading `--lazy` skips
 //! `init` so that tests can exercise the lazy first-hit path. It deliberately
 //! does nothing else: no work between hits, no signal handling.
 
@@ -29,7 +29,10 @@ fn main() -> ExitCode {
         let line = match (arg.strip_prefix("io:"), arg.strip_prefix("answer:")) {
             (Some(point), _) => match cutpoint::hit_io(point) {
                 Ok(()) => format!("passed {point}"),
-                Err(e) => format!("failed {point} errno {}", e.raw_os_error().unwrap_or(0)),
+                Err(e) => match cutpoint::IoFault::of_error(&e) {
+                    Some(cutpoint::IoFault::Corrupt) => format!("failed {point} corrupt"),
+                    _ => format!("failed {point} errno {}", e.raw_os_error().unwrap_or(0)),
+                },
             },
             (None, Some(point)) => match cutpoint::hit_answer(point) {
                 None => format!("passed {point}"),

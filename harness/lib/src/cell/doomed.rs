@@ -93,6 +93,8 @@ mod tests {
             Fault::Retry,
             Fault::FailWrite,
             Fault::DiskFull,
+            Fault::FailRead,
+            Fault::CorruptRead,
         ] {
             assert!(doomed_by(f, "no-such-tag", Some(1), None).is_empty(), "{f}");
         }

@@ -523,7 +523,8 @@ fn restart_runner(ctx: &Ctx, why: ActionKind) -> anyhow::Result<()> {
 
 /// A storage fault: the held before-write hit is answered `fail EIO` (one
 /// write fails) or `fail ENOSPC` (the disk is full until the runner's next
-/// write, see [`disk_comes_back`]).
+/// write, see [`disk_comes_back`]); the held before-read hit `fail EIO`
+/// (one read fails) or `corrupt` (one read returns a corrupt page).
 fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
     if Role::of(&held.hit.role) != Role::Runner || !fault.applies_at(&held.hit.point) {
         side.act(
@@ -538,12 +539,17 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
             cutpoint::IoFault::Enospc,
             Some((held.hit.pid, Instant::now())),
         ),
+        Fault::CorruptRead => (cutpoint::IoFault::Corrupt, None),
         _ => (cutpoint::IoFault::Eio, None),
     };
     side.matcher().disk_full = pid;
     side.act(
         ActionKind::Fault(fault),
-        json!({ "point": held.hit.point, "errno": io.as_str() }),
+        match io.errno() {
+            Some(_) => json!({ "point": held.hit.point, "errno": io.as_str() }),
+            // A corrupt read has no errno: the reply says what it was.
+            None => json!({ "point": held.hit.point, "reply": io.reply() }),
+        },
     );
     held.fail(io)?;
     Ok(())
@@ -713,14 +719,14 @@ fn apply_signals(
 }
 
 /// What the controller could read before the fault: nothing of it may
-/// vanish. At a before-write point the store is blocked on the held write,
-/// so nothing can be read there; a later event's write may be held too (the
-/// acceptor already matched it), hence the short deadline: no read, no
-/// check.
+/// vanish. At a before-write or before-read point the store is blocked on
+/// the held hit, so nothing can be read there; a later event's hit may be
+/// held too (the acceptor already matched it), hence the short deadline: no
+/// read, no check.
 fn read_before_fault(client: Option<&RunnerClient>, hit: &cutpoint::Hit) -> Option<Vec<Value>> {
-    let at_write = hit.point.starts_with(crate::model::WRITE_POINTS);
+    let at_store = crate::model::is_store_point(&hit.point);
     client
-        .filter(|_| !at_write)
+        .filter(|_| !at_store)
         .and_then(|c| c.events_within(TASK_ID, 0, PRE_FAULT_READ).ok())
 }
 

@@ -84,6 +84,8 @@ pub(super) fn inject_action(
         state_before: None,
         expect: None,
         sent_at_ms: at_ms,
+
+        answered_at_ms: ctx.rec.now_ms(),
         injected: true,
     };
     ctx.rec.injected(exchange, op);

@@ -142,6 +142,8 @@ fn send(
         state_before: None,
         expect: None,
         sent_at_ms,
+
+        answered_at_ms: ctx.rec.now_ms(),
         injected: false,
     });
     if status == 0 {

@@ -197,6 +197,12 @@ impl Action {
         self.detail["point"].as_str()
     }
 
+    /// The fault of the event a `cut.reached` or `event.reached` action
+    /// matched.
+    pub fn fault(&self) -> Option<Fault> {
+        self.detail["fault"].as_str().and_then(Fault::parse)
+    }
+
     /// The pid of the process it was about (the hit's, the killed
     /// runner's).
     pub fn pid(&self) -> Option<u64> {
@@ -249,6 +255,11 @@ pub struct Exchange {
     /// steps').
     #[serde(default)]
     pub sent_at_ms: u64,
+    /// When its answer came (or the controller gave up on one), in
+    /// milliseconds since the cell started: a fault applied before then may
+    /// have changed the task before the runner took the request.
+    #[serde(default)]
+    pub answered_at_ms: u64,
     /// Whether a controller-action event sent it (`follow-up`, `retry`)
     /// rather than a scenario step.
     #[serde(default)]

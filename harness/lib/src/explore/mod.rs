@@ -20,7 +20,7 @@ use proptest::strategy::ValueTree as _;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 
 use crate::cell::CellEnv;
-use crate::model::{CellSpec, Cut, Event, Fault, Role, Verdict};
+use crate::model::{CellSpec, Cut, Event, Fault, READ_POINTS, Role, Verdict, WRITE_POINTS};
 use crate::nemesis;
 use crate::plan::{self, Boundary};
 use crate::scenario::{self, Scenario};
@@ -31,8 +31,9 @@ use crate::wave::{self, Finished};
 /// FUSE and lazy mounts, and the wave plans its cells where they count
 /// (`Fault::power_cut_planned_at`); a `--schedule` may name it. The
 /// error answers are drawn too: one drawn where its process answers no
-/// request becomes kill-runner, as any fault that does not apply.
-pub const SCHEDULE_FAULTS: [Fault; 12] = [
+/// request becomes kill-runner, as any fault that does not apply; so are
+/// the read faults, from the before-read points.
+pub const SCHEDULE_FAULTS: [Fault; 14] = [
     Fault::KillRunner,
     Fault::KillProvider,
     Fault::KillBoth,
@@ -45,6 +46,8 @@ pub const SCHEDULE_FAULTS: [Fault; 12] = [
     Fault::RateLimit,
     Fault::AuthExpired,
     Fault::StreamCut,
+    Fault::FailRead,
+    Fault::CorruptRead,
 ];
 
 /// How many events a generated schedule has.
@@ -119,24 +122,39 @@ pub fn new_schedule<S: Strategy<Value = Vec<Event>>>(
 }
 
 fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event> {
-    let writes: Vec<&Boundary> = boundaries
+    let of = |prefix: &str| -> Vec<&Boundary> {
+        boundaries
+            .iter()
+            .filter(|b| b.cut.point.starts_with(prefix))
+            .collect()
+    };
+    let (writes, reads) = (of(WRITE_POINTS), of(READ_POINTS));
+    // Any other fault draws from every boundary but the before-read points:
+    // a kill there leaves the state of the boundary before it (a read
+    // changes nothing), and a runner hits many of them.
+    let others: Vec<&Boundary> = boundaries
         .iter()
-        .filter(|b| b.cut.point.starts_with(crate::model::WRITE_POINTS))
+        .filter(|b| !b.cut.point.starts_with(READ_POINTS))
         .collect();
     raw.iter()
         .enumerate()
         .map(|(i, (at, fault, occurrence))| {
             let mut fault = SCHEDULE_FAULTS[*fault];
-            if fault.is_storage() && writes.is_empty() {
+            let own = match fault {
+                f if f.is_read() => &reads,
+                f if f.is_storage() => &writes,
+                _ => &others,
+            };
+            if own.is_empty() {
                 fault = Fault::KillRunner;
             }
-            // A storage fault draws from the before-write points only; a
-            // fault that does not apply at the point drawn becomes kill-runner
-            // (see `Fault::applies_at`).
-            let b = if fault.is_storage() {
-                writes[at.index(writes.len())]
-            } else {
-                &boundaries[at.index(boundaries.len())]
+            // A storage fault draws from its own points only (a write fault
+            // from the before-write points, a read fault from the
+            // before-read ones); a fault that does not apply at the point
+            // drawn becomes kill-runner (see `Fault::applies_at`).
+            let b = match own.is_empty() {
+                false => own[at.index(own.len())],
+                true => &boundaries[at.index(boundaries.len())],
             };
             if !fault.applies_at(&b.cut.point) {
                 fault = Fault::KillRunner;
@@ -510,6 +528,29 @@ mod tests {
             if s[0].cut.point == "runner.a.persisted" {
                 assert!(!nemesis::needs_provider(s[0].fault), "{s:?}");
             }
+        }
+    }
+
+    #[test]
+    fn each_fault_is_drawn_where_it_applies() {
+        let bs = vec![
+            b("runner", "runner.write.turn_intent", 1, true),
+            b("runner", "runner.read.turns", 1, true),
+            b("runner", "runner.turn_intent.persisted", 1, true),
+            b("provider", "codex.x", 1, true),
+        ];
+        let drawn: Vec<Event> = draw(&bs, EventCount { min: 4, max: 8 }, 3, 200)
+            .into_iter()
+            .flatten()
+            .collect();
+        for e in &drawn {
+            let read = e.cut.point.starts_with(READ_POINTS);
+            assert!(e.fault.applies_at(&e.cut.point), "{e}");
+            // A read point is drawn for read faults only.
+            assert_eq!(read, e.fault.is_read(), "{e}");
+        }
+        for f in [Fault::FailRead, Fault::CorruptRead, Fault::FailWrite] {
+            assert!(drawn.iter().any(|e| e.fault == f), "{f} is drawn");
         }
     }
 

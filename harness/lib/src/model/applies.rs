@@ -3,7 +3,7 @@
 //! one injects (`wire::upstream`, where their names and wire forms are
 //! defined once) and where a process can answer with it.
 
-use super::{Fault, FaultClass, Role, WRITE_POINTS};
+use super::{Fault, FaultClass, READ_POINTS, Role, WRITE_POINTS};
 
 impl Fault {
     /// The model API's failure this fault injects, one of
@@ -38,23 +38,24 @@ impl Fault {
         }
     }
 
-    /// Whether the fault may be applied at `point`: a storage fault only at
-    /// a before-write point; at a before-write point only storage faults,
-    /// `kill-runner` and `power-cut` (the runner's store is blocked there,
-    /// so nothing can read the run log to find the provider, and a
-    /// controller request would wait on the held write; a power cut finds
-    /// the cell's processes by its tag, not through the runner).
-    /// An error answer applies only where its process answers a request
-    /// (`answers_at`).
+    /// Whether the fault may be applied at `point`: a write fault only at a
+    /// before-write point and a read fault only at a before-read point; at
+    /// either kind of point only its storage faults, `kill-runner` and
+    /// `power-cut` (the runner's store is blocked there, so nothing can read
+    /// the run log to find the provider, and a controller request would
+    /// wait on the held store; a power cut finds the cell's processes by its
+    /// tag, not through the runner). An error answer applies only where its
+    /// process answers a request (`answers_at`).
     pub fn applies_at(self, point: &str) -> bool {
         let write = point.starts_with(WRITE_POINTS);
+        let read = point.starts_with(READ_POINTS);
         if self.class() == FaultClass::Answer {
             return self.answers_at(point);
         }
         if self.is_storage() {
-            write
+            if self.is_read() { read } else { write }
         } else {
-            !write || matches!(self, Fault::KillRunner | Fault::PowerCut)
+            !(write || read) || matches!(self, Fault::KillRunner | Fault::PowerCut)
         }
     }
 

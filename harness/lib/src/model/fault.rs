@@ -10,7 +10,8 @@ pub enum FaultClass {
     Process,
     /// A controller request sent while the hit is held.
     Action,
-    /// The held write fails (the cut-point reply `fail <errno>`).
+    /// The held write or read fails (the cut-point reply `fail <errno>`,
+    /// or `corrupt` for a read).
     Storage,
     /// Every process of the cell frozen and killed, unsynced writes lost.
     Power,
@@ -73,11 +74,17 @@ pub enum Fault {
     StreamTruncated,
     /// The model API sends a malformed event, then ends its stream.
     MalformedEvent,
+    /// A storage fault at a runner's before-read point (`runner.read.*`):
+    /// this one read fails with EIO (`SQLITE_IOERR_READ`); the next succeed.
+    FailRead,
+    /// A storage fault at a runner's before-read point: this one read returns
+    /// a corrupt page (reply `corrupt`, `SQLITE_CORRUPT`); the next succeed.
+    CorruptRead,
 }
 
 impl Fault {
     /// Every fault, in report order.
-    pub const ALL: [Fault; 19] = [
+    pub const ALL: [Fault; 21] = [
         Fault::KillRunner,
         Fault::KillProvider,
         Fault::KillBoth,
@@ -97,6 +104,8 @@ impl Fault {
         Fault::StreamCut,
         Fault::StreamTruncated,
         Fault::MalformedEvent,
+        Fault::FailRead,
+        Fault::CorruptRead,
     ];
 
     /// The faults of a scenario that names none: the process faults.
@@ -119,6 +128,8 @@ impl Fault {
             Fault::FailWrite => "fail-write",
             Fault::DiskFull => "disk-full",
             Fault::PowerCut => "power-cut",
+            Fault::FailRead => "fail-read",
+            Fault::CorruptRead => "corrupt-read",
             Fault::ErrorAnswer => wire::upstream::ERROR_ANSWER,
             _ => self
                 .upstream()
@@ -134,16 +145,24 @@ impl Fault {
                 FaultClass::Process
             }
             Fault::FollowUp | Fault::Retry => FaultClass::Action,
-            Fault::FailWrite | Fault::DiskFull => FaultClass::Storage,
+            Fault::FailWrite | Fault::DiskFull | Fault::FailRead | Fault::CorruptRead => {
+                FaultClass::Storage
+            }
             Fault::PowerCut => FaultClass::Power,
             _ => FaultClass::Answer,
         }
     }
 
     /// Whether the fault is a storage fault: it applies only at a runner's
-    /// before-write points ([`WRITE_POINTS`]).
+    /// before-write points (`WRITE_POINTS`: `fail-write`, `disk-full`) or
+    /// before-read points (`READ_POINTS`: `fail-read`, `corrupt-read`).
     pub fn is_storage(self) -> bool {
         self.class() == FaultClass::Storage
+    }
+
+    /// Whether the fault is a read fault: it applies only at a before-read point.
+    pub fn is_read(self) -> bool {
+        matches!(self, Fault::FailRead | Fault::CorruptRead)
     }
 
     /// Whether the fault is a signal to a process (a kill or a hang).

@@ -47,9 +47,21 @@ fn fenced(x: &Exchange) -> bool {
 /// carried never reaches a provider, not even as a delivery. Its content
 /// is its id with its text: an id the runner refused as `id_conflict`
 /// (it holds that id with other content) reaches the provider with the
-/// text it was admitted with, which this request did not carry.
+/// text it was admitted with, which this request did not carry; and the
+/// same content sent again and admitted later (the task completed
+/// meanwhile, say: found by a generated workflow) reaches it as that
+/// request's.
 fn check_refused_reaches_nothing(j: &mut Judgement, e: &Evidence, x: &Exchange) {
     if x.status != 409 {
+        return;
+    }
+    let admitted_again = e.exchanges.iter().any(|o| {
+        o.kind == x.kind
+            && o.message_id == x.message_id
+            && o.text == x.text
+            && ((200..300).contains(&o.status) || o.status == 0)
+    });
+    if admitted_again {
         return;
     }
     let delivered = e.turn_starts().into_iter().find(|t| {

@@ -23,6 +23,7 @@ mod fence;
 mod model_input;
 mod no_loss;
 mod no_replay;
+mod read_faults;
 mod retry;
 mod upstream;
 
@@ -186,14 +187,16 @@ pub fn secrecy(e: &Evidence) -> OracleResult {
     j.done()
 }
 
-/// Whether a storage fault (`fail-write`, `disk-full`) was applied.
+/// Whether the storage faults applied justify a run's `storage_failed`: a
+/// write fault (`fail-write`, `disk-full`), or read faults as
+/// `read_faults::justify_storage_failed` says.
 fn storage_fault_applied(e: &Evidence) -> bool {
     e.actions.iter().any(|a| {
         matches!(
             a.what,
             ActionKind::Fault(Fault::FailWrite | Fault::DiskFull)
         )
-    })
+    }) || read_faults::justify_storage_failed(e)
 }
 
 /// No process of the cell is alive after the cell.

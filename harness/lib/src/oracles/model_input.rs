@@ -13,11 +13,18 @@ use crate::model::FaultClass;
 use wire::script::ToolKind;
 
 /// When the first event that can change the task's state (not a
-/// controller action) was applied, in milliseconds since the cell started.
+/// controller action) was matched — before it was applied —, in
+/// milliseconds since the cell started.
 fn first_fault_ms(e: &Evidence) -> Option<u64> {
     e.actions
         .iter()
-        .filter(|a| matches!(a.what, ActionKind::Fault(f) if f.class() != FaultClass::Action))
+        .filter(|a| match a.what {
+            ActionKind::Fault(f) => f.class() != FaultClass::Action,
+            ActionKind::CutReached | ActionKind::EventReached => {
+                a.fault().is_some_and(|f| f.class() != FaultClass::Action)
+            }
+            _ => false,
+        })
         .map(|a| a.at_ms)
         .min()
 }
@@ -38,7 +45,9 @@ pub(super) fn sends(e: &Evidence) -> Vec<Sent> {
             id: x.message_id.clone(),
             text: x.text.clone(),
             state_before: x.state_before,
-            after_fault: fault_ms.is_some_and(|at| at <= x.sent_at_ms),
+            // The runner took the request some time before it answered: a
+            // fault matched before the answer may have come first.
+            after_fault: fault_ms.is_some_and(|at| at <= x.answered_at_ms.max(x.sent_at_ms)),
             storage_fault,
             raced: e
                 .exchanges

@@ -33,6 +33,10 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                     );
                 }
             }
+            // The contract's answer to a store that failed under the Retry
+            // (nothing changed, it may be sent again), where the storage
+            // faults the harness applied justify it.
+            503 if x.reason() == Some("storage_failed") && storage_fault_applied(e) => {}
             // No answer before the deadline (the runner was cut mid-request,
             // or the harness gave up): the harness cannot tell.
             0 => {

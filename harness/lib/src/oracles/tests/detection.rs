@@ -19,6 +19,8 @@ fn exchange(kind: &str, id: &str, text: &str, status: u16, body: Value) -> Excha
         state_before: None,
         expect: None,
         sent_at_ms: 0,
+
+        answered_at_ms: 0,
         injected: false,
     }
 }

@@ -170,6 +170,8 @@ fn good() -> Evidence {
             state_before: None,
             expect: None,
             sent_at_ms: 0,
+
+            answered_at_ms: 0,
             injected: false,
         }],
         task: Some(TaskRead::read(json!({
@@ -335,6 +337,8 @@ fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
         state_before: None,
         expect: None,
         sent_at_ms: 0,
+
+        answered_at_ms: 0,
         injected: false,
     });
     assert_only_fails(&e, "cause.structured", "without a listed reason");
@@ -612,4 +616,5 @@ fn evidence_reads_turn_starts_of_every_protocol() {
 mod detection;
 mod durable;
 mod model;
+mod read_faults;
 mod runs;

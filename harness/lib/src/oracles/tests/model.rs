@@ -167,6 +167,8 @@ fn exchange_retry(id: &str, status: u16) -> Exchange {
         state_before: None,
         expect: None,
         sent_at_ms: 1,
+
+        answered_at_ms: 1,
         injected: false,
     }
 }

@@ -28,6 +28,8 @@ fn retry_r1(status: u16, body: Value) -> Exchange {
         state_before: None,
         expect: None,
         sent_at_ms: 0,
+
+        answered_at_ms: 0,
         injected: false,
     }
 }
@@ -43,6 +45,8 @@ fn follow_up_f1() -> Exchange {
         state_before: None,
         expect: None,
         sent_at_ms: 0,
+
+        answered_at_ms: 0,
         injected: false,
     }
 }
@@ -267,6 +271,8 @@ fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
             state_before: None,
             expect: None,
             sent_at_ms: 0,
+
+            answered_at_ms: 0,
             injected: false,
         });
     };
@@ -313,6 +319,8 @@ fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
         state_before: Some(crate::model::TaskState::Failed),
         expect: None,
         sent_at_ms: 0,
+
+        answered_at_ms: 0,
         injected: false,
     });
     e.events.push(event(
@@ -323,6 +331,18 @@ fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
     assert_eq!(verdict(&judge(&e), "fence").0, Verdict::Pass);
     e.journal.push(turn_start("f1", "more"));
     assert_only_fails(&e, "fence", "was refused");
+    // The same follow-up sent again once the task completed after a Retry,
+    // and admitted (202): the provider got that request's content.
+    let mut again = follow_up_f1();
+    again.state_before = Some(crate::model::TaskState::Completed);
+    again.sent_at_ms = 9;
+    e.exchanges.push(again);
+    assert_ne!(
+        verdict(&judge(&e), "fence").0,
+        Verdict::Fail,
+        "{:#?}",
+        judge(&e)
+    );
     // Refused as id_conflict (the runner holds f1 with another text), its
     // text reaches nothing: the provider's f1 carried the admitted text.
     let mut e = good();
