@@ -425,6 +425,10 @@ fn take_turn(
         json!({
             "thread": req.conversation, "turn": req.message_id, "client_id": req.message_id,
             "continuation": false, "script_index": record.script_index, "requests": record.requests,
+            // The user text it answers: a harness names a derived message
+            // id (a real product's request carries none) by the prompt
+            // that sent this text.
+            "answers": req.user_text,
         }),
     );
     s.point("model.turn.recorded");

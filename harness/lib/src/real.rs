@@ -21,7 +21,7 @@ mod claude;
 mod codex;
 mod opencode;
 
-pub use acp::name_turns;
+pub use acp::{name_effects, name_turns};
 
 pub(crate) use opencode::CREDENTIAL_FIFO_ENV;
 

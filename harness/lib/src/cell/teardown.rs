@@ -59,6 +59,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     read_provider_evidence(&layout.dir, ev);
     read_workspace(&layout.p("ws"), ev);
     if let (Some(product), Some(url)) = (product, model_url) {
+        name_real_effects(&layout.p("model-journal.jsonl"), ev);
         read_real_turns(&product, &url, &layout.p("ws"), ev);
     }
     search_canary(&layout.dir, ev);
@@ -165,6 +166,20 @@ pub(super) fn workspace_files(
         }
     }
     (read, gaps)
+}
+
+/// The runner's message ids of the effects a real product's tools ran
+/// under ids its model API derived ([`crate::real::name_effects`]).
+fn name_real_effects(model_journal: &Path, ev: &mut Evidence) {
+    match wire::journal::read(model_journal) {
+        Ok(model) => {
+            crate::real::name_effects(&mut ev.ledger, &model, &ev.journal);
+            for l in &mut ev.ledger {
+                l.by = crate::evidence::controller_id(&l.by);
+            }
+        }
+        Err(e) => ev.unreadable(Source::Journal, format!("{}: {e}", model_journal.display())),
+    }
 }
 
 /// A real product's turns, read through its own API from its home (the

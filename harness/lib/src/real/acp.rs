@@ -4,17 +4,80 @@
 //! user message under an id of its own, and the runner's `_meta.messageId`
 //! is dropped. So a recorded turn is named by the prompt that carried it:
 //! the prompts the tap journaled to its session with the same text. A text
-//! that more than one message sent is left unnamed (no guess).
+//! that more than one message sent is left unnamed (no guess). The effects
+//! a real ACP agent's tools ran are named the same way ([`name_effects`]).
 
 use serde_json::Value;
 use wire::journal::{Entry, EntryKind};
+use wire::ledger::LedgerEntry;
 use wire::recorded::RecordedTurn;
 
 /// Gives each of `turns` (read from the product's own store) the runner's
 /// client id of the `session/prompt` that carried it, as the tap's
 /// `journal` shows them.
 pub fn name_turns(turns: &mut [RecordedTurn], journal: &[Entry], texts: &[(String, String)]) {
-    let prompts: Vec<(String, String, String)> = journal
+    let prompts = prompts(journal);
+    for turn in turns.iter_mut() {
+        let Some((_, text)) = texts
+            .iter()
+            .find(|(id, _)| Some(id) == turn.client_id.as_ref())
+        else {
+            continue;
+        };
+        if let Some(id) = sent_by(&prompts, &turn.thread, text) {
+            turn.client_id = Some(id.to_owned());
+            let authorized = id.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(id);
+            turn.authorized_by = authorized.to_owned();
+        }
+    }
+}
+
+/// Gives each effect of the `ledger` that ran under a message id the fake
+/// model API derived (a real agent's model request names no message of the
+/// runner's: `m_<hash>` of its conversation and text) the runner's message
+/// id of the `session/prompt` that sent the text it answered: the model
+/// API's `turn.recorded` facts (`model_journal`) say which text and
+/// session each derived id answers, the tap's `journal` which prompt sent
+/// it. An effect whose text more than one message sent keeps its id.
+pub fn name_effects(ledger: &mut [LedgerEntry], model_journal: &[Entry], journal: &[Entry]) {
+    let prompts = prompts(journal);
+    for line in ledger.iter_mut() {
+        let answered = model_journal.iter().find_map(|e| {
+            let d = &e.data;
+            (e.fact.as_deref() == Some("turn.recorded") && d["turn"] == line.by.as_str())
+                .then(|| Some((d["thread"].as_str()?, d["answers"].as_str()?)))?
+        });
+        let Some((thread, text)) = answered else {
+            continue;
+        };
+        if let Some(id) = sent_by(&prompts, thread, text) {
+            let authorized = id.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(id);
+            line.by = authorized.to_owned();
+        }
+    }
+}
+
+/// The one message id that sent `text` to `session`, if exactly one did.
+fn sent_by<'p>(
+    prompts: &'p [(String, String, String)],
+    session: &str,
+    text: &str,
+) -> Option<&'p str> {
+    let mut ids: Vec<&str> = prompts
+        .iter()
+        .filter(|(s, t, _)| s == session && t == text)
+        .map(|(_, _, id)| id.as_str())
+        .collect();
+    ids.dedup();
+    match ids[..] {
+        [id] => Some(id),
+        _ => None,
+    }
+}
+
+/// Every `session/prompt` the tap journaled: (session, text, message id).
+fn prompts(journal: &[Entry]) -> Vec<(String, String, String)> {
+    journal
         .iter()
         .filter(|e| e.kind == EntryKind::In && e.data["method"] == "session/prompt")
         .filter_map(|e| {
@@ -27,26 +90,7 @@ pub fn name_turns(turns: &mut [RecordedTurn], journal: &[Entry], texts: &[(Strin
                 .to_owned();
             Some((session, prompt_text(p), id))
         })
-        .collect();
-    for turn in turns.iter_mut() {
-        let Some((_, text)) = texts
-            .iter()
-            .find(|(id, _)| Some(id) == turn.client_id.as_ref())
-        else {
-            continue;
-        };
-        let mut ids: Vec<&str> = prompts
-            .iter()
-            .filter(|(s, t, _)| *s == turn.thread && t == text)
-            .map(|(_, _, id)| id.as_str())
-            .collect();
-        ids.dedup();
-        if let [id] = ids[..] {
-            turn.client_id = Some(id.to_owned());
-            let authorized = id.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(id);
-            turn.authorized_by = authorized.to_owned();
-        }
-    }
+        .collect()
 }
 
 /// The text blocks of a prompt, joined by newlines.
@@ -89,6 +133,43 @@ mod tests {
             authorized_by: id.into(),
             model_requests: None,
         }
+    }
+
+    fn recorded(thread: &str, derived: &str, answers: &str) -> Entry {
+        Entry {
+            v: 1,
+            generation: "g".into(),
+            seq: 1,
+            ts_ms: 0,
+            kind: EntryKind::Fact,
+            fact: Some("turn.recorded".into()),
+            data: json!({ "thread": thread, "turn": derived, "client_id": derived, "answers": answers }),
+        }
+    }
+
+    fn effect(by: &str) -> LedgerEntry {
+        serde_json::from_value(json!({ "v": 1, "key": "write-hello", "by": by })).unwrap()
+    }
+
+    #[test]
+    fn an_effect_under_a_derived_id_is_named_by_the_prompt_that_sent_its_text() {
+        let journal = [
+            prompt("s1", "Create hello.txt", "m1"),
+            prompt("s2", "Create hello.txt", "r1"),
+            prompt("s3", "Same", "a"),
+            prompt("s3", "Same", "b"),
+        ];
+        let model = [
+            recorded("s1", "m_1", "Create hello.txt"),
+            recorded("s2", "m_2", "Create hello.txt"),
+            recorded("s3", "m_3", "Same"),
+        ];
+        let mut ledger = [effect("m_1"), effect("m_2"), effect("m_3"), effect("m_9")];
+        name_effects(&mut ledger, &model, &journal);
+        let by: Vec<&str> = ledger.iter().map(|l| l.by.as_str()).collect();
+        // Two messages sent "Same" to s3: no guess; m_9 the model API never
+        // recorded.
+        assert_eq!(by, ["m1", "r1", "m_3", "m_9"]);
     }
 
     #[test]

@@ -26,7 +26,8 @@ use super::opencode::TurnText;
 /// The argv of `claude-agent-acp` with a private `HOME` and Claude Code
 /// configuration directory, its model the fake model API at `model_url`,
 /// and none of Claude Code's traffic but its model requests (no updater, no
-/// telemetry, no error reports). As root, Claude Code refuses to skip its
+/// telemetry, no error reports), and its key kept out of its tools'
+/// environment. As root, Claude Code refuses to skip its
 /// permission prompts unless told it runs in a sandbox: without
 /// `IS_SANDBOX=1`, `session/new` failed `-32603 Query closed before response
 /// received` (Claude Code exited 1, "--dangerously-skip-permissions cannot
@@ -42,6 +43,10 @@ pub(super) fn command(p: &Product, model_url: &str) -> Vec<String> {
         "DISABLE_AUTOUPDATER=1".into(),
         "DISABLE_TELEMETRY=1".into(),
         "DISABLE_ERROR_REPORTING=1".into(),
+        // Claude Code's own scrub of its subprocesses' environment (its
+        // `Bash` tool's shells): without it the tool saw the credential
+        // (`saw_secret`, the secrecy oracle failed every cell).
+        "CLAUDE_CODE_SUBPROCESS_ENV_SCRUB=1".into(),
     ];
     if nix::unistd::geteuid().is_root() {
         cmd.push("IS_SANDBOX=1".into());
@@ -68,7 +73,11 @@ pub(super) fn recorded_turns(p: &Product) -> Result<Vec<TurnText>, String> {
     };
     let mut files = Vec::new();
     for dir in dirs.flatten() {
-        for f in std::fs::read_dir(dir.path()).into_iter().flatten().flatten() {
+        for f in std::fs::read_dir(dir.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
             let path = f.path();
             if path.extension().is_some_and(|x| x == "jsonl") {
                 files.push(path);
@@ -100,7 +109,9 @@ fn transcript_turns(transcript: &str) -> Result<Vec<TurnText>, String> {
                     out.push(turn(&entry, text)?);
                 }
             }
-            Some("assistant") if entry.pointer("/message/stop_reason") == Some(&"end_turn".into()) => {
+            Some("assistant")
+                if entry.pointer("/message/stop_reason") == Some(&"end_turn".into()) =>
+            {
                 if let Some((t, _)) = out.last_mut() {
                     t.status = "completed".to_owned();
                 }
@@ -166,7 +177,9 @@ mod tests {
     }
 
     fn user(uuid: &str, content: Value) -> String {
-        line(json!({ "type": "user", "uuid": uuid, "sessionId": "s1", "message": { "role": "user", "content": content } }))
+        line(
+            json!({ "type": "user", "uuid": uuid, "sessionId": "s1", "message": { "role": "user", "content": content } }),
+        )
     }
 
     fn assistant(stop: Option<&str>) -> String {
@@ -180,12 +193,20 @@ mod tests {
     #[test]
     fn prompts_are_turns_completed_by_an_end_turn_answer() {
         let mut t = String::from("{\"type\":\"queue-operation\"}\n");
-        t += &line(json!({ "type": "user", "isMeta": true, "uuid": "x", "sessionId": "s1",
-                          "message": { "role": "user", "content": "<local-command-caveat>…" } }));
+        t += &line(
+            json!({ "type": "user", "isMeta": true, "uuid": "x", "sessionId": "s1",
+                          "message": { "role": "user", "content": "<local-command-caveat>…" } }),
+        );
         t += &user("y", json!("<command-name>/model</command-name>"));
-        t += &user("u1", json!([{ "type": "text", "text": "Create hello.txt" }]));
+        t += &user(
+            "u1",
+            json!([{ "type": "text", "text": "Create hello.txt" }]),
+        );
         t += &assistant(Some("tool_use"));
-        t += &user("r", json!([{ "type": "tool_result", "tool_use_id": "t", "content": "ok" }]));
+        t += &user(
+            "r",
+            json!([{ "type": "tool_result", "tool_use_id": "t", "content": "ok" }]),
+        );
         t += &assistant(Some("end_turn"));
         t += &user("u2", json!("[turncut:continue] go on"));
         t += &assistant(None);
@@ -193,7 +214,14 @@ mod tests {
         let turns = transcript_turns(&t).unwrap();
         let seen: Vec<(&str, &str, &str, bool)> = turns
             .iter()
-            .map(|(t, text)| (t.turn.as_str(), text.as_str(), t.status.as_str(), t.continuation))
+            .map(|(t, text)| {
+                (
+                    t.turn.as_str(),
+                    text.as_str(),
+                    t.status.as_str(),
+                    t.continuation,
+                )
+            })
             .collect();
         assert_eq!(
             seen,
@@ -202,6 +230,9 @@ mod tests {
                 ("u2", "[turncut:continue] go on", "interrupted", true),
             ]
         );
-        assert!(transcript_turns("nope\n{}\n").is_err(), "a broken line before the last");
+        assert!(
+            transcript_turns("nope\n{}\n").is_err(),
+            "a broken line before the last"
+        );
     }
 }

@@ -31,7 +31,14 @@ pub(super) fn command(p: &Product, model_url: &str, tag: &str, patches: bool) ->
 /// configuration as `codex app-server`'s ([`command`]), as `-c` overrides
 /// it takes too.
 pub(super) fn acp_command(p: &Product, model_url: &str, tag: &str, patches: bool) -> Vec<String> {
-    argv(p, &[], model_url, tag, patches)
+    let mut cmd = argv(p, &[], model_url, tag, patches);
+    // codex-acp 0.16.0's core snapshots the login shell's environment to
+    // `CODEX_HOME/shell_snapshots/*.sh` and sources it in every command:
+    // the provider key was in the snapshot on disk and in the tools'
+    // environment (the secrecy oracle failed every cell), whatever
+    // `shell_environment_policy` says.
+    cmd.extend(["-c".to_owned(), "features.shell_snapshot=false".to_owned()]);
+    cmd
 }
 
 /// `p`'s program with `args`, then Codex's configuration as `-c` overrides.
@@ -277,7 +284,13 @@ mod tests {
             .iter()
             .map(|(t, text)| {
                 let c = t.continuation;
-                (t.thread.as_str(), t.turn.as_str(), text.as_str(), t.status.as_str(), c)
+                (
+                    t.thread.as_str(),
+                    t.turn.as_str(),
+                    text.as_str(),
+                    t.status.as_str(),
+                    c,
+                )
             })
             .collect();
         assert_eq!(
