@@ -20,7 +20,7 @@ pub fn providers(install: bool) -> Code {
         };
         match found {
             Ok(path) => println!(
-                "{:<22} {}@{}  {}",
+                "{:<25} {}@{}  {}",
                 r.name,
                 r.package,
                 r.version,
@@ -28,7 +28,7 @@ pub fn providers(install: bool) -> Code {
             ),
             Err(why) => {
                 missing += 1;
-                println!("{:<22} {}@{}  missing: {why}", r.name, r.package, r.version);
+                println!("{:<25} {}@{}  missing: {why}", r.name, r.package, r.version);
             }
         }
     }
@@ -72,7 +72,7 @@ pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> Code {
             .map_err(|why| format!("not compared: {why}"))
             .and_then(|bin| match r.name {
                 "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs),
-                "runner-acpx-opencode-real" => fidelity::acp::rows(exe, &bin, &product_dir, runs),
+                _ if is_acp(r) => fidelity::acp::rows(exe, r, &bin, &product_dir, runs),
                 _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs as usize),
             });
         match found {
@@ -88,11 +88,16 @@ pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> Code {
     Code::pass_if(!failed && !rows.iter().any(fidelity::Row::differs))
 }
 
+/// Whether `r` is an ACP agent (its differential is `fidelity::acp`'s).
+fn is_acp(r: &wire::profiles::Real) -> bool {
+    wire::profiles::facts(r.name).is_some_and(|f| f.protocol == wire::profiles::Protocol::Acp)
+}
+
 /// How many moments a product's differential plays.
 fn moments(profile: &str) -> usize {
     match profile {
         "runner-codex-real" => fidelity::codex::Moment::ALL.len(),
-        "runner-acpx-opencode-real" => fidelity::acp::Moment::ALL.len(),
+        _ if wire::profiles::real(profile).is_some_and(is_acp) => fidelity::acp::Moment::ALL.len(),
         _ => fidelity::opencode::Moment::ALL.len(),
     }
 }

@@ -1,6 +1,8 @@
-//! The ACP moments of the differential: the real `opencode acp` (pinned,
-//! its model the fake model API) against `fake-provider acp --like
-//! opencode`, each SIGKILLed (its process group) right after `session/new`,
+//! The ACP moments of the differential: a real ACP agent (pinned, its model
+//! the fake model API: `opencode acp`, `codex-acp`, `claude-agent-acp`)
+//! against the fake ACP agent it is played by (`fake-provider acp --like
+//! opencode` for `opencode acp`, the default `--like claude` of
+//! `runner-acpx-claude` for the two the seed platform drives), each SIGKILLed (its process group) right after `session/new`,
 //! when the prompt was accepted (the agent's first output, as the runner's
 //! ACP driver takes it: the real agent's comes with its tool call, so the
 //! fake is killed once that call is `in_progress`), while a `bash`
@@ -109,14 +111,24 @@ impl AfterCrash {
     }
 }
 
-/// The agent under test: the real `opencode acp` (its argv) or the fake.
+/// The agent under test: a real agent (its argv) or the fake, played like
+/// `like` (`fake-provider acp --like`).
 enum Subject {
     Real(Vec<String>),
     Fake {
         turncut: PathBuf,
         state: PathBuf,
         script: PathBuf,
+        like: &'static str,
     },
+}
+
+/// The `--like` of the fake a real ACP agent is compared with.
+fn fake_like(real: &wire::profiles::Real) -> &'static str {
+    match real.program {
+        wire::profiles::Program::Opencode => "opencode",
+        _ => "claude",
+    }
 }
 
 impl Subject {
@@ -124,8 +136,13 @@ impl Subject {
         let mut cmd = match self {
             Subject::Real(argv) => {
                 let mut cmd = Command::new(&argv[0]);
+                // The key as each agent takes it: a FIFO path (OpenCode),
+                // else its provider's variable (a canary, never a real key).
+                let key = format!("{}fidelity", wire::secret::CANARY_PREFIX);
                 cmd.args(&argv[1..])
                     .env(crate::real::CREDENTIAL_FIFO_ENV, "/dev/null")
+                    .env("OPENAI_API_KEY", &key)
+                    .env("ANTHROPIC_API_KEY", &key)
                     .env_remove(crate::nemesis::TAG_ENV);
                 cmd
             }
@@ -133,9 +150,10 @@ impl Subject {
                 turncut,
                 state,
                 script,
+                like,
             } => {
                 let mut cmd = Command::new(turncut);
-                cmd.args(["fake-provider", "acp", "--like", "opencode", "--state-dir"])
+                cmd.args(["fake-provider", "acp", "--like", like, "--state-dir"])
                     .arg(state)
                     .arg("--script")
                     .arg(script)
@@ -455,20 +473,20 @@ fn tool_statuses(replay: &[Value]) -> Vec<String> {
     calls.into_iter().map(|(_, s)| s).collect()
 }
 
-/// One moment played on the real `opencode acp`, in `dir`.
+/// One moment played on the real agent `real` (the program `bin`), in `dir`.
 pub fn real_at(
     turncut: &Path,
-    opencode: &Path,
+    real: &'static wire::profiles::Real,
+    bin: &Path,
     moment: Moment,
     dir: &Path,
 ) -> Result<AfterCrash, String> {
     let (ws, script) = case(dir)?;
     let model = super::start_model_api(turncut, dir, &script, None)?;
     let product = Product {
-        real: wire::profiles::real("runner-acpx-opencode-real")
-            .ok_or("no runner-acpx-opencode-real")?,
-        bin: opencode.to_owned(),
-        home: dir.join("opencode-home"),
+        real,
+        bin: bin.to_owned(),
+        home: dir.join("agent-home"),
     };
     let argv = product
         .command(&model.url, "fidelity")
@@ -483,14 +501,20 @@ pub fn real_at(
     seen
 }
 
-/// One moment played on the fake ACP agent, in `dir`.
-pub fn fake_at(turncut: &Path, moment: Moment, dir: &Path) -> Result<AfterCrash, String> {
+/// One moment played on the fake ACP agent, played like `like`, in `dir`.
+pub fn fake_at(
+    turncut: &Path,
+    like: &'static str,
+    moment: Moment,
+    dir: &Path,
+) -> Result<AfterCrash, String> {
     let (ws, script) = case(dir)?;
     let state = dir.join("fake");
     let subject = Subject::Fake {
         turncut: turncut.to_owned(),
         state: state.clone(),
         script,
+        like,
     };
     crash_at(&subject, moment, &ws, &state.join("ledger.jsonl"))
 }
@@ -505,37 +529,46 @@ fn case(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
     Ok((ws, script))
 }
 
-/// The rows of every ACP moment, the real agent played `runs` times at
-/// each (each distinct reading its own rows, with how often it came up).
-pub fn rows(turncut: &Path, opencode: &Path, dir: &Path, runs: u32) -> Result<Vec<Row>, String> {
+/// The rows of every ACP moment of the real agent `real` (the program
+/// `bin`), played `runs` times at each (each distinct reading its own rows,
+/// with how often it came up).
+pub fn rows(
+    turncut: &Path,
+    real: &'static wire::profiles::Real,
+    bin: &Path,
+    dir: &Path,
+    runs: u32,
+) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for moment in Moment::ALL {
-        let fake = fake_at(turncut, moment, &dir.join(format!("{moment:?}-fake")))?;
+        let fake_dir = dir.join(format!("{moment:?}-fake"));
+        let fake = fake_at(turncut, fake_like(real), moment, &fake_dir)?;
         let mut seen: Vec<(AfterCrash, u32)> = Vec::new();
         for run in 0..runs.max(1) {
-            let real = real_at(
+            let real_seen = real_at(
                 turncut,
-                opencode,
+                real,
+                bin,
                 moment,
                 &dir.join(format!("{moment:?}-real-{run}")),
             )?;
-            match seen.iter_mut().find(|(r, _)| *r == real) {
+            match seen.iter_mut().find(|(r, _)| *r == real_seen) {
                 Some((_, n)) => *n += 1,
-                None => seen.push((real, 1)),
+                None => seen.push((real_seen, 1)),
             }
         }
-        for (real, n) in seen {
+        for (seen_real, n) in seen {
             let label = match runs {
                 0 | 1 => format!("{moment:?}"),
                 _ => format!("{moment:?} {n}/{runs}"),
             };
-            let fields = real
+            let fields = seen_real
                 .fields()
                 .into_iter()
                 .zip(fake.fields())
                 .map(|((name, r), (_, f))| (name, r, f))
                 .collect();
-            rows.extend(compare("runner-acpx-opencode-real", &label, fields, None));
+            rows.extend(compare(real.name, &label, fields, None));
         }
     }
     Ok(rows)

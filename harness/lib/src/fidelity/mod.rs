@@ -89,12 +89,12 @@ pub fn render(rows: &[Row]) -> String {
         w(|r| r.fake.len().min(48), 4),
     );
     let mut out = format!(
-        "{:<20} {:<mw$} {:<fw$} {:<rw$} {:<kw$} verdict\n",
+        "{:<25} {:<mw$} {:<fw$} {:<rw$} {:<kw$} verdict\n",
         "profile", "moment", "field", "real", "fake"
     );
     for r in rows {
         out.push_str(&format!(
-            "{:<20} {:<mw$} {:<fw$} {:<rw$} {:<kw$} {}\n",
+            "{:<25} {:<mw$} {:<fw$} {:<rw$} {:<kw$} {}\n",
             r.product,
             r.moment,
             r.field,
