@@ -50,11 +50,25 @@ pub fn name_effects(ledger: &mut [LedgerEntry], model_journal: &[Entry], journal
         let Some((thread, text)) = answered else {
             continue;
         };
-        if let Some(id) = sent_by(&prompts, thread, text) {
+        if let Some(id) = sent_by(&prompts, thread, own_text(text)) {
             let authorized = id.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(id);
             line.by = authorized.to_owned();
         }
     }
+}
+
+/// The user's own text of a model request's user message: Claude Code puts
+/// its context (`<system-reminder>` blocks, each on lines of its own)
+/// before it, and the Messages fake joins the blocks with newlines.
+fn own_text(answers: &str) -> &str {
+    let mut rest = answers;
+    while rest.starts_with("<system-reminder>") {
+        let Some(end) = rest.find("</system-reminder>") else {
+            break;
+        };
+        rest = rest[end + "</system-reminder>".len()..].trim_start_matches('\n');
+    }
+    rest
 }
 
 /// The one message id that sent `text` to `session`, if exactly one did.
@@ -163,13 +177,24 @@ mod tests {
             recorded("s1", "m_1", "Create hello.txt"),
             recorded("s2", "m_2", "Create hello.txt"),
             recorded("s3", "m_3", "Same"),
+            recorded(
+                "s2",
+                "m_4",
+                "<system-reminder>\nskills\n</system-reminder>\n<system-reminder>x</system-reminder>\nCreate hello.txt",
+            ),
         ];
-        let mut ledger = [effect("m_1"), effect("m_2"), effect("m_3"), effect("m_9")];
+        let mut ledger = [
+            effect("m_1"),
+            effect("m_2"),
+            effect("m_3"),
+            effect("m_9"),
+            effect("m_4"),
+        ];
         name_effects(&mut ledger, &model, &journal);
         let by: Vec<&str> = ledger.iter().map(|l| l.by.as_str()).collect();
         // Two messages sent "Same" to s3: no guess; m_9 the model API never
-        // recorded.
-        assert_eq!(by, ["m1", "r1", "m_3", "m_9"]);
+        // recorded; m_4's text is r1's behind Claude Code's context blocks.
+        assert_eq!(by, ["m1", "r1", "m_3", "m_9", "r1"]);
     }
 
     #[test]
