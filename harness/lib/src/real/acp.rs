@@ -24,7 +24,7 @@ pub fn name_turns(turns: &mut [RecordedTurn], journal: &[Entry], texts: &[(Strin
         else {
             continue;
         };
-        if let Some(id) = sent_by(&prompts, &turn.thread, text) {
+        if let Some(id) = sent_by(&prompts, &turn.thread, |t| t == text) {
             turn.client_id = Some(id.to_owned());
             let authorized = id.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(id);
             turn.authorized_by = authorized.to_owned();
@@ -50,36 +50,35 @@ pub fn name_effects(ledger: &mut [LedgerEntry], model_journal: &[Entry], journal
         let Some((thread, text)) = answered else {
             continue;
         };
-        if let Some(id) = sent_by(&prompts, thread, own_text(text)) {
+        if let Some(id) = sent_by(&prompts, thread, |t| carries(text, t)) {
             let authorized = id.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(id);
             line.by = authorized.to_owned();
         }
     }
 }
 
-/// The user's own text of a model request's user message: Claude Code puts
-/// its context (`<system-reminder>` blocks, each on lines of its own)
-/// before it, and the Messages fake joins the blocks with newlines.
-fn own_text(answers: &str) -> &str {
-    let mut rest = answers;
-    while rest.starts_with("<system-reminder>") {
-        let Some(end) = rest.find("</system-reminder>") else {
-            break;
-        };
-        rest = rest[end + "</system-reminder>".len()..].trim_start_matches('\n');
-    }
-    rest
+/// Whether a model request's user message `answers` is the prompt `text`:
+/// the same, or ending with it on a line of its own. Claude Code puts its
+/// context before the user's text (`<system-reminder>` blocks, and in a
+/// session's first message the log of the `/model` command the SDK runs),
+/// and the Messages fake joins the blocks with newlines.
+fn carries(answers: &str, text: &str) -> bool {
+    answers == text
+        || answers
+            .strip_suffix(text)
+            .is_some_and(|before| before.ends_with('\n'))
 }
 
-/// The one message id that sent `text` to `session`, if exactly one did.
+/// The one message id that sent `session` a text that `matches`, if exactly
+/// one did.
 fn sent_by<'p>(
     prompts: &'p [(String, String, String)],
     session: &str,
-    text: &str,
+    matches: impl Fn(&str) -> bool,
 ) -> Option<&'p str> {
     let mut ids: Vec<&str> = prompts
         .iter()
-        .filter(|(s, t, _)| s == session && t == text)
+        .filter(|(s, t, _)| s == session && matches(t))
         .map(|(_, _, id)| id.as_str())
         .collect();
     ids.dedup();
@@ -180,8 +179,9 @@ mod tests {
             recorded(
                 "s2",
                 "m_4",
-                "<system-reminder>\nskills\n</system-reminder>\n<system-reminder>x</system-reminder>\nCreate hello.txt",
+                "<system-reminder>\nskills\n</system-reminder>\n<local-command-stdout>Set model</local-command-stdout>\n\nCreate hello.txt",
             ),
+            recorded("s2", "m_5", "Please Create hello.txt"),
         ];
         let mut ledger = [
             effect("m_1"),
@@ -189,12 +189,14 @@ mod tests {
             effect("m_3"),
             effect("m_9"),
             effect("m_4"),
+            effect("m_5"),
         ];
         name_effects(&mut ledger, &model, &journal);
         let by: Vec<&str> = ledger.iter().map(|l| l.by.as_str()).collect();
         // Two messages sent "Same" to s3: no guess; m_9 the model API never
-        // recorded; m_4's text is r1's behind Claude Code's context blocks.
-        assert_eq!(by, ["m1", "r1", "m_3", "m_9", "r1"]);
+        // recorded; m_4's text is r1's behind Claude Code's context; m_5's
+        // only ends with it, not on a line of its own.
+        assert_eq!(by, ["m1", "r1", "m_3", "m_9", "r1", "m_5"]);
     }
 
     #[test]
