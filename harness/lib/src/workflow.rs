@@ -390,6 +390,81 @@ impl Program {
 /// from it; its one-cut cells are not planned for generated programs).
 pub const CHAOS: &str = "cut = \"every-boundary\"\nfaults = [\"kill-runner\", \"kill-provider\", \"kill-both\", \"hang-provider\", \"follow-up\", \"retry\", \"fail-write\", \"disk-full\"]\n";
 
+/// What a wave mixes into its seed to draw its programs (explore draws
+/// others from the same seed).
+const WAVE_SALT: u64 = 0x776f_726b_666c_6f77;
+
+/// The case of program `n` of a wave seeded `seed`.
+pub fn wave_case(seed: u64, n: usize) -> String {
+    format!("seed{seed}-p{n}")
+}
+
+/// The seed and number a [`wave_case`] name holds.
+pub fn parse_wave_case(case: &str) -> Option<(u64, usize)> {
+    let (seed, n) = case.strip_prefix("seed")?.split_once("-p")?;
+    Some((seed.parse().ok()?, n.parse().ok()?))
+}
+
+/// The sources of the generated programs of a wave seeded `seed`: `k`
+/// programs, each as a scenario file per fake profile (a tool's form is
+/// the profile's), case [`wave_case`], as `(file name, text)`. Program `n`
+/// depends on the seed and `n` alone (the draws are sequential), so
+/// `turncut run` finds it again from its id.
+pub fn wave_sources(seed: u64, k: usize) -> Vec<(String, String)> {
+    let mut runner = crate::explore::seeded_runner(seed ^ WAVE_SALT, 0);
+    let mut out = Vec::new();
+    for (n, program) in draw(&mut runner, k).iter().enumerate() {
+        let case = wave_case(seed, n);
+        for profile in wire::profiles::BUILTIN.iter().map(|p| p.name) {
+            let text = program.scenario_toml(&case, &[profile], CHAOS);
+            out.push((format!("{case}.{profile}.toml"), text));
+        }
+    }
+    out
+}
+
+/// The generated programs of a wave seeded `seed` ([`wave_sources`]),
+/// parsed and marked `generated`.
+pub fn wave_programs(seed: u64, k: usize) -> Vec<Scenario> {
+    wave_sources(seed, k)
+        .into_iter()
+        .map(|(name, text)| {
+            // Every drawn program is valid on every fake profile (the
+            // test below): a refusal here is a defect of the generator.
+            let mut s = crate::scenario::parse(&text, &format!("{SUITE}/{name}"))
+                .unwrap_or_else(|e| panic!("generated {name}: {e}"));
+            s.generated = true;
+            s
+        })
+        .collect()
+}
+
+/// Adds the generated program that scenario id `id` names (suite
+/// `generated`, a [`wave_case`]) unless `scenarios` has it: `turncut run`
+/// and `replay` of a wave's generated cell need no file.
+pub fn add_wave_program(scenarios: &mut Vec<Scenario>, id: &str) {
+    let mut parts = id.split('.');
+    let (Some(SUITE), Some(_profile), Some(_mode), Some(case), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return;
+    };
+    let Some((seed, n)) = parse_wave_case(case) else {
+        return;
+    };
+    if crate::scenario::find(scenarios, id).is_none() {
+        scenarios.extend(
+            wave_programs(seed, n + 1)
+                .into_iter()
+                .filter(|s| s.case == case),
+        );
+    }
+}
+
 /// A new program tree drawn from `runner` (its shrinking is proptest's).
 pub fn new_tree(
     runner: &mut TestRunner,
@@ -400,6 +475,22 @@ pub fn new_tree(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wave_program_is_found_again_from_its_id_alone() {
+        let wave = wave_programs(7, 3);
+        assert_eq!(wave.len(), 3 * wire::profiles::BUILTIN.len());
+        assert!(wave.iter().all(|s| s.generated));
+        let last = wave.last().expect("programs");
+        let id = last.ids().pop().expect("an id");
+        let mut found = Vec::new();
+        add_wave_program(&mut found, &id);
+        let (again, _) = crate::scenario::find(&found, &id).expect("regenerated");
+        assert_eq!(format!("{:?}", again.steps), format!("{:?}", last.steps));
+        assert_eq!(format!("{:?}", again.script), format!("{:?}", last.script));
+        assert_eq!(parse_wave_case(&wave_case(7, 2)), Some((7, 2)));
+        assert_eq!(parse_wave_case("s7-w2"), None);
+    }
 
     #[test]
     fn every_drawn_program_is_a_valid_scenario_on_every_fake_profile() {
