@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, ValueTree as _};
-use proptest::test_runner::TestRunner;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use proptest_state_machine::ReferenceStateMachine;
 
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, ScenarioError};
@@ -256,7 +256,7 @@ impl Program {
     }
 }
 
-/// `k` programs drawn by `runner` (`explore::seeded_runner`: the same
+/// `k` programs drawn by `runner` (`workflow::seeded_runner`: the same
 /// seed draws the same programs).
 pub fn draw(runner: &mut TestRunner, k: usize) -> Vec<Program> {
     let strategy = strategy();
@@ -390,6 +390,27 @@ impl Program {
 /// from it; its one-cut cells are not planned for generated programs).
 pub const CHAOS: &str = "cut = \"every-boundary\"\nfaults = [\"kill-runner\", \"kill-provider\", \"kill-both\", \"hang-provider\", \"follow-up\", \"retry\", \"fail-write\", \"disk-full\"]\n";
 
+/// The longest a failure is shrunk, in milliseconds.
+pub const SHRINK_TIME_MS: u32 = 120_000;
+
+/// A proptest runner with a fixed seed: the same seed draws the same
+/// schedules.
+pub fn seeded_runner(seed: u64, shrink_iters: u32) -> TestRunner {
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&crate::plan::mix(seed ^ i as u64).to_le_bytes());
+    }
+    let config = Config {
+        cases: u32::MAX,
+        failure_persistence: None,
+        max_shrink_iters: shrink_iters,
+        // Shrinking stops after this long (with the smallest failure so far).
+        max_shrink_time: SHRINK_TIME_MS,
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+}
+
 /// What a wave mixes into its seed to draw its programs (explore draws
 /// others from the same seed).
 const WAVE_SALT: u64 = 0x776f_726b_666c_6f77;
@@ -411,7 +432,7 @@ pub fn parse_wave_case(case: &str) -> Option<(u64, usize)> {
 /// depends on the seed and `n` alone (the draws are sequential), so
 /// `turncut run` finds it again from its id.
 pub fn wave_sources(seed: u64, k: usize) -> Vec<(String, String)> {
-    let mut runner = crate::explore::seeded_runner(seed ^ WAVE_SALT, 0);
+    let mut runner = seeded_runner(seed ^ WAVE_SALT, 0);
     let mut out = Vec::new();
     for (n, program) in draw(&mut runner, k).iter().enumerate() {
         let case = wave_case(seed, n);
@@ -494,10 +515,7 @@ mod tests {
 
     #[test]
     fn every_drawn_program_is_a_valid_scenario_on_every_fake_profile() {
-        for (i, p) in draw(&mut crate::explore::seeded_runner(42, 0), 200)
-            .iter()
-            .enumerate()
-        {
+        for (i, p) in draw(&mut seeded_runner(42, 0), 200).iter().enumerate() {
             for profile in wire::profiles::BUILTIN.iter().map(|p| p.name) {
                 let s = p.scenario(&format!("w{i}"), &[profile], CHAOS);
                 assert!(
@@ -512,7 +530,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_draws_the_same_programs_and_steps_keep_their_ids() {
-        let draw = |seed| draw(&mut crate::explore::seeded_runner(seed, 0), 30);
+        let draw = |seed| draw(&mut seeded_runner(seed, 0), 30);
         let a = draw(7);
         assert_eq!(a, draw(7));
         assert_ne!(a, draw(8));
