@@ -448,6 +448,15 @@ struct ReachArgs {
     /// Random schedules of 1-4 events per scenario id, drawn by the seed.
     #[arg(long, default_value_t = 2)]
     schedules: usize,
+    /// Generated controller programs added to the scenarios (drawn by the
+    /// seed, each on every fake profile; ids `generated.PROFILE.local.seedS-pN`,
+    /// which `turncut run` finds again without a file); 0: none.
+    #[arg(long, default_value_t = 2)]
+    workflows: usize,
+    /// Random schedules of 1-4 events per generated program and profile,
+    /// beside its clean run.
+    #[arg(long, default_value_t = 6)]
+    workflow_schedules: usize,
 }
 
 impl SelectArgs {
@@ -475,8 +484,8 @@ impl SelectArgs {
         }
         let r = &self.reach;
         words.push(format!(
-            "--depth {} --depth2 {} --schedules {}",
-            r.depth, r.depth2, r.schedules
+            "--depth {} --depth2 {} --schedules {} --workflows {} --workflow-schedules {}",
+            r.depth, r.depth2, r.schedules, r.workflows, r.workflow_schedules
         ));
         if r.no_recuts {
             words.push("--no-recuts".into());
@@ -495,6 +504,8 @@ impl ReachArgs {
             schedules: self.schedules,
             recuts: !self.no_recuts,
             depth1_only: false,
+            workflows: self.workflows,
+            workflow_schedules: self.workflow_schedules,
         }
     }
 }

@@ -461,7 +461,7 @@ fn row_9_a_store_that_commits_without_syncing_loses_the_task_to_a_power_cut() {
 /// turn": the restarted runner's second snapshot (the first starts a
 /// provider) is where it decides what to do with the cut turn.
 #[test]
-fn row_11_a_failed_read_inside_a_recovery_is_not_read_as_no_turn() {
+fn row_15_a_failed_read_inside_a_recovery_is_not_read_as_no_turn() {
     caught(
         "failed-read-as-no-turn",
         "restart-chaos.runner-codex.local.read-faults",
@@ -477,13 +477,30 @@ fn row_11_a_failed_read_inside_a_recovery_is_not_read_as_no_turn() {
 /// Issue 47: an actor that ends on a failed read leaves its task running
 /// with no one to run it.
 #[test]
-fn row_12_a_failed_read_does_not_end_the_task_s_actor() {
+fn row_16_a_failed_read_does_not_end_the_task_s_actor() {
     caught(
         "actor-returns-on-failed-read",
         "restart-chaos.runner-codex.local.read-faults",
         &["--cut", "runner.read.task#3", "--fault", "corrupt-read"],
         "liveness",
         "still running",
+    );
+}
+
+/// Issue 42: a Retry that never ran, delivered again after a later Retry
+/// re-sent the same prompt. The generated program that found it in the
+/// default wave, drawn again from its id (no file).
+#[test]
+fn row_17_a_retry_superseded_by_a_later_one_is_not_delivered() {
+    caught(
+        "deliver-stale-retry",
+        "generated.runner-acpx-claude.local.seed1-p0",
+        &[
+            "--schedule",
+            "runner.write.turn_accepted#1/disk-full+runner.write.turn_intent#1/fail-write",
+        ],
+        "no-replay.turn",
+        "the same message ran 2 times",
     );
 }
 

@@ -97,11 +97,13 @@ pub enum SeededBug {
     FailedReadAsNoTurn,
     /// End the task's actor on a failed read of its snapshot.
     ActorReturnsOnFailedRead,
+    /// Deliver an earlier Retry that never ran after a later Retry.
+    DeliverStaleRetry,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 39] = [
+    pub const ALL: [SeededBug; 40] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -141,6 +143,7 @@ impl SeededBug {
         SeededBug::LookupErrorAnswerAsAbsent,
         SeededBug::FailedReadAsNoTurn,
         SeededBug::ActorReturnsOnFailedRead,
+        SeededBug::DeliverStaleRetry,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -177,7 +180,8 @@ impl SeededBug {
             | LookupErrorAnswerAsAbsent
             | RetryCurrentInSecondWrite
             | RetryDecidesByPrimaryTurn
-            | RetryResendsQueued => !native,
+            | RetryResendsQueued
+            | DeliverStaleRetry => !native,
             // Only Codex sends an accepted turn found absent again under a
             // new provider turn id: OpenCode re-sends under the client's
             // message id, found by the next lookup (adopted); ACP closes the
@@ -235,6 +239,7 @@ impl SeededBug {
             SeededBug::LookupErrorAnswerAsAbsent => "lookup-error-answer-as-absent",
             SeededBug::FailedReadAsNoTurn => "failed-read-as-no-turn",
             SeededBug::ActorReturnsOnFailedRead => "actor-returns-on-failed-read",
+            SeededBug::DeliverStaleRetry => "deliver-stale-retry",
         }
     }
 }
@@ -370,6 +375,8 @@ hooks! {
     failed_read_as_no_turn => FailedReadAsNoTurn;
     /// `actor-returns-on-failed-read`.
     actor_returns_on_failed_read => ActorReturnsOnFailedRead;
+    /// `deliver-stale-retry`.
+    deliver_stale_retry => DeliverStaleRetry;
 }
 
 #[cfg(all(test, feature = "seeded-bugs"))]

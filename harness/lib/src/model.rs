@@ -590,6 +590,10 @@ pub struct Plan {
     pub judged: Vec<CellResult>,
     /// Per scenario id, the boundaries only some clean runs reached.
     pub timing_dependent: Vec<(String, Vec<String>)>,
+    /// How many generated programs of the plan's seed its scenarios hold
+    /// (`workflow::wave_programs`), so a reader of the plan draws them again.
+    #[serde(default)]
+    pub workflows: usize,
     /// `Both` for `turncut plan` (`stage2` says whether stage 2 follows),
     /// `Stage2` for `turncut plan --stage2`; never `Stage1`.
     #[serde(default, skip_serializing_if = "Stages::is_both")]

@@ -64,9 +64,22 @@ pub fn plan_cells(
         let Some(mut cells) = one_cut_cells(f, reach, wave_seed, &mut planned, quiet) else {
             continue;
         };
+        if f.scenario.generated {
+            // A generated program: its clean run and drawn schedules (its
+            // one-cut cells would outnumber the files' own).
+            cells.retain(Vec::is_empty);
+        }
         let depth1 = cells.len();
         cells.extend(own_schedules(f));
-        if f.scenario.cut == crate::scenario::CutSelection::None {
+        if f.scenario.generated {
+            let seed = plan::cell_seed(wave_seed, f.id);
+            cells.extend(crate::explore::draw(
+                &d.boundaries,
+                crate::explore::EventCount::default(),
+                seed,
+                reach.workflow_schedules,
+            ));
+        } else if f.scenario.cut == crate::scenario::CutSelection::None {
             // `cut = "none"`: the clean run only, as the file says; no
             // schedule is drawn for it.
         } else if reach.depth1_only {
@@ -583,6 +596,12 @@ pub fn make_plan(
         skipped,
         judged: planned.judged,
         timing_dependent: planned.timing_dependent,
+        workflows: scenarios
+            .iter()
+            .filter(|s| s.generated)
+            .map(|s| &s.case)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
         stages: crate::model::Stages::Both,
     })
 }

@@ -163,6 +163,9 @@ pub struct Scenario {
     /// `turncut explore --emit-scenario` writes a shrunk failure), with the
     /// place of each in the file.
     pub schedules: Vec<OwnSchedule>,
+    /// A program the wave generated (`workflow::wave_programs`), not a
+    /// file: planned as its clean run and drawn schedules, no one-cut cells.
+    pub generated: bool,
 }
 
 /// A `[chaos] schedules` entry: its events, and its place in the file
@@ -399,6 +402,7 @@ pub fn parse(text: &str, path: &str) -> Result<Scenario, ScenarioError> {
         expect,
         cut_places,
         schedules,
+        generated: false,
     })
 }
 

@@ -47,6 +47,11 @@ pub struct Reach {
     /// The old depth-1 wave: one process fault per cell, no `recut`, no
     /// controller-action or storage faults, no depth 2, no schedules.
     pub depth1_only: bool,
+    /// Generated programs (`workflow::wave_programs`) the wave adds to the
+    /// scenarios, each on every fake profile.
+    pub workflows: usize,
+    /// Random schedules per generated program and profile.
+    pub workflow_schedules: usize,
 }
 
 impl Default for Reach {
@@ -56,6 +61,8 @@ impl Default for Reach {
             schedules: 2,
             recuts: true,
             depth1_only: false,
+            workflows: 2,
+            workflow_schedules: 6,
         }
     }
 }
@@ -68,6 +75,8 @@ impl Reach {
             schedules: 0,
             recuts: false,
             depth1_only: true,
+            workflows: 0,
+            workflow_schedules: 0,
         }
     }
 }

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use proptest::strategy::{BoxedStrategy, ValueTree as _};
-use proptest::test_runner::TestRunner;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 use proptest_state_machine::ReferenceStateMachine;
 
 use crate::scenario::{FollowUpWhen, RetryWhen, Scenario, ScenarioError};
@@ -256,7 +256,7 @@ impl Program {
     }
 }
 
-/// `k` programs drawn by `runner` (`explore::seeded_runner`: the same
+/// `k` programs drawn by `runner` (`workflow::seeded_runner`: the same
 /// seed draws the same programs).
 pub fn draw(runner: &mut TestRunner, k: usize) -> Vec<Program> {
     let strategy = strategy();
@@ -390,6 +390,102 @@ impl Program {
 /// from it; its one-cut cells are not planned for generated programs).
 pub const CHAOS: &str = "cut = \"every-boundary\"\nfaults = [\"kill-runner\", \"kill-provider\", \"kill-both\", \"hang-provider\", \"follow-up\", \"retry\", \"fail-write\", \"disk-full\"]\n";
 
+/// The longest a failure is shrunk, in milliseconds.
+pub const SHRINK_TIME_MS: u32 = 120_000;
+
+/// A proptest runner with a fixed seed: the same seed draws the same
+/// schedules.
+pub fn seeded_runner(seed: u64, shrink_iters: u32) -> TestRunner {
+    let mut bytes = [0u8; 32];
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&crate::plan::mix(seed ^ i as u64).to_le_bytes());
+    }
+    let config = Config {
+        cases: u32::MAX,
+        failure_persistence: None,
+        max_shrink_iters: shrink_iters,
+        // Shrinking stops after this long (with the smallest failure so far).
+        max_shrink_time: SHRINK_TIME_MS,
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
+}
+
+/// What a wave mixes into its seed to draw its programs (explore draws
+/// others from the same seed).
+const WAVE_SALT: u64 = 0x776f_726b_666c_6f77;
+
+/// The case of program `n` of a wave seeded `seed`.
+pub fn wave_case(seed: u64, n: usize) -> String {
+    format!("seed{seed}-p{n}")
+}
+
+/// The seed and number a [`wave_case`] name holds.
+pub fn parse_wave_case(case: &str) -> Option<(u64, usize)> {
+    let (seed, n) = case.strip_prefix("seed")?.split_once("-p")?;
+    Some((seed.parse().ok()?, n.parse().ok()?))
+}
+
+/// The sources of the generated programs of a wave seeded `seed`: `k`
+/// programs, each as a scenario file per fake profile (a tool's form is
+/// the profile's), case [`wave_case`], as `(file name, text)`. Program `n`
+/// depends on the seed and `n` alone (the draws are sequential), so
+/// `turncut run` finds it again from its id.
+pub fn wave_sources(seed: u64, k: usize) -> Vec<(String, String)> {
+    let mut runner = seeded_runner(seed ^ WAVE_SALT, 0);
+    let mut out = Vec::new();
+    for (n, program) in draw(&mut runner, k).iter().enumerate() {
+        let case = wave_case(seed, n);
+        for profile in wire::profiles::BUILTIN.iter().map(|p| p.name) {
+            let text = program.scenario_toml(&case, &[profile], CHAOS);
+            out.push((format!("{case}.{profile}.toml"), text));
+        }
+    }
+    out
+}
+
+/// The generated programs of a wave seeded `seed` ([`wave_sources`]),
+/// parsed and marked `generated`.
+pub fn wave_programs(seed: u64, k: usize) -> Vec<Scenario> {
+    wave_sources(seed, k)
+        .into_iter()
+        .map(|(name, text)| {
+            // Every drawn program is valid on every fake profile (the
+            // test below): a refusal here is a defect of the generator.
+            let mut s = crate::scenario::parse(&text, &format!("{SUITE}/{name}"))
+                .unwrap_or_else(|e| panic!("generated {name}: {e}"));
+            s.generated = true;
+            s
+        })
+        .collect()
+}
+
+/// Adds the generated program that scenario id `id` names (suite
+/// `generated`, a [`wave_case`]) unless `scenarios` has it: `turncut run`
+/// and `replay` of a wave's generated cell need no file.
+pub fn add_wave_program(scenarios: &mut Vec<Scenario>, id: &str) {
+    let mut parts = id.split('.');
+    let (Some(SUITE), Some(_profile), Some(_mode), Some(case), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
+        return;
+    };
+    let Some((seed, n)) = parse_wave_case(case) else {
+        return;
+    };
+    if crate::scenario::find(scenarios, id).is_none() {
+        scenarios.extend(
+            wave_programs(seed, n + 1)
+                .into_iter()
+                .filter(|s| s.case == case),
+        );
+    }
+}
+
 /// A new program tree drawn from `runner` (its shrinking is proptest's).
 pub fn new_tree(
     runner: &mut TestRunner,
@@ -402,11 +498,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_wave_program_is_found_again_from_its_id_alone() {
+        let wave = wave_programs(7, 3);
+        assert_eq!(wave.len(), 3 * wire::profiles::BUILTIN.len());
+        assert!(wave.iter().all(|s| s.generated));
+        let last = wave.last().expect("programs");
+        let id = last.ids().pop().expect("an id");
+        let mut found = Vec::new();
+        add_wave_program(&mut found, &id);
+        let (again, _) = crate::scenario::find(&found, &id).expect("regenerated");
+        assert_eq!(format!("{:?}", again.steps), format!("{:?}", last.steps));
+        assert_eq!(format!("{:?}", again.script), format!("{:?}", last.script));
+        assert_eq!(parse_wave_case(&wave_case(7, 2)), Some((7, 2)));
+        assert_eq!(parse_wave_case("s7-w2"), None);
+    }
+
+    #[test]
     fn every_drawn_program_is_a_valid_scenario_on_every_fake_profile() {
-        for (i, p) in draw(&mut crate::explore::seeded_runner(42, 0), 200)
-            .iter()
-            .enumerate()
-        {
+        for (i, p) in draw(&mut seeded_runner(42, 0), 200).iter().enumerate() {
             for profile in wire::profiles::BUILTIN.iter().map(|p| p.name) {
                 let s = p.scenario(&format!("w{i}"), &[profile], CHAOS);
                 assert!(
@@ -421,7 +530,7 @@ mod tests {
 
     #[test]
     fn the_same_seed_draws_the_same_programs_and_steps_keep_their_ids() {
-        let draw = |seed| draw(&mut crate::explore::seeded_runner(seed, 0), 30);
+        let draw = |seed| draw(&mut seeded_runner(seed, 0), 30);
         let a = draw(7);
         assert_eq!(a, draw(7));
         assert_ne!(a, draw(8));

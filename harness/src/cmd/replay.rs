@@ -40,7 +40,8 @@ pub fn replay(exe: &Path, common: &Common, cell: &Path) -> Result<Code, Exit> {
             wave.run.turncut_version
         );
     }
-    let (env, scenarios) = env_for(exe, common, Some(&wave.run))?;
+    let (env, mut scenarios) = env_for(exe, common, Some(&wave.run))?;
+    harness::workflow::add_wave_program(&mut scenarios, &old.spec.scenario_id);
     if scenario::find(&scenarios, &old.spec.scenario_id).is_none() {
         return Err(bad(format!(
             "scenario {} is not in the scenarios; pass the wave's --scenarios DIR",

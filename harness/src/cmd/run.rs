@@ -16,8 +16,9 @@ const RUN_SEED: u64 = 0;
 
 /// `turncut run ID [--cut P#N --fault F | --schedule S]`.
 pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<Code, Exit> {
-    let (env, scenarios) = env_for(exe, common, None)?;
+    let (env, mut scenarios) = env_for(exe, common, None)?;
     let scenario_id = &args.scenario_id;
+    harness::workflow::add_wave_program(&mut scenarios, scenario_id);
     let (s, profile) = scenario::find(&scenarios, scenario_id)
         .ok_or_else(|| unknown_id(&scenarios, scenario_id))?;
     if let Some(out) = &args.out {

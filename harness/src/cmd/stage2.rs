@@ -26,11 +26,12 @@ use super::{Exit, bad};
 /// stage-2 cells, [`Stages::Stage2`].
 pub(super) fn plan_stage2(
     env: CellEnv,
-    scenarios: &[Scenario],
+    scenarios: &mut Vec<Scenario>,
     dirs: &[PathBuf],
     jobs: usize,
 ) -> Result<Plan, Exit> {
     let (plan, waves) = read_stage1(scenarios, dirs)?;
+    let scenarios: &[Scenario] = scenarios;
     let Some(s2) = plan.stage2 else {
         return Err(bad(format!(
             "--stage2: plan {} has no stage 2 (it was planned with --no-recuts or --depth1-only): its shards are the whole wave",
@@ -76,7 +77,7 @@ pub(super) fn plan_stage2(
 /// The one plan the stage-1 reports in `dirs` ran (each keeps it as
 /// [`PLAN_IN_REPORT`]) and their waves; each must have run stage 1 alone.
 fn read_stage1(
-    scenarios: &[Scenario],
+    scenarios: &mut Vec<Scenario>,
     dirs: &[PathBuf],
 ) -> Result<(Plan, Vec<harness::model::WaveResult>), Exit> {
     let mut plan: Option<(Plan, &Path)> = None;

@@ -17,7 +17,7 @@ use crate::{Common, PlanArgs, SelectArgs, WaveArgs};
 /// `turncut wave`: plans (or reads `--plan`), then runs the plan's cells
 /// (its shard's) and reports.
 pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
-    let (env, scenarios) = env_for(exe, common, None)?;
+    let (env, mut scenarios) = env_for(exe, common, None)?;
     let shard = args
         .shard
         .as_deref()
@@ -35,9 +35,9 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
                     path.display()
                 )));
             }
-            read_plan(path, &scenarios)?
+            read_plan(path, &mut scenarios)?
         }
-        None => make_plan(&env, &scenarios, &args.select)?,
+        None => make_plan(&env, &mut scenarios, &args.select)?,
     };
     harness::progress::note(&format!(
         "turncut wave {} (seed {}, jobs {})",
@@ -56,6 +56,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
     prepare_out(&out)?;
     harness::progress::note(&format!("wave {}: {} cells", plan.wave_id, cells.len()));
     write_plan(&out.join(PLAN_IN_REPORT), &plan)?;
+    write_workflows(&out, &plan)?;
     let stages = stages_of(&plan, shard, &out);
     let planned = cells.len();
     run_and_report(&Job {
@@ -147,9 +148,9 @@ fn write_plan(path: &Path, plan: &Plan) -> Result<(), Exit> {
 /// `turncut plan`: plans a wave (or, with `--stage2`, its stage 2) and
 /// writes the plan.
 pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<Code, Exit> {
-    let (env, scenarios) = env_for(exe, common, None)?;
+    let (env, mut scenarios) = env_for(exe, common, None)?;
     let plan = if args.stage2.is_empty() {
-        make_plan(&env, &scenarios, &args.select)?
+        make_plan(&env, &mut scenarios, &args.select)?
     } else {
         if args.select.given() {
             return Err(bad(
@@ -157,7 +158,7 @@ pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<Code, Exit> {
                     .to_owned(),
             ));
         }
-        super::stage2::plan_stage2(env, &scenarios, &args.stage2, args.jobs as usize)?
+        super::stage2::plan_stage2(env, &mut scenarios, &args.stage2, args.jobs as usize)?
     };
     write_plan(&args.out, &plan)?;
     harness::progress::note(&format!(
@@ -182,14 +183,39 @@ pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<Code, Exit> {
     Ok(Code::Pass)
 }
 
-/// Plans the wave of `select` on this machine.
-fn make_plan(env: &CellEnv, scenarios: &[Scenario], select: &SelectArgs) -> Result<Plan, Exit> {
+/// Writes the generated programs of `plan` to `out/workflows/` as scenario
+/// files, for a person to read (and to add to `scenarios/` if one fails).
+fn write_workflows(out: &Path, plan: &Plan) -> Result<(), Exit> {
+    if plan.workflows == 0 {
+        return Ok(());
+    }
+    let dir = out.join("workflows");
+    std::fs::create_dir_all(&dir).map_err(|e| bad(format!("{}: {e}", dir.display())))?;
+    for (name, text) in harness::workflow::wave_sources(plan.seed, plan.workflows) {
+        let path = dir.join(name);
+        write_file_atomically(&path, text.as_bytes())
+            .map_err(|e| bad(format!("{}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// Plans the wave of `select` on this machine, after adding the generated
+/// programs of its seed to `scenarios`.
+fn make_plan(
+    env: &CellEnv,
+    scenarios: &mut Vec<Scenario>,
+    select: &SelectArgs,
+) -> Result<Plan, Exit> {
     let seed = select.seed.unwrap_or_else(clock_seed);
+    let reach = select.reach.reach();
+    if !reach.depth1_only {
+        scenarios.extend(harness::workflow::wave_programs(seed, reach.workflows));
+    }
+    let scenarios: &[Scenario] = scenarios;
     let only = select.only.as_deref();
     let ids = matching_ids(scenarios, only, select.real)?;
     let (ids, skipped) = wave::split_skipped(ids);
     super::reports::note_skipped(&skipped);
-    let reach = select.reach.reach();
     let mut env = env.clone();
     env.recut = !reach.depth1_only;
     harness::progress::note(&format!("planning (seed {seed}) …"));
@@ -211,7 +237,7 @@ fn make_plan(env: &CellEnv, scenarios: &[Scenario], select: &SelectArgs) -> Resu
 
 /// Reads a plan, refusing one made from other scenarios or by another
 /// turncut version (its cells would not mean the same).
-pub(super) fn read_plan(path: &Path, scenarios: &[Scenario]) -> Result<Plan, Exit> {
+pub(super) fn read_plan(path: &Path, scenarios: &mut Vec<Scenario>) -> Result<Plan, Exit> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| bad(format!("--plan {}: {e}", path.display())))?;
     let plan: Plan = serde_json::from_str(&text).map_err(|e| {
@@ -236,6 +262,8 @@ pub(super) fn read_plan(path: &Path, scenarios: &[Scenario]) -> Result<Plan, Exi
             plan.run.turncut_version
         )));
     }
+    scenarios.retain(|s| !s.generated);
+    scenarios.extend(harness::workflow::wave_programs(plan.seed, plan.workflows));
     if plan.scenarios_sha256 != planner::scenarios_sha256(scenarios) {
         return Err(bad(format!(
             "--plan {}: made from other scenarios than these (pass the same --scenarios, or plan again)",

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use proptest::prelude::*;
 use proptest::sample::Index;
 use proptest::strategy::ValueTree as _;
-use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
+use proptest::test_runner::{TestCaseError, TestError, TestRunner};
+
+use crate::workflow::seeded_runner;
 
 use crate::cell::CellEnv;
 use crate::model::{CellSpec, Cut, Event, Fault, READ_POINTS, Role, Verdict, WRITE_POINTS};
@@ -176,27 +178,6 @@ fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event>
         })
         .collect()
 }
-
-/// A proptest runner with a fixed seed: the same seed draws the same
-/// schedules.
-pub fn seeded_runner(seed: u64, shrink_iters: u32) -> TestRunner {
-    let mut bytes = [0u8; 32];
-    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&plan::mix(seed ^ i as u64).to_le_bytes());
-    }
-    let config = Config {
-        cases: u32::MAX,
-        failure_persistence: None,
-        max_shrink_iters: shrink_iters,
-        // Shrinking stops after this long (with the smallest failure so far).
-        max_shrink_time: SHRINK_TIME_MS,
-        ..Config::default()
-    };
-    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes))
-}
-
-/// The longest a failure is shrunk, in milliseconds.
-pub const SHRINK_TIME_MS: u32 = 120_000;
 
 /// `k` schedules of `boundaries`, drawn with `seed` (for `wave --schedules`).
 pub fn draw(boundaries: &[Boundary], count: EventCount, seed: u64, k: usize) -> Vec<Vec<Event>> {

@@ -20,13 +20,14 @@ use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
 use super::{
     EventCount, Found, Options, Progress, Target, is_failure, new_schedule, ordered,
-    run_until_failure, seeded_runner, strategy, try_schedule,
+    run_until_failure, strategy, try_schedule,
 };
 use crate::cell::CellEnv;
 use crate::model::Event;
 use crate::plan;
 use crate::scenario::Scenario;
 use crate::wave::Finished;
+use crate::workflow::seeded_runner;
 use crate::workflow::{self, Program};
 
 /// What `turncut explore --workflows` is asked to do.
