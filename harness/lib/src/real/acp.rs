@@ -161,7 +161,10 @@ mod tests {
     }
 
     fn effect(by: &str) -> LedgerEntry {
-        serde_json::from_value(json!({ "v": 1, "key": "write-hello", "by": by })).unwrap()
+        serde_json::from_value(
+            json!({ "v": 1, "key": "write-hello", "by": by, "pid": 1, "saw_secret": false }),
+        )
+        .unwrap()
     }
 
     #[test]
