@@ -534,7 +534,7 @@ fn replayed_after(replay: &[Value], sent: &Sent) -> Option<String> {
                 .is_some_and(|id| sent.earlier.iter().any(|e| e == id))
         })
         .map_or(0, |i| i + 1);
-    let mut messages: Vec<(&str, String)> = Vec::new();
+    let mut messages: Vec<(&str, Vec<&str>)> = Vec::new();
     let mut contiguous = false;
     for m in &replay[start..] {
         if !is_user_chunk(m) {
@@ -547,12 +547,22 @@ fn replayed_after(replay: &[Value], sent: &Sent) -> Option<String> {
             .and_then(Value::as_str)
             .unwrap_or_default();
         match messages.last_mut() {
-            Some((last, joined)) if contiguous && *last == id => joined.push_str(text),
-            _ => messages.push((id, text.to_owned())),
+            Some((last, chunks)) if contiguous && *last == id => chunks.push(text),
+            _ => messages.push((id, vec![text])),
         }
         contiguous = true;
     }
-    let (id, _) = messages.into_iter().find(|(_, t)| *t == sent.text)?;
+    let (id, _) = messages.into_iter().find(|(id, chunks)| {
+        if id.is_empty() {
+            // Chunks without ids do not say where one message ends:
+            // `claude-agent-acp` replays the log of the SDK's `/model`
+            // command as user chunks right before the prompt's. The turn
+            // is there when its text is the last chunks'.
+            (0..chunks.len()).any(|i| chunks[i..].concat() == sent.text)
+        } else {
+            chunks.concat() == sent.text
+        }
+    })?;
     Some(if id.is_empty() { "(unnamed)" } else { id }.to_owned())
 }
 
@@ -621,5 +631,29 @@ mod tests {
         };
         assert_eq!(replayed_after(&replay, &other), None);
         assert_eq!(replayed_after(&replay, &Sent::default()), None);
+    }
+
+    /// `claude-agent-acp` 0.23.1 replays a session's first prompt after the
+    /// log of the SDK's `/model` command, every chunk without an id: read
+    /// as one message, the prompt was not found, and the runner sent it
+    /// again after a kill (the model saw it twice: `no-replay.turn`).
+    #[test]
+    fn a_prompt_after_unnamed_context_chunks_is_found_by_its_text() {
+        let unnamed = |text: &str| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":"user_message_chunk","content":{"type":"text","text":text}}}});
+        let replay = [
+            unnamed("<command-name>/model</command-name>"),
+            unnamed("<local-command-stdout>Set model</local-command-stdout>"),
+            unnamed("Create "),
+            unnamed("hello.txt"),
+        ];
+        let sent = |text: &str| Sent {
+            text: text.into(),
+            earlier: vec![],
+        };
+        assert_eq!(
+            replayed_after(&replay, &sent("Create hello.txt")),
+            Some("(unnamed)".into())
+        );
+        assert_eq!(replayed_after(&replay, &sent("Create")), None);
     }
 }
