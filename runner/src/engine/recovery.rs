@@ -46,16 +46,10 @@ impl<'a> TurnState<'a> {
 
     /// How to ask the provider for the turn: by its turn id once accepted,
     /// else by the client id it was sent with and what it carried (`sent`).
-    /// A turn accepted under the client id itself (an ACP agent whose
-    /// output carries no id of its own, as `codex-acp` 0.16.0's, is named
-    /// by the prompt's id) is asked for as one never seen accepted: by that
-    /// id or, in a replay that carries no ids, by its text. By its id alone,
-    /// every such turn read as lost after a restart (`active_turn_recovery_closed`
-    /// though the replay held it).
     pub(super) fn lookup(turn: &TurnRow, sent: Sent) -> TurnLookup {
         match &turn.provider_turn_id {
-            Some(id) if *id != turn.client_id => TurnLookup::TurnId(id.clone()),
-            _ => TurnLookup::ClientId {
+            Some(id) => TurnLookup::TurnId(id.clone()),
+            None => TurnLookup::ClientId {
                 id: turn.client_id.clone(),
                 sent,
             },
@@ -498,11 +492,6 @@ mod tests {
         let accepted = row(TurnKind::Primary, Some("t1"));
         assert_eq!(TurnState::of(&accepted), ACCEPTED);
         assert!(matches!(TurnState::lookup(&accepted, sent()), TurnLookup::TurnId(t) if t == "t1"));
-        // Accepted under the client id: looked up by it and by its text.
-        let named_by_client = row(TurnKind::Primary, Some("c1"));
-        assert!(
-            matches!(TurnState::lookup(&named_by_client, sent()), TurnLookup::ClientId { id, sent } if id == "c1" && sent.text == "hello")
-        );
         for cont in [
             row(TurnKind::Continuation, None),
             row(TurnKind::Continuation, Some("t2")),

@@ -80,11 +80,9 @@ impl Engine {
         // "no such turn", and that reading is trusted after the provider is
         // replaced (`Store::seeded_absent_trusted`): the turn is sent again.
         let trusted_absent = self.store.seeded_absent_trusted(turn.turn_row).await;
-        // What the turn carried, for a lookup by the client id (a turn never
-        // seen accepted, or accepted under that id: [`TurnState::lookup`]).
-        let sent = match &turn.provider_turn_id {
-            Some(id) if *id != turn.client_id => Sent::default(),
-            _ => self.sent(task_id, turn).await?,
+        let sent = match turn.provider_turn_id {
+            Some(_) => Sent::default(),
+            None => self.sent(task_id, turn).await?,
         };
         let found = match driver
             .lookup_turn(conversation, &TurnState::lookup(turn, sent))
