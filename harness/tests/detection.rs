@@ -143,7 +143,7 @@ fn row_2_a_follow_up_to_a_failed_task_is_refused() {
         "restart-chaos.runner-acpx-claude.local.cut-turn-start-retry",
         &["--cut", "acp.turn.recorded#1", "--fault", "kill-runner"],
         "fence",
-        "the fence must refuse it",
+        "the contract allows 409 prior_owner_fence_refused",
     );
 }
 
@@ -209,7 +209,7 @@ fn row_4b_a_message_whose_retry_turn_never_started_is_named() {
             "runner.write.provider_spawn_intent#1/fail-write+runner.write.turn_accepted#1/fail-write",
         ],
         "no-loss",
-        "never consumed and is no longer queued",
+        "no message.stranded event names it",
     );
 }
 

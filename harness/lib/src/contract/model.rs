@@ -288,7 +288,7 @@ impl TaskModel {
 /// How the controller knew the task when it sent `s`.
 fn state_phrase(s: &Sent) -> String {
     match (s.state_before, s.after_fault) {
-        (Some(state), _) => format!("the task read {state} just before"),
+        (Some(state), _) => format!("the task was {state} when read just before"),
         (None, true) => "sent after a fault, the task's state unknown".to_owned(),
         (None, false) => "sent while nothing had been cut".to_owned(),
     }

@@ -126,7 +126,7 @@ fn a_follow_up_to_a_failed_task_must_be_refused_with_its_proof() {
     assert_only_fails(
         &e,
         "fence",
-        "follow_up f1 was answered 202 (the task read failed just before), the contract allows 409 prior_owner_fence_refused",
+        "follow_up f1 was answered 202 (the task was failed when read just before), the contract allows 409 prior_owner_fence_refused",
     );
     e.exchanges.pop();
     x.status = 409;

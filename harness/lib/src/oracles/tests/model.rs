@@ -91,7 +91,7 @@ fn a_retry_the_contract_refuses_but_the_runner_admits_fails_retry_works() {
     e.exchanges.push(r);
     let (v, m) = verdict(&judge(&e), "retry.works");
     assert_eq!(v, Verdict::Fail);
-    assert!(m.contains("retry r1 was answered 201 (the task read completed just before), the contract allows 409 nothing_to_retry"), "{m}");
+    assert!(m.contains("retry r1 was answered 201 (the task was completed when read just before), the contract allows 409 nothing_to_retry"), "{m}");
 }
 
 #[test]
