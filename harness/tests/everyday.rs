@@ -315,7 +315,10 @@ fn an_unknown_fault_on_the_command_line_lists_the_faults() {
             "kill-runnr",
         ],
         None,
-        "[possible values: kill-runner, kill-provider, kill-both, hang-provider, follow-up, retry, fail-write, disk-full, power-cut]",
+        &format!(
+            "[possible values: {}]",
+            harness::model::Fault::ALL.map(|f| f.as_str()).join(", ")
+        ),
     );
 }
 

@@ -110,9 +110,10 @@ fn both_stages_in_shards_under_different_loads_merge_into_the_unsharded_run() {
     // The fake Codex's scenarios: stage 2 follows the recovery paths the
     // stage-1 cells walk, and on a loaded machine the fake ACP agent's and
     // OpenCode's cells sometimes walk a path a quiet run does not (then
-    // two unsharded waves differ as much); Codex's walk the same ones.
+    // two unsharded waves differ as much); Codex's walk the same ones. No
+    // generated programs: `--only runner-codex.local` would take them in.
     let o = run(turncut()
-        .args(["plan", "--seed", "3", "--budget", "12"])
+        .args(["plan", "--seed", "3", "--budget", "12", "--workflows", "0"])
         .args(["--only", "runner-codex.local", "--out"])
         .arg(d("plan.json")));
     assert_eq!(o.status.code(), Some(0), "turncut plan exits 0");

@@ -28,6 +28,7 @@ use crate::runner_client::{RunView, TaskView};
 
 mod actions;
 mod journal;
+pub use journal::turn_starts_in;
 mod power_cut;
 mod task;
 mod upstream;

@@ -19,6 +19,9 @@ pub struct TurnStart<'a> {
     pub client_id: Option<String>,
     /// Its text input.
     pub text: String,
+    /// The conversation it was sent to (Codex's thread, ACP's session,
+    /// OpenCode's session), if the entry names one.
+    pub conversation: Option<String>,
 }
 
 fn text_of(blocks: Option<&Value>) -> String {
@@ -38,47 +41,7 @@ impl Evidence {
     /// Turn starts received by the provider: Codex `turn/start`, ACP
     /// `session/prompt`, OpenCode `POST …/prompt_async`.
     pub fn turn_starts(&self) -> Vec<TurnStart<'_>> {
-        let mut out = Vec::new();
-        for (i, e) in self.journal.iter().enumerate() {
-            if e.kind != EntryKind::In {
-                continue;
-            }
-            let d = &e.data;
-            let (cid, text) = if d["method"] == "turn/start" {
-                (
-                    d.pointer("/params/clientUserMessageId"),
-                    text_of(d.pointer("/params/input")),
-                )
-            } else if d["method"] == "session/prompt" {
-                (
-                    d.pointer("/params/_meta/messageId"),
-                    text_of(d.pointer("/params/prompt")),
-                )
-            } else if d["method"] == "POST"
-                && d["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with("/prompt_async"))
-            {
-                (
-                    d.pointer("/body/messageID"),
-                    text_of(d.pointer("/body/parts")),
-                )
-            } else {
-                continue;
-            };
-            // A client that sends only the prompt's text (acpx) names the
-            // message by a prefix of it instead (`wire::marker`).
-            let (marked, body) = wire::marker::split_message_id(&text);
-            let client_id = cid.and_then(Value::as_str).or(marked).map(controller_id);
-            let text = body.to_owned();
-            out.push(TurnStart {
-                line: i + 1,
-                entry: e,
-                client_id,
-                text,
-            });
-        }
-        out
+        turn_starts_in(&self.journal)
     }
 
     /// Journal facts by name, with line numbers.
@@ -147,4 +110,54 @@ fn write_request(data: &Value) -> Option<(String, String)> {
     }
     let arguments: Value = serde_json::from_str(item["arguments"].as_str()?).ok()?;
     Some((text(&arguments, "/path")?, text(&arguments, "/content")?))
+}
+
+/// The turn starts of a provider's `journal` ([`Evidence::turn_starts`]).
+pub fn turn_starts_in(journal: &[Entry]) -> Vec<TurnStart<'_>> {
+    journal
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.kind == EntryKind::In)
+        .filter_map(|(i, e)| turn_start(i + 1, e))
+        .collect()
+}
+
+/// The turn start in entry `e` (line `line`), if it is one.
+fn turn_start(line: usize, e: &Entry) -> Option<TurnStart<'_>> {
+    let d = &e.data;
+    let (cid, text, conversation) = if d["method"] == "turn/start" {
+        (
+            d.pointer("/params/clientUserMessageId"),
+            text_of(d.pointer("/params/input")),
+            d.pointer("/params/threadId").and_then(Value::as_str),
+        )
+    } else if d["method"] == "session/prompt" {
+        (
+            d.pointer("/params/_meta/messageId")
+                .or_else(|| d.pointer("/params/messageId")),
+            text_of(d.pointer("/params/prompt")),
+            d.pointer("/params/sessionId").and_then(Value::as_str),
+        )
+    } else if d["method"] == "POST" {
+        let path = d["path"].as_str()?;
+        let session = path.strip_suffix("/prompt_async")?;
+        (
+            d.pointer("/body/messageID"),
+            text_of(d.pointer("/body/parts")),
+            session.rsplit('/').next(),
+        )
+    } else {
+        return None;
+    };
+    // A client that sends only the prompt's text (acpx) names the message
+    // by a prefix of it instead (`wire::marker`).
+    let (marked, body) = wire::marker::split_message_id(&text);
+    let client_id = cid.and_then(Value::as_str).or(marked).map(controller_id);
+    Some(TurnStart {
+        line,
+        entry: e,
+        client_id,
+        text: body.to_owned(),
+        conversation: conversation.map(str::to_owned),
+    })
 }

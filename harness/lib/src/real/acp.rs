@@ -7,8 +7,7 @@
 //! that more than one message sent is left unnamed (no guess). The effects
 //! a real ACP agent's tools ran are named the same way ([`name_effects`]).
 
-use serde_json::Value;
-use wire::journal::{Entry, EntryKind};
+use wire::journal::Entry;
 use wire::ledger::LedgerEntry;
 use wire::recorded::RecordedTurn;
 
@@ -88,39 +87,21 @@ fn sent_by<'p>(
     }
 }
 
-/// Every `session/prompt` the tap journaled: (session, text, message id).
+/// Every turn start the tap journaled, in any protocol (Codex `turn/start`,
+/// ACP `session/prompt`, OpenCode `prompt_async`): (conversation, text,
+/// message id).
 fn prompts(journal: &[Entry]) -> Vec<(String, String, String)> {
-    journal
-        .iter()
-        .filter(|e| e.kind == EntryKind::In && e.data["method"] == "session/prompt")
-        .filter_map(|e| {
-            let p = &e.data["params"];
-            let session = p["sessionId"].as_str()?.to_owned();
-            let id = p
-                .pointer("/_meta/messageId")
-                .or_else(|| p.get("messageId"))
-                .and_then(Value::as_str)?
-                .to_owned();
-            Some((session, prompt_text(p), id))
-        })
-        .collect()
-}
-
-/// The text blocks of a prompt, joined by newlines.
-fn prompt_text(params: &Value) -> String {
-    params["prompt"]
-        .as_array()
+    crate::evidence::turn_starts_in(journal)
         .into_iter()
-        .flatten()
-        .filter_map(|b| b["text"].as_str())
-        .collect::<Vec<_>>()
-        .join("\n")
+        .filter_map(|t| Some((t.conversation?, t.text, t.client_id?)))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+    use wire::journal::EntryKind;
 
     fn prompt(session: &str, text: &str, id: &str) -> Entry {
         Entry {
