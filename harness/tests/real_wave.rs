@@ -124,6 +124,8 @@ fn a_real_product_that_is_not_installed_is_listed_as_skipped() {
             "everyday-workflows.runner-codex-real.local.single-task",
             "everyday-workflows.runner-opencode-real.local.single-task",
             "everyday-workflows.runner-acpx-opencode-real.local.single-task",
+            "everyday-workflows.runner-acpx-codex-real.local.single-task",
+            "everyday-workflows.runner-acpx-claude-real.local.single-task",
         ]
     );
     assert!(
