@@ -20,7 +20,6 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use harness::fidelity;
-use harness::runner_client::{RunnerCommand, RunnerProcess};
 use harness::supervisor::GroupChild;
 use serde_json::Value;
 
@@ -72,33 +71,19 @@ fn the_real_opencode_acp_completes_a_task_through_the_runner() {
         bin: opencode,
         home: dir.path().join("opencode-home"),
     };
-    let profiles = format!(
-        "[profile.runner-acpx-opencode-real]\ndriver = \"acp\"\ncommand = {}\n{}",
-        serde_json::to_string(&product.command(&model_url, "test").unwrap()).unwrap(),
-        product.credential_lines()
+    let runner = common::start_real_runner(
+        dir.path(),
+        &product,
+        ("runner-acpx-opencode-real", "acp"),
+        &model_url,
+        "real-acp",
     );
-    std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
-    let extra = vec![
-        "--profiles".to_owned(),
-        dir.path().join("profiles.toml").display().to_string(),
-        "--provider-idle-timeout-ms".to_owned(),
-        "60000".to_owned(),
-    ];
-    let state = dir.path().join("state");
-    let mut cmd = RunnerCommand::via(exe()).command(&state, &extra);
-    cmd.env(
-        wire::secret::CREDENTIAL_ENV,
-        format!("{}real-acp", wire::secret::CANARY_PREFIX),
-    )
-    .env_remove(cutpoint::ENV_ARM)
-    .env_remove(cutpoint::ENV_SOCKET);
-    let stderr_log = dir.path().join("runnerd.stderr");
-    let runner = RunnerProcess::start(&mut cmd, &state, &stderr_log, WAIT).unwrap();
     let client = runner.client();
     let (status, body) = client
         .create_task("t1", "m1", "Create hello.txt", real().name, &ws)
         .unwrap();
     assert_eq!(status, 201, "{body}");
+    let stderr_log = dir.path().join("runnerd.stderr");
     let log = || std::fs::read_to_string(&stderr_log).unwrap_or_default();
     let task = client
         .wait_settled("t1", TASK_WAIT)

@@ -26,7 +26,6 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use harness::fidelity::{self, opencode::Moment};
-use harness::runner_client::{RunnerCommand, RunnerProcess};
 use harness::supervisor::GroupChild;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
@@ -50,8 +49,6 @@ fn product(opencode: &Path, home: &Path) -> harness::real::Product {
 /// How long a whole task may take (OpenCode answers its first prompt in
 /// about 2 s here).
 const TASK_WAIT: Duration = Duration::from_secs(120);
-
-const WAIT: Duration = Duration::from_secs(30);
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_turncut"))
@@ -131,28 +128,13 @@ fn the_real_opencode_serve_completes_a_task_through_the_runner() {
     let (_model, model_url) = start_model_api(dir.path(), None, &[]);
     // The key through the runner's one-shot FIFO, as in a cell.
     let product = product(&opencode, &home);
-    let profiles = format!(
-        "[profile.runner-opencode-real]\ndriver = \"opencode\"\ncommand = {}\n{}",
-        serde_json::to_string(&product.command(&model_url, "test").unwrap()).unwrap(),
-        product.credential_lines()
+    let runner = common::start_real_runner(
+        dir.path(),
+        &product,
+        ("runner-opencode-real", "opencode"),
+        &model_url,
+        "real-opencode",
     );
-    std::fs::write(dir.path().join("profiles.toml"), profiles).unwrap();
-    let extra = vec![
-        "--profiles".to_owned(),
-        dir.path().join("profiles.toml").display().to_string(),
-        "--provider-idle-timeout-ms".to_owned(),
-        "60000".to_owned(),
-    ];
-    let state = dir.path().join("state");
-    let mut cmd = RunnerCommand::via(exe()).command(&state, &extra);
-    cmd.env(
-        wire::secret::CREDENTIAL_ENV,
-        format!("{}real-opencode", wire::secret::CANARY_PREFIX),
-    )
-    .env_remove(cutpoint::ENV_ARM)
-    .env_remove(cutpoint::ENV_SOCKET);
-    let stderr_log = dir.path().join("runnerd.stderr");
-    let runner = RunnerProcess::start(&mut cmd, &state, &stderr_log, WAIT).unwrap();
     let client = runner.client();
 
     let started = Instant::now();
@@ -163,6 +145,7 @@ fn the_real_opencode_serve_completes_a_task_through_the_runner() {
     let settled = client.wait_settled("t1", TASK_WAIT);
     let events = client.events("t1", 0).unwrap();
     let _providers = ProviderGroups::of(&events);
+    let stderr_log = dir.path().join("runnerd.stderr");
     let log = || std::fs::read_to_string(&stderr_log).unwrap_or_default();
     let task = settled.unwrap_or_else(|e| panic!("{e}\n{}", log()));
     eprintln!(

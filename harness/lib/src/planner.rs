@@ -64,11 +64,6 @@ pub fn plan_cells(
         let Some(mut cells) = one_cut_cells(f, reach, wave_seed, &mut planned, quiet) else {
             continue;
         };
-        if f.scenario.generated {
-            // A generated program: its clean run and drawn schedules (its
-            // one-cut cells would outnumber the files' own).
-            cells.retain(Vec::is_empty);
-        }
         let depth1 = cells.len();
         cells.extend(own_schedules(f));
         if f.scenario.generated {
@@ -126,6 +121,11 @@ fn one_cut_cells(
     planned: &mut Planned,
     quiet: bool,
 ) -> Option<Vec<Vec<Event>>> {
+    if f.scenario.generated {
+        // A generated program: its clean run only (its drawn schedules come
+        // later; its one-cut cells would outnumber the files' own).
+        return Some(vec![Vec::new()]);
+    }
     let d = &f.discovery;
     let expanded = match plan::expand(f.scenario, &d.boundaries) {
         Ok(expanded) => expanded,

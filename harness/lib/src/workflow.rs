@@ -464,25 +464,14 @@ pub fn wave_programs(seed: u64, k: usize) -> Vec<Scenario> {
 /// `generated`, a [`wave_case`]) unless `scenarios` has it: `turncut run`
 /// and `replay` of a wave's generated cell need no file.
 pub fn add_wave_program(scenarios: &mut Vec<Scenario>, id: &str) {
-    let mut parts = id.split('.');
-    let (Some(SUITE), Some(_profile), Some(_mode), Some(case), None) = (
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-        parts.next(),
-    ) else {
+    use crate::model::ScenarioId;
+    let case = ScenarioId::part_of(id, 3);
+    if ScenarioId::part_of(id, 0) != SUITE || crate::scenario::find(scenarios, id).is_some() {
         return;
-    };
-    let Some((seed, n)) = parse_wave_case(case) else {
-        return;
-    };
-    if crate::scenario::find(scenarios, id).is_none() {
-        scenarios.extend(
-            wave_programs(seed, n + 1)
-                .into_iter()
-                .filter(|s| s.case == case),
-        );
+    }
+    if let Some((seed, n)) = parse_wave_case(case) {
+        let drawn = wave_programs(seed, n + 1);
+        scenarios.extend(drawn.into_iter().filter(|s| s.case == case));
     }
 }
 

@@ -43,3 +43,44 @@ pub fn skip(kind: &str, why: &str) {
     );
     println!("skipped: {why}");
 }
+
+/// runnerd started with `product` as its one profile `name` (driver
+/// `driver`, its model API at `model_url`), its state and logs under `dir`,
+/// the credential the canary ending in `tag`, no cut armed: a real
+/// product's task run as a controller runs it.
+pub fn start_real_runner(
+    dir: &Path,
+    product: &harness::real::Product,
+    (name, driver): (&str, &str),
+    model_url: &str,
+    tag: &str,
+) -> harness::runner_client::RunnerProcess {
+    let profiles = format!(
+        "[profile.{name}]\ndriver = \"{driver}\"\ncommand = {}\n{}",
+        serde_json::to_string(&product.command(model_url, "test").unwrap()).unwrap(),
+        product.credential_lines()
+    );
+    std::fs::write(dir.join("profiles.toml"), profiles).unwrap();
+    let extra = vec![
+        "--profiles".to_owned(),
+        dir.join("profiles.toml").display().to_string(),
+        "--provider-idle-timeout-ms".to_owned(),
+        "60000".to_owned(),
+    ];
+    let state = dir.join("state");
+    let mut cmd = harness::runner_client::RunnerCommand::via(exe()).command(&state, &extra);
+    cmd.env(
+        wire::secret::CREDENTIAL_ENV,
+        format!("{}{tag}", wire::secret::CANARY_PREFIX),
+    )
+    .env_remove(cutpoint::ENV_ARM)
+    .env_remove(cutpoint::ENV_SOCKET);
+    let stderr_log = dir.join("runnerd.stderr");
+    harness::runner_client::RunnerProcess::start(
+        &mut cmd,
+        &state,
+        &stderr_log,
+        std::time::Duration::from_secs(30),
+    )
+    .unwrap()
+}
