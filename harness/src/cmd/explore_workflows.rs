@@ -35,6 +35,20 @@ fn profiles(only: Option<&str>) -> Result<Vec<String>, Exit> {
     Ok(chosen)
 }
 
+/// The faults the schedules draw: power cuts too where FUSE can be mounted
+/// (said when it cannot).
+fn drawn_faults() -> &'static [harness::model::Fault] {
+    match lazyfs::unavailable() {
+        None => &ex::WORKFLOW_FAULTS,
+        Some(why) => {
+            harness::progress::note(&format!(
+                "power cuts are not drawn: FUSE cannot be mounted here ({why})"
+            ));
+            &ex::SCHEDULE_FAULTS
+        }
+    }
+}
+
 /// `turncut explore --workflows`: exit 0 when no program failed, 1 when one did.
 pub fn explore_workflows(
     exe: &Path,
@@ -65,6 +79,7 @@ pub fn explore_workflows(
         },
         profiles,
         schedules: args.per_program,
+        faults: drawn_faults(),
     };
     wave::install_interrupt_handler();
     let explored = wf::explore_workflows(&env, &opts);

@@ -29,12 +29,13 @@ use crate::scenario::{self, Scenario};
 use crate::wave::{self, Finished};
 
 /// The faults a generated schedule draws from, in shrinking order (a
-/// schedule shrinks towards the first). `power-cut` is not drawn: it needs
-/// FUSE and lazy mounts, and the wave plans its cells where they count
-/// (`Fault::power_cut_planned_at`); a `--schedule` may name it. The
-/// error answers are drawn too: one drawn where its process answers no
-/// request becomes kill-runner, as any fault that does not apply; so are
-/// the read faults, from the before-read points.
+/// schedule shrinks towards the first). `power-cut` is not among them: a
+/// scenario file's wave plans its power-cut cells where they count
+/// (`Fault::power_cut_planned_at`), and a `--schedule` may name it; the
+/// generated programs draw it too ([`WORKFLOW_FAULTS`]). The error answers
+/// are drawn: one drawn where its process answers no request becomes
+/// kill-runner, as any fault that does not apply; so are the read faults,
+/// from the before-read points.
 pub const SCHEDULE_FAULTS: [Fault; 14] = [
     Fault::KillRunner,
     Fault::KillProvider,
@@ -51,6 +52,21 @@ pub const SCHEDULE_FAULTS: [Fault; 14] = [
     Fault::FailRead,
     Fault::CorruptRead,
 ];
+
+/// The faults a generated controller program's schedules draw from (the
+/// wave's `--workflows` and `explore --workflows`): [`SCHEDULE_FAULTS`]
+/// and `power-cut`, drawn at the points where the wave plans power cuts.
+/// Where FUSE cannot be mounted the wave lists such a cell as skipped and
+/// `explore --workflows` draws from [`SCHEDULE_FAULTS`] alone.
+pub const WORKFLOW_FAULTS: [Fault; 15] = {
+    let mut all = [Fault::PowerCut; 15];
+    let mut i = 0;
+    while i < SCHEDULE_FAULTS.len() {
+        all[i] = SCHEDULE_FAULTS[i];
+        i += 1;
+    }
+    all
+};
 
 /// How many events a generated schedule has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,9 +122,15 @@ pub fn ordered(boundaries: &[Boundary]) -> Vec<Boundary> {
 /// draws 1 to `count.max` events and shrinks down to one; [`new_schedule`]
 /// draws until a schedule has at least `count.min`, so that a long failing
 /// schedule can still shrink to a short one.
-pub fn strategy(boundaries: Vec<Boundary>, count: EventCount) -> impl Strategy<Value = Vec<Event>> {
-    let raw = (any::<Index>(), 0..SCHEDULE_FAULTS.len(), 1u64..=2);
-    proptest::collection::vec(raw, 1..=count.max).prop_map(move |raw| to_events(&boundaries, &raw))
+/// `faults` is [`SCHEDULE_FAULTS`] or [`WORKFLOW_FAULTS`].
+pub fn strategy(
+    boundaries: Vec<Boundary>,
+    count: EventCount,
+    faults: &'static [Fault],
+) -> impl Strategy<Value = Vec<Event>> {
+    let raw = (any::<Index>(), 0..faults.len(), 1u64..=2);
+    proptest::collection::vec(raw, 1..=count.max)
+        .prop_map(move |raw| to_events(&boundaries, faults, &raw))
 }
 
 /// A new schedule tree with at least `min` events (the length is checked
@@ -123,7 +145,7 @@ pub fn new_schedule<S: Strategy<Value = Vec<Event>>>(
         .find(|tree| tree.current().len() >= min)
 }
 
-fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event> {
+fn to_events(boundaries: &[Boundary], faults: &[Fault], raw: &[(Index, usize, u64)]) -> Vec<Event> {
     let of = |prefix: &str| -> Vec<&Boundary> {
         boundaries
             .iter()
@@ -131,6 +153,11 @@ fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event>
             .collect()
     };
     let (writes, reads) = (of(WRITE_POINTS), of(READ_POINTS));
+    // A power cut draws from the points where the wave plans one.
+    let power: Vec<&Boundary> = boundaries
+        .iter()
+        .filter(|b| Fault::power_cut_planned_at(&b.cut.point, b.role))
+        .collect();
     // Any other fault draws from every boundary but the before-read points:
     // a kill there leaves the state of the boundary before it (a read
     // changes nothing), and a runner hits many of them.
@@ -141,8 +168,9 @@ fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event>
     raw.iter()
         .enumerate()
         .map(|(i, (at, fault, occurrence))| {
-            let mut fault = SCHEDULE_FAULTS[*fault];
+            let mut fault = faults[*fault];
             let own = match fault {
+                Fault::PowerCut => &power,
                 f if f.is_read() => &reads,
                 f if f.is_storage() => &writes,
                 _ => &others,
@@ -179,9 +207,16 @@ fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event>
         .collect()
 }
 
-/// `k` schedules of `boundaries`, drawn with `seed` (for `wave --schedules`).
-pub fn draw(boundaries: &[Boundary], count: EventCount, seed: u64, k: usize) -> Vec<Vec<Event>> {
-    let strategy = strategy(ordered(boundaries), count);
+/// `k` schedules of `boundaries` over `faults`, drawn with `seed` (for
+/// `wave --schedules` and `--workflow-schedules`).
+pub fn draw(
+    boundaries: &[Boundary],
+    count: EventCount,
+    faults: &'static [Fault],
+    seed: u64,
+    k: usize,
+) -> Vec<Vec<Event>> {
+    let strategy = strategy(ordered(boundaries), count, faults);
     let mut runner = seeded_runner(seed, 0);
     (0..k)
         .filter_map(|_| new_schedule(&strategy, &mut runner, count.min))
@@ -363,7 +398,7 @@ fn explorer(
     let mut runner = seeded_runner(plan::mix(opts.seed ^ (job as u64) << 32), opts.shrink_iters);
     let strategies: Vec<_> = targets
         .iter()
-        .map(|t| strategy(t.boundaries.clone(), opts.events))
+        .map(|t| strategy(t.boundaries.clone(), opts.events, &SCHEDULE_FAULTS))
         .collect();
     let mut next = job;
     while started.elapsed() < opts.budget
@@ -500,9 +535,10 @@ mod tests {
             b("provider", "codex.x", 1, true),
             b("runner", "runner.b.persisted", 1, true),
         ];
-        let one = draw(&bs, EventCount::default(), 7, 20);
-        assert_eq!(one, draw(&bs, EventCount::default(), 7, 20));
-        assert_ne!(one, draw(&bs, EventCount::default(), 8, 20));
+        let f = &SCHEDULE_FAULTS;
+        let one = draw(&bs, EventCount::default(), f, 7, 20);
+        assert_eq!(one, draw(&bs, EventCount::default(), f, 7, 20));
+        assert_ne!(one, draw(&bs, EventCount::default(), f, 8, 20));
         assert!(one.iter().all(|s| (1..=4).contains(&s.len())));
         // A provider fault is never the first event where no provider lives.
         for s in &one {
@@ -520,7 +556,8 @@ mod tests {
             b("runner", "runner.turn_intent.persisted", 1, true),
             b("provider", "codex.x", 1, true),
         ];
-        let drawn: Vec<Event> = draw(&bs, EventCount { min: 4, max: 8 }, 3, 200)
+        let count = EventCount { min: 4, max: 8 };
+        let drawn: Vec<Event> = draw(&bs, count, &SCHEDULE_FAULTS, 3, 200)
             .into_iter()
             .flatten()
             .collect();
@@ -532,6 +569,32 @@ mod tests {
         }
         for f in [Fault::FailRead, Fault::CorruptRead, Fault::FailWrite] {
             assert!(drawn.iter().any(|e| e.fault == f), "{f} is drawn");
+        }
+        assert!(!drawn.iter().any(|e| e.fault == Fault::PowerCut));
+    }
+
+    /// A generated program's schedules cut the power too, only where the
+    /// wave plans power cuts (after a durable write of the runner, at a
+    /// provider's `.received`).
+    #[test]
+    fn workflow_schedules_cut_the_power_where_the_wave_would() {
+        let bs = vec![
+            b("runner", "runner.write.turn_intent", 1, true),
+            b("runner", "runner.turn_intent.persisted", 1, true),
+            b("runner", "runner.codex.turn_start.sent", 1, true),
+            b("provider", "codex.turn.received", 1, true),
+            b("provider", "codex.turn.recorded", 1, true),
+        ];
+        let count = EventCount { min: 4, max: 8 };
+        let drawn: Vec<Event> = draw(&bs, count, &WORKFLOW_FAULTS, 3, 200)
+            .into_iter()
+            .flatten()
+            .collect();
+        let cuts: Vec<&Event> = drawn.iter().filter(|e| e.fault == Fault::PowerCut).collect();
+        assert!(!cuts.is_empty(), "power-cut is drawn");
+        for e in cuts {
+            let planned = ["runner.turn_intent.persisted", "codex.turn.received"];
+            assert!(planned.contains(&e.cut.point.as_str()), "{e}");
         }
     }
 
