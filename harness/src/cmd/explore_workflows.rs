@@ -15,9 +15,15 @@ use super::reports::write_reports;
 use super::{Code, Exit, bad, clock_seed, env_for, harness_err, prepare_out};
 use crate::{Common, ExploreArgs};
 
-/// The profiles `--only` names (a name or a part of one): the four fakes
-/// by default; a real product's profile only when named.
+/// The profiles `--only` names (a name, which picks that profile alone, or
+/// a part of one): the four fakes by default; a real product's profile only
+/// when named.
 fn profiles(only: Option<&str>) -> Result<Vec<String>, Exit> {
+    if let Some(o) = only
+        && wire::profiles::names().any(|p| p == o)
+    {
+        return Ok(vec![o.to_owned()]);
+    }
     let chosen: Vec<String> = wire::profiles::names()
         .filter(|p| match only {
             Some(o) => p.contains(o),
