@@ -141,7 +141,9 @@ fn by_profile<T: Send>(profiles: &[&String], f: impl Fn(&str) -> T + Sync) -> Ve
             scope.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let Some(profile) = profiles.get(i) else { break };
+                    let Some(profile) = profiles.get(i) else {
+                        break;
+                    };
                     let out = f(profile);
                     done.lock().unwrap().insert(i, out);
                 }

@@ -590,7 +590,10 @@ mod tests {
             .into_iter()
             .flatten()
             .collect();
-        let cuts: Vec<&Event> = drawn.iter().filter(|e| e.fault == Fault::PowerCut).collect();
+        let cuts: Vec<&Event> = drawn
+            .iter()
+            .filter(|e| e.fault == Fault::PowerCut)
+            .collect();
         assert!(!cuts.is_empty(), "power-cut is drawn");
         for e in cuts {
             let planned = ["runner.turn_intent.persisted", "codex.turn.received"];
