@@ -759,3 +759,23 @@ fn the_codemap_names_only_what_exists() {
         stale.join("\n")
     );
 }
+
+/// The cell produces evidence and judges nothing: no file of
+/// `harness/lib/src/cell/` names the oracles (`judge::judged` does the
+/// judging, above it).
+#[test]
+fn the_cell_never_judges() {
+    let judging: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| rel.starts_with("harness/lib/src/cell/"))
+        .flat_map(|(rel, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim_start().starts_with("//"))
+                .filter(|(_, l)| l.contains("oracles::"))
+                .map(|(i, _)| format!("{rel}:{}", i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(judging.is_empty(), "the cell names the oracles: {judging:?}");
+}
