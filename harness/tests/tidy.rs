@@ -777,5 +777,8 @@ fn the_cell_never_judges() {
                 .collect::<Vec<_>>()
         })
         .collect();
-    assert!(judging.is_empty(), "the cell names the oracles: {judging:?}");
+    assert!(
+        judging.is_empty(),
+        "the cell names the oracles: {judging:?}"
+    );
 }
