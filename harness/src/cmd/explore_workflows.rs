@@ -41,16 +41,19 @@ fn profiles(only: Option<&str>) -> Result<Vec<String>, Exit> {
     Ok(chosen)
 }
 
-/// The faults the schedules draw: power cuts too where FUSE can be mounted
+/// How the schedules are drawn: power cuts too where FUSE can be mounted
 /// (said when it cannot).
-fn drawn_faults() -> &'static [harness::model::Fault] {
+fn how_drawn() -> ex::Draw {
     match lazyfs::unavailable() {
-        None => &ex::WORKFLOW_FAULTS,
+        None => ex::WORKFLOW_DRAW,
         Some(why) => {
             harness::progress::note(&format!(
                 "power cuts are not drawn: FUSE cannot be mounted here ({why})"
             ));
-            &ex::SCHEDULE_FAULTS
+            ex::Draw {
+                faults: &ex::SCHEDULE_FAULTS,
+                ..ex::WORKFLOW_DRAW
+            }
         }
     }
 }
@@ -85,7 +88,7 @@ pub fn explore_workflows(
         },
         profiles,
         schedules: args.per_program,
-        faults: drawn_faults(),
+        draw: how_drawn(),
     };
     wave::install_interrupt_handler();
     let explored = wf::explore_workflows(&env, &opts);

@@ -116,21 +116,53 @@ pub fn ordered(boundaries: &[Boundary]) -> Vec<Boundary> {
     runner
 }
 
+/// What a schedule strategy draws from.
+#[derive(Clone, Copy, Debug)]
+pub struct Draw {
+    /// The faults, in shrinking order.
+    pub faults: &'static [Fault],
+    /// Whether a later event's fault of the process kind lands at one of
+    /// the runner's durable writes (`runner.*.persisted`) half the time: a
+    /// second cut is worth most inside the recovery the first one caused,
+    /// and a recovery is a sequence of the runner's writes (a lost turn's
+    /// mark, then its continuation's intent; a Retry's admission, then its
+    /// run made current), where a runner that splits what must be one write
+    /// is caught. Drawn uniformly they are a few of a hundred boundaries.
+    pub later_at_runner_writes: bool,
+}
+
+/// A scenario file's drawn schedules (`wave --schedules`, `turncut explore`).
+pub const FILE_DRAW: Draw = Draw {
+    faults: &SCHEDULE_FAULTS,
+    later_at_runner_writes: false,
+};
+
+/// A generated program's schedules (`wave --workflow-schedules`,
+/// `explore --workflows`).
+pub const WORKFLOW_DRAW: Draw = Draw {
+    faults: &WORKFLOW_FAULTS,
+    later_at_runner_writes: true,
+};
+
 /// The schedule strategy over `boundaries` (see [`ordered`]): the first
 /// event is a boundary with its per-process occurrence; a later event is a
 /// boundary's point at its 1st or 2nd hit after the event before it. It
 /// draws 1 to `count.max` events and shrinks down to one; [`new_schedule`]
 /// draws until a schedule has at least `count.min`, so that a long failing
 /// schedule can still shrink to a short one.
-/// `faults` is [`SCHEDULE_FAULTS`] or [`WORKFLOW_FAULTS`].
 pub fn strategy(
     boundaries: Vec<Boundary>,
     count: EventCount,
-    faults: &'static [Fault],
+    draw: Draw,
 ) -> impl Strategy<Value = Vec<Event>> {
-    let raw = (any::<Index>(), 0..faults.len(), 1u64..=2);
-    proptest::collection::vec(raw, 1..=count.max)
-        .prop_map(move |raw| to_events(&boundaries, faults, &raw))
+    let raw = (any::<Index>(), 0..draw.faults.len(), 1u64..=2);
+    proptest::collection::vec(raw, 1..=count.max).prop_map(move |raw| {
+        let points = Points::of(&boundaries);
+        raw.iter()
+            .enumerate()
+            .map(|(i, r)| points.event(i, draw, r))
+            .collect()
+    })
 }
 
 /// A new schedule tree with at least `min` events (the length is checked
@@ -145,78 +177,105 @@ pub fn new_schedule<S: Strategy<Value = Vec<Event>>>(
         .find(|tree| tree.current().len() >= min)
 }
 
-fn to_events(boundaries: &[Boundary], faults: &[Fault], raw: &[(Index, usize, u64)]) -> Vec<Event> {
-    let of = |prefix: &str| -> Vec<&Boundary> {
-        boundaries
-            .iter()
-            .filter(|b| b.cut.point.starts_with(prefix))
-            .collect()
-    };
-    let (writes, reads) = (of(WRITE_POINTS), of(READ_POINTS));
-    // A power cut draws from the points where the wave plans one.
-    let power: Vec<&Boundary> = boundaries
-        .iter()
-        .filter(|b| Fault::power_cut_planned_at(&b.cut.point, b.role))
-        .collect();
-    // Any other fault draws from every boundary but the before-read points:
-    // a kill there leaves the state of the boundary before it (a read
-    // changes nothing), and a runner hits many of them.
-    let others: Vec<&Boundary> = boundaries
-        .iter()
-        .filter(|b| !b.cut.point.starts_with(READ_POINTS))
-        .collect();
-    raw.iter()
-        .enumerate()
-        .map(|(i, (at, fault, occurrence))| {
-            let mut fault = faults[*fault];
-            let own = match fault {
-                Fault::PowerCut => &power,
-                f if f.is_read() => &reads,
-                f if f.is_storage() => &writes,
-                _ => &others,
-            };
-            if own.is_empty() {
-                fault = Fault::KillRunner;
-            }
-            // A storage fault draws from its own points only (a write fault
-            // from the before-write points, a read fault from the
-            // before-read ones); a fault that does not apply at the point
-            // drawn becomes kill-runner (see `Fault::applies_at`).
-            let b = match own.is_empty() {
-                false => own[at.index(own.len())],
-                true => &boundaries[at.index(boundaries.len())],
-            };
-            if !fault.applies_at(&b.cut.point) {
-                fault = Fault::KillRunner;
-            }
-            let cut = if i == 0 {
-                // The first cut is a boundary as discovered; a provider
-                // fault where no provider lives would fire at nothing.
-                if nemesis::needs_provider(fault) && !b.provider_alive {
-                    fault = Fault::KillRunner;
-                }
-                b.cut.clone()
-            } else {
-                Cut {
-                    point: b.cut.point.clone(),
-                    n: *occurrence,
-                }
-            };
-            Event { cut, fault }
-        })
-        .collect()
+/// A clean run's boundaries, by the faults that draw from them.
+struct Points<'a> {
+    all: &'a [Boundary],
+    /// The before-write points (write faults).
+    writes: Vec<&'a Boundary>,
+    /// The before-read points (read faults).
+    reads: Vec<&'a Boundary>,
+    /// Where the wave plans a power cut.
+    power: Vec<&'a Boundary>,
+    /// Every boundary but the before-read points (any other fault): a
+    /// kill there leaves the state of the boundary before it (a read
+    /// changes nothing), and a runner hits many of them.
+    others: Vec<&'a Boundary>,
+    /// The runner's durable writes (see [`Draw::later_at_runner_writes`]).
+    runner_writes: Vec<&'a Boundary>,
 }
 
-/// `k` schedules of `boundaries` over `faults`, drawn with `seed` (for
+impl<'a> Points<'a> {
+    fn of(all: &'a [Boundary]) -> Points<'a> {
+        let with = |keep: &dyn Fn(&Boundary) -> bool| all.iter().filter(|b| keep(b)).collect();
+        Points {
+            all,
+            writes: with(&|b| b.cut.point.starts_with(WRITE_POINTS)),
+            reads: with(&|b| b.cut.point.starts_with(READ_POINTS)),
+            power: with(&|b| Fault::power_cut_planned_at(&b.cut.point, b.role)),
+            others: with(&|b| !b.cut.point.starts_with(READ_POINTS)),
+            runner_writes: with(&|b| {
+                b.role == Role::Runner
+                    && b.cut.point.starts_with("runner.")
+                    && b.cut.point.ends_with(".persisted")
+            }),
+        }
+    }
+
+    /// The boundary event `i` lands at for `fault` (drawn `at`), and the
+    /// fault: a storage fault draws from its own points only (a write
+    /// fault from the before-write points, a read fault from the
+    /// before-read ones); a fault with no point of its own, or that does
+    /// not apply at the point drawn, becomes kill-runner (see
+    /// `Fault::applies_at`).
+    fn pick(&self, i: usize, draw: Draw, at: &Index, mut fault: Fault) -> (&'a Boundary, Fault) {
+        let own = match fault {
+            Fault::PowerCut => &self.power,
+            f if f.is_read() => &self.reads,
+            f if f.is_storage() => &self.writes,
+            _ if i > 0 && draw.later_at_runner_writes && !self.runner_writes.is_empty() => {
+                let k = at.index(2 * self.others.len());
+                if k < self.others.len() {
+                    return self.applying(self.others[k], fault);
+                }
+                let w = (k - self.others.len()) * self.runner_writes.len() / self.others.len();
+                return self.applying(self.runner_writes[w], fault);
+            }
+            _ => &self.others,
+        };
+        if own.is_empty() {
+            fault = Fault::KillRunner;
+            return self.applying(&self.all[at.index(self.all.len())], fault);
+        }
+        self.applying(own[at.index(own.len())], fault)
+    }
+
+    fn applying(&self, b: &'a Boundary, fault: Fault) -> (&'a Boundary, Fault) {
+        match fault.applies_at(&b.cut.point) {
+            true => (b, fault),
+            false => (b, Fault::KillRunner),
+        }
+    }
+
+    /// Event `i` of a schedule, from its drawn `(at, fault, occurrence)`.
+    fn event(&self, i: usize, draw: Draw, (at, fault, occurrence): &(Index, usize, u64)) -> Event {
+        let (b, mut fault) = self.pick(i, draw, at, draw.faults[*fault]);
+        let cut = if i == 0 {
+            // The first cut is a boundary as discovered; a provider
+            // fault where no provider lives would fire at nothing.
+            if nemesis::needs_provider(fault) && !b.provider_alive {
+                fault = Fault::KillRunner;
+            }
+            b.cut.clone()
+        } else {
+            Cut {
+                point: b.cut.point.clone(),
+                n: *occurrence,
+            }
+        };
+        Event { cut, fault }
+    }
+}
+
+/// `k` schedules of `boundaries` as `how` draws them, with `seed` (for
 /// `wave --schedules` and `--workflow-schedules`).
 pub fn draw(
     boundaries: &[Boundary],
     count: EventCount,
-    faults: &'static [Fault],
+    how: Draw,
     seed: u64,
     k: usize,
 ) -> Vec<Vec<Event>> {
-    let strategy = strategy(ordered(boundaries), count, faults);
+    let strategy = strategy(ordered(boundaries), count, how);
     let mut runner = seeded_runner(seed, 0);
     (0..k)
         .filter_map(|_| new_schedule(&strategy, &mut runner, count.min))
@@ -398,7 +457,7 @@ fn explorer(
     let mut runner = seeded_runner(plan::mix(opts.seed ^ (job as u64) << 32), opts.shrink_iters);
     let strategies: Vec<_> = targets
         .iter()
-        .map(|t| strategy(t.boundaries.clone(), opts.events, &SCHEDULE_FAULTS))
+        .map(|t| strategy(t.boundaries.clone(), opts.events, FILE_DRAW))
         .collect();
     let mut next = job;
     while started.elapsed() < opts.budget
@@ -535,7 +594,7 @@ mod tests {
             b("provider", "codex.x", 1, true),
             b("runner", "runner.b.persisted", 1, true),
         ];
-        let f = &SCHEDULE_FAULTS;
+        let f = FILE_DRAW;
         let one = draw(&bs, EventCount::default(), f, 7, 20);
         assert_eq!(one, draw(&bs, EventCount::default(), f, 7, 20));
         assert_ne!(one, draw(&bs, EventCount::default(), f, 8, 20));
@@ -557,7 +616,7 @@ mod tests {
             b("provider", "codex.x", 1, true),
         ];
         let count = EventCount { min: 4, max: 8 };
-        let drawn: Vec<Event> = draw(&bs, count, &SCHEDULE_FAULTS, 3, 200)
+        let drawn: Vec<Event> = draw(&bs, count, FILE_DRAW, 3, 200)
             .into_iter()
             .flatten()
             .collect();
@@ -573,6 +632,30 @@ mod tests {
         assert!(!drawn.iter().any(|e| e.fault == Fault::PowerCut));
     }
 
+    /// A generated program's later events land at the runner's durable
+    /// writes about half the time (a file scenario's, at their share of
+    /// the boundaries), so a second cut inside a recovery is drawn often.
+    #[test]
+    fn later_events_of_generated_schedules_favour_the_runners_writes() {
+        let mut bs: Vec<Boundary> = (0..8)
+            .map(|i| b("provider", &format!("codex.p{i}.notified"), 1, true))
+            .collect();
+        bs.push(b("runner", "runner.turn_ended.persisted", 1, true));
+        bs.push(b("runner", "runner.turn_intent.persisted", 1, true));
+        let share = |how: Draw| {
+            let later: Vec<Event> = draw(&bs, EventCount { min: 4, max: 8 }, how, 5, 300)
+                .into_iter()
+                .flat_map(|s| s.into_iter().skip(1))
+                .filter(|e| e.fault.class() == crate::model::FaultClass::Process)
+                .collect();
+            let at_writes = later.iter().filter(|e| e.cut.point.ends_with(".persisted"));
+            at_writes.count() as f64 / later.len() as f64
+        };
+        let (file, workflow) = (share(FILE_DRAW), share(WORKFLOW_DRAW));
+        assert!(file < 0.3, "file schedules: {file}");
+        assert!(workflow > 0.4, "generated schedules: {workflow} (files: {file})");
+    }
+
     /// A generated program's schedules cut the power too, only where the
     /// wave plans power cuts (after a durable write of the runner, at a
     /// provider's `.received`).
@@ -586,7 +669,7 @@ mod tests {
             b("provider", "codex.turn.recorded", 1, true),
         ];
         let count = EventCount { min: 4, max: 8 };
-        let drawn: Vec<Event> = draw(&bs, count, &WORKFLOW_FAULTS, 3, 200)
+        let drawn: Vec<Event> = draw(&bs, count, WORKFLOW_DRAW, 3, 200)
             .into_iter()
             .flatten()
             .collect();
