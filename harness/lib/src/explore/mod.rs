@@ -121,27 +121,32 @@ pub fn ordered(boundaries: &[Boundary]) -> Vec<Boundary> {
 pub struct Draw {
     /// The faults, in shrinking order.
     pub faults: &'static [Fault],
-    /// Whether a later event's fault of the process kind lands at one of
-    /// the runner's durable writes (`runner.*.persisted`) half the time: a
-    /// second cut is worth most inside the recovery the first one caused,
-    /// and a recovery is a sequence of the runner's writes (a lost turn's
-    /// mark, then its continuation's intent; a Retry's admission, then its
-    /// run made current), where a runner that splits what must be one write
-    /// is caught. Drawn uniformly they are a few of a hundred boundaries.
-    pub later_at_runner_writes: bool,
+    /// Whether a later event's fault (but a storage, read or power fault,
+    /// which have their own points) lands inside a recovery half the time:
+    /// at one of the runner's durable writes (`runner.*.persisted`) or at
+    /// a provider's recovery lookup (`wire::upstream::LOOKUP_POINTS`, which
+    /// a clean run never reaches). A second cut is worth most inside the
+    /// recovery the first one caused: a recovery is a sequence of the
+    /// runner's writes (a lost turn's mark, then its continuation's intent;
+    /// a Retry's admission, then its run made current), where a runner
+    /// that splits what must be one write is caught, and it asks the
+    /// provider what it recorded, where a runner that reads a failed
+    /// lookup as "absent" is. Drawn uniformly they are a few of a hundred
+    /// boundaries, or none.
+    pub into_recoveries: bool,
 }
 
 /// A scenario file's drawn schedules (`wave --schedules`, `turncut explore`).
 pub const FILE_DRAW: Draw = Draw {
     faults: &SCHEDULE_FAULTS,
-    later_at_runner_writes: false,
+    into_recoveries: false,
 };
 
 /// A generated program's schedules (`wave --workflow-schedules`,
 /// `explore --workflows`).
 pub const WORKFLOW_DRAW: Draw = Draw {
     faults: &WORKFLOW_FAULTS,
-    later_at_runner_writes: true,
+    into_recoveries: true,
 };
 
 /// The schedule strategy over `boundaries` (see [`ordered`]): the first
@@ -156,8 +161,9 @@ pub fn strategy(
     draw: Draw,
 ) -> impl Strategy<Value = Vec<Event>> {
     let raw = (any::<Index>(), 0..draw.faults.len(), 1u64..=2);
+    let lookups = lookups(&boundaries);
     proptest::collection::vec(raw, 1..=count.max).prop_map(move |raw| {
-        let points = Points::of(&boundaries);
+        let points = Points::of(&boundaries, &lookups);
         raw.iter()
             .enumerate()
             .map(|(i, r)| points.event(i, draw, r))
@@ -190,12 +196,38 @@ struct Points<'a> {
     /// kill there leaves the state of the boundary before it (a read
     /// changes nothing), and a runner hits many of them.
     others: Vec<&'a Boundary>,
-    /// The runner's durable writes (see [`Draw::later_at_runner_writes`]).
-    runner_writes: Vec<&'a Boundary>,
+    /// Inside a recovery: the runner's durable writes and the provider's
+    /// recovery lookups (see [`Draw::into_recoveries`]).
+    recovery: Vec<&'a Boundary>,
+}
+
+/// The recovery lookups of the providers among `boundaries` (by their
+/// points' protocol prefix) that a clean run does not reach, as boundaries
+/// of the provider.
+fn lookups(boundaries: &[Boundary]) -> Vec<Boundary> {
+    wire::upstream::LOOKUP_POINTS
+        .iter()
+        .filter(|p| {
+            let protocol = p.split('.').next().unwrap_or_default();
+            boundaries
+                .iter()
+                .any(|b| b.role != Role::Runner && b.cut.point.starts_with(&format!("{protocol}.")))
+        })
+        .filter(|p| !boundaries.iter().any(|b| b.cut.point == **p))
+        .map(|p| Boundary {
+            segment: 0,
+            cut: Cut {
+                point: (*p).to_owned(),
+                n: 1,
+            },
+            role: Role::Provider,
+            provider_alive: true,
+        })
+        .collect()
 }
 
 impl<'a> Points<'a> {
-    fn of(all: &'a [Boundary]) -> Points<'a> {
+    fn of(all: &'a [Boundary], lookups: &'a [Boundary]) -> Points<'a> {
         let with = |keep: &dyn Fn(&Boundary) -> bool| all.iter().filter(|b| keep(b)).collect();
         Points {
             all,
@@ -203,11 +235,15 @@ impl<'a> Points<'a> {
             reads: with(&|b| b.cut.point.starts_with(READ_POINTS)),
             power: with(&|b| Fault::power_cut_planned_at(&b.cut.point, b.role)),
             others: with(&|b| !b.cut.point.starts_with(READ_POINTS)),
-            runner_writes: with(&|b| {
-                b.role == Role::Runner
-                    && b.cut.point.starts_with("runner.")
-                    && b.cut.point.ends_with(".persisted")
-            }),
+            recovery: all
+                .iter()
+                .filter(|b| {
+                    b.role == Role::Runner
+                        && b.cut.point.starts_with("runner.")
+                        && b.cut.point.ends_with(".persisted")
+                })
+                .chain(lookups)
+                .collect(),
         }
     }
 
@@ -222,13 +258,13 @@ impl<'a> Points<'a> {
             Fault::PowerCut => &self.power,
             f if f.is_read() => &self.reads,
             f if f.is_storage() => &self.writes,
-            _ if i > 0 && draw.later_at_runner_writes && !self.runner_writes.is_empty() => {
+            _ if i > 0 && draw.into_recoveries && !self.recovery.is_empty() => {
                 let k = at.index(2 * self.others.len());
                 if k < self.others.len() {
                     return self.applying(self.others[k], fault);
                 }
-                let w = (k - self.others.len()) * self.runner_writes.len() / self.others.len();
-                return self.applying(self.runner_writes[w], fault);
+                let w = (k - self.others.len()) * self.recovery.len() / self.others.len();
+                return self.applying(self.recovery[w], fault);
             }
             _ => &self.others,
         };
@@ -632,28 +668,55 @@ mod tests {
         assert!(!drawn.iter().any(|e| e.fault == Fault::PowerCut));
     }
 
-    /// A generated program's later events land at the runner's durable
-    /// writes about half the time (a file scenario's, at their share of
-    /// the boundaries), so a second cut inside a recovery is drawn often.
+    /// A generated program's later events land inside a recovery (at the
+    /// runner's durable writes, at the provider's recovery lookups, which no
+    /// clean run reaches) about half the time; a file scenario's, at the
+    /// runner's writes' share of the boundaries and never at a lookup.
     #[test]
-    fn later_events_of_generated_schedules_favour_the_runners_writes() {
+    fn later_events_of_generated_schedules_reach_into_recoveries() {
         let mut bs: Vec<Boundary> = (0..8)
             .map(|i| b("provider", &format!("codex.p{i}.notified"), 1, true))
             .collect();
         bs.push(b("runner", "runner.turn_ended.persisted", 1, true));
         bs.push(b("runner", "runner.turn_intent.persisted", 1, true));
-        let share = |how: Draw| {
-            let later: Vec<Event> = draw(&bs, EventCount { min: 4, max: 8 }, how, 5, 300)
+        let later = |how: Draw| -> Vec<Event> {
+            draw(&bs, EventCount { min: 4, max: 8 }, how, 5, 300)
                 .into_iter()
                 .flat_map(|s| s.into_iter().skip(1))
-                .filter(|e| e.fault.class() == crate::model::FaultClass::Process)
-                .collect();
-            let at_writes = later.iter().filter(|e| e.cut.point.ends_with(".persisted"));
-            at_writes.count() as f64 / later.len() as f64
+                .filter(|e| e.fault.class() != crate::model::FaultClass::Storage)
+                .collect()
         };
-        let (file, workflow) = (share(FILE_DRAW), share(WORKFLOW_DRAW));
-        assert!(file < 0.3, "file schedules: {file}");
-        assert!(workflow > 0.4, "generated schedules: {workflow} (files: {file})");
+        let inside = |e: &&Event| {
+            e.cut.point.ends_with(".persisted")
+                || wire::upstream::LOOKUP_POINTS.contains(&e.cut.point.as_str())
+        };
+        let share =
+            |events: &[Event]| events.iter().filter(inside).count() as f64 / events.len() as f64;
+        let (file, workflow) = (later(FILE_DRAW), later(WORKFLOW_DRAW));
+        assert!(share(&file) < 0.3, "file schedules: {}", share(&file));
+        assert!(
+            share(&workflow) > 0.4,
+            "generated: {} (files: {})",
+            share(&workflow),
+            share(&file)
+        );
+        let at_lookup = |es: &[Event], f: Fault| {
+            es.iter()
+                .any(|e| e.fault == f && e.cut.point == "codex.thread_read.received")
+        };
+        assert!(
+            !file
+                .iter()
+                .any(|e| e.cut.point.starts_with("codex.thread_"))
+        );
+        assert!(
+            at_lookup(&workflow, Fault::ErrorAnswer),
+            "an error answer at a lookup"
+        );
+        assert!(
+            at_lookup(&workflow, Fault::KillProvider),
+            "a kill at a lookup"
+        );
     }
 
     /// A generated program's schedules cut the power too, only where the
