@@ -92,6 +92,7 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
     let queued: &[String] = e.task().map_or(&[], |t| t.queued_messages.as_slice());
     let resends = e.retry_resends();
     let failed = e.state().is_some_and(TaskState::failed);
+    let awaits_resend = failed.then(|| resent_by_a_retry(e)).flatten();
     for x in e.exchanges.iter().filter(|x| {
         matches!(
             (x.kind, x.status),
@@ -136,6 +137,8 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
             let problem = match (still_queued, failed, named, maybe) {
                 // Named at a failed settle (queued, or its turn never accepted): waits for a Retry.
                 (_, true, true, _) | (false, _, _, true) => None,
+                // The failed run's unanswered last turn: a Retry re-sends it.
+                (false, true, false, false) if awaits_resend == Some(id) => None,
                 (true, true, false, _) => Some(
                     "it is still queued in a task that failed, and no run-log event names it (message.stranded)",
                 ),
@@ -157,6 +160,18 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
         }
     }
     check_retry_texts(j, e, &resends);
+}
+
+/// The message a Retry of the failed task re-sends (the contract's "the
+/// latest message re-sent once under the Retry's id"): its current run's
+/// last primary turn, accepted but never answered. On the native profile a
+/// turn is accepted with the runner's checkpoint, before any model request,
+/// so a run can fail with its message in no provider's record.
+fn resent_by_a_retry(e: &Evidence) -> Option<&str> {
+    let current = e.task()?.current_run.as_deref()?;
+    let run = e.runs().iter().find(|r| r.run_id == current)?;
+    let last = run.turns.iter().rfind(|t| t.kind == "primary")?;
+    (last.status != "completed").then_some(last.message_id.as_str())
 }
 
 /// A Retry that says it re-sends message X sent X's text.

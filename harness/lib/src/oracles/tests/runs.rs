@@ -557,3 +557,28 @@ fn a_retry_run_whose_provider_lost_its_turns_to_a_power_cut_may_fail_closed() {
     let (v, why) = verdict(&judge(&e), "retry.works");
     assert_eq!(v, Verdict::Pass, "{why}");
 }
+
+/// A failed task whose current run's last turn (follow-up f1's) was
+/// accepted and never answered: a Retry re-sends it, so it is not lost,
+/// though no provider recorded it and nothing names it stranded (the native
+/// profile accepts a turn with its checkpoint, before any model request).
+/// Found by the default wave's generated program seed1-p0 on the native
+/// profile (a kill at `runner.write.follow_up#4`, then a failed write).
+#[test]
+fn a_failed_runs_unanswered_last_turn_waits_for_the_retry_that_resends_it() {
+    let mut e = good();
+    e.exchanges.push(follow_up_f1());
+    task(&mut e)["state"] = json!("failed");
+    task(&mut e)["runs"][0]["turns"]
+        .as_array_mut()
+        .unwrap()
+        .push(turn_view(2, "f1", "primary", "accepted"));
+    assert_eq!(verdict(&judge(&e), "no-loss").0, Verdict::Pass);
+    // Answered (completed) with no provider turn, it was lost.
+    task(&mut e)["runs"][0]["turns"][1]["status"] = json!("completed");
+    assert!(verdict(&judge(&e), "no-loss").1.contains("never consumed"));
+    // Nor does an unanswered turn excuse a task that did not fail.
+    task(&mut e)["runs"][0]["turns"][1]["status"] = json!("accepted");
+    task(&mut e)["state"] = json!("completed");
+    assert!(verdict(&judge(&e), "no-loss").1.contains("never consumed"));
+}
