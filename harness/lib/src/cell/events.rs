@@ -584,7 +584,13 @@ fn apply_answer(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow
 /// it: the runner is held while the driver sends the follow-up. The
 /// follow-up's own request passes cut points too, so unless this hit is
 /// also the next event, the hold waits on a thread of its own and the cut
-/// loop keeps answering (`None`).
+/// loop keeps answering (`None`). When it is the next event, the loop
+/// holds it until the follow-up is answered, or until a later event is
+/// matched meanwhile: the follow-up's own request reached that event's
+/// point (its write, say) and waits on this loop, which applies the events
+/// in the order they were matched, this one first. (Waiting for the answer
+/// there held both sides until the cell's deadline, and the runner was
+/// charged with what the harness left running.)
 fn hold_for_sync(ctx: &Ctx, held: cutpoint::HeldHit, is_armed: bool) -> Option<cutpoint::HeldHit> {
     let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
     if !is_armed {
@@ -595,7 +601,9 @@ fn hold_for_sync(ctx: &Ctx, held: cutpoint::HeldHit, is_armed: bool) -> Option<c
         });
         return None;
     }
-    ctx.board.wait_until(until, |s| !s.sync_wanted);
+    let matched = ctx.board.read(|s| s.stage);
+    ctx.board
+        .wait_until(until, |s| !s.sync_wanted || s.stage > matched);
     Some(held)
 }
 
