@@ -223,20 +223,56 @@ fn check_effects_across_conversations(j: &mut Judgement, e: &Evidence) {
 
 /// Whether a message sent again in a fresh conversation was sent against
 /// the runner's own record: no `turn.absent_at_provider` precedes it, or
-/// the run log held output (an item completed, a request made) before the
-/// first one.
+/// the run log held output (an item completed, a request made) of the turn
+/// found absent before it said so.
 fn resent_knowingly(e: &Evidence) -> bool {
-    use crate::run_log::Kind;
-    let Some(absent) = e
-        .events
-        .iter()
-        .position(|ev| ev.kind() == Kind::TurnAbsentAtProvider)
-    else {
+    use crate::run_log::TurnAbsentAtProvider;
+    let Some((_, absent)) = e.payloads::<TurnAbsentAtProvider>().next() else {
         return true;
     };
-    e.events[..absent]
+    output_held_before_absent(e, &absent.message_id)
+}
+
+/// Whether the run log held output (an item completed, a request made) of
+/// `message`'s turn before it first found that turn absent at the provider.
+/// The message's turns are read from the task view; where it names none,
+/// or an output event's turn row cannot be read, any output before counts
+/// (the stricter reading).
+fn output_held_before_absent(e: &Evidence, message: &str) -> bool {
+    use crate::run_log::{Data, Kind};
+    let Some(absent) = e.events.iter().position(
+        |ev| matches!(&ev.data, Data::TurnAbsentAtProvider(a) if a.message_id == message),
+    ) else {
+        return true;
+    };
+    let rows: Vec<i64> = e
+        .runs()
         .iter()
-        .any(|ev| matches!(ev.kind(), Kind::ItemCompleted | Kind::ProviderRequest))
+        .flat_map(|r| &r.turns)
+        .filter(|t| t.message_id == message)
+        .map(|t| t.turn_row)
+        .collect();
+    e.events[..absent].iter().any(|ev| match &ev.data {
+        Data::ItemCompleted(i) => rows.is_empty() || rows.contains(&i.turn_row),
+        Data::ProviderRequest(r) => rows.is_empty() || rows.contains(&r.turn_row),
+        // An output event whose turn row cannot be read counts too.
+        _ => matches!(ev.kind(), Kind::ItemCompleted | Kind::ProviderRequest),
+    })
+}
+
+/// Whether the second run of one message's effect is the contract's
+/// re-send of an accepted turn a power cut took from the provider's store
+/// before the runner held any output of it (`turn.absent_at_provider` for
+/// that message; see [`check_effects_across_conversations`] and
+/// `docs/oracles.md`, "Not judged yet"): the same re-send as in a fresh
+/// conversation, where the conversation survived the cut and the turn did
+/// not.
+fn resent_after_power_loss(e: &Evidence, by: &[&str]) -> bool {
+    let [message] = by else { return false };
+    e.last_power_cut_ms().is_some()
+        && e.payloads::<crate::run_log::TurnAbsentAtProvider>()
+            .any(|(_, a)| a.message_id == *message)
+        && !output_held_before_absent(e, message)
 }
 
 /// An effect key of one message's content twice in one conversation.
@@ -258,7 +294,7 @@ fn check_effects_per_conversation(j: &mut Judgement, e: &Evidence) {
         distinct.dedup();
         // Two messages with one text may each run the effect once.
         let replayed = distinct.len() == 1 || distinct.iter().any(|b| is_retry(e, b));
-        if lines.len() > 1 && replayed {
+        if lines.len() > 1 && replayed && !resent_after_power_loss(e, &distinct) {
             j.fail(
                 format!(
                     "effect {key} ran {} times for {who:?} (by {by:?}; ledger lines {lines:?})",

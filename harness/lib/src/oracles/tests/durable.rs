@@ -254,3 +254,44 @@ fn durable_effect_holds_only_writes_read_before_the_power_cut_to_it() {
     e.events_before_power_cut = Some(e.events[..5].to_vec());
     assert_only_fails(&e, "durable.effect", "after the power cut");
 }
+
+/// The contract's re-send of an accepted turn a power cut took from the
+/// provider's store, before the runner held any output of it, runs the
+/// message's effect a second time in the same conversation when that
+/// survived the cut: judged as in a fresh conversation (`docs/oracles.md`,
+/// "Not judged yet"). Held output, or no power cut, and it is a replay.
+/// Found by `explore --workflows --seed 202` (a follow-up's turn, power cut
+/// at `runner.turn_accepted.persisted#2`).
+#[test]
+fn a_resend_the_providers_power_loss_made_is_judged_alike_in_either_conversation() {
+    let resent = |output_held: bool, cut: bool| {
+        let mut e = good();
+        e.ledger.push(e.ledger[0].clone());
+        let absent = event(
+            4,
+            "turn.absent_at_provider",
+            json!({ "message_id": "m1", "provider_turn_id": "pt1" }),
+        );
+        e.events.insert(3, absent);
+        if output_held {
+            let item = json!({ "turn_row": 1, "item": { "id": "i1", "type": "agentMessage" } });
+            e.events.insert(3, event(4, "item.completed", item));
+        }
+        if cut {
+            e.actions.push(crate::evidence::Action {
+                at_ms: 5,
+                what: crate::evidence::ActionKind::Fault(Fault::PowerCut),
+                detail: json!({ "dead_at_epoch_ms": 10 }),
+            });
+        }
+        verdict(&judge(&e), "no-replay.effect")
+    };
+    assert_eq!(
+        resent(false, true).0,
+        Verdict::Pass,
+        "{}",
+        resent(false, true).1
+    );
+    assert!(resent(true, true).1.contains("ran 2 times"));
+    assert!(resent(false, false).1.contains("ran 2 times"));
+}
