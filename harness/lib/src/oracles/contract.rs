@@ -5,6 +5,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use serde_json::Value;
+use wire::journal::EntryKind;
+
 use super::Oracle;
 use super::{Judgement, storage_fault_applied};
 use crate::contract;
@@ -120,6 +123,52 @@ fn turn_lost_to_power_cut(e: &Evidence, run: &RunView) -> bool {
         .any(|lost| run.turns.iter().any(|t| t.message_id == lost.authorized_by))
 }
 
+/// ACP's "Resource not found", an agent's answer for a session it does not
+/// have.
+const ACP_RESOURCE_NOT_FOUND: i64 = -32002;
+
+/// Whether the provider's own record says the run's conversation was never
+/// there to look up: its store (read whole) holds no turn of it, not even
+/// one a power cut took, and it answered the runner's `session/load` of it
+/// "Resource not found". Real ACP agents store a session only with its
+/// first turn (`docs/real-providers.md`), so a kill before that leaves
+/// nothing to find, and failing closed `provider_lookup_failed` is the
+/// contract's answer: a lost session does not prove that no model saw the
+/// prompt. A fake stores its sessions at `session/new` and never says so.
+fn provider_has_no_such_session(e: &Evidence, run: &RunView) -> bool {
+    let Some(conversation) = run.conversation_id.as_deref() else {
+        return false;
+    };
+    if e.gap(Source::ProviderStore).is_some()
+        || e.provider_turns_and_lost()
+            .iter()
+            .any(|t| t.thread == conversation)
+    {
+        return false;
+    }
+    let journal = &e.journal;
+    journal.iter().enumerate().any(|(i, load)| {
+        load.kind == EntryKind::In
+            && load.data["method"] == "session/load"
+            && load
+                .data
+                .pointer("/params/sessionId")
+                .and_then(Value::as_str)
+                == Some(conversation)
+            && journal[i + 1..]
+                .iter()
+                .find(|r| {
+                    r.kind == EntryKind::Out
+                        && r.data.get("method").is_none()
+                        && r.data["id"] == load.data["id"]
+                })
+                .is_some_and(|r| {
+                    r.data.pointer("/error/code").and_then(Value::as_i64)
+                        == Some(ACP_RESOURCE_NOT_FOUND)
+                })
+    })
+}
+
 /// A clean cell (nothing cut) shows what its scenario's `[expect]` says:
 /// the final state, the follow-ups consumed (distinct follow-up ids a
 /// provider turn answered: a follow-up sent twice is one message) and the
@@ -176,7 +225,8 @@ fn check_clean_run(j: &mut Judgement, e: &Evidence) {
 
 /// A failed run's cause is one the evidence justifies: a closed ambiguous
 /// turn start that was really ambiguous, a pending approval or unfinished
-/// approved command, a continuation that was made, a storage fault, or a
+/// approved command, a continuation that was made, a storage fault, a
+/// lookup of a session the provider never stored, or a
 /// fail-closed cause after a fault. False when the run has no turn to judge
 /// further.
 fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
@@ -216,6 +266,7 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
             );
         }
         "storage_failed" if storage_fault_applied(e) => {}
+        "provider_lookup_failed" if provider_has_no_such_session(e, run) => {}
         // The contract's row "a conversation with a completed turn | no
         // thread": a power cut took turns the provider never synced.
         "provider_protocol_error" if !e.turns_lost_to_power_cut().is_empty() => {}
