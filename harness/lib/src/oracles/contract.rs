@@ -5,9 +5,6 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use serde_json::Value;
-use wire::journal::EntryKind;
-
 use super::Oracle;
 use super::{Judgement, storage_fault_applied};
 use crate::contract;
@@ -123,18 +120,15 @@ fn turn_lost_to_power_cut(e: &Evidence, run: &RunView) -> bool {
         .any(|lost| run.turns.iter().any(|t| t.message_id == lost.authorized_by))
 }
 
-/// ACP's "Resource not found", an agent's answer for a session it does not
-/// have.
-const ACP_RESOURCE_NOT_FOUND: i64 = -32002;
-
 /// Whether the provider's own record says the run's conversation was never
 /// there to look up: its store (read whole) holds no turn of it, not even
 /// one a power cut took, and it answered the runner's `session/load` of it
-/// "Resource not found". Real ACP agents store a session only with its
-/// first turn (`docs/real-providers.md`), so a kill before that leaves
-/// nothing to find, and failing closed `provider_lookup_failed` is the
-/// contract's answer: a lost session does not prove that no model saw the
-/// prompt. A fake stores its sessions at `session/new` and never says so.
+/// "Resource not found" (`Evidence::session_not_found`). Real ACP agents
+/// store a session only with its first turn (`docs/real-providers.md`), so
+/// a kill before that leaves nothing to find, and failing closed
+/// `provider_lookup_failed` is the contract's answer: a lost session does
+/// not prove that no model saw the prompt. A fake stores its sessions at
+/// `session/new` and never says so.
 fn provider_has_no_such_session(e: &Evidence, run: &RunView) -> bool {
     let Some(conversation) = run.conversation_id.as_deref() else {
         return false;
@@ -146,27 +140,7 @@ fn provider_has_no_such_session(e: &Evidence, run: &RunView) -> bool {
     {
         return false;
     }
-    let journal = &e.journal;
-    journal.iter().enumerate().any(|(i, load)| {
-        load.kind == EntryKind::In
-            && load.data["method"] == "session/load"
-            && load
-                .data
-                .pointer("/params/sessionId")
-                .and_then(Value::as_str)
-                == Some(conversation)
-            && journal[i + 1..]
-                .iter()
-                .find(|r| {
-                    r.kind == EntryKind::Out
-                        && r.data.get("method").is_none()
-                        && r.data["id"] == load.data["id"]
-                })
-                .is_some_and(|r| {
-                    r.data.pointer("/error/code").and_then(Value::as_i64)
-                        == Some(ACP_RESOURCE_NOT_FOUND)
-                })
-    })
+    e.session_not_found(conversation)
 }
 
 /// A clean cell (nothing cut) shows what its scenario's `[expect]` says:
