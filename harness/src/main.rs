@@ -368,7 +368,8 @@ struct ExploreArgs {
     /// programs drawn by a state machine (follow-ups at every moment, the
     /// same follow-up again, Retries, the same Retry again, scripts of 1-3
     /// turns), each traced clean and run under drawn schedules; --only
-    /// picks profiles (a name or part of one) [default: the four fakes].
+    /// picks profiles (a profile's whole name picks it alone, a part of one
+    /// every profile containing it) [default: the four fakes].
     #[arg(long)]
     workflows: bool,
     /// With --workflows: schedules run per program after its clean run.

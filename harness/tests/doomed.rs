@@ -46,7 +46,7 @@ fn run_once(env: &CellEnv) -> (Verdict, Vec<u64>, Option<u64>) {
         .iter()
         .find(|a| a.what == ActionKind::EventReached)
         .and_then(|a| a.pid());
-    (run.result.verdict, spawned, second)
+    (harness::judge::judged(run).result.verdict, spawned, second)
 }
 
 #[test]

@@ -42,7 +42,7 @@ use harness::{plan, scenario, wave};
 mod common;
 
 /// Cells snapshotted per scenario and profile (sampled by seed 7).
-const CELLS_PER_PROFILE: usize = 80;
+const CELLS_PER_PROFILE: usize = 40;
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_turncut"))
@@ -55,9 +55,10 @@ fn scenarios_dir() -> std::path::PathBuf {
 /// The idle timeout of hang-provider cells here (the wave's is shorter).
 const SNAPSHOT_HANG_IDLE_MS: u64 = 250;
 
-/// Cells of one profile run at once (2 cores on CI: more stretch a cell's
-/// waits toward its idle timeouts).
-const JOBS: usize = 2;
+/// Cells of one profile run at once; with [`PROFILES_AT_ONCE`] profiles,
+/// two cells in all (2 cores on CI: more stretch a cell's waits toward its
+/// idle timeouts).
+const JOBS: usize = 1;
 
 #[test]
 fn scenarios() {
@@ -85,70 +86,26 @@ fn check(case: &str) {
         common::skip("fuse", &format!("the {case} snapshot needs FUSE: {why}"));
         return;
     }
-    let mut text = String::new();
-    // Every listed cut point happens in the clean run of some profile.
-    let mut unmatched: Option<std::collections::BTreeSet<String>> = None;
-    let mut strays: Vec<String> = Vec::new();
     // The real products' profiles are judged by their own wave
     // (tests/real_wave.rs): whether they run depends on what is installed,
     // and a snapshot must not.
-    for profile in s
+    let profiles: Vec<&String> = s
         .profiles
         .iter()
         .filter(|p| wire::profiles::real(p).is_none())
-    {
-        let id = s.id(profile);
-        let mut env = CellEnv::new(exe(), &dir);
-        // CI runs other tests beside this one: a healthy provider may pause
-        // past the wave's short hang timeout there and be stopped as hung,
-        // which changes the path a snapshot records.
-        env.hang_idle_timeout_ms = SNAPSHOT_HANG_IDLE_MS;
-        let d = plan::discover(&env, s, profile).expect("discovery runs");
-        let here: std::collections::BTreeSet<String> = plan::unmatched_points(s, &d.boundaries)
-            .into_iter()
-            .collect();
+        .collect();
+    let sections = by_profile(&profiles, |profile| section(&dir, &scenarios, s, profile));
+    let mut text = String::new();
+    // Every listed cut point happens in the clean run of some profile.
+    let mut unmatched: Option<BTreeSet<String>> = None;
+    let mut strays: Vec<String> = Vec::new();
+    for mut one in sections {
+        text.push_str(&one.text);
+        strays.append(&mut one.strays);
         unmatched = Some(match unmatched {
-            None => here,
-            Some(u) => u.intersection(&here).cloned().collect(),
+            None => one.unmatched,
+            Some(u) => u.intersection(&one.unmatched).cloned().collect(),
         });
-        assert_eq!(
-            d.clean_verdict,
-            Verdict::Pass,
-            "the clean run of {id} must pass"
-        );
-        let expanded = plan::number(
-            7,
-            plan::expand(s, &d.boundaries)
-                .expect("cells expand")
-                .into_iter()
-                .map(|event| (id.clone(), event))
-                .collect(),
-        );
-        // A fixed sample per profile keeps `cargo test` within CI's budget;
-        // the wave runs every cell.
-        let cells = plan::sample(expanded.clone(), Some(CELLS_PER_PROFILE), 7);
-        let known = recorded(case, &id);
-        let (finished, paths, mut more) = run_for_paths(&env, &scenarios, &cells, &known);
-        strays.append(&mut more);
-        assert_all_pass(&id, &finished);
-
-        text.push_str(&format!("# {id}\n# {}\n", s.title));
-        text.push_str(&format!("clean run: {}\n", d.clean_state));
-        text.push_str(&format!(
-            "boundaries: {}, cells: {} sampled of {}\n",
-            d.boundaries.len(),
-            cells.len(),
-            expanded.len()
-        ));
-        text.push_str(
-            "entries: cut point, fault, the recovery path run by run (`→`); `|` between paths the contract allows there\n\n",
-        );
-        text.push_str(&entries(&d.boundaries, &finished, &paths));
-        text.push_str("\nclean timeline (run-log event kinds):\n");
-        for kind in &d.clean_timeline {
-            text.push_str(&format!("  {kind}\n"));
-        }
-        text.push('\n');
     }
     let unmatched = unmatched.unwrap_or_default();
     assert!(
@@ -168,6 +125,101 @@ fn check(case: &str) {
     }, {
         insta::assert_snapshot!("scenario", text);
     });
+}
+
+/// Profiles whose sections run at once, each [`JOBS`] cells at a time: one
+/// profile's clean traced run (a single process set) leaves a core idle that
+/// the other's cells use. The sections come back in `profiles`' order.
+const PROFILES_AT_ONCE: usize = 2;
+
+/// `f` for every profile, [`PROFILES_AT_ONCE`] at a time, in order.
+fn by_profile<T: Send>(profiles: &[&String], f: impl Fn(&str) -> T + Sync) -> Vec<T> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = std::sync::Mutex::new(BTreeMap::new());
+    std::thread::scope(|scope| {
+        for _ in 0..PROFILES_AT_ONCE {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let Some(profile) = profiles.get(i) else {
+                        break;
+                    };
+                    let out = f(profile);
+                    done.lock().unwrap().insert(i, out);
+                }
+            });
+        }
+    });
+    done.into_inner().unwrap().into_values().collect()
+}
+
+/// One profile's part of a scenario's snapshot.
+struct Section {
+    text: String,
+    /// The scenario's cut points that did not happen in this profile's clean run.
+    unmatched: BTreeSet<String>,
+    strays: Vec<String>,
+}
+
+/// Discovers `profile`'s boundaries, runs its sampled cells (each must
+/// pass every oracle) and renders its section.
+fn section(
+    dir: &Path,
+    scenarios: &[scenario::Scenario],
+    s: &scenario::Scenario,
+    profile: &str,
+) -> Section {
+    let id = s.id(profile);
+    let mut env = CellEnv::new(exe(), dir);
+    // A healthy provider on a busy machine may pause past the wave's short
+    // hang timeout and be stopped as hung, which changes the path a
+    // snapshot records.
+    env.hang_idle_timeout_ms = SNAPSHOT_HANG_IDLE_MS;
+    let d = plan::discover(&env, s, profile).expect("discovery runs");
+    let unmatched = plan::unmatched_points(s, &d.boundaries)
+        .into_iter()
+        .collect();
+    assert_eq!(
+        d.clean_verdict,
+        Verdict::Pass,
+        "the clean run of {id} must pass"
+    );
+    let expanded = plan::number(
+        7,
+        plan::expand(s, &d.boundaries)
+            .expect("cells expand")
+            .into_iter()
+            .map(|event| (id.clone(), event))
+            .collect(),
+    );
+    // A fixed sample per profile keeps `cargo test` within CI's budget;
+    // the wave runs every cell.
+    let cells = plan::sample(expanded.clone(), Some(CELLS_PER_PROFILE), 7);
+    let known = recorded(&s.case, &id);
+    let (finished, paths, strays) = run_for_paths(&env, scenarios, &cells, &known);
+    assert_all_pass(&id, &finished);
+    let mut text = format!("# {id}\n# {}\n", s.title);
+    text.push_str(&format!("clean run: {}\n", d.clean_state));
+    text.push_str(&format!(
+        "boundaries: {}, cells: {} sampled of {}\n",
+        d.boundaries.len(),
+        cells.len(),
+        expanded.len()
+    ));
+    text.push_str(
+        "entries: cut point, fault, the recovery path run by run (`→`); `|` between paths the contract allows there\n\n",
+    );
+    text.push_str(&entries(&d.boundaries, &finished, &paths));
+    text.push_str("\nclean timeline (run-log event kinds):\n");
+    for kind in &d.clean_timeline {
+        text.push_str(&format!("  {kind}\n"));
+    }
+    text.push('\n');
+    Section {
+        text,
+        unmatched,
+        strays,
+    }
 }
 
 /// Attempts per cell whose armed cut is not reached.

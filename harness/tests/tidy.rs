@@ -644,3 +644,141 @@ fn the_rules_find_what_they_look_for() {
         u.crate_paths
     );
 }
+
+/// Every file of the tree under `dir` but build output, installed packages
+/// and git's own, relative to `root`.
+fn tree_files(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    let skip = ["target", "node_modules", ".git"];
+    for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.unwrap().path();
+        let name = p.file_name().unwrap_or_default().to_string_lossy();
+        if p.is_dir() {
+            if !skip.contains(&name.as_ref()) {
+                tree_files(root, &p, out);
+            }
+        } else {
+            out.push(p.strip_prefix(root).unwrap().display().to_string());
+        }
+    }
+}
+
+/// The backticked spans of `doc`, with their 1-based line.
+fn backticked(doc: &str) -> Vec<(usize, &str)> {
+    doc.lines()
+        .enumerate()
+        .flat_map(|(i, line)| line.split('`').skip(1).step_by(2).map(move |t| (i + 1, t)))
+        .collect()
+}
+
+/// A source file's path as the codemap writes one (`src/cell/mod.rs`,
+/// `harness/tests/tidy.rs`, `docs/scenarios.md`): a path of the tree ends
+/// with it. Files a run writes (`wave.json`, `summary.md`) are not paths of
+/// the tree and are not checked.
+fn is_tree_path(t: &str) -> bool {
+    let ext = t.rsplit_once('.').map(|(_, x)| x).unwrap_or_default();
+    let plain = t
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+    plain && (["rs", "ts", "toml"].contains(&ext) || (t.contains('/') && ext == "md"))
+}
+
+#[test]
+fn the_codemap_rule_reads_paths_and_names() {
+    let doc = "a `src/cell/mod.rs` b `Evidence::task` c `wave.json` d `--out DIR`";
+    let spans: Vec<&str> = backticked(doc).into_iter().map(|(_, t)| t).collect();
+    assert_eq!(
+        spans,
+        [
+            "src/cell/mod.rs",
+            "Evidence::task",
+            "wave.json",
+            "--out DIR"
+        ]
+    );
+    assert!(is_tree_path("src/cell/mod.rs") && is_tree_path("docs/scenarios.md"));
+    assert!(!is_tree_path("wave.json") && !is_tree_path("summary.md"));
+    assert_eq!(rust_name("Evidence::task"), Some(vec!["Evidence", "task"]));
+    assert_eq!(rust_name("run_cell()"), Some(vec!["run_cell"]));
+    assert_eq!(rust_name("--out DIR"), None);
+}
+
+/// A Rust name as the codemap writes one: `name`, `Type::name`, `name()`.
+fn rust_name(t: &str) -> Option<Vec<&str>> {
+    let t = t.strip_suffix("()").unwrap_or(t);
+    let ident = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    let segments: Vec<&str> = t.split("::").collect();
+    segments.iter().all(|s| ident(s)).then_some(segments)
+}
+
+/// `docs/architecture.md` names only what exists: every source path it
+/// gives is a file of the tree, and every Rust name (each segment of
+/// `Type::name`) is a word of some source file, so a rename or a move
+/// that leaves the codemap behind fails here.
+#[test]
+fn the_codemap_names_only_what_exists() {
+    let root = root();
+    let doc = std::fs::read_to_string(root.join("docs/architecture.md")).unwrap();
+    let mut files = Vec::new();
+    tree_files(&root, &root, &mut files);
+    let code = ["rs", "ts", "toml", "json", "sh"];
+    let mut words = BTreeSet::new();
+    for f in files
+        .iter()
+        .filter(|f| code.iter().any(|x| f.ends_with(&format!(".{x}"))))
+    {
+        let text = std::fs::read_to_string(root.join(f)).unwrap_or_default();
+        words.extend(
+            text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let mut stale = Vec::new();
+    for (line, t) in backticked(&doc) {
+        if is_tree_path(t) {
+            let found = files
+                .iter()
+                .any(|f| f == t || f.ends_with(&format!("/{t}")));
+            if !found {
+                stale.push(format!("docs/architecture.md:{line}: no file `{t}`"));
+            }
+        } else if let Some(segments) = rust_name(t) {
+            for s in segments.into_iter().filter(|s| !words.contains(*s)) {
+                stale.push(format!(
+                    "docs/architecture.md:{line}: `{s}` is in no source file"
+                ));
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "the codemap is stale:\n{}",
+        stale.join("\n")
+    );
+}
+
+/// The cell produces evidence and judges nothing: no file of
+/// `harness/lib/src/cell/` names the oracles (`judge::judged` does the
+/// judging, above it).
+#[test]
+fn the_cell_never_judges() {
+    let judging: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| rel.starts_with("harness/lib/src/cell/"))
+        .flat_map(|(rel, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim_start().starts_with("//"))
+                .filter(|(_, l)| l.contains("oracles::"))
+                .map(|(i, _)| format!("{rel}:{}", i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        judging.is_empty(),
+        "the cell names the oracles: {judging:?}"
+    );
+}

@@ -136,5 +136,6 @@ fn a_follow_up_cut_mid_request_is_recorded_as_info_then_ok() {
         "{}",
         run.evidence.timeline()
     );
-    assert_eq!(run.result.verdict, Verdict::Pass, "{:#?}", run.result);
+    let result = harness::judge::judged(run).result;
+    assert_eq!(result.verdict, Verdict::Pass, "{result:#?}");
 }

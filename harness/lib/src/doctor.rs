@@ -491,8 +491,9 @@ fn traced(env: &CellEnv, scenario: &Scenario, profile: &str) -> Result<Traced, M
         seed: 0,
         events: Vec::new(),
     };
-    let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
-    if let Some(e) = &run.result.error {
+    let crate::judge::Judged { run, result } =
+        crate::judge::judged(run_cell_traced(env, scenario, profile, &spec, Some(&trace)));
+    if let Some(e) = &result.error {
         return Err(missing(
             format!("{profile}: the traced clean cell failed: {e}"),
             "docs/runner-contract.md §1",
@@ -503,7 +504,7 @@ fn traced(env: &CellEnv, scenario: &Scenario, profile: &str) -> Result<Traced, M
     let cells = expand(scenario, &boundaries).map(|c| c.len()).unwrap_or(0);
     Ok(Traced {
         profile: profile.to_owned(),
-        oracles: run.result.oracles,
+        oracles: result.oracles,
         boundaries,
         cells,
         kinds: run

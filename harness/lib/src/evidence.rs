@@ -77,6 +77,11 @@ pub struct Evidence {
     /// unless something was lost).
     #[serde(default, deserialize_with = "crate::run_log::deserialize_lenient_opt")]
     pub events_before_fault: Option<Vec<RunLogEvent>>,
+    /// The run log as read before the last power cut (the latest read
+    /// before it, of this fault or an earlier one); `None` without a power
+    /// cut or a read.
+    #[serde(default, deserialize_with = "crate::run_log::deserialize_lenient_opt")]
+    pub events_before_power_cut: Option<Vec<RunLogEvent>>,
     /// The provider journal.
     pub journal: Vec<Entry>,
     /// The effect ledger.

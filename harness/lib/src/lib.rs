@@ -17,6 +17,7 @@ pub mod doctor;
 pub mod evidence;
 pub mod explore;
 pub mod fidelity;
+pub mod judge;
 pub mod model;
 pub mod mutants;
 pub mod nemesis;

@@ -189,21 +189,22 @@ pub fn discover(
         seed: 0,
         events: Vec::new(),
     };
-    let run = run_cell_traced(env, scenario, profile, &spec, Some(&trace));
-    if let Some(e) = &run.result.error {
+    let crate::judge::Judged { run, result } =
+        crate::judge::judged(run_cell_traced(env, scenario, profile, &spec, Some(&trace)));
+    if let Some(e) = &result.error {
         return Err(DiscoveryFailed {
             message: format!("the clean traced run of {} failed: {e}", spec.scenario_id),
-            result: Some(Box::new(run.result)),
+            result: Some(Box::new(result)),
         });
     }
     let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
     Ok(Discovery {
         timing: crate::timing::silent_provider(&run.evidence),
         boundaries: boundaries_of(hits),
-        clean_state: crate::model::TaskState::name(run.result.outcome.state).to_owned(),
-        clean_verdict: run.result.verdict,
-        clean_failure: (run.result.verdict != Verdict::Pass).then(|| Box::new(run.result.clone())),
-        clean_ms: run.result.duration_ms,
+        clean_state: crate::model::TaskState::name(result.outcome.state).to_owned(),
+        clean_verdict: result.verdict,
+        clean_failure: (result.verdict != Verdict::Pass).then(|| Box::new(result.clone())),
+        clean_ms: result.duration_ms,
         clean_timeline: run
             .evidence
             .events
@@ -391,7 +392,7 @@ fn traced_after(
         env = crate::timing::longer(&env, hangs);
     };
     let trace = dir.path().join("trace.jsonl");
-    if let Some(e) = &run.result.error {
+    if let Some(e) = &run.evidence.harness_error {
         anyhow::bail!("the traced run of {} failed: {e}", spec.name());
     }
     let hits = cutpoint::trace_read(&trace)?;
@@ -399,7 +400,7 @@ fn traced_after(
         .iter()
         .position(|h| h.point == crate::cell::EVENT_MARK && h.n == 1);
     let doomed = crate::cell::doomed_in_trace(&trace, 1)?;
-    let path = run.result.outcome.path.clone();
+    let path = run.evidence.path();
     Ok(mark.map(|m| (hits, m, doomed, path)))
 }
 

@@ -71,6 +71,7 @@ pub fn plan_cells(
             cells.extend(crate::explore::draw(
                 &d.boundaries,
                 crate::explore::EventCount::default(),
+                crate::explore::WORKFLOW_DRAW,
                 seed,
                 reach.workflow_schedules,
             ));
@@ -85,6 +86,7 @@ pub fn plan_cells(
             cells.extend(crate::explore::draw(
                 &d.boundaries,
                 crate::explore::EventCount::default(),
+                crate::explore::FILE_DRAW,
                 seed,
                 reach.schedules,
             ));

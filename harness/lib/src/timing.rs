@@ -24,9 +24,10 @@
 
 use std::collections::HashSet;
 
-use crate::cell::{CellEnv, CellRun, run_cell};
+use crate::cell::{CellEnv, run_cell};
 use crate::evidence::{ActionKind, Evidence};
-use crate::model::{CellSpec, Fault, Rerun, Verdict};
+use crate::judge::{Judged, judged};
+use crate::model::{CellResult, CellSpec, Fault, Rerun, Verdict};
 use crate::run_log::{Kind, ProviderUnresponsive, RunLogEvent};
 use crate::scenario::Scenario;
 
@@ -153,16 +154,16 @@ fn gave_up_early(ev: &Evidence) -> bool {
         .any(|(_, e)| e.idle_ms.is_some_and(|waited| waited < given))
 }
 
-/// Runs the cell; a failure of timing's shape runs again with longer
-/// timeouts (at most [`RERUNS_MAX`] times), and every rerun is recorded in
-/// the result.
+/// Decides on a judged cell: a failure of timing's shape runs again with
+/// longer timeouts (at most [`RERUNS_MAX`] times), and every rerun is
+/// recorded in the result.
 pub fn run_with_reruns(
     env: &CellEnv,
     scenario: &Scenario,
     profile: &str,
     spec: &CellSpec,
-    mut run: CellRun,
-) -> CellRun {
+    mut run: Judged,
+) -> Judged {
     let hangs = spec.schedule().is_some_and(|s| {
         s.iter()
             .any(|e| e.fault == crate::model::Fault::HangProvider)
@@ -171,14 +172,14 @@ pub fn run_with_reruns(
     let mut env = crate::cell::real_timeouts(env, profile).unwrap_or_else(|| env.clone());
     let mut reruns: Vec<Rerun> = Vec::new();
     while run.result.verdict != Verdict::Pass {
-        let Some(why) = timing_shape(&run.evidence) else {
+        let Some(why) = timing_shape(&run.run.evidence) else {
             break;
         };
-        if stuck(&run.evidence, env.wait_ms).is_some() {
+        if stuck(&run.run.evidence, env.wait_ms).is_some() {
             break;
         }
         if reruns.len() >= RERUNS_MAX {
-            undecided(&mut run, &why);
+            undecided(&mut run.result, &why);
             break;
         }
         env = longer(&env, hangs);
@@ -188,7 +189,7 @@ pub fn run_with_reruns(
             hang_idle_timeout_ms: env.hang_idle_timeout_ms,
             cell_wait_ms: env.wait_ms,
         });
-        run = run_cell(&env, scenario, profile, spec);
+        run = judged(run_cell(&env, scenario, profile, spec));
     }
     run.result.reruns = reruns;
     run
@@ -196,9 +197,8 @@ pub fn run_with_reruns(
 
 /// A cell whose failure keeps timing's shape at the longest timeouts: its
 /// failures become `unknown` with the reason.
-fn undecided(run: &mut CellRun, why: &str) {
-    for o in run
-        .result
+fn undecided(result: &mut CellResult, why: &str) {
+    for o in result
         .oracles
         .iter_mut()
         .filter(|o| o.verdict == Verdict::Fail)
@@ -206,7 +206,7 @@ fn undecided(run: &mut CellRun, why: &str) {
         o.verdict = Verdict::Unknown;
         o.message = format!("timing: {why}, at the longest timeouts too; {}", o.message);
     }
-    run.result.verdict = crate::oracles::worst(&run.result.oracles).max(Verdict::Unknown);
+    result.verdict = crate::oracles::worst(&result.oracles).max(Verdict::Unknown);
 }
 
 #[cfg(test)]

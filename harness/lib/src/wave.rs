@@ -105,12 +105,13 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
             kept: None,
         };
     };
-    let mut run = run_cell(env, s, &profile, spec);
-    if spec.cut().is_some() && !run.evidence.reached_cut {
-        run = run_cell(env, s, &profile, spec);
-        run.result.retried = Some("the armed cut was not reached on the first attempt".into());
+    let mut judged = crate::judge::judged(run_cell(env, s, &profile, spec));
+    if spec.cut().is_some() && !judged.run.evidence.reached_cut {
+        judged = crate::judge::judged(run_cell(env, s, &profile, spec));
+        judged.result.retried = Some("the armed cut was not reached on the first attempt".into());
     }
-    let run = crate::timing::run_with_reruns(env, s, &profile, spec, run);
+    let crate::judge::Judged { run, result } =
+        crate::timing::run_with_reruns(env, s, &profile, spec, judged);
     let timeline = run.evidence.timeline();
     if let Some(dir) = &run.kept {
         // `turncut judge DIR` reads it there: a kept directory is judged
@@ -121,10 +122,10 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
     }
     // A kept cell's evidence goes to the report even when it passed, so
     // `cells/t###/` exists for every kept cell.
-    let keep = run.result.verdict != Verdict::Pass || run.kept.is_some();
+    let keep = result.verdict != Verdict::Pass || run.kept.is_some();
     let evidence = keep.then_some(run.evidence);
     Finished {
-        result: run.result,
+        result,
         evidence,
         timeline,
         kept: run.kept,

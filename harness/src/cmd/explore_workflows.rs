@@ -15,9 +15,15 @@ use super::reports::write_reports;
 use super::{Code, Exit, bad, clock_seed, env_for, harness_err, prepare_out};
 use crate::{Common, ExploreArgs};
 
-/// The profiles `--only` names (a name or a part of one): the four fakes
-/// by default; a real product's profile only when named.
+/// The profiles `--only` names (a name, which picks that profile alone, or
+/// a part of one): the four fakes by default; a real product's profile only
+/// when named.
 fn profiles(only: Option<&str>) -> Result<Vec<String>, Exit> {
+    if let Some(o) = only
+        && wire::profiles::names().any(|p| p == o)
+    {
+        return Ok(vec![o.to_owned()]);
+    }
     let chosen: Vec<String> = wire::profiles::names()
         .filter(|p| match only {
             Some(o) => p.contains(o),
@@ -33,6 +39,23 @@ fn profiles(only: Option<&str>) -> Result<Vec<String>, Exit> {
         )));
     }
     Ok(chosen)
+}
+
+/// How the schedules are drawn: power cuts too where FUSE can be mounted
+/// (said when it cannot).
+fn how_drawn() -> ex::Draw {
+    match lazyfs::unavailable() {
+        None => ex::WORKFLOW_DRAW,
+        Some(why) => {
+            harness::progress::note(&format!(
+                "power cuts are not drawn: FUSE cannot be mounted here ({why})"
+            ));
+            ex::Draw {
+                faults: &ex::SCHEDULE_FAULTS,
+                ..ex::WORKFLOW_DRAW
+            }
+        }
+    }
 }
 
 /// `turncut explore --workflows`: exit 0 when no program failed, 1 when one did.
@@ -65,6 +88,7 @@ pub fn explore_workflows(
         },
         profiles,
         schedules: args.per_program,
+        draw: how_drawn(),
     };
     wave::install_interrupt_handler();
     let explored = wf::explore_workflows(&env, &opts);

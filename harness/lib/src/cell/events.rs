@@ -70,6 +70,10 @@ pub(super) struct CutReport {
     pub cut_role: Option<Role>,
     /// The run log as the controller could read it right before a fault.
     pub events_before: Option<Vec<Value>>,
+    /// `events_before` as it was at the last power cut: what the run log
+    /// said was done before the cut, which `workspace_after_cut` must hold
+    /// (a later fault's read may hold writes done after the cut).
+    pub events_before_cut: Option<Vec<Value>>,
     /// Provider hits held until teardown (see [`apply_signals`]).
     pub holds: Vec<cutpoint::Holding>,
     /// The workspace's files right after the last power cut.
@@ -633,6 +637,9 @@ fn apply_fault(
     let reader = client.as_ref().filter(|_| !runner_held);
     if let Some(evs) = read_before_fault(reader, &held.hit) {
         report.events_before = Some(evs);
+    }
+    if fault == crate::model::Fault::PowerCut {
+        report.events_before_cut = report.events_before.clone();
     }
     match fault.class() {
         FaultClass::Storage => apply_storage(side, fault, held),

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::evidence::{ActionKind, Evidence, RequestKind, TaskRead};
-use crate::model::{CellResult, CellSpec, Cut, Event, Fault, Outcome, Role, Verdict};
+use crate::evidence::{ActionKind, Evidence, TaskRead};
+use crate::model::{CellSpec, Cut, Event, Fault, Role};
 use crate::nemesis;
 use crate::runner_client::RunnerProcess;
 use crate::scenario::{FollowUpWhen, Scenario, Step};
@@ -108,12 +108,20 @@ impl CellEnv {
     }
 }
 
-/// A finished cell: its result, evidence and directory.
+/// A finished cell, not yet judged (`crate::judge::judged` does that): its
+/// evidence and directory, and how it is run again.
 pub struct CellRun {
-    /// The judged result.
-    pub result: CellResult,
+    /// The cell.
+    pub spec: CellSpec,
     /// The evidence.
     pub evidence: Evidence,
+    /// Whether it ran: `false` when it could not even get a directory
+    /// (`evidence.harness_error` says why), and there is nothing to judge.
+    pub ran: bool,
+    /// Its wall time.
+    pub duration_ms: u64,
+    /// The command that runs it again.
+    pub reproduce: String,
     /// The cell's directory (removed on drop unless kept).
     pub dir: Option<tempfile::TempDir>,
     /// Where the kept directory is, when kept.
@@ -238,7 +246,7 @@ impl Layout {
     }
 }
 
-/// Runs one cell and judges it.
+/// Runs one cell: its evidence, judged by the caller.
 pub fn run_cell(env: &CellEnv, scenario: &Scenario, profile: &str, spec: &CellSpec) -> CellRun {
     run_cell_traced(env, scenario, profile, spec, None)
 }
@@ -295,7 +303,6 @@ pub fn run_cell_traced(
         rec,
     };
     run_and_collect(&ctx, records, scenario, profile, spec, &mut ev);
-    let result = judged(env, spec, &ev, started);
     let (dir, kept) = if env.keep {
         let path = tmp.keep();
         let _ = crate::tempdirs::mark_kept(&path);
@@ -304,8 +311,11 @@ pub fn run_cell_traced(
         (Some(tmp), None)
     };
     CellRun {
-        result,
+        spec: spec.clone(),
         evidence: ev,
+        ran: true,
+        duration_ms: started.elapsed().as_millis() as u64,
+        reproduce: reproduce(env, spec),
         dir,
         kept,
     }
@@ -372,43 +382,16 @@ fn hang_timeout(env: &CellEnv, events: &[Event]) -> Option<CellEnv> {
         })
 }
 
-/// The cell's result: the oracles' verdicts on its evidence (at least
-/// `unknown` after a harness error) and its outcome.
-fn judged(env: &CellEnv, spec: &CellSpec, ev: &Evidence, started: Instant) -> CellResult {
-    let (verdict, oracles) = crate::oracles::judge_cell(ev);
-    CellResult {
-        spec: spec.clone(),
-        verdict,
-        outcome: outcome_of(ev),
-        oracles,
-        duration_ms: started.elapsed().as_millis() as u64,
-        reproduce: reproduce(env, spec),
-        error: ev.harness_error.clone(),
-        retried: None,
-        reruns: Vec::new(),
-    }
-}
-
 fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: String) -> CellRun {
     CellRun {
-        result: CellResult {
-            spec: spec.clone(),
-            verdict: Verdict::Unknown,
-            oracles: Vec::new(),
-            outcome: Outcome {
-                state: None,
-                ..Outcome::default()
-            },
-            duration_ms: started.elapsed().as_millis() as u64,
-            reproduce: reproduce(env, spec),
-            error: Some(error.clone()),
-            retried: None,
-            reruns: Vec::new(),
-        },
+        spec: spec.clone(),
         evidence: Evidence {
             harness_error: Some(error),
             ..Evidence::default()
         },
+        ran: false,
+        duration_ms: started.elapsed().as_millis() as u64,
+        reproduce: reproduce(env, spec),
         dir: None,
         kept: None,
     }
@@ -417,25 +400,6 @@ fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: Stri
 /// The command that runs this cell again (see [`reproduce_command`]).
 pub fn reproduce(env: &CellEnv, spec: &CellSpec) -> String {
     reproduce_command(env, spec)
-}
-
-fn outcome_of(ev: &Evidence) -> Outcome {
-    Outcome {
-        state: ev.state(),
-        cause: ev.cause_code().map(str::to_owned),
-        reached_cut: ev.reached_cut,
-        events_applied: ev.events_applied,
-        runs: ev.runs().len(),
-        continuations: ev.provider_turns.iter().filter(|t| t.continuation).count(),
-        retry_status: ev
-            .exchanges
-            .iter()
-            .find(|x| x.kind == RequestKind::Retry)
-            .map(|x| x.status),
-        path: ev.path(),
-        effects: ev.ledger.len(),
-        deadline_passed: ev.deadline_passed,
-    }
 }
 
 /// The runner driver and the fake that serve a profile in cells.

@@ -40,6 +40,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     ev.cut_role = report.cut_role;
     ev.events_before_fault = report.events_before.take().map(RunLogEvent::read_all);
     ev.workspace_after_cut = report.workspace_after_cut.take();
+    ev.events_before_power_cut = report.events_before_cut.take().map(RunLogEvent::read_all);
     // The journal as it is now names the commands to look for; the evidence
     // itself is read below, once every process of the cell is dead.
     let layout = &ctx.layout;

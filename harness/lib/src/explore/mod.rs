@@ -29,12 +29,13 @@ use crate::scenario::{self, Scenario};
 use crate::wave::{self, Finished};
 
 /// The faults a generated schedule draws from, in shrinking order (a
-/// schedule shrinks towards the first). `power-cut` is not drawn: it needs
-/// FUSE and lazy mounts, and the wave plans its cells where they count
-/// (`Fault::power_cut_planned_at`); a `--schedule` may name it. The
-/// error answers are drawn too: one drawn where its process answers no
-/// request becomes kill-runner, as any fault that does not apply; so are
-/// the read faults, from the before-read points.
+/// schedule shrinks towards the first). `power-cut` is not among them: a
+/// scenario file's wave plans its power-cut cells where they count
+/// (`Fault::power_cut_planned_at`), and a `--schedule` may name it; the
+/// generated programs draw it too ([`WORKFLOW_FAULTS`]). The error answers
+/// are drawn: one drawn where its process answers no request becomes
+/// kill-runner, as any fault that does not apply; so are the read faults,
+/// from the before-read points.
 pub const SCHEDULE_FAULTS: [Fault; 14] = [
     Fault::KillRunner,
     Fault::KillProvider,
@@ -51,6 +52,21 @@ pub const SCHEDULE_FAULTS: [Fault; 14] = [
     Fault::FailRead,
     Fault::CorruptRead,
 ];
+
+/// The faults a generated controller program's schedules draw from (the
+/// wave's `--workflows` and `explore --workflows`): [`SCHEDULE_FAULTS`]
+/// and `power-cut`, drawn at the points where the wave plans power cuts.
+/// Where FUSE cannot be mounted the wave lists such a cell as skipped and
+/// `explore --workflows` draws from [`SCHEDULE_FAULTS`] alone.
+pub const WORKFLOW_FAULTS: [Fault; 15] = {
+    let mut all = [Fault::PowerCut; 15];
+    let mut i = 0;
+    while i < SCHEDULE_FAULTS.len() {
+        all[i] = SCHEDULE_FAULTS[i];
+        i += 1;
+    }
+    all
+};
 
 /// How many events a generated schedule has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,15 +116,59 @@ pub fn ordered(boundaries: &[Boundary]) -> Vec<Boundary> {
     runner
 }
 
+/// What a schedule strategy draws from.
+#[derive(Clone, Copy, Debug)]
+pub struct Draw {
+    /// The faults, in shrinking order.
+    pub faults: &'static [Fault],
+    /// Whether a later event's fault (but a storage, read or power fault,
+    /// which have their own points) lands inside a recovery half the time:
+    /// at one of the runner's durable writes (`runner.*.persisted`) or at
+    /// a provider's recovery lookup (`wire::upstream::LOOKUP_POINTS`, which
+    /// a clean run never reaches). A second cut is worth most inside the
+    /// recovery the first one caused: a recovery is a sequence of the
+    /// runner's writes (a lost turn's mark, then its continuation's intent;
+    /// a Retry's admission, then its run made current), where a runner
+    /// that splits what must be one write is caught, and it asks the
+    /// provider what it recorded, where a runner that reads a failed
+    /// lookup as "absent" is. Drawn uniformly they are a few of a hundred
+    /// boundaries, or none.
+    pub into_recoveries: bool,
+}
+
+/// A scenario file's drawn schedules (`wave --schedules`, `turncut explore`).
+pub const FILE_DRAW: Draw = Draw {
+    faults: &SCHEDULE_FAULTS,
+    into_recoveries: false,
+};
+
+/// A generated program's schedules (`wave --workflow-schedules`,
+/// `explore --workflows`).
+pub const WORKFLOW_DRAW: Draw = Draw {
+    faults: &WORKFLOW_FAULTS,
+    into_recoveries: true,
+};
+
 /// The schedule strategy over `boundaries` (see [`ordered`]): the first
 /// event is a boundary with its per-process occurrence; a later event is a
 /// boundary's point at its 1st or 2nd hit after the event before it. It
 /// draws 1 to `count.max` events and shrinks down to one; [`new_schedule`]
 /// draws until a schedule has at least `count.min`, so that a long failing
 /// schedule can still shrink to a short one.
-pub fn strategy(boundaries: Vec<Boundary>, count: EventCount) -> impl Strategy<Value = Vec<Event>> {
-    let raw = (any::<Index>(), 0..SCHEDULE_FAULTS.len(), 1u64..=2);
-    proptest::collection::vec(raw, 1..=count.max).prop_map(move |raw| to_events(&boundaries, &raw))
+pub fn strategy(
+    boundaries: Vec<Boundary>,
+    count: EventCount,
+    draw: Draw,
+) -> impl Strategy<Value = Vec<Event>> {
+    let raw = (any::<Index>(), 0..draw.faults.len(), 1u64..=2);
+    let lookups = lookups(&boundaries);
+    proptest::collection::vec(raw, 1..=count.max).prop_map(move |raw| {
+        let points = Points::of(&boundaries, &lookups);
+        raw.iter()
+            .enumerate()
+            .map(|(i, r)| points.event(i, draw, r))
+            .collect()
+    })
 }
 
 /// A new schedule tree with at least `min` events (the length is checked
@@ -123,65 +183,135 @@ pub fn new_schedule<S: Strategy<Value = Vec<Event>>>(
         .find(|tree| tree.current().len() >= min)
 }
 
-fn to_events(boundaries: &[Boundary], raw: &[(Index, usize, u64)]) -> Vec<Event> {
-    let of = |prefix: &str| -> Vec<&Boundary> {
-        boundaries
-            .iter()
-            .filter(|b| b.cut.point.starts_with(prefix))
-            .collect()
-    };
-    let (writes, reads) = (of(WRITE_POINTS), of(READ_POINTS));
-    // Any other fault draws from every boundary but the before-read points:
-    // a kill there leaves the state of the boundary before it (a read
-    // changes nothing), and a runner hits many of them.
-    let others: Vec<&Boundary> = boundaries
+/// A clean run's boundaries, by the faults that draw from them.
+struct Points<'a> {
+    all: &'a [Boundary],
+    /// The before-write points (write faults).
+    writes: Vec<&'a Boundary>,
+    /// The before-read points (read faults).
+    reads: Vec<&'a Boundary>,
+    /// Where the wave plans a power cut.
+    power: Vec<&'a Boundary>,
+    /// Every boundary but the before-read points (any other fault): a
+    /// kill there leaves the state of the boundary before it (a read
+    /// changes nothing), and a runner hits many of them.
+    others: Vec<&'a Boundary>,
+    /// Inside a recovery: the runner's durable writes and the provider's
+    /// recovery lookups (see [`Draw::into_recoveries`]).
+    recovery: Vec<&'a Boundary>,
+}
+
+/// The recovery lookups of the providers among `boundaries` (by their
+/// points' protocol prefix) that a clean run does not reach, as boundaries
+/// of the provider.
+fn lookups(boundaries: &[Boundary]) -> Vec<Boundary> {
+    wire::upstream::LOOKUP_POINTS
         .iter()
-        .filter(|b| !b.cut.point.starts_with(READ_POINTS))
-        .collect();
-    raw.iter()
-        .enumerate()
-        .map(|(i, (at, fault, occurrence))| {
-            let mut fault = SCHEDULE_FAULTS[*fault];
-            let own = match fault {
-                f if f.is_read() => &reads,
-                f if f.is_storage() => &writes,
-                _ => &others,
-            };
-            if own.is_empty() {
-                fault = Fault::KillRunner;
-            }
-            // A storage fault draws from its own points only (a write fault
-            // from the before-write points, a read fault from the
-            // before-read ones); a fault that does not apply at the point
-            // drawn becomes kill-runner (see `Fault::applies_at`).
-            let b = match own.is_empty() {
-                false => own[at.index(own.len())],
-                true => &boundaries[at.index(boundaries.len())],
-            };
-            if !fault.applies_at(&b.cut.point) {
-                fault = Fault::KillRunner;
-            }
-            let cut = if i == 0 {
-                // The first cut is a boundary as discovered; a provider
-                // fault where no provider lives would fire at nothing.
-                if nemesis::needs_provider(fault) && !b.provider_alive {
-                    fault = Fault::KillRunner;
-                }
-                b.cut.clone()
-            } else {
-                Cut {
-                    point: b.cut.point.clone(),
-                    n: *occurrence,
-                }
-            };
-            Event { cut, fault }
+        .filter(|p| {
+            let protocol = p.split('.').next().unwrap_or_default();
+            boundaries
+                .iter()
+                .any(|b| b.role != Role::Runner && b.cut.point.starts_with(&format!("{protocol}.")))
+        })
+        .filter(|p| !boundaries.iter().any(|b| b.cut.point == **p))
+        .map(|p| Boundary {
+            segment: 0,
+            cut: Cut {
+                point: (*p).to_owned(),
+                n: 1,
+            },
+            role: Role::Provider,
+            provider_alive: true,
         })
         .collect()
 }
 
-/// `k` schedules of `boundaries`, drawn with `seed` (for `wave --schedules`).
-pub fn draw(boundaries: &[Boundary], count: EventCount, seed: u64, k: usize) -> Vec<Vec<Event>> {
-    let strategy = strategy(ordered(boundaries), count);
+impl<'a> Points<'a> {
+    fn of(all: &'a [Boundary], lookups: &'a [Boundary]) -> Points<'a> {
+        let with = |keep: &dyn Fn(&Boundary) -> bool| all.iter().filter(|b| keep(b)).collect();
+        Points {
+            all,
+            writes: with(&|b| b.cut.point.starts_with(WRITE_POINTS)),
+            reads: with(&|b| b.cut.point.starts_with(READ_POINTS)),
+            power: with(&|b| Fault::power_cut_planned_at(&b.cut.point, b.role)),
+            others: with(&|b| !b.cut.point.starts_with(READ_POINTS)),
+            recovery: all
+                .iter()
+                .filter(|b| {
+                    b.role == Role::Runner
+                        && b.cut.point.starts_with("runner.")
+                        && b.cut.point.ends_with(".persisted")
+                })
+                .chain(lookups)
+                .collect(),
+        }
+    }
+
+    /// The boundary event `i` lands at for `fault` (drawn `at`), and the
+    /// fault: a storage fault draws from its own points only (a write
+    /// fault from the before-write points, a read fault from the
+    /// before-read ones); a fault with no point of its own, or that does
+    /// not apply at the point drawn, becomes kill-runner (see
+    /// `Fault::applies_at`).
+    fn pick(&self, i: usize, draw: Draw, at: &Index, mut fault: Fault) -> (&'a Boundary, Fault) {
+        let own = match fault {
+            Fault::PowerCut => &self.power,
+            f if f.is_read() => &self.reads,
+            f if f.is_storage() => &self.writes,
+            _ if i > 0 && draw.into_recoveries && !self.recovery.is_empty() => {
+                let k = at.index(2 * self.others.len());
+                if k < self.others.len() {
+                    return self.applying(self.others[k], fault);
+                }
+                let w = (k - self.others.len()) * self.recovery.len() / self.others.len();
+                return self.applying(self.recovery[w], fault);
+            }
+            _ => &self.others,
+        };
+        if own.is_empty() {
+            fault = Fault::KillRunner;
+            return self.applying(&self.all[at.index(self.all.len())], fault);
+        }
+        self.applying(own[at.index(own.len())], fault)
+    }
+
+    fn applying(&self, b: &'a Boundary, fault: Fault) -> (&'a Boundary, Fault) {
+        match fault.applies_at(&b.cut.point) {
+            true => (b, fault),
+            false => (b, Fault::KillRunner),
+        }
+    }
+
+    /// Event `i` of a schedule, from its drawn `(at, fault, occurrence)`.
+    fn event(&self, i: usize, draw: Draw, (at, fault, occurrence): &(Index, usize, u64)) -> Event {
+        let (b, mut fault) = self.pick(i, draw, at, draw.faults[*fault]);
+        let cut = if i == 0 {
+            // The first cut is a boundary as discovered; a provider
+            // fault where no provider lives would fire at nothing.
+            if nemesis::needs_provider(fault) && !b.provider_alive {
+                fault = Fault::KillRunner;
+            }
+            b.cut.clone()
+        } else {
+            Cut {
+                point: b.cut.point.clone(),
+                n: *occurrence,
+            }
+        };
+        Event { cut, fault }
+    }
+}
+
+/// `k` schedules of `boundaries` as `how` draws them, with `seed` (for
+/// `wave --schedules` and `--workflow-schedules`).
+pub fn draw(
+    boundaries: &[Boundary],
+    count: EventCount,
+    how: Draw,
+    seed: u64,
+    k: usize,
+) -> Vec<Vec<Event>> {
+    let strategy = strategy(ordered(boundaries), count, how);
     let mut runner = seeded_runner(seed, 0);
     (0..k)
         .filter_map(|_| new_schedule(&strategy, &mut runner, count.min))
@@ -363,7 +493,7 @@ fn explorer(
     let mut runner = seeded_runner(plan::mix(opts.seed ^ (job as u64) << 32), opts.shrink_iters);
     let strategies: Vec<_> = targets
         .iter()
-        .map(|t| strategy(t.boundaries.clone(), opts.events))
+        .map(|t| strategy(t.boundaries.clone(), opts.events, FILE_DRAW))
         .collect();
     let mut next = job;
     while started.elapsed() < opts.budget
@@ -500,9 +630,10 @@ mod tests {
             b("provider", "codex.x", 1, true),
             b("runner", "runner.b.persisted", 1, true),
         ];
-        let one = draw(&bs, EventCount::default(), 7, 20);
-        assert_eq!(one, draw(&bs, EventCount::default(), 7, 20));
-        assert_ne!(one, draw(&bs, EventCount::default(), 8, 20));
+        let f = FILE_DRAW;
+        let one = draw(&bs, EventCount::default(), f, 7, 20);
+        assert_eq!(one, draw(&bs, EventCount::default(), f, 7, 20));
+        assert_ne!(one, draw(&bs, EventCount::default(), f, 8, 20));
         assert!(one.iter().all(|s| (1..=4).contains(&s.len())));
         // A provider fault is never the first event where no provider lives.
         for s in &one {
@@ -520,7 +651,8 @@ mod tests {
             b("runner", "runner.turn_intent.persisted", 1, true),
             b("provider", "codex.x", 1, true),
         ];
-        let drawn: Vec<Event> = draw(&bs, EventCount { min: 4, max: 8 }, 3, 200)
+        let count = EventCount { min: 4, max: 8 };
+        let drawn: Vec<Event> = draw(&bs, count, FILE_DRAW, 3, 200)
             .into_iter()
             .flatten()
             .collect();
@@ -532,6 +664,86 @@ mod tests {
         }
         for f in [Fault::FailRead, Fault::CorruptRead, Fault::FailWrite] {
             assert!(drawn.iter().any(|e| e.fault == f), "{f} is drawn");
+        }
+        assert!(!drawn.iter().any(|e| e.fault == Fault::PowerCut));
+    }
+
+    /// A generated program's later events land inside a recovery (at the
+    /// runner's durable writes, at the provider's recovery lookups, which no
+    /// clean run reaches) about half the time; a file scenario's, at the
+    /// runner's writes' share of the boundaries and never at a lookup.
+    #[test]
+    fn later_events_of_generated_schedules_reach_into_recoveries() {
+        let mut bs: Vec<Boundary> = (0..8)
+            .map(|i| b("provider", &format!("codex.p{i}.notified"), 1, true))
+            .collect();
+        bs.push(b("runner", "runner.turn_ended.persisted", 1, true));
+        bs.push(b("runner", "runner.turn_intent.persisted", 1, true));
+        let later = |how: Draw| -> Vec<Event> {
+            draw(&bs, EventCount { min: 4, max: 8 }, how, 5, 300)
+                .into_iter()
+                .flat_map(|s| s.into_iter().skip(1))
+                .filter(|e| e.fault.class() != crate::model::FaultClass::Storage)
+                .collect()
+        };
+        let inside = |e: &&Event| {
+            e.cut.point.ends_with(".persisted")
+                || wire::upstream::LOOKUP_POINTS.contains(&e.cut.point.as_str())
+        };
+        let share =
+            |events: &[Event]| events.iter().filter(inside).count() as f64 / events.len() as f64;
+        let (file, workflow) = (later(FILE_DRAW), later(WORKFLOW_DRAW));
+        assert!(share(&file) < 0.3, "file schedules: {}", share(&file));
+        assert!(
+            share(&workflow) > 0.4,
+            "generated: {} (files: {})",
+            share(&workflow),
+            share(&file)
+        );
+        let at_lookup = |es: &[Event], f: Fault| {
+            es.iter()
+                .any(|e| e.fault == f && e.cut.point == "codex.thread_read.received")
+        };
+        assert!(
+            !file
+                .iter()
+                .any(|e| e.cut.point.starts_with("codex.thread_"))
+        );
+        assert!(
+            at_lookup(&workflow, Fault::ErrorAnswer),
+            "an error answer at a lookup"
+        );
+        assert!(
+            at_lookup(&workflow, Fault::KillProvider),
+            "a kill at a lookup"
+        );
+    }
+
+    /// A generated program's schedules cut the power too, only where the
+    /// wave plans power cuts (after a durable write of the runner, at a
+    /// provider's `.received`).
+    #[test]
+    fn workflow_schedules_cut_the_power_where_the_wave_would() {
+        let bs = vec![
+            b("runner", "runner.write.turn_intent", 1, true),
+            b("runner", "runner.turn_intent.persisted", 1, true),
+            b("runner", "runner.codex.turn_start.sent", 1, true),
+            b("provider", "codex.turn.received", 1, true),
+            b("provider", "codex.turn.recorded", 1, true),
+        ];
+        let count = EventCount { min: 4, max: 8 };
+        let drawn: Vec<Event> = draw(&bs, count, WORKFLOW_DRAW, 3, 200)
+            .into_iter()
+            .flatten()
+            .collect();
+        let cuts: Vec<&Event> = drawn
+            .iter()
+            .filter(|e| e.fault == Fault::PowerCut)
+            .collect();
+        assert!(!cuts.is_empty(), "power-cut is drawn");
+        for e in cuts {
+            let planned = ["runner.turn_intent.persisted", "codex.turn.received"];
+            assert!(planned.contains(&e.cut.point.as_str()), "{e}");
         }
     }
 

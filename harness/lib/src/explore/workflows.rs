@@ -38,6 +38,9 @@ pub struct WorkflowOptions {
     pub profiles: Vec<String>,
     /// Schedules run per program (after its clean run).
     pub schedules: usize,
+    /// How its schedules are drawn: [`super::WORKFLOW_DRAW`], without
+    /// power cuts where FUSE cannot be mounted.
+    pub draw: super::Draw,
 }
 
 /// A failing program, shrunk.
@@ -211,7 +214,7 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
         scenario: &scenario,
         boundaries: ordered(&discovery.boundaries),
     };
-    let schedules = strategy(target.boundaries.clone(), opts.explore.events);
+    let schedules = strategy(target.boundaries.clone(), opts.explore.events, opts.draw);
     for _ in 0..opts.schedules {
         let s_tree = new_schedule(&schedules, runner, opts.explore.events.min)?;
         let before = shared.schedules.runs.load(Ordering::SeqCst);

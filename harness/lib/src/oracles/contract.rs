@@ -5,8 +5,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use super::Judgement;
 use super::Oracle;
-use super::{Judgement, storage_fault_applied};
 use crate::contract;
 use crate::evidence::{Evidence, RequestKind, Source};
 use crate::model::OracleResult;
@@ -239,14 +239,12 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
                 [at],
             );
         }
-        "storage_failed" if storage_fault_applied(e) => {}
+        // The agent never stored the session the runner looked up.
         "provider_lookup_failed" if provider_has_no_such_session(e, run) => {}
-        // The contract's row "a conversation with a completed turn | no
-        // thread": a power cut took turns the provider never synced.
-        "provider_protocol_error" if !e.turns_lost_to_power_cut().is_empty() => {}
-        // The contract's answer to an error the harness injected.
-        other if super::upstream::justifies(e, other) => {}
-        other if e.fault.is_some() && !contract::FAIL_CLOSED.contains(&other) => {
+        // A storage fault, a power cut that took the provider's turns, an
+        // injected upstream error (`cut_justifies`).
+        other if super::cut_justifies(e, other) => {}
+        other if e.fault.is_some() => {
             j.fail(
                 format!("run {run_id} failed with {other}, which no cut-and-restart justifies"),
                 [at],

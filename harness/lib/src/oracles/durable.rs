@@ -89,12 +89,12 @@ fn in_workspace<'a>(e: &Evidence, path: &'a str) -> Option<&'a str> {
 pub fn durable_effect(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::DurableEffect);
     let at_end = claims(&e.events);
-    let before_cut = match (&e.events_before_fault, &e.workspace_after_cut) {
+    let before_cut = match (&e.events_before_power_cut, &e.workspace_after_cut) {
         (Some(events), Some(files)) => Some((claims(events), files)),
         _ => None,
     };
     let hidden = malformed_tool_event(&e.events)
-        .or_else(|| malformed_tool_event(e.events_before_fault.as_deref()?));
+        .or_else(|| malformed_tool_event(e.events_before_power_cut.as_deref()?));
     if at_end.is_empty()
         && before_cut.as_ref().is_none_or(|(c, _)| c.is_empty())
         && hidden.is_none()

@@ -199,6 +199,21 @@ fn storage_fault_applied(e: &Evidence) -> bool {
     }) || read_faults::justify_storage_failed(e)
 }
 
+/// Whether the faults the cell applied justify a run's failing with
+/// `code` after a cut, as the contract lets any run fail: a fail-closed
+/// cause, `storage_failed` after a storage fault, `provider_protocol_error`
+/// after a power cut took turns the provider never synced (the contract's
+/// row "a conversation with a completed turn, or with a turn whose output
+/// the runner holds | no thread"), or the contract's answer to an injected
+/// upstream error. A run's own `[expect]` and the turns it ran are the
+/// callers' to judge.
+fn cut_justifies(e: &Evidence, code: &str) -> bool {
+    crate::contract::FAIL_CLOSED.contains(&code)
+        || (code == "storage_failed" && storage_fault_applied(e))
+        || (code == "provider_protocol_error" && !e.turns_lost_to_power_cut().is_empty())
+        || upstream::justifies(e, code)
+}
+
 /// No process of the cell is alive after the cell.
 pub fn hygiene(e: &Evidence) -> OracleResult {
     let mut j = Judgement::new(Oracle::Hygiene).needs(e, &[Source::Processes]);

@@ -71,12 +71,10 @@ fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchang
     };
     let run = &runs[pos];
     let faulted = faulted_after_retry(e, &x.message_id);
-    let closed_with_cause = run.cause.as_ref().is_some_and(|c| {
-        c.recoverable
-            || contract::FAIL_CLOSED.contains(&c.code.as_str())
-            || (c.code == "storage_failed" && storage_fault_applied(e))
-            || super::upstream::justifies(e, &c.code)
-    });
+    let closed_with_cause = run
+        .cause
+        .as_ref()
+        .is_some_and(|c| c.recoverable || super::cut_justifies(e, &c.code));
     // A Retry run that a later event cut may itself fail, but
     // only the way the contract lets any run fail after a cut.
     if run.status != "completed" && !(faulted && closed_with_cause) {

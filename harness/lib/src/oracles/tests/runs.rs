@@ -531,3 +531,29 @@ fn the_path_names_each_run_and_its_recovery_in_run_log_order() {
     e.task = Some(TaskRead::read(json!({ "renamed": true })));
     assert_eq!(e.path(), "unknown");
 }
+
+/// A Retry run cut by a later power cut that took turns the provider never
+/// synced may fail closed `provider_protocol_error` (the contract's row "a
+/// conversation with a completed turn, or with a turn whose output the
+/// runner holds | no thread"), as `contract` allows any run; cut with the
+/// provider's store intact, that cause has no excuse. Found by a generated
+/// program of `explore --workflows` once it drew power cuts (seed 101).
+#[test]
+fn a_retry_run_whose_provider_lost_its_turns_to_a_power_cut_may_fail_closed() {
+    let mut e = retried();
+    task(&mut e)["runs"][1]["status"] = json!("failed");
+    task(&mut e)["runs"][1]["cause"] = json!({ "code": "provider_protocol_error",
+        "recoverable": false, "message": "the provider lost conversation th2" });
+    cut_after_retry(&mut e);
+    assert_eq!(verdict(&judge(&e), "retry.works").0, Verdict::Fail);
+    // The cut took turn pt1 (journaled at 0 ms) from the provider's store.
+    e.provider_turns.clear();
+    e.actions.push(crate::evidence::Action {
+        at_ms: 160,
+        what: crate::evidence::ActionKind::Fault(Fault::PowerCut),
+        detail: json!({ "dead_at_epoch_ms": 10 }),
+    });
+    assert_eq!(e.turns_lost_to_power_cut().len(), 1);
+    let (v, why) = verdict(&judge(&e), "retry.works");
+    assert_eq!(v, Verdict::Pass, "{why}");
+}
