@@ -99,6 +99,11 @@ pub struct AcpArgs {
     /// the agent itself in a session of their own, which outlive its kill).
     #[arg(long, value_enum, default_value_t = crate::acp::Like::Claude)]
     like: crate::acp::Like,
+    /// Write the end of a turn this many ms after answering its
+    /// `session/prompt` (and before exiting at the end of stdin), as Claude
+    /// Code writes its transcript on a timer; 0 writes it first.
+    #[arg(long, default_value_t = 0)]
+    finish_lag_ms: u64,
 }
 
 /// Options of `fake-provider model-api`.
@@ -163,7 +168,11 @@ pub fn main(args: impl IntoIterator<Item = OsString>, self_cmd: Vec<OsString>) -
             })
         }
         Command::Acp(args) => run("acp", args.provider, self_cmd, |o| {
-            crate::acp::serve(o, args.like)
+            crate::acp::serve(
+                o,
+                args.like,
+                std::time::Duration::from_millis(args.finish_lag_ms),
+            )
         }),
     }
 }

@@ -8,7 +8,8 @@
 //! parameters and cut-point names are each protocol's own.
 
 use std::io::Write as _;
-use std::sync::mpsc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Instant;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -40,17 +41,35 @@ pub(crate) trait LineServer {
     fn on_line(&mut self, bytes: &[u8]) -> Sent;
     /// Sends an error response.
     fn send_error(&self, id: Value, code: i64, message: &str) -> Sent;
+    /// When a write the server put off is due, if one is (the ACP fake's
+    /// `--finish-lag-ms`).
+    fn due(&self) -> Option<Instant> {
+        None
+    }
+    /// Makes the write that is due.
+    fn on_due(&mut self) {}
 }
 
 /// Serves `server` on stdin until stdin closes (journaled
 /// `process.stdin_closed`) or stdout does. One loop owns all state; the
 /// reader thread only forwards lines. A line over [`LINE_BYTES_MAX`] is
-/// dropped whole and answered with an error.
+/// dropped whole and answered with an error. A write the server put off is
+/// made when it is due, and before the process exits at the end of stdin.
 pub(crate) fn serve_lines(server: &mut impl LineServer) -> anyhow::Result<()> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || read_lines(tx));
     loop {
-        let input = rx.recv().unwrap_or(Input::Eof);
+        let input = match server.due() {
+            None => rx.recv().unwrap_or(Input::Eof),
+            Some(due) => match rx.recv_timeout(due.saturating_duration_since(Instant::now())) {
+                Ok(input) => input,
+                Err(RecvTimeoutError::Timeout) => {
+                    server.on_due();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => Input::Eof,
+            },
+        };
         let result = match input {
             Input::Line(bytes) => server.on_line(&bytes),
             Input::Oversized(n) => server.send_error(
@@ -60,6 +79,13 @@ pub(crate) fn serve_lines(server: &mut impl LineServer) -> anyhow::Result<()> {
             ),
             Input::Eof => {
                 server.journal().fact("process.stdin_closed", json!({}));
+                if let Some(due) = server.due() {
+                    // The agent's own timer (Claude Code's transcript
+                    // flush) runs out before it exits; nothing else is
+                    // left to wait for.
+                    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    server.on_due();
+                }
                 return Ok(());
             }
         };

@@ -50,6 +50,11 @@ pub struct Args {
     /// Grace after SIGTERM before SIGKILL when stopping a provider.
     #[arg(long, default_value_t = 500)]
     pub provider_term_grace_ms: u64,
+    /// Grace before SIGTERM for a provider whose run's turns all ended: its
+    /// input closed, it may exit on its own (and finish writing its record
+    /// of the last turn) until then.
+    #[arg(long, default_value_t = 2_000)]
+    pub provider_exit_grace_ms: u64,
     /// The most control API connections open at once; one more is answered
     /// 503 too_many_connections.
     #[arg(long, default_value_t = crate::server::CONNECTIONS_MAX)]
@@ -204,6 +209,7 @@ fn engine_options(
             request: Duration::from_millis(args.provider_request_timeout_ms),
             output_bytes_per_s_max: args.provider_output_bytes_per_s_max,
         },
+        exit_grace: Duration::from_millis(args.provider_exit_grace_ms),
         term_grace: Duration::from_millis(args.provider_term_grace_ms),
         kill_grace: Duration::from_secs(2),
         profiles,

@@ -47,6 +47,7 @@ mod tools;
 pub mod wire;
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -85,11 +86,16 @@ pub enum Like {
     Opencode,
 }
 
-/// Serves the protocol on stdin/stdout until stdin closes.
-pub fn serve(opts: Options, like: Like) -> anyhow::Result<()> {
+/// Serves the protocol on stdin/stdout until stdin closes. `finish_lag`
+/// (zero: none) puts off the write of a turn's end until that long after
+/// the `session/prompt` answer, as Claude Code writes its transcript on a
+/// timer after answering: see [`Server::finish_turn`].
+pub fn serve(opts: Options, like: Like, finish_lag: Duration) -> anyhow::Result<()> {
     let (journal, store) = crate::serving::start(&opts, "acp", None, |dir, _| Store::open(dir))?;
     let mut server = Server {
         like,
+        finish_lag,
+        unwritten: None,
         opts,
         journal,
         store,
@@ -107,6 +113,11 @@ pub fn serve(opts: Options, like: Like) -> anyhow::Result<()> {
 struct Server {
     /// Which real agent it plays.
     like: Like,
+    /// How long after its answer the end of a turn is written.
+    finish_lag: Duration,
+    /// The end of a turn answered and not yet written: when it is due, and
+    /// the session and the fact to journal once it is.
+    unwritten: Option<(Instant, String, Value)>,
     opts: Options,
     journal: Journal,
     store: Store,
@@ -182,6 +193,16 @@ impl LineServer for Server {
             "id": id,
             "error": { "code": code, "message": message },
         }))
+    }
+
+    fn due(&self) -> Option<Instant> {
+        self.unwritten.as_ref().map(|(due, _, _)| *due)
+    }
+
+    fn on_due(&mut self) {
+        if let Some((_, session_id, fact)) = self.unwritten.take() {
+            self.write_finish(&session_id, fact);
+        }
     }
 }
 
@@ -558,19 +579,33 @@ impl Server {
                 turn_id = Some(turn.id.clone());
             }
         }
-        if let Err(e) = self.store.save(session_id) {
-            self.fail_storage(&e);
+        let fact = json!({ "session": session_id, "turn": turn_id, "status": status, "stop_reason": stop_reason });
+        if self.finish_lag.is_zero() {
+            self.write_finish(session_id, fact);
+        } else {
+            // `--finish-lag-ms`: answered first, written when the lag is
+            // over (or with the session's next write); a process stopped in
+            // between keeps the turn in progress, read back `interrupted`.
+            if let Some((_, earlier, fact)) = self.unwritten.take() {
+                self.write_finish(&earlier, fact);
+            }
+            let due = Instant::now() + self.finish_lag;
+            self.unwritten = Some((due, session_id.to_owned(), fact));
         }
-        self.journal.fact(
-            "turn.finished",
-            json!({ "session": session_id, "turn": turn_id, "status": status, "stop_reason": stop_reason }),
-        );
-        self.point("acp.turn_completed.recorded");
         self.respond(
             &active.prompt_id,
             "session/prompt",
             json!({ "stopReason": stop_reason }),
         )
+    }
+
+    /// Makes the end of a turn durable and journals `turn.finished` (`fact`).
+    fn write_finish(&self, session_id: &str, fact: Value) {
+        if let Err(e) = self.store.save(session_id) {
+            self.fail_storage(&e);
+        }
+        self.journal.fact("turn.finished", fact);
+        self.point("acp.turn_completed.recorded");
     }
 
     fn fail_storage(&self, e: &std::io::Error) -> ! {

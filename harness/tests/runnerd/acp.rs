@@ -1,7 +1,8 @@
 //! runnerd's ACP driver against an agent that stores the user message under
 //! an id of its own and echoes nothing (`fake-provider acp --like opencode`,
 //! as `opencode acp` does): a turn lost before the runner saw any output is
-//! found by its text, never sent twice.
+//! found by its text, never sent twice. And an agent that writes the end of
+//! a turn after answering it is let finish before it is stopped.
 
 use crate::*;
 
@@ -81,4 +82,40 @@ fn an_earlier_message_of_the_same_text_is_not_taken_for_a_lost_follow_up() {
     // m1 once; f1 twice, the first of them never stored by the agent.
     assert_eq!(prompts(&rig, "Create hello.txt"), 3);
     rig.assert_effects_once();
+}
+
+/// An agent that writes the end of a turn only after answering it
+/// (`--finish-lag-ms`, as Claude Code writes its transcript on a timer)
+/// keeps it: at the end of the run runnerd closes the agent's input and
+/// lets it exit on its own (`--provider-exit-grace-ms`) before any signal.
+/// Signalled at once, the agent died with the turn in progress, and its
+/// store, read after a restart, held a turn that never ended.
+#[test]
+fn an_agent_that_writes_a_turns_end_after_answering_it_is_let_finish() {
+    let mut rig = Rig::acp(&["--finish-lag-ms", "500"]);
+    // A bound, not a wait: the agent exits as soon as it has written.
+    rig.runner_extra
+        .extend(["--provider-exit-grace-ms".into(), "20000".into()]);
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let journal = rig.journal();
+    let finished: Vec<_> = journal
+        .iter()
+        .filter(|e| e.fact.as_deref() == Some("turn.finished"))
+        .collect();
+    assert_eq!(
+        finished.len(),
+        1,
+        "the agent wrote the end of its turn before it was stopped\n{}",
+        rig.log()
+    );
+    assert_eq!(finished[0].data["status"], "completed");
+    assert!(
+        journal
+            .iter()
+            .any(|e| e.fact.as_deref() == Some("process.stdin_closed")),
+        "its input was closed"
+    );
 }

@@ -343,7 +343,7 @@ impl Engine {
                 .await;
         }
         let live_now = live.take().expect("checked above");
-        self.stop_live(task_id, live_now).await?;
+        self.finish_live(task_id, live_now).await?;
         self.settle_completed(task_id, run).await
     }
 

@@ -66,6 +66,9 @@ pub struct EngineOptions {
     /// The bounds of every provider connection: idle and request timeouts,
     /// output bytes per second.
     pub bounds: crate::driver::Bounds,
+    /// How long a provider whose run's turns all ended gets, its input
+    /// closed, to exit on its own before SIGTERM.
+    pub exit_grace: Duration,
     /// How long a provider gets after SIGTERM before SIGKILL.
     pub term_grace: Duration,
     /// How long to wait for death after SIGKILL.

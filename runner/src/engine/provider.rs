@@ -7,6 +7,7 @@
 //! becomes a `cleanup_quarantined` failure for the actor to settle.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -376,7 +377,8 @@ impl Engine {
                     identity: &identity,
                     marker: &marker,
                 };
-                self.stop_proc(task_id, proc, &mut child).await?;
+                self.stop_proc(task_id, proc, &mut child, Duration::ZERO)
+                    .await?;
                 return Err(start_error(e, "the provider could not be reached"));
             }
         };
@@ -414,10 +416,13 @@ impl Engine {
         task_id: &str,
         p: &ProviderProc,
     ) -> Result<Result<Value, StopOutcome>, crate::store::StoreError> {
+        // Not this runner's child: its input closed with the runner that
+        // spawned it, so it had its chance to exit on its own.
         let (outcome, tree) = supervisor::descendants::stop(
             &p.identity,
             None,
             self.stop_marker(p.marker.as_deref()),
+            Duration::ZERO,
             self.opts.term_grace,
             self.opts.kill_grace,
         )
@@ -442,9 +447,32 @@ impl Engine {
     }
 
     /// Stops a live provider and records the proof.
-    pub(super) async fn stop_live(&self, task_id: &str, mut l: Live) -> Result<(), StepError> {
-        // Closing stdin lets a well-behaved provider exit on its own first.
+    pub(super) async fn stop_live(&self, task_id: &str, l: Live) -> Result<(), StepError> {
+        self.stop_live_after(task_id, l, Duration::ZERO).await
+    }
+
+    /// Stops the live provider of a run whose turns all ended, and records
+    /// the proof: with its input closed it has `--provider-exit-grace-ms` to
+    /// exit on its own before any signal, because an agent may write its
+    /// record of a turn after answering it (Claude Code's transcript, on a
+    /// 100 ms timer), and a provider stopped at once would read, after a
+    /// restart, as one whose turn never ended.
+    pub(super) async fn finish_live(&self, task_id: &str, l: Live) -> Result<(), StepError> {
+        self.stop_live_after(task_id, l, self.opts.exit_grace).await
+    }
+
+    /// [`Engine::stop_live`], the provider first given `exit_grace` to exit
+    /// on its own once its input is closed.
+    async fn stop_live_after(
+        &self,
+        task_id: &str,
+        mut l: Live,
+        exit_grace: Duration,
+    ) -> Result<(), StepError> {
+        // Closing stdin lets a well-behaved provider exit on its own first:
+        // the stdio drivers hold it, an HTTP provider's is still the child's.
         drop(l.link);
+        drop(l.child.stdin.take());
         // Client-side terminals die with the provider that asked for them.
         for t in l.terminals.values_mut() {
             t.kill();
@@ -455,7 +483,8 @@ impl Engine {
             identity: &l.identity,
             marker: &l.marker,
         };
-        self.stop_proc(task_id, proc, &mut l.child).await
+        self.stop_proc(task_id, proc, &mut l.child, exit_grace)
+            .await
     }
 
     /// The spawn marker a stop must sweep.
@@ -514,12 +543,14 @@ impl Engine {
         task_id: &str,
         proc: ProcRef<'_>,
         child: &mut tokio::process::Child,
+        exit_grace: Duration,
     ) -> Result<(), StepError> {
         let identity = proc.identity;
         let (outcome, tree) = supervisor::descendants::stop(
             identity,
             Some(child),
             self.stop_marker(Some(proc.marker)),
+            exit_grace,
             self.opts.term_grace,
             self.opts.kill_grace,
         )

@@ -25,6 +25,7 @@ fn engine(dir: &std::path::Path) -> Arc<Engine> {
             state_dir: dir.join("state"),
             epoch,
             bounds: crate::driver::Bounds::with_idle(Duration::from_secs(5)),
+            exit_grace: Duration::ZERO,
             term_grace: Duration::from_millis(100),
             kill_grace: Duration::from_millis(100),
             profiles: BTreeMap::new(),

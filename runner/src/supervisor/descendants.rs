@@ -128,15 +128,20 @@ impl Tree {
 /// the spawn marker catches what keeps the environment after the ancestry is
 /// lost, and the provider's container (found by the marker) what hid from
 /// both. A descendant that survives SIGKILL, or a container that cannot be
-/// proven empty, makes the stop unprovable.
+/// proven empty, makes the stop unprovable. `exit_grace` (zero: none) is how
+/// long a provider whose input was closed may take to exit on its own
+/// before the first signal ([`super::await_exit`]); its descendants are read
+/// before it, while their ancestry still names the provider.
 pub async fn stop(
     id: &ProcessIdentity,
-    child: Option<&mut tokio::process::Child>,
+    mut child: Option<&mut tokio::process::Child>,
     marker: Option<&str>,
+    exit_grace: Duration,
     term_grace: Duration,
     kill_grace: Duration,
 ) -> (StopOutcome, TreeOutcome) {
     let tree = Tree::snapshot(id);
+    super::await_exit(id, child.as_deref_mut(), exit_grace).await;
     let mut outcome = super::stop_marked(id, child, marker, term_grace, kill_grace).await;
     let swept = match &outcome {
         StopOutcome::Stopped(_) => tree.kill(kill_grace).await,

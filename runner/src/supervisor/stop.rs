@@ -164,6 +164,34 @@ pub fn kill_group(pgid: Pid) {
     let _ = killpg(pgid, Signal::SIGKILL);
 }
 
+/// Waits up to `grace` for the process `id`, whose input was just closed,
+/// to exit on its own, and says whether it did. Nothing is signalled: an
+/// agent that writes its record after its answer (Claude Code flushes its
+/// transcript on a timer) keeps that record only if it is let finish. Where
+/// a pidfd watches the exit the child is not reaped, so [`stop`] still
+/// sweeps its group while the leader is our zombie; the fallback waits on
+/// the child as [`stop`]'s does. A zero grace, an identity [`stop`] would
+/// refuse, or a process already gone returns at once.
+pub async fn await_exit(
+    id: &ProcessIdentity,
+    mut child: Option<&mut Child>,
+    grace: Duration,
+) -> bool {
+    if grace.is_zero() || refusal(id, child.as_deref()).is_some() {
+        return false;
+    }
+    // As in `stop_with`: the pidfd is opened before the identity is
+    // checked, so a match means it watches our process, not a successor.
+    let watch = exit_watch(id, PidfdUse::Prefer);
+    if !matches!(observe(id), Observation::Alive { .. }) {
+        return false;
+    }
+    matches!(
+        wait_for_exit(id, &watch, &mut child, Instant::now() + grace).await,
+        WaitResult::Exited(_)
+    )
+}
+
 /// Stops the process (and its group) identified by `id` and proves it.
 ///
 /// If `child` is Some, it is our own child: it is reaped before returning

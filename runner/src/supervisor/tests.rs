@@ -309,3 +309,25 @@ async fn stop_refuses_identities_that_would_signal_broadly() {
         StopOutcome::Unprovable { .. }
     ));
 }
+
+/// A provider that exits once its input closes is never signalled: the exit
+/// grace sees it go (and leaves it our zombie, so the stop that follows
+/// still sweeps its group); one that does not exit is signalled once the
+/// grace has passed.
+#[tokio::test]
+async fn the_exit_grace_lets_a_provider_exit_on_its_own_and_bounds_one_that_does_not() {
+    let mut cat = Command::new("cat");
+    cat.stdin(Stdio::piped());
+    let (mut child, identity) = spawn_provider(&mut cat, None).unwrap();
+    drop(child.stdin.take());
+    assert!(await_exit(&identity, Some(&mut child), KILL_GRACE).await);
+    let proof = expect_stopped(stop(&identity, Some(&mut child), TERM_GRACE, KILL_GRACE).await);
+    assert!(proof.signals.is_empty(), "{proof:?}");
+    assert!(proof.group_gone);
+
+    let (mut child, identity) = spawn_provider(&mut sleep_cmd(), None).unwrap();
+    assert!(!await_exit(&identity, Some(&mut child), TERM_GRACE).await);
+    assert!(is_alive(&identity), "the grace signals nothing");
+    let proof = expect_stopped(stop(&identity, Some(&mut child), TERM_GRACE, KILL_GRACE).await);
+    assert_eq!(proof.signals, vec!["SIGTERM".to_owned()]);
+}

@@ -81,6 +81,18 @@ export class Acpx {
     return null;
   }
 
+  /** Whether the queue owner whose lease is `<key>.lock` (acpx's queue
+   * key of a session, which names its socket too) is alive. */
+  ownerAlive(key: string): boolean {
+    try {
+      const lease = JSON.parse(readFileSync(join(this.home, ".acpx", "queues", `${key}.lock`), "utf8"));
+      return Number.isInteger(lease.pid) && alive(lease.pid);
+    } catch {
+      // No lease, or one torn by a crash: no owner to keep a socket for.
+      return false;
+    }
+  }
+
   /** Whether acpx still has the record of session `recordId` (a power
    * cut can take it: acpx syncs nothing). */
   hasRecord(recordId: string): boolean {

@@ -26,6 +26,7 @@ import type { AcpRuntimeHandle } from "acpx/runtime";
 import { Acpx, type Outcome, withMessageId } from "./acpx.ts";
 import { MARKER_ENV, aliveSame, startTime, sweep } from "./processes.ts";
 import { classify, type Found } from "./recovery.ts";
+import { Sockets, sweepAbandoned } from "./sockets.ts";
 import { StorageError, mkdirDurable, type Cause, type Message, type Run, type Store, type Task, type Turn } from "./store.ts";
 
 export type Profile = { driver: string; command: string[]; approval: string; credential_env: string };
@@ -84,6 +85,8 @@ export class Engine {
   /** Tasks whose earlier acpx processes this runner process has stopped. */
   private claimed = new Set<string>();
   private acpx: Acpx;
+  /** acpx's socket directory of this HOME, outside it (sockets.ts). */
+  private sockets: Sockets;
 
   readonly store: Store;
   readonly opts: Options;
@@ -95,6 +98,22 @@ export class Engine {
     mkdirDurable(home);
     process.env.HOME = home;
     this.acpx = new Acpx(home, this.agents);
+    this.sockets = new Sockets(home, opts.stateDir);
+    for (const dir of sweepAbandoned()) process.stderr.write(`acpx-runner: removed ${dir}, acpx's socket directory of a state directory that is gone\n`);
+    this.releaseSockets();
+  }
+
+  /** Removes acpx's socket directory of this HOME if no task is running
+   * (so no owner is starting) and no owner of this runner is alive; at
+   * every settle, and when the runner is told to exit. */
+  releaseSockets(): void {
+    if (this.store.runningTasks().length > 0) return;
+    try {
+      this.sockets.release((key) => this.acpx.ownerAlive(key));
+    } catch (e) {
+      // Housekeeping: what is left, the next runner's sweep removes.
+      process.stderr.write(`acpx-runner: cannot remove ${this.sockets.dir}: ${(e as Error).message}\n`);
+    }
   }
 
   private get idleMs(): number {
@@ -200,6 +219,7 @@ export class Engine {
     const resume = have ?? undefined;
     let h: AcpRuntimeHandle;
     try {
+      this.sockets.claim();
       h = await this.acpx.runtime.ensureSession({ sessionKey: key, agent, cwd: task.workspace, mode: "persistent", resumeSessionId: resume });
     } catch (e) {
       throw new Fail("provider_start_failed", `acpx could not ${resume ? `resume session ${resume}` : "ensure a session"}: ${(e as Error).message}`);
@@ -257,6 +277,7 @@ export class Engine {
     const marker = await this.marker(task, run);
     // acpx starts the queue owner with this process's environment.
     process.env[MARKER_ENV] = marker;
+    this.sockets.claim();
     const t = this.acpx.runtime.startTurn({ handle: session, text: withMessageId(turn.client_id, text), mode: "prompt", requestId: turn.client_id });
     const flight: Flight = { result: t.result as Flight["result"], lastMs: Date.now(), accepted: Promise.resolve(), started: false };
     flight.accepted = t.promptStarted.then(
@@ -485,6 +506,7 @@ export class Engine {
       this.store.exec("UPDATE runs SET status = ?, cause = ? WHERE run_id = ?", state === "completed" ? "completed" : "failed", text, run.run_id);
       this.store.exec("UPDATE tasks SET state = ?, cause = ? WHERE task_id = ?", state, text, task.task_id);
     });
+    this.releaseSockets();
   }
 
   /** Admits a Retry of a failed task (acpx has none: this is the runner's):

@@ -108,7 +108,11 @@ function main(): void {
     process.stdout.write(`listening on http://${host}:${addr.port}\n`);
     engine.recoverAll();
   });
-  for (const s of ["SIGTERM", "SIGINT"] as const) process.on(s, () => process.exit(0));
+  for (const s of ["SIGTERM", "SIGINT"] as const)
+    process.on(s, () => {
+      engine.releaseSockets();
+      process.exit(0);
+    });
 }
 
 main();

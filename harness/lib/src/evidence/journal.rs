@@ -24,6 +24,10 @@ pub struct TurnStart<'a> {
     pub conversation: Option<String>,
 }
 
+/// ACP's "Resource not found", an agent's answer for a session it does not
+/// have.
+const ACP_RESOURCE_NOT_FOUND: i64 = -32002;
+
 fn text_of(blocks: Option<&Value>) -> String {
     blocks
         .and_then(Value::as_array)
@@ -52,6 +56,34 @@ impl Evidence {
             .filter(|(_, e)| e.fact.as_deref() == Some(name))
             .map(|(i, e)| (i + 1, &e.data))
             .collect()
+    }
+
+    /// Whether the provider answered a `session/load` (ACP) of `session`
+    /// with ACP's `-32002` Resource not found: the agent said it has no such
+    /// session. The answer is the first response with the request's id
+    /// after it (ids restart with every process).
+    pub fn session_not_found(&self, session: &str) -> bool {
+        let journal = &self.journal;
+        journal.iter().enumerate().any(|(i, load)| {
+            load.kind == EntryKind::In
+                && load.data["method"] == "session/load"
+                && load
+                    .data
+                    .pointer("/params/sessionId")
+                    .and_then(Value::as_str)
+                    == Some(session)
+                && journal[i + 1..]
+                    .iter()
+                    .find(|r| {
+                        r.kind == EntryKind::Out
+                            && r.data.get("method").is_none()
+                            && r.data["id"] == load.data["id"]
+                    })
+                    .is_some_and(|r| {
+                        r.data.pointer("/error/code").and_then(Value::as_i64)
+                            == Some(ACP_RESOURCE_NOT_FOUND)
+                    })
+        })
     }
 
     /// The runner's answers to a provider's requests, with their 0-based

@@ -120,6 +120,29 @@ fn turn_lost_to_power_cut(e: &Evidence, run: &RunView) -> bool {
         .any(|lost| run.turns.iter().any(|t| t.message_id == lost.authorized_by))
 }
 
+/// Whether the provider's own record says the run's conversation was never
+/// there to look up: its store (read whole) holds no turn of it, not even
+/// one a power cut took, and it answered the runner's `session/load` of it
+/// "Resource not found" (`Evidence::session_not_found`). Real ACP agents
+/// store a session only with its first turn (`docs/real-providers.md`), so
+/// a kill before that leaves nothing to find, and failing closed
+/// `provider_lookup_failed` is the contract's answer: a lost session does
+/// not prove that no model saw the prompt. A fake stores its sessions at
+/// `session/new` and never says so.
+fn provider_has_no_such_session(e: &Evidence, run: &RunView) -> bool {
+    let Some(conversation) = run.conversation_id.as_deref() else {
+        return false;
+    };
+    if e.gap(Source::ProviderStore).is_some()
+        || e.provider_turns_and_lost()
+            .iter()
+            .any(|t| t.thread == conversation)
+    {
+        return false;
+    }
+    e.session_not_found(conversation)
+}
+
 /// A clean cell (nothing cut) shows what its scenario's `[expect]` says:
 /// the final state, the follow-ups consumed (distinct follow-up ids a
 /// provider turn answered: a follow-up sent twice is one message) and the
@@ -176,7 +199,8 @@ fn check_clean_run(j: &mut Judgement, e: &Evidence) {
 
 /// A failed run's cause is one the evidence justifies: a closed ambiguous
 /// turn start that was really ambiguous, a pending approval or unfinished
-/// approved command, a continuation that was made, a storage fault, or a
+/// approved command, a continuation that was made, a storage fault, a
+/// lookup of a session the provider never stored, or a
 /// fail-closed cause after a fault. False when the run has no turn to judge
 /// further.
 fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
@@ -215,6 +239,8 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
                 [at],
             );
         }
+        // The agent never stored the session the runner looked up.
+        "provider_lookup_failed" if provider_has_no_such_session(e, run) => {}
         // A storage fault, a power cut that took the provider's turns, an
         // injected upstream error (`cut_justifies`).
         other if super::cut_justifies(e, other) => {}

@@ -216,6 +216,72 @@ fn failing_closed_on_a_conversation_a_power_cut_took_is_the_contracts_outcome() 
     assert_only_fails(&e, "contract", "which no cut-and-restart justifies");
 }
 
+/// `good()` on a real ACP agent that stored nothing before it was killed:
+/// the turn accepted, then the provider killed, and the restarted agent
+/// answered the runner's `session/load` of `th` with `load_answer`; the run
+/// failed closed `provider_lookup_failed`.
+fn lookup_of_a_session_never_stored(load_answer: Value) -> Evidence {
+    let mut e = good();
+    e.fault = Some(Fault::KillProvider);
+    e.actions.push(crate::evidence::Action {
+        at_ms: 3,
+        what: crate::evidence::ActionKind::Fault(Fault::KillProvider),
+        detail: json!({}),
+    });
+    let cause = json!({ "code": "provider_lookup_failed", "recoverable": false,
+                        "message": "loading the conversation failed" });
+    task(&mut e)["state"] = json!("failed");
+    task(&mut e)["cause"] = cause.clone();
+    task(&mut e)["runs"][0]["status"] = json!("failed");
+    task(&mut e)["runs"][0]["cause"] = cause.clone();
+    task(&mut e)["runs"][0]["turns"][0]["status"] = json!("accepted");
+    e.events.truncate(3);
+    e.events.push(event(
+        4,
+        "run.settled",
+        json!({ "state": "failed", "cause": cause }),
+    ));
+    e.ledger.clear();
+    e.provider_turns.clear();
+    let mut answer = json!({ "jsonrpc": "2.0", "id": 2 });
+    answer
+        .as_object_mut()
+        .unwrap()
+        .extend(load_answer.as_object().unwrap().clone());
+    e.journal = vec![
+        entry(
+            EntryKind::In,
+            None,
+            json!({ "jsonrpc": "2.0", "id": 2, "method": "session/load",
+                    "params": { "sessionId": "th", "cwd": "/ws", "mcpServers": [] } }),
+        ),
+        entry(EntryKind::Out, None, answer),
+    ];
+    e
+}
+
+#[test]
+fn a_lookup_of_a_session_the_agent_never_stored_justifies_provider_lookup_failed() {
+    let not_found = json!({ "error": { "code": -32002, "message": "Resource not found: th" } });
+    let e = lookup_of_a_session_never_stored(not_found.clone());
+    assert_eq!(
+        verdict(&judge(&e), "contract").0,
+        Verdict::Pass,
+        "{:#?}",
+        judge(&e)
+    );
+    // The agent holds a turn of the session: the lookup had something to find.
+    let mut e = lookup_of_a_session_never_stored(not_found);
+    e.provider_turns
+        .push(pturn("pt1", "m1", "m1", "interrupted", false));
+    assert_only_fails(&e, "contract", "which no cut-and-restart justifies");
+    // Another error than "not found": the agent never said it has no such session.
+    let e = lookup_of_a_session_never_stored(
+        json!({ "error": { "code": -32603, "message": "Internal error" } }),
+    );
+    assert_only_fails(&e, "contract", "which no cut-and-restart justifies");
+}
+
 #[test]
 fn durable_effect_holds_a_write_done_before_a_power_cut_to_the_disk_right_after_it() {
     // The file is right at the end (the provider asked again after the
