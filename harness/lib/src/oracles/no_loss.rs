@@ -132,23 +132,15 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
         };
         let at = [format!("exchange:{id}")];
         if own + lost + usize::from(by_retry) == 0 {
-            // A task still running at the end is liveness's finding.
-            let completed = e.state() == Some(TaskState::Completed);
-            let problem = match (still_queued, failed, named, maybe) {
-                // Named at a failed settle (queued, or its turn never accepted): waits for a Retry.
-                (_, true, true, _) | (false, _, _, true) => None,
-                // The failed run's unanswered last turn: a Retry re-sends it.
-                (false, true, false, false) if awaits_resend == Some(id) => None,
-                (true, true, false, _) => Some(
-                    "it is still queued in a task that failed, and no run-log event names it (message.stranded)",
-                ),
-                (true, false, _, _) if completed => {
-                    Some("the task completed without consuming it (still queued)")
-                }
-                (true, false, _, _) => None,
-                (false, _, _, false) => Some("it was never consumed and is no longer queued"),
+            let waiting = Waiting {
+                still_queued,
+                failed,
+                named,
+                maybe,
+                completed: e.state() == Some(TaskState::Completed),
+                resent_by_retry: awaits_resend == Some(id),
             };
-            if let Some(p) = problem {
+            if let Some(p) = waiting.problem() {
                 j.fail(format!("{} {id} was {what} but {p}", x.kind), at.clone());
             }
         }
@@ -160,6 +152,39 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
         }
     }
     check_retry_texts(j, e, &resends);
+}
+
+/// Where an unconsumed message stands at the end of the cell.
+struct Waiting {
+    still_queued: bool,
+    failed: bool,
+    /// A run-log event names it stranded (`message.stranded`).
+    named: bool,
+    /// Its request got no answer: it may never have been accepted.
+    maybe: bool,
+    completed: bool,
+    /// It is the failed run's unanswered last turn, which a Retry re-sends.
+    resent_by_retry: bool,
+}
+
+impl Waiting {
+    /// What is wrong with it, if anything (a task still running at the end
+    /// is liveness's finding).
+    fn problem(&self) -> Option<&'static str> {
+        match (self.still_queued, self.failed, self.named, self.maybe) {
+            // Named at a failed settle (queued, or its turn never accepted): waits for a Retry.
+            (_, true, true, _) | (false, _, _, true) => None,
+            (false, true, false, false) if self.resent_by_retry => None,
+            (true, true, false, _) => Some(
+                "it is still queued in a task that failed, and no run-log event names it (message.stranded)",
+            ),
+            (true, false, _, _) if self.completed => {
+                Some("the task completed without consuming it (still queued)")
+            }
+            (true, false, _, _) => None,
+            (false, _, _, false) => Some("it was never consumed and is no longer queued"),
+        }
+    }
 }
 
 /// The message a Retry of the failed task re-sends (the contract's "the
