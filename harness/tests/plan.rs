@@ -33,6 +33,17 @@ fn plan(out: &Path, stress: &str) -> Plan {
     plan_with(out, stress, &[])
 }
 
+/// The quiet default plan, made once for the tests that compare with it
+/// (planning traces every profile's clean run: seconds each).
+fn quiet_plan() -> &'static Plan {
+    static QUIET: std::sync::OnceLock<Plan> = std::sync::OnceLock::new();
+    QUIET.get_or_init(|| {
+        // The plan is read whole; its directory goes at once.
+        let dir = tempfile::tempdir().unwrap();
+        plan(&dir.path().join("plan.json"), "0")
+    })
+}
+
 fn plan_with(out: &Path, stress: &str, extra: &[&str]) -> Plan {
     let o = run(turncut()
         .args(["--stress", stress, "plan", "--seed", "3", "--budget", "12"])
@@ -76,7 +87,7 @@ fn cells_of(w: &WaveResult) -> Vec<(String, String, Verdict)> {
 fn planning_under_load_gives_the_same_wave_id() {
     let dir = tempfile::tempdir().unwrap();
     let d = |n: &str| dir.path().join(n);
-    let quiet = plan(&d("plan.json"), "0");
+    let quiet = quiet_plan();
     let loaded = plan(&d("plan-loaded.json"), "8");
     assert_eq!(
         quiet.wave_id, loaded.wave_id,
@@ -93,7 +104,7 @@ fn planning_under_load_gives_the_same_wave_id() {
 fn a_clean_run_that_found_a_healthy_provider_silent_is_traced_again() {
     let dir = tempfile::tempdir().unwrap();
     let d = |n: &str| dir.path().join(n);
-    let default = plan(&d("plan.json"), "0");
+    let default = quiet_plan();
     let short = plan_with(&d("plan-short.json"), "0", &["--idle-timeout-ms", "30"]);
     assert_eq!(default.wave_id, short.wave_id);
     assert_eq!(default.cells, short.cells);

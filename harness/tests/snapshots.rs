@@ -42,7 +42,7 @@ use harness::{plan, scenario, wave};
 mod common;
 
 /// Cells snapshotted per scenario and profile (sampled by seed 7).
-const CELLS_PER_PROFILE: usize = 40;
+const CELLS_PER_PROFILE: usize = 24;
 
 fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_turncut"))
