@@ -35,8 +35,11 @@ fn seeded_runnerd() -> Option<PathBuf> {
 fn run_cell(id: &str, cell: &[&str], runner: Option<(&PathBuf, &str)>) -> Value {
     let out = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(exe());
+    // Kept, so that its evidence is in the report for a `missed` check
+    // (`caught_where`); the kept directory is removed below.
     cmd.args(["run", id])
         .args(cell)
+        .arg("--keep")
         .arg("--out")
         .arg(out.path());
     if let Some((bin, bug)) = runner {
@@ -56,7 +59,27 @@ fn run_cell(id: &str, cell: &[&str], runner: Option<(&PathBuf, &str)>) -> Value 
     let wave: Value = serde_json::from_slice(&report).unwrap();
     let cells = wave["cells"].as_array().expect("cells").clone();
     assert_eq!(cells.len(), 1, "one cell: {wave}");
-    let c = cells[0].clone();
+    let mut c = cells[0].clone();
+    let cell_id = c["spec"]["cell_id"].as_str().unwrap_or_default().to_owned();
+    let evidence = out
+        .path()
+        .join("cells")
+        .join(&cell_id)
+        .join("evidence.json");
+    if let Ok(bytes) = std::fs::read(&evidence) {
+        c["evidence"] = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    }
+    // `kept t001: REPORT (its directory: DIR; turncut judge REPORT)`.
+    let said = [run.stdout.as_slice(), run.stderr.as_slice()].concat();
+    for line in String::from_utf8_lossy(&said).lines() {
+        if let Some(dir) = line
+            .strip_prefix("kept ")
+            .and_then(|l| l.split_once("(its directory: "))
+            .and_then(|(_, rest)| rest.split(';').next())
+        {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
     let pass = c["verdict"] == "pass";
     assert_eq!(
         status.success(),
@@ -312,7 +335,12 @@ fn row_14_a_lookup_answered_with_an_error_is_not_read_as_absent() {
 /// again, and was killed before that send's acceptance was durable.
 #[test]
 fn row_5b_a_re_sent_turn_cut_before_its_acceptance_is_not_sent_a_third_time() {
-    caught(
+    // The bug lives where the provider recorded the re-send before the
+    // runner was stopped: the fake Codex answers `turn/start` before it
+    // records the turn, as the real one does, so a runner stopped right
+    // after the answer may find the re-send unrecorded, and a third send is
+    // then the contract's (a fresh-clone CI run had one such cell).
+    caught_where(
         "absent-keeps-acceptance",
         "everyday-workflows.runner-codex.local.file-change",
         &[
@@ -321,7 +349,43 @@ fn row_5b_a_re_sent_turn_cut_before_its_acceptance_is_not_sent_a_third_time() {
         ],
         "no-replay.turn",
         "started 2 primary turns",
+        |c| {
+            (recorded_before_second_event(c, "m1") == 0).then(|| {
+                "the provider had not recorded the re-send when the runner was stopped".into()
+            })
+        },
     );
+}
+
+/// The provider turns recorded for `message` (journal `turn.recorded`)
+/// between the cell's first event and its second, from the kept evidence:
+/// the re-send's, recorded before the runner was stopped.
+fn recorded_before_second_event(c: &Value, message: &str) -> usize {
+    let ev = &c["evidence"];
+    let started = ev["started_ms"].as_u64().unwrap_or_default();
+    let at = |what: &str, event: u64| {
+        ev["actions"].as_array().and_then(|actions| {
+            actions
+                .iter()
+                .find(|a| a["what"] == what && a["detail"]["event"] == event)
+                .and_then(|a| a["at_ms"].as_u64())
+        })
+    };
+    let (Some(first), Some(second)) = (at("cut.reached", 1), at("event.reached", 2)) else {
+        return 0;
+    };
+    // After the first event's hit (the first send's record is at or before
+    // it), up to the second's.
+    let window = started + first + 1..=started + second;
+    ev["journal"]
+        .as_array()
+        .map(|j| {
+            j.iter()
+                .filter(|e| e["fact"] == "turn.recorded" && e["data"]["authorized_by"] == message)
+                .filter(|e| e["ts_ms"].as_u64().is_some_and(|t| window.contains(&t)))
+                .count()
+        })
+        .unwrap_or_default()
 }
 
 #[test]

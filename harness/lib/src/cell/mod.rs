@@ -303,7 +303,10 @@ pub fn run_cell_traced(
         rec,
     };
     run_and_collect(&ctx, records, scenario, profile, spec, &mut ev);
-    let (dir, kept) = if env.keep {
+    // A traced run (discovery, the doctor) is the harness's own: `--keep`
+    // keeps the cells a person asked for, and says where; it kept these
+    // too, silently, and nothing removed them.
+    let (dir, kept) = if env.keep && trace.is_none() {
         let path = tmp.keep();
         let _ = crate::tempdirs::mark_kept(&path);
         (None, Some(path))
