@@ -407,10 +407,18 @@ impl Evidence {
     /// `retry.admitted` names. A message is judged by its content, so a
     /// text replayed under another id is still the same message.
     pub fn content_of(&self, client_id: &str) -> Option<String> {
+        // The text the runner accepted under the id: a refused request's
+        // text may be followed by another text under the same id, which the
+        // runner accepts (a refused id is not taken).
         let sent = |id: &str| {
-            self.exchanges
-                .iter()
-                .find(|x| x.message_id == id && !x.text.is_empty())
+            let with_text = || {
+                self.exchanges
+                    .iter()
+                    .filter(move |x| x.message_id == id && !x.text.is_empty())
+            };
+            with_text()
+                .find(|x| (200..300).contains(&x.status))
+                .or_else(|| with_text().next())
                 .map(|x| x.text.clone())
         };
         if let Some(t) = sent(client_id) {

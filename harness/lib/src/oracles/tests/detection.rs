@@ -9,7 +9,7 @@ use crate::model::ReplyExpect;
 use crate::run_log::Kind;
 
 /// An exchange of `kind` for `id`.
-fn exchange(kind: &str, id: &str, text: &str, status: u16, body: Value) -> Exchange {
+pub(super) fn exchange(kind: &str, id: &str, text: &str, status: u16, body: Value) -> Exchange {
     Exchange {
         kind: RequestKind::parse(kind).unwrap(),
         message_id: id.into(),

@@ -172,3 +172,29 @@ fn exchange_retry(id: &str, status: u16) -> Exchange {
         injected: false,
     }
 }
+
+/// A message's content is the text the runner accepted under its id: a
+/// refused request's text, then another under the same id that the runner
+/// accepts, judges the message by the second. Found by `explore --workflows
+/// --seed 505` on the reference runner (the model held the message to the
+/// refused text's command).
+#[test]
+fn a_message_is_judged_by_the_text_accepted_under_its_id() {
+    let mut e = good();
+    e.exchanges.push(super::detection::exchange(
+        "follow_up",
+        "f1",
+        "Also add notes",
+        409,
+        json!({}),
+    ));
+    assert_eq!(e.content_of("f1").as_deref(), Some("Also add notes"));
+    e.exchanges.push(super::detection::exchange(
+        "follow_up",
+        "f1",
+        "Something else",
+        202,
+        json!({}),
+    ));
+    assert_eq!(e.content_of("f1").as_deref(), Some("Something else"));
+}
