@@ -643,6 +643,12 @@ mod tests {
         }
     }
 
+    /// Every event of 200 schedules of 4–8 events drawn from `bs` at seed 3.
+    fn events_drawn(bs: &[Boundary], how: Draw) -> Vec<Event> {
+        let count = EventCount { min: 4, max: 8 };
+        draw(bs, count, how, 3, 200).into_iter().flatten().collect()
+    }
+
     #[test]
     fn each_fault_is_drawn_where_it_applies() {
         let bs = vec![
@@ -651,11 +657,7 @@ mod tests {
             b("runner", "runner.turn_intent.persisted", 1, true),
             b("provider", "codex.x", 1, true),
         ];
-        let count = EventCount { min: 4, max: 8 };
-        let drawn: Vec<Event> = draw(&bs, count, FILE_DRAW, 3, 200)
-            .into_iter()
-            .flatten()
-            .collect();
+        let drawn = events_drawn(&bs, FILE_DRAW);
         for e in &drawn {
             let read = e.cut.point.starts_with(READ_POINTS);
             assert!(e.fault.applies_at(&e.cut.point), "{e}");
@@ -731,11 +733,7 @@ mod tests {
             b("provider", "codex.turn.received", 1, true),
             b("provider", "codex.turn.recorded", 1, true),
         ];
-        let count = EventCount { min: 4, max: 8 };
-        let drawn: Vec<Event> = draw(&bs, count, WORKFLOW_DRAW, 3, 200)
-            .into_iter()
-            .flatten()
-            .collect();
+        let drawn = events_drawn(&bs, WORKFLOW_DRAW);
         let cuts: Vec<&Event> = drawn
             .iter()
             .filter(|e| e.fault == Fault::PowerCut)
