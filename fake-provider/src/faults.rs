@@ -77,11 +77,21 @@ impl Faults {
     /// to be answered: the harness may tell the fake to answer it with an
     /// error instead (`cutpoint::hit_answer`; the names are
     /// `wire::upstream`'s). Returns that name, journaled as the fact
-    /// `fault.answer` first; then any armed `--exit`/`--hang` applies.
-    pub fn answer_point(&self, name: &str, journal: &Journal) -> Option<String> {
+    /// `fault.answer` first, with the `thread` (conversation) of the
+    /// request when it names one; then any armed `--exit`/`--hang` applies.
+    pub fn answer_point(
+        &self,
+        name: &str,
+        thread: Option<&str>,
+        journal: &Journal,
+    ) -> Option<String> {
         let answer = cutpoint::hit_answer(name);
         if let Some(a) = &answer {
-            journal.fact("fault.answer", json!({ "point": name, "answer": a }));
+            let mut fact = json!({ "point": name, "answer": a });
+            if let Some(t) = thread {
+                fact["thread"] = json!(t);
+            }
+            journal.fact("fault.answer", fact);
         }
         self.armed(name, journal);
         answer

@@ -366,8 +366,9 @@ struct ExploreArgs {
     out: Option<PathBuf>,
     /// Generated workflows instead of the scenario files: controller
     /// programs drawn by a state machine (follow-ups at every moment, the
-    /// same follow-up again, Retries, the same Retry again, scripts of 1-3
-    /// turns), each traced clean and run under drawn schedules; --only
+    /// same follow-up again, Retries, the same Retry again, 1-3 tasks on
+    /// one runner, scripts of 1-3 turns), each traced clean and run under
+    /// drawn schedules; --only
     /// picks profiles (a profile's whole name picks it alone, a part of one
     /// every profile containing it) [default: the four fakes].
     #[arg(long)]

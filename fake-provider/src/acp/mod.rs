@@ -169,7 +169,11 @@ impl LineServer for Server {
                 if self
                     .opts
                     .faults
-                    .answer_point(&point, &self.journal)
+                    .answer_point(
+                        &point,
+                        msg.pointer("/params/sessionId").and_then(Value::as_str),
+                        &self.journal,
+                    )
                     .is_some()
                 {
                     // Fault `error-answer`: the request fails inside, as an

@@ -190,7 +190,11 @@ impl LineServer for Server {
                 if self
                     .opts
                     .faults
-                    .answer_point(&point, &self.journal)
+                    .answer_point(
+                        &point,
+                        msg.pointer("/params/threadId").and_then(Value::as_str),
+                        &self.journal,
+                    )
                     .is_some()
                 {
                     // Fault `error-answer`: the request fails inside, as an

@@ -123,8 +123,11 @@ impl Shared {
 
     /// Passes a point where the harness may inject an upstream fault; an
     /// injected name that is no upstream fault is journaled and ignored.
-    fn upstream_point(&self, name: &str) -> Option<UpstreamFault> {
-        let answer = self.opts.faults.answer_point(name, &self.journal)?;
+    fn upstream_point(&self, name: &str, conversation: Option<&str>) -> Option<UpstreamFault> {
+        let answer = self
+            .opts
+            .faults
+            .answer_point(name, conversation, &self.journal)?;
         let fault = UpstreamFault::parse(&answer);
         if fault.is_none() {
             self.journal.fact(
@@ -140,7 +143,7 @@ impl Shared {
     /// conversation one was injected into before (and recorded here).
     fn request_fault(&self, api: Api, conversation: Option<String>) -> Option<UpstreamFault> {
         let injected = self
-            .upstream_point(api.request_point())
+            .upstream_point(api.request_point(), conversation.as_deref())
             .filter(|f| !f.is_stream());
         let mut expired = self
             .auth_expired
@@ -575,7 +578,9 @@ fn stream_events(
         }
         let point = format!("model.{}.sent", cutpoint::slug(&kind));
         let fault = if ::wire::upstream::stream_fault_point(&point) {
-            s.upstream_point(&point).filter(|f| f.is_stream())
+            let conversation = finishing.as_ref().map(|(c, _)| c.as_str());
+            s.upstream_point(&point, conversation)
+                .filter(|f| f.is_stream())
         } else {
             s.point(&point);
             None

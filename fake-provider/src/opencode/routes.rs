@@ -34,7 +34,11 @@ type Shr = State<Arc<Shared>>;
 /// `error-answer` there, the answer is OpenCode's 500 with its `NamedError`
 /// body, before anything of the request is done.
 fn answered(s: &Shared, point: &str, method: &Method, uri: &Uri) -> Option<Response> {
-    tokio::task::block_in_place(|| s.opts.faults.answer_point(point, &s.journal))?;
+    let session = uri
+        .path()
+        .strip_prefix("/session/")
+        .map(|rest| rest.split('/').next().unwrap_or(rest));
+    tokio::task::block_in_place(|| s.opts.faults.answer_point(point, session, &s.journal))?;
     let (status, body) = ::wire::upstream::opencode_error_answer(uri.path());
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     Some(s.respond(method, uri, status, Some(body), None))

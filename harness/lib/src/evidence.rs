@@ -31,11 +31,13 @@ mod journal;
 pub use journal::turn_starts_in;
 mod power_cut;
 mod task;
+mod tasks;
 mod upstream;
 
 pub use actions::{Action, ActionKind, Exchange, Op, OpKind, OpResult, RequestKind};
 pub use journal::TurnStart;
 pub use task::TaskRead;
+pub use tasks::TaskLane;
 pub use upstream::{InjectedAnswer, ModelExchange};
 
 /// A turn as the provider durably recorded it (its own store, read after the
@@ -131,6 +133,11 @@ pub struct Evidence {
     /// provider after less is not slowed by load (`timing::timing_shape`).
     #[serde(default)]
     pub runner_idle_timeout_ms: Option<u64>,
+    /// The tasks after the first, in a cell of several (the fields above
+    /// that are a task's are the first task's); the oracles judge each
+    /// task's view ([`Evidence::task_views`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_tasks: Vec<TaskLane>,
 }
 
 /// A source of evidence the oracles read.

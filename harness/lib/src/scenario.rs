@@ -82,13 +82,23 @@ pub enum RetryWhen {
     Always,
 }
 
-/// One controller step.
+/// The task a step names when it names none: a scenario of one task never
+/// names it.
+pub const FIRST_TASK: &str = "task-1";
+
+/// One controller step, on its task (`task = "task-2"` in the file; the
+/// first task, [`FIRST_TASK`], when it names none).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Submit the task.
-    Submit { prompt: String, message_id: String },
+    Submit {
+        task: String,
+        prompt: String,
+        message_id: String,
+    },
     /// Send a follow-up.
     FollowUp {
+        task: String,
         text: String,
         message_id: String,
         when: FollowUpWhen,
@@ -96,18 +106,42 @@ pub enum Step {
         expect: Option<ReplyExpect>,
     },
     /// Wait until the task settles.
-    Await(String),
+    Await { task: String, state: String },
     /// Issue a Retry.
-    Retry { when: RetryWhen, message_id: String },
+    Retry {
+        task: String,
+        when: RetryWhen,
+        message_id: String,
+    },
 }
 
 impl Step {
+    /// The message id the step sends under, if it sends one.
+    pub fn message_id(&self) -> Option<&str> {
+        match self {
+            Step::Submit { message_id, .. }
+            | Step::FollowUp { message_id, .. }
+            | Step::Retry { message_id, .. } => Some(message_id),
+            Step::Await { .. } => None,
+        }
+    }
+
+    /// The task the step acts on.
+    pub fn task(&self) -> &str {
+        match self {
+            Step::Submit { task, .. }
+            | Step::FollowUp { task, .. }
+            | Step::Await { task, .. }
+            | Step::Retry { task, .. } => task,
+        }
+    }
+
     /// The text a submit or a follow-up sends.
     pub fn text(&self) -> Option<&str> {
         match self {
             Step::Submit { prompt, .. } => Some(prompt),
             Step::FollowUp { text, .. } => Some(text),
-            Step::Await(_) | Step::Retry { .. } => None,
+            Step::Await { .. } | Step::Retry { .. } => None,
         }
     }
 }
@@ -185,10 +219,23 @@ impl Scenario {
         let step = |s: &Step| match s {
             Step::Submit { .. } => "submit".to_owned(),
             Step::FollowUp { when, .. } => format!("follow-up@{when:?}"),
-            Step::Await(_) => "await".to_owned(),
+            Step::Await { .. } => "await".to_owned(),
             Step::Retry { when, .. } => format!("retry@{when:?}"),
         };
-        self.steps.iter().map(step).collect::<Vec<_>>().join(",")
+        let on = |s: &Step| match s.task() {
+            FIRST_TASK => step(s),
+            task => format!("{}:{task}", step(s)),
+        };
+        self.steps.iter().map(on).collect::<Vec<_>>().join(",")
+    }
+
+    /// The tasks the steps submit, in the order they submit them.
+    pub fn tasks(&self) -> Vec<&str> {
+        self.steps
+            .iter()
+            .filter(|s| matches!(s, Step::Submit { .. }))
+            .map(Step::task)
+            .collect()
     }
 
     /// The scenario ids of this file: one per profile.
@@ -251,6 +298,8 @@ struct RawScenario {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawStep {
+    #[serde(default)]
+    task: Option<Spanned<String>>,
     #[serde(default)]
     submit: Option<RawSubmit>,
     #[serde(default)]
@@ -437,22 +486,22 @@ fn parse_profiles(
     Ok(profiles)
 }
 
-/// The `[[steps]]`: one submit first, then follow-ups, awaits and Retries
-/// (message ids `f1`, `r1`, … unless given).
+/// The `[[steps]]`: each task's submit before its other steps, then
+/// follow-ups, awaits and Retries (message ids `m1`, `f1`, `r1`, … on the
+/// first task, `task-2-m1`, `task-2-f1`, … on another, unless given; an id
+/// names one task's message only).
 fn parse_steps(
     ctx: &Ctx<'_>,
     raw: &Spanned<Vec<Spanned<RawStep>>>,
 ) -> Result<Vec<Step>, ScenarioError> {
-    let mut steps = Vec::new();
-    let mut submitted = false;
-    let mut follow_ups = 0;
-    let mut retries = 0;
     if raw.get_ref().is_empty() {
         return Err(ctx.err(
             raw.span(),
             "steps is empty: start with [[steps]] submit = { prompt = \"…\" }",
         ));
     }
+    let mut tasks = TaskSteps::default();
+    let mut steps = Vec::new();
     for step in raw.get_ref() {
         let span = step.span();
         let s = step.get_ref();
@@ -462,51 +511,117 @@ fn parse_steps(
                 "each [[steps]] entry needs exactly one of submit, follow_up, await, retry",
             ));
         }
-        if let Some(sub) = &s.submit {
-            if submitted {
-                return Err(ctx.err(
-                    span,
-                    "a scenario submits its task once; use follow_up for more messages",
-                ));
-            }
-            submitted = true;
-            steps.push(Step::Submit {
-                prompt: sub.prompt.clone(),
-                message_id: sub.message_id.clone().unwrap_or_else(|| "m1".to_owned()),
-            });
-            continue;
+        let task = step_task(ctx, s)?;
+        let parsed = parse_step(ctx, s, span.clone(), &task, &mut tasks)?;
+        if let Some(id) = parsed.message_id()
+            && let Some(other) = tasks.owner.insert(id.to_owned(), task.clone())
+            && other != task
+        {
+            return Err(ctx.err(
+                span,
+                format!("message id {id:?} is already {other}'s: give each task's messages ids of their own (the evidence tells tasks' messages apart by id)"),
+            ));
         }
-        if !submitted {
-            return Err(ctx.err(span, "the first step must submit the task"));
-        }
-        if let Some(f) = &s.follow_up {
-            follow_ups += 1;
-            steps.push(Step::FollowUp {
-                text: f.text.clone(),
-                message_id: f
-                    .message_id
-                    .clone()
-                    .unwrap_or_else(|| format!("f{follow_ups}")),
-                when: follow_up_when(ctx, f)?,
-                expect: reply_expect(ctx, f)?,
-            });
-        } else if let Some(a) = &s.await_ {
-            steps.push(Step::Await(await_state(ctx, a)?));
-        } else if let Some(r) = &s.retry {
-            retries += 1;
-            steps.push(Step::Retry {
-                when: retry_when(ctx, r)?,
-                message_id: r
-                    .message_id
-                    .clone()
-                    .unwrap_or_else(|| format!("r{retries}")),
-            });
-        }
-    }
-    if !submitted {
-        return Err(ctx.err(raw.span(), "no step submits the task"));
+        steps.push(parsed);
     }
     Ok(steps)
+}
+
+/// What the steps so far did per task: which tasks were submitted, how many
+/// follow-ups and Retries each sent (for default ids), and whose each
+/// message id is.
+#[derive(Default)]
+struct TaskSteps {
+    submitted: Vec<String>,
+    follow_ups: std::collections::BTreeMap<String, usize>,
+    retries: std::collections::BTreeMap<String, usize>,
+    owner: std::collections::BTreeMap<String, String>,
+}
+
+/// A step's `task` (the first task when it names none).
+fn step_task(ctx: &Ctx<'_>, s: &RawStep) -> Result<String, ScenarioError> {
+    match &s.task {
+        None => Ok(FIRST_TASK.to_owned()),
+        Some(t) => {
+            check_name(ctx, "task", t)?;
+            Ok(t.get_ref().clone())
+        }
+    }
+}
+
+/// The default id of a task's message: `m1`, `f2` on the first task,
+/// `task-2-f2` on another.
+fn default_id(task: &str, kind: &str, n: usize) -> String {
+    match task {
+        FIRST_TASK => format!("{kind}{n}"),
+        _ => format!("{task}-{kind}{n}"),
+    }
+}
+
+/// One step on `task`, or what is wrong with it.
+fn parse_step(
+    ctx: &Ctx<'_>,
+    s: &RawStep,
+    span: std::ops::Range<usize>,
+    task: &str,
+    tasks: &mut TaskSteps,
+) -> Result<Step, ScenarioError> {
+    let task_s = task.to_owned();
+    if let Some(sub) = &s.submit {
+        if tasks.submitted.iter().any(|t| t == task) {
+            return Err(ctx.err(span, format!(
+                "{task} is submitted once; use follow_up for more messages (or task = \"task-2\" for another task)"
+            )));
+        }
+        tasks.submitted.push(task_s.clone());
+        return Ok(Step::Submit {
+            task: task_s,
+            prompt: sub.prompt.clone(),
+            message_id: sub
+                .message_id
+                .clone()
+                .unwrap_or_else(|| default_id(task, "m", 1)),
+        });
+    }
+    if tasks.submitted.is_empty() {
+        return Err(ctx.err(span, "the first step must submit the task"));
+    }
+    if !tasks.submitted.iter().any(|t| t == task) {
+        return Err(ctx.err(span, format!(
+            "{task} is not submitted yet: its first step must be its submit (task = {task:?} with submit = {{ prompt = \"…\" }})"
+        )));
+    }
+    if let Some(f) = &s.follow_up {
+        let n = tasks.follow_ups.entry(task_s.clone()).or_default();
+        *n += 1;
+        return Ok(Step::FollowUp {
+            task: task_s,
+            text: f.text.clone(),
+            message_id: f
+                .message_id
+                .clone()
+                .unwrap_or_else(|| default_id(task, "f", *n)),
+            when: follow_up_when(ctx, f)?,
+            expect: reply_expect(ctx, f)?,
+        });
+    }
+    if let Some(a) = &s.await_ {
+        return Ok(Step::Await {
+            task: task_s,
+            state: await_state(ctx, a)?,
+        });
+    }
+    let r = s.retry.as_ref().expect("one kind per step");
+    let n = tasks.retries.entry(task_s.clone()).or_default();
+    *n += 1;
+    Ok(Step::Retry {
+        task: task_s,
+        when: retry_when(ctx, r)?,
+        message_id: r
+            .message_id
+            .clone()
+            .unwrap_or_else(|| default_id(task, "r", *n)),
+    })
 }
 
 /// An `await`: the state to wait for.
@@ -724,6 +839,7 @@ follow_ups_consumed = 1
         assert_eq!(
             s.steps[1],
             Step::FollowUp {
+                task: FIRST_TASK.into(),
                 text: "Also add a README".into(),
                 message_id: "f1".into(),
                 when: FollowUpWhen::TurnActive,
@@ -732,6 +848,67 @@ follow_ups_consumed = 1
         );
         assert_eq!(s.faults, Fault::DEFAULT.to_vec());
         assert_eq!(s.expect.follow_ups_consumed, Some(1));
+    }
+
+    /// Steps on a second task: its own submit first, its own default ids,
+    /// and the mistakes a person makes with tasks named at their step.
+    #[test]
+    fn a_second_task_is_submitted_before_its_steps_and_its_ids_are_its_own() {
+        let two = GOOD.replace(
+            "[[steps]]\nawait",
+            "[[steps]]\ntask = \"task-2\"\nsubmit = { prompt = \"Create notes.txt\" }\n[[steps]]\ntask = \"task-2\"\nfollow_up = { text = \"More\" }\n[[steps]]\nawait",
+        );
+        let s = parse(&two, "s.toml").unwrap();
+        assert_eq!(s.tasks(), ["task-1", "task-2"]);
+        let ids: Vec<(&str, Option<&str>)> = s
+            .steps
+            .iter()
+            .map(|st| (st.task(), st.message_id()))
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("task-1", Some("m1")),
+                ("task-1", Some("f1")),
+                ("task-2", Some("task-2-m1")),
+                ("task-2", Some("task-2-f1")),
+                ("task-1", None),
+                ("task-1", Some("r1")),
+            ]
+        );
+        assert!(s.shape().contains("follow-up@Now:task-2"), "{}", s.shape());
+        // A step on a task never submitted.
+        check_err(
+            &GOOD.replace("[[steps]]\nawait", "[[steps]]\ntask = \"task-2\"\nawait"),
+            16,
+            "task-2 is not submitted yet",
+        );
+        // One id for two tasks' messages.
+        check_err(
+            &two.replace(
+                "follow_up = { text = \"More\" }",
+                "follow_up = { text = \"More\", message_id = \"f1\" }",
+            ),
+            19,
+            "message id \"f1\" is already task-1's",
+        );
+        // A task submitted twice.
+        check_err(
+            &two.replace(
+                "follow_up = { text = \"More\" }",
+                "submit = { prompt = \"Again\" }",
+            ),
+            19,
+            "task-2 is submitted once",
+        );
+        check_err(
+            &two.replace(
+                "task = \"task-2\"\nfollow_up",
+                "task = \"Task 2\"\nfollow_up",
+            ),
+            20,
+            "lowercase",
+        );
     }
 
     #[test]

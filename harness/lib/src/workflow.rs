@@ -8,7 +8,10 @@
 //! 0–8 controller steps — follow-ups now, while a turn is active, once the
 //! task settled or during a recovery; the same follow-up again; a
 //! follow-up's id with another text; awaits; Retries when the task failed
-//! or always, and the same Retry id again. The reference state holds what
+//! or always, and the same Retry id again; another task submitted on the
+//! same runner (at most [`TASKS_MAX`]), and a switch back to an earlier
+//! one (the steps act on the task submitted or switched to last). The
+//! reference state holds what
 //! the controller has done, so only programs a controller could send are
 //! drawn, and a failing one shrinks (fewer steps, plainer steps, a smaller
 //! script) the way a schedule does.
@@ -35,6 +38,9 @@ pub const SUITE: &str = "generated";
 
 /// At most this many controller steps after the submit.
 pub const STEPS_MAX: usize = 8;
+
+/// At most this many tasks in a program.
+pub const TASKS_MAX: usize = 3;
 
 /// A tool call of a generated script turn, before a profile gives it its
 /// protocol's form ([`Tool::toml`]).
@@ -113,20 +119,42 @@ pub enum Op {
     /// The latest Retry's id again (a Retry repeated while its run goes, or
     /// after it settled).
     RetryAgain,
+    /// Another task submitted on the same runner; the steps after it act
+    /// on it.
+    Submit,
+    /// The steps after it act on task `k` (0-based), submitted before.
+    Switch(usize),
 }
 
-/// The reference state: the script, and what the controller has done so
-/// far (how many follow-ups and Retries it issued, how many steps).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Shape {
-    /// The scripted model's turns.
-    pub script: Vec<Turn>,
+/// What the controller did on one task: how many follow-ups and Retries it
+/// issued (new ones).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskShape {
     /// Follow-ups issued (new ones).
     pub follow_ups: usize,
     /// Retries issued (new ones).
     pub retries: usize,
+}
+
+/// The reference state: the script, and what the controller has done so
+/// far (per task, the task the steps act on, how many steps).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// The scripted model's turns.
+    pub script: Vec<Turn>,
+    /// The tasks submitted, in order (the first at the start).
+    pub tasks: Vec<TaskShape>,
+    /// The task the steps act on (0-based).
+    pub current: usize,
     /// Steps so far.
     pub steps: usize,
+}
+
+impl Shape {
+    /// The task the steps act on.
+    fn on(&self) -> TaskShape {
+        self.tasks[self.current]
+    }
 }
 
 /// The state machine the programs are drawn from.
@@ -167,8 +195,8 @@ impl ReferenceStateMachine for Machine {
         prop::collection::vec(turn(), 1..=3)
             .prop_map(|script| Shape {
                 script,
-                follow_ups: 0,
-                retries: 0,
+                tasks: vec![TaskShape::default()],
+                current: 0,
                 steps: 0,
             })
             .boxed()
@@ -181,13 +209,20 @@ impl ReferenceStateMachine for Machine {
             (3, Just(Op::Await).boxed()),
             (2, retry_when.prop_map(Op::Retry).boxed()),
         ];
-        if state.follow_ups > 0 {
-            let k = state.follow_ups;
+        let on = state.on();
+        if on.follow_ups > 0 {
+            let k = on.follow_ups;
             ops.push((1, (0..k).prop_map(Op::Repeat).boxed()));
             ops.push((1, (0..k).prop_map(Op::Conflict).boxed()));
         }
-        if state.retries > 0 {
+        if on.retries > 0 {
             ops.push((1, Just(Op::RetryAgain).boxed()));
+        }
+        if state.tasks.len() < TASKS_MAX {
+            ops.push((1, Just(Op::Submit).boxed()));
+        }
+        if state.tasks.len() > 1 {
+            ops.push((1, (0..state.tasks.len()).prop_map(Op::Switch).boxed()));
         }
         proptest::strategy::Union::new_weighted(ops).boxed()
     }
@@ -195,17 +230,25 @@ impl ReferenceStateMachine for Machine {
     fn preconditions(state: &Shape, op: &Op) -> bool {
         state.steps < STEPS_MAX
             && match op {
-                Op::Repeat(k) | Op::Conflict(k) => *k < state.follow_ups,
-                Op::RetryAgain => state.retries > 0,
+                Op::Repeat(k) | Op::Conflict(k) => *k < state.on().follow_ups,
+                Op::RetryAgain => state.on().retries > 0,
+                Op::Submit => state.tasks.len() < TASKS_MAX,
+                Op::Switch(k) => *k < state.tasks.len(),
                 _ => true,
             }
     }
 
     fn apply(mut state: Shape, op: &Op) -> Shape {
         state.steps += 1;
+        let current = state.current;
         match op {
-            Op::FollowUp(_) => state.follow_ups += 1,
-            Op::Retry(_) => state.retries += 1,
+            Op::FollowUp(_) => state.tasks[current].follow_ups += 1,
+            Op::Retry(_) => state.tasks[current].retries += 1,
+            Op::Submit => {
+                state.tasks.push(TaskShape::default());
+                state.current = state.tasks.len() - 1;
+            }
+            Op::Switch(k) => state.current = *k,
             _ => {}
         }
         state
@@ -266,13 +309,44 @@ pub fn draw(runner: &mut TestRunner, k: usize) -> Vec<Program> {
         .collect()
 }
 
-/// The text of follow-up `k` (0-based).
-fn follow_up_text(k: usize) -> String {
-    format!("Follow-up {}: also do step {}", k + 1, k + 2)
+/// The text of follow-up `k` (0-based) of task `task` (0-based): each
+/// task's texts are its own.
+fn follow_up_text(task: usize, k: usize) -> String {
+    match task {
+        0 => format!("Follow-up {}: also do step {}", k + 1, k + 2),
+        t => format!(
+            "Follow-up {} on {}: also do step {}",
+            k + 1,
+            task_name(t),
+            k + 2
+        ),
+    }
 }
 
-/// The prompt every generated task is submitted with.
+/// The prompt the first generated task is submitted with.
 pub const PROMPT: &str = "Start the work";
+
+/// The prompt task `task` (0-based) is submitted with.
+fn prompt(task: usize) -> String {
+    match task {
+        0 => PROMPT.to_owned(),
+        t => format!("{PROMPT} on {}", task_name(t)),
+    }
+}
+
+/// The id of task `task` (0-based): `task-1`, `task-2`, …
+fn task_name(task: usize) -> String {
+    format!("task-{}", task + 1)
+}
+
+/// The message id of a task's `kind` message `n` (1-based): `f2` on the
+/// first task, `task-2-f2` on another.
+fn message_id(task: usize, kind: &str, n: usize) -> String {
+    match task {
+        0 => format!("{kind}{n}"),
+        t => format!("{}-{kind}{n}", task_name(t)),
+    }
+}
 
 impl Program {
     /// The program as a scenario file of `case` for `profiles`; `chaos` is
@@ -312,40 +386,63 @@ impl Program {
         t
     }
 
-    /// The steps as scenario `[[steps]]` lines, every id given.
+    /// The steps as scenario `[[steps]]` lines, every id given, each on
+    /// its task (`task = "task-2"` before it when it is not the first).
     fn steps(&self) -> Vec<String> {
-        let (mut follow_ups, mut retries) = (0, 0);
+        let mut tasks = vec![TaskShape::default()];
+        let mut current = 0;
         let mut out = Vec::new();
         for op in &self.ops {
-            out.push(match *op {
+            let t = &mut tasks[current];
+            let line = match *op {
                 Op::FollowUp(when) => {
-                    follow_ups += 1;
+                    t.follow_ups += 1;
                     format!(
-                        "follow_up = {{ text = \"{}\", message_id = \"f{follow_ups}\", when = \"{}\" }}",
-                        follow_up_text(follow_ups - 1),
+                        "follow_up = {{ text = \"{}\", message_id = \"{}\", when = \"{}\" }}",
+                        follow_up_text(current, t.follow_ups - 1),
+                        message_id(current, "f", t.follow_ups),
                         when.as_str()
                     )
                 }
                 Op::Repeat(k) => format!(
-                    "follow_up = {{ text = \"{}\", message_id = \"f{}\" }}",
-                    follow_up_text(k),
-                    k + 1
+                    "follow_up = {{ text = \"{}\", message_id = \"{}\" }}",
+                    follow_up_text(current, k),
+                    message_id(current, "f", k + 1)
                 ),
                 Op::Conflict(k) => format!(
-                    "follow_up = {{ text = \"Something else under f{0}'s id\", message_id = \"f{0}\" }}",
-                    k + 1
+                    "follow_up = {{ text = \"Something else under {0}'s id\", message_id = \"{0}\" }}",
+                    message_id(current, "f", k + 1)
                 ),
                 Op::Await => "await = \"settled\"".to_owned(),
                 Op::Retry(when) => {
-                    retries += 1;
+                    t.retries += 1;
                     format!(
-                        "retry = {{ when = \"{}\", message_id = \"r{retries}\" }}",
-                        when.as_str()
+                        "retry = {{ when = \"{}\", message_id = \"{}\" }}",
+                        when.as_str(),
+                        message_id(current, "r", t.retries)
                     )
                 }
-                Op::RetryAgain => {
-                    format!("retry = {{ when = \"always\", message_id = \"r{retries}\" }}")
+                Op::RetryAgain => format!(
+                    "retry = {{ when = \"always\", message_id = \"{}\" }}",
+                    message_id(current, "r", t.retries)
+                ),
+                Op::Submit => {
+                    tasks.push(TaskShape::default());
+                    current = tasks.len() - 1;
+                    format!(
+                        "submit = {{ prompt = \"{}\", message_id = \"{}\" }}",
+                        prompt(current),
+                        message_id(current, "m", 1)
+                    )
                 }
+                Op::Switch(k) => {
+                    current = k;
+                    continue;
+                }
+            };
+            out.push(match current {
+                0 => line,
+                k => format!("task = \"{}\"\n{line}", task_name(k)),
             });
         }
         out
@@ -363,6 +460,8 @@ impl Program {
                 Op::Await => "await".to_owned(),
                 Op::Retry(w) => format!("retry@{}", w.as_str()),
                 Op::RetryAgain => "the same retry again".to_owned(),
+                Op::Submit => "another task".to_owned(),
+                Op::Switch(k) => format!("on {}", task_name(*k)),
             })
             .collect();
         format!(
@@ -524,6 +623,13 @@ mod tests {
         assert_eq!(a, draw(7));
         assert_ne!(a, draw(8));
         assert!(a.iter().any(|p| p.ops.len() >= 3), "{a:?}");
+        // Some programs run several tasks, and go back to an earlier one.
+        assert!(a.iter().any(|p| p.ops.contains(&Op::Submit)), "{a:?}");
+        assert!(
+            a.iter()
+                .any(|p| p.ops.iter().any(|o| matches!(o, Op::Switch(_)))),
+            "{a:?}"
+        );
         let p = Program {
             script: vec![Turn {
                 say: 1,
@@ -535,20 +641,32 @@ mod tests {
                 Op::Conflict(0),
                 Op::Retry(RetryWhen::FailedClosed),
                 Op::RetryAgain,
+                Op::Submit,
+                Op::FollowUp(FollowUpWhen::Now),
+                Op::Switch(0),
+                Op::Await,
             ],
         };
         let s = p.scenario("w1", &["runner-codex"], CHAOS).unwrap();
         let ids: Vec<String> = s
             .steps
             .iter()
-            .map(|st| match st {
-                crate::scenario::Step::Submit { message_id, .. }
-                | crate::scenario::Step::FollowUp { message_id, .. }
-                | crate::scenario::Step::Retry { message_id, .. } => message_id.clone(),
-                crate::scenario::Step::Await(_) => "await".to_owned(),
-            })
+            .map(|st| format!("{}:{}", st.task(), st.message_id().unwrap_or("await")))
             .collect();
-        assert_eq!(ids, ["m1", "f1", "f1", "f1", "r1", "r1"]);
+        assert_eq!(
+            ids,
+            [
+                "task-1:m1",
+                "task-1:f1",
+                "task-1:f1",
+                "task-1:f1",
+                "task-1:r1",
+                "task-1:r1",
+                "task-2:task-2-m1",
+                "task-2:task-2-f1",
+                "task-1:await"
+            ]
+        );
         assert!(
             p.scenario_toml("w1", &["runner-codex"], CHAOS)
                 .contains("kind = \"patch\"")

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Ctx, TASK_ID, start_runner};
+use super::{Ctx, start_runner};
 use crate::evidence::ActionKind;
 use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
@@ -63,21 +63,25 @@ pub(super) fn arms_for(events: &[Event]) -> Vec<Cut> {
     arms
 }
 
+/// A value per task of the cell, the first task's first.
+pub(super) type PerTask<T> = Vec<(String, T)>;
+
 /// What the cut side alone owned, handed back to the driver at teardown.
 #[derive(Default)]
 pub(super) struct CutReport {
     /// The role of the process whose hit was the first cut.
     pub cut_role: Option<Role>,
-    /// The run log as the controller could read it right before a fault.
-    pub events_before: Option<Vec<Value>>,
+    /// Each task's run log as the controller could read it right before a
+    /// fault.
+    pub events_before: Option<PerTask<Vec<Value>>>,
     /// `events_before` as it was at the last power cut: what the run log
     /// said was done before the cut, which `workspace_after_cut` must hold
     /// (a later fault's read may hold writes done after the cut).
-    pub events_before_cut: Option<Vec<Value>>,
+    pub events_before_cut: Option<PerTask<Vec<Value>>>,
     /// Provider hits held until teardown (see [`apply_signals`]).
     pub holds: Vec<cutpoint::Holding>,
-    /// The workspace's files right after the last power cut.
-    pub workspace_after_cut: Option<std::collections::BTreeMap<String, String>>,
+    /// Each task's workspace files right after the last power cut.
+    pub workspace_after_cut: Option<PerTask<std::collections::BTreeMap<String, String>>>,
     /// A power-cut cell's lazy mounts.
     pub lazy: Vec<lazyfs::LazyFs>,
 }
@@ -643,7 +647,7 @@ fn apply_fault(
     let client = side.ctx.board.client().map(|(c, _)| c);
     // A runner stopped at the match cannot answer: no read, no check.
     let reader = client.as_ref().filter(|_| !runner_held);
-    if let Some(evs) = read_before_fault(reader, &held.hit) {
+    if let Some(evs) = read_before_fault(&side.ctx.plan.tasks, reader, &held.hit) {
         report.events_before = Some(evs);
     }
     if fault == crate::model::Fault::PowerCut {
@@ -678,7 +682,9 @@ fn apply_signals(
     let provider = if hit_is_provider(side, &held.hit) {
         Some(held.hit.pid)
     } else if plan.provider_signal.is_some() {
-        client.as_ref().and_then(live_provider)
+        client
+            .as_ref()
+            .and_then(|c| live_provider(c, &side.ctx.plan.tasks))
     } else {
         None
     };
@@ -738,11 +744,17 @@ fn apply_signals(
 /// the held hit, so nothing can be read there; a later event's hit may be
 /// held too (the acceptor already matched it), hence the short deadline: no
 /// read, no check.
-fn read_before_fault(client: Option<&RunnerClient>, hit: &cutpoint::Hit) -> Option<Vec<Value>> {
+fn read_before_fault(
+    tasks: &[String],
+    client: Option<&RunnerClient>,
+    hit: &cutpoint::Hit,
+) -> Option<PerTask<Vec<Value>>> {
     let at_store = crate::model::is_store_point(&hit.point);
-    client
-        .filter(|_| !at_store)
-        .and_then(|c| c.events_within(TASK_ID, 0, PRE_FAULT_READ).ok())
+    let client = client.filter(|_| !at_store)?;
+    tasks
+        .iter()
+        .map(|t| Some((t.clone(), client.events_within(t, 0, PRE_FAULT_READ).ok()?)))
+        .collect()
 }
 
 /// Records a restart after a fault, with the event the new runner waits
@@ -778,12 +790,19 @@ fn freeze_runner_children(side: &CutSide, runner: u32) {
     side.act(ActionKind::FreezeProviders, data);
 }
 
-/// The runner's live provider, from its run log (read within
-/// [`PRE_FAULT_READ`]: a held write blocks the runner's store).
-pub(super) fn live_provider(client: &RunnerClient) -> Option<u32> {
-    let events = client.events_within(TASK_ID, 0, PRE_FAULT_READ).ok()?;
+/// The runner's live provider, from its run logs (read within
+/// [`PRE_FAULT_READ`]: a held write blocks the runner's store): the one
+/// spawned last of any task's.
+pub(super) fn live_provider(client: &RunnerClient, tasks: &[String]) -> Option<u32> {
+    let mut events = Vec::new();
+    for task in tasks {
+        events.extend(RunLogEvent::read_all(
+            client.events_within(task, 0, PRE_FAULT_READ).ok()?,
+        ));
+    }
+    events.sort_by_key(|e| e.ts_ms);
     let mut live: Vec<u32> = Vec::new();
-    for e in RunLogEvent::read_all(events) {
+    for e in events {
         match &e.data {
             Data::ProviderSpawned(s) => live.push(s.pid as u32),
             Data::ProviderStopped(s) => live.retain(|p| *p as u64 != s.identity.pid),

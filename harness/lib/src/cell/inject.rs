@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::{Ctx, TASK_ID};
+use super::Ctx;
 use crate::evidence::{ActionKind, Exchange, Op, OpKind, RequestKind};
 use crate::model::Fault;
 use crate::runner_client::RunnerClient;
@@ -45,10 +45,11 @@ pub(super) fn inject_action(
     match client {
         Some(client) => {
             let (id, text) = (message_id.clone(), text.clone());
+            let task = ctx.first_task().to_owned();
             std::thread::spawn(move || {
                 let answer = match fault {
-                    Fault::Retry => client.retry(TASK_ID, &id),
-                    _ => client.follow_up(TASK_ID, &id, &text),
+                    Fault::Retry => client.retry(&task, &id),
+                    _ => client.follow_up(&task, &id, &text),
                 };
                 let _ = tx.send(answer);
             });
@@ -76,6 +77,7 @@ pub(super) fn inject_action(
         json!({ "message_id": message_id, "status": status }),
     );
     let exchange = Exchange {
+        task: ctx.first_task().to_owned(),
         kind,
         message_id,
         text: text.to_owned(),

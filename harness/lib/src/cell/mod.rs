@@ -51,9 +51,6 @@ use teardown::teardown;
 /// it persisted the turn's acceptance, so the turn is provably in flight.
 pub const SYNC_POINT: &str = "runner.turn_accepted.persisted";
 
-/// The task id every cell uses (cells are isolated, so one id is enough).
-pub const TASK_ID: &str = "task-1";
-
 /// How cells run: programs, bounds and options shared by a wave.
 #[derive(Clone, Debug)]
 pub struct CellEnv {
@@ -146,6 +143,8 @@ struct Plan {
     /// The script adds a file through `apply_patch` (a real codex then runs
     /// with its read-only sandbox: `Product::command_for`).
     patches: bool,
+    /// The tasks the steps submit, the first first.
+    tasks: Vec<String>,
 }
 
 /// How many of the scenario's follow-ups wait for a turn in flight.
@@ -177,6 +176,7 @@ impl Plan {
             .any(|t| t.kind == wire::script::ToolKind::Patch);
         Plan {
             patches,
+            tasks: scenario.tasks().into_iter().map(str::to_owned).collect(),
             arms: arms_for(&events),
             events,
             trace: trace.map(Path::to_owned),
@@ -246,6 +246,42 @@ impl Layout {
     }
 }
 
+impl Ctx {
+    /// The first task: the one injected controller actions go to.
+    fn first_task(&self) -> &str {
+        self.plan
+            .tasks
+            .first()
+            .map_or(crate::scenario::FIRST_TASK, String::as_str)
+    }
+
+    /// Task `task`'s workspace: the cell's `ws`, or with several tasks a
+    /// directory of its own in it (on the same lazy mount), so that its
+    /// files and its providers (by their working directory) are told apart.
+    fn workspace(&self, task: &str) -> PathBuf {
+        workspace_of(&self.layout, &self.plan.tasks, task)
+    }
+
+    /// Waits until every task settled, across runner restarts; the first
+    /// task's view.
+    fn wait_all_settled(&self, until: Instant) -> anyhow::Result<serde_json::Value> {
+        let mut first = None;
+        for task in &self.plan.tasks {
+            let t = wait_task(self, until, task, settled)?;
+            first.get_or_insert(t);
+        }
+        first.ok_or_else(|| anyhow::anyhow!("the scenario submits no task"))
+    }
+}
+
+/// Task `task`'s workspace in `layout` (see [`Ctx::workspace`]).
+fn workspace_of(layout: &Layout, tasks: &[String], task: &str) -> PathBuf {
+    match tasks.len() {
+        0 | 1 => layout.p("ws"),
+        _ => layout.p("ws").join(task),
+    }
+}
+
 /// Runs one cell: its evidence, judged by the caller.
 pub fn run_cell(env: &CellEnv, scenario: &Scenario, profile: &str, spec: &CellSpec) -> CellRun {
     run_cell_traced(env, scenario, profile, spec, None)
@@ -289,6 +325,13 @@ pub fn run_cell_traced(
         expect: scenario.expect.clone(),
         script: Some(scenario.script.clone()),
         runner_idle_timeout_ms: Some(env.idle_timeout_ms),
+        other_tasks: scenario.tasks()[1..]
+            .iter()
+            .map(|t| crate::evidence::TaskLane {
+                id: (*t).to_owned(),
+                ..Default::default()
+            })
+            .collect(),
         ..Evidence::default()
     };
     let (rec, records) = Recorder::new(started);
@@ -417,6 +460,14 @@ fn write_script(scenario: &Scenario, layout: &Layout) -> anyhow::Result<()> {
     let script = toml::to_string(&scenario.script)?;
     std::fs::write(layout.p("script.toml"), script)?;
     std::fs::create_dir_all(layout.p("ws"))?;
+    Ok(())
+}
+
+/// Makes every task's workspace (after the lazy mounts, which start empty).
+fn make_workspaces(ctx: &Ctx) -> anyhow::Result<()> {
+    for task in &ctx.plan.tasks {
+        std::fs::create_dir_all(ctx.workspace(task))?;
+    }
     Ok(())
 }
 
@@ -642,6 +693,7 @@ fn drive(
     if power::needs_lazy_mounts(&ctx.plan.events) {
         cell.lazy = power::mount_disks(ctx)?;
     }
+    make_workspaces(ctx)?;
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
     cell.waker = Some(listener.waker()?);
     match wire::profiles::real(profile) {
@@ -707,7 +759,7 @@ fn settle_deadline(ctx: &Ctx, spec: &CellSpec, until: Instant) -> Instant {
 fn settle_after_late_event(ctx: &Ctx) {
     let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
     ctx.board.wait_until(until, |s| s.applied >= s.stage);
-    let _ = wait_task(ctx, until, settled);
+    let _ = ctx.wait_all_settled(until);
 }
 
 /// The quiet recovery phase: the armed cut was reached and its fault
@@ -720,7 +772,7 @@ fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
         if spec.cut().is_some() {
             board.wait_until(until, |s| s.stage >= 1 && s.applied >= s.stage);
         }
-        match wait_task(ctx, settle_deadline(ctx, spec, until), settled) {
+        match ctx.wait_all_settled(settle_deadline(ctx, spec, until)) {
             Ok(task) => ev.task = Some(TaskRead::read(task)),
             Err(_) => {
                 deadline_passed(ctx, ev);

@@ -124,8 +124,14 @@ pub(super) fn cut_power(
     // What survived on disk, before the runner can write anything again:
     // `durable.effect` holds it to what the run log said was done before
     // the cut.
-    let (files, gaps) = super::teardown::workspace_files(&ctx.layout.p("ws"));
-    report.workspace_after_cut = Some(files);
+    let mut after = Vec::new();
+    let mut gaps = Vec::new();
+    for task in &ctx.plan.tasks {
+        let (files, problems) = super::teardown::workspace_files(&ctx.workspace(task));
+        after.push((task.clone(), files));
+        gaps.extend(problems);
+    }
+    report.workspace_after_cut = Some(after);
     ctx.rec.act(
         ActionKind::Fault(Fault::PowerCut),
         json!({ "killed": killed, "dead_at_epoch_ms": dead_at_epoch_ms,

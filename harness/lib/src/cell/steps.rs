@@ -8,7 +8,7 @@ use std::time::Instant;
 use serde::Deserialize as _;
 use serde_json::{Value, json};
 
-use super::{Ctx, TASK_ID};
+use super::Ctx;
 use crate::evidence::{ActionKind, Evidence, Exchange, Op, OpKind, RequestKind, Source};
 use crate::model::TaskState;
 use crate::nemesis;
@@ -68,10 +68,11 @@ pub(super) fn with_runner<T>(
     }
 }
 
-/// Waits for the task to satisfy `pred` across runner restarts.
+/// Waits for task `task` to satisfy `pred` across runner restarts.
 pub(super) fn wait_task(
     ctx: &Ctx,
     until: Instant,
+    task: &str,
     pred: impl Fn(&Value) -> bool,
 ) -> anyhow::Result<Value> {
     with_runner(ctx, until, |client| {
@@ -79,8 +80,18 @@ pub(super) fn wait_task(
         if left.is_zero() {
             return Err(DeadlineMissed("the deadline passed".into()).into());
         }
-        client.wait_task(TASK_ID, left, &pred)
+        client.wait_task(task, left, &pred)
     })
+}
+
+/// A controller request: its task, kind, path, message id and text.
+#[derive(Clone, Copy)]
+struct Request<'a> {
+    task: &'a str,
+    kind: RequestKind,
+    path: &'a str,
+    message_id: &'a str,
+    text: &'a str,
 }
 
 /// Attempts of a controller request answered 503 (`storage_failed`).
@@ -90,17 +101,20 @@ const SEND_ATTEMPTS_503: usize = 4;
 /// idempotent on ids), and records every attempt as an op, the final answer
 /// as an action and an exchange (status 0 when none came before the
 /// deadline); returns the HTTP status.
-#[allow(clippy::too_many_arguments)]
 fn send(
     ctx: &Ctx,
     until: Instant,
     ev: &mut Evidence,
-    kind: RequestKind,
-    path: &str,
+    req: Request<'_>,
     body: &Value,
-    message_id: &str,
-    text: &str,
 ) -> anyhow::Result<u16> {
+    let Request {
+        task,
+        kind,
+        path,
+        message_id,
+        text,
+    } = req;
     // A 503 (`storage_failed`) changed nothing and may be repeated, as a
     // controller would; a few attempts outlast a full disk that the harness
     // brings back with a runner restart.
@@ -134,6 +148,7 @@ fn send(
         json!({ "message_id": message_id, "status": status }),
     );
     ev.exchanges.push(Exchange {
+        task: task.to_owned(),
         kind,
         message_id: message_id.to_owned(),
         text: text.to_owned(),
@@ -165,32 +180,33 @@ pub(super) fn run_steps(
     until: Instant,
     ev: &mut Evidence,
 ) -> anyhow::Result<()> {
-    let workspace = ctx.layout.p("ws");
     for step in &scenario.steps {
+        let task = step.task();
         match step {
-            Step::Submit { prompt, message_id } => {
+            Step::Submit {
+                prompt, message_id, ..
+            } => {
                 let body = json!({
-                    "task_id": TASK_ID, "message_id": message_id, "prompt": prompt,
-                    "profile": profile, "workspace": workspace.display().to_string(),
+                    "task_id": task, "message_id": message_id, "prompt": prompt,
+                    "profile": profile, "workspace": ctx.workspace(task).display().to_string(),
                 });
-                send(
-                    ctx,
-                    until,
-                    ev,
-                    RequestKind::Submit,
-                    "/v1/tasks",
-                    &body,
+                let req = Request {
+                    task,
+                    kind: RequestKind::Submit,
+                    path: "/v1/tasks",
                     message_id,
-                    prompt,
-                )?;
+                    text: prompt,
+                };
+                send(ctx, until, ev, req, &body)?;
             }
             Step::FollowUp {
                 text,
                 message_id,
                 when,
                 expect,
+                ..
             } => {
-                let sent = follow_up(ctx, until, ev, text, message_id, *when);
+                let sent = follow_up(ctx, until, ev, task, (text, message_id), *when);
                 if let Some(x) = ev
                     .exchanges
                     .last_mut()
@@ -200,25 +216,28 @@ pub(super) fn run_steps(
                 }
                 sent?
             }
-            Step::Await(_) => {
-                wait_task(ctx, until, settled)?;
-                ctx.rec.act(ActionKind::Settled, json!({}));
+            Step::Await { .. } => {
+                wait_task(ctx, until, task, settled)?;
+                ctx.rec.act(ActionKind::Settled, json!({ "task": task }));
             }
-            Step::Retry { when, message_id } => {
-                retry(ctx, model_api, until, ev, message_id, *when)?;
+            Step::Retry {
+                when, message_id, ..
+            } => {
+                retry(ctx, model_api, until, ev, task, message_id, *when)?;
             }
         }
     }
     Ok(())
 }
 
-/// A follow-up step: waits for its moment (`when`), then sends it.
+/// A follow-up step on `task`: waits for its moment (`when`), then sends
+/// (text, message id).
 fn follow_up(
     ctx: &Ctx,
     until: Instant,
     ev: &mut Evidence,
-    text: &str,
-    message_id: &str,
+    task: &str,
+    (text, message_id): (&str, &str),
     when: FollowUpWhen,
 ) -> anyhow::Result<()> {
     let mut state_before = None;
@@ -229,34 +248,35 @@ fn follow_up(
             // cut side), and its run-log event wakes this wait; a turn
             // already in flight, or a settled task (no turn may come, and
             // waiting for one would wait out the deadline), ends it at once.
+            // With several tasks the acceptance held may be another task's:
+            // then this one's next event sends it, whatever its state.
             ctx.board.update(|s| s.sync_wanted = true);
-            let _ = wait_task(ctx, until, |t| settled(t) || turn_active(t));
+            let held = || ctx.board.read(|s| s.sync_reached);
+            let _ = wait_task(ctx, until, task, |t| settled(t) || turn_active(t) || held());
         }
         FollowUpWhen::Recovering => {
             // The first event's fault makes the runner or a provider log
             // (or restart), which wakes this wait; a clean run settles.
             let applied = || ctx.board.read(|s| s.applied > 0);
-            let _ = wait_task(ctx, until, |t| settled(t) || applied());
+            let _ = wait_task(ctx, until, task, |t| settled(t) || applied());
         }
         FollowUpWhen::Settled => {
             // The state it was sent in: a failed task must refuse it.
-            state_before = wait_task(ctx, until, settled)
+            state_before = wait_task(ctx, until, task, settled)
                 .ok()
                 .and_then(|t| TaskState::deserialize(&t["state"]).ok());
         }
     }
-    let path = format!("/v1/tasks/{TASK_ID}/messages");
+    let path = format!("/v1/tasks/{task}/messages");
     let body = json!({ "message_id": message_id, "text": text });
-    let sent = send(
-        ctx,
-        until,
-        ev,
-        RequestKind::FollowUp,
-        &path,
-        &body,
+    let req = Request {
+        task,
+        kind: RequestKind::FollowUp,
+        path: &path,
         message_id,
         text,
-    );
+    };
+    let sent = send(ctx, until, ev, req, &body);
     if let Some(x) = ev.exchanges.last_mut() {
         x.state_before = state_before;
     }
@@ -271,48 +291,44 @@ fn follow_up(
     Ok(())
 }
 
-/// A Retry step: once the task settled, sent if it failed (or `always`);
-/// every provider process alive before it must be gone at its 201.
+/// A Retry step on `task`: once it settled, sent if it failed (or
+/// `always`); every provider process of the task alive before it must be
+/// gone at its 201.
 fn retry(
     ctx: &Ctx,
     model_api: Option<u32>,
     until: Instant,
     ev: &mut Evidence,
+    task: &str,
     message_id: &str,
     when: RetryWhen,
 ) -> anyhow::Result<()> {
-    let task = wait_task(ctx, until, settled)?;
-    let failed = matches!(task["state"].as_str(), Some("failed" | "needs_human"));
+    let view = wait_task(ctx, until, task, settled)?;
+    let failed = matches!(view["state"].as_str(), Some("failed" | "needs_human"));
     if !failed && when != RetryWhen::Always {
         return Ok(());
     }
-    let path = format!("/v1/tasks/{TASK_ID}/retry");
+    let path = format!("/v1/tasks/{task}/retry");
     let body = json!({ "message_id": message_id });
     // The stop proof, from the process table: every provider
     // process alive before the Retry must be gone at its 201.
-    let before = cell_providers(&ctx.layout.p("cut.sock")).map(|mut procs| {
-        // A real product's model API serves the whole cell; it is no provider.
-        procs.retain(|(pid, _, _)| Some(*pid) != model_api);
-        procs
-    });
-    let sent = send(
-        ctx,
-        until,
-        ev,
-        RequestKind::Retry,
-        &path,
-        &body,
+    let before = task_providers(ctx, task, model_api);
+    let req = Request {
+        task,
+        kind: RequestKind::Retry,
+        path: &path,
         message_id,
-        "",
-    );
+        text: "",
+    };
+    let sent = send(ctx, until, ev, req, &body);
     // The state the Retry was sent in: what the contract allows it.
     if let Some(x) = ev.exchanges.last_mut() {
-        x.state_before = TaskState::deserialize(&task["state"]).ok();
+        x.state_before = TaskState::deserialize(&view["state"]).ok();
     }
     let status = sent?;
     if status == 201 {
         match before {
-            Ok(procs) => ev.alive_at_retry.extend(
+            Ok(procs) => ev.alive_at_retry_of(task).extend(
                 procs
                     .into_iter()
                     .filter(|(pid, start, _)| nemesis::alive_same(*pid, Some(*start)))
@@ -322,9 +338,28 @@ fn retry(
         }
         // The 201 follows the durable admission, so the task
         // reads `running` until the Retry run settles.
-        wait_task(ctx, until, settled)?;
+        wait_task(ctx, until, task, settled)?;
     }
     Ok(())
+}
+
+/// The live provider processes of task `task` ([`cell_providers`]; with
+/// several tasks, those working in its workspace), a real product's model
+/// API left out: it serves the whole cell and is no provider.
+fn task_providers(
+    ctx: &Ctx,
+    task: &str,
+    model_api: Option<u32>,
+) -> Result<Vec<(u32, u64, String)>, String> {
+    let mut procs = cell_providers(&ctx.layout.p("cut.sock"))?;
+    procs.retain(|(pid, _, _)| Some(*pid) != model_api);
+    if ctx.plan.tasks.len() > 1 {
+        let ws = ctx.workspace(task);
+        procs.retain(|(pid, _, _)| {
+            std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == ws)
+        });
+    }
+    Ok(procs)
 }
 
 fn turn_active(t: &Value) -> bool {

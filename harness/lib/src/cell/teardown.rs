@@ -6,10 +6,11 @@
 use std::path::Path;
 
 use super::events::CutReport;
-use super::{Cell, Ctx, Layout, TASK_ID};
-use crate::evidence::{ActionKind, Evidence, Op, OpKind, Source, TaskRead};
+use super::events::PerTask;
+use super::{Cell, Ctx, Layout};
+use crate::evidence::{ActionKind, Evidence, Op, OpKind, Source, TaskRead, Unreadable};
 use crate::nemesis;
-use crate::run_log::{ProviderSpawned, RunLogEvent};
+use crate::run_log::{Data, ProviderSpawned, RunLogEvent};
 
 /// Ends the cell: the final runner reads, the cut side joined (it hands
 /// back what it owned), the runner and every other process of the cell
@@ -38,9 +39,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     }
     (ev.reached_cut, ev.events_applied) = ctx.board.read(|s| (s.stage > 0, s.applied));
     ev.cut_role = report.cut_role;
-    ev.events_before_fault = report.events_before.take().map(RunLogEvent::read_all);
-    ev.workspace_after_cut = report.workspace_after_cut.take();
-    ev.events_before_power_cut = report.events_before_cut.take().map(RunLogEvent::read_all);
+    put_cut_report(ev, &mut report);
     // The journal as it is now names the commands to look for; the evidence
     // itself is read below, once every process of the cell is dead.
     let layout = &ctx.layout;
@@ -58,10 +57,12 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     kill_survivors(layout, &cell.got.processes, &early, ev);
     report.holds.clear();
     read_provider_evidence(&layout.dir, ev);
-    read_workspace(&layout.p("ws"), ev);
+    for task in &ctx.plan.tasks {
+        read_workspace(&ctx.workspace(task), ev, task);
+    }
     if let (Some(product), Some(url)) = (product, model_url) {
         name_real_effects(&layout.p("model-journal.jsonl"), ev);
-        read_real_turns(&product, &url, &layout.p("ws"), ev);
+        read_real_turns(&product, &url, &ctx.workspace(ctx.first_task()), ev);
     }
     search_canary(&layout.dir, ev);
     super::power::unmount_disks(ctx, std::mem::take(&mut report.lazy));
@@ -88,6 +89,11 @@ fn kill_survivors(
     let mut known = seen.to_vec();
     for (_, s) in ev.payloads::<ProviderSpawned>() {
         known.push(("provider".into(), s.pid as u32, s.start_time));
+    }
+    for e in ev.other_tasks.iter().flat_map(|l| &l.events) {
+        if let Data::ProviderSpawned(s) = &e.data {
+            known.push(("provider".into(), s.pid as u32, s.start_time));
+        }
     }
     // Commands a fake Codex ran in sessions of their own outlive its
     // process group; the runner's stop must have ended them too.
@@ -125,13 +131,52 @@ const WORKSPACE_FILE_BYTES_MAX: u64 = 1 << 20;
 
 /// Every file of the workspace `ws` (through the lazy mount of a power-cut
 /// cell: what survived the cut and whatever recovery wrote after it).
-fn read_workspace(ws: &Path, ev: &mut Evidence) {
-    ev.workspace_root = ws.display().to_string();
+fn read_workspace(ws: &Path, ev: &mut Evidence, task: &str) {
     let (read, gaps) = workspace_files(ws);
-    for g in gaps {
-        ev.unreadable(Source::Workspace, g);
+    let root = ws.display().to_string();
+    let gaps = gaps.into_iter().map(|reason| Unreadable {
+        source: Source::Workspace,
+        reason,
+    });
+    match ev.lane_mut(task) {
+        Some(lane) => {
+            (lane.workspace_root, lane.workspace) = (root, Some(read));
+            lane.unreadable.extend(gaps);
+        }
+        None => {
+            (ev.workspace_root, ev.workspace) = (root, Some(read));
+            ev.unreadable.extend(gaps);
+        }
     }
-    ev.workspace = Some(read);
+}
+
+/// What the cut side read of each task before its faults, in each task's
+/// place.
+fn put_cut_report(ev: &mut Evidence, report: &mut CutReport) {
+    let events = |r: Option<PerTask<Vec<serde_json::Value>>>| -> PerTask<Vec<RunLogEvent>> {
+        r.unwrap_or_default()
+            .into_iter()
+            .map(|(t, evs)| (t, RunLogEvent::read_all(evs)))
+            .collect()
+    };
+    for (task, evs) in events(report.events_before.take()) {
+        match ev.lane_mut(&task) {
+            Some(lane) => lane.events_before_fault = Some(evs),
+            None => ev.events_before_fault = Some(evs),
+        }
+    }
+    for (task, evs) in events(report.events_before_cut.take()) {
+        match ev.lane_mut(&task) {
+            Some(lane) => lane.events_before_power_cut = Some(evs),
+            None => ev.events_before_power_cut = Some(evs),
+        }
+    }
+    for (task, files) in report.workspace_after_cut.take().unwrap_or_default() {
+        match ev.lane_mut(&task) {
+            Some(lane) => lane.workspace_after_cut = Some(files),
+            None => ev.workspace_after_cut = Some(files),
+        }
+    }
 }
 
 /// Every file of the workspace `ws` as text, and what could not be read.
@@ -279,35 +324,93 @@ fn read_runner_settled(ctx: &Ctx, ev: &mut Evidence) {
     read_runner(ctx, ev);
 }
 
-/// The final task view and run log, read at the end of the cell, each whole
-/// or recorded as unreadable (a view from an earlier wait does not stand in
-/// for a failed final read).
+/// The final task view and run log of every task, read at the end of the
+/// cell, each whole or recorded as unreadable (a view from an earlier wait
+/// does not stand in for a failed final read).
 fn read_runner(ctx: &Ctx, ev: &mut Evidence) {
-    let Some((client, _)) = ctx.board.client() else {
-        ev.unreadable(Source::Task, "no runner was running at the end of the cell");
-        ev.unreadable(
-            Source::RunLog,
-            "no runner was running at the end of the cell",
-        );
-        return;
-    };
-    let at_ms = ctx.rec.now_ms();
-    let task = client.task(TASK_ID);
-    ev.ops.push(Op::of(OpKind::ReadTask, "", at_ms, &task));
-    match task {
-        Ok((200, t)) => ev.task = Some(TaskRead::read(t)),
-        Ok((status, body)) => {
-            ev.unreadable(Source::Task, format!("GET task answered {status}: {body}"))
+    let client = ctx.board.client().map(|(c, _)| c);
+    for task in &ctx.plan.tasks {
+        let read = match &client {
+            Some(client) => read_task(ctx, client, task, &mut ev.ops),
+            None => TaskEnd::unread("no runner was running at the end of the cell"),
+        };
+        read.put(ev, task);
+    }
+}
+
+/// One task's final reads.
+struct TaskEnd {
+    task: Option<TaskRead>,
+    events: Option<Vec<RunLogEvent>>,
+    unreadable: Vec<Unreadable>,
+}
+
+impl TaskEnd {
+    /// Nothing read, for `why`.
+    fn unread(why: &str) -> TaskEnd {
+        TaskEnd {
+            task: None,
+            events: None,
+            unreadable: [Source::Task, Source::RunLog]
+                .map(|source| Unreadable {
+                    source,
+                    reason: why.to_owned(),
+                })
+                .into(),
         }
-        Err(e) => ev.unreadable(Source::Task, format!("GET task: {e:#}")),
+    }
+
+    /// Puts the reads in task `task`'s place: the evidence's own for the
+    /// first task, its lane for another (a lane's earlier gaps of these
+    /// sources replaced: the reads may be made again).
+    fn put(self, ev: &mut Evidence, task: &str) {
+        match ev.lane_mut(task) {
+            Some(lane) => {
+                lane.unreadable
+                    .retain(|u| !matches!(u.source, Source::Task | Source::RunLog));
+                lane.task = self.task.or(lane.task.take());
+                lane.events = self.events.unwrap_or(std::mem::take(&mut lane.events));
+                lane.unreadable.extend(self.unreadable);
+            }
+            None => {
+                ev.task = self.task.or(ev.task.take());
+                ev.events = self.events.unwrap_or(std::mem::take(&mut ev.events));
+                ev.unreadable.extend(self.unreadable);
+            }
+        }
+    }
+}
+
+/// Task `task`'s final view and run log from `client`, each read recorded
+/// as an op.
+fn read_task(
+    ctx: &Ctx,
+    client: &crate::runner_client::RunnerClient,
+    task: &str,
+    ops: &mut Vec<Op>,
+) -> TaskEnd {
+    let mut end = TaskEnd {
+        task: None,
+        events: None,
+        unreadable: Vec::new(),
+    };
+    let mut gap = |source, reason| end.unreadable.push(Unreadable { source, reason });
+    let at_ms = ctx.rec.now_ms();
+    let view = client.task(task);
+    ops.push(Op::of(OpKind::ReadTask, "", at_ms, &view));
+    match view {
+        Ok((200, t)) => end.task = Some(TaskRead::read(t)),
+        Ok((status, body)) => gap(Source::Task, format!("GET task answered {status}: {body}")),
+        Err(e) => gap(Source::Task, format!("GET task: {e:#}")),
     }
     let at_ms = ctx.rec.now_ms();
-    let events = client.events(TASK_ID, 0).map(|evs| (200, evs));
-    ev.ops.push(Op::of(OpKind::ReadEvents, "", at_ms, &events));
+    let events = client.events(task, 0).map(|evs| (200, evs));
+    ops.push(Op::of(OpKind::ReadEvents, "", at_ms, &events));
     match events {
-        Ok((_, evs)) => ev.events = RunLogEvent::read_all(evs),
-        Err(e) => ev.unreadable(Source::RunLog, format!("GET events: {e:#}")),
+        Ok((_, evs)) => end.events = Some(RunLogEvent::read_all(evs)),
+        Err(e) => gap(Source::RunLog, format!("GET events: {e:#}")),
     }
+    end
 }
 
 /// The provider's journal, the effect ledger and every fake's store under

@@ -233,6 +233,9 @@ impl Action {
 pub struct Exchange {
     /// Which request.
     pub kind: RequestKind,
+    /// The task it was sent for.
+    #[serde(default = "first_task")]
+    pub task: String,
     /// The message id the harness chose.
     pub message_id: String,
     /// The text sent (empty for a Retry, which re-sends a stored message).
@@ -403,4 +406,9 @@ mod tests {
             assert_eq!(OpKind::parse(&k.to_string()), Some(k));
         }
     }
+}
+
+/// The task of an exchange recorded before cells ran several tasks.
+fn first_task() -> String {
+    crate::scenario::FIRST_TASK.to_owned()
 }

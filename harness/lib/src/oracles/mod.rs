@@ -57,8 +57,58 @@ pub fn decisive(o: &OracleResult) -> bool {
     o.verdict == Verdict::Fail && o.oracle != Oracle::Vacuity
 }
 
-/// Judges a cell: every oracle, in [`ORACLES`] order.
+/// Judges a cell: every oracle, in [`ORACLES`] order, on each task's view
+/// of the evidence ([`Evidence::task_views`]); with several tasks, an
+/// oracle's verdict is its worst on any task, and each problem names its
+/// task.
 pub fn judge(e: &Evidence) -> Vec<OracleResult> {
+    let views = e.task_views();
+    let mut judged = views.iter().map(|(task, v)| (task, judge_task(v)));
+    let Some((first, mut merged)) = judged.next() else {
+        return Vec::new();
+    };
+    if views.len() == 1 {
+        return merged;
+    }
+    for r in &mut merged {
+        name_task(r, first);
+    }
+    for (task, results) in judged {
+        for (m, mut r) in merged.iter_mut().zip(results) {
+            name_task(&mut r, task);
+            merge(m, r);
+        }
+    }
+    merged
+}
+
+/// `r`'s problems (or its reason for `unknown`) said of task `task`.
+fn name_task(r: &mut OracleResult, task: &str) {
+    if !r.message.is_empty() {
+        r.message = format!("{task}: {}", r.message);
+    }
+}
+
+/// `r`, an oracle's result on another task, merged into `m`, its result on
+/// the tasks before: the worse verdict, the messages of that verdict, the
+/// evidence of both (each said once).
+fn merge(m: &mut OracleResult, r: OracleResult) {
+    if r.verdict > m.verdict {
+        *m = r;
+        return;
+    }
+    if r.verdict == m.verdict && !r.message.is_empty() {
+        m.message = format!("{}; {}", m.message, r.message);
+        for at in r.evidence {
+            if !m.evidence.contains(&at) {
+                m.evidence.push(at);
+            }
+        }
+    }
+}
+
+/// Every oracle on one task's view, in [`ORACLES`] order.
+fn judge_task(e: &Evidence) -> Vec<OracleResult> {
     vec![
         no_replay_turn(e),
         no_replay_effect(e),

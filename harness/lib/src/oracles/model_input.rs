@@ -140,12 +140,20 @@ fn answered(e: &Evidence, id: &str) -> bool {
 
 /// Keys of message `id`'s turn that may not have run although it was
 /// answered: every approval-gated one when the runner declined an approval
-/// of its turns, and any the model gave up on (`effect.abandoned`: a call
-/// made twice with an uncertain outcome each time).
+/// of its turns, any the model gave up on (`effect.abandoned`: a call
+/// made twice with an uncertain outcome each time), and any whose command
+/// ran and failed under it (`effect.exited` not 0, a command killed with
+/// its provider included): the model saw the call finish, failed, and a
+/// continuation does not make a finished call again.
 fn excused(e: &Evidence, id: &str, turn: Option<&wire::script::ScriptTurn>) -> Vec<String> {
+    let failed = e
+        .facts("effect.exited")
+        .into_iter()
+        .filter(|(_, d)| d["exit_code"] != 0);
     let mut out: Vec<String> = e
         .facts("effect.abandoned")
         .into_iter()
+        .chain(failed)
         .filter(|(_, d)| d["by"].as_str() == Some(id))
         .filter_map(|(_, d)| d["key"].as_str().map(str::to_owned))
         .collect();

@@ -11,6 +11,7 @@ use crate::run_log::Kind;
 /// An exchange of `kind` for `id`.
 pub(super) fn exchange(kind: &str, id: &str, text: &str, status: u16, body: Value) -> Exchange {
     Exchange {
+        task: crate::scenario::FIRST_TASK.to_owned(),
         kind: RequestKind::parse(kind).unwrap(),
         message_id: id.into(),
         text: text.into(),

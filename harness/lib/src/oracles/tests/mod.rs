@@ -162,6 +162,7 @@ fn good() -> Evidence {
         fault: Some(Fault::KillRunner),
         reached_cut: true,
         exchanges: vec![Exchange {
+            task: crate::scenario::FIRST_TASK.to_owned(),
             kind: RequestKind::Submit,
             message_id: "m1".into(),
             text: "Create hello.txt".into(),
@@ -329,6 +330,7 @@ fn cause_structured_catches_null_unknown_and_mislabelled_causes() {
     assert_only_fails(&e, "cause.structured", "recoverable: true");
     let mut e = good();
     e.exchanges.push(Exchange {
+        task: crate::scenario::FIRST_TASK.to_owned(),
         kind: RequestKind::FollowUp,
         message_id: "f1".into(),
         text: "x".into(),
@@ -618,3 +620,4 @@ mod durable;
 mod model;
 mod read_faults;
 mod runs;
+mod tasks;

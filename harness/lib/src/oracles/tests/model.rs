@@ -58,6 +58,27 @@ fn an_effect_its_message_never_asked_for_fails_and_so_does_one_never_run() {
     );
 }
 
+/// A command that ran and failed under its message (killed with its
+/// provider: exit code null) is a finished call the model saw fail: a
+/// continuation does not make it again, and it is not owed; without that
+/// record the same ledger fails.
+#[test]
+fn a_command_that_ran_and_failed_is_not_owed_again() {
+    let mut e = good();
+    e.script = Some(script());
+    e.ledger.clear();
+    e.journal
+        .retain(|j| j.fact.as_deref() != Some("effect.exited"));
+    assert!(verdict(&judge(&e), "contract").1.contains("never ran"));
+    e.journal.push(entry(
+        EntryKind::Fact,
+        Some("effect.exited"),
+        json!({ "by": "m1", "key": "write-hello", "exit_code": null }),
+    ));
+    let (v, m) = verdict(&judge(&e), "contract");
+    assert!(!m.contains("never ran"), "{v:?} {m}");
+}
+
 #[test]
 fn a_task_nothing_cut_that_fails_breaks_the_contract_whatever_expect_says() {
     let mut e = good();
@@ -159,6 +180,7 @@ fn closing_a_follow_up_run_whose_turn_a_power_cut_took_is_the_contracts_row() {
 /// A Retry (or any request) `id` answered `status`.
 fn exchange_retry(id: &str, status: u16) -> Exchange {
     Exchange {
+        task: crate::scenario::FIRST_TASK.to_owned(),
         kind: RequestKind::Retry,
         message_id: id.into(),
         text: String::new(),

@@ -76,6 +76,7 @@ fn a_read_that_failed_again_when_tried_again_does() {
 fn retry_refused_by_the_store(faults: &[Fault]) -> Evidence {
     let mut e = good();
     e.exchanges.push(Exchange {
+        task: crate::scenario::FIRST_TASK.to_owned(),
         kind: RequestKind::Retry,
         message_id: "r1".into(),
         text: String::new(),

@@ -20,6 +20,7 @@ fn retry_works_catches_a_reused_conversation_and_a_reasonless_refusal() {
 /// Retry `r1`, answered `status` with `body` (0: no answer).
 fn retry_r1(status: u16, body: Value) -> Exchange {
     Exchange {
+        task: crate::scenario::FIRST_TASK.to_owned(),
         kind: RequestKind::Retry,
         message_id: "r1".into(),
         text: String::new(),
@@ -37,6 +38,7 @@ fn retry_r1(status: u16, body: Value) -> Exchange {
 /// Follow-up `f1`, accepted (202).
 fn follow_up_f1() -> Exchange {
     Exchange {
+        task: crate::scenario::FIRST_TASK.to_owned(),
         kind: RequestKind::FollowUp,
         message_id: "f1".into(),
         text: "more".into(),
@@ -263,6 +265,7 @@ fn a_renamed_or_unknown_field_is_unknown_not_a_pass() {
 fn an_indeterminate_follow_up_may_be_absent_but_is_consumed_once_if_present() {
     let info = |e: &mut Evidence| {
         e.exchanges.push(Exchange {
+            task: crate::scenario::FIRST_TASK.to_owned(),
             kind: RequestKind::FollowUp,
             message_id: "f1".into(),
             text: "more".into(),
@@ -311,6 +314,7 @@ fn ops_record_ok_fail_and_info() {
 fn a_refused_follow_up_that_reaches_the_provider_is_caught() {
     let mut e = good();
     e.exchanges.push(Exchange {
+        task: crate::scenario::FIRST_TASK.to_owned(),
         kind: RequestKind::FollowUp,
         message_id: "f1".into(),
         text: "more".into(),

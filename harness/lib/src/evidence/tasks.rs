@@ -1,0 +1,237 @@
+//! A cell of several tasks: what the runner said of each task other than
+//! the first (the first task's is the evidence's own `task`, `events`,
+//! `workspace`, …), and each task's view of the evidence, which the oracles
+//! judge as they judge a cell of one task.
+//!
+//! A task's view keeps the requests of its messages, the journal entries
+//! of its conversations (and those that name no conversation: the
+//! handshakes), the ledger lines and the provider's turns its messages
+//! authorized, and its own task view, run log and workspace. Message ids
+//! name one task's message only (the scenario parser requires it), so a
+//! message id tells whose every piece is.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use wire::journal::Entry;
+
+use super::{Evidence, Source, TaskRead, Unreadable};
+use crate::run_log::RunLogEvent;
+
+/// What the runner and the workspace said of one task other than the
+/// first: the fields the evidence holds for its first task.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct TaskLane {
+    /// The task id.
+    pub id: String,
+    /// The task as the runner reports it at the end.
+    pub task: Option<TaskRead>,
+    /// Its run log at the end.
+    #[serde(deserialize_with = "crate::run_log::deserialize_lenient")]
+    pub events: Vec<RunLogEvent>,
+    /// Its run log as read just before the fault.
+    #[serde(default, deserialize_with = "crate::run_log::deserialize_lenient_opt")]
+    pub events_before_fault: Option<Vec<RunLogEvent>>,
+    /// Its run log as read before the last power cut.
+    #[serde(default, deserialize_with = "crate::run_log::deserialize_lenient_opt")]
+    pub events_before_power_cut: Option<Vec<RunLogEvent>>,
+    /// Its workspace's files at the end.
+    #[serde(default)]
+    pub workspace: Option<BTreeMap<String, String>>,
+    /// Its workspace's files right after the last power cut.
+    #[serde(default)]
+    pub workspace_after_cut: Option<BTreeMap<String, String>>,
+    /// Its workspace's path as the runner was given it.
+    #[serde(default)]
+    pub workspace_root: String,
+    /// Its provider processes alive before a Retry and still alive at
+    /// the Retry's 201.
+    #[serde(default)]
+    pub alive_at_retry: Vec<String>,
+    /// Its sources (task, run log, workspace) that could not be read.
+    #[serde(default)]
+    pub unreadable: Vec<Unreadable>,
+}
+
+/// Sources read per task: a task's view keeps only its own gaps of these.
+const PER_TASK: [Source; 3] = [Source::Task, Source::RunLog, Source::Workspace];
+
+impl Evidence {
+    /// Where the provider processes of task `task` alive at its Retry's 201
+    /// are recorded: the evidence's own list for the first task, its lane's
+    /// for another.
+    pub fn alive_at_retry_of(&mut self, task: &str) -> &mut Vec<String> {
+        match self.other_tasks.iter().position(|l| l.id == task) {
+            Some(i) => &mut self.other_tasks[i].alive_at_retry,
+            None => &mut self.alive_at_retry,
+        }
+    }
+
+    /// The lane of task `task`, when it is not the first.
+    pub fn lane_mut(&mut self, task: &str) -> Option<&mut TaskLane> {
+        self.other_tasks.iter_mut().find(|l| l.id == task)
+    }
+
+    /// The tasks of the cell, the first first.
+    pub fn task_ids(&self) -> Vec<String> {
+        let first = self
+            .exchanges
+            .iter()
+            .find(|x| x.kind == super::RequestKind::Submit)
+            .map_or(crate::scenario::FIRST_TASK, |x| x.task.as_str());
+        std::iter::once(first.to_owned())
+            .chain(self.other_tasks.iter().map(|l| l.id.clone()))
+            .collect()
+    }
+
+    /// Each task's view of the evidence, the first task's first: the
+    /// evidence itself when the cell ran one task.
+    pub fn task_views(&self) -> Vec<(String, Cow<'_, Evidence>)> {
+        let ids = self.task_ids();
+        if self.other_tasks.is_empty() {
+            return vec![(ids[0].clone(), Cow::Borrowed(self))];
+        }
+        ids.iter()
+            .map(|id| (id.clone(), Cow::Owned(self.view_of(id))))
+            .collect()
+    }
+
+    /// The view of task `id`: the evidence with its lane in place of the
+    /// first task's and the shared sources cut down to its messages.
+    fn view_of(&self, id: &str) -> Evidence {
+        let mut v = self.clone();
+        v.other_tasks = Vec::new();
+        if let Some(lane) = self.other_tasks.iter().find(|l| l.id == id) {
+            v.task = lane.task.clone();
+            v.events = lane.events.clone();
+            v.events_before_fault = lane.events_before_fault.clone();
+            v.events_before_power_cut = lane.events_before_power_cut.clone();
+            v.workspace = lane.workspace.clone();
+            v.workspace_after_cut = lane.workspace_after_cut.clone();
+            v.workspace_root = lane.workspace_root.clone();
+            v.alive_at_retry = lane.alive_at_retry.clone();
+            v.unreadable.retain(|u| !PER_TASK.contains(&u.source));
+            v.unreadable.extend(lane.unreadable.iter().cloned());
+        }
+        let mine: BTreeSet<String> = self
+            .exchanges
+            .iter()
+            .filter(|x| x.task == id)
+            .map(|x| x.message_id.clone())
+            .collect();
+        let all: BTreeSet<String> = self
+            .exchanges
+            .iter()
+            .map(|x| x.message_id.clone())
+            .collect();
+        let owned = |by: &str| mine.contains(base_id(by));
+        let foreign = |by: &str| !owned(by) && all.contains(base_id(by));
+        v.exchanges.retain(|x| x.task == id);
+        v.ops
+            .retain(|o| o.message_id.is_empty() || mine.contains(&o.message_id));
+        v.ledger.retain(|l| !foreign(&l.by));
+        let lanes = || {
+            std::iter::once((self.task_ids()[0].clone(), self.task.as_ref())).chain(
+                self.other_tasks
+                    .iter()
+                    .map(|l| (l.id.clone(), l.task.as_ref())),
+            )
+        };
+        let runs_of = |mine: bool| -> BTreeSet<String> {
+            lanes()
+                .filter(|(t, _)| (t == id) == mine)
+                .filter_map(|(_, read)| read?.view().ok())
+                .flat_map(|view| view.runs.iter().filter_map(|r| r.conversation_id.clone()))
+                .collect()
+        };
+        let mut conversations = self.conversations_of(&owned);
+        conversations.extend(runs_of(true));
+        let mut others = self.conversations_of(&foreign);
+        others.extend(runs_of(false));
+        v.provider_turns.retain(|t| {
+            owned(&t.authorized_by)
+                || t.client_id.as_deref().is_some_and(owned)
+                || (conversations.contains(&t.thread) && !foreign(&t.authorized_by))
+        });
+        // An entry naming another task's conversation, or a fact about
+        // another task's message (`by`, `authorized_by`), is that task's.
+        v.journal.retain(|e| {
+            let by = ["by", "authorized_by"]
+                .iter()
+                .filter_map(|k| e.data.get(*k).and_then(Value::as_str));
+            entry_conversations(e)
+                .iter()
+                .all(|c| !others.contains(c) || conversations.contains(c))
+                && by.into_iter().all(|b| !foreign(b))
+        });
+        // Where the answering fake journaled its injected answers (each
+        // naming its conversation), the journal says whose each was; the
+        // harness's own record of them, which names none, is left out.
+        if self.journal.iter().any(is_injected_answer) {
+            v.actions.retain(|a| {
+                !matches!(a.what, super::ActionKind::Fault(f) if f.class() == crate::model::FaultClass::Answer)
+            });
+        }
+        v
+    }
+
+    /// The conversations the provider received a turn start of a message
+    /// `owned` says is one's, or recorded a turn of one's in.
+    fn conversations_of(&self, owned: &dyn Fn(&str) -> bool) -> BTreeSet<String> {
+        let started = self
+            .turn_starts()
+            .into_iter()
+            .filter(|s| s.client_id.as_deref().is_some_and(owned))
+            .filter_map(|s| s.conversation);
+        let recorded = self
+            .provider_turns
+            .iter()
+            .filter(|t| owned(&t.authorized_by) || t.client_id.as_deref().is_some_and(owned))
+            .map(|t| t.thread.clone());
+        started.chain(recorded).collect()
+    }
+}
+
+/// Whether a journal entry is a fake's record of an answer the harness
+/// injected (`fault.answer`).
+fn is_injected_answer(e: &Entry) -> bool {
+    e.fact.as_deref() == Some("fault.answer")
+}
+
+/// The controller message id a ledger or store id stands for: a
+/// continuation's (`f1__continuation`) is its message's.
+fn base_id(id: &str) -> &str {
+    id.strip_suffix(wire::client_id::CONTINUATION).unwrap_or(id)
+}
+
+/// Every conversation id a journal entry names: Codex's `threadId` (and a
+/// thread a response returns), ACP's `sessionId`, OpenCode's session path
+/// or an event's `sessionID`; a fake's fact its `thread` or `session`.
+fn entry_conversations(e: &Entry) -> Vec<String> {
+    let d = &e.data;
+    let mut out = Vec::new();
+    for at in [
+        "/thread",
+        "/session",
+        "/thread_id",
+        "/params/threadId",
+        "/params/sessionId",
+        "/result/thread/id",
+        "/result/sessionId",
+        "/event/properties/sessionID",
+        "/event/properties/info/sessionID",
+        "/event/properties/part/sessionID",
+    ] {
+        if let Some(s) = d.pointer(at).and_then(Value::as_str) {
+            out.push(s.to_owned());
+        }
+    }
+    if let Some(path) = d["path"].as_str()
+        && let Some(rest) = path.strip_prefix("/session/")
+    {
+        out.push(rest.split('/').next().unwrap_or(rest).to_owned());
+    }
+    out
+}

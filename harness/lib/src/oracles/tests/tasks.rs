@@ -1,0 +1,107 @@
+//! A cell of two tasks: each task's view holds its own messages, journal,
+//! ledger and turns, the oracles judge each view, and a failure names its
+//! task.
+
+use super::*;
+use crate::evidence::TaskLane;
+
+/// `good()`'s task as a second task: every id its own (`task-2`,
+/// `task-2-m1`, conversation `th2`, turn `pt2`, effect `write-notes`).
+fn second() -> Evidence {
+    let mut text = serde_json::to_string(&good()).expect("evidence serializes");
+    for (from, to) in [
+        ("\"m1\"", "\"task-2-m1\""),
+        ("\"th\"", "\"th2\""),
+        ("\"pt1\"", "\"pt2\""),
+        ("\"task-1\"", "\"task-2\""),
+        ("\"run-1\"", "\"run-2\""),
+        ("write-hello", "write-notes"),
+        ("Create hello.txt", "Create notes.txt"),
+    ] {
+        text = text.replace(from, to);
+    }
+    serde_json::from_str(&text).expect("evidence parses")
+}
+
+/// `good()` with `second()` as its second task.
+fn two_tasks() -> Evidence {
+    let mut e = good();
+    let t2 = second();
+    e.exchanges.extend(t2.exchanges);
+    e.journal.extend(t2.journal);
+    e.ledger.extend(t2.ledger);
+    e.provider_turns.extend(t2.provider_turns);
+    e.other_tasks.push(TaskLane {
+        id: "task-2".into(),
+        task: t2.task,
+        events: t2.events,
+        ..TaskLane::default()
+    });
+    e
+}
+
+#[test]
+fn each_task_is_judged_on_its_own_view() {
+    let e = two_tasks();
+    let results = judge(&e);
+    assert_eq!(worst(&results), Verdict::Pass, "{results:#?}");
+    let views = e.task_views();
+    assert_eq!(views.len(), 2);
+    let (id, v) = &views[1];
+    assert_eq!(id, "task-2");
+    assert_eq!(v.issued_ids(), ["task-2-m1"]);
+    assert!(
+        v.ledger.iter().all(|l| l.by == "task-2-m1"),
+        "{:?}",
+        v.ledger
+    );
+    assert!(v.provider_turns.iter().all(|t| t.thread == "th2"));
+    assert!(
+        v.turn_starts()
+            .iter()
+            .all(|s| s.client_id.as_deref() == Some("task-2-m1"))
+    );
+    assert_eq!(v.state(), Some(TaskState::Completed));
+    assert!(v.other_tasks.is_empty());
+    // The first task's view is the evidence without the second's pieces.
+    let (_, v1) = &views[0];
+    assert_eq!(v1.issued_ids(), ["m1"]);
+    assert_eq!(v1.ledger.len(), 1);
+}
+
+#[test]
+fn a_replay_in_the_second_task_fails_and_names_it() {
+    let mut e = two_tasks();
+    e.journal.push(second().journal[0].clone());
+    let mut replayed = second().provider_turns[0].clone();
+    replayed.turn = "pt3".into();
+    e.provider_turns.push(replayed);
+    e.ledger.push(ledger("write-notes", "task-2-m1"));
+    let results = judge(&e);
+    for oracle in ["no-replay.turn", "no-replay.effect"] {
+        let (v, m) = verdict(&results, oracle);
+        assert_eq!(v, Verdict::Fail, "{oracle}: {results:#?}");
+        assert!(m.starts_with("task-2: "), "{oracle}: {m}");
+        assert!(!m.contains("task-1"), "{oracle}: {m}");
+    }
+    // The same replay in one task's cell fails without a task's name.
+    let mut one = good();
+    one.ledger.push(ledger("write-hello", "m1"));
+    let (_, m) = verdict(&judge(&one), "no-replay.effect");
+    assert!(!m.starts_with("task-"), "{m}");
+}
+
+#[test]
+fn a_second_task_left_running_fails_liveness_for_it_alone() {
+    let mut e = two_tasks();
+    let lane = &mut e.other_tasks[0];
+    let mut t = lane.task.as_ref().expect("task").as_written().clone();
+    t["state"] = json!("running");
+    lane.task = Some(TaskRead::read(t));
+    let (v, m) = verdict(&judge(&e), "liveness");
+    assert_eq!(v, Verdict::Fail);
+    assert_eq!(
+        m,
+        "task-2: the task is still running after the cell's deadline"
+    );
+}
