@@ -552,19 +552,54 @@ fn row_16_a_failed_read_does_not_end_the_task_s_actor() {
 }
 
 /// Issue 42: a Retry that never ran, delivered again after a later Retry
-/// re-sent the same prompt. The generated program that found it in the
-/// default wave, drawn again from its id (no file).
+/// re-sent the same prompt. A generated program of the default wave
+/// (`--seed 22`; the generator that found it first drew it at `--seed 1`,
+/// before programs ran several tasks), drawn again from its id (no file).
 #[test]
 fn row_17_a_retry_superseded_by_a_later_one_is_not_delivered() {
     caught(
         "deliver-stale-retry",
-        "generated.runner-acpx-claude.local.seed1-p0",
+        "generated.runner-acpx-claude.local.seed22-p0",
         &[
             "--schedule",
             "runner.write.turn_accepted#1/disk-full+runner.write.turn_intent#1/fail-write",
         ],
         "no-replay.turn",
         "the same message ran 2 times",
+    );
+}
+
+/// Issue 42: after a restart only the first of two unsettled tasks is
+/// resumed; the second stays `running` with no actor. Only a cell of
+/// several tasks reaches it (with one task, the first is every task).
+#[test]
+fn row_18_every_task_a_restart_cut_is_resumed() {
+    // The bug lives where the runner is killed with both tasks unsettled:
+    // the first task may have completed before the second acceptance.
+    caught_where(
+        "resume-first-task-only",
+        "everyday-workflows.runner-codex.local.two-tasks",
+        &[
+            "--cut",
+            "runner.turn_accepted.persisted#2",
+            "--fault",
+            "kill-runner",
+        ],
+        "liveness",
+        "still running",
+        |c| {
+            let ev = &c["evidence"];
+            let lanes = [
+                &ev["events_before_fault"],
+                &ev["other_tasks"][0]["events_before_fault"],
+            ];
+            let settled = lanes.iter().filter(|evs| {
+                evs.as_array()
+                    .is_none_or(|evs| evs.iter().any(|e| e["kind"] == "run.settled"))
+            });
+            (settled.count() > 0)
+                .then(|| "a task had settled (or was not read) when the runner was killed".into())
+        },
     );
 }
 

@@ -99,11 +99,13 @@ pub enum SeededBug {
     ActorReturnsOnFailedRead,
     /// Deliver an earlier Retry that never ran after a later Retry.
     DeliverStaleRetry,
+    /// After a restart, resume only the first unsettled task.
+    ResumeFirstTaskOnly,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 40] = [
+    pub const ALL: [SeededBug; 41] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -144,6 +146,7 @@ impl SeededBug {
         SeededBug::FailedReadAsNoTurn,
         SeededBug::ActorReturnsOnFailedRead,
         SeededBug::DeliverStaleRetry,
+        SeededBug::ResumeFirstTaskOnly,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -240,6 +243,7 @@ impl SeededBug {
             SeededBug::FailedReadAsNoTurn => "failed-read-as-no-turn",
             SeededBug::ActorReturnsOnFailedRead => "actor-returns-on-failed-read",
             SeededBug::DeliverStaleRetry => "deliver-stale-retry",
+            SeededBug::ResumeFirstTaskOnly => "resume-first-task-only",
         }
     }
 }
@@ -317,6 +321,8 @@ hooks! {
     skip_stop_proof => SkipStopProof;
     /// `stuck-after-restart`.
     stuck_after_restart => StuckAfterRestart;
+    /// `resume-first-task-only`.
+    resume_first_task_only => ResumeFirstTaskOnly;
     /// `fail-closed-when-absent`.
     fail_closed_when_absent => FailClosedWhenAbsent;
     /// `adopt-without-completion`.

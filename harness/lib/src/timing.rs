@@ -51,8 +51,16 @@ pub fn timing_shape(ev: &Evidence) -> Option<String> {
 }
 
 /// The first provider the runner found silent although the harness hung
-/// none of its processes (planning traces such a run again).
+/// none of its processes (planning traces such a run again), in any task's
+/// run log.
 pub fn silent_provider(ev: &Evidence) -> Option<String> {
+    ev.task_views()
+        .iter()
+        .find_map(|(_, view)| silent_provider_of_task(view))
+}
+
+/// [`silent_provider`] in one task's view.
+fn silent_provider_of_task(ev: &Evidence) -> Option<String> {
     if gave_up_early(ev) {
         return None;
     }
@@ -237,6 +245,20 @@ mod tests {
             detail: json!({ "provider_pid": 7 }),
         });
         assert_eq!(timing_shape(&ev), None, "the harness hung it");
+    }
+
+    /// A second task's silent provider is timing too: its run log is its
+    /// lane's, not the evidence's own.
+    #[test]
+    fn a_silent_provider_of_another_task_is_timing() {
+        let mut ev = Evidence::default();
+        assert_eq!(timing_shape(&ev), None);
+        ev.other_tasks.push(crate::evidence::TaskLane {
+            id: "task-2".into(),
+            events: read(vec![unresponsive(9)]),
+            ..Default::default()
+        });
+        assert!(timing_shape(&ev).unwrap().contains("pid 9"));
     }
 
     #[test]

@@ -189,6 +189,12 @@ impl Engine {
         }
         for t in &tasks {
             self.wake(t);
+            if crate::seeded::resume_first_task_only() {
+                // SEEDED BUG resume-first-task-only: the loop ends after the
+                // first task, so only one of several unsettled tasks is
+                // resumed (with one task, nothing is missed).
+                break;
+            }
         }
         Ok(tasks.len())
     }
