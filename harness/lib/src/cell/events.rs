@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::reads::{live_provider, read_before_fault};
 use super::{Ctx, start_runner};
 use crate::evidence::ActionKind;
 use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
-use crate::run_log::{Data, RunLogEvent};
 use crate::runner_client::RunnerClient;
 use crate::scenario::Scenario;
 
@@ -632,9 +632,6 @@ fn mark_trace(side: &CutSide, stage: usize) {
 /// event's number, from 1).
 pub const EVENT_MARK: &str = "turncut.event.applied";
 
-/// How long the read of the run log before a fault may take.
-const PRE_FAULT_READ: Duration = Duration::from_millis(500);
-
 /// Applies a process, storage ([`apply_storage`]) or power fault at the
 /// held hit, by its class; a controller action is sent by the caller.
 fn apply_fault(
@@ -665,6 +662,23 @@ fn apply_fault(
     }
 }
 
+/// The provider a process fault signals: the one whose hit it is, else
+/// the runner's live provider; none for a fault that signals no provider.
+fn provider_of(
+    side: &CutSide,
+    hit: &cutpoint::Hit,
+    plan: &nemesis::Plan,
+    client: Option<&RunnerClient>,
+) -> Option<u32> {
+    if hit_is_provider(side, hit) {
+        Some(hit.pid)
+    } else if plan.provider_signal.is_some() {
+        client.and_then(|c| live_provider(c, &side.ctx.plan.tasks))
+    } else {
+        None
+    }
+}
+
 /// Applies a process fault (`nemesis::plan`) at the held hit, and restarts
 /// the runner it killed.
 fn apply_signals(
@@ -679,15 +693,7 @@ fn apply_signals(
         .ctx
         .board
         .update(|s| s.runner.as_ref().map(|r| r.pid()));
-    let provider = if hit_is_provider(side, &held.hit) {
-        Some(held.hit.pid)
-    } else if plan.provider_signal.is_some() {
-        client
-            .as_ref()
-            .and_then(|c| live_provider(c, &side.ctx.plan.tasks))
-    } else {
-        None
-    };
+    let provider = provider_of(side, &held.hit, &plan, client.as_ref());
     if plan.kill_runner
         && plan.provider_signal.is_none()
         && Role::of(&held.hit.role) == Role::Runner
@@ -739,24 +745,6 @@ fn apply_signals(
     Ok(())
 }
 
-/// What the controller could read before the fault: nothing of it may
-/// vanish. At a before-write or before-read point the store is blocked on
-/// the held hit, so nothing can be read there; a later event's hit may be
-/// held too (the acceptor already matched it), hence the short deadline: no
-/// read, no check.
-fn read_before_fault(
-    tasks: &[String],
-    client: Option<&RunnerClient>,
-    hit: &cutpoint::Hit,
-) -> Option<PerTask<Vec<Value>>> {
-    let at_store = crate::model::is_store_point(&hit.point);
-    let client = client.filter(|_| !at_store)?;
-    tasks
-        .iter()
-        .map(|t| Some((t.clone(), client.events_within(t, 0, PRE_FAULT_READ).ok()?)))
-        .collect()
-}
-
 /// Records a restart after a fault, with the event the new runner waits
 /// for.
 pub(super) fn restarted(ctx: &Ctx) {
@@ -788,28 +776,6 @@ fn freeze_runner_children(side: &CutSide, runner: u32) {
         data["runner_forks_left"] = json!(forks);
     }
     side.act(ActionKind::FreezeProviders, data);
-}
-
-/// The runner's live provider, from its run logs (read within
-/// [`PRE_FAULT_READ`]: a held write blocks the runner's store): the one
-/// spawned last of any task's.
-pub(super) fn live_provider(client: &RunnerClient, tasks: &[String]) -> Option<u32> {
-    let mut events = Vec::new();
-    for task in tasks {
-        events.extend(RunLogEvent::read_all(
-            client.events_within(task, 0, PRE_FAULT_READ).ok()?,
-        ));
-    }
-    events.sort_by_key(|e| e.ts_ms);
-    let mut live: Vec<u32> = Vec::new();
-    for e in events {
-        match &e.data {
-            Data::ProviderSpawned(s) => live.push(s.pid as u32),
-            Data::ProviderStopped(s) => live.retain(|p| *p as u64 != s.identity.pid),
-            _ => {}
-        }
-    }
-    live.last().copied()
 }
 
 #[cfg(test)]

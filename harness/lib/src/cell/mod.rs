@@ -31,6 +31,7 @@ mod doomed;
 mod events;
 mod inject;
 mod power;
+mod reads;
 mod reproduce;
 mod steps;
 mod teardown;
@@ -317,23 +318,7 @@ pub fn run_cell_traced(
         dir: tmp.path().to_owned(),
     };
     let canary = format!("turncut-canary-{:016x}", spec.seed);
-    let mut ev = Evidence {
-        started_ms: wire::journal::now_ms(),
-        spec: Some(spec.clone()),
-        fault: spec.fault(),
-        canary: canary.clone(),
-        expect: scenario.expect.clone(),
-        script: Some(scenario.script.clone()),
-        runner_idle_timeout_ms: Some(env.idle_timeout_ms),
-        other_tasks: scenario.tasks()[1..]
-            .iter()
-            .map(|t| crate::evidence::TaskLane {
-                id: (*t).to_owned(),
-                ..Default::default()
-            })
-            .collect(),
-        ..Evidence::default()
-    };
+    let mut ev = new_evidence(env, scenario, spec, &canary);
     let (rec, records) = Recorder::new(started);
     let board = Board::default();
     board.update(|s| s.turn_active_left = turn_active_follow_ups(scenario));
@@ -364,6 +349,31 @@ pub fn run_cell_traced(
         reproduce: reproduce(env, spec),
         dir,
         kept,
+    }
+}
+
+/// A cell's evidence before it runs: what it is, its canary, its
+/// scenario's `[expect]` and script, and a lane for every task after the
+/// first.
+fn new_evidence(env: &CellEnv, scenario: &Scenario, spec: &CellSpec, canary: &str) -> Evidence {
+    Evidence {
+        started_ms: wire::journal::now_ms(),
+        spec: Some(spec.clone()),
+        fault: spec.fault(),
+        canary: canary.to_owned(),
+        expect: scenario.expect.clone(),
+        script: Some(scenario.script.clone()),
+        runner_idle_timeout_ms: Some(env.idle_timeout_ms),
+        other_tasks: scenario
+            .tasks()
+            .iter()
+            .skip(1)
+            .map(|t| crate::evidence::TaskLane {
+                id: (*t).to_owned(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Evidence::default()
     }
 }
 

@@ -374,6 +374,11 @@ impl Op {
     }
 }
 
+/// The task of an exchange recorded before cells ran several tasks.
+fn first_task() -> String {
+    crate::scenario::FIRST_TASK.to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,9 +411,4 @@ mod tests {
             assert_eq!(OpKind::parse(&k.to_string()), Some(k));
         }
     }
-}
-
-/// The task of an exchange recorded before cells ran several tasks.
-fn first_task() -> String {
-    crate::scenario::FIRST_TASK.to_owned()
 }

@@ -55,6 +55,22 @@ pub struct TaskLane {
     pub unreadable: Vec<Unreadable>,
 }
 
+impl TaskLane {
+    /// Puts this lane in the place of the first task's fields of `v`.
+    fn put_in(&self, v: &mut Evidence) {
+        v.task = self.task.clone();
+        v.events = self.events.clone();
+        v.events_before_fault = self.events_before_fault.clone();
+        v.events_before_power_cut = self.events_before_power_cut.clone();
+        v.workspace = self.workspace.clone();
+        v.workspace_after_cut = self.workspace_after_cut.clone();
+        v.workspace_root = self.workspace_root.clone();
+        v.alive_at_retry = self.alive_at_retry.clone();
+        v.unreadable.retain(|u| !PER_TASK.contains(&u.source));
+        v.unreadable.extend(self.unreadable.iter().cloned());
+    }
+}
+
 /// Sources read per task: a task's view keeps only its own gaps of these.
 const PER_TASK: [Source; 3] = [Source::Task, Source::RunLog, Source::Workspace];
 
@@ -104,16 +120,7 @@ impl Evidence {
         let mut v = self.clone();
         v.other_tasks = Vec::new();
         if let Some(lane) = self.other_tasks.iter().find(|l| l.id == id) {
-            v.task = lane.task.clone();
-            v.events = lane.events.clone();
-            v.events_before_fault = lane.events_before_fault.clone();
-            v.events_before_power_cut = lane.events_before_power_cut.clone();
-            v.workspace = lane.workspace.clone();
-            v.workspace_after_cut = lane.workspace_after_cut.clone();
-            v.workspace_root = lane.workspace_root.clone();
-            v.alive_at_retry = lane.alive_at_retry.clone();
-            v.unreadable.retain(|u| !PER_TASK.contains(&u.source));
-            v.unreadable.extend(lane.unreadable.iter().cloned());
+            lane.put_in(&mut v);
         }
         let mine: BTreeSet<String> = self
             .exchanges
@@ -132,24 +139,10 @@ impl Evidence {
         v.ops
             .retain(|o| o.message_id.is_empty() || mine.contains(&o.message_id));
         v.ledger.retain(|l| !foreign(&l.by));
-        let lanes = || {
-            std::iter::once((self.task_ids()[0].clone(), self.task.as_ref())).chain(
-                self.other_tasks
-                    .iter()
-                    .map(|l| (l.id.clone(), l.task.as_ref())),
-            )
-        };
-        let runs_of = |mine: bool| -> BTreeSet<String> {
-            lanes()
-                .filter(|(t, _)| (t == id) == mine)
-                .filter_map(|(_, read)| read?.view().ok())
-                .flat_map(|view| view.runs.iter().filter_map(|r| r.conversation_id.clone()))
-                .collect()
-        };
         let mut conversations = self.conversations_of(&owned);
-        conversations.extend(runs_of(true));
+        conversations.extend(self.run_conversations(|t| t == id));
         let mut others = self.conversations_of(&foreign);
-        others.extend(runs_of(false));
+        others.extend(self.run_conversations(|t| t != id));
         v.provider_turns.retain(|t| {
             owned(&t.authorized_by)
                 || t.client_id.as_deref().is_some_and(owned)
@@ -166,15 +159,36 @@ impl Evidence {
                 .all(|c| !others.contains(c) || conversations.contains(c))
                 && by.into_iter().all(|b| !foreign(b))
         });
-        // Where the answering fake journaled its injected answers (each
-        // naming its conversation), the journal says whose each was; the
-        // harness's own record of them, which names none, is left out.
+        self.drop_unjournaled_answers(&mut v);
+        v
+    }
+
+    /// Where the answering fake journaled its injected answers (each
+    /// naming its conversation), the journal says whose each was: the
+    /// harness's own record of them, which names none, is left out of a
+    /// task's view.
+    fn drop_unjournaled_answers(&self, v: &mut Evidence) {
         if self.journal.iter().any(is_injected_answer) {
             v.actions.retain(|a| {
                 !matches!(a.what, super::ActionKind::Fault(f) if f.class() == crate::model::FaultClass::Answer)
             });
         }
-        v
+    }
+
+    /// The conversations of the runs of the tasks `which` picks, as each
+    /// task's view names them.
+    fn run_conversations(&self, which: impl Fn(&str) -> bool) -> BTreeSet<String> {
+        let first = self.task_ids()[0].clone();
+        std::iter::once((first, self.task.as_ref()))
+            .chain(
+                self.other_tasks
+                    .iter()
+                    .map(|l| (l.id.clone(), l.task.as_ref())),
+            )
+            .filter(|(t, _)| which(t))
+            .filter_map(|(_, read)| read?.view().ok())
+            .flat_map(|view| view.runs.iter().filter_map(|r| r.conversation_id.clone()))
+            .collect()
     }
 
     /// The conversations the provider received a turn start of a message
