@@ -774,14 +774,15 @@ fn settle_after_late_event(ctx: &Ctx) {
 
 /// The quiet recovery phase: the armed cut was reached and its fault
 /// applied (the steps may finish before a late cut is even hit), no fault
-/// is in flight, and the task has settled with the runner that is now
-/// running.
+/// is in flight, and every task has settled with the runner that is now
+/// running, with no event applied since they were read settled.
 fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
     let board = &ctx.board;
     loop {
         if spec.cut().is_some() {
             board.wait_until(until, |s| s.stage >= 1 && s.applied >= s.stage);
         }
+        let applied = board.read(|s| s.applied);
         match ctx.wait_all_settled(settle_deadline(ctx, spec, until)) {
             Ok(task) => ev.task = Some(TaskRead::read(task)),
             Err(_) => {
@@ -789,7 +790,10 @@ fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
                 break;
             }
         }
-        if board.read(|s| s.applied >= s.stage) {
+        // An event applied while the tasks were waited for (an injected
+        // follow-up that reopened a task read settled before it) means
+        // the tasks are waited for again.
+        if board.read(|s| s.applied >= s.stage && s.applied == applied) {
             break;
         }
     }
