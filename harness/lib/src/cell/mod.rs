@@ -473,11 +473,16 @@ fn write_script(scenario: &Scenario, layout: &Layout) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Makes every task's workspace (after the lazy mounts, which start empty).
+/// Makes every task's workspace (after the lazy mounts, which start empty),
+/// durably: a power cut must not take a workspace the controller named
+/// (the mount's directory syncs each new entry).
 fn make_workspaces(ctx: &Ctx) -> anyhow::Result<()> {
     for task in &ctx.plan.tasks {
-        std::fs::create_dir_all(ctx.workspace(task))?;
+        let ws = ctx.workspace(task);
+        std::fs::create_dir_all(&ws)?;
+        std::fs::File::open(&ws)?.sync_all()?;
     }
+    std::fs::File::open(ctx.layout.p("ws"))?.sync_all()?;
     Ok(())
 }
 
