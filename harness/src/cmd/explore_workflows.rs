@@ -104,8 +104,9 @@ pub fn explore_workflows(
 fn print_figures(x: &wf::WorkflowsExplored) {
     let minutes = x.elapsed.as_secs_f64() / 60.0;
     println!(
-        "explored {} programs and {} cells in {:.1} s ({:.1} programs and {:.0} cells per minute), {} unknown",
+        "explored {} programs ({} of several tasks) and {} cells in {:.1} s ({:.1} programs and {:.0} cells per minute), {} unknown",
         x.programs,
+        x.several_tasks,
         x.cells,
         x.elapsed.as_secs_f64(),
         x.programs as f64 / minutes.max(1e-9),

@@ -64,6 +64,8 @@ pub struct FoundWorkflow {
 pub struct WorkflowsExplored {
     /// Programs drawn (each traced clean once).
     pub programs: usize,
+    /// Of those, programs of several tasks.
+    pub several_tasks: usize,
     /// Cells run (clean runs and schedules; shrinking not included).
     pub cells: usize,
     /// Cells whose verdict was `unknown`.
@@ -82,6 +84,7 @@ pub struct WorkflowsExplored {
 struct Shared {
     schedules: Progress,
     programs: AtomicUsize,
+    several_tasks: AtomicUsize,
     per_profile: Mutex<BTreeMap<String, (usize, usize)>>,
     first_failure: Mutex<Option<Duration>>,
     found: Mutex<Option<FoundWorkflow>>,
@@ -93,6 +96,7 @@ pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExpl
     let shared = Shared {
         schedules: Progress::default(),
         programs: AtomicUsize::new(0),
+        several_tasks: AtomicUsize::new(0),
         per_profile: Mutex::new(BTreeMap::new()),
         first_failure: Mutex::new(None),
         found: Mutex::new(None),
@@ -106,6 +110,7 @@ pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExpl
     let schedules = shared.schedules;
     WorkflowsExplored {
         programs: shared.programs.load(Ordering::SeqCst),
+        several_tasks: shared.several_tasks.load(Ordering::SeqCst),
         cells: schedules.runs.load(Ordering::SeqCst),
         unknown: schedules.unknown.load(Ordering::SeqCst),
         per_profile: shared.per_profile.into_inner().expect("per profile"),
@@ -187,6 +192,9 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
     let program = Program::peek(&tree.current());
     let scenario = program.scenario(case, &[profile], workflow::CHAOS).ok()?;
     let id = scenario.id(profile);
+    if scenario.tasks().len() > 1 {
+        shared.several_tasks.fetch_add(1, Ordering::SeqCst);
+    }
     let scenarios = std::slice::from_ref(&scenario);
     let (discovery, clean) = clean_run(env, &scenario, profile);
     let verdict = clean
