@@ -301,7 +301,7 @@ pub fn run_cell_traced(
     let events = schedule_of(scenario, spec, env.recut);
     let real_env = real_timeouts(env, profile);
     let env = real_env.as_ref().unwrap_or(env);
-    let hang_env = hang_timeout(env, &events);
+    let hang_env = hang_timeout(env, &events, scenario.tasks().len());
     let env = hang_env.as_ref().unwrap_or(env);
     let tmp = match crate::tempdirs::tempdir("cell") {
         Ok(t) => t,
@@ -427,16 +427,27 @@ pub(crate) fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
 }
 
 /// `env` with the hang idle timeout, when the schedule hangs a provider (a
-/// hung provider is found only by the idle timeout).
-fn hang_timeout(env: &CellEnv, events: &[Event]) -> Option<CellEnv> {
+/// hung provider is found only by the idle timeout). In a cell of several
+/// tasks every task's healthy providers share that timeout, so it is
+/// [`SEVERAL_TASKS_HANG_FACTOR`] times longer there (still at most the
+/// runner's idle timeout): at 50 ms a loaded machine had them stopped as
+/// hung in one generated program's cell in seven (timing reruns, counted).
+fn hang_timeout(env: &CellEnv, events: &[Event], tasks: usize) -> Option<CellEnv> {
+    let hang = match tasks {
+        0 | 1 => env.hang_idle_timeout_ms,
+        _ => env.hang_idle_timeout_ms * SEVERAL_TASKS_HANG_FACTOR,
+    };
     events
         .iter()
         .any(|e| e.fault == Fault::HangProvider)
         .then(|| CellEnv {
-            idle_timeout_ms: env.hang_idle_timeout_ms.min(env.idle_timeout_ms),
+            idle_timeout_ms: hang.min(env.idle_timeout_ms),
             ..env.clone()
         })
 }
+
+/// How many times the hang idle timeout a cell of several tasks uses.
+const SEVERAL_TASKS_HANG_FACTOR: u64 = 4;
 
 fn harness_failure(spec: &CellSpec, env: &CellEnv, started: Instant, error: String) -> CellRun {
     CellRun {
