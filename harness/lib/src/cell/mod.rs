@@ -34,6 +34,7 @@ mod power;
 mod reads;
 mod reproduce;
 mod steps;
+mod tasks;
 mod teardown;
 use board::{Board, Recorder, Records};
 pub use doomed::doomed_in_trace;
@@ -44,7 +45,7 @@ pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 pub use reproduce::{
     reproduce_args, reproduce_command, reproduce_script, run_config, scenarios_arg,
 };
-use steps::{run_steps, settled, wait_task};
+use steps::run_steps;
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
 
@@ -247,42 +248,6 @@ impl Layout {
     }
 }
 
-impl Ctx {
-    /// The first task: the one injected controller actions go to.
-    fn first_task(&self) -> &str {
-        self.plan
-            .tasks
-            .first()
-            .map_or(crate::scenario::FIRST_TASK, String::as_str)
-    }
-
-    /// Task `task`'s workspace: the cell's `ws`, or with several tasks a
-    /// directory of its own in it (on the same lazy mount), so that its
-    /// files and its providers (by their working directory) are told apart.
-    fn workspace(&self, task: &str) -> PathBuf {
-        workspace_of(&self.layout, &self.plan.tasks, task)
-    }
-
-    /// Waits until every task settled, across runner restarts; the first
-    /// task's view.
-    fn wait_all_settled(&self, until: Instant) -> anyhow::Result<serde_json::Value> {
-        let mut first = None;
-        for task in &self.plan.tasks {
-            let t = wait_task(self, until, task, settled)?;
-            first.get_or_insert(t);
-        }
-        first.ok_or_else(|| anyhow::anyhow!("the scenario submits no task"))
-    }
-}
-
-/// Task `task`'s workspace in `layout` (see [`Ctx::workspace`]).
-fn workspace_of(layout: &Layout, tasks: &[String], task: &str) -> PathBuf {
-    match tasks.len() {
-        0 | 1 => layout.p("ws"),
-        _ => layout.p("ws").join(task),
-    }
-}
-
 /// Runs one cell: its evidence, judged by the caller.
 pub fn run_cell(env: &CellEnv, scenario: &Scenario, profile: &str, spec: &CellSpec) -> CellRun {
     run_cell_traced(env, scenario, profile, spec, None)
@@ -481,19 +446,6 @@ fn write_script(scenario: &Scenario, layout: &Layout) -> anyhow::Result<()> {
     let script = toml::to_string(&scenario.script)?;
     std::fs::write(layout.p("script.toml"), script)?;
     std::fs::create_dir_all(layout.p("ws"))?;
-    Ok(())
-}
-
-/// Makes every task's workspace (after the lazy mounts, which start empty),
-/// durably: a power cut must not take a workspace the controller named
-/// (the mount's directory syncs each new entry).
-fn make_workspaces(ctx: &Ctx) -> anyhow::Result<()> {
-    for task in &ctx.plan.tasks {
-        let ws = ctx.workspace(task);
-        std::fs::create_dir_all(&ws)?;
-        std::fs::File::open(&ws)?.sync_all()?;
-    }
-    std::fs::File::open(ctx.layout.p("ws"))?.sync_all()?;
     Ok(())
 }
 
@@ -719,7 +671,7 @@ fn drive(
     if power::needs_lazy_mounts(&ctx.plan.events) {
         cell.lazy = power::mount_disks(ctx)?;
     }
-    make_workspaces(ctx)?;
+    tasks::make_workspaces(ctx)?;
     let listener = cutpoint::Listener::bind(layout.p("cut.sock"))?;
     cell.waker = Some(listener.waker()?);
     match wire::profiles::real(profile) {

@@ -143,10 +143,13 @@ impl Evidence {
         conversations.extend(self.run_conversations(|t| t == id));
         let mut others = self.conversations_of(&foreign);
         others.extend(self.run_conversations(|t| t != id));
+        // A turn is another task's by its authority, its client id or its
+        // conversation; one that is no task's stays in every view.
         v.provider_turns.retain(|t| {
-            owned(&t.authorized_by)
-                || t.client_id.as_deref().is_some_and(owned)
-                || (conversations.contains(&t.thread) && !foreign(&t.authorized_by))
+            let theirs = foreign(&t.authorized_by)
+                || t.client_id.as_deref().is_some_and(foreign)
+                || (others.contains(&t.thread) && !conversations.contains(&t.thread));
+            !theirs || owned(&t.authorized_by)
         });
         // An entry naming another task's conversation, or a fact about
         // another task's message (`by`, `authorized_by`), is that task's.

@@ -142,6 +142,12 @@ fn explorer(env: &CellEnv, opts: &WorkflowOptions, job: usize, started: Instant,
             continue;
         };
         let n = shared.programs.fetch_add(1, Ordering::SeqCst) + 1;
+        if Program::peek(&tree.current())
+            .ops
+            .contains(&workflow::Op::Submit)
+        {
+            shared.several_tasks.fetch_add(1, Ordering::SeqCst);
+        }
         let profile = &opts.profiles[(n - 1) % opts.profiles.len()];
         let case = case_name(o.seed, n);
         if let Some(found) = try_program(
@@ -192,9 +198,6 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
     let program = Program::peek(&tree.current());
     let scenario = program.scenario(case, &[profile], workflow::CHAOS).ok()?;
     let id = scenario.id(profile);
-    if scenario.tasks().len() > 1 {
-        shared.several_tasks.fetch_add(1, Ordering::SeqCst);
-    }
     let scenarios = std::slice::from_ref(&scenario);
     let (discovery, clean) = clean_run(env, &scenario, profile);
     let verdict = clean

@@ -91,6 +91,23 @@ fn a_replay_in_the_second_task_fails_and_names_it() {
     assert!(!m.starts_with("task-"), "{m}");
 }
 
+/// A provider turn no task's message authorized, in a conversation no
+/// task's, is judged in every task's view: cutting the evidence by task
+/// hides nothing that is no task's.
+#[test]
+fn a_turn_of_no_task_stays_in_every_view() {
+    let mut e = two_tasks();
+    let mut stray = second().provider_turns[0].clone();
+    stray.thread = "th-x".into();
+    stray.turn = "px".into();
+    stray.client_id = Some("who-knows".into());
+    stray.authorized_by = "who-knows".into();
+    e.provider_turns.push(stray);
+    for (task, v) in e.task_views() {
+        assert!(v.provider_turns.iter().any(|t| t.turn == "px"), "{task}");
+    }
+}
+
 #[test]
 fn a_second_task_left_running_fails_liveness_for_it_alone() {
     let mut e = two_tasks();
