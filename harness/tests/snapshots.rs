@@ -187,31 +187,10 @@ fn section(
     profile: &str,
 ) -> Section {
     let id = s.id(profile);
-    let mut env = CellEnv::new(exe(), dir);
-    // A healthy provider on a busy machine may pause past the wave's short
-    // hang timeout and be stopped as hung, which changes the path a
-    // snapshot records.
-    env.hang_idle_timeout_ms = SNAPSHOT_HANG_IDLE_MS;
-    let d = plan::discover(&env, s, profile).expect("discovery runs");
+    let (env, d, expanded, cells) = sampled(dir, s, profile);
     let unmatched = plan::unmatched_points(s, &d.boundaries)
         .into_iter()
         .collect();
-    assert_eq!(
-        d.clean_verdict,
-        Verdict::Pass,
-        "the clean run of {id} must pass"
-    );
-    let expanded = plan::number(
-        7,
-        plan::expand(s, &d.boundaries)
-            .expect("cells expand")
-            .into_iter()
-            .map(|event| (id.clone(), event))
-            .collect(),
-    );
-    // A fixed sample per profile keeps `cargo test` within CI's budget;
-    // the wave runs every cell.
-    let cells = plan::sample(expanded.clone(), Some(CELLS_PER_PROFILE), 7);
     let known = recorded(&s.case, &id);
     let (finished, paths, strays) = run_for_paths(&env, scenarios, &cells, &known);
     assert_all_pass(&id, &finished);
@@ -247,8 +226,22 @@ fn judged_only(
     s: &scenario::Scenario,
     profile: &str,
 ) {
+    let (env, _, _, cells) = sampled(dir, s, profile);
+    assert_all_pass(&s.id(profile), &run_reaching_cuts(&env, scenarios, &cells));
+}
+
+/// `profile`'s cell environment, discovery (its clean run must pass), every
+/// cell of `s` on it, and the fixed sample of them.
+fn sampled(
+    dir: &Path,
+    s: &scenario::Scenario,
+    profile: &str,
+) -> (CellEnv, plan::Discovery, Vec<CellSpec>, Vec<CellSpec>) {
     let id = s.id(profile);
     let mut env = CellEnv::new(exe(), dir);
+    // A healthy provider on a busy machine may pause past the wave's short
+    // hang timeout and be stopped as hung, which changes the path a
+    // snapshot records.
     env.hang_idle_timeout_ms = SNAPSHOT_HANG_IDLE_MS;
     let d = plan::discover(&env, s, profile).expect("discovery runs");
     assert_eq!(
@@ -264,8 +257,10 @@ fn judged_only(
             .map(|event| (id.clone(), event))
             .collect(),
     );
-    let cells = plan::sample(expanded, Some(CELLS_PER_PROFILE), 7);
-    assert_all_pass(&id, &run_reaching_cuts(&env, scenarios, &cells));
+    // A fixed sample per profile keeps `cargo test` within CI's budget;
+    // the wave runs every cell.
+    let cells = plan::sample(expanded.clone(), Some(CELLS_PER_PROFILE), 7);
+    (env, d, expanded, cells)
 }
 
 /// Attempts per cell whose armed cut is not reached.
