@@ -38,7 +38,7 @@ pub use actions::{Action, ActionKind, Exchange, Op, OpKind, OpResult, RequestKin
 pub use journal::TurnStart;
 pub use task::TaskRead;
 pub use tasks::TaskLane;
-pub use upstream::{InjectedAnswer, ModelExchange};
+pub use upstream::{InjectedAnswer, JournalOf, ModelExchange};
 
 /// A turn as the provider durably recorded it (its own store, read after the
 /// cell): the provider's truth, which the journal can lag by a write. The
@@ -86,6 +86,12 @@ pub struct Evidence {
     pub events_before_power_cut: Option<Vec<RunLogEvent>>,
     /// The provider journal.
     pub journal: Vec<Entry>,
+    /// The journal of the model API a real product's cell starts beside the
+    /// product (`model-journal.jsonl`): what the product asked the model
+    /// and what was injected there. Empty in a fake's cell, where a model
+    /// API that serves the runner journals into `journal`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_journal: Vec<Entry>,
     /// The effect ledger.
     pub ledger: Vec<LedgerEntry>,
     /// Every turn in the provider's durable store at the end.

@@ -223,6 +223,7 @@ fn name_real_effects(model_journal: &Path, ev: &mut Evidence) {
             for l in &mut ev.ledger {
                 l.by = crate::evidence::controller_id(&l.by);
             }
+            ev.model_journal = model;
         }
         Err(e) => ev.unreadable(Source::Journal, format!("{}: {e}", model_journal.display())),
     }

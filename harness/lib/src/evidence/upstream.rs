@@ -12,16 +12,38 @@ use crate::model::{Fault, FaultClass};
 /// The model API's routes: OpenAI Responses, Anthropic Messages.
 const MODEL_ROUTES: [&str; 2] = ["/v1/responses", "/v1/messages"];
 
-/// One injected error answer: as the answering fake journaled it (`line`
-/// and `generation` set), or, where that process's journal is not in the
-/// evidence (a real product's harness-started model API), as the harness's
-/// own action recorded it.
+/// Which of a cell's journals an entry is in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JournalOf {
+    /// The provider's (`journal.jsonl`), which holds the fake model API's
+    /// too where the runner talks to it (the native profile).
+    Provider,
+    /// The model API's a real product's cell starts beside the product
+    /// (`model-journal.jsonl`).
+    ModelApi,
+}
+
+impl JournalOf {
+    /// How a reference to one of its lines is written (`journal:3`).
+    pub fn label(self) -> &'static str {
+        match self {
+            JournalOf::Provider => "journal",
+            JournalOf::ModelApi => "model-journal",
+        }
+    }
+}
+
+/// One injected error answer: as the answering process journaled it
+/// (`line` and `generation` set), or, where that process's journal is not
+/// in the evidence, as the harness's own action recorded it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InjectedAnswer {
     /// The fault.
     pub fault: Fault,
     /// The cut point it was injected at.
     pub point: String,
+    /// The journal that holds it.
+    pub journal: JournalOf,
     /// Its journal line (1-based), when journaled.
     pub line: Option<usize>,
     /// When, in milliseconds since the epoch.
@@ -42,23 +64,21 @@ pub struct ModelExchange {
 }
 
 impl Evidence {
-    /// Every error answer the harness injected, in order.
+    /// The entries of `journal`.
+    pub fn journal_of(&self, journal: JournalOf) -> &[Entry] {
+        match journal {
+            JournalOf::Provider => &self.journal,
+            JournalOf::ModelApi => &self.model_journal,
+        }
+    }
+
+    /// Every error answer the harness injected, in order: as the journals
+    /// show them (the provider's, then a real product's model API's), else
+    /// as the harness's actions do.
     pub fn injected_answers(&self) -> Vec<InjectedAnswer> {
-        let journaled: Vec<InjectedAnswer> = self
-            .journal
-            .iter()
-            .enumerate()
-            .filter(|(_, en)| en.fact.as_deref() == Some("fault.answer"))
-            .filter_map(|(i, en)| {
-                let fault = Fault::parse(en.data["answer"].as_str()?)?;
-                (fault.class() == FaultClass::Answer).then(|| InjectedAnswer {
-                    fault,
-                    point: en.data["point"].as_str().unwrap_or_default().to_owned(),
-                    line: Some(i + 1),
-                    ts_ms: en.ts_ms,
-                    generation: Some(en.generation.clone()),
-                })
-            })
+        let journaled: Vec<InjectedAnswer> = [JournalOf::Provider, JournalOf::ModelApi]
+            .into_iter()
+            .flat_map(|j| journaled_answers(self.journal_of(j), j))
             .collect();
         if !journaled.is_empty() {
             return journaled;
@@ -70,6 +90,7 @@ impl Evidence {
                     Some(InjectedAnswer {
                         fault,
                         point: a.detail["point"].as_str().unwrap_or_default().to_owned(),
+                        journal: JournalOf::Provider,
                         line: None,
                         ts_ms: self.started_ms + a.at_ms,
                         generation: None,
@@ -80,15 +101,17 @@ impl Evidence {
             .collect()
     }
 
-    /// The model API's requests and status answers after journal line
-    /// `after` (1-based) by the process of `generation`, before `until_ms`.
+    /// The model API's requests and status answers in `journal` after its
+    /// line `after` (1-based) by the process of `generation`, before
+    /// `until_ms`.
     pub fn model_exchanges_after(
         &self,
+        journal: JournalOf,
         after: usize,
         generation: &str,
         until_ms: u64,
     ) -> Vec<ModelExchange> {
-        self.journal
+        self.journal_of(journal)
             .iter()
             .enumerate()
             .skip(after)
@@ -123,6 +146,27 @@ impl Evidence {
             .map(|o| self.started_ms + o.at_ms)
             .min()
     }
+}
+
+/// The error answers `entries` (the journal `journal`) record as
+/// injected (`fault.answer`).
+fn journaled_answers(entries: &[Entry], journal: JournalOf) -> Vec<InjectedAnswer> {
+    entries
+        .iter()
+        .enumerate()
+        .filter(|(_, en)| en.fact.as_deref() == Some("fault.answer"))
+        .filter_map(|(i, en)| {
+            let fault = Fault::parse(en.data["answer"].as_str()?)?;
+            (fault.class() == FaultClass::Answer).then(|| InjectedAnswer {
+                fault,
+                point: en.data["point"].as_str().unwrap_or_default().to_owned(),
+                journal,
+                line: Some(i + 1),
+                ts_ms: en.ts_ms,
+                generation: Some(en.generation.clone()),
+            })
+        })
+        .collect()
 }
 
 /// A model API request (`Some(None)`) or status answer (`Some(Some(s))`).

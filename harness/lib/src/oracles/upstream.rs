@@ -82,9 +82,10 @@ fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
     let Some(want) = expected_cause(inj.fault, &inj.point) else {
         return;
     };
-    let at = inj
-        .line
-        .map_or_else(|| "actions".to_owned(), |l| format!("journal:{l}"));
+    let at = inj.line.map_or_else(
+        || "actions".to_owned(),
+        |l| format!("{}:{l}", inj.journal.label()),
+    );
     let Some(run) = run_at(e, inj.ts_ms) else {
         j.unknown = Some(format!(
             "no run of the task was created before {} was injected at {}",
@@ -153,17 +154,18 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
         return;
     };
     let until = e.first_retry_ms().unwrap_or(u64::MAX);
-    let after = e.model_exchanges_after(line, generation, until);
+    let after = e.model_exchanges_after(inj.journal, line, generation, until);
+    let label = inj.journal.label();
     let requests: Vec<_> = after.iter().filter(|x| x.status.is_none()).collect();
     if !u.transient() {
         if let Some(first) = requests.first() {
             j.fail(
                 format!(
-                    "the runner asked the model API again by itself after {} ({} request(s) after journal:{line}); the contract never retries it",
+                    "the runner asked the model API again by itself after {} ({} request(s) after {label}:{line}); the contract never retries it",
                     inj.fault,
                     requests.len(),
                 ),
-                [format!("journal:{}", first.line)],
+                [format!("{label}:{}", first.line)],
             );
         }
         return;
@@ -183,7 +185,7 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
                     next.ts_ms.saturating_sub(out.ts_ms),
                     wait_ms / 1000
                 ),
-                [format!("journal:{}", next.line)],
+                [format!("{label}:{}", next.line)],
             );
         }
     }

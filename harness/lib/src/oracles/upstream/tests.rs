@@ -213,3 +213,23 @@ fn without_the_model_api_s_journal_the_harness_s_action_names_the_fault() {
         Verdict::Unknown
     );
 }
+
+/// A real product's cell: its model API journals apart from the product
+/// (`model_journal`), and the oracle judges from there, naming that
+/// journal; without it the retries are not judged (`unknown`).
+#[test]
+fn a_real_product_s_model_api_journal_is_judged_and_named() {
+    let model = vec![
+        request(100),
+        injected(101, "model.responses.received", "auth-expired"),
+        answered(102, 401),
+        request(400),
+    ];
+    let mut e = evidence("failed", Some(("upstream_unauthorized", false)), Vec::new());
+    e.model_journal = model;
+    let (v, m) = verdict(&e);
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(m.contains("after model-journal:2"), "{m}");
+    e.model_journal.truncate(3);
+    assert_eq!(verdict(&e).0, Verdict::Pass);
+}
