@@ -53,6 +53,7 @@
 mod patch;
 pub mod store;
 mod turn;
+mod upstream;
 pub mod wire;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -98,6 +99,7 @@ pub fn serve(opts: Options) -> anyhow::Result<()> {
         pending: HashMap::new(),
         usage: HashMap::new(),
         policies: HashMap::new(),
+        dead_credentials: HashSet::new(),
     };
     let served = crate::rpc::serve_lines(&mut server);
     // Stdin closed: the real codex closes its databases, which syncs them.
@@ -123,6 +125,9 @@ struct Server {
     /// `thread/start`, `thread/resume` or `turn/start`): durable only with
     /// the next turn context written (`begin_turn`).
     policies: HashMap<String, String>,
+    /// Threads whose model API credential expired (fault `auth-expired`):
+    /// their every later model request fails so, as the model API's would.
+    dead_credentials: HashSet<String>,
 }
 
 /// The approval policy of a thread that was given none, or whose policy
@@ -152,6 +157,9 @@ struct ActiveTurn {
     /// one ends a response that called tools, after which the model is
     /// asked again and takes up the queued messages.
     tools_pending: bool,
+    /// The model was asked for the response being played (at the turn's
+    /// start, and again after a response that called tools).
+    asked: bool,
     /// The turn's diff (`turn/diff/updated`) once a patch applied.
     diff: Option<String>,
     /// Model items (agent messages, tool calls) begun so far: the ordinal of
@@ -497,6 +505,13 @@ impl Server {
     }
 
     fn finish_turn(&mut self, thread_id: &str, status: TurnStatus, error: Option<&str>) -> Sent {
+        let error = error.map(|m| json!({ "message": m }));
+        self.finish_turn_with(thread_id, status, error)
+    }
+
+    /// Ends the active turn of `thread_id` with `status` and `error` (a
+    /// `TurnError`: `message`, and `codexErrorInfo` when it failed upstream).
+    fn finish_turn_with(&mut self, thread_id: &str, status: TurnStatus, error: Option<Value>) -> Sent {
         let Some(active) = self.active.remove(thread_id) else {
             return Ok(());
         };
@@ -509,7 +524,13 @@ impl Server {
                 .find(|t| t.id == active.turn_id)
                 .expect("turn exists");
             turn.status = status;
-            turn.error = error.map(str::to_owned);
+            turn.error = error
+                .as_ref()
+                .and_then(|e| e["message"].as_str())
+                .map(str::to_owned);
+            turn.error_info = error
+                .and_then(|mut e| e.get_mut("codexErrorInfo").map(Value::take))
+                .filter(|i| !i.is_null());
             turn.completed_at = Some(now_s());
         }
         if let Err(e) = self.store.save(thread_id) {

@@ -86,6 +86,7 @@ impl Store {
                 if turn.status == TurnStatus::InProgress {
                     turn.status = TurnStatus::Interrupted;
                     turn.error = None;
+                    turn.error_info = None;
                     changed = true;
                 }
             }

@@ -59,6 +59,7 @@ impl Server {
             script_index: planned.script_index,
             status: TurnStatus::InProgress,
             error: None,
+            error_info: None,
             items: Vec::new(),
             issued: Vec::new(),
             finished: Vec::new(),
@@ -174,6 +175,7 @@ impl Server {
                 queued: Vec::new(),
                 authorized_by: None,
                 tools_pending: false,
+                asked: false,
                 diff: None,
                 items: 0,
                 output_bytes: 0,
@@ -349,6 +351,13 @@ impl Server {
                 return Ok(());
             }
             let turn_id = active.turn_id.clone();
+            if !active.asked && !active.steps.is_empty() {
+                active.asked = true;
+                if let Some(fault) = self.ask_model(thread_id) {
+                    return self.fail_upstream(thread_id, &turn_id, fault);
+                }
+                continue;
+            }
             let Some(step) = active.steps.pop_front() else {
                 return Ok(());
             };
@@ -360,6 +369,8 @@ impl Server {
                 }
                 Step::Usage => {
                     let after_tools = std::mem::take(&mut active.tools_pending);
+                    // The tools' outputs go back to the model: it is asked again.
+                    active.asked = !after_tools;
                     self.token_usage(thread_id, &turn_id)?;
                     if after_tools {
                         self.take_up_queued(thread_id, &turn_id)?;

@@ -147,7 +147,10 @@ pub fn turn_json(turn: &TurnRecord, view: ItemsView) -> Value {
         "items": items,
         "itemsView": view,
         "status": turn.status,
-        "error": turn.error.as_ref().map(|m| json!({ "message": m })),
+        "error": turn.error.as_ref().map(|m| match &turn.error_info {
+            Some(info) => json!({ "message": m, "codexErrorInfo": info, "additionalDetails": null }),
+            None => json!({ "message": m }),
+        }),
         "startedAt": turn.started_at,
         "completedAt": turn.completed_at,
         "durationMs": turn.completed_at.map(|c| (c - turn.started_at) * 1000),

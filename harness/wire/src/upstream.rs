@@ -261,6 +261,63 @@ pub const LOOKUP_POINTS: &[&str] = &[
     "opencode.message.received",
 ];
 
+/// The points where a fake provider asks its scripted model: at a turn's
+/// start and again after each response that called tools, as the real
+/// products ask their model API. Every upstream fault is answered there,
+/// and the fake fails the turn as its real product reports that failure of
+/// its model API (for Codex: [`codex_turn_error`]).
+pub const PROVIDER_MODEL_POINTS: [&str; 3] = [
+    "codex.model.requested",
+    "acp.model.requested",
+    "opencode.model.requested",
+];
+
+/// Where a fake Codex says its model API is, in the messages that name it.
+const FAKE_CODEX_MODEL_URL: &str = "http://127.0.0.1/v1/responses";
+
+/// The `error` (a `TurnError`: `message`, `codexErrorInfo`) the real Codex
+/// app-server 0.171 reports, in its `error` notification and its failed
+/// turn, when its model API failed with `fault` and its own retries are
+/// off; measured, `docs/real-providers.md` ("Upstream failures").
+pub fn codex_turn_error(fault: UpstreamFault) -> Value {
+    let unexpected = |status: u16, reason: &str| {
+        let body = fault.openai_body();
+        let text = body["error"]["message"].as_str().unwrap_or_default().to_owned();
+        (
+            json!({ "httpConnectionFailed": { "httpStatusCode": status } }),
+            format!("unexpected status {status} {reason}: {text}, url: {FAKE_CODEX_MODEL_URL}"),
+        )
+    };
+    let (info, message) = match fault {
+        UpstreamFault::RateLimit => (
+            json!({ "responseTooManyFailedAttempts": { "httpStatusCode": 429 } }),
+            "exceeded retry limit, last status: 429 Too Many Requests".to_owned(),
+        ),
+        UpstreamFault::ServerError => (
+            json!("internalServerError"),
+            "We\u{2019}re currently experiencing high demand, which may cause temporary errors."
+                .to_owned(),
+        ),
+        UpstreamFault::Unavailable => unexpected(503, "Service Unavailable"),
+        UpstreamFault::Overload => unexpected(529, "<unknown status code>"),
+        UpstreamFault::AuthExpired => unexpected(401, "Unauthorized"),
+        UpstreamFault::ContextOverflow => (
+            json!("contextWindowExceeded"),
+            "Codex ran out of room in the model's context window. Start a new thread or clear earlier history before retrying.".to_owned(),
+        ),
+        UpstreamFault::StreamCut => (
+            json!("other"),
+            "stream disconnected before completion: Transport error: network error: error decoding response body".to_owned(),
+        ),
+        UpstreamFault::StreamTruncated | UpstreamFault::MalformedEvent => (
+            json!("other"),
+            "stream disconnected before completion: stream closed before response.completed"
+                .to_owned(),
+        ),
+    };
+    json!({ "message": message, "codexErrorInfo": info, "additionalDetails": null })
+}
+
 /// The model API's request points, where status faults are answered: its
 /// OpenAI Responses route's and its Anthropic Messages route's.
 pub const MODEL_REQUEST_POINTS: [&str; 2] = ["model.responses.received", "model.messages.received"];

@@ -267,6 +267,11 @@ fn never_written(message: &str) -> bool {
         || (message.contains("rollout at ") && message.ends_with(" is empty"))
 }
 
+/// How codex 0.171 begins the message of a turn whose model API stream
+/// broke: "stream disconnected before completion: stream closed before
+/// response.completed" (measured, `docs/real-providers.md`).
+const STREAM_DISCONNECTED: &str = "stream disconnected before completion";
+
 /// The contract's cause for a turn Codex failed with `error.codexErrorInfo`
 /// (its vendored spec's `CodexErrorInfo`): a named upstream failure, or
 /// one carrying the model API's `httpStatusCode` (`httpConnectionFailed`,
@@ -285,6 +290,11 @@ pub fn codex_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
             "internalServerError" => Some(CauseCode::UpstreamServerError),
             "unauthorized" => Some(CauseCode::UpstreamUnauthorized),
             "contextWindowExceeded" => Some(CauseCode::ContextWindowExceeded),
+            // With its stream retries off, codex 0.171 reports a stream cut,
+            // ended early or corrupted as `other`, told by its message.
+            "other" if message.starts_with(STREAM_DISCONNECTED) => {
+                Some(CauseCode::UpstreamStreamBroken)
+            }
             _ => None,
         };
     }
@@ -363,5 +373,10 @@ mod tests {
             assert_eq!(super::codex_error_cause(&error), want, "{info}");
         }
         assert_eq!(super::codex_error_cause(&json!({ "message": "m" })), None);
+        let cut = json!({ "codexErrorInfo": "other", "message":
+            "stream disconnected before completion: Transport error: network error: error decoding response body" });
+        assert_eq!(super::codex_error_cause(&cut), Some(C::UpstreamStreamBroken));
+        let other = json!({ "codexErrorInfo": "other", "message": "m" });
+        assert_eq!(super::codex_error_cause(&other), None);
     }
 }

@@ -337,6 +337,9 @@ impl Engine {
         if let Some(turn) = snap.turns.last().filter(|t| t.status.unsettled()) {
             return self.recover_turn(snap, run, &conversation, turn, l).await;
         }
+        if let Some(cause) = self.ended_with(snap).await? {
+            return Err(StepError::Fail(cause));
+        }
         if let Some(message) = self.next_message(snap, run).cloned() {
             return self
                 .start_primary(snap, run, &conversation, message, l)
@@ -345,6 +348,18 @@ impl Engine {
         let live_now = live.take().expect("checked above");
         self.finish_live(task_id, live_now).await?;
         self.settle_completed(task_id, run).await
+    }
+
+    /// The cause the run's last turn ended with, when it ended other than
+    /// completed and the runner stopped before settling the run: the run
+    /// fails with it, as it would have.
+    async fn ended_with(&self, snap: &Snapshot) -> Result<Option<Cause>, StepError> {
+        let Some(turn) = snap.turns.last().filter(|t| t.status != TurnStatus::Completed) else {
+            return Ok(None);
+        };
+        let (tid, row) = (snap.task.task_id.clone(), turn.turn_row);
+        self.read("turn_cause", move |db| db.ended_turn_cause(&tid, row))
+            .await
     }
 
     /// Records a conversation's intent, opens it, records its id.

@@ -568,22 +568,24 @@ impl Engine {
         if crate::seeded::accept_at_turn_end() {
             self.accept(&snap.task.task_id, run, row, &turn_id).await?;
         }
+        // The provider ran the loop and retried its model API itself: a turn
+        // it failed upstream settles with that cause, never started again
+        // by the runner (its history holds the message). The cause is
+        // written with the turn's end, so a runner stopped before settling
+        // the run settles it with the same cause (`Actor::step`).
+        let cause = (ended != TurnStatus::Completed).then(|| {
+            Cause::new(
+                upstream.unwrap_or(CauseCode::ProviderProtocolError),
+                format!("the provider ended turn {turn_id} with status {status}"),
+            )
+        });
         let (tid, rid) = (snap.task.task_id.clone(), run.run_id.clone());
-        let data = json!({ "provider_turn_id": turn_id, "status": status });
+        let data = json!({ "provider_turn_id": turn_id, "status": status, "cause": cause });
         self.write("turn_ended", move |db| {
             db.turn_finished(&tid, &rid, row, ended, data)
         })
         .await?;
-        if ended == TurnStatus::Completed {
-            return Ok(());
-        }
-        // The provider ran the loop and retried its model API itself: a turn
-        // it failed upstream settles with that cause, never started again
-        // by the runner (its history holds the message).
-        Err(StepError::Fail(Cause::new(
-            upstream.unwrap_or(CauseCode::ProviderProtocolError),
-            format!("the provider ended turn {turn_id} with status {status}"),
-        )))
+        cause.map_or(Ok(()), |c| Err(StepError::Fail(c)))
     }
 }
 

@@ -220,6 +220,29 @@ impl Db {
         })?;
         Ok(row)
     }
+    /// The cause a settled turn `turn_row` of the task ended with, as its
+    /// `turn.failed` event recorded it: the run's cause when the runner
+    /// stopped before settling the run. `None` for a turn that ended
+    /// without one (completed, or marked lost for its continuation).
+    pub fn ended_turn_cause(
+        &self,
+        task_id: &str,
+        turn_row: i64,
+    ) -> Result<Option<crate::causes::Cause>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT data FROM events WHERE task_id = ?1 AND kind = 'turn.failed'
+             ORDER BY seq DESC",
+        )?;
+        let rows = stmt.query_map(params![task_id], |r| r.get::<_, String>(0))?;
+        for data in rows {
+            let data: Value = serde_json::from_str(&data?).unwrap_or(Value::Null);
+            if data["turn_row"].as_i64() == Some(turn_row) {
+                return Ok(serde_json::from_value(data["cause"].clone()).ok());
+            }
+        }
+        Ok(None)
+    }
+
     /// The provider's ids of the task's turns before `turn_row` that it
     /// accepted, oldest first.
     pub fn accepted_before(&self, task_id: &str, turn_row: i64) -> Result<Vec<String>, StoreError> {

@@ -28,11 +28,14 @@ impl Fault {
     /// Whether an error-answer fault can be injected at `point`:
     /// `error-answer` at a provider's request (`ERROR_ANSWER_POINTS`), a
     /// status fault at the model API's request, a stream fault after an
-    /// event of its stream but the last.
+    /// event of its stream but the last; any upstream fault where a fake
+    /// provider asks its scripted model (`PROVIDER_MODEL_POINTS`), which
+    /// fails the turn as its real product reports that failure.
     pub(super) fn answers_at(self, point: &str) -> bool {
         use wire::upstream as up;
         match self.upstream() {
             None => self == Fault::ErrorAnswer && up::ERROR_ANSWER_POINTS.contains(&point),
+            Some(_) if up::PROVIDER_MODEL_POINTS.contains(&point) => true,
             Some(u) if u.is_stream() => up::stream_fault_point(point),
             Some(_) => up::MODEL_REQUEST_POINTS.contains(&point),
         }

@@ -63,6 +63,10 @@ pub struct TurnRecord {
     pub status: TurnStatus,
     /// Error message for failed or interrupted turns.
     pub error: Option<String>,
+    /// The `codexErrorInfo` of a turn that failed upstream (its model API
+    /// failed), as the real Codex names the failure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_info: Option<serde_json::Value>,
     /// Completed thread items, in wire form.
     pub items: Vec<Value>,
     /// Keys of the tool calls the model issued in this turn (the real
