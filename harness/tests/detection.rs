@@ -330,6 +330,20 @@ fn row_14_a_lookup_answered_with_an_error_is_not_read_as_absent() {
     );
 }
 
+#[test]
+fn row_19_a_turn_the_provider_failed_upstream_is_not_continued_after_a_restart() {
+    caught(
+        "continue-upstream-failure",
+        "restart-chaos.runner-codex.local.upstream-faults",
+        &[
+            "--schedule",
+            "codex.model.requested#1/auth-expired+runner.write.turn_ended#1/kill-runner",
+        ],
+        "upstream",
+        "started a turn again by itself",
+    );
+}
+
 /// Found by `turncut explore --seed 32 --only runner-codex` in runnerd
 /// itself: the provider lost an accepted turn's message, the runner sent it
 /// again, and was killed before that send's acceptance was durable.

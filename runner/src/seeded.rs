@@ -101,11 +101,13 @@ pub enum SeededBug {
     DeliverStaleRetry,
     /// After a restart, resume only the first unsettled task.
     ResumeFirstTaskOnly,
+    /// After a restart, continue a turn the provider failed because its model API did.
+    ContinueUpstreamFailure,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 41] = [
+    pub const ALL: [SeededBug; 42] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -147,6 +149,7 @@ impl SeededBug {
         SeededBug::ActorReturnsOnFailedRead,
         SeededBug::DeliverStaleRetry,
         SeededBug::ResumeFirstTaskOnly,
+        SeededBug::ContinueUpstreamFailure,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -185,6 +188,8 @@ impl SeededBug {
             | RetryDecidesByPrimaryTurn
             | RetryResendsQueued
             | DeliverStaleRetry => !native,
+            // Only the Codex driver reads why a recorded turn failed.
+            ContinueUpstreamFailure => protocol == Protocol::Codex,
             // Only Codex sends an accepted turn found absent again under a
             // new provider turn id: OpenCode re-sends under the client's
             // message id, found by the next lookup (adopted); ACP closes the
@@ -244,6 +249,7 @@ impl SeededBug {
             SeededBug::ActorReturnsOnFailedRead => "actor-returns-on-failed-read",
             SeededBug::DeliverStaleRetry => "deliver-stale-retry",
             SeededBug::ResumeFirstTaskOnly => "resume-first-task-only",
+            SeededBug::ContinueUpstreamFailure => "continue-upstream-failure",
         }
     }
 }
@@ -323,6 +329,8 @@ hooks! {
     stuck_after_restart => StuckAfterRestart;
     /// `resume-first-task-only`.
     resume_first_task_only => ResumeFirstTaskOnly;
+    /// `continue-upstream-failure`.
+    continue_upstream_failure => ContinueUpstreamFailure;
     /// `fail-closed-when-absent`.
     fail_closed_when_absent => FailClosedWhenAbsent;
     /// `adopt-without-completion`.

@@ -511,7 +511,12 @@ impl Server {
 
     /// Ends the active turn of `thread_id` with `status` and `error` (a
     /// `TurnError`: `message`, and `codexErrorInfo` when it failed upstream).
-    fn finish_turn_with(&mut self, thread_id: &str, status: TurnStatus, error: Option<Value>) -> Sent {
+    fn finish_turn_with(
+        &mut self,
+        thread_id: &str,
+        status: TurnStatus,
+        error: Option<Value>,
+    ) -> Sent {
         let Some(active) = self.active.remove(thread_id) else {
             return Ok(());
         };

@@ -11,8 +11,8 @@
 use ::wire::upstream::UpstreamFault;
 use serde_json::json;
 
-use super::{Sent, Server};
 use super::TurnStatus;
+use super::{Sent, Server};
 
 /// The point the fake passes each time it asks its model.
 const MODEL_POINT: &str = "codex.model.requested";

@@ -282,7 +282,10 @@ const FAKE_CODEX_MODEL_URL: &str = "http://127.0.0.1/v1/responses";
 pub fn codex_turn_error(fault: UpstreamFault) -> Value {
     let unexpected = |status: u16, reason: &str| {
         let body = fault.openai_body();
-        let text = body["error"]["message"].as_str().unwrap_or_default().to_owned();
+        let text = body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
         (
             json!({ "httpConnectionFailed": { "httpStatusCode": status } }),
             format!("unexpected status {status} {reason}: {text}, url: {FAKE_CODEX_MODEL_URL}"),

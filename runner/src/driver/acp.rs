@@ -229,6 +229,7 @@ impl AcpDriver {
         Ok(found.map(|id| FoundTurn {
             id,
             status: ProviderTurnStatus::Interrupted,
+            upstream: None,
         }))
     }
 

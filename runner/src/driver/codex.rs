@@ -162,7 +162,12 @@ impl CodexDriver {
                     true => ProviderTurnStatus::from_provider(&status),
                     false => ProviderTurnStatus::NotRecorded,
                 };
-                return Ok(Some(FoundTurn { id, status }));
+                let upstream = turn.get("error").and_then(codex_error_cause);
+                return Ok(Some(FoundTurn {
+                    id,
+                    status,
+                    upstream,
+                }));
             }
         }
         Ok(None)
@@ -375,7 +380,10 @@ mod tests {
         assert_eq!(super::codex_error_cause(&json!({ "message": "m" })), None);
         let cut = json!({ "codexErrorInfo": "other", "message":
             "stream disconnected before completion: Transport error: network error: error decoding response body" });
-        assert_eq!(super::codex_error_cause(&cut), Some(C::UpstreamStreamBroken));
+        assert_eq!(
+            super::codex_error_cause(&cut),
+            Some(C::UpstreamStreamBroken)
+        );
         let other = json!({ "codexErrorInfo": "other", "message": "m" });
         assert_eq!(super::codex_error_cause(&other), None);
     }

@@ -112,6 +112,10 @@ pub struct FoundTurn {
     /// The provider's id of the turn.
     pub id: String,
     pub status: ProviderTurnStatus,
+    /// The contract's cause for the model API failure the provider recorded
+    /// the turn failing with, if it did (Codex: the turn's
+    /// `error.codexErrorInfo`).
+    pub upstream: Option<crate::causes::CauseCode>,
 }
 
 /// The status of a recorded turn, in the provider's spelling (`Display`

@@ -206,6 +206,7 @@ impl OpenCodeDriver {
         Ok(Some(FoundTurn {
             id: id.clone(),
             status: ProviderTurnStatus::from_provider(status),
+            upstream: None,
         }))
     }
 

@@ -354,7 +354,11 @@ impl Engine {
     /// completed and the runner stopped before settling the run: the run
     /// fails with it, as it would have.
     async fn ended_with(&self, snap: &Snapshot) -> Result<Option<Cause>, StepError> {
-        let Some(turn) = snap.turns.last().filter(|t| t.status != TurnStatus::Completed) else {
+        let Some(turn) = snap
+            .turns
+            .last()
+            .filter(|t| t.status != TurnStatus::Completed)
+        else {
             return Ok(None);
         };
         let (tid, row) = (snap.task.task_id.clone(), turn.turn_row);

@@ -129,7 +129,7 @@ fn classify_intent(message_id: &str, provider: ProviderSays) -> Recovery {
         // SEEDED BUG resend-ambiguous-turn: the runner never saw the turn
         // accepted, so it "delivers" the message again.
         Some(_) if crate::seeded::resend_ambiguous_turn() => Recovery::ResendAmbiguous,
-        Some(FoundTurn { id, status }) => Recovery::Fail(Cause::new(
+        Some(FoundTurn { id, status, .. }) => Recovery::Fail(Cause::new(
             CauseCode::AmbiguousTurnStart,
             format!(
                 "the provider recorded turn {id} ({status}) for message {message_id} but the runner never saw it accepted; it is neither replayed nor adopted"
@@ -156,6 +156,27 @@ fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pendi
         .turn
         .as_ref()
         .is_none_or(|t| t.status == ProviderTurnStatus::NotRecorded);
+    // The provider failed the turn because its model API did: that is the
+    // turn's end, not a loss. It settles with that cause; a continuation
+    // would be the runner retrying it by itself, which the contract allows
+    // for no such failure after a restart.
+    // SEEDED BUG continue-upstream-failure: a failed turn is a lost turn,
+    // whatever the provider says failed it.
+    if let Some(FoundTurn {
+        status: ProviderTurnStatus::Failed,
+        upstream: Some(code),
+        ..
+    }) = provider.turn
+        && !crate::seeded::continue_upstream_failure()
+    {
+        return Recovery::Fail(Cause::new(
+            code,
+            format!(
+                "the provider failed turn {provider_turn} upstream ({}) before the runner saw it end; it is not continued",
+                code.as_str()
+            ),
+        ));
+    }
     match provider.turn.map(|t| t.status) {
         Some(ProviderTurnStatus::Completed) => Recovery::Adopt,
         // The provider never recorded the turn's user message (or the
@@ -320,7 +341,17 @@ mod tests {
         FoundTurn {
             id: id.to_owned(),
             status: ProviderTurnStatus::from_provider(status),
+            upstream: None,
         }
+    }
+
+    /// Codex's answer: turn `t1` failed because its model API answered 429.
+    fn codex_failed_upstream() -> ProviderSays {
+        let mut says = codex(Some(("t1", "failed")));
+        if let Some(t) = says.turn.as_mut() {
+            t.upstream = Some(CauseCode::UpstreamRateLimited);
+        }
+        says
     }
 
     const IDLE: Pending<'static> = Pending {
@@ -377,6 +408,9 @@ mod tests {
             // (recoverable), then one continuation".
             ("codex accepted, interrupted", ACCEPTED, codex(Some(("t1", "interrupted"))), IDLE, Want::ContinueRecoverable),
             ("codex accepted, in progress", ACCEPTED, codex(Some(("t1", "inProgress"))), IDLE, Want::ContinueRecoverable),
+            // "turn accepted | turn failed upstream (its model API failed) |
+            // the run fails with that upstream cause; never continued".
+            ("codex accepted, failed upstream", ACCEPTED, codex_failed_upstream(), IDLE, Want::Fail(UpstreamRateLimited)),
             // Codex: "turn accepted | turn completed | adopt the result".
             ("codex accepted, completed", ACCEPTED, codex(Some(("t1", "completed"))), IDLE, Want::Adopt),
             ("codex accepted, completed, approval pending", ACCEPTED, codex(Some(("t1", "completed"))), APPROVAL_PENDING, Want::Adopt),

@@ -144,6 +144,9 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
     let Some(u) = inj.fault.upstream() else {
         return;
     };
+    if up::PROVIDER_MODEL_POINTS.contains(&inj.point.as_str()) {
+        return judge_turn_retries(j, e, inj, u);
+    }
     let (Some(line), Some(generation)) = (inj.line, inj.generation.as_deref()) else {
         if !u.transient() || u.retry_after_s().is_some() {
             j.unknown = Some(format!(
@@ -188,6 +191,41 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
                 [format!("{label}:{}", next.line)],
             );
         }
+    }
+}
+
+/// A fake provider failed a turn because its model did (a provider's model
+/// point): the provider retries nothing, so a runner that tries again by
+/// itself starts a turn. None may start after an expired credential or a
+/// full context window before the controller's first Retry; after a 429,
+/// none sooner than its `Retry-After`.
+fn judge_turn_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer, u: UpstreamFault) {
+    let until = e.first_retry_ms().unwrap_or(u64::MAX);
+    let starts: Vec<_> = crate::evidence::turn_starts_in(&e.journal)
+        .into_iter()
+        .filter(|t| t.entry.ts_ms > inj.ts_ms && t.entry.ts_ms < until)
+        .collect();
+    let Some(first) = starts.first() else {
+        return;
+    };
+    let soon = u
+        .retry_after_s()
+        .is_some_and(|s| first.entry.ts_ms + 1 < inj.ts_ms + s * 1000);
+    if !u.transient() || soon {
+        j.fail(
+            format!(
+                "the runner started a turn again by itself {} ms after the provider's model failed with {} ({} turn start(s) before any Retry); {}",
+                first.entry.ts_ms.saturating_sub(inj.ts_ms),
+                inj.fault,
+                starts.len(),
+                if soon {
+                    "sooner than its Retry-After"
+                } else {
+                    "the contract never retries it"
+                }
+            ),
+            [format!("journal:{}", first.line)],
+        );
     }
 }
 
