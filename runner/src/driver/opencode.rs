@@ -450,9 +450,9 @@ impl OpenCodeDriver {
                 "the event stream is not open; call initialize".into(),
             ));
         };
-        let quiet = self
-            .quiet_until
-            .map_or(Duration::ZERO, |t| t.saturating_duration_since(Instant::now()));
+        let quiet = self.quiet_until.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        });
         let event = match tokio::time::timeout(self.bounds.idle + quiet, events.recv()).await {
             Ok(Some((Sse::Event(v), _))) => v,
             Ok(Some((Sse::Malformed(what), _))) => {
@@ -613,22 +613,26 @@ mod tests {
     #[test]
     fn the_real_opencode_s_upstream_errors_read_as_the_contract_s_causes() {
         use crate::causes::CauseCode as C;
-        let answer = |error: Value| {
-            json!({ "info": { "role": "assistant", "parentID": "m1", "error": error } })
-        };
+        let answer = |error: Value| json!({ "info": { "role": "assistant", "parentID": "m1", "error": error } });
         let expired = json!({ "name": "APIError", "data": {
             "message": "Your authentication token has expired. Please try signing in again.",
             "statusCode": 401, "isRetryable": false } });
         let overflow = json!({ "name": "ContextOverflowError", "data": {
             "message": "Your input exceeds the context window of this model." } });
-        for (error, want) in [(expired, C::UpstreamUnauthorized), (overflow, C::ContextWindowExceeded)] {
+        for (error, want) in [
+            (expired, C::UpstreamUnauthorized),
+            (overflow, C::ContextWindowExceeded),
+        ] {
             let messages = [answer(error)];
             let found = answer_error(&messages, "m1").and_then(opencode_error_cause);
             assert_eq!(found, Some(want));
         }
         let malformed = json!({ "name": "UnknownError", "data": { "message":
             "JSON parsing failed: Text: {\"type\":\"response.output_text.delta\",\"delta\":.\nError message: JSON Parse error: Unexpected EOF" } });
-        assert_eq!(opencode_error_cause(&malformed), Some(C::UpstreamStreamBroken));
+        assert_eq!(
+            opencode_error_cause(&malformed),
+            Some(C::UpstreamStreamBroken)
+        );
         let other = json!({ "name": "UnknownError", "data": { "message": "Tool call not allowed while generating summary: Bash" } });
         assert_eq!(opencode_error_cause(&other), None);
         let clean = [json!({ "info": { "role": "assistant", "parentID": "m1" } })];
