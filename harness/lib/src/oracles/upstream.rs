@@ -136,15 +136,20 @@ fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
 
 /// The model requests the runner made by itself after an injected model
 /// API failure: those of the same API process after it, before the
-/// controller's first Retry (a harness-started model API of a real product
-/// serves the Retry too, so the Retry's invocation is the bound). None
-/// after an expired credential or a full context window; after a 429, the
-/// first not sooner than its `Retry-After`.
+/// controller's first Retry. None after an expired credential or a full
+/// context window; after a 429, the first not sooner than its
+/// `Retry-After`. Where a provider stands between the runner and the model
+/// (a fake provider's model point; a real product, whose model API
+/// journals apart), the model requests are the provider's own (the real
+/// products retry by themselves, measured) and the runner's retries are the
+/// turns it starts ([`judge_turn_retries`]).
 fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
     let Some(u) = inj.fault.upstream() else {
         return;
     };
-    if up::PROVIDER_MODEL_POINTS.contains(&inj.point.as_str()) {
+    if up::PROVIDER_MODEL_POINTS.contains(&inj.point.as_str())
+        || inj.journal == crate::evidence::JournalOf::ModelApi
+    {
         return judge_turn_retries(j, e, inj, u);
     }
     let (Some(line), Some(generation)) = (inj.line, inj.generation.as_deref()) else {
@@ -234,25 +239,29 @@ fn judge_turn_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer, u: 
 }
 
 /// Since when the runner could know that the provider failed the turn that
-/// met `inj`: when the provider recorded it failed, where a lookup tells
-/// why a turn failed (Codex keeps `codexErrorInfo`, OpenCode the answer's
-/// error); on ACP, whose lookup replays no such thing, only once the
-/// runner recorded the failure itself (`turn.failed` with the contract's
+/// met `inj`: when the fake recorded it failed, where a lookup tells why a
+/// turn failed (Codex keeps `codexErrorInfo`, OpenCode the answer's
+/// error); on ACP, whose lookup replays no such thing, and with a real
+/// product, only once the runner recorded the failure itself (`turn.failed` with the contract's
 /// cause), for after a restart that came before, a continuation of a turn
 /// it cannot tell from a lost one is the contract's recovery. `None` when
 /// the provider did not fail the turn.
 fn failure_known_ms(e: &Evidence, inj: &InjectedAnswer) -> Option<u64> {
-    let failed = e.journal.iter().find(|en| {
-        en.ts_ms >= inj.ts_ms
-            && en.fact.as_deref() == Some("turn.finished")
-            && en.data["status"] == "failed"
-    })?;
-    let lookup_tells = e
-        .profile()
-        .and_then(wire::profiles::facts)
-        .is_some_and(|f| f.protocol != wire::profiles::Protocol::Acp);
-    if lookup_tells {
-        return Some(failed.ts_ms);
+    // A real product's journal is its wire's, with no fact of its own: only
+    // the runner's record tells that it failed the turn.
+    if inj.journal == crate::evidence::JournalOf::Provider {
+        let failed = e.journal.iter().find(|en| {
+            en.ts_ms >= inj.ts_ms
+                && en.fact.as_deref() == Some("turn.finished")
+                && en.data["status"] == "failed"
+        })?;
+        let lookup_tells = e
+            .profile()
+            .and_then(wire::profiles::facts)
+            .is_some_and(|f| f.protocol != wire::profiles::Protocol::Acp);
+        if lookup_tells {
+            return Some(failed.ts_ms);
+        }
     }
     let want = expected_cause(inj.fault, &inj.point)?;
     e.events

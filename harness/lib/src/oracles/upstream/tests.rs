@@ -216,7 +216,9 @@ fn without_the_model_api_s_journal_the_harness_s_action_names_the_fault() {
 
 /// A real product's cell: its model API journals apart from the product
 /// (`model_journal`), and the oracle judges from there, naming that
-/// journal; without it the retries are not judged (`unknown`).
+/// journal. The product's own retries of the failure (Claude Code retries
+/// a 401 ten times) are not the runner's; a turn the runner starts after it
+/// recorded the failure is.
 #[test]
 fn a_real_product_s_model_api_journal_is_judged_and_named() {
     let model = vec![
@@ -225,13 +227,40 @@ fn a_real_product_s_model_api_journal_is_judged_and_named() {
         answered(102, 401),
         request(400),
     ];
-    let mut e = evidence("failed", Some(("upstream_unauthorized", false)), Vec::new());
+    let mut e = evidence(
+        "failed",
+        Some(("upstream_protocol_error", false)),
+        Vec::new(),
+    );
     e.model_journal = model;
+    let r = upstream(&e);
+    assert_eq!(r.verdict, Verdict::Fail, "{}", r.message);
+    assert!(
+        r.evidence.iter().any(|x| x == "model-journal:2"),
+        "{:?}",
+        r.evidence
+    );
+    let mut e = evidence("failed", Some(("upstream_unauthorized", false)), Vec::new());
+    e.model_journal = vec![
+        injected(101, "model.responses.received", "auth-expired"),
+        request(400),
+    ];
+    assert_eq!(verdict(&e).0, Verdict::Pass, "the product's own retry");
+    e.events.push(crate::run_log::RunLogEvent::read(
+        1,
+        json!({ "v": 1, "task_id": "task-1", "seq": 1, "run_id": "run-1", "ts_ms": 500,
+                "kind": "turn.failed", "data": { "turn_row": 1,
+                "cause": { "code": "upstream_unauthorized", "recoverable": false, "message": "m" } } }),
+    ));
+    e.journal.push(entry(
+        EntryKind::In,
+        None,
+        600,
+        json!({ "method": "turn/start", "params": { "threadId": "th", "input": [] } }),
+    ));
     let (v, m) = verdict(&e);
     assert_eq!(v, Verdict::Fail, "{m}");
-    assert!(m.contains("after model-journal:2"), "{m}");
-    e.model_journal.truncate(3);
-    assert_eq!(verdict(&e).0, Verdict::Pass);
+    assert!(m.contains("started a turn again by itself"), "{m}");
 }
 
 /// A cell of `profile` whose provider's model failed with `fault` at its
