@@ -550,7 +550,13 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
         Fault::CorruptRead => (cutpoint::IoFault::Corrupt, None),
         _ => (cutpoint::IoFault::Eio, None),
     };
-    side.matcher().disk_full = pid;
+    // Only a full disk sets it: a read fault applied while the disk is
+    // full must not forget it, or the runner is never restarted with the
+    // disk back and its tasks stay running (a generated program of two
+    // tasks, seed 2: `disk-full` then `fail-read` at once).
+    if pid.is_some() {
+        side.matcher().disk_full = pid;
+    }
     side.act(
         ActionKind::Fault(fault),
         match io.errno() {
