@@ -10,6 +10,12 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The longest `Retry-After` the runner waits out; a longer one settles the
+/// run at once (the controller's Retry decides when to try again). It also
+/// bounds how long a provider that said it retries its model API later
+/// (OpenCode's `session.status` `retry`) may stay silent.
+pub const RETRY_AFTER_WAIT_MAX_MS: u64 = 60_000;
+
 /// Why a run failed or a task needs a human.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -39,6 +39,7 @@
 mod routes;
 pub mod store;
 mod turn;
+mod upstream;
 pub mod wire;
 
 use std::collections::HashMap;

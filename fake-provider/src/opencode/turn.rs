@@ -31,9 +31,11 @@ pub(super) struct Turn {
     pub control: mpsc::Receiver<Control>,
 }
 
-enum Outcome {
+pub(super) enum Outcome {
     Completed,
     Aborted,
+    /// Its model API failed and OpenCode does not retry it: the error.
+    Failed(Value),
 }
 
 /// How a permission request ended.
@@ -115,9 +117,23 @@ impl Turn {
     /// Plays the steps until the end or an abort, which is heard between
     /// steps that do something.
     fn play(&self, message_id: &str, steps: VecDeque<Step>) -> Outcome {
+        // The model is asked at the turn's start, and again once the tools
+        // of a response ran (the script's usage step ends a response).
+        let (mut asked, mut tools) = (false, false);
         for step in steps {
-            let outcome = match step {
+            if let Step::Usage = step {
                 // OpenCode reports no token usage.
+                asked &= !std::mem::take(&mut tools);
+                continue;
+            }
+            if !asked {
+                asked = true;
+                if let Err(outcome) = self.ask_model() {
+                    return outcome;
+                }
+            }
+            tools |= matches!(step, Step::Tool(_));
+            let outcome = match step {
                 Step::Usage => continue,
                 Step::Complete => break,
                 _ if matches!(self.control.try_recv(), Ok(Control::Abort)) => {
@@ -129,8 +145,8 @@ impl Turn {
                 }
                 Step::Tool(tool) => self.tool(message_id, &tool),
             };
-            if let Outcome::Aborted = outcome {
-                return Outcome::Aborted;
+            if !matches!(outcome, Outcome::Completed) {
+                return outcome;
             }
         }
         Outcome::Completed
@@ -149,6 +165,15 @@ impl Turn {
             Outcome::Aborted => {
                 info["error"] = aborted_error();
                 "interrupted"
+            }
+            Outcome::Failed(error) => {
+                info["error"] = error.clone();
+                // The real server names the failure before the message.
+                s.emit(
+                    "session.error",
+                    json!({ "sessionID": self.session, "error": error }),
+                );
+                "failed"
             }
         };
         self.save_message(info);

@@ -324,6 +324,81 @@ pub fn codex_turn_error(fault: UpstreamFault) -> Value {
     json!({ "message": message, "codexErrorInfo": info, "additionalDetails": null, "misalignment": null })
 }
 
+/// What the real `opencode serve` 1.18.33 does when its model API failed
+/// with a fault (measured, `docs/real-providers.md`): it retries a transient
+/// failure itself, announcing it (`session.status` `{type: "retry",
+/// attempt, message, next}`) or not, and fails the turn otherwise with the
+/// `session.error` it names.
+#[derive(Clone, Debug, PartialEq)]
+pub enum OpencodeReaction {
+    /// It asks the model again after `wait_ms`; `announced` with this
+    /// `message` in a `retry` status first.
+    Retry {
+        /// The status's `message`.
+        message: String,
+        /// The wait before the next request.
+        wait_ms: u64,
+        /// Whether a `retry` status announces it.
+        announced: bool,
+    },
+    /// It fails the turn with this error (`session.error`, and the
+    /// assistant message's `error`).
+    Fail(Value),
+}
+
+/// Where a fake OpenCode says its model API is, in the errors that name it.
+const FAKE_OPENCODE_MODEL_URL: &str = "http://127.0.0.1/v1/responses";
+
+/// How long a fake OpenCode waits before retrying a transient failure with
+/// no `Retry-After`. The real one waits about 2 s (its backoff); the wait is
+/// announced in `next`, which is what a runner reads, so the fake keeps the
+/// shape and not the length, for the cell's time.
+pub const OPENCODE_RETRY_WAIT_MS: u64 = 250;
+
+/// What OpenCode 1.18.33 does when its model API fails with `fault`.
+pub fn opencode_reaction(fault: UpstreamFault) -> OpencodeReaction {
+    let body = fault.openai_body();
+    let text = body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let retry = |message: String, wait_ms, announced| OpencodeReaction::Retry {
+        message,
+        wait_ms,
+        announced,
+    };
+    match fault {
+        UpstreamFault::RateLimit => retry(text, RETRY_AFTER_S * 1000, true),
+        UpstreamFault::ServerError | UpstreamFault::Unavailable | UpstreamFault::Overload => {
+            retry(text, OPENCODE_RETRY_WAIT_MS, true)
+        }
+        UpstreamFault::StreamCut => retry(
+            "Cannot connect to API: The socket connection was closed unexpectedly. For more information, pass `verbose: true` in the second argument to fetch()".to_owned(),
+            OPENCODE_RETRY_WAIT_MS,
+            true,
+        ),
+        UpstreamFault::StreamTruncated => retry(String::new(), 0, false),
+        UpstreamFault::MalformedEvent => {
+            let frame = UpstreamFault::OPENAI_MALFORMED_FRAME;
+            let data = frame.lines().nth(1).and_then(|l| l.strip_prefix("data: "));
+            OpencodeReaction::Fail(json!({ "name": "UnknownError", "data": { "message": format!(
+                "JSON parsing failed: Text: {}.\nError message: JSON Parse error: Unexpected EOF",
+                data.unwrap_or_default()
+            ) } }))
+        }
+        UpstreamFault::AuthExpired => OpencodeReaction::Fail(json!({ "name": "APIError", "data": {
+            "message": text, "statusCode": 401, "isRetryable": false,
+            "responseHeaders": { "content-type": "application/json" },
+            "responseBody": body.to_string(),
+            "metadata": { "url": FAKE_OPENCODE_MODEL_URL },
+        } })),
+        UpstreamFault::ContextOverflow => OpencodeReaction::Fail(json!({
+            "name": "ContextOverflowError",
+            "data": { "message": text, "responseBody": body.to_string() },
+        })),
+    }
+}
+
 /// The model API's request points, where status faults are answered: its
 /// OpenAI Responses route's and its Anthropic Messages route's.
 pub const MODEL_REQUEST_POINTS: [&str; 2] = ["model.responses.received", "model.messages.received"];

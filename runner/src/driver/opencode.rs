@@ -30,7 +30,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -73,6 +73,10 @@ pub struct OpenCodeDriver {
     answers: HashMap<String, Value>,
     /// The last `session.error` of the active session.
     session_error: Option<Value>,
+    /// When the provider said it asks its model API again (a `session.status`
+    /// of type `retry`, its `next`): it is silent until then by design, so
+    /// the idle timeout runs from there.
+    quiet_until: Option<Instant>,
 }
 
 impl OpenCodeDriver {
@@ -92,6 +96,7 @@ impl OpenCodeDriver {
             budget: OutputBudget::new(bounds.output_bytes_per_s_max),
             events: None,
             events_ended: false,
+            quiet_until: None,
             active: None,
             max_seen: 0,
             answers: HashMap::new(),
@@ -206,7 +211,7 @@ impl OpenCodeDriver {
         Ok(Some(FoundTurn {
             id: id.clone(),
             status: ProviderTurnStatus::from_provider(status),
-            upstream: None,
+            upstream: answer_error(&messages, id).and_then(opencode_error_cause),
         }))
     }
 
@@ -251,7 +256,13 @@ impl OpenCodeDriver {
                 item_id: None,
             },
             ("session.error", Some(_)) => {
-                self.session_error = Some(props["error"].clone());
+                // The turn's first upstream failure is its cause: OpenCode
+                // 1.18 answers a context overflow by compacting the session,
+                // and a compaction that fails sends a second, unnamed error.
+                let named = self.session_error.as_ref().and_then(opencode_error_cause);
+                if named.is_none() {
+                    self.session_error = Some(props["error"].clone());
+                }
                 ProviderEvent::Other(kind)
             }
             ("session.idle", Some(turn_id)) => {
@@ -439,7 +450,10 @@ impl OpenCodeDriver {
                 "the event stream is not open; call initialize".into(),
             ));
         };
-        let event = match tokio::time::timeout(self.bounds.idle, events.recv()).await {
+        let quiet = self.quiet_until.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        });
+        let event = match tokio::time::timeout(self.bounds.idle + quiet, events.recv()).await {
             Ok(Some((Sse::Event(v), _))) => v,
             Ok(Some((Sse::Malformed(what), _))) => {
                 return Err(DriverError::Protocol(format!("the provider sent {what}")));
@@ -451,6 +465,9 @@ impl OpenCodeDriver {
             Err(_) => return Err(unresponsive(self.bounds.idle)),
         };
         let kind = event["type"].as_str().unwrap_or_default();
+        if kind == "session.status" {
+            self.quiet_until = retry_wait(&event["properties"]["status"]);
+        }
         crate::cut::hit(&format!(
             "runner.opencode.{}.received",
             cutpoint::slug(kind)
@@ -532,12 +549,48 @@ fn str_at(v: &Value, pointer: &str, what: &str) -> Result<String, DriverError> {
         .ok_or_else(|| DriverError::Protocol(format!("{what}: missing {pointer}")))
 }
 
+/// How long OpenCode said it waits before asking its model API again: a
+/// `session.status` `{type: "retry", next}` (`next` in ms since the epoch),
+/// bounded by the longest wait the contract waits out.
+fn retry_wait(status: &Value) -> Option<Instant> {
+    if status["type"] != "retry" {
+        return None;
+    }
+    let next = status["next"].as_u64()?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    let wait = next.saturating_sub(now);
+    let wait = wait.min(crate::causes::RETRY_AFTER_WAIT_MAX_MS);
+    Some(Instant::now() + Duration::from_millis(wait))
+}
+
+/// The error of the last answer to user message `message_id`, if it has one.
+fn answer_error<'m>(messages: &'m [Value], message_id: &str) -> Option<&'m Value> {
+    messages
+        .iter()
+        .map(|m| &m["info"])
+        .rfind(|i| i["role"] == "assistant" && i["parentID"] == message_id)
+        .map(|i| &i["error"])
+        .filter(|e| !e.is_null())
+}
+
+/// How OpenCode 1.18 begins the message of a turn whose model API stream
+/// carried an event that is not JSON.
+const MALFORMED_STREAM: &str = "JSON parsing failed";
+
 /// The contract's cause for a turn OpenCode failed with a `session.error`
 /// whose error is an `APIError` carrying the model API's status
 /// (`data.statusCode`) or a context overflow (`ContextOverflowError`).
 fn opencode_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
     if error["name"] == "ContextOverflowError" {
         return Some(crate::causes::CauseCode::ContextWindowExceeded);
+    }
+    // A model API event that is not JSON: OpenCode 1.18 fails the turn
+    // with its parser's `UnknownError` (measured), not an `APIError`.
+    let message = error.pointer("/data/message").and_then(Value::as_str);
+    if error["name"] == "UnknownError" && message.is_some_and(|m| m.starts_with(MALFORMED_STREAM)) {
+        return Some(crate::causes::CauseCode::UpstreamStreamBroken);
     }
     let status = error
         .pointer("/data/statusCode")
@@ -553,6 +606,38 @@ fn opencode_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The errors the real `opencode serve` 1.18.33 reported for a 401 and
+    /// a 400 `context_length_exceeded` from its model API (measured,
+    /// `docs/real-providers.md`), as its stored answer carries them.
+    #[test]
+    fn the_real_opencode_s_upstream_errors_read_as_the_contract_s_causes() {
+        use crate::causes::CauseCode as C;
+        let answer = |error: Value| json!({ "info": { "role": "assistant", "parentID": "m1", "error": error } });
+        let expired = json!({ "name": "APIError", "data": {
+            "message": "Your authentication token has expired. Please try signing in again.",
+            "statusCode": 401, "isRetryable": false } });
+        let overflow = json!({ "name": "ContextOverflowError", "data": {
+            "message": "Your input exceeds the context window of this model." } });
+        for (error, want) in [
+            (expired, C::UpstreamUnauthorized),
+            (overflow, C::ContextWindowExceeded),
+        ] {
+            let messages = [answer(error)];
+            let found = answer_error(&messages, "m1").and_then(opencode_error_cause);
+            assert_eq!(found, Some(want));
+        }
+        let malformed = json!({ "name": "UnknownError", "data": { "message":
+            "JSON parsing failed: Text: {\"type\":\"response.output_text.delta\",\"delta\":.\nError message: JSON Parse error: Unexpected EOF" } });
+        assert_eq!(
+            opencode_error_cause(&malformed),
+            Some(C::UpstreamStreamBroken)
+        );
+        let other = json!({ "name": "UnknownError", "data": { "message": "Tool call not allowed while generating summary: Bash" } });
+        assert_eq!(opencode_error_cause(&other), None);
+        let clean = [json!({ "info": { "role": "assistant", "parentID": "m1" } })];
+        assert_eq!(answer_error(&clean, "m1"), None);
+    }
 
     #[test]
     fn client_ids_are_time_ordered_and_embed_the_message_id() {

@@ -321,9 +321,7 @@ pub const UPSTREAM_TRIES_MAX: u32 = 4;
 /// The first wait between two tries of a model request; it doubles.
 const UPSTREAM_BACKOFF_FIRST_MS: u64 = 250;
 
-/// The longest `Retry-After` the runner waits out; a longer one settles the
-/// run at once (the controller's Retry decides when to try again).
-pub const RETRY_AFTER_WAIT_MAX_MS: u64 = 60_000;
+pub use crate::causes::RETRY_AFTER_WAIT_MAX_MS;
 
 /// Asks the model, trying again after a transient upstream failure
 /// (`CauseCode::retried_by_runner`) at most [`UPSTREAM_TRIES_MAX`] times,
