@@ -174,20 +174,7 @@ enum Command {
     /// (`turncut providers --install`), 2 on a bad argument.
     ///
     /// Example: turncut fidelity --only runner-codex-real --moments upstream
-    Fidelity {
-        /// Only this real profile (runner-codex-real, runner-opencode-real, …).
-        #[arg(long)]
-        only: Option<String>,
-        /// Play each moment N times on the real product (each distinct
-        /// reading gets its rows, labelled with how often it came up).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
-        runs: u32,
-        /// Only these moments: `crash` (a SIGKILL at a point of the turn)
-        /// or `upstream` (the model API fails the turn: codex's only)
-        /// [default: both].
-        #[arg(long, value_parser = ["crash", "upstream"])]
-        moments: Option<String>,
-    },
+    Fidelity(cmd::providers::FidelityArgs),
     /// Check a runner (--runner-cmd; runnerd by default) against the runner
     /// contract (docs/runner-contract.md) before a wave: it starts it as a
     /// cell does, makes every call of the spec, runs a clean task per
@@ -636,18 +623,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<Code, Exit> {
         Command::Doctor { profiles } => cmd::doctor::doctor(exe, &common, &profiles),
         Command::List { pattern } => cmd::list::list(exe, &common, pattern.as_deref()),
         Command::Providers { install } => Ok(cmd::providers::providers(install)),
-        Command::Fidelity {
-            only,
-            runs,
-            moments,
-        } => {
-            let which = match moments.as_deref() {
-                Some("crash") => harness::fidelity::Moments::Crash,
-                Some("upstream") => harness::fidelity::Moments::Upstream,
-                _ => harness::fidelity::Moments::All,
-            };
-            Ok(cmd::providers::fidelity(exe, only.as_deref(), runs, which))
-        }
+        Command::Fidelity(args) => Ok(cmd::providers::fidelity(exe, &args)),
         Command::Boundaries { scenario_id } => cmd::list::boundaries(exe, &common, &scenario_id),
         Command::Run(args) => cmd::run::run(exe, &common, args),
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),

@@ -35,10 +35,33 @@ pub fn providers(install: bool) -> Code {
     Code::pass_if(missing == 0)
 }
 
+/// The arguments of `turncut fidelity`.
+#[derive(Debug, clap::Args)]
+pub struct FidelityArgs {
+    /// Only this real profile (runner-codex-real, runner-opencode-real, …).
+    #[arg(long)]
+    only: Option<String>,
+    /// Play each moment N times on the real product (each distinct
+    /// reading gets its rows, labelled with how often it came up).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    runs: u32,
+    /// Only these moments: `crash` (a SIGKILL at a point of the turn) or
+    /// `upstream` (the model API fails the turn: codex's only) [default:
+    /// both].
+    #[arg(long, value_parser = ["crash", "upstream"])]
+    moments: Option<String>,
+}
+
 /// `turncut fidelity [--only PROFILE] [--runs N] [--moments crash|upstream]`:
 /// the differential table of each real product against its fake, one
 /// product after the other.
-pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32, which: fidelity::Moments) -> Code {
+pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
+    let (only, runs) = (args.only.as_deref(), args.runs);
+    let which = match args.moments.as_deref() {
+        Some("crash") => fidelity::Moments::Crash,
+        Some("upstream") => fidelity::Moments::Upstream,
+        _ => fidelity::Moments::All,
+    };
     let started = Instant::now();
     let chosen: Vec<&wire::profiles::Real> = wire::profiles::REAL
         .iter()
