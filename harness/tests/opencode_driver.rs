@@ -103,7 +103,8 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
         found,
         Some(FoundTurn {
             id: m1.clone(),
-            status: ProviderTurnStatus::Completed
+            status: ProviderTurnStatus::Completed,
+            upstream: None,
         })
     );
 
@@ -143,7 +144,8 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
             .expect("lookup"),
         Some(FoundTurn {
             id: m2.clone(),
-            status: ProviderTurnStatus::Interrupted
+            status: ProviderTurnStatus::Interrupted,
+            upstream: None,
         })
     );
     assert_eq!(
@@ -153,7 +155,8 @@ async fn a_turn_cut_by_sigkill_looks_up_interrupted_after_a_restart() {
             .expect("lookup"),
         Some(FoundTurn {
             id: m1.clone(),
-            status: ProviderTurnStatus::Completed
+            status: ProviderTurnStatus::Completed,
+            upstream: None,
         })
     );
     let never = format!("{}_never", &m2[..20]);

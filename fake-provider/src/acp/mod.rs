@@ -44,6 +44,7 @@
 
 pub mod store;
 mod tools;
+mod upstream;
 pub mod wire;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -143,6 +144,11 @@ struct ActiveTurn {
     prompt_id: Value,
     steps: VecDeque<Step>,
     waiting: Option<Waiting>,
+    /// The model was asked for the response being played (at the turn's
+    /// start, and again once the tools of a response ran).
+    asked: bool,
+    /// A tool ran since the model was last asked.
+    tools_ran: bool,
 }
 
 /// What a prompt plays: under whose authority, which script turn, and the steps.
@@ -512,6 +518,8 @@ impl Server {
                 prompt_id: prompt_id.clone(),
                 steps,
                 waiting: None,
+                asked: false,
+                tools_ran: false,
             },
         );
         Ok(())
@@ -533,6 +541,13 @@ impl Server {
             if active.waiting.is_some() {
                 return Ok(());
             }
+            if !active.asked && !active.steps.is_empty() {
+                active.asked = true;
+                if let Some(error) = self.ask_model(session_id) {
+                    return self.fail_upstream(session_id, error);
+                }
+                continue;
+            }
             let Some(step) = active.steps.pop_front() else {
                 return Ok(());
             };
@@ -540,9 +555,17 @@ impl Server {
                 Step::Say(text) => {
                     self.record_update(session_id, wire::agent_message_chunk(&text))?;
                 }
-                Step::Tool(tool) => self.tool(session_id, &tool)?,
-                // ACP reports no token usage.
-                Step::Usage => {}
+                Step::Tool(tool) => {
+                    active.tools_ran = true;
+                    self.tool(session_id, &tool)?;
+                }
+                // ACP reports no token usage; a response that called tools
+                // ends here, and the model is asked again.
+                Step::Usage => {
+                    if let Some(a) = self.active.get_mut(session_id) {
+                        a.asked = !std::mem::take(&mut a.tools_ran);
+                    }
+                }
                 Step::Complete => {
                     return self.finish_turn(session_id, TurnStatus::Completed, "end_turn");
                 }
@@ -573,17 +596,7 @@ impl Server {
         let Some(active) = self.active.remove(session_id) else {
             return Ok(());
         };
-        let mut turn_id = None;
-        if let Some(session) = self.store.get_mut(session_id) {
-            session.updated_at = now_s();
-            if let Some(turn) = session.turns.get_mut(active.index) {
-                turn.status = status;
-                turn.stop_reason = Some(stop_reason.to_owned());
-                turn.completed_at = Some(now_s());
-                turn_id = Some(turn.id.clone());
-            }
-        }
-        let fact = json!({ "session": session_id, "turn": turn_id, "status": status, "stop_reason": stop_reason });
+        let fact = self.end_turn(session_id, active.index, status, Some(stop_reason));
         if self.finish_lag.is_zero() {
             self.write_finish(session_id, fact);
         } else {
@@ -601,6 +614,28 @@ impl Server {
             "session/prompt",
             json!({ "stopReason": stop_reason }),
         )
+    }
+
+    /// Ends turn `index` of `session_id` in the store (not yet durable):
+    /// the fact that `turn.finished` journals once it is.
+    fn end_turn(
+        &mut self,
+        session_id: &str,
+        index: usize,
+        status: TurnStatus,
+        stop_reason: Option<&str>,
+    ) -> Value {
+        let mut turn_id = None;
+        if let Some(session) = self.store.get_mut(session_id) {
+            session.updated_at = now_s();
+            if let Some(turn) = session.turns.get_mut(index) {
+                turn.status = status;
+                turn.stop_reason = stop_reason.map(str::to_owned);
+                turn.completed_at = Some(now_s());
+                turn_id = Some(turn.id.clone());
+            }
+        }
+        json!({ "session": session_id, "turn": turn_id, "status": status, "stop_reason": stop_reason })
     }
 
     /// Makes the end of a turn durable and journals `turn.finished` (`fact`).

@@ -399,6 +399,23 @@ pub fn opencode_reaction(fault: UpstreamFault) -> OpencodeReaction {
     }
 }
 
+/// The error the real claude-agent-acp 0.23.1 answers `session/prompt`
+/// with when its model API (Anthropic's Messages API) failed with `fault`
+/// for good (measured, `docs/real-providers.md`); `None` where Claude Code
+/// retries the failure itself and the turn goes on (a rate limit after its
+/// `Retry-After`, a server error, an overload, a broken stream).
+pub fn claude_acp_prompt_error(fault: UpstreamFault) -> Option<Value> {
+    let message = match fault {
+        UpstreamFault::AuthExpired => format!(
+            "Internal error: Failed to authenticate. API Error: 401 {}",
+            fault.anthropic_body()
+        ),
+        UpstreamFault::ContextOverflow => "Internal error: Prompt is too long".to_owned(),
+        _ => return None,
+    };
+    Some(json!({ "code": -32603, "message": message }))
+}
+
 /// The model API's request points, where status faults are answered: its
 /// OpenAI Responses route's and its Anthropic Messages route's.
 pub const MODEL_REQUEST_POINTS: [&str; 2] = ["model.responses.received", "model.messages.received"];

@@ -290,6 +290,17 @@ impl AcpDriver {
             return Ok(ProviderEvent::Other(String::new()));
         };
         self.active = None;
+        // An agent whose model API failed answers the prompt with an error
+        // naming the failure: the turn failed upstream.
+        if let Some(upstream) = msg.get("error").and_then(acp_error_cause) {
+            return Ok(ProviderEvent::TurnCompleted {
+                turn_id: client,
+                end: super::TurnEnd {
+                    status: "failed".to_owned(),
+                    upstream: Some(upstream),
+                },
+            });
+        }
         let result = result_of("session/prompt", msg)?;
         let status = match result.get("stopReason").and_then(Value::as_str) {
             Some("end_turn") => "completed",
@@ -576,9 +587,124 @@ fn is_user_chunk(msg: &Value) -> bool {
             == Some("user_message_chunk")
 }
 
+/// The contract's cause for a `session/prompt` an ACP agent answered with
+/// an error because its model API failed, as the real agents name it
+/// (measured, `docs/real-providers.md`): codex-acp 0.16 passes Codex's
+/// error on (`data.codex_error_info` and `data.message`, Codex's own
+/// `TurnError` in snake case); claude-agent-acp 0.23 says it in the message
+/// ("Internal error: Prompt is too long", "… API Error: 401 {…}").
+pub fn acp_error_cause(error: &Value) -> Option<crate::causes::CauseCode> {
+    use crate::causes::CauseCode;
+    let message = error
+        .pointer("/data/message")
+        .or_else(|| error.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if let Some(info) = error.pointer("/data/codex_error_info") {
+        let codex = json!({ "codexErrorInfo": camel_keys(info), "message": message });
+        if let Some(cause) = super::codex::codex_error_cause(&codex) {
+            return Some(cause);
+        }
+    }
+    if message.contains("Prompt is too long") || message.contains("context_length_exceeded") {
+        return Some(CauseCode::ContextWindowExceeded);
+    }
+    let status = ["unexpected status ", "API Error: "].iter().find_map(|p| {
+        let at = message.find(p)? + p.len();
+        message.get(at..at + 3)?.parse::<u16>().ok()
+    })?;
+    super::upstream_cause(status, message)
+}
+
+/// `value` with its object keys in camel case, as Codex's app-server
+/// spells the `CodexErrorInfo` that codex-acp passes on in snake case.
+fn camel_keys(value: &Value) -> Value {
+    let camel = |k: &str| {
+        let mut out = String::new();
+        let mut up = false;
+        for c in k.chars() {
+            match (c, up) {
+                ('_', _) => up = true,
+                (c, true) => {
+                    out.extend(c.to_uppercase());
+                    up = false;
+                }
+                (c, false) => out.push(c),
+            }
+        }
+        out
+    };
+    match value {
+        Value::Object(m) => {
+            Value::Object(m.iter().map(|(k, v)| (camel(k), camel_keys(v))).collect())
+        }
+        Value::String(s) => Value::String(camel(s)),
+        other => other.clone(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `session/prompt` errors the real codex-acp 0.16.0 and
+    /// claude-agent-acp 0.23.1 answered when their model API failed
+    /// (measured, `docs/real-providers.md`), read as the contract's causes.
+    #[test]
+    fn the_real_acp_agents_upstream_errors_read_as_the_contract_s_causes() {
+        use crate::causes::CauseCode as C;
+        let codex = |info: Value, message: &str| {
+            json!({ "code": -32603, "message": "Internal error",
+                    "data": { "codex_error_info": info, "message": message } })
+        };
+        let claude = |message: &str| json!({ "code": -32603, "message": message });
+        let cases = [
+            (
+                codex(
+                    json!({"response_too_many_failed_attempts": {"http_status_code": 429}}),
+                    "exceeded retry limit, last status: 429 Too Many Requests",
+                ),
+                Some(C::UpstreamRateLimited),
+            ),
+            (
+                codex(
+                    json!("other"),
+                    "unexpected status 401 Unauthorized: Your authentication token has expired., url: http://127.0.0.1:1/v1/responses",
+                ),
+                Some(C::UpstreamUnauthorized),
+            ),
+            (
+                codex(
+                    json!("other"),
+                    "{\"error\":{\"code\":\"context_length_exceeded\",\"param\":\"input\"}}",
+                ),
+                Some(C::ContextWindowExceeded),
+            ),
+            (
+                codex(
+                    json!("other"),
+                    "stream disconnected before completion: Transport error: network error: error decoding response body",
+                ),
+                Some(C::UpstreamStreamBroken),
+            ),
+            (
+                claude("Internal error: Prompt is too long"),
+                Some(C::ContextWindowExceeded),
+            ),
+            (
+                claude("Internal error: Failed to authenticate. API Error: 401 {\"error\":{}}"),
+                Some(C::UpstreamUnauthorized),
+            ),
+            (claude("Internal error"), None),
+            (
+                json!({ "code": -32603, "message": "Internal error", "data": { "details": "session/prompt failed" } }),
+                None,
+            ),
+        ];
+        for (error, want) in cases {
+            assert_eq!(acp_error_cause(&error), want, "{error}");
+        }
+    }
 
     #[test]
     fn user_message_ids_are_read_from_either_place() {

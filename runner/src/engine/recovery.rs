@@ -117,9 +117,8 @@ pub(super) fn classify(turn: TurnState, provider: ProviderSays, pending: Pending
             )),
         },
         TurnState::Intent { message_id } => classify_intent(message_id, provider),
-        TurnState::Accepted { provider_turn_id } => {
-            classify_accepted(provider_turn_id, provider, pending)
-        }
+        TurnState::Accepted { provider_turn_id } => failed_upstream(provider_turn_id, &provider)
+            .unwrap_or_else(|| classify_accepted(provider_turn_id, provider, pending)),
     }
 }
 
@@ -148,7 +147,7 @@ fn classify_intent(message_id: &str, provider: ProviderSays) -> Recovery {
     }
 }
 
-/// An accepted turn: adopted if completed, sent again if it provably
+/// An accepted turn (not failed upstream): adopted if completed, sent again if it provably
 /// reached no model, closed if it waited on an approval or an approved
 /// command may have run, else continued once.
 fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pending) -> Recovery {
@@ -156,27 +155,6 @@ fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pendi
         .turn
         .as_ref()
         .is_none_or(|t| t.status == ProviderTurnStatus::NotRecorded);
-    // The provider failed the turn because its model API did: that is the
-    // turn's end, not a loss. It settles with that cause; a continuation
-    // would be the runner retrying it by itself, which the contract allows
-    // for no such failure after a restart.
-    // SEEDED BUG continue-upstream-failure: a failed turn is a lost turn,
-    // whatever the provider says failed it.
-    if let Some(FoundTurn {
-        status: ProviderTurnStatus::Failed,
-        upstream: Some(code),
-        ..
-    }) = provider.turn
-        && !crate::seeded::continue_upstream_failure()
-    {
-        return Recovery::Fail(Cause::new(
-            code,
-            format!(
-                "the provider failed turn {provider_turn} upstream ({}) before the runner saw it end; it is not continued",
-                code.as_str()
-            ),
-        ));
-    }
     match provider.turn.map(|t| t.status) {
         Some(ProviderTurnStatus::Completed) => Recovery::Adopt,
         // The provider never recorded the turn's user message (or the
@@ -239,6 +217,33 @@ fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pendi
             format!("the provider has no record of accepted turn {provider_turn}"),
         )),
     }
+}
+
+/// The provider failed the turn because its model API did: that is the
+/// turn's end, not a loss. It settles with that cause; a continuation would
+/// be the runner retrying it by itself, which the contract allows for no
+/// such failure after a restart.
+fn failed_upstream(provider_turn: &str, provider: &ProviderSays) -> Option<Recovery> {
+    // SEEDED BUG continue-upstream-failure: a failed turn is a lost turn,
+    // whatever the provider says failed it.
+    if crate::seeded::continue_upstream_failure() {
+        return None;
+    }
+    let Some(FoundTurn {
+        status: ProviderTurnStatus::Failed,
+        upstream: Some(code),
+        ..
+    }) = provider.turn
+    else {
+        return None;
+    };
+    Some(Recovery::Fail(Cause::new(
+        code,
+        format!(
+            "the provider failed turn {provider_turn} upstream ({}) before the runner saw it end; it is not continued",
+            code.as_str()
+        ),
+    )))
 }
 
 /// What to do when the provider has no record of the run's conversation.

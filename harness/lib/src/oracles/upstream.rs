@@ -194,16 +194,20 @@ fn judge_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
     }
 }
 
-/// A fake provider failed a turn because its model did (a provider's model
-/// point): the provider retries nothing, so a runner that tries again by
-/// itself starts a turn. None may start after an expired credential or a
-/// full context window before the controller's first Retry; after a 429,
-/// none sooner than its `Retry-After`.
+/// A fake provider's model failed (a provider's model point). A provider
+/// that retried it itself and went on leaves nothing for the runner to
+/// retry. One that failed the turn retries nothing, so a turn the runner
+/// starts after it knew of the failure is its retry: none may start after
+/// an expired credential or a full context window before the controller's
+/// first Retry; after a 429, none sooner than its `Retry-After`.
 fn judge_turn_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer, u: UpstreamFault) {
+    let Some(known) = failure_known_ms(e, inj) else {
+        return;
+    };
     let until = e.first_retry_ms().unwrap_or(u64::MAX);
     let starts: Vec<_> = crate::evidence::turn_starts_in(&e.journal)
         .into_iter()
-        .filter(|t| t.entry.ts_ms > inj.ts_ms && t.entry.ts_ms < until)
+        .filter(|t| t.entry.ts_ms > known && t.entry.ts_ms < until)
         .collect();
     let Some(first) = starts.first() else {
         return;
@@ -227,6 +231,39 @@ fn judge_turn_retries(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer, u: 
             [format!("journal:{}", first.line)],
         );
     }
+}
+
+/// Since when the runner could know that the provider failed the turn that
+/// met `inj`: when the provider recorded it failed, where a lookup tells
+/// why a turn failed (Codex keeps `codexErrorInfo`, OpenCode the answer's
+/// error); on ACP, whose lookup replays no such thing, only once the
+/// runner recorded the failure itself (`turn.failed` with the contract's
+/// cause), for after a restart that came before, a continuation of a turn
+/// it cannot tell from a lost one is the contract's recovery. `None` when
+/// the provider did not fail the turn.
+fn failure_known_ms(e: &Evidence, inj: &InjectedAnswer) -> Option<u64> {
+    let failed = e.journal.iter().find(|en| {
+        en.ts_ms >= inj.ts_ms
+            && en.fact.as_deref() == Some("turn.finished")
+            && en.data["status"] == "failed"
+    })?;
+    let lookup_tells = e
+        .profile()
+        .and_then(wire::profiles::facts)
+        .is_some_and(|f| f.protocol != wire::profiles::Protocol::Acp);
+    if lookup_tells {
+        return Some(failed.ts_ms);
+    }
+    let want = expected_cause(inj.fault, &inj.point)?;
+    e.events
+        .iter()
+        .filter(|ev| u64::try_from(ev.ts_ms).is_ok_and(|t| t >= inj.ts_ms))
+        .find(|ev| {
+            ev.payload::<crate::run_log::TurnFailed>()
+                .and_then(|t| t.cause.clone().flatten())
+                .is_some_and(|c| c.code.as_deref() == Some(want))
+        })
+        .and_then(|ev| u64::try_from(ev.ts_ms).ok())
 }
 
 #[cfg(test)]

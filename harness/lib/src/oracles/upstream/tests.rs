@@ -233,3 +233,75 @@ fn a_real_product_s_model_api_journal_is_judged_and_named() {
     e.model_journal.truncate(3);
     assert_eq!(verdict(&e).0, Verdict::Pass);
 }
+
+/// A cell of `profile` whose provider's model failed with `fault` at its
+/// model point (t=100), the provider failed the turn (t=110), and the
+/// runner sent `turn/start` at `start_ms`; `recorded` adds the runner's
+/// own `turn.failed` with `cause` at t=120.
+fn provider_failed(profile: &str, fault: &str, start_ms: u64, recorded: Option<&str>) -> Evidence {
+    let point = if profile.contains("acpx") {
+        "acp.model.requested"
+    } else {
+        "codex.model.requested"
+    };
+    let journal = vec![
+        injected(100, point, fault),
+        entry(
+            EntryKind::Fact,
+            Some("turn.finished"),
+            110,
+            json!({ "status": "failed" }),
+        ),
+        entry(
+            EntryKind::In,
+            None,
+            start_ms,
+            json!({ "method": "turn/start", "params": { "threadId": "th", "input": [] } }),
+        ),
+    ];
+    let mut e = evidence("failed", Some(("upstream_unauthorized", false)), journal);
+    e.spec = Some(crate::model::CellSpec {
+        cell_id: "t001".into(),
+        scenario_id: format!("restart-chaos.{profile}.local.upstream-faults")
+            .as_str()
+            .into(),
+        seed: 1,
+        events: Vec::new(),
+    });
+    if let Some(code) = recorded {
+        let cause = json!({ "code": code, "recoverable": false, "message": "m" });
+        e.events.push(crate::run_log::RunLogEvent::read(
+            1,
+            json!({ "v": 1, "task_id": "task-1", "seq": 1, "run_id": "run-1", "ts_ms": 120,
+                    "kind": "turn.failed", "data": { "turn_row": 1, "cause": cause } }),
+        ));
+    }
+    e
+}
+
+/// A turn the runner starts after the provider failed one upstream is its
+/// retry where the provider's lookup tells why (Codex), and on ACP once the
+/// runner recorded the failure itself; before it, on ACP, a continuation
+/// after a restart is the contract's recovery of a turn it cannot tell lost.
+#[test]
+fn a_turn_started_after_a_provider_failed_one_upstream_is_the_runner_s_retry() {
+    let codex = provider_failed("runner-codex", "auth-expired", 200, None);
+    let (v, m) = verdict(&codex);
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(m.contains("started a turn again by itself"), "{m}");
+    let acp_unknown = provider_failed("runner-acpx-claude", "auth-expired", 200, None);
+    assert_eq!(verdict(&acp_unknown).0, Verdict::Pass);
+    let acp_known = provider_failed(
+        "runner-acpx-claude",
+        "auth-expired",
+        200,
+        Some("upstream_unauthorized"),
+    );
+    assert_eq!(verdict(&acp_known).0, Verdict::Fail);
+    // A 429: a start sooner than its Retry-After is a retry; one after it
+    // is allowed (the cells' cause is wrong for a 429: that fails apart).
+    let (_, soon) = verdict(&provider_failed("runner-codex", "rate-limit", 300, None));
+    assert!(soon.contains("sooner than its Retry-After"), "{soon}");
+    let (_, late) = verdict(&provider_failed("runner-codex", "rate-limit", 1200, None));
+    assert!(!late.contains("by itself"), "{late}");
+}
