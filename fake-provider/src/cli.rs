@@ -65,6 +65,12 @@ pub struct ProviderArgs {
     /// SIGKILL this process at this point (`name` or `name#N`); repeatable.
     #[arg(long = "exit", value_name = "POINT")]
     exit: Vec<String>,
+    /// Answer with a failure at this point (`name=NAME` or `name#N=NAME`),
+    /// as the harness's cut-point reply `answer NAME` does: an upstream
+    /// fault (`rate-limit`, `stream-cut`, …) at a model point, `error-answer`
+    /// at a request's `.received` point; once per state dir; repeatable.
+    #[arg(long = "answer", value_name = "POINT=NAME")]
+    answer: Vec<String>,
     /// Keep a long-lived child process, as real providers keep tool shells:
     /// `sleep` starts `sleep 86400` in a session of its own at startup, with
     /// no stdio of the provider's, and leaves it running when the provider
@@ -211,7 +217,12 @@ fn provider_options(args: ProviderArgs, self_cmd: Vec<OsString>) -> anyhow::Resu
         None => Script::builtin(),
     };
     std::fs::create_dir_all(&args.state_dir)?;
-    let faults = Faults::new(&args.exit, &args.hang, Some(&args.state_dir))?;
+    let specs = crate::faults::Specs {
+        exit: &args.exit,
+        hang: &args.hang,
+        answer: &args.answer,
+    };
+    let faults = Faults::new(&specs, Some(&args.state_dir))?;
     if args.child.is_some() {
         spawn_session_child()?;
     }

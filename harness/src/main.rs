@@ -165,23 +165,16 @@ enum Command {
         install: bool,
     },
     /// The crash-semantics differential of each real product and its fake
-    /// (the real codex app-server and fake codex at 3 moments, the real
-    /// opencode serve and fake OpenCode at 4): kill each at a moment both
-    /// can be cut at, restart it on the same state and compare what a
-    /// recovering runner reads back, field by field. Exit 0 when every
+    /// (the real codex app-server and fake codex, the real opencode serve
+    /// and fake OpenCode, the real ACP agents and fake ACP): kill each at a
+    /// moment both can be cut at, or (codex) fail its turn's model request
+    /// with each upstream fault, restart it on the same state and compare
+    /// what a recovering runner reads back, field by field. Exit 0 when every
     /// difference is explained, 1 when one is not or a product is missing
     /// (`turncut providers --install`), 2 on a bad argument.
     ///
-    /// Example: turncut fidelity --only runner-opencode-real --runs 3
-    Fidelity {
-        /// Only this real profile (runner-codex-real, runner-opencode-real).
-        #[arg(long)]
-        only: Option<String>,
-        /// Play each moment N times on the real product (each distinct
-        /// reading gets its rows, labelled with how often it came up).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
-        runs: u32,
-    },
+    /// Example: turncut fidelity --only runner-codex-real --moments upstream
+    Fidelity(cmd::providers::FidelityArgs),
     /// Check a runner (--runner-cmd; runnerd by default) against the runner
     /// contract (docs/runner-contract.md) before a wave: it starts it as a
     /// cell does, makes every call of the spec, runs a clean task per
@@ -630,9 +623,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<Code, Exit> {
         Command::Doctor { profiles } => cmd::doctor::doctor(exe, &common, &profiles),
         Command::List { pattern } => cmd::list::list(exe, &common, pattern.as_deref()),
         Command::Providers { install } => Ok(cmd::providers::providers(install)),
-        Command::Fidelity { only, runs } => {
-            Ok(cmd::providers::fidelity(exe, only.as_deref(), runs))
-        }
+        Command::Fidelity(args) => Ok(cmd::providers::fidelity(exe, &args)),
         Command::Boundaries { scenario_id } => cmd::list::boundaries(exe, &common, &scenario_id),
         Command::Run(args) => cmd::run::run(exe, &common, args),
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),

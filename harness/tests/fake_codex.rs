@@ -518,6 +518,43 @@ fn malformed_input_gets_an_error_and_the_fake_keeps_serving() {
 }
 
 #[test]
+fn an_armed_answer_at_the_model_point_fails_the_turn_as_codex_reports_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = fake(dir.path());
+    let answer = "codex.model.requested#1=rate-limit".to_owned();
+    let mut client = fake.start(&["--answer".to_owned(), answer]).unwrap();
+    let thread = client.thread_start(&cwd(dir.path())).unwrap();
+    let outcome = client
+        .run_turn(&thread, "Create hello.txt", Some("m-1"), |_| "accept")
+        .unwrap();
+    assert_eq!(outcome.status, "failed");
+    assert_eq!(outcome.approvals, 0);
+    let expected = wire::upstream::codex_turn_error(wire::upstream::UpstreamFault::RateLimit);
+    let errors: Vec<&Value> = client
+        .transcript
+        .iter()
+        .filter(|(d, m)| *d == Dir::Received && m["method"] == "error")
+        .map(|(_, m)| &m["params"])
+        .collect();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0]["error"], expected);
+    assert_eq!(errors[0]["willRetry"], false);
+    assert_conformant(&client);
+    // The next turn asks the model again: the answer fired once.
+    let outcome = client
+        .run_turn(&thread, "Create hello.txt", Some("m-2"), |_| "accept")
+        .unwrap();
+    assert_eq!(outcome.status, "completed");
+    client.close().unwrap();
+    let journal = wire::journal::read(&fake.journal()).unwrap();
+    assert_eq!(
+        facts(&journal, "fault.answer"),
+        [&json!({ "point": "codex.model.requested", "answer": "rate-limit", "thread": thread })]
+    );
+    assert_eq!(wire::ledger::read(&fake.ledger()).unwrap().len(), 1);
+}
+
+#[test]
 fn a_hang_point_stops_answering_but_keeps_the_process() {
     let dir = tempfile::tempdir().unwrap();
     let fake = fake(dir.path());

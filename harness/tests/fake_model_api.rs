@@ -453,6 +453,57 @@ fn an_exit_mid_stream_leaves_a_truncated_stream_and_an_interrupted_turn() {
 }
 
 #[test]
+fn an_armed_answer_fails_a_request_with_its_status_or_its_stream_without_a_harness() {
+    // `--answer` at the request point: 429 with `Retry-After` and OpenAI's
+    // body, once per state directory (the next request is served).
+    let dir = tempfile::tempdir().unwrap();
+    let fake = start(
+        dir.path(),
+        &["--answer", "model.responses.received#1=rate-limit"],
+    );
+    let r = agent()
+        .post(format!("{}/v1/responses", fake.url))
+        .header("Content-Type", "application/json")
+        .send(request("m1", vec![user("go")]).to_string())
+        .unwrap();
+    assert_eq!(r.status(), 429);
+    assert_eq!(
+        r.headers().get("retry-after").and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    let body: Value = serde_json::from_reader(r.into_body().into_reader()).unwrap();
+    assert_eq!(body, wire::upstream::UpstreamFault::RateLimit.openai_body());
+    assert_eq!(fake.facts("fault.answer"), 1);
+    let events = fake.stream(&request("m1", vec![user("go")]));
+    assert_eq!(events.last().unwrap().event, "response.completed");
+
+    // At a `.sent` point, a stream fault: the stream ends after its first
+    // event, without `response.completed`.
+    let dir = tempfile::tempdir().unwrap();
+    let fake = start(
+        dir.path(),
+        &["--answer", "model.response_created.sent#1=stream-truncated"],
+    );
+    let (status, text) = fake.post_raw(&request("m1", vec![user("go")]).to_string());
+    assert_eq!(status, 200);
+    let kinds: Vec<String> = parse_sse(&text).into_iter().map(|e| e.event).collect();
+    assert_eq!(kinds, ["response.created"], "{text}");
+    assert_eq!(fake.facts("stream.broken"), 1);
+
+    // A name that is no answer is bad input.
+    let out = Command::new(exe())
+        .args(["fake-provider", "model-api", "--state-dir"])
+        .arg(dir.path().join("bad"))
+        .args(["--answer", "model.responses.received=teapot"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("use one of rate-limit"), "{stderr}");
+}
+
+#[test]
 fn a_hang_mid_stream_keeps_the_connection_open_and_silent() {
     let dir = tempfile::tempdir().unwrap();
     let fake = start(dir.path(), &["--hang", "model.response_in_progress.sent"]);

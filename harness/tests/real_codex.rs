@@ -644,7 +644,9 @@ fn shape_diff(real: &Shape, fake: &Shape) -> String {
 // ---------------------------------------------------------------------------
 
 /// The crash-semantics differential of `turncut fidelity`, on codex: at
-/// each moment, the fake reads back what the real codex does. It runs under
+/// each moment, and at each upstream fault that fails the turn's first
+/// model request (`--moments upstream`), the fake reads back what the real
+/// codex does. It runs under
 /// `nohup`, as a supervisor may start a provider: with SIGHUP ignored from
 /// the start, a fake whose commands kept that disposition (or died only of
 /// a hangup) outlived the kill where the real codex's die (2 rows differed).

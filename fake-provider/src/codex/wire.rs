@@ -148,7 +148,11 @@ pub fn turn_json(turn: &TurnRecord, view: ItemsView) -> Value {
         "itemsView": view,
         "status": turn.status,
         "error": turn.error.as_ref().map(|m| match &turn.error_info {
-            Some(info) => json!({ "message": m, "codexErrorInfo": info, "additionalDetails": null }),
+            // The real 0.171's `TurnError` of a turn failed upstream
+            // (`wire::upstream::codex_turn_error`), read back.
+            Some(info) => json!({
+                "message": m, "codexErrorInfo": info, "additionalDetails": null, "misalignment": null,
+            }),
             None => json!({ "message": m }),
         }),
         "startedAt": turn.started_at,

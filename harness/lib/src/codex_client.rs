@@ -336,6 +336,24 @@ impl CodexClient {
         self.child.wait()
     }
 
+    /// Closes stdin, as a client that is done does, and waits at most
+    /// `within` for the server to close its stdout (it exits); its group is
+    /// SIGKILLed after that either way, so nothing of it outlives the call.
+    /// Whether it ended by itself in time.
+    pub fn close_within(mut self, within: Duration) -> bool {
+        self.stdin.take();
+        let deadline = Instant::now() + within;
+        let ended = loop {
+            match self.receive("the server's exit", deadline) {
+                Ok(_) => {}
+                Err(ClientError::Closed { .. }) => break true,
+                Err(_) => break false,
+            }
+        };
+        let _ = self.child.kill();
+        ended
+    }
+
     /// SIGKILLs the server's process group.
     pub fn kill(mut self) -> std::io::Result<std::process::ExitStatus> {
         self.child.kill()

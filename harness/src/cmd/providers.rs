@@ -35,9 +35,33 @@ pub fn providers(install: bool) -> Code {
     Code::pass_if(missing == 0)
 }
 
-/// `turncut fidelity [--only PROFILE] [--runs N]`: the differential table
-/// of each real product against its fake, one product after the other.
-pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> Code {
+/// The arguments of `turncut fidelity`.
+#[derive(Debug, clap::Args)]
+pub struct FidelityArgs {
+    /// Only this real profile (runner-codex-real, runner-opencode-real, …).
+    #[arg(long)]
+    only: Option<String>,
+    /// Play each moment N times on the real product (each distinct
+    /// reading gets its rows, labelled with how often it came up).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
+    runs: u32,
+    /// Only these moments: `crash` (a SIGKILL at a point of the turn) or
+    /// `upstream` (the model API fails the turn: codex's only) [default:
+    /// both].
+    #[arg(long, value_parser = ["crash", "upstream"])]
+    moments: Option<String>,
+}
+
+/// `turncut fidelity [--only PROFILE] [--runs N] [--moments crash|upstream]`:
+/// the differential table of each real product against its fake, one
+/// product after the other.
+pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
+    let (only, runs) = (args.only.as_deref(), args.runs);
+    let which = match args.moments.as_deref() {
+        Some("crash") => fidelity::Moments::Crash,
+        Some("upstream") => fidelity::Moments::Upstream,
+        _ => fidelity::Moments::All,
+    };
     let started = Instant::now();
     let chosen: Vec<&wire::profiles::Real> = wire::profiles::REAL
         .iter()
@@ -65,13 +89,15 @@ pub fn fidelity(exe: &Path, only: Option<&str>, runs: u32) -> Code {
         eprintln!(
             "{}: {} moments, {runs} run(s) each …",
             r.name,
-            moments(r.name)
+            moments(r.name, which)
         );
         let product_dir = dir.path().join(r.name);
         let found = real::locate_or_install(r)
             .map_err(|why| format!("not compared: {why}"))
             .and_then(|bin| match r.name {
-                "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs),
+                "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs, which),
+                // Only codex has upstream-failure moments so far.
+                _ if !which.crash() => Ok(Vec::new()),
                 _ if is_acp(r) => fidelity::acp::rows(exe, r, &bin, &product_dir, runs),
                 _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs as usize),
             });
@@ -94,10 +120,15 @@ fn is_acp(r: &wire::profiles::Real) -> bool {
 }
 
 /// How many moments a product's differential plays.
-fn moments(profile: &str) -> usize {
-    match profile {
+fn moments(profile: &str, which: fidelity::Moments) -> usize {
+    let upstream = match profile {
+        "runner-codex-real" => wire::upstream::UpstreamFault::ALL.len(),
+        _ => 0,
+    };
+    let crash = match profile {
         "runner-codex-real" => fidelity::codex::Moment::ALL.len(),
         _ if wire::profiles::real(profile).is_some_and(is_acp) => fidelity::acp::Moment::ALL.len(),
         _ => fidelity::opencode::Moment::ALL.len(),
-    }
+    };
+    usize::from(which.crash()) * crash + usize::from(which.upstream()) * upstream
 }

@@ -275,10 +275,13 @@ pub const PROVIDER_MODEL_POINTS: [&str; 3] = [
 /// Where a fake Codex says its model API is, in the messages that name it.
 const FAKE_CODEX_MODEL_URL: &str = "http://127.0.0.1/v1/responses";
 
-/// The `error` (a `TurnError`: `message`, `codexErrorInfo`) the real Codex
-/// app-server 0.171 reports, in its `error` notification and its failed
-/// turn, when its model API failed with `fault` and its own retries are
-/// off; measured, `docs/real-providers.md` ("Upstream failures").
+/// The `error` (a `TurnError`: `message`, `codexErrorInfo`,
+/// `additionalDetails` and `misalignment`, both null) the real Codex
+/// app-server 0.171 reports, in its `error` notification, its failed turn
+/// and the turn it reads back after a restart, when its model API failed
+/// with `fault` and its own retries are off; measured,
+/// `docs/real-providers.md` ("Upstream failures"; `turncut fidelity
+/// --moments upstream` compares it with the real one).
 pub fn codex_turn_error(fault: UpstreamFault) -> Value {
     let unexpected = |status: u16, reason: &str| {
         let body = fault.openai_body();
@@ -318,7 +321,7 @@ pub fn codex_turn_error(fault: UpstreamFault) -> Value {
                 .to_owned(),
         ),
     };
-    json!({ "message": message, "codexErrorInfo": info, "additionalDetails": null })
+    json!({ "message": message, "codexErrorInfo": info, "additionalDetails": null, "misalignment": null })
 }
 
 /// What the real `opencode serve` 1.18.33 does when its model API failed

@@ -15,8 +15,10 @@ use super::{Row, compare};
 use crate::real::Product;
 
 mod play;
+mod upstream;
 
 pub use play::{AfterCrash, crash_at, turn_form};
+pub use upstream::{AfterFailure, upstream_rows};
 
 /// Where a turn is cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,7 +55,13 @@ pub enum FakeCut {
     Hang(&'static str),
     /// The client kills it when it sees the moment, as the real one.
     Kill,
+    /// It is not stopped: it fails its turn's first model request
+    /// ([`FAKE_MODEL_POINT`]`#1`) with this upstream fault (`--answer`).
+    Answer(wire::upstream::UpstreamFault),
 }
+
+/// The fake's model point, where it meets its model API's failures.
+const FAKE_MODEL_POINT: &str = wire::upstream::PROVIDER_MODEL_POINTS[0];
 
 /// The fake's points right after `turn/start`, the last first: the real
 /// server answers before its writes are done, so a kill right after the
@@ -210,10 +218,31 @@ pub fn real_at(
     seen
 }
 
-/// The rows of every codex moment, the real codex played `runs` times at
-/// each (each distinct reading its own rows, with how often it came up).
-pub fn rows(turncut: &Path, codex: &Path, dir: &Path, runs: u32) -> Result<Vec<Row>, String> {
-    rows_of(turncut, codex, dir, runs, &Moment::ALL)
+/// The rows of every codex moment `which` names (crash moments, then
+/// upstream failures), the real codex played `runs` times at each (each
+/// distinct reading its own rows, with how often it came up).
+pub fn rows(
+    turncut: &Path,
+    codex: &Path,
+    dir: &Path,
+    runs: u32,
+    which: super::Moments,
+) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    if which.crash() {
+        rows = rows_of(turncut, codex, dir, runs, &Moment::ALL)?;
+    }
+    if which.upstream() {
+        let faults = wire::upstream::UpstreamFault::ALL;
+        rows.extend(upstream_rows(
+            turncut,
+            codex,
+            &dir.join("upstream"),
+            runs,
+            &faults,
+        )?);
+    }
+    Ok(rows)
 }
 
 /// The rows of `moments`.

@@ -24,6 +24,32 @@ tools = [{ key = "write-hello", kind = "command", approval = true, duration_ms =
 final = "Created hello.txt."
 "#;
 
+/// Which moments a run of the differential plays (`turncut fidelity
+/// --moments`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Moments {
+    /// Every moment.
+    #[default]
+    All,
+    /// The crash moments only (a SIGKILL at a point of the turn).
+    Crash,
+    /// The upstream-failure moments only (the model API fails the turn;
+    /// codex only so far).
+    Upstream,
+}
+
+impl Moments {
+    /// Whether the crash moments are played.
+    pub fn crash(self) -> bool {
+        self != Moments::Upstream
+    }
+
+    /// Whether the upstream-failure moments are played.
+    pub fn upstream(self) -> bool {
+        self != Moments::Crash
+    }
+}
+
 /// One compared field at one moment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Row {
@@ -171,6 +197,22 @@ pub fn start_model_api(
     script: &Path,
     hang: Option<&str>,
 ) -> Result<crate::real::ModelApi, String> {
+    let args: Vec<&str> = hang
+        .map(|point| ["--hang", point])
+        .into_iter()
+        .flatten()
+        .collect();
+    start_model_api_with(turncut, dir, script, &args)
+}
+
+/// The same, with the fault arguments `faults` (`--hang POINT`,
+/// `--answer POINT=NAME`).
+pub fn start_model_api_with(
+    turncut: &Path,
+    dir: &Path,
+    script: &Path,
+    faults: &[&str],
+) -> Result<crate::real::ModelApi, String> {
     let model = dir.join("model");
     let mut cmd = crate::real::ModelApi::command(
         turncut,
@@ -179,8 +221,6 @@ pub fn start_model_api(
         &model.join("ledger.jsonl"),
         script,
     );
-    if let Some(point) = hang {
-        cmd.args(["--hang", point]);
-    }
+    cmd.args(faults);
     crate::real::ModelApi::start(&mut cmd, Duration::from_secs(60)).map_err(|e| format!("{e:#}"))
 }

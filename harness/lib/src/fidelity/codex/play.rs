@@ -16,7 +16,7 @@ use crate::demo::FakeCodex;
 use crate::fidelity::{effect_pids, wait_until};
 
 /// How long one request may take (codex starts in about a second here).
-const WAIT: Duration = Duration::from_secs(60);
+pub(super) const WAIT: Duration = Duration::from_secs(60);
 
 /// How long after its provider's death a command still running has
 /// outlived it (one killed with it is gone within milliseconds; the
@@ -107,11 +107,16 @@ pub struct Case {
 impl Case {
     /// Creates `dir/ws` and writes `moment`'s script.
     pub fn new(dir: &Path, moment: Moment) -> Result<Case, String> {
+        Case::with_script(dir, moment.script())
+    }
+
+    /// Creates `dir/ws` and writes `script`.
+    pub fn with_script(dir: &Path, text: &str) -> Result<Case, String> {
         let io = |e: std::io::Error| format!("{}: {e}", dir.display());
         let ws = dir.join("ws");
         std::fs::create_dir_all(&ws).map_err(io)?;
         let script = dir.join("script.toml");
-        std::fs::write(&script, moment.script()).map_err(io)?;
+        std::fs::write(&script, text).map_err(io)?;
         Ok(Case {
             dir: dir.to_owned(),
             ws,
@@ -130,7 +135,8 @@ pub enum Provider {
 }
 
 impl Provider {
-    fn start(&self, at_moment: bool) -> Result<CodexClient, String> {
+    /// Starts it, handshaken; `at_moment` arms the fake's cut.
+    pub(super) fn start(&self, at_moment: bool) -> Result<CodexClient, String> {
         let mut client = match self {
             Provider::Real(argv) => {
                 let mut cmd = Command::new(&argv[0]);
@@ -147,6 +153,10 @@ impl Provider {
                 match cut {
                     FakeCut::Exit(p) if at_moment => extra.extend(["--exit".into(), (*p).into()]),
                     FakeCut::Hang(p) if at_moment => extra.extend(["--hang".into(), (*p).into()]),
+                    FakeCut::Answer(fault) if at_moment => extra.extend([
+                        "--answer".into(),
+                        format!("{}#1={}", super::FAKE_MODEL_POINT, fault.as_str()),
+                    ]),
                     _ => {}
                 }
                 CodexClient::spawn(&mut fake.command(&extra))
@@ -171,7 +181,7 @@ impl Provider {
 }
 
 /// The `turn/start` of message `id` with `text`.
-fn turn_start(thread: &str, text: &str, id: &str) -> Value {
+pub(super) fn turn_start(thread: &str, text: &str, id: &str) -> Value {
     json!({
         "threadId": thread,
         "input": [{ "type": "text", "text": text, "text_elements": [] }],
@@ -450,7 +460,7 @@ pub fn turn_form(turn: &Value) -> String {
 
 /// Error texts differ in thread ids and file paths only; compare them
 /// without those.
-fn without_ids(r: Result<(), String>) -> Result<(), String> {
+pub(super) fn without_ids(r: Result<(), String>) -> Result<(), String> {
     r.map_err(|e| {
         e.split(char::is_whitespace)
             .map(|w| if w.starts_with('/') { "<path>" } else { w })
