@@ -427,6 +427,11 @@ impl Server {
             completed_at: None,
         };
         self.record_turn(&p.session_id, id, record, planned.steps)?;
+        // Claude Code asks its model before it echoes the message: a model
+        // that fails for good (a context overflow) ends the prompt unechoed.
+        if let Some(error) = self.first_model_request(&p.session_id) {
+            return Ok(self.fail_upstream(&p.session_id, error));
+        }
         Ok(self
             .send_updates(&p.session_id, &live)
             .and_then(|()| self.pump(&p.session_id)))

@@ -41,6 +41,17 @@ impl Server {
         }
     }
 
+    /// The turn's first model request, asked as it starts (before the
+    /// message is echoed): the error the prompt is answered with, if the
+    /// model failed for good.
+    pub(super) fn first_model_request(&mut self, session_id: &str) -> Option<Value> {
+        let error = self.ask_model(session_id);
+        if let Some(active) = self.active.get_mut(session_id) {
+            active.asked = true;
+        }
+        error
+    }
+
     /// Fails the active turn of `session_id`: durable as failed, then its
     /// `session/prompt` answered with `error`.
     pub(super) fn fail_upstream(&mut self, session_id: &str, error: Value) -> Sent {

@@ -173,7 +173,12 @@ impl AcpDriver {
             if is_response_to(&msg, id) {
                 // The turn ended (or was refused) before it was echoed or
                 // answered: a refusal is an error, an end is read as such.
-                result_of("session/prompt", &msg)?;
+                // An error naming a model API failure is an end: the agent
+                // took the message to its model (Claude Code answers a
+                // context overflow so, with no echo).
+                if msg.get("error").and_then(acp_error_cause).is_none() {
+                    result_of("session/prompt", &msg)?;
+                }
                 self.rpc.hold(msg, bytes)?;
                 return Ok(client_id.to_owned());
             }
