@@ -272,8 +272,8 @@ pub const PROVIDER_MODEL_POINTS: [&str; 3] = [
     "opencode.model.requested",
 ];
 
-/// Where a fake Codex says its model API is, in the messages that name it.
-const FAKE_CODEX_MODEL_URL: &str = "http://127.0.0.1/v1/responses";
+/// Where a fake provider says its model API is, in the errors that name it.
+const FAKE_MODEL_URL: &str = "http://127.0.0.1/v1/responses";
 
 /// The `error` (a `TurnError`: `message`, `codexErrorInfo`,
 /// `additionalDetails` and `misalignment`, both null) the real Codex
@@ -291,7 +291,7 @@ pub fn codex_turn_error(fault: UpstreamFault) -> Value {
             .to_owned();
         (
             json!({ "httpConnectionFailed": { "httpStatusCode": status } }),
-            format!("unexpected status {status} {reason}: {text}, url: {FAKE_CODEX_MODEL_URL}"),
+            format!("unexpected status {status} {reason}: {text}, url: {FAKE_MODEL_URL}"),
         )
     };
     let (info, message) = match fault {
@@ -346,9 +346,6 @@ pub enum OpencodeReaction {
     Fail(Value),
 }
 
-/// Where a fake OpenCode says its model API is, in the errors that name it.
-const FAKE_OPENCODE_MODEL_URL: &str = "http://127.0.0.1/v1/responses";
-
 /// How long a fake OpenCode waits before retrying a transient failure with
 /// no `Retry-After`. The real one waits about 2 s (its backoff); the wait is
 /// announced in `next`, which is what a runner reads, so the fake keeps the
@@ -390,7 +387,7 @@ pub fn opencode_reaction(fault: UpstreamFault) -> OpencodeReaction {
             "message": text, "statusCode": 401, "isRetryable": false,
             "responseHeaders": { "content-type": "application/json" },
             "responseBody": body.to_string(),
-            "metadata": { "url": FAKE_OPENCODE_MODEL_URL },
+            "metadata": { "url": FAKE_MODEL_URL },
         } })),
         UpstreamFault::ContextOverflow => OpencodeReaction::Fail(json!({
             "name": "ContextOverflowError",
