@@ -344,6 +344,24 @@ fn row_19_a_turn_the_provider_failed_upstream_is_not_continued_after_a_restart()
     );
 }
 
+/// A Retry the controller sent while the run settled, cut by a restart
+/// before its answer: the cell sends it again to the restarted runner (as
+/// the contract asks of a controller), and the answer must be its run.
+/// Before the cell re-sent such a request, this cell was `unknown`.
+#[test]
+fn row_20_a_retry_sent_again_after_a_restart_answers_its_run() {
+    caught(
+        "resent-retry-refused",
+        "restart-chaos.runner-codex.local.upstream-faults",
+        &[
+            "--schedule",
+            "codex.model.requested#1/auth-expired+runner.run_settled.persisted#1/retry+runner.retry_admitted.persisted#1/kill-runner",
+        ],
+        "retry.works",
+        "answered 409 when sent again",
+    );
+}
+
 /// Found by `turncut explore --seed 32 --only runner-codex` in runnerd
 /// itself: the provider lost an accepted turn's message, the runner sent it
 /// again, and was killed before that send's acceptance was durable.

@@ -103,11 +103,13 @@ pub enum SeededBug {
     ResumeFirstTaskOnly,
     /// After a restart, continue a turn the provider failed because its model API did.
     ContinueUpstreamFailure,
+    /// Answer a Retry sent again as a new one: refused while its own run is active.
+    ResentRetryRefused,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 42] = [
+    pub const ALL: [SeededBug; 43] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -150,6 +152,7 @@ impl SeededBug {
         SeededBug::DeliverStaleRetry,
         SeededBug::ResumeFirstTaskOnly,
         SeededBug::ContinueUpstreamFailure,
+        SeededBug::ResentRetryRefused,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -250,6 +253,7 @@ impl SeededBug {
             SeededBug::DeliverStaleRetry => "deliver-stale-retry",
             SeededBug::ResumeFirstTaskOnly => "resume-first-task-only",
             SeededBug::ContinueUpstreamFailure => "continue-upstream-failure",
+            SeededBug::ResentRetryRefused => "resent-retry-refused",
         }
     }
 }
@@ -331,6 +335,8 @@ hooks! {
     resume_first_task_only => ResumeFirstTaskOnly;
     /// `continue-upstream-failure`.
     continue_upstream_failure => ContinueUpstreamFailure;
+    /// `resent-retry-refused`.
+    resent_retry_refused => ResentRetryRefused;
     /// `fail-closed-when-absent`.
     fail_closed_when_absent => FailClosedWhenAbsent;
     /// `adopt-without-completion`.

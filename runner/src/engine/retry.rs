@@ -50,7 +50,9 @@ impl Engine {
                 db.message(&tid, &mid)
             })
             .await?;
-        if existing.is_some() {
+        // SEEDED BUG resent-retry-refused: the same Retry again is judged as
+        // a new one, so its own active run refuses it.
+        if existing.is_some() && !crate::seeded::resent_retry_refused() {
             // The same Retry again (or a reused id): the store answers it
             // without a new proof and without touching any process.
             return self.admit(task_id, message_id, json!(null)).await;

@@ -115,7 +115,7 @@ pub(super) enum Record {
     Process(String, u32, Option<u64>),
     /// A controller request the cut side made (a `follow-up` or `retry`
     /// event).
-    Injected(Exchange, Op),
+    Injected(Exchange, Vec<Op>),
     /// Why the cut side could not do what the schedule meant.
     Error(String),
 }
@@ -159,9 +159,9 @@ impl Recorder {
         self.send(Record::Process(role.to_owned(), pid, start));
     }
 
-    /// Records a controller request the cut side made.
-    pub fn injected(&self, exchange: Exchange, op: Op) {
-        self.send(Record::Injected(exchange, op));
+    /// Records a controller request the cut side made, and each attempt.
+    pub fn injected(&self, exchange: Exchange, ops: Vec<Op>) {
+        self.send(Record::Injected(exchange, ops));
     }
 
     /// Records why the cut side failed.
@@ -175,7 +175,7 @@ impl Recorder {
 pub(super) struct Records {
     pub actions: Vec<Action>,
     pub processes: Vec<(String, u32, Option<u64>)>,
-    pub injected: Vec<(Exchange, Op)>,
+    pub injected: Vec<(Exchange, Vec<Op>)>,
     pub errors: Vec<String>,
 }
 
@@ -186,7 +186,7 @@ impl Records {
             match r {
                 Record::Action(a) => self.actions.push(a),
                 Record::Process(role, pid, start) => self.processes.push((role, pid, start)),
-                Record::Injected(x, op) => self.injected.push((x, op)),
+                Record::Injected(x, ops) => self.injected.push((x, ops)),
                 Record::Error(e) => self.errors.push(e),
             }
         }

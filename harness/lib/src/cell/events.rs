@@ -400,7 +400,7 @@ fn apply_event(
         // is taken now, in the order the events matched: a later event that
         // kills the runner must not leave it with none to send to.
         let ctx = side.ctx.clone();
-        let client = ctx.board.client().map(|(c, _)| c);
+        let client = ctx.board.client();
         std::thread::spawn(move || {
             super::inject::inject_action(&ctx, client, held, event.fault, stage);
             ctx.board.update(|s| s.applied += 1);

@@ -68,9 +68,9 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     super::power::unmount_disks(ctx, std::mem::take(&mut report.lazy));
     cell.got.drain(&cell.records);
     ev.actions = std::mem::take(&mut cell.got.actions);
-    for (exchange, op) in cell.got.injected.drain(..) {
+    for (exchange, ops) in cell.got.injected.drain(..) {
         ev.exchanges.push(exchange);
-        ev.ops.push(op);
+        ev.ops.extend(ops);
     }
 }
 

@@ -32,6 +32,12 @@ pub fn retry_works(e: &Evidence) -> OracleResult {
                         [format!("exchange:{}", x.message_id)],
                     );
                 }
+                if let Some(problem) = refused_once_admitted(e, x) {
+                    j.fail(
+                        problem,
+                        [format!("exchange:{}", x.message_id), "events".to_owned()],
+                    );
+                }
             }
             // The contract's answer to a store that failed under the Retry
             // (nothing changed, it may be sent again), where the storage
@@ -120,6 +126,25 @@ fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchang
                 ["processes".to_owned()],
             );
     }
+}
+
+/// A Retry sent again (its first request cut by a restart) is answered as
+/// the first was: the API is idempotent on ids (`docs/runner-contract.md`),
+/// so a Retry the run log recorded admitted must answer its run, never a
+/// refusal — a controller told 409 gives up on a run that is running.
+fn refused_once_admitted(e: &Evidence, x: &Exchange) -> Option<String> {
+    let (admitted, _) = e
+        .payloads::<RetryAdmitted>()
+        .find(|(_, r)| r.message_id == x.message_id)?;
+    let sent = e
+        .ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Request(RequestKind::Retry) && o.message_id == x.message_id)
+        .count();
+    Some(format!(
+        "Retry {} was admitted (events#{}) but answered 409 when sent again ({sent} requests): the same Retry again must answer its run",
+        x.message_id, admitted.seq
+    ))
 }
 
 /// The provider's side of "a Retry opens a fresh conversation": the Retry's

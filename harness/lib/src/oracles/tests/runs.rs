@@ -438,6 +438,43 @@ fn a_retry_run_cut_before_its_conversation_has_none_and_an_unanswered_retry_is_u
 }
 
 #[test]
+fn a_retry_admitted_then_refused_when_sent_again_fails_retry_works() {
+    // The harness sent r1 again after a restart cut its first request; the
+    // run log says the first was admitted, the second was refused.
+    let mut e = retried();
+    e.exchanges.pop();
+    e.exchanges
+        .push(retry_r1(409, json!({ "block_reason": "execution_active" })));
+    for (at_ms, answer) in [
+        (100, Err(anyhow::anyhow!("io: Peer disconnected"))),
+        (160, Ok((409, ()))),
+    ] {
+        e.ops.push(crate::evidence::Op::of(
+            OpKind::Request(RequestKind::Retry),
+            "r1",
+            at_ms,
+            &answer,
+        ));
+    }
+    let mut refused = good();
+    refused.exchanges.push(e.exchanges.last().unwrap().clone());
+    refused.ops.extend(e.ops.iter().cloned());
+    e.events.push(event(
+        7,
+        "retry.admitted",
+        json!({ "message_id": "r1", "run_id": "run-2", "resends": true, "resends_message": "m1" }),
+    ));
+    assert_only_fails(
+        &e,
+        "retry.works",
+        "admitted (events#7) but answered 409 when sent again (2 requests)",
+    );
+    // Refused both times, with a listed reason: no problem of Retry's.
+    let (v, why) = verdict(&judge(&refused), "retry.works");
+    assert_ne!(v, Verdict::Fail, "{why:?}");
+}
+
+#[test]
 fn a_retry_turn_sent_again_in_its_own_conversation_is_no_reuse() {
     let mut e = retried();
     // The Retry's first turn was lost before its message was recorded
