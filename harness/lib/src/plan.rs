@@ -298,6 +298,18 @@ pub fn discover_after_walking(
     first: &crate::model::Event,
     path: Option<&str>,
 ) -> anyhow::Result<Vec<Boundary>> {
+    Ok(walk_recovery(env, scenario, profile, first, path)?.1)
+}
+
+/// [`discover_after_walking`], with the recovery path the traced run
+/// walked (`explore --workflows` keys what it cut again by it).
+pub fn walk_recovery(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    first: &crate::model::Event,
+    path: Option<&str>,
+) -> anyhow::Result<(String, Vec<Boundary>)> {
     let spec = schedule_cell(
         0,
         "discovery".into(),
@@ -311,7 +323,7 @@ pub fn discover_after_walking(
         }
         found = reached_after(env, scenario, profile, &spec)?;
     }
-    let (hits, mark, doomed, _) = found;
+    let (hits, mark, doomed, walked) = found;
     let mut counts: std::collections::HashMap<&str, u64> = Default::default();
     let mut out: Vec<Boundary> = Vec::new();
     let alive = provider_alive_at(&hits);
@@ -333,7 +345,7 @@ pub fn discover_after_walking(
             segment: 0,
         });
     }
-    Ok(out)
+    Ok((walked, out))
 }
 
 /// A traced run of `spec` that reached its event. A cut whose reach

@@ -57,7 +57,7 @@ pub struct Reach {
 /// the task settled. A path's representative comes from the scenario that
 /// leaves the most, so its recovery cuts reach that work too (a Retry that
 /// re-sends an answered message while a follow-up waits needs one).
-fn waiting_work(s: &Scenario) -> usize {
+pub fn waiting_work(s: &Scenario) -> usize {
     s.steps
         .iter()
         .map(|step| match step {

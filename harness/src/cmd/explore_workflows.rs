@@ -116,6 +116,10 @@ fn print_figures(x: &wf::WorkflowsExplored) {
     for (profile, (programs, cells)) in &x.per_profile {
         println!("  {profile}: {programs} programs, {cells} cells");
     }
+    println!(
+        "  {} recoveries new to this run had every boundary cut again",
+        x.recoveries
+    );
     if let Some(at) = x.first_failure_after {
         println!("first failure after {:.1} s", at.as_secs_f64());
     }

@@ -15,11 +15,11 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use proptest::strategy::ValueTree;
+use proptest::strategy::{Just, ValueTree};
 use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
 use super::{
-    EventCount, Found, Options, Progress, Target, is_failure, new_schedule, ordered,
+    EventCount, Found, Options, Progress, Target, is_failure, new_schedule, ordered, recut,
     run_until_failure, strategy, try_schedule,
 };
 use crate::cell::CellEnv;
@@ -72,6 +72,8 @@ pub struct WorkflowsExplored {
     pub unknown: usize,
     /// Per profile: (programs, cells).
     pub per_profile: BTreeMap<String, (usize, usize)>,
+    /// Recoveries whose every boundary was cut again (`recut`).
+    pub recoveries: usize,
     /// Wall time.
     pub elapsed: Duration,
     /// When the first failure was seen, from the start.
@@ -86,6 +88,8 @@ struct Shared {
     programs: AtomicUsize,
     several_tasks: AtomicUsize,
     per_profile: Mutex<BTreeMap<String, (usize, usize)>>,
+    /// The recoveries cut again (`recut`).
+    recovered: recut::Recovered,
     first_failure: Mutex<Option<Duration>>,
     found: Mutex<Option<FoundWorkflow>>,
 }
@@ -98,6 +102,7 @@ pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExpl
         programs: AtomicUsize::new(0),
         several_tasks: AtomicUsize::new(0),
         per_profile: Mutex::new(BTreeMap::new()),
+        recovered: recut::Recovered::default(),
         first_failure: Mutex::new(None),
         found: Mutex::new(None),
     };
@@ -114,6 +119,7 @@ pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExpl
         cells: schedules.runs.load(Ordering::SeqCst),
         unknown: schedules.unknown.load(Ordering::SeqCst),
         per_profile: shared.per_profile.into_inner().expect("per profile"),
+        recoveries: shared.recovered.count(),
         elapsed: started.elapsed(),
         first_failure_after: shared.first_failure.into_inner().expect("first failure"),
         found: shared.found.into_inner().expect("found"),
@@ -228,21 +234,36 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
     let schedules = strategy(target.boundaries.clone(), opts.explore.events, opts.draw);
     for _ in 0..opts.schedules {
         let s_tree = new_schedule(&schedules, runner, opts.explore.events.min)?;
-        let before = shared.schedules.runs.load(Ordering::SeqCst);
-        let found = try_schedule(
-            env,
-            scenarios,
-            &target,
-            &opts.explore,
-            runner,
-            s_tree,
-            &shared.schedules,
-        );
-        if shared.schedules.runs.load(Ordering::SeqCst) > before {
-            let mut per = shared.per_profile.lock().expect("per profile");
-            per.entry(profile.to_owned()).or_default().1 += 1;
+        if let Some(found) = run_drawn(env, opts, runner, &target, s_tree, shared) {
+            note_first(shared, started);
+            return Some(shrink_program(
+                env, opts, runner, tree, profile, case, found,
+            ));
         }
-        if let Some(found) = found {
+        if shared.schedules.claimed.load(Ordering::SeqCst) {
+            return None;
+        }
+    }
+    // As many first events more, each traced: a recovery new to this run
+    // is cut again at every boundary (`recut`).
+    let one = EventCount { min: 1, max: 1 };
+    let firsts = strategy(target.boundaries.clone(), one, opts.draw);
+    let recuts: Vec<Vec<Event>> = (0..opts.schedules)
+        .filter_map(|_| {
+            new_schedule(&firsts, runner, 1)?
+                .current()
+                .into_iter()
+                .next()
+        })
+        .flat_map(|first| {
+            recut::recovery_schedules(env, &scenario, profile, &first, &shared.recovered)
+        })
+        .collect();
+    for events in recuts {
+        if started.elapsed() >= opts.explore.budget {
+            return None;
+        }
+        if let Some(found) = run_drawn(env, opts, runner, &target, Just(events), shared) {
             note_first(shared, started);
             return Some(shrink_program(
                 env, opts, runner, tree, profile, case, found,
@@ -253,6 +274,35 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
         }
     }
     None
+}
+
+/// Runs one schedule of a program (shrunk if it fails) and counts its cell
+/// for the program's profile.
+fn run_drawn<T: ValueTree<Value = Vec<Event>>>(
+    env: &CellEnv,
+    opts: &WorkflowOptions,
+    runner: &mut TestRunner,
+    target: &Target<'_>,
+    s_tree: T,
+    shared: &Shared,
+) -> Option<Found> {
+    let before = shared.schedules.runs.load(Ordering::SeqCst);
+    let scenarios = std::slice::from_ref(target.scenario);
+    let found = try_schedule(
+        env,
+        scenarios,
+        target,
+        &opts.explore,
+        runner,
+        s_tree,
+        &shared.schedules,
+    );
+    if shared.schedules.runs.load(Ordering::SeqCst) > before {
+        let profile = crate::scenario::profile_of(&target.id).to_owned();
+        let mut per = shared.per_profile.lock().expect("per profile");
+        per.entry(profile).or_default().1 += 1;
+    }
+    found
 }
 
 /// A program's clean traced run: its boundaries (none when it could not be
