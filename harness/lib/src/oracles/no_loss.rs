@@ -115,11 +115,12 @@ fn check_follow_ups(j: &mut Judgement, e: &Evidence) {
             .filter(|t| !t.continuation && t.client_id.as_deref() == Some(id))
             .count();
         // A Retry that re-sends this message's text under its own id
-        // consumes it (`retry.admitted` names it; the text is checked).
+        // consumes it (`retry.admitted` names it; the text is checked),
+        // and so does a later Retry that re-sends that Retry.
         let by_retry = e.provider_turns_and_lost().iter().any(|t| {
             t.client_id
                 .as_deref()
-                .is_some_and(|c| resends.get(c).map(String::as_str) == Some(id))
+                .is_some_and(|c| stands_for(&resends, c, id))
         });
         let still_queued = queued.iter().any(|q| q == id);
         let named = e
@@ -185,6 +186,23 @@ impl Waiting {
             (false, _, _, false) => Some("it was never consumed and is no longer queued"),
         }
     }
+}
+
+/// Whether Retry `retry` stands for message `id`: it re-sends `id`, or
+/// re-sends a Retry that stands for it (a Retry whose run failed before its
+/// turn, re-sent by the next Retry: the message's text reaches the provider
+/// under the last one's id). Each Retry re-sends at most one message, so the
+/// chain is walked at most once around.
+fn stands_for(resends: &BTreeMap<String, String>, retry: &str, id: &str) -> bool {
+    let mut at = retry;
+    for _ in 0..=resends.len() {
+        match resends.get(at) {
+            Some(m) if m == id => return true,
+            Some(m) => at = m,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// The message a Retry of the failed task re-sends (the contract's "the

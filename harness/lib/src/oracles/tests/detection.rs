@@ -203,6 +203,44 @@ fn a_retry_consumes_the_message_it_names_and_only_that() {
 }
 
 #[test]
+fn a_retry_that_re_sends_a_retry_consumes_what_that_one_stood_for() {
+    // r1 stood for f1 and its run failed before its turn; r2 re-sent r1:
+    // f1's text reached the provider under r2 (found by `explore
+    // --workflows --seed 5` on the native profile, two storage faults).
+    let chained = |stands_for_r1: bool| {
+        let mut e = f1_resent_by_r1(true);
+        e.journal.pop();
+        e.provider_turns.pop();
+        e.exchanges.push(exchange(
+            "retry",
+            "r2",
+            "",
+            201,
+            json!({ "run_id": "run-2" }),
+        ));
+        let resent = if stands_for_r1 { "r1" } else { "m1" };
+        e.events.push(event(
+            7,
+            "retry.admitted",
+            json!({ "message_id": "r2", "run_id": "run-2", "resends": true, "resends_message": resent }),
+        ));
+        e.journal.push(turn_start("r2", "more"));
+        let mut t = pturn("pr2", "r2", "r2", "completed", false);
+        t.thread = "th-fresh".into();
+        e.provider_turns.push(t);
+        e
+    };
+    let (v, m) = verdict(&judge(&chained(true)), "no-loss");
+    assert!(!m.contains("f1 was accepted"), "{v:?} {m}");
+    // A later Retry that stands for another message consumes nothing of f1.
+    let (_, m) = verdict(&judge(&chained(false)), "no-loss");
+    assert!(
+        m.contains("follow_up f1 was accepted but it was never consumed"),
+        "{m}"
+    );
+}
+
+#[test]
 fn a_run_that_settles_failed_names_every_message_it_leaves_queued() {
     let mut e = good();
     e.events
