@@ -118,3 +118,40 @@ fn the_real_codex_acp_completes_a_task_through_the_runner() {
 fn the_real_claude_agent_acp_completes_a_task_through_the_runner() {
     a_task_completes("runner-acpx-claude-real");
 }
+
+/// `turncut fidelity --moments upstream` on a few of the nine faults (the
+/// whole table is `turncut fidelity`'s: Claude Code retries an expired
+/// credential for three minutes): the fake ACP agent fails the prompt as
+/// the real agent of profile `name` does, every field the same or a listed
+/// variant.
+fn the_fake_fails_upstream_like(name: &str, faults: &[wire::upstream::UpstreamFault]) {
+    let Some(bin) = agent_or_skip(name) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rows =
+        harness::fidelity::acp::upstream_rows(exe(), real(name), &bin, dir.path(), 1, faults)
+            .unwrap();
+    let table = harness::fidelity::render(&rows);
+    println!("{table}");
+    for fault in faults {
+        let moment = format!("Upstream {}", fault.as_str());
+        assert!(rows.iter().any(|r| r.moment == moment), "{moment}\n{table}");
+    }
+    assert!(!rows.iter().any(harness::fidelity::Row::differs), "{table}");
+}
+
+#[test]
+fn the_fake_acp_agent_fails_upstream_like_codex_acp() {
+    use wire::upstream::UpstreamFault::{ContextOverflow, RateLimit, StreamTruncated};
+    the_fake_fails_upstream_like(
+        "runner-acpx-codex-real",
+        &[RateLimit, ContextOverflow, StreamTruncated],
+    );
+}
+
+#[test]
+fn the_fake_acp_agent_fails_upstream_like_claude_agent_acp() {
+    use wire::upstream::UpstreamFault::{ContextOverflow, StreamCut};
+    the_fake_fails_upstream_like("runner-acpx-claude-real", &[ContextOverflow, StreamCut]);
+}
