@@ -420,23 +420,14 @@ pub fn claude_acp_prompt_error(fault: UpstreamFault) -> Option<Value> {
 /// is `-32603 "Internal error"` with Codex's error in `data`, its
 /// `codex_error_info` in snake case and poorer than the app-server's
 /// ([`codex_turn_error`]): `other` but for a rate limit and a server error.
-/// A context overflow's message is the model API's body, as Codex read it
-/// (its keys sorted). A reset stream reads as the app-server's failed body
+/// A context overflow's message is the model API's body as it came (the
+/// fake model API's, this build's JSON). A reset stream reads as the app-server's failed body
 /// read; the real one says that or, by timing, that sending the request
 /// failed (both `other`, `turncut fidelity` lists the variant).
 pub fn codex_acp_prompt_error(fault: UpstreamFault) -> Value {
     let turn = codex_turn_error(fault);
     let message = match fault {
-        UpstreamFault::ContextOverflow => {
-            let body = fault.openai_body();
-            let error: std::collections::BTreeMap<&str, &Value> = body["error"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.as_str(), v))
-                .collect();
-            json!({ "error": error }).to_string()
-        }
+        UpstreamFault::ContextOverflow => fault.openai_body().to_string(),
         // An ASCII apostrophe where the app-server's has a typographic one.
         UpstreamFault::ServerError => {
             "We're currently experiencing high demand, which may cause temporary errors.".to_owned()

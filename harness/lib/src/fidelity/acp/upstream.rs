@@ -73,7 +73,7 @@ pub struct AfterFailure {
 impl AfterFailure {
     /// The compared fields, as text.
     fn fields(&self) -> Vec<(&'static str, String)> {
-        let error = self.answer.as_ref().err().cloned().unwrap_or(Value::Null);
+        let error = self.answer.as_ref().err().map_or(Value::Null, sorted);
         let data_keys = match error["data"].as_object() {
             Some(o) => o.keys().cloned().collect::<Vec<_>>().join(", "),
             None => error["data"].to_string(),
@@ -108,6 +108,24 @@ impl AfterFailure {
                 tool_statuses(&self.replay).join(", "),
             ),
         ]
+    }
+}
+
+/// `v` with every object's keys in order: JSON's key order means nothing,
+/// and a build of serde_json may keep the order they came in.
+fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&o[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
     }
 }
 
