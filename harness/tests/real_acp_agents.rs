@@ -7,7 +7,9 @@
 //! `turncut runnerd`'s ACP driver, the permission answered by the runner,
 //! the effect in the ledger once and the key never seen by the tool (each
 //! agent's crash semantics are `turncut fidelity`'s and the sampled waves',
-//! `docs/real-providers.md`).
+//! `docs/real-providers.md`). Then a few of `turncut fidelity --moments
+//! upstream`'s faults on each: the fake ACP agent fails the prompt as the
+//! real agent does.
 //!
 //! Each agent is looked up on `PATH` (at the pinned version), then in
 //! `<workspace>/target/npm`; with `TURNCUT_INSTALL_REAL=1` it is installed
