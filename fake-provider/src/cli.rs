@@ -100,9 +100,11 @@ pub struct AcpArgs {
     provider: ProviderArgs,
     /// Which real agent's crash behaviour to play: `claude` (the agent of
     /// `runner-acpx-claude`: echoes the user message, runs commands in the
-    /// client's terminals) or `opencode` (`opencode acp`: no echo, a tool
+    /// client's terminals), `opencode` (`opencode acp`: no echo, a tool
     /// call `in_progress` before its permission request, commands run by
-    /// the agent itself in a session of their own, which outlive its kill).
+    /// the agent itself in a session of their own, which outlive its kill)
+    /// or `codex` (`codex-acp` at a failure of its model API: no echo, every
+    /// upstream fault fails the prompt with its error; else as `claude`).
     #[arg(long, value_enum, default_value_t = crate::acp::Like::Claude)]
     like: crate::acp::Like,
     /// Write the end of a turn this many ms after answering its

@@ -884,3 +884,74 @@ fn the_official_rust_sdk_drives_a_full_turn() {
         }
     }
 }
+
+/// One prompt of the default script on a fake played `like`, its first
+/// model request failed with `fault` (`--answer`): the turn as the client
+/// saw it, what a fresh process replays, and the model requests journaled.
+fn fail_upstream(like: &str, fault: &str) -> (Turn, Vec<Value>, usize) {
+    let d = dirs();
+    let answer = format!("acp.model.requested#1={fault}");
+    let mut agent = Agent::start(&d.state, &["--like", like, "--answer", &answer]);
+    agent.initialize();
+    let session = agent.new_session(&d.cwd);
+    let id = agent.prompt(&session, "Create hello.txt", "m-1");
+    let turn = agent.drive(id, allow);
+    agent.assert_conformant();
+    agent.close();
+    let mut again = Agent::start(&d.state, &["--like", like]);
+    again.initialize();
+    let replay = again.load(&session, &d.cwd);
+    again.close();
+    (turn, replay, facts(&d, "model.requested").len())
+}
+
+/// The agent's text in `updates`.
+fn text_of(updates: &[Value]) -> Vec<&str> {
+    updates
+        .iter()
+        .filter(|u| u["sessionUpdate"] == "agent_message_chunk")
+        .filter_map(|u| u["content"]["text"].as_str())
+        .collect()
+}
+
+/// The fake fails a prompt upstream as the agent it plays does (`turncut
+/// fidelity --moments upstream` compares it with the real ones): as
+/// Claude's agent, an expired credential is asked ten times more, then the
+/// prompt fails unechoed with Claude's error, which `session/load` replays
+/// as the turn's text; after a broken stream the response asked again is
+/// not streamed (its text only replayed); as codex-acp every fault fails
+/// the prompt at once with codex-acp's error, and nothing but the prompt is
+/// replayed.
+#[test]
+fn an_upstream_fault_fails_or_retries_the_prompt_as_the_agent_it_plays() {
+    use wire::upstream::{UpstreamFault, claude_acp_prompt_error, codex_acp_prompt_error};
+    let (turn, replay, requests) = fail_upstream("claude", "auth-expired");
+    let error = claude_acp_prompt_error(UpstreamFault::AuthExpired).unwrap();
+    assert_eq!(turn.error.as_ref(), Some(&error), "{turn:?}");
+    assert_eq!(kinds(&turn.updates), Vec::<String>::new());
+    assert_eq!(requests, 11);
+    let message = error["message"].as_str().unwrap();
+    let kept = message.strip_prefix("Internal error: ").unwrap();
+    assert_eq!(text_of(&replay), [kept], "{replay:?}");
+    assert_eq!(kinds(&replay)[0], "user_message_chunk");
+
+    let (turn, replay, requests) = fail_upstream("claude", "stream-cut");
+    assert_eq!(turn.stop_reason.as_deref(), Some("end_turn"), "{turn:?}");
+    assert_eq!(text_of(&turn.updates), ["Created hello.txt."]);
+    let whole = ["Looking at the workspace.", "Created hello.txt."];
+    assert_eq!(text_of(&replay), whole, "{replay:?}");
+    assert_eq!(
+        requests, 3,
+        "the broken request, its retry, the one after the tool"
+    );
+
+    for fault in ["rate-limit", "stream-cut"] {
+        let (turn, replay, requests) = fail_upstream("codex", fault);
+        let error = codex_acp_prompt_error(UpstreamFault::parse(fault).unwrap());
+        assert_eq!(turn.error.as_ref(), Some(&error), "{fault}: {turn:?}");
+        assert!(!error["data"]["codex_error_info"].is_null());
+        assert!(turn.updates.is_empty(), "{fault}: {turn:?}");
+        assert_eq!(kinds(&replay), ["user_message_chunk"], "{fault}");
+        assert_eq!(requests, 1, "{fault}");
+    }
+}

@@ -127,7 +127,15 @@ fn at_each_crash_moment_the_fake_acp_agent_recovers_like_opencode_acp() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let rows = fidelity::acp::rows(exe(), real(), &opencode, dir.path(), 1).unwrap();
+    let rows = fidelity::acp::rows(
+        exe(),
+        real(),
+        &opencode,
+        dir.path(),
+        1,
+        fidelity::Moments::Crash,
+    )
+    .unwrap();
     println!("{}", fidelity::render(&rows));
     let differs: Vec<_> = rows.iter().filter(|r| r.differs()).collect();
     assert!(differs.is_empty(), "{differs:#?}");

@@ -7,7 +7,9 @@
 //! `turncut runnerd`'s ACP driver, the permission answered by the runner,
 //! the effect in the ledger once and the key never seen by the tool (each
 //! agent's crash semantics are `turncut fidelity`'s and the sampled waves',
-//! `docs/real-providers.md`).
+//! `docs/real-providers.md`). Then a few of `turncut fidelity --moments
+//! upstream`'s faults on each: the fake ACP agent fails the prompt as the
+//! real agent does.
 //!
 //! Each agent is looked up on `PATH` (at the pinned version), then in
 //! `<workspace>/target/npm`; with `TURNCUT_INSTALL_REAL=1` it is installed
@@ -117,4 +119,41 @@ fn the_real_codex_acp_completes_a_task_through_the_runner() {
 #[test]
 fn the_real_claude_agent_acp_completes_a_task_through_the_runner() {
     a_task_completes("runner-acpx-claude-real");
+}
+
+/// `turncut fidelity --moments upstream` on a few of the nine faults (the
+/// whole table is `turncut fidelity`'s: Claude Code retries an expired
+/// credential for three minutes): the fake ACP agent fails the prompt as
+/// the real agent of profile `name` does, every field the same or a listed
+/// variant.
+fn the_fake_fails_upstream_like(name: &str, faults: &[wire::upstream::UpstreamFault]) {
+    let Some(bin) = agent_or_skip(name) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let rows =
+        harness::fidelity::acp::upstream_rows(exe(), real(name), &bin, dir.path(), 1, faults)
+            .unwrap();
+    let table = harness::fidelity::render(&rows);
+    println!("{table}");
+    for fault in faults {
+        let moment = format!("Upstream {}", fault.as_str());
+        assert!(rows.iter().any(|r| r.moment == moment), "{moment}\n{table}");
+    }
+    assert!(!rows.iter().any(harness::fidelity::Row::differs), "{table}");
+}
+
+#[test]
+fn the_fake_acp_agent_fails_upstream_like_codex_acp() {
+    use wire::upstream::UpstreamFault::{ContextOverflow, RateLimit, StreamTruncated};
+    the_fake_fails_upstream_like(
+        "runner-acpx-codex-real",
+        &[RateLimit, ContextOverflow, StreamTruncated],
+    );
+}
+
+#[test]
+fn the_fake_acp_agent_fails_upstream_like_claude_agent_acp() {
+    use wire::upstream::UpstreamFault::{ContextOverflow, StreamCut};
+    the_fake_fails_upstream_like("runner-acpx-claude-real", &[ContextOverflow, StreamCut]);
 }

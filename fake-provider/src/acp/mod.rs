@@ -27,6 +27,8 @@
 //! `--like opencode` plays `opencode acp` where it differs at a crash
 //! ([`Like::Opencode`]): no echo, the tool call `in_progress` before its
 //! permission request, and tools run by the agent itself (`tools.rs`).
+//! `--like codex` plays `codex-acp` where it differs at a failure of its
+//! model API ([`Like::Codex`], `upstream.rs`).
 //!
 //! What it deliberately does not simulate: models, reasoning, plans, modes,
 //! config options, authentication, MCP servers (accepted and ignored), images
@@ -39,8 +41,9 @@
 //!
 //! Files: this one holds the agent (handshake, sessions, prompts, the end of
 //! a turn); `tools.rs` the tool calls run on the client's side and the
-//! answers to the agent's requests; `wire.rs` the wire forms; `store.rs` the
-//! durable sessions.
+//! answers to the agent's requests; `upstream.rs` its model requests and
+//! their failures; `wire.rs` the wire forms; `store.rs` the durable
+//! sessions.
 
 pub mod store;
 mod tools;
@@ -70,7 +73,8 @@ use wire::{
     PromptParams, RESOURCE_NOT_FOUND,
 };
 
-/// Which real ACP agent the fake plays where they differ at a crash.
+/// Which real ACP agent the fake plays where they differ at a crash or at a
+/// failure of their model API.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum Like {
     /// The agent of `runner-acpx-claude`: the user message echoed with the
@@ -85,6 +89,15 @@ pub enum Like {
     /// own, so it outlives a kill of the agent's group and lands its effect.
     /// The agent reads nothing while its command runs.
     Opencode,
+    /// `codex-acp` (measured against 0.16.0 by `turncut fidelity --moments
+    /// upstream`) where it differs from Claude's agent at a failure of its
+    /// model API: no echo of the user message, and no retry of its own
+    /// (its retries are off as `runner-acpx-codex-real` runs it): every
+    /// upstream fault fails the prompt with codex-acp's `-32603` error
+    /// (`wire::upstream::codex_acp_prompt_error`). At a crash it plays as
+    /// Claude's (codex-acp's own readings there are listed in
+    /// `docs/real-providers.md`, not played).
+    Codex,
 }
 
 /// Serves the protocol on stdin/stdout until stdin closes. `finish_lag`
@@ -149,6 +162,9 @@ struct ActiveTurn {
     asked: bool,
     /// A tool ran since the model was last asked.
     tools_ran: bool,
+    /// The response being played came after a broken stream, which Claude
+    /// Code asks again without streaming: its text is stored, not sent.
+    unstreamed: bool,
 }
 
 /// What a prompt plays: under whose authority, which script turn, and the steps.
@@ -252,8 +268,18 @@ impl Server {
 
     /// Stores `update` in the active turn of `session_id`, durably, then sends it.
     fn record_update(&mut self, session_id: &str, update: Value) -> Sent {
+        if self.store_update(session_id, &update) {
+            self.send_update(session_id, &update)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Stores `update` in the active turn of `session_id`, durably, without
+    /// sending it (a `session/load` replays it); false with no active turn.
+    fn store_update(&mut self, session_id: &str, update: &Value) -> bool {
         let Some(index) = self.active.get(session_id).map(|a| a.index) else {
-            return Ok(());
+            return false;
         };
         if let Some(turn) = self
             .store
@@ -266,7 +292,7 @@ impl Server {
             self.fail_storage(&e);
         }
         self.point("acp.item.recorded");
-        self.send_update(session_id, &update)
+        true
     }
 
     fn on_request(&mut self, id: &Value, method: &str, msg: &Value) -> Sent {
@@ -401,7 +427,7 @@ impl Server {
         // `opencode acp` keeps its own message ids: a lost turn cannot be
         // found by the client's.
         let message_id = match self.like {
-            Like::Claude => turn_id.clone(),
+            Like::Claude | Like::Codex => turn_id.clone(),
             Like::Opencode => uuid::Uuid::now_v7().to_string(),
         };
         let echoes: Vec<Value> = p
@@ -411,7 +437,7 @@ impl Server {
             .collect();
         let live = match self.like {
             Like::Claude => echoes.clone(),
-            Like::Opencode => Vec::new(),
+            Like::Opencode | Like::Codex => Vec::new(),
         };
         let record = TurnRecord {
             id: turn_id,
@@ -525,6 +551,7 @@ impl Server {
                 waiting: None,
                 asked: false,
                 tools_ran: false,
+                unstreamed: false,
             },
         );
         Ok(())
@@ -553,10 +580,14 @@ impl Server {
                 }
                 continue;
             }
+            let unstreamed = active.unstreamed;
             let Some(step) = active.steps.pop_front() else {
                 return Ok(());
             };
             match step {
+                Step::Say(text) if unstreamed => {
+                    self.store_update(session_id, &wire::agent_message_chunk(&text));
+                }
                 Step::Say(text) => {
                     self.record_update(session_id, wire::agent_message_chunk(&text))?;
                 }

@@ -46,8 +46,8 @@ pub struct FidelityArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
     runs: u32,
     /// Only these moments: `crash` (a SIGKILL at a point of the turn) or
-    /// `upstream` (the model API fails the turn: codex's only) [default:
-    /// both].
+    /// `upstream` (the model API fails the turn: codex's, codex-acp's and
+    /// claude-agent-acp's only) [default: both].
     #[arg(long, value_parser = ["crash", "upstream"])]
     moments: Option<String>,
 }
@@ -96,9 +96,9 @@ pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
             .map_err(|why| format!("not compared: {why}"))
             .and_then(|bin| match r.name {
                 "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs, which),
-                // Only codex has upstream-failure moments so far.
+                _ if is_acp(r) => fidelity::acp::rows(exe, r, &bin, &product_dir, runs, which),
+                // OpenCode has no upstream-failure moments so far.
                 _ if !which.crash() => Ok(Vec::new()),
-                _ if is_acp(r) => fidelity::acp::rows(exe, r, &bin, &product_dir, runs),
                 _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs as usize),
             });
         match found {
@@ -121,8 +121,10 @@ fn is_acp(r: &wire::profiles::Real) -> bool {
 
 /// How many moments a product's differential plays.
 fn moments(profile: &str, which: fidelity::Moments) -> usize {
-    let upstream = match profile {
-        "runner-codex-real" => wire::upstream::UpstreamFault::ALL.len(),
+    let upstream = match wire::profiles::real(profile) {
+        Some(r) if r.name == "runner-codex-real" || fidelity::acp::upstream_compared(r) => {
+            wire::upstream::UpstreamFault::ALL.len()
+        }
         _ => 0,
     };
     let crash = match profile {

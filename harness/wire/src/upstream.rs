@@ -413,6 +413,38 @@ pub fn claude_acp_prompt_error(fault: UpstreamFault) -> Option<Value> {
     Some(json!({ "code": -32603, "message": message }))
 }
 
+/// The error the real codex-acp 0.16.0 answers `session/prompt` with when
+/// its model API (OpenAI's Responses API) failed with `fault`, its own
+/// retries off as `runner-acpx-codex-real` runs it (measured by `turncut
+/// fidelity --moments upstream`, `docs/real-providers.md`): every failure
+/// is `-32603 "Internal error"` with Codex's error in `data`, its
+/// `codex_error_info` in snake case and poorer than the app-server's
+/// ([`codex_turn_error`]): `other` but for a rate limit and a server error.
+/// A context overflow's message is the model API's body as it came (the
+/// fake model API's, this build's JSON). A reset stream reads as the app-server's failed body
+/// read; the real one says that or, by timing, that sending the request
+/// failed (both `other`, `turncut fidelity` lists the variant).
+pub fn codex_acp_prompt_error(fault: UpstreamFault) -> Value {
+    let turn = codex_turn_error(fault);
+    let message = match fault {
+        UpstreamFault::ContextOverflow => fault.openai_body().to_string(),
+        // An ASCII apostrophe where the app-server's has a typographic one.
+        UpstreamFault::ServerError => {
+            "We're currently experiencing high demand, which may cause temporary errors.".to_owned()
+        }
+        _ => turn["message"].as_str().unwrap_or_default().to_owned(),
+    };
+    let info = match fault {
+        UpstreamFault::RateLimit => {
+            json!({ "response_too_many_failed_attempts": { "http_status_code": 429 } })
+        }
+        UpstreamFault::ServerError => json!("internal_server_error"),
+        _ => json!("other"),
+    };
+    json!({ "code": -32603, "message": "Internal error",
+            "data": { "codex_error_info": info, "message": message } })
+}
+
 /// The model API's request points, where status faults are answered: its
 /// OpenAI Responses route's and its Anthropic Messages route's.
 pub const MODEL_REQUEST_POINTS: [&str; 2] = ["model.responses.received", "model.messages.received"];

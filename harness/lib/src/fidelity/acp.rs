@@ -10,6 +10,9 @@
 //! the same home and asked what a recovering runner asks: `session/load`
 //! (its replay), then a continuation prompt.
 //!
+//! The upstream-failure moments (the model API fails the prompt's first
+//! model request) are `acp/upstream.rs`'s, for codex-acp and claude-agent-acp.
+//!
 //! Both run their tools themselves, detached: what the differential
 //! compares is what a runner sees and what happened (effects, a command
 //! outliving the kill). Both keep their own message ids, so a replayed user
@@ -25,6 +28,10 @@ use super::{MOMENT_SCRIPT, Row, compare, effect_pids, wait_until};
 use crate::codex_client::CodexClient;
 use crate::real::Product;
 use crate::supervisor::GroupChild;
+
+mod upstream;
+
+pub use upstream::{AfterFailure, compared as upstream_compared, upstream_rows};
 
 /// How long one step may take (`opencode acp` takes 2-10 s to start here).
 const WAIT: Duration = Duration::from_secs(120);
@@ -120,6 +127,8 @@ enum Subject {
         state: PathBuf,
         script: PathBuf,
         like: &'static str,
+        /// An `--answer POINT=NAME` it is armed with.
+        answer: Option<String>,
     },
 }
 
@@ -151,6 +160,7 @@ impl Subject {
                 state,
                 script,
                 like,
+                answer,
             } => {
                 let mut cmd = Command::new(turncut);
                 cmd.args(["fake-provider", "acp", "--like", like, "--state-dir"])
@@ -161,6 +171,9 @@ impl Subject {
                     .env_remove(cutpoint::ENV_SOCKET);
                 if let Some(point) = moment.and_then(Moment::fake_exit) {
                     cmd.args(["--exit", point]);
+                }
+                if let Some(answer) = answer {
+                    cmd.args(["--answer", answer]);
                 }
                 cmd
             }
@@ -515,6 +528,7 @@ pub fn fake_at(
         state: state.clone(),
         script,
         like,
+        answer: None,
     };
     crash_at(&subject, moment, &ws, &state.join("ledger.jsonl"))
 }
@@ -529,10 +543,33 @@ fn case(dir: &Path) -> Result<(PathBuf, PathBuf), String> {
     Ok((ws, script))
 }
 
-/// The rows of every ACP moment of the real agent `real` (the program
-/// `bin`), played `runs` times at each (each distinct reading its own rows,
-/// with how often it came up).
+/// The rows of every moment `which` names of the real agent `real` (the
+/// program `bin`): the crash moments, then the upstream failures (for
+/// codex-acp and claude-agent-acp; `opencode acp` has none yet), each
+/// played `runs` times (each distinct reading its own rows, with how often
+/// it came up).
 pub fn rows(
+    turncut: &Path,
+    real: &'static wire::profiles::Real,
+    bin: &Path,
+    dir: &Path,
+    runs: u32,
+    which: super::Moments,
+) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    if which.crash() {
+        rows = crash_rows(turncut, real, bin, dir, runs)?;
+    }
+    if which.upstream() && upstream::compared(real) {
+        let faults = wire::upstream::UpstreamFault::ALL;
+        let dir = dir.join("upstream");
+        rows.extend(upstream_rows(turncut, real, bin, &dir, runs, &faults)?);
+    }
+    Ok(rows)
+}
+
+/// The rows of the crash moments.
+fn crash_rows(
     turncut: &Path,
     real: &'static wire::profiles::Real,
     bin: &Path,

@@ -33,8 +33,8 @@ pub enum Moments {
     All,
     /// The crash moments only (a SIGKILL at a point of the turn).
     Crash,
-    /// The upstream-failure moments only (the model API fails the turn;
-    /// codex only so far).
+    /// The upstream-failure moments only (the model API fails the turn:
+    /// codex, codex-acp and claude-agent-acp so far).
     Upstream,
 }
 

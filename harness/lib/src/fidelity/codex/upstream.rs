@@ -105,21 +105,18 @@ fn text(v: &Value) -> String {
     v.as_str().map_or_else(|| v.to_string(), str::to_owned)
 }
 
-/// `v` with every URL in its strings replaced by [`URL`].
-fn without_urls(v: &Value) -> Value {
+/// `v` with every URL in its strings replaced by [`URL`] (a URL ends at a
+/// space, a `)` or a `,`: codex-acp names it in parentheses).
+pub(crate) fn without_urls(v: &Value) -> Value {
+    let word = |w: &str| match w.find("http://").or_else(|| w.find("https://")) {
+        Some(i) => {
+            let end = w[i..].find([')', ',']).map_or(w.len(), |j| i + j);
+            format!("{}{URL}{}", &w[..i], &w[end..])
+        }
+        None => w.to_owned(),
+    };
     match v {
-        Value::String(s) => Value::String(
-            s.split(' ')
-                .map(|w| {
-                    if w.starts_with("http://") || w.starts_with("https://") {
-                        URL
-                    } else {
-                        w
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" "),
-        ),
+        Value::String(s) => Value::String(s.split(' ').map(word).collect::<Vec<_>>().join(" ")),
         Value::Array(a) => Value::Array(a.iter().map(without_urls).collect()),
         Value::Object(o) => Value::Object(
             o.iter()
