@@ -244,8 +244,25 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
             return None;
         }
     }
-    // As many first events more, each traced: a recovery new to this run
-    // is cut again at every boundary (`recut`).
+    let found = recut_recoveries(env, opts, runner, &target, profile, started, shared)?;
+    note_first(shared, started);
+    Some(shrink_program(
+        env, opts, runner, tree, profile, case, found,
+    ))
+}
+
+/// As many first events more as random schedules, each traced: every
+/// boundary of a recovery new to this run is cut again (`recut`), until
+/// one fails, another explorer claims a failure or the budget is spent.
+fn recut_recoveries(
+    env: &CellEnv,
+    opts: &WorkflowOptions,
+    runner: &mut TestRunner,
+    target: &Target<'_>,
+    profile: &str,
+    started: Instant,
+    shared: &Shared,
+) -> Option<Found> {
     let one = EventCount { min: 1, max: 1 };
     let firsts = strategy(target.boundaries.clone(), one, opts.draw);
     let recuts: Vec<Vec<Event>> = (0..opts.schedules)
@@ -256,21 +273,17 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
                 .next()
         })
         .flat_map(|first| {
-            recut::recovery_schedules(env, &scenario, profile, &first, &shared.recovered)
+            recut::recovery_schedules(env, target.scenario, profile, &first, &shared.recovered)
         })
         .collect();
     for events in recuts {
-        if started.elapsed() >= opts.explore.budget {
+        if started.elapsed() >= opts.explore.budget
+            || shared.schedules.claimed.load(Ordering::SeqCst)
+        {
             return None;
         }
-        if let Some(found) = run_drawn(env, opts, runner, &target, Just(events), shared) {
-            note_first(shared, started);
-            return Some(shrink_program(
-                env, opts, runner, tree, profile, case, found,
-            ));
-        }
-        if shared.schedules.claimed.load(Ordering::SeqCst) {
-            return None;
+        if let Some(found) = run_drawn(env, opts, runner, target, Just(events), shared) {
+            return Some(found);
         }
     }
     None
