@@ -167,9 +167,10 @@ enum Command {
     /// The crash-semantics differential of each real product and its fake
     /// (the real codex app-server and fake codex, the real opencode serve
     /// and fake OpenCode, the real ACP agents and fake ACP): kill each at a
-    /// moment both can be cut at, or (codex) fail its turn's model request
-    /// with each upstream fault, restart it on the same state and compare
-    /// what a recovering runner reads back, field by field. Exit 0 when every
+    /// moment both can be cut at, or fail its turn's model request with each
+    /// upstream fault (every product but `opencode acp`), restart it on the
+    /// same state and compare what a recovering runner reads back, field by
+    /// field. Exit 0 when every
     /// difference is explained, 1 when one is not or a product is missing
     /// (`turncut providers --install`), 2 on a bad argument.
     ///

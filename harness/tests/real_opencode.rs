@@ -229,7 +229,7 @@ fn the_real_opencode_serve_completes_a_task_through_the_runner() {
 
 /// How many times each moment is played on the real server
 /// (`TURNCUT_OPENCODE_PROBE_RUNS`, 1 by default).
-fn probe_runs() -> usize {
+fn probe_runs() -> u32 {
     std::env::var("TURNCUT_OPENCODE_PROBE_RUNS")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -260,7 +260,8 @@ fn at_each_crash_moment_the_fake_opencode_recovers_like_the_real_one() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let rows = fidelity::opencode::rows(exe(), &opencode, dir.path(), probe_runs()).unwrap();
+    let crash = fidelity::Moments::Crash;
+    let rows = fidelity::opencode::rows(exe(), &opencode, dir.path(), probe_runs(), crash).unwrap();
     println!("{}", fidelity::render(&rows));
     let differs: Vec<_> = rows.iter().filter(|r| r.differs()).collect();
     assert!(differs.is_empty(), "{differs:#?}");

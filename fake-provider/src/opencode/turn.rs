@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::routes::store_user_message;
 use super::store::UserMeta;
+use super::upstream::Summary;
 use super::wire::{self, aborted_error};
 use super::{Control, Shared};
 use crate::journal::now_ms;
@@ -36,6 +37,10 @@ pub(super) enum Outcome {
     Aborted,
     /// Its model API failed and OpenCode does not retry it: the error.
     Failed(Value),
+    /// Its model API refused the conversation as too long: the error,
+    /// named and stored on no message, and what the model answers the
+    /// compaction that follows with.
+    Overflowed(Value, Summary),
 }
 
 /// How a permission request ended.
@@ -85,7 +90,7 @@ impl Turn {
         );
         let message_id = info["id"].as_str().unwrap_or_default().to_owned();
         let outcome = self.play(&message_id, steps);
-        self.finish(&mut info, &outcome);
+        self.finish(&mut info, outcome);
     }
 
     /// The user message and its parts, as the stream shows them once the
@@ -116,11 +121,11 @@ impl Turn {
 
     /// Plays the steps until the end or an abort, which is heard between
     /// steps that do something.
-    fn play(&self, message_id: &str, steps: VecDeque<Step>) -> Outcome {
+    fn play(&self, message_id: &str, mut steps: VecDeque<Step>) -> Outcome {
         // The model is asked at the turn's start, and again once the tools
         // of a response ran (the script's usage step ends a response).
         let (mut asked, mut tools) = (false, false);
-        for step in steps {
+        while let Some(step) = steps.pop_front() {
             if let Step::Usage = step {
                 // OpenCode reports no token usage.
                 asked &= !std::mem::take(&mut tools);
@@ -128,7 +133,8 @@ impl Turn {
             }
             if !asked {
                 asked = true;
-                if let Err(outcome) = self.ask_model() {
+                let response = std::iter::once(&step).chain(steps.iter());
+                if let Err(outcome) = self.ask_model(response) {
                     return outcome;
                 }
             }
@@ -153,11 +159,13 @@ impl Turn {
     }
 
     /// Completes the assistant message `info` (durably), then announces the
-    /// end of the turn and the session idle.
-    fn finish(&self, info: &mut Value, outcome: &Outcome) {
+    /// end of the turn and the session idle. A failure is named first, and
+    /// the session goes idle before and after its message is stored, as the
+    /// real 1.18.33 announces it; an overflow then compacts the session.
+    fn finish(&self, info: &mut Value, outcome: Outcome) {
         let s = &self.shared;
         info["time"]["completed"] = json!(now_ms());
-        let status = match outcome {
+        let status = match &outcome {
             Outcome::Completed => {
                 info["finish"] = json!("stop");
                 "completed"
@@ -168,14 +176,20 @@ impl Turn {
             }
             Outcome::Failed(error) => {
                 info["error"] = error.clone();
-                // The real server names the failure before the message.
-                s.emit(
-                    "session.error",
-                    json!({ "sessionID": self.session, "error": error }),
-                );
                 "failed"
             }
+            // Stored on no message: closed with neither finish nor error.
+            Outcome::Overflowed(..) => "failed",
         };
+        if let Outcome::Failed(error) | Outcome::Overflowed(error, _) = &outcome {
+            s.emit(
+                "session.error",
+                json!({ "sessionID": self.session, "error": error }),
+            );
+        }
+        if let Outcome::Failed(_) = outcome {
+            self.idle();
+        }
         self.save_message(info);
         s.journal.fact(
             "turn.finished",
@@ -186,12 +200,20 @@ impl Turn {
             "message.updated",
             json!({ "sessionID": self.session, "info": info }),
         );
-        if let Outcome::Aborted = outcome {
-            s.emit(
+        match outcome {
+            Outcome::Aborted => s.emit(
                 "session.error",
                 json!({ "sessionID": self.session, "error": aborted_error() }),
-            );
+            ),
+            Outcome::Overflowed(_, summary) => self.compact(&summary),
+            _ => {}
         }
+        self.idle();
+    }
+
+    /// Ends the turn's hold on the session and announces it idle.
+    pub(super) fn idle(&self) {
+        let s = &self.shared;
         {
             let mut st = s.state();
             st.active.remove(&self.session);
@@ -205,7 +227,7 @@ impl Turn {
         s.emit("session.idle", json!({ "sessionID": self.session }));
     }
 
-    fn save_message(&self, info: &Value) {
+    pub(super) fn save_message(&self, info: &Value) {
         let s = &self.shared;
         let saved = s
             .state()
@@ -217,7 +239,7 @@ impl Turn {
     }
 
     /// Makes a part durable, passes `opencode.part.recorded` and announces it.
-    fn save_part(&self, part: &Value) {
+    pub(super) fn save_part(&self, part: &Value) {
         let s = &self.shared;
         let saved = s.state().store.put_part(part.clone());
         if let Err(e) = saved {
@@ -227,14 +249,14 @@ impl Turn {
         self.announce_part(part.clone());
     }
 
-    fn announce_part(&self, part: Value) {
+    pub(super) fn announce_part(&self, part: Value) {
         self.shared.emit(
             "message.part.updated",
             json!({ "sessionID": self.session, "part": part, "time": now_ms() }),
         );
     }
 
-    fn text_part(&self, message_id: &str, text: &str) {
+    pub(super) fn text_part(&self, message_id: &str, text: &str) {
         let id = self.shared.ids.next("prt");
         let part = wire::text_part(&id, &self.session, message_id, text, true);
         self.save_part(&part);

@@ -46,8 +46,8 @@ pub struct FidelityArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=50))]
     runs: u32,
     /// Only these moments: `crash` (a SIGKILL at a point of the turn) or
-    /// `upstream` (the model API fails the turn: codex's, codex-acp's and
-    /// claude-agent-acp's only) [default: both].
+    /// `upstream` (the model API fails the turn: every real product's but
+    /// `opencode acp`'s, which has none) [default: both].
     #[arg(long, value_parser = ["crash", "upstream"])]
     moments: Option<String>,
 }
@@ -91,15 +91,19 @@ pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
             r.name,
             moments(r.name, which)
         );
+        if which.upstream() && is_acp(r) && !fidelity::acp::upstream_compared(r) {
+            eprintln!(
+                "{}: no upstream-failure moments (`opencode acp`'s are not compared yet)",
+                r.name
+            );
+        }
         let product_dir = dir.path().join(r.name);
         let found = real::locate_or_install(r)
             .map_err(|why| format!("not compared: {why}"))
             .and_then(|bin| match r.name {
                 "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs, which),
                 _ if is_acp(r) => fidelity::acp::rows(exe, r, &bin, &product_dir, runs, which),
-                // OpenCode has no upstream-failure moments so far.
-                _ if !which.crash() => Ok(Vec::new()),
-                _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs as usize),
+                _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs, which),
             });
         match found {
             Ok(more) => rows.extend(more),
@@ -122,7 +126,7 @@ fn is_acp(r: &wire::profiles::Real) -> bool {
 /// How many moments a product's differential plays.
 fn moments(profile: &str, which: fidelity::Moments) -> usize {
     let upstream = match wire::profiles::real(profile) {
-        Some(r) if r.name == "runner-codex-real" || fidelity::acp::upstream_compared(r) => {
+        Some(r) if !is_acp(r) || fidelity::acp::upstream_compared(r) => {
             wire::upstream::UpstreamFault::ALL.len()
         }
         _ => 0,

@@ -325,10 +325,12 @@ pub fn codex_turn_error(fault: UpstreamFault) -> Value {
 }
 
 /// What the real `opencode serve` 1.18.33 does when its model API failed
-/// with a fault (measured, `docs/real-providers.md`): it retries a transient
-/// failure itself, announcing it (`session.status` `{type: "retry",
-/// attempt, message, next}`) or not, and fails the turn otherwise with the
-/// `session.error` it names.
+/// with a fault (measured, `docs/real-providers.md`; `turncut fidelity
+/// --moments upstream` compares the fake OpenCode with it): it retries a
+/// transient failure itself, announcing it (`session.status` `{type:
+/// "retry", attempt, message, next}`) or not, fails the turn with the
+/// `session.error` it names, or, after a context overflow, compacts the
+/// session.
 #[derive(Clone, Debug, PartialEq)]
 pub enum OpencodeReaction {
     /// It asks the model again after `wait_ms`; `announced` with this
@@ -344,6 +346,12 @@ pub enum OpencodeReaction {
     /// It fails the turn with this error (`session.error`, and the
     /// assistant message's `error`).
     Fail(Value),
+    /// It names this error in a `session.error` but stores it on no
+    /// message: the answer is closed with neither `finish` nor `error`, and
+    /// the session is compacted (a user message with a `compaction` part,
+    /// `{auto: true, overflow: true}`, and a summary answer to it, one more
+    /// model request).
+    Compact(Value),
 }
 
 /// How long a fake OpenCode waits before retrying a transient failure with
@@ -352,8 +360,10 @@ pub enum OpencodeReaction {
 /// shape and not the length, for the cell's time.
 pub const OPENCODE_RETRY_WAIT_MS: u64 = 250;
 
-/// What OpenCode 1.18.33 does when its model API fails with `fault`.
-pub fn opencode_reaction(fault: UpstreamFault) -> OpencodeReaction {
+/// What OpenCode 1.18.33 does when its model API fails with `fault` at
+/// `now_ms` (ms since the epoch: the `date` of the response headers an
+/// `APIError` keeps).
+pub fn opencode_reaction(fault: UpstreamFault, now_ms: u64) -> OpencodeReaction {
     let body = fault.openai_body();
     let text = body["error"]["message"]
         .as_str()
@@ -383,17 +393,66 @@ pub fn opencode_reaction(fault: UpstreamFault) -> OpencodeReaction {
                 data.unwrap_or_default()
             ) } }))
         }
+        // The response's headers as the model API sent them (the fake
+        // model API's: its body's length, its type, the date).
         UpstreamFault::AuthExpired => OpencodeReaction::Fail(json!({ "name": "APIError", "data": {
             "message": text, "statusCode": 401, "isRetryable": false,
-            "responseHeaders": { "content-type": "application/json" },
+            "responseHeaders": {
+                "content-length": body.to_string().len().to_string(),
+                "content-type": "application/json",
+                "date": http_date(now_ms),
+            },
             "responseBody": body.to_string(),
             "metadata": { "url": FAKE_MODEL_URL },
         } })),
-        UpstreamFault::ContextOverflow => OpencodeReaction::Fail(json!({
+        UpstreamFault::ContextOverflow => OpencodeReaction::Compact(json!({
             "name": "ContextOverflowError",
             "data": { "message": text, "responseBody": body.to_string() },
         })),
     }
+}
+
+/// The error OpenCode 1.18.33 fails a compaction's summary with when the
+/// model answered it with a call of `tool` (the summary agent has no
+/// tools), as its `session.error` and the summary answer's `error` name it
+/// (measured: the fake model API answers the compaction request with the
+/// script's response, a `bash` call).
+pub fn opencode_summary_tool_error(tool: &str) -> Value {
+    let mut name = tool.to_owned();
+    if let Some(first) = name.get_mut(..1) {
+        first.make_ascii_uppercase();
+    }
+    json!({ "name": "UnknownError", "data": {
+        "message": format!("Tool call not allowed while generating summary: {name}")
+    } })
+}
+
+/// `unix_ms` as an HTTP date (RFC 9110's IMF-fixdate, `Sun, 06 Dec 2026
+/// 08:39:13 GMT`), as a `date` header says it.
+pub fn http_date(unix_ms: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let secs = unix_ms / 1000;
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Howard Hinnant's civil-from-days, for days since 1970-01-01.
+    let z = days + 719_468;
+    let (era, doe) = (z / 146_097, z % 146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize],
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
 }
 
 /// The error the real claude-agent-acp 0.23.1 answers `session/prompt`
@@ -489,6 +548,13 @@ mod tests {
         assert!(!stream_fault_point("model.responses.received"));
         assert!(stream_fault_point("model.content_block_delta.sent"));
         assert!(!stream_fault_point("model.message_stop.sent"));
+        assert_eq!(http_date(1_796_546_353_999), "Sun, 06 Dec 2026 08:39:13 GMT");
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(951_782_400_000), "Tue, 29 Feb 2000 00:00:00 GMT");
+        assert_eq!(
+            opencode_summary_tool_error("bash")["data"]["message"],
+            "Tool call not allowed while generating summary: Bash"
+        );
         for frame in [
             UpstreamFault::OPENAI_MALFORMED_FRAME,
             UpstreamFault::ANTHROPIC_MALFORMED_FRAME,

@@ -45,7 +45,7 @@ const EVENT_BYTES_MAX: usize = 8 << 20;
 
 /// Suffix of the client id of a continuation turn.
 pub use wire::client_id::OPENCODE_CONTINUATION as CONTINUATION_SUFFIX;
-pub use wire::stores::opencode::{answer_status, turn_status};
+pub use wire::stores::opencode::{answer_status, turn_error, turn_status};
 
 /// The last hex value issued by [`OpenCodeDriver::client_id`] in this process.
 static LAST_ISSUED: AtomicU64 = AtomicU64::new(0);
@@ -211,7 +211,9 @@ impl OpenCodeDriver {
         Ok(Some(FoundTurn {
             id: id.clone(),
             status: ProviderTurnStatus::from_provider(status),
-            upstream: answer_error(&messages, id).and_then(opencode_error_cause),
+            upstream: turn_error(&messages, id)
+                .as_ref()
+                .and_then(opencode_error_cause),
         }))
     }
 
@@ -565,16 +567,6 @@ fn retry_wait(status: &Value) -> Option<Instant> {
     Some(Instant::now() + Duration::from_millis(wait))
 }
 
-/// The error of the last answer to user message `message_id`, if it has one.
-fn answer_error<'m>(messages: &'m [Value], message_id: &str) -> Option<&'m Value> {
-    messages
-        .iter()
-        .map(|m| &m["info"])
-        .rfind(|i| i["role"] == "assistant" && i["parentID"] == message_id)
-        .map(|i| &i["error"])
-        .filter(|e| !e.is_null())
-}
-
 /// How OpenCode 1.18 begins the message of a turn whose model API stream
 /// carried an event that is not JSON.
 const MALFORMED_STREAM: &str = "JSON parsing failed";
@@ -613,7 +605,8 @@ mod tests {
     #[test]
     fn the_real_opencode_s_upstream_errors_read_as_the_contract_s_causes() {
         use crate::causes::CauseCode as C;
-        let answer = |error: Value| json!({ "info": { "role": "assistant", "parentID": "m1", "error": error } });
+        let answer = |error: Value| json!({ "info": { "role": "assistant", "parentID": "m1",
+            "time": { "created": 1, "completed": 2 }, "error": error } });
         let expired = json!({ "name": "APIError", "data": {
             "message": "Your authentication token has expired. Please try signing in again.",
             "statusCode": 401, "isRetryable": false } });
@@ -624,7 +617,9 @@ mod tests {
             (overflow, C::ContextWindowExceeded),
         ] {
             let messages = [answer(error)];
-            let found = answer_error(&messages, "m1").and_then(opencode_error_cause);
+            let found = turn_error(&messages, "m1")
+                .as_ref()
+                .and_then(opencode_error_cause);
             assert_eq!(found, Some(want));
         }
         let malformed = json!({ "name": "UnknownError", "data": { "message":
@@ -636,7 +631,21 @@ mod tests {
         let other = json!({ "name": "UnknownError", "data": { "message": "Tool call not allowed while generating summary: Bash" } });
         assert_eq!(opencode_error_cause(&other), None);
         let clean = [json!({ "info": { "role": "assistant", "parentID": "m1" } })];
-        assert_eq!(answer_error(&clean, "m1"), None);
+        assert_eq!(turn_error(&clean, "m1"), None);
+        // 1.18.33 stores a context overflow on no message: the answer is
+        // closed without finish or error, and the session compacted.
+        let overflowed = [
+            json!({ "info": { "id": "m1", "role": "user" } }),
+            json!({ "info": { "role": "assistant", "parentID": "m1",
+                "time": { "created": 1, "completed": 2 } } }),
+            json!({ "info": { "id": "m2", "role": "user" },
+                "parts": [{ "type": "compaction", "auto": true, "overflow": true }] }),
+        ];
+        let found = turn_error(&overflowed, "m1")
+            .as_ref()
+            .and_then(opencode_error_cause);
+        assert_eq!(found, Some(C::ContextWindowExceeded));
+        assert_eq!(turn_status(&overflowed, "m1"), "failed");
     }
 
     #[test]

@@ -18,7 +18,6 @@ mod play;
 mod upstream;
 
 pub use play::{AfterCrash, crash_at, turn_form};
-pub(crate) use upstream::without_urls;
 pub use upstream::{AfterFailure, upstream_rows};
 
 /// Where a turn is cut.

@@ -9,6 +9,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+use wire::journal::{Entry, EntryKind};
+use wire::upstream::UpstreamFault;
+
 pub mod acp;
 pub mod codex;
 pub mod opencode;
@@ -34,7 +38,8 @@ pub enum Moments {
     /// The crash moments only (a SIGKILL at a point of the turn).
     Crash,
     /// The upstream-failure moments only (the model API fails the turn:
-    /// codex, codex-acp and claude-agent-acp so far).
+    /// codex, `opencode serve`, codex-acp and claude-agent-acp; not
+    /// `opencode acp`).
     Upstream,
 }
 
@@ -103,6 +108,144 @@ pub fn compare(
             }
         })
         .collect()
+}
+
+/// A reading's compared fields, in order: (name, value as text).
+pub type Fields = Vec<(&'static str, String)>;
+
+/// The distinct readings of `runs` plays (at least one), each with how
+/// often it came up, in the order first seen; `play(run)` plays run `run`.
+pub fn distinct_readings(
+    runs: u32,
+    mut play: impl FnMut(u32) -> Result<Fields, String>,
+) -> Result<Vec<(Fields, u32)>, String> {
+    let mut seen: Vec<(Fields, u32)> = Vec::new();
+    for run in 0..runs.max(1) {
+        let reading = play(run)?;
+        match seen.iter_mut().find(|(r, _)| *r == reading) {
+            Some((_, n)) => *n += 1,
+            None => seen.push((reading, 1)),
+        }
+    }
+    Ok(seen)
+}
+
+/// The label of a reading of `moment` that came up `n` times in `runs`:
+/// the moment alone when it was played once.
+pub fn label(moment: &str, n: u32, runs: u32) -> String {
+    match runs {
+        0 | 1 => moment.to_owned(),
+        _ => format!("{moment} {n}/{runs}"),
+    }
+}
+
+/// The real and the fake reading's fields side by side, as [`compare`]
+/// takes them.
+pub fn paired(real: Fields, fake: Fields) -> Vec<(&'static str, String, String)> {
+    real.into_iter()
+        .zip(fake)
+        .map(|((field, r), (_, f))| (field, r, f))
+        .collect()
+}
+
+/// The fake model API's route a real product asks its model on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelRoute {
+    /// OpenAI's Responses API (`POST /v1/responses`): codex, codex-acp,
+    /// OpenCode.
+    Responses,
+    /// Anthropic's Messages API (`POST /v1/messages`): claude-agent-acp.
+    Messages,
+}
+
+/// Where the fake model API fails a real product's turn with `fault`
+/// (`--answer POINT#N=NAME`): its route's first request (a status fault),
+/// or its stream after the first event (a stream fault).
+pub fn model_fault_point(route: ModelRoute, fault: UpstreamFault) -> String {
+    let [responses, messages] = wire::upstream::MODEL_REQUEST_POINTS;
+    match (route, fault.is_stream()) {
+        (ModelRoute::Responses, true) => "model.response_created.sent#1".to_owned(),
+        (ModelRoute::Messages, true) => "model.message_start.sent#1".to_owned(),
+        (ModelRoute::Responses, false) => format!("{responses}#1"),
+        (ModelRoute::Messages, false) => format!("{messages}#1"),
+    }
+}
+
+/// Where a URL is in a compared text: the real products name their model
+/// API's (`http://127.0.0.1:PORT/v1/responses`), the fakes a fixed one.
+const URL: &str = "<model-url>";
+
+/// `v` with every URL in its strings replaced by `<model-url>` (a URL
+/// ends at a space, a `)` or a `,`: codex-acp names it in parentheses).
+pub fn without_urls(v: &Value) -> Value {
+    let word = |w: &str| match w.find("http://").or_else(|| w.find("https://")) {
+        Some(i) => {
+            let end = w[i..].find([')', ',']).map_or(w.len(), |j| i + j);
+            format!("{}{URL}{}", &w[..i], &w[end..])
+        }
+        None => w.to_owned(),
+    };
+    match v {
+        Value::String(s) => Value::String(s.split(' ').map(word).collect::<Vec<_>>().join(" ")),
+        Value::Array(a) => Value::Array(a.iter().map(without_urls).collect()),
+        Value::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (k.clone(), without_urls(v)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+/// `v` with every object's keys in order: JSON's key order means nothing,
+/// and a build of serde_json may keep the order they came in.
+pub fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&o[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
+/// The model requests a real product made: the requests its fake model API
+/// received on either model route (its journal).
+pub fn model_api_requests(journal: &[Entry]) -> usize {
+    journal
+        .iter()
+        .filter(|e| e.kind == EntryKind::In)
+        .filter(|e| {
+            matches!(
+                e.data["path"].as_str(),
+                Some("/v1/messages" | "/v1/responses")
+            )
+        })
+        .count()
+}
+
+/// The model requests a fake provider made: its `model.requested` facts
+/// (its journal).
+pub fn fake_requests(journal: &[Entry]) -> usize {
+    journal
+        .iter()
+        .filter(|e| e.kind == EntryKind::Fact && e.fact.as_deref() == Some("model.requested"))
+        .count()
+}
+
+/// A JSON string as its text, `-` for none, anything else as JSON.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
 }
 
 /// The table as text, one line per row, and a count line.

@@ -10,6 +10,9 @@
 //! The fake is cut by its own `--exit` where the client cannot see the
 //! moment; the real server, and the fake while its permission waits or its
 //! command runs, are killed by the client as soon as it sees the moment.
+//!
+//! The upstream-failure moments (the model API fails the turn's first model
+//! request) are `opencode/upstream.rs`'s; `opencode acp` has none.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,9 +21,13 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{MOMENT_SCRIPT, Row, effect_pids, wait_until};
+use super::{MOMENT_SCRIPT, Moments, Row, effect_pids, wait_until};
 use crate::real::{Product, spawn_listening};
 use crate::supervisor::GroupChild;
+
+mod upstream;
+
+pub use upstream::{AfterFailure, upstream_rows};
 
 /// How long one step may take (OpenCode answers its first prompt in about
 /// 2 s here, more on a loaded machine).
@@ -172,6 +179,8 @@ enum Subject<'a> {
         turncut: &'a Path,
         state: PathBuf,
         script: PathBuf,
+        /// An `--answer POINT#N=NAME` it is armed with.
+        answer: Option<String>,
     },
 }
 
@@ -198,6 +207,7 @@ impl Subject<'_> {
                 turncut,
                 state,
                 script,
+                answer,
             } => {
                 let mut cmd = Command::new(turncut);
                 cmd.args(["fake-provider", "opencode", "--port", "0", "--state-dir"])
@@ -206,6 +216,9 @@ impl Subject<'_> {
                     .arg(script);
                 if let Some(point) = moment.and_then(Moment::fake_exit) {
                     cmd.args(["--exit", point]);
+                }
+                if let Some(answer) = answer {
+                    cmd.args(["--answer", answer]);
                 }
                 cmd
             }
@@ -423,38 +436,47 @@ fn approve_and_wait(
 
 /// The answers to `message_id` in a message list, and their parts.
 fn answers_of(messages: &Value, message_id: &str) -> (Vec<String>, Vec<String>) {
-    let mut answers = Vec::new();
-    let mut parts = Vec::new();
     let answering = messages
         .as_array()
         .into_iter()
         .flatten()
         .filter(|m| m["info"]["role"] == "assistant" && m["info"]["parentID"] == message_id);
+    let mut answers = Vec::new();
+    let mut parts = Vec::new();
     for m in answering {
-        let info = &m["info"];
-        let done = if info["time"]["completed"].is_null() {
-            "open"
-        } else {
-            "completed"
-        };
-        answers.push(format!(
-            "{done} finish={} error={}",
-            info["finish"].as_str().unwrap_or("-"),
-            info["error"]["name"].as_str().unwrap_or("-")
-        ));
-        for p in m["parts"].as_array().into_iter().flatten() {
-            match p["type"].as_str().unwrap_or("?") {
-                "text" => parts.push("text".to_owned()),
-                "tool" => parts.push(format!(
-                    "tool {} {}",
-                    p["tool"].as_str().unwrap_or("?"),
-                    p["state"]["status"].as_str().unwrap_or("?")
-                )),
-                _ => {}
-            }
-        }
+        answers.push(answer_form(&m["info"]));
+        parts.extend(m["parts"].as_array().into_iter().flatten().filter_map(part_form));
     }
     (answers, parts)
+}
+
+/// An answer as `<completed|open> finish=<finish> error=<error name>`.
+fn answer_form(info: &Value) -> String {
+    let done = if info["time"]["completed"].is_null() {
+        "open"
+    } else {
+        "completed"
+    };
+    format!(
+        "{done} finish={} error={}",
+        info["finish"].as_str().unwrap_or("-"),
+        info["error"]["name"].as_str().unwrap_or("-")
+    )
+}
+
+/// A text or tool part as `text` or `tool <name> <state>`; none for the
+/// others (OpenCode's `step-start`/`step-finish` parts, which the fake
+/// deliberately does not simulate).
+fn part_form(p: &Value) -> Option<String> {
+    match p["type"].as_str().unwrap_or("?") {
+        "text" => Some("text".to_owned()),
+        "tool" => Some(format!(
+            "tool {} {}",
+            p["tool"].as_str().unwrap_or("?"),
+            p["state"]["status"].as_str().unwrap_or("?")
+        )),
+        _ => None,
+    }
 }
 
 /// Plays `moment` on `subject` in `cwd`, kills the server's process group
@@ -548,6 +570,7 @@ pub fn fake_at(turncut: &Path, moment: Moment, dir: &Path) -> Result<AfterCrash,
         turncut,
         state: state.clone(),
         script,
+        answer: None,
     };
     crash_at(
         &subject,
@@ -558,13 +581,34 @@ pub fn fake_at(turncut: &Path, moment: Moment, dir: &Path) -> Result<AfterCrash,
     )
 }
 
-/// The rows of every OpenCode moment, the real server played `runs` times
-/// at each (each distinct reading its own rows, with how often it came up).
-pub fn rows(turncut: &Path, opencode: &Path, dir: &Path, runs: usize) -> Result<Vec<Row>, String> {
+/// The rows of every OpenCode moment `which` names (crash moments, then
+/// upstream failures), the real server played `runs` times at each (each
+/// distinct reading its own rows, with how often it came up).
+pub fn rows(
+    turncut: &Path,
+    opencode: &Path,
+    dir: &Path,
+    runs: u32,
+    which: Moments,
+) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    if which.crash() {
+        rows = crash_rows(turncut, opencode, dir, runs)?;
+    }
+    if which.upstream() {
+        let faults = wire::upstream::UpstreamFault::ALL;
+        let dir = dir.join("upstream");
+        rows.extend(upstream_rows(turncut, opencode, &dir, runs, &faults)?);
+    }
+    Ok(rows)
+}
+
+/// The rows of every crash moment.
+fn crash_rows(turncut: &Path, opencode: &Path, dir: &Path, runs: u32) -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for moment in Moment::ALL {
         let fake = fake_at(turncut, moment, &dir.join(format!("{moment:?}-fake")))?;
-        let mut seen = std::collections::BTreeMap::<AfterCrash, usize>::new();
+        let mut seen = std::collections::BTreeMap::<AfterCrash, u32>::new();
         for run in 0..runs.max(1) {
             let case = dir.join(format!("{moment:?}-real-{run}"));
             *seen
@@ -572,10 +616,7 @@ pub fn rows(turncut: &Path, opencode: &Path, dir: &Path, runs: usize) -> Result<
                 .or_default() += 1;
         }
         for (real, n) in &seen {
-            let label = match runs {
-                0 | 1 => format!("{moment:?}"),
-                _ => format!("{moment:?} {n}/{runs}"),
-            };
+            let label = super::label(&format!("{moment:?}"), *n, runs);
             rows.extend(compare(moment, &label, real, &fake));
         }
     }

@@ -95,7 +95,7 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
                 .iter()
                 .find(|a| a.is_assistant() && a.info["parentID"] == m.info["id"]);
             let finished = answer.is_some_and(|a| !a.info["time"]["completed"].is_null());
-            let errored = answer.is_some_and(|a| !a.info["error"].is_null());
+            let errored = answer.is_some_and(|a| !a.info["error"].is_null() || unstored_error(&a.info));
             let live = live_generation.as_deref().is_some_and(|g| {
                 let writer = answer.map_or(&m.generation, |a| &a.generation);
                 writer == g
@@ -141,11 +141,7 @@ pub fn read_json<T: for<'de> Deserialize<'de>>(path: &Path) -> std::io::Result<T
 /// with the final text, so the first one says nothing about the end of the turn (measured on
 /// 1.18.33 by `turncut fidelity`). No answer at all is `interrupted`.
 pub fn turn_status(messages: &[Value], message_id: &str) -> &'static str {
-    let last = messages
-        .iter()
-        .map(|m| &m["info"])
-        .rfind(|i| i["role"] == "assistant" && i["parentID"] == message_id);
-    match last {
+    match last_answer(messages, message_id) {
         Some(info) => answer_status(info, None),
         None => "interrupted",
     }
@@ -154,7 +150,8 @@ pub fn turn_status(messages: &[Value], message_id: &str) -> &'static str {
 /// `completed` for an answer with `time.completed`, no error and a final `finish` (a step
 /// that ended in `tool-calls` or `unknown` is followed by another, as OpenCode's loop
 /// goes on after it); `interrupted` for an aborted or unfinished one; `failed` for any
-/// other error.
+/// other error, and for an answer closed with neither `finish` nor `error`
+/// ([`unstored_error`]).
 pub fn answer_status(info: &Value, session_error: Option<&Value>) -> &'static str {
     let error = match &info["error"] {
         Value::Null => session_error.cloned().unwrap_or(Value::Null),
@@ -163,11 +160,58 @@ pub fn answer_status(info: &Value, session_error: Option<&Value>) -> &'static st
     let step_only = matches!(info["finish"].as_str(), Some("tool-calls" | "unknown"));
     match (&error, info["time"]["completed"].is_null()) {
         (Value::Null, false) if step_only => "interrupted",
+        (Value::Null, false) if unstored_error(info) => "failed",
         (Value::Null, false) => "completed",
         (Value::Null, true) => "interrupted",
         (e, _) if e["name"] == "MessageAbortedError" => "interrupted",
         _ => "failed",
     }
+}
+
+/// Whether the answer `info` was closed (`time.completed`) with neither a `finish` nor an
+/// `error`: a step that failed with an error stored on no message. OpenCode 1.18.33
+/// closes so the step its model API refused with a context overflow (it names the
+/// `ContextOverflowError` in a `session.error` only, then compacts the session; measured by
+/// `turncut fidelity --moments upstream`); every other end of a step stores a `finish` or
+/// an `error`.
+pub fn unstored_error(info: &Value) -> bool {
+    !info["time"]["completed"].is_null() && info["finish"].is_null() && info["error"].is_null()
+}
+
+/// The error a turn failed with, from the session's messages: its last answer's
+/// `error`; or, for a last answer closed without one ([`unstored_error`]) that a
+/// compaction for an overflow follows (a later message with a `compaction` part,
+/// `overflow: true`), the `ContextOverflowError` OpenCode named
+/// only in its `session.error` ([`UNSTORED_OVERFLOW`]). `None` for a turn with no error
+/// to read.
+pub fn turn_error(messages: &[Value], message_id: &str) -> Option<Value> {
+    let last = last_answer(messages, message_id)?;
+    if !last["error"].is_null() {
+        return Some(last["error"].clone());
+    }
+    let after = messages
+        .iter()
+        .skip_while(|m| m["info"]["id"] != message_id)
+        .skip(1);
+    let compacted = after
+        .flat_map(|m| m["parts"].as_array().into_iter().flatten())
+        .any(|p| p["type"] == "compaction" && p["overflow"] == true);
+    (unstored_error(last) && compacted).then(|| {
+        serde_json::json!({ "name": "ContextOverflowError", "data": { "message": UNSTORED_OVERFLOW } })
+    })
+}
+
+/// The message of the error [`turn_error`] reads from an overflow OpenCode stored on no
+/// message (a `ContextOverflowError`, the name its `session.error` carried).
+pub const UNSTORED_OVERFLOW: &str = "stored on no message: the answer was closed without \
+    finish or error, and the session compacted for an overflow";
+
+/// The info of the last answer to user message `message_id` in a message list.
+fn last_answer<'m>(messages: &'m [Value], message_id: &str) -> Option<&'m Value> {
+    messages
+        .iter()
+        .map(|m| &m["info"])
+        .rfind(|i| i["role"] == "assistant" && i["parentID"] == message_id)
 }
 
 #[cfg(test)]
@@ -177,8 +221,11 @@ mod tests {
 
     #[test]
     fn statuses_come_from_the_answer() {
-        let done = json!({ "time": { "created": 1, "completed": 2 } });
+        let done = json!({ "time": { "created": 1, "completed": 2 }, "finish": "stop" });
         assert_eq!(answer_status(&done, None), "completed");
+        // Closed with neither finish nor error: an error stored nowhere.
+        let closed = json!({ "time": { "created": 1, "completed": 2 } });
+        assert_eq!(answer_status(&closed, None), "failed");
         let cut = json!({ "time": { "created": 1 } });
         assert_eq!(answer_status(&cut, None), "interrupted");
         let aborted = json!({ "time": { "created": 1, "completed": 2 },
@@ -214,5 +261,32 @@ mod tests {
             "completed"
         );
         assert_eq!(turn_status(&[user], "msg_1"), "interrupted");
+    }
+
+    /// The real 1.18.33 after a context overflow (measured): the answer closed without
+    /// finish or error, then a user message with an overflow `compaction` part and its
+    /// summary answer, which failed on its own.
+    #[test]
+    fn an_overflow_stored_on_no_message_reads_from_its_compaction() {
+        let user = json!({ "info": { "id": "msg_1", "role": "user" }, "parts": [] });
+        let closed = json!({ "info": { "id": "msg_2", "role": "assistant", "parentID": "msg_1",
+            "time": { "created": 1, "completed": 2 } }, "parts": [] });
+        let compaction = json!({ "info": { "id": "msg_3", "role": "user" },
+            "parts": [{ "type": "compaction", "auto": true, "overflow": true }] });
+        let summary = json!({ "info": { "id": "msg_4", "role": "assistant", "parentID": "msg_3",
+            "summary": true, "time": { "created": 3, "completed": 4 },
+            "error": { "name": "UnknownError", "data": { "message": "x" } } }, "parts": [] });
+        let all = [user.clone(), closed.clone(), compaction, summary];
+        assert_eq!(turn_status(&all, "msg_1"), "failed");
+        let error = turn_error(&all, "msg_1").expect("the overflow");
+        assert_eq!(error["name"], "ContextOverflowError");
+        assert_eq!(error["data"]["message"], UNSTORED_OVERFLOW);
+        // Without the compaction there is no error to name.
+        assert_eq!(turn_error(&[user.clone(), closed], "msg_1"), None);
+        let failed = json!({ "info": { "id": "msg_2", "role": "assistant", "parentID": "msg_1",
+            "time": { "created": 1, "completed": 2 },
+            "error": { "name": "APIError", "data": { "statusCode": 401 } } } });
+        let error = turn_error(&[user, failed], "msg_1").expect("the stored error");
+        assert_eq!(error["name"], "APIError");
     }
 }

@@ -25,14 +25,16 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use wire::journal::{Entry, EntryKind};
+use wire::journal::Entry;
 use wire::profiles::{Program, Real};
 use wire::upstream::UpstreamFault;
 
 use super::{Client, PROMPT, Subject, WAIT, case, load, tool_statuses};
 use crate::codex_client::{CodexClient, Dir};
-use crate::fidelity::codex::without_urls;
-use crate::fidelity::{Row, compare, effect_pids, wait_until};
+use crate::fidelity::{
+    Fields, ModelRoute, Row, compare, distinct_readings, effect_pids, fake_requests, label,
+    model_api_requests, model_fault_point, sorted, text, wait_until, without_urls,
+};
 use crate::real::Product;
 
 /// How long the prompt may take to be answered: Claude Code retries an
@@ -72,7 +74,7 @@ pub struct AfterFailure {
 
 impl AfterFailure {
     /// The compared fields, as text.
-    fn fields(&self) -> Vec<(&'static str, String)> {
+    fn fields(&self) -> Fields {
         let error = self.answer.as_ref().err().map_or(Value::Null, sorted);
         let data_keys = match error["data"].as_object() {
             Some(o) => o.keys().cloned().collect::<Vec<_>>().join(", "),
@@ -108,33 +110,6 @@ impl AfterFailure {
                 tool_statuses(&self.replay).join(", "),
             ),
         ]
-    }
-}
-
-/// `v` with every object's keys in order: JSON's key order means nothing,
-/// and a build of serde_json may keep the order they came in.
-fn sorted(v: &Value) -> Value {
-    match v {
-        Value::Object(o) => {
-            let mut keys: Vec<&String> = o.keys().collect();
-            keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), sorted(&o[k])))
-                    .collect(),
-            )
-        }
-        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
-        other => other.clone(),
-    }
-}
-
-/// A JSON string as its text, `-` for none, anything else as JSON.
-fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".to_owned(),
-        Value::String(s) => s.clone(),
-        v => v.to_string(),
     }
 }
 
@@ -225,39 +200,11 @@ fn updates(c: &CodexClient) -> Vec<Value> {
         .collect()
 }
 
-/// The real agent's model requests: the requests its model API received
-/// on either model route.
-fn model_api_requests(journal: &[Entry]) -> usize {
-    journal
-        .iter()
-        .filter(|e| e.kind == EntryKind::In)
-        .filter(|e| {
-            matches!(
-                e.data["path"].as_str(),
-                Some("/v1/messages" | "/v1/responses")
-            )
-        })
-        .count()
-}
-
-/// The fake's model requests: its `model.requested` facts.
-fn fake_requests(journal: &[Entry]) -> usize {
-    journal
-        .iter()
-        .filter(|e| e.kind == EntryKind::Fact && e.fact.as_deref() == Some("model.requested"))
-        .count()
-}
-
-/// Where the fake model API fails the real agent's turn with `fault`: its
-/// route's first request (a status), or its stream after the first event.
-fn model_point(real: &Real, fault: UpstreamFault) -> String {
-    let [responses, messages] = wire::upstream::MODEL_REQUEST_POINTS;
-    let claude = real.program == Program::ClaudeAgentAcp;
-    match (fault.is_stream(), claude) {
-        (true, true) => "model.message_start.sent#1".to_owned(),
-        (true, false) => "model.response_created.sent#1".to_owned(),
-        (false, true) => format!("{messages}#1"),
-        (false, false) => format!("{responses}#1"),
+/// The fake model API's route `real` asks its model on.
+fn route(real: &Real) -> ModelRoute {
+    match real.program {
+        Program::ClaudeAgentAcp => ModelRoute::Messages,
+        _ => ModelRoute::Responses,
     }
 }
 
@@ -305,7 +252,8 @@ pub fn real_upstream(
     dir: &Path,
 ) -> Result<AfterFailure, String> {
     let (ws, script) = case(dir)?;
-    let answer = format!("{}={}", model_point(real, fault), fault.as_str());
+    let point = model_fault_point(route(real), fault);
+    let answer = format!("{point}={}", fault.as_str());
     let model =
         crate::fidelity::start_model_api_with(turncut, dir, &script, &["--answer", &answer])?;
     let product = Product {
@@ -393,25 +341,14 @@ pub fn upstream_rows(
     let mut rows = Vec::new();
     for &fault in faults {
         let name = fault.as_str();
-        let fake = fake_upstream(turncut, real, fault, &dir.join(format!("{name}/fake")))?;
-        let mut seen: Vec<(AfterFailure, u32)> = Vec::new();
-        for run in 0..runs.max(1) {
+        let fake = fake_upstream(turncut, real, fault, &dir.join(format!("{name}/fake")))?.fields();
+        let readings = distinct_readings(runs, |run| {
             let case = dir.join(format!("{name}/real-{run}"));
-            let reading = real_upstream(turncut, real, bin, fault, &case)?;
-            match seen
-                .iter_mut()
-                .find(|(r, _)| r.fields() == reading.fields())
-            {
-                Some((_, n)) => *n += 1,
-                None => seen.push((reading, 1)),
-            }
-        }
-        for (reading, n) in seen {
-            let label = match runs {
-                0 | 1 => format!("Upstream {name}"),
-                _ => format!("Upstream {name} {n}/{runs}"),
-            };
-            for ((field, r), (_, f)) in reading.fields().into_iter().zip(fake.fields()) {
+            Ok(real_upstream(turncut, real, bin, fault, &case)?.fields())
+        })?;
+        for (reading, n) in readings {
+            let label = label(&format!("Upstream {name}"), n, runs);
+            for ((field, r), (_, f)) in reading.into_iter().zip(fake.clone()) {
                 let why = known(real, field, &r, &f);
                 rows.extend(compare(real.name, &label, vec![(field, r, f)], why));
             }

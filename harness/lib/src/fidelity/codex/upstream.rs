@@ -24,16 +24,15 @@ use wire::upstream::UpstreamFault;
 use super::FakeCut;
 use super::play::{Case, Provider, WAIT, turn_form, turn_start, without_ids};
 use crate::codex_client::{CodexClient, Dir};
-use crate::fidelity::{Row, compare};
+use crate::fidelity::{
+    Fields, ModelRoute, Row, compare, distinct_readings, label, model_fault_point, paired, text,
+    without_urls,
+};
 use crate::real::Product;
 
 /// The turn both sides play: the model never answers it (its first request
 /// fails), so any script does; the crash moments' one.
 const SCRIPT: &str = crate::fidelity::MOMENT_SCRIPT;
-
-/// Where a URL is in a message: the real codex names its model API's
-/// (`url: http://127.0.0.1:PORT/v1/responses`), the fake a fixed one.
-const URL: &str = "<model-url>";
 
 /// What a client saw of a turn whose model failed, and what a fresh
 /// process on the same home read back. Two readings are the same when
@@ -55,7 +54,7 @@ pub struct AfterFailure {
 
 impl AfterFailure {
     /// The compared fields, as text.
-    fn fields(&self) -> Vec<(&'static str, String)> {
+    fn fields(&self) -> Fields {
         let last = self.errors.last().cloned().unwrap_or(Value::Null);
         let error = &last["error"];
         // The turn's error, compared with the notification's.
@@ -97,33 +96,6 @@ impl AfterFailure {
             ),
             ("turn error after restart", versus(&self.read["error"])),
         ]
-    }
-}
-
-/// A JSON string as its text, anything else as JSON.
-fn text(v: &Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
-}
-
-/// `v` with every URL in its strings replaced by [`URL`] (a URL ends at a
-/// space, a `)` or a `,`: codex-acp names it in parentheses).
-pub(crate) fn without_urls(v: &Value) -> Value {
-    let word = |w: &str| match w.find("http://").or_else(|| w.find("https://")) {
-        Some(i) => {
-            let end = w[i..].find([')', ',']).map_or(w.len(), |j| i + j);
-            format!("{}{URL}{}", &w[..i], &w[end..])
-        }
-        None => w.to_owned(),
-    };
-    match v {
-        Value::String(s) => Value::String(s.split(' ').map(word).collect::<Vec<_>>().join(" ")),
-        Value::Array(a) => Value::Array(a.iter().map(without_urls).collect()),
-        Value::Object(o) => Value::Object(
-            o.iter()
-                .map(|(k, v)| (k.clone(), without_urls(v)))
-                .collect(),
-        ),
-        other => other.clone(),
     }
 }
 
@@ -192,17 +164,6 @@ fn notifications(client: &CodexClient, method: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Where the fake model API fails the real codex's turn with `fault`: its
-/// first request (a status), or its stream after the first event.
-fn model_point(fault: UpstreamFault) -> String {
-    let [responses, _] = wire::upstream::MODEL_REQUEST_POINTS;
-    if fault.is_stream() {
-        "model.response_created.sent#1".to_owned()
-    } else {
-        format!("{responses}#1")
-    }
-}
-
 /// The fake codex's reading of `fault`, in `dir`.
 pub fn fake_upstream(
     turncut: &Path,
@@ -223,7 +184,8 @@ pub fn real_upstream(
     dir: &Path,
 ) -> Result<AfterFailure, String> {
     let case = Case::with_script(dir, SCRIPT)?;
-    let answer = format!("{}={}", model_point(fault), fault.as_str());
+    let point = model_fault_point(ModelRoute::Responses, fault);
+    let answer = format!("{point}={}", fault.as_str());
     let model =
         crate::fidelity::start_model_api_with(turncut, dir, &case.script, &["--answer", &answer])?;
     let product = Product {
@@ -251,28 +213,15 @@ pub fn upstream_rows(
     let mut rows = Vec::new();
     for &fault in faults {
         let name = fault.as_str();
-        let fake = fake_upstream(turncut, fault, &dir.join(format!("{name}/fake")))?;
-        let mut seen: Vec<(AfterFailure, u32)> = Vec::new();
-        for run in 0..runs.max(1) {
+        let fake = fake_upstream(turncut, fault, &dir.join(format!("{name}/fake")))?.fields();
+        let readings = distinct_readings(runs, |run| {
             let case = dir.join(format!("{name}/real-{run}"));
-            let real = real_upstream(turncut, codex, fault, &case)?;
-            match seen.iter_mut().find(|(r, _)| r.fields() == real.fields()) {
-                Some((_, n)) => *n += 1,
-                None => seen.push((real, 1)),
-            }
-        }
-        for (real, n) in seen {
-            let label = match runs {
-                0 | 1 => format!("Upstream {name}"),
-                _ => format!("Upstream {name} {n}/{runs}"),
-            };
-            let fields = real
-                .fields()
-                .into_iter()
-                .zip(fake.fields())
-                .map(|((field, r), (_, f))| (field, r, f))
-                .collect();
+            Ok(real_upstream(turncut, codex, fault, &case)?.fields())
+        })?;
+        for (real, n) in readings {
+            let label = label(&format!("Upstream {name}"), n, runs);
             // No listed variant: every difference here is a fake defect.
+            let fields = paired(real, fake.clone());
             rows.extend(compare("runner-codex-real", &label, fields, None));
         }
     }
