@@ -351,6 +351,122 @@ fn a_full_turn_with_a_permission_conforms_to_the_spec() {
     assert_journal_conforms(&fake.journal(), true);
 }
 
+/// Plays one turn on a fake whose first model request answers `fault`, to
+/// the turn's last `session.idle` (a failed turn goes idle twice, as the
+/// real 1.18.33 does): the fake, its events and the session's messages.
+fn failed_upstream(state: &Path, fault: &str, idles: usize) -> (Fake, Events, Vec<Value>, String) {
+    let answer = format!("opencode.model.requested#1={fault}");
+    let fake = start(state, &["--answer", &answer]);
+    let mut events = Events::open(&fake);
+    let session = fake.session();
+    let m1 = msg_id(0, "m-1");
+    assert_eq!(prompt(&fake, &session, &m1, "Create hello.txt").0, 204);
+    for _ in 0..idles {
+        events.until("session.idle");
+    }
+    let (status, list) = fake.call("GET", &format!("/session/{session}/message"), None);
+    assert_eq!(status, 200);
+    (fake, events, list.as_array().unwrap().clone(), m1)
+}
+
+/// The `session.error` names and idles of a turn's events, in order.
+fn errors_and_idles(events: &Events) -> Vec<String> {
+    events
+        .seen
+        .iter()
+        .filter_map(|e| match e["type"].as_str() {
+            Some("session.error") => Some(format!("error {}", e["properties"]["error"]["name"])),
+            Some("session.idle") => Some("idle".to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// As the real 1.18.33 (measured by `turncut fidelity --moments upstream`):
+/// a context overflow is named in a `session.error` and stored on no
+/// message (the answer closed with neither finish nor error), then the
+/// session is compacted; the summary request is answered with the
+/// script's tool call, which fails it.
+#[test]
+fn a_context_overflow_compacts_the_session_and_is_stored_on_no_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (fake, events, list, m1) = failed_upstream(&state, "context-overflow", 2);
+    assert_eq!(
+        errors_and_idles(&events),
+        [
+            "error \"ContextOverflowError\"",
+            "error \"UnknownError\"",
+            "idle",
+            "idle"
+        ]
+    );
+    let info = |i: usize| &list[i]["info"];
+    assert_eq!(list.len(), 4, "{list:#?}");
+    assert_eq!(info(1)["parentID"], m1.as_str());
+    assert!(info(1)["time"]["completed"].is_u64(), "{list:#?}");
+    assert!(info(1)["finish"].is_null() && info(1)["error"].is_null());
+    assert_eq!(info(2)["role"], "user");
+    let compaction = &list[2]["parts"][0];
+    assert_eq!(
+        (
+            &compaction["type"],
+            &compaction["auto"],
+            &compaction["overflow"]
+        ),
+        (&json!("compaction"), &json!(true), &json!(true))
+    );
+    assert_eq!(info(3)["parentID"], info(2)["id"]);
+    assert_eq!(
+        (&info(3)["agent"], &info(3)["summary"]),
+        (&json!("compaction"), &json!(true))
+    );
+    assert_eq!(
+        info(3)["error"]["data"]["message"],
+        "Tool call not allowed while generating summary: Bash"
+    );
+    // The runner's reading: failed, a context overflow.
+    let error = wire::stores::opencode::turn_error(&list, &m1).expect("an error");
+    assert_eq!(error["name"], "ContextOverflowError");
+    assert_eq!(wire::stores::opencode::turn_status(&list, &m1), "failed");
+    assert_eq!(turn_status(&state, &m1), "interrupted");
+    // The overflowed request and the summary's.
+    let journal = fake.journal();
+    let asked = journal
+        .iter()
+        .filter(|e| e.fact.as_deref() == Some("model.requested"))
+        .count();
+    assert_eq!(asked, 2);
+    assert!(ledger(&state).is_empty());
+    assert_journal_conforms(&journal, true);
+}
+
+/// An expired credential fails the turn with OpenCode's `APIError`, the
+/// model API's response headers in it, stored on the answer; the session
+/// goes idle before and after the answer is stored.
+#[test]
+fn an_expired_credential_fails_the_turn_with_the_api_error_and_its_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let (fake, events, list, m1) = failed_upstream(&state, "auth-expired", 2);
+    assert_eq!(
+        errors_and_idles(&events),
+        ["error \"APIError\"", "idle", "idle"]
+    );
+    let error = &list[1]["info"]["error"];
+    assert_eq!(error["data"]["statusCode"], 401, "{error}");
+    let headers = &error["data"]["responseHeaders"];
+    let body = error["data"]["responseBody"].as_str().unwrap();
+    assert_eq!(headers["content-length"], body.len().to_string());
+    assert_eq!(headers["content-type"], "application/json");
+    assert!(
+        headers["date"].as_str().unwrap().ends_with(" GMT"),
+        "{headers}"
+    );
+    assert_eq!(wire::stores::opencode::turn_status(&list, &m1), "failed");
+    assert_journal_conforms(&fake.journal(), true);
+}
+
 #[test]
 fn bad_input_is_answered_with_errors_and_never_kills_the_server() {
     let dir = tempfile::tempdir().unwrap();

@@ -7,6 +7,10 @@
 //! the server's process group SIGKILLed at a named moment, restarted on the
 //! same data, and read back the way a recovering runner reads it; every
 //! difference is either fixed in the fake or listed as known, with its reason.
+//! And two upstream failures (`turncut fidelity --moments upstream` plays
+//! all nine): the model API refuses the turn's first request with a context
+//! overflow, then with an expired credential, on the real server and on the
+//! fake, compared the same way.
 //!
 //! OpenCode is looked up on `PATH` (only at the pinned version), then in
 //! `<workspace>/target/npm`; with `TURNCUT_INSTALL_REAL=1` and `npm`
@@ -265,4 +269,31 @@ fn at_each_crash_moment_the_fake_opencode_recovers_like_the_real_one() {
     println!("{}", fidelity::render(&rows));
     let differs: Vec<_> = rows.iter().filter(|r| r.differs()).collect();
     assert!(differs.is_empty(), "{differs:#?}");
+}
+
+/// A context overflow (the compaction that follows, the error stored on no
+/// message, read by the runner's driver as a context overflow) and an
+/// expired credential (OpenCode's `APIError` with the model API's headers),
+/// on the real server and the fake: no unexplained difference. About 20 s.
+#[test]
+fn at_an_upstream_failure_the_fake_opencode_reacts_like_the_real_one() {
+    use wire::upstream::UpstreamFault;
+    let Some(opencode) = opencode_or_skip() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let faults = [UpstreamFault::ContextOverflow, UpstreamFault::AuthExpired];
+    let started = Instant::now();
+    let rows = fidelity::opencode::upstream_rows(exe(), &opencode, dir.path(), 1, &faults).unwrap();
+    let table = fidelity::render(&rows);
+    println!("{table}in {} ms", started.elapsed().as_millis());
+    let overflow = rows
+        .iter()
+        .find(|r| r.field == "turn error (driver)" && r.moment.contains("context-overflow"))
+        .expect("the overflow's driver reading");
+    assert_eq!(
+        overflow.real, "ContextOverflowError (stored on no message)",
+        "{table}"
+    );
+    assert!(!rows.iter().any(fidelity::Row::differs), "{table}");
 }

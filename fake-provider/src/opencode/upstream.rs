@@ -127,7 +127,11 @@ impl Turn {
     /// idle.
     pub(super) fn compact(&self, summary: &Summary) {
         let s = &self.shared;
-        let last = s.state().store.last_message_id(&self.session).map(str::to_owned);
+        let last = s
+            .state()
+            .store
+            .last_message_id(&self.session)
+            .map(str::to_owned);
         let request = s.ids.after("msg", last.as_deref());
         let part = json!({
             "id": s.ids.next("prt"), "sessionID": self.session, "messageID": request,

@@ -548,7 +548,10 @@ mod tests {
         assert!(!stream_fault_point("model.responses.received"));
         assert!(stream_fault_point("model.content_block_delta.sent"));
         assert!(!stream_fault_point("model.message_stop.sent"));
-        assert_eq!(http_date(1_796_546_353_999), "Sun, 06 Dec 2026 08:39:13 GMT");
+        assert_eq!(
+            http_date(1_796_546_353_999),
+            "Sun, 06 Dec 2026 08:39:13 GMT"
+        );
         assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
         assert_eq!(http_date(951_782_400_000), "Tue, 29 Feb 2000 00:00:00 GMT");
         assert_eq!(

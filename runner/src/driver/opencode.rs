@@ -605,8 +605,10 @@ mod tests {
     #[test]
     fn the_real_opencode_s_upstream_errors_read_as_the_contract_s_causes() {
         use crate::causes::CauseCode as C;
-        let answer = |error: Value| json!({ "info": { "role": "assistant", "parentID": "m1",
-            "time": { "created": 1, "completed": 2 }, "error": error } });
+        let answer = |error: Value| {
+            json!({ "info": { "role": "assistant", "parentID": "m1",
+            "time": { "created": 1, "completed": 2 }, "error": error } })
+        };
         let expired = json!({ "name": "APIError", "data": {
             "message": "Your authentication token has expired. Please try signing in again.",
             "statusCode": 401, "isRetryable": false } });

@@ -248,7 +248,8 @@ pub fn text(v: &Value) -> String {
     }
 }
 
-/// The table as text, one line per row, and a count line.
+/// The table as text, one line per row, then each unexplained difference
+/// whose values the table clips in full, and a count line.
 pub fn render(rows: &[Row]) -> String {
     let w = |f: fn(&Row) -> usize, min: usize| rows.iter().map(f).max().unwrap_or(0).max(min);
     let (mw, fw, rw, kw) = (
@@ -270,6 +271,16 @@ pub fn render(rows: &[Row]) -> String {
             clip(&r.real),
             clip(&r.fake),
             r.verdict
+        ));
+    }
+    // An unexplained difference in full: the table clips long values.
+    for r in rows
+        .iter()
+        .filter(|r| r.differs() && (r.real != clip(&r.real) || r.fake != clip(&r.fake)))
+    {
+        out.push_str(&format!(
+            "{} {} {}:\n  real: {}\n  fake: {}\n",
+            r.product, r.moment, r.field, r.real, r.fake
         ));
     }
     let differs = rows.iter().filter(|r| r.differs()).count();

@@ -445,7 +445,13 @@ fn answers_of(messages: &Value, message_id: &str) -> (Vec<String>, Vec<String>) 
     let mut parts = Vec::new();
     for m in answering {
         answers.push(answer_form(&m["info"]));
-        parts.extend(m["parts"].as_array().into_iter().flatten().filter_map(part_form));
+        parts.extend(
+            m["parts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(part_form),
+        );
     }
     (answers, parts)
 }

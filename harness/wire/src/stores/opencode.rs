@@ -95,7 +95,8 @@ pub fn recorded_turns(state_dir: &Path) -> Vec<RecordedTurn> {
                 .iter()
                 .find(|a| a.is_assistant() && a.info["parentID"] == m.info["id"]);
             let finished = answer.is_some_and(|a| !a.info["time"]["completed"].is_null());
-            let errored = answer.is_some_and(|a| !a.info["error"].is_null() || unstored_error(&a.info));
+            let errored =
+                answer.is_some_and(|a| !a.info["error"].is_null() || unstored_error(&a.info));
             let live = live_generation.as_deref().is_some_and(|g| {
                 let writer = answer.map_or(&m.generation, |a| &a.generation);
                 writer == g

@@ -12,7 +12,8 @@
 //! granted once, and the session's events read until the turn has ended (a
 //! `session.idle` once every answer the events announced is completed: the
 //! real server goes idle once when a turn completes, twice when it fails,
-//! before and after storing the failed answer). Then every command is
+//! before and after storing the failed answer; the events are compared up
+//! to the first). Then every command is
 //! waited for, the session's messages read, the server's group killed (a
 //! SIGKILL loses nothing of either), and a fresh server on the same data
 //! asked what a recovering runner asks (`GET /session/{id}`, `GET
@@ -32,9 +33,7 @@ use wire::journal::Entry;
 use wire::stores::opencode::{UNSTORED_OVERFLOW, turn_error, turn_status};
 use wire::upstream::{OPENCODE_RETRY_WAIT_MS, UpstreamFault};
 
-use super::{
-    Events, Server, Subject, WAIT, answer_form, answers_of, case, client_id, part_form,
-};
+use super::{Events, Server, Subject, WAIT, answer_form, answers_of, case, client_id, part_form};
 use crate::fidelity::{
     Fields, ModelRoute, Row, compare, distinct_readings, effect_pids, fake_requests, label,
     model_api_requests, model_fault_point, sorted, start_model_api_with, text, wait_until,
@@ -68,7 +67,10 @@ pub struct AfterFailure {
 #[derive(Clone, Debug, Default)]
 struct Seen {
     /// `status <type>`, `error <name>` and `idle`, in order, a repeat of
-    /// the one before left out.
+    /// the one before left out, up to the first `idle`: where a runner's
+    /// driver ends the turn (a failed turn's second `idle`, after its
+    /// answer is stored, comes before or after the answer's last update on
+    /// the real server, by timing).
     events: Vec<String>,
     /// Each `retry` status's attempt and message, and the wait its `next`
     /// announced (ms from when it came).
@@ -78,9 +80,11 @@ struct Seen {
 }
 
 impl Seen {
-    /// Notes an event, unless it repeats the one before.
+    /// Notes an event, unless it repeats the one before or comes after
+    /// the first `idle`.
     fn note(&mut self, what: String) {
-        if self.events.last() != Some(&what) {
+        let idle = self.events.iter().any(|e| e == "idle");
+        if !idle && self.events.last() != Some(&what) {
             self.events.push(what);
         }
     }
@@ -107,7 +111,9 @@ impl AfterFailure {
             ("session.error messages", joined(messages.collect(), " | ")),
             (
                 "first session.error data",
-                first.as_ref().map_or("-".to_owned(), |e| e["data"].to_string()),
+                first
+                    .as_ref()
+                    .map_or("-".to_owned(), |e| e["data"].to_string()),
             ),
         ];
         fields.extend(self.live.clone());
@@ -178,7 +184,10 @@ fn read_turn(messages: &Value, message_id: &str, first: Option<&Value>) -> Field
         ("parts", parts.join(", ")),
         ("stored error", stored),
         ("compaction", compaction(list, message_id)),
-        ("turn status (driver)", turn_status(list, message_id).to_owned()),
+        (
+            "turn status (driver)",
+            turn_status(list, message_id).to_owned(),
+        ),
         ("turn error (driver)", error),
     ]
 }
@@ -313,7 +322,10 @@ fn watch(server: &Server, events: &Events, session: &str) -> Result<Seen, String
                 seen.errors.push(without_urls(&props["error"]));
             }
             "message.updated" if props["info"]["role"] == "assistant" => {
-                let (id, done) = (&props["info"]["id"], !props["info"]["time"]["completed"].is_null());
+                let (id, done) = (
+                    &props["info"]["id"],
+                    !props["info"]["time"]["completed"].is_null(),
+                );
                 match answers.iter_mut().find(|(a, _)| a == id) {
                     Some(answer) => answer.1 = done,
                     None => answers.push((id.clone(), done)),
@@ -423,11 +435,14 @@ fn one_answer_per_step(real: &str, fake: &str) -> bool {
 /// `real`'s, as many, are as long or longer.
 fn fake_waits_less(real: &str, fake: &str) -> bool {
     let own = seconds(OPENCODE_RETRY_WAIT_MS as i64);
-    let (real, fake): (Vec<&str>, Vec<&str>) = (real.split(", ").collect(), fake.split(", ").collect());
+    let (real, fake): (Vec<&str>, Vec<&str>) =
+        (real.split(", ").collect(), fake.split(", ").collect());
     let secs = |w: &str| w.trim_end_matches(" s").parse::<u64>().ok();
     real.len() == fake.len()
         && fake.iter().all(|f| *f == own)
-        && real.iter().all(|r| secs(r).is_some_and(|s| Some(s) >= secs(&own)))
+        && real
+            .iter()
+            .all(|r| secs(r).is_some_and(|s| Some(s) >= secs(&own)))
 }
 
 /// Why `field` reads `real` on the real server and `fake` on the fake,
