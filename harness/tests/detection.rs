@@ -344,6 +344,28 @@ fn row_19_a_turn_the_provider_failed_upstream_is_not_continued_after_a_restart()
     );
 }
 
+/// OpenCode 1.18.33 stores a context overflow on no message: the answer is
+/// closed with neither finish nor error, then the session compacted
+/// (measured by `turncut fidelity --moments upstream`; the fake OpenCode
+/// does the same). A runner killed before it saw the turn end reads the
+/// closed answer back as the overflow after its restart, not as a turn the
+/// provider completed, to adopt (`upstream` excuses a run whose schedule
+/// went on after the fault; `contract` holds the adoption against the
+/// fake's store, which reads the closed answer as not completed).
+#[test]
+fn row_21_an_overflow_opencode_stored_on_no_message_is_not_adopted_after_a_restart() {
+    caught(
+        "overflow-read-completed",
+        "restart-chaos.runner-opencode.local.upstream-faults",
+        &[
+            "--schedule",
+            "opencode.model.requested#1/context-overflow+runner.write.turn_ended#1/kill-runner",
+        ],
+        "contract",
+        "but the provider did not complete it",
+    );
+}
+
 /// A Retry the controller sent while the run settled, cut by a restart
 /// before its answer: the cell sends it again to the restarted runner (as
 /// the contract asks of a controller), and the answer must be its run.

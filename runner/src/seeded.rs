@@ -105,11 +105,13 @@ pub enum SeededBug {
     ContinueUpstreamFailure,
     /// Answer a Retry sent again as a new one: refused while its own run is active.
     ResentRetryRefused,
+    /// Read an OpenCode answer closed with neither finish nor error (a context overflow stored on no message) as completed.
+    OverflowReadCompleted,
 }
 
 impl SeededBug {
     /// Every seeded bug, in documentation order.
-    pub const ALL: [SeededBug; 43] = [
+    pub const ALL: [SeededBug; 44] = [
         SeededBug::ResendAmbiguousTurn,
         SeededBug::SecondContinuation,
         SeededBug::ContinuationResendsMessage,
@@ -153,6 +155,7 @@ impl SeededBug {
         SeededBug::ResumeFirstTaskOnly,
         SeededBug::ContinueUpstreamFailure,
         SeededBug::ResentRetryRefused,
+        SeededBug::OverflowReadCompleted,
     ];
 
     /// Whether the bug can fire on a profile speaking `protocol`. The native
@@ -193,6 +196,8 @@ impl SeededBug {
             | DeliverStaleRetry => !native,
             // Only the Codex driver reads why a recorded turn failed.
             ContinueUpstreamFailure => protocol == Protocol::Codex,
+            // Only OpenCode stores an error on no message.
+            OverflowReadCompleted => protocol == Protocol::Opencode,
             // Only Codex sends an accepted turn found absent again under a
             // new provider turn id: OpenCode re-sends under the client's
             // message id, found by the next lookup (adopted); ACP closes the
@@ -254,6 +259,7 @@ impl SeededBug {
             SeededBug::ResumeFirstTaskOnly => "resume-first-task-only",
             SeededBug::ContinueUpstreamFailure => "continue-upstream-failure",
             SeededBug::ResentRetryRefused => "resent-retry-refused",
+            SeededBug::OverflowReadCompleted => "overflow-read-completed",
         }
     }
 }
@@ -337,6 +343,8 @@ hooks! {
     continue_upstream_failure => ContinueUpstreamFailure;
     /// `resent-retry-refused`.
     resent_retry_refused => ResentRetryRefused;
+    /// `overflow-read-completed`.
+    overflow_read_completed => OverflowReadCompleted;
     /// `fail-closed-when-absent`.
     fail_closed_when_absent => FailClosedWhenAbsent;
     /// `adopt-without-completion`.

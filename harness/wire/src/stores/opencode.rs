@@ -180,24 +180,18 @@ pub fn unstored_error(info: &Value) -> bool {
 }
 
 /// The error a turn failed with, from the session's messages: its last answer's
-/// `error`; or, for a last answer closed without one ([`unstored_error`]) that a
-/// compaction for an overflow follows (a later message with a `compaction` part,
-/// `overflow: true`), the `ContextOverflowError` OpenCode named
-/// only in its `session.error` ([`UNSTORED_OVERFLOW`]). `None` for a turn with no error
-/// to read.
+/// `error`; or, for a last answer closed without one ([`unstored_error`]), the
+/// `ContextOverflowError` OpenCode named only in its `session.error`
+/// ([`UNSTORED_OVERFLOW`]): the compaction it starts next (a user message with a
+/// `compaction` part, `overflow: true`) is written a few ms later, so a server killed
+/// in between leaves the closed answer alone, and the closed answer is what says it.
+/// `None` for a turn with no error to read.
 pub fn turn_error(messages: &[Value], message_id: &str) -> Option<Value> {
     let last = last_answer(messages, message_id)?;
     if !last["error"].is_null() {
         return Some(last["error"].clone());
     }
-    let after = messages
-        .iter()
-        .skip_while(|m| m["info"]["id"] != message_id)
-        .skip(1);
-    let compacted = after
-        .flat_map(|m| m["parts"].as_array().into_iter().flatten())
-        .any(|p| p["type"] == "compaction" && p["overflow"] == true);
-    (unstored_error(last) && compacted).then(|| {
+    unstored_error(last).then(|| {
         serde_json::json!({ "name": "ContextOverflowError", "data": { "message": UNSTORED_OVERFLOW } })
     })
 }
@@ -205,7 +199,7 @@ pub fn turn_error(messages: &[Value], message_id: &str) -> Option<Value> {
 /// The message of the error [`turn_error`] reads from an overflow OpenCode stored on no
 /// message (a `ContextOverflowError`, the name its `session.error` carried).
 pub const UNSTORED_OVERFLOW: &str = "stored on no message: the answer was closed without \
-    finish or error, and the session compacted for an overflow";
+    finish or error, as OpenCode 1.18.33 closes a context overflow";
 
 /// The info of the last answer to user message `message_id` in a message list.
 fn last_answer<'m>(messages: &'m [Value], message_id: &str) -> Option<&'m Value> {
@@ -268,7 +262,7 @@ mod tests {
     /// finish or error, then a user message with an overflow `compaction` part and its
     /// summary answer, which failed on its own.
     #[test]
-    fn an_overflow_stored_on_no_message_reads_from_its_compaction() {
+    fn an_overflow_stored_on_no_message_reads_from_its_closed_answer() {
         let user = json!({ "info": { "id": "msg_1", "role": "user" }, "parts": [] });
         let closed = json!({ "info": { "id": "msg_2", "role": "assistant", "parentID": "msg_1",
             "time": { "created": 1, "completed": 2 } }, "parts": [] });
@@ -282,8 +276,9 @@ mod tests {
         let error = turn_error(&all, "msg_1").expect("the overflow");
         assert_eq!(error["name"], "ContextOverflowError");
         assert_eq!(error["data"]["message"], UNSTORED_OVERFLOW);
-        // Without the compaction there is no error to name.
-        assert_eq!(turn_error(&[user.clone(), closed], "msg_1"), None);
+        // Killed before the compaction, the closed answer says it alone.
+        let alone = turn_error(&[user.clone(), closed], "msg_1").expect("the overflow");
+        assert_eq!(alone["name"], "ContextOverflowError");
         let failed = json!({ "info": { "id": "msg_2", "role": "assistant", "parentID": "msg_1",
             "time": { "created": 1, "completed": 2 },
             "error": { "name": "APIError", "data": { "statusCode": 401 } } } });

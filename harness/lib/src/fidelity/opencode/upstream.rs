@@ -180,8 +180,8 @@ fn read_turn(messages: &Value, message_id: &str, first: Option<&Value>) -> Field
         None => "-".to_owned(),
     };
     vec![
-        ("answers", answers.join("; ")),
-        ("parts", parts.join(", ")),
+        ("answers", or_none(answers.join("; "))),
+        ("parts", or_none(parts.join(", "))),
         ("stored error", stored),
         ("compaction", compaction(list, message_id)),
         (
@@ -190,6 +190,15 @@ fn read_turn(messages: &Value, message_id: &str, first: Option<&Value>) -> Field
         ),
         ("turn error (driver)", error),
     ]
+}
+
+/// `text`, or `-` when it is empty.
+fn or_none(text: String) -> String {
+    if text.is_empty() {
+        "-".to_owned()
+    } else {
+        text
+    }
 }
 
 /// The messages after user message `message_id` that do not answer it (a
@@ -226,11 +235,7 @@ fn compaction(messages: &[Value], message_id: &str) -> String {
             }
         })
         .collect();
-    if later.is_empty() {
-        "-".to_owned()
-    } else {
-        later.join("; ")
-    }
+    or_none(later.join("; "))
 }
 
 /// Where a side keeps what the comparison reads.
