@@ -225,6 +225,9 @@ mod tests {
             "id": format!("{parent}a"), "sessionID": "ses_1", "role": "assistant",
             "parentID": parent, "time": { "created": 2 },
         });
+        if completed && !error {
+            info["finish"] = json!("stop");
+        }
         if completed {
             info["time"]["completed"] = json!(3);
         }

@@ -147,10 +147,10 @@ fn normalized(error: &Value) -> Value {
     if let Some(date) = e.pointer_mut("/data/responseHeaders/date") {
         *date = json!("<date>");
     }
-    if let Some(body) = e.pointer_mut("/data/responseBody") {
-        if let Some(parsed) = body.as_str().and_then(|b| serde_json::from_str(b).ok()) {
-            *body = parsed;
-        }
+    if let Some(body) = e.pointer_mut("/data/responseBody")
+        && let Some(parsed) = body.as_str().and_then(|b| serde_json::from_str(b).ok())
+    {
+        *body = parsed;
     }
     sorted(&e)
 }
