@@ -9,10 +9,13 @@
 //!
 //! Turns: `POST /session/{id}/prompt_async` with a client-chosen `messageID`; the message id
 //! is the provider's turn id, and "was this turn recorded?" is
-//! `GET /session/{id}/message/{messageID}`. A recorded turn is `completed` when the
-//! assistant message whose `parentID` is that message has `time.completed` and no `error`,
-//! and `interrupted` otherwise (no answer, an aborted one, or one left unfinished by a
-//! server that died), the safe side for the recovery contract.
+//! `GET /session/{id}/message/{messageID}`. A recorded turn is `completed` when the last
+//! assistant message whose `parentID` is that message has `time.completed`, no `error` and
+//! a final `finish`; `failed` with an error, or closed with neither `finish` nor `error`
+//! (the context overflow OpenCode 1.18.33 stores on no message, read as one:
+//! `wire::stores::opencode::turn_error`); and `interrupted` otherwise (no answer, an
+//! aborted one, or one left unfinished by a server that died), the safe side for the
+//! recovery contract.
 //!
 //! **Message id encoding** (the harness decodes it): [`OpenCodeDriver::client_id`] returns
 //! `msg_{hex:016x}_{message_id}` for a primary turn and

@@ -18,7 +18,8 @@
 //! SIGKILL loses nothing of either), and a fresh server on the same data
 //! asked what a recovering runner asks (`GET /session/{id}`, `GET
 //! /session/{id}/message`). Compared: the session's events (statuses,
-//! errors, idles), each `retry` status and the wait its `next` announces,
+//! errors, idles), each `retry` status and the wait its `next` announces
+//! (from the failure, as both journal it),
 //! the `session.error`s (their data with the model API's URL and the
 //! response's date left out), the answers, their parts and their stored
 //! error, the compaction after an overflow, the turn's status and error as
@@ -26,7 +27,6 @@
 //! the model requests, and the messages after the restart.
 
 use std::path::Path;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use wire::journal::Entry;
@@ -51,6 +51,10 @@ const PROFILE: &str = "runner-opencode-real";
 pub struct AfterFailure {
     /// What the session's events said while the turn ran.
     seen: Seen,
+    /// The wait each `retry` status announced, counted from the failure
+    /// (the fault's `fault.answer` in the journal), as a class of
+    /// [`wait_class`].
+    waits: Vec<String>,
     /// The turn as the session's messages show it once it ended.
     live: Fields,
     /// Effects in the ledger once every command ended.
@@ -72,8 +76,8 @@ struct Seen {
     /// answer is stored, comes before or after the answer's last update on
     /// the real server, by timing).
     events: Vec<String>,
-    /// Each `retry` status's attempt and message, and the wait its `next`
-    /// announced (ms from when it came).
+    /// Each `retry` status's attempt and message, and its `next` (ms since
+    /// the epoch).
     retries: Vec<(String, i64)>,
     /// The `session.error`s' errors, in order.
     errors: Vec<Value>,
@@ -99,7 +103,7 @@ impl AfterFailure {
             false => items.join(sep),
         };
         let retries = seen.retries.iter().map(|(r, _)| r.clone()).collect();
-        let waits = seen.retries.iter().map(|(_, ms)| seconds(*ms)).collect();
+        let waits = self.waits.clone();
         let names = seen.errors.iter().map(|e| text(&e["name"])).collect();
         let messages = seen.errors.iter().map(|e| text(&e["data"]["message"]));
         let first = seen.errors.first().map(normalized);
@@ -134,9 +138,17 @@ impl AfterFailure {
     }
 }
 
-/// A wait in ms as whole seconds, rounded.
-fn seconds(ms: i64) -> String {
-    format!("{} s", (ms.max(0) + 500) / 1000)
+/// A wait in ms as a class: `< 1 s` (the fake's own 250 ms), `1–2 s`
+/// (a 1 s `Retry-After`, honoured), `≥ 2 s` (OpenCode's backoff). Counted
+/// from the failure, both sides' by their own clock's journal, so the
+/// client's delay in reading the event does not move it.
+fn wait_class(ms: i64) -> String {
+    match ms {
+        ..1000 => "< 1 s",
+        1000..2000 => "1–2 s",
+        _ => "≥ 2 s",
+    }
+    .to_owned()
 }
 
 /// An error with what differs by run or by side left out: the model API's
@@ -275,7 +287,17 @@ fn fail_turn(subject: &Subject, at: &Paths<'_>) -> Result<AfterFailure, String> 
     let messages = server.call(&messages_path, None)?.1;
     let live = read_turn(&messages, &message_id, seen.errors.first());
     let effects = wire::ledger::read(at.ledger).map_or(0, |l| l.len());
-    let model_requests = wire::journal::read(at.journal).map_or(0, |j| (at.count)(&j));
+    let journal = wire::journal::read(at.journal).unwrap_or_default();
+    let model_requests = (at.count)(&journal);
+    let failed_at = journal
+        .iter()
+        .find(|e| e.fact.as_deref() == Some("fault.answer"))
+        .and_then(|e| i64::try_from(e.ts_ms).ok());
+    let waits = seen
+        .retries
+        .iter()
+        .map(|(_, next)| failed_at.map_or("?".to_owned(), |at| wait_class(next - at)))
+        .collect();
     drop(events);
     drop(server);
     let again = subject.start(at.ws, None, at.log)?;
@@ -284,6 +306,7 @@ fn fail_turn(subject: &Subject, at: &Paths<'_>) -> Result<AfterFailure, String> 
     let after = read_turn(&messages, &message_id, seen.errors.first());
     Ok(AfterFailure {
         seen,
+        waits,
         live,
         effects,
         model_requests,
@@ -316,9 +339,9 @@ fn watch(server: &Server, events: &Events, session: &str) -> Result<Seen, String
             "session.status" => {
                 let status = &props["status"];
                 if status["type"] == "retry" {
-                    let wait = status["next"].as_i64().unwrap_or(0) - now_ms();
+                    let next = status["next"].as_i64().unwrap_or(0);
                     let said = format!("{}: {}", status["attempt"], text(&status["message"]));
-                    seen.retries.push((said, wait));
+                    seen.retries.push((said, next));
                 }
                 seen.note(format!("status {}", text(&status["type"])));
             }
@@ -345,13 +368,6 @@ fn watch(server: &Server, events: &Events, session: &str) -> Result<Seen, String
             _ => {}
         }
     }
-}
-
-/// Now, in ms since the epoch.
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// The fake OpenCode's reading of `fault`, in `dir`.
@@ -436,18 +452,15 @@ fn one_answer_per_step(real: &str, fake: &str) -> bool {
         })
 }
 
-/// Whether `fake`'s waits are the fake's own (250 ms, rounded) where
-/// `real`'s, as many, are as long or longer.
+/// Whether `fake`'s waits are the fake's own (250 ms) where `real`'s, as
+/// many, are OpenCode's backoff.
 fn fake_waits_less(real: &str, fake: &str) -> bool {
-    let own = seconds(OPENCODE_RETRY_WAIT_MS as i64);
+    let own = wait_class(OPENCODE_RETRY_WAIT_MS as i64);
     let (real, fake): (Vec<&str>, Vec<&str>) =
         (real.split(", ").collect(), fake.split(", ").collect());
-    let secs = |w: &str| w.trim_end_matches(" s").parse::<u64>().ok();
     real.len() == fake.len()
         && fake.iter().all(|f| *f == own)
-        && real
-            .iter()
-            .all(|r| secs(r).is_some_and(|s| Some(s) >= secs(&own)))
+        && real.iter().all(|r| *r == wait_class(2000))
 }
 
 /// Why `field` reads `real` on the real server and `fake` on the fake,
