@@ -52,8 +52,8 @@ pub struct AfterFailure {
     /// What the session's events said while the turn ran.
     seen: Seen,
     /// The wait each `retry` status announced, counted from the failure
-    /// (the fault's `fault.answer` in the journal), as a class of
-    /// [`wait_class`].
+    /// (the fault's `fault.answer` in the journal), as [`wait_class`] has
+    /// it.
     waits: Vec<String>,
     /// The turn as the session's messages show it once it ended.
     live: Fields,
@@ -138,17 +138,15 @@ impl AfterFailure {
     }
 }
 
-/// A wait in ms as a class: `< 1 s` (the fake's own 250 ms), `1–2 s`
-/// (a 1 s `Retry-After`, honoured), `≥ 2 s` (OpenCode's backoff). Counted
-/// from the failure, both sides' by their own clock's journal, so the
-/// client's delay in reading the event does not move it.
+/// A wait in ms, counted from the failure, as whether it honours a 1 s
+/// `Retry-After`: `< 1 s` (the fake's own 250 ms) or `≥ 1 s` (a 429's
+/// `Retry-After`, OpenCode's 2 s backoff). Only the lower bound is stable:
+/// both sides count from their journal's `fault.answer`, so the client's
+/// delay in reading the event does not move it, but the server's own delay
+/// in announcing it does, upwards (a loaded machine made a 429's 1 s read
+/// over 2 s once in three runs).
 fn wait_class(ms: i64) -> String {
-    match ms {
-        ..1000 => "< 1 s",
-        1000..2000 => "1–2 s",
-        _ => "≥ 2 s",
-    }
-    .to_owned()
+    if ms < 1000 { "< 1 s" } else { "≥ 1 s" }.to_owned()
 }
 
 /// An error with what differs by run or by side left out: the model API's
@@ -453,14 +451,14 @@ fn one_answer_per_step(real: &str, fake: &str) -> bool {
 }
 
 /// Whether `fake`'s waits are the fake's own (250 ms) where `real`'s, as
-/// many, are OpenCode's backoff.
+/// many, are OpenCode's backoff (about 2 s, at least 1 s).
 fn fake_waits_less(real: &str, fake: &str) -> bool {
     let own = wait_class(OPENCODE_RETRY_WAIT_MS as i64);
     let (real, fake): (Vec<&str>, Vec<&str>) =
         (real.split(", ").collect(), fake.split(", ").collect());
     real.len() == fake.len()
         && fake.iter().all(|f| *f == own)
-        && real.iter().all(|r| *r == wait_class(2000))
+        && real.iter().all(|r| *r == wait_class(1000))
 }
 
 /// Why `field` reads `real` on the real server and `fake` on the fake,
