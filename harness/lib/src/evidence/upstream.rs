@@ -138,13 +138,22 @@ impl Evidence {
     }
 
     /// When the controller first asked for a Retry, in milliseconds since
-    /// the epoch.
+    /// the epoch: when its request was sent (the runner may admit it and
+    /// start its turn before the answer reaches the controller; an op is
+    /// recorded once answered: on a loaded host, 43 ms after the Retry's
+    /// turn started, and the turn was judged the runner's own retry).
     pub fn first_retry_ms(&self) -> Option<u64> {
-        self.ops
+        let sent = self
+            .exchanges
+            .iter()
+            .filter(|x| x.kind == super::RequestKind::Retry)
+            .map(|x| x.sent_at_ms);
+        let answered = self
+            .ops
             .iter()
             .filter(|o| o.kind == super::OpKind::Request(super::RequestKind::Retry))
-            .map(|o| self.started_ms + o.at_ms)
-            .min()
+            .map(|o| o.at_ms);
+        sent.chain(answered).min().map(|at| self.started_ms + at)
     }
 }
 

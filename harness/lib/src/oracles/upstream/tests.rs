@@ -334,3 +334,36 @@ fn a_turn_started_after_a_provider_failed_one_upstream_is_the_runner_s_retry() {
     let (_, late) = verdict(&provider_failed("runner-codex", "rate-limit", 1200, None));
     assert!(!late.contains("by itself"), "{late}");
 }
+
+/// Found under `--stress 8` (the `upstream-faults` wave, seed 3): the
+/// runner admitted the controller's Retry and started its turn before the
+/// Retry's answer reached the controller, and the turn was judged the
+/// runner's own retry. A Retry counts from when it was sent.
+#[test]
+fn a_turn_started_after_a_retry_was_sent_is_the_retry_s_even_before_its_answer() {
+    let mut e = provider_failed("runner-codex", "auth-expired", 200, None);
+    e.ops.push(Op {
+        kind: OpKind::Request(RequestKind::Retry),
+        message_id: "r1".into(),
+        at_ms: 250,
+        result: OpResult::Ok,
+        status: Some(201),
+        error: None,
+    });
+    assert_eq!(verdict(&e).0, Verdict::Fail, "answered after the start");
+    e.exchanges.push(crate::evidence::Exchange {
+        kind: RequestKind::Retry,
+        task: "task-1".into(),
+        message_id: "r1".into(),
+        text: String::new(),
+        status: 201,
+        body: json!({}),
+        state_before: None,
+        expect: None,
+        sent_at_ms: 150,
+        answered_at_ms: 250,
+        injected: false,
+    });
+    let (v, m) = verdict(&e);
+    assert_eq!(v, Verdict::Pass, "sent before the start: {m}");
+}
