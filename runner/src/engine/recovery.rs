@@ -524,6 +524,7 @@ mod tests {
         let sent = || Sent {
             text: "hello".into(),
             earlier: vec![],
+            completed_tools: vec![],
         };
         assert!(
             matches!(TurnState::lookup(&intent, sent()), TurnLookup::ClientId { id, sent } if id == "c1" && sent.text == "hello")

@@ -106,6 +106,13 @@ impl Engine {
             }
             other => other.map_err(driver_err)?,
         };
+        let found = match (found, turn.provider_turn_id.as_deref()) {
+            (None, Some(id)) if driver.replay_names_nothing() => {
+                let sent = self.sent_accepted(task_id, turn).await?;
+                driver.recorded_unnamed(id, &sent)
+            }
+            (found, _) => found,
+        };
         let (unfinished, output_held) = self.held_of(task_id, run, turn, state).await?;
         let provider = ProviderSays {
             turn: found,
@@ -158,7 +165,22 @@ impl Engine {
         let earlier = self
             .read("turns_before", move |db| db.accepted_before(&tid, row))
             .await?;
-        Ok(Sent { text, earlier })
+        Ok(Sent {
+            text,
+            earlier,
+            completed_tools: Vec::new(),
+        })
+    }
+
+    /// [`Self::sent`] for an accepted turn, with the tool calls of it the
+    /// runner saw completed: how an agent that names nothing is searched.
+    async fn sent_accepted(&self, task_id: &str, turn: &TurnRow) -> Result<Sent, StepError> {
+        let mut sent = self.sent(task_id, turn).await?;
+        let (tid, row) = (task_id.to_owned(), turn.turn_row);
+        sent.completed_tools = self
+            .read("turn_tools", move |db| db.completed_tools(&tid, row))
+            .await?;
+        Ok(sent)
     }
 
     /// The seeded bug `lookup-error-as-absent`: a lookup that failed is
