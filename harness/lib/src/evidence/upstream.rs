@@ -138,10 +138,8 @@ impl Evidence {
     }
 
     /// When the controller first asked for a Retry, in milliseconds since
-    /// the epoch: when its request was sent (the runner may admit it and
-    /// start its turn before the answer reaches the controller; an op is
-    /// recorded once answered: on a loaded host, 43 ms after the Retry's
-    /// turn started, and the turn was judged the runner's own retry).
+    /// the epoch: when its first request was sent (the exchange's
+    /// `sent_at_ms`, or the earliest attempt's op).
     pub fn first_retry_ms(&self) -> Option<u64> {
         let sent = self
             .exchanges

@@ -335,10 +335,8 @@ fn a_turn_started_after_a_provider_failed_one_upstream_is_the_runner_s_retry() {
     assert!(!late.contains("by itself"), "{late}");
 }
 
-/// Found under `--stress 8` (the `upstream-faults` wave, seed 3): the
-/// runner admitted the controller's Retry and started its turn before the
-/// Retry's answer reached the controller, and the turn was judged the
-/// runner's own retry. A Retry counts from when it was sent.
+/// A Retry counts from when its first request was sent: a turn started
+/// after that may be the Retry's, whenever its answer came.
 #[test]
 fn a_turn_started_after_a_retry_was_sent_is_the_retry_s_even_before_its_answer() {
     let mut e = provider_failed("runner-codex", "auth-expired", 200, None);
