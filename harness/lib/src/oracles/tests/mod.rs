@@ -554,6 +554,49 @@ fn a_close_is_justified_when_the_agent_s_replay_lacks_a_command_the_runner_saw_e
     );
 }
 
+/// ACP's row "turn accepted | user message absent": a real agent killed
+/// right after the prompt was accepted stored nothing of it (codex-acp,
+/// `runner-acpx-codex-real` wave, seed 44), and the run closes. On Codex
+/// the same close is wrong (it re-sends: the turn reached no model).
+#[test]
+fn an_acp_turn_accepted_and_absent_from_the_agent_s_store_justifies_the_close() {
+    let closed = |profile: &str, recorded: bool| {
+        let mut e = good();
+        e.spec.as_mut().unwrap().scenario_id =
+            ScenarioId::new("everyday", profile, "local", "single");
+        e.events_applied = 1;
+        task(&mut e)["state"] = json!("failed");
+        task(&mut e)["runs"][0]["status"] = json!("failed");
+        task(&mut e)["runs"][0]["cause"] =
+            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        task(&mut e)["runs"][0]["turns"][0]["provider_turn_id"] = json!("m1");
+        task(&mut e)["runs"][0]["turns"][0]["status"] = json!("accepted");
+        if !recorded {
+            // Nothing of it in the agent's store, and no fact of it in its
+            // journal (a real agent's is the tap's wire alone).
+            e.provider_turns.clear();
+            e.journal
+                .retain(|en| en.fact.as_deref() != Some("turn.recorded"));
+        }
+        e
+    };
+    let acp = closed("runner-acpx-claude", false);
+    assert!(
+        !verdict(&judge(&acp), "contract")
+            .1
+            .contains("no approved command"),
+        "{:?}",
+        verdict(&judge(&acp), "contract")
+    );
+    for e in [
+        closed("runner-acpx-claude", true),
+        closed("runner-codex", false),
+    ] {
+        let (_, m) = verdict(&judge(&e), "contract");
+        assert!(m.contains("no approved command was left unfinished"), "{m}");
+    }
+}
+
 #[test]
 fn continuing_a_completed_turn_is_wrong_except_where_the_protocol_cannot_tell() {
     // The runner continued turn pt1 although the provider completed it.
