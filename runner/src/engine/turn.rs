@@ -12,7 +12,7 @@ use super::provider::{Link, Live};
 use super::recovery::{self, LostConversation, Pending, ProviderSays, Recovery, TurnState};
 use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{Driver, DriverError, ProviderEvent, Sent, TurnEnd};
+use crate::driver::{Driver, DriverError, FoundTurn, ProviderEvent, Sent, TurnEnd};
 use crate::profiles::Profile;
 use crate::store::{RequestStatus, Run, Snapshot, TurnKind, TurnRow, TurnStatus};
 
@@ -106,13 +106,7 @@ impl Engine {
             }
             other => other.map_err(driver_err)?,
         };
-        let found = match (found, turn.provider_turn_id.as_deref()) {
-            (None, Some(id)) if driver.replay_names_nothing() => {
-                let sent = self.sent_accepted(task_id, turn).await?;
-                driver.recorded_unnamed(id, &sent)
-            }
-            (found, _) => found,
-        };
+        let found = self.or_unnamed(task_id, turn, driver, found).await?;
         let (unfinished, output_held) = self.held_of(task_id, run, turn, state).await?;
         let provider = ProviderSays {
             turn: found,
@@ -170,6 +164,25 @@ impl Engine {
             earlier,
             completed_tools: Vec::new(),
         })
+    }
+
+    /// `found`, or for an accepted turn not found by its id when the
+    /// agent's replay names nothing, the turn looked up by what it carried
+    /// ([`Driver::recorded_unnamed`]).
+    async fn or_unnamed(
+        &self,
+        task_id: &str,
+        turn: &TurnRow,
+        driver: &Driver,
+        found: Option<FoundTurn>,
+    ) -> Result<Option<FoundTurn>, StepError> {
+        match (found, turn.provider_turn_id.as_deref()) {
+            (None, Some(id)) if driver.replay_names_nothing() => {
+                let sent = self.sent_accepted(task_id, turn).await?;
+                Ok(driver.recorded_unnamed(id, &sent))
+            }
+            (found, _) => Ok(found),
+        }
     }
 
     /// [`Self::sent`] for an accepted turn, with the tool calls of it the
