@@ -395,5 +395,8 @@ fn an_event_after_the_fault_was_reached_may_decide_the_run_whenever_the_answer_w
     assert_eq!(v, Verdict::Pass, "{m}");
     let (v, m) = verdict(&held(false));
     assert_eq!(v, Verdict::Fail, "{m}");
-    assert!(m.contains("the contract's cause is upstream_unauthorized"), "{m}");
+    assert!(
+        m.contains("the contract's cause is upstream_unauthorized"),
+        "{m}"
+    );
 }
