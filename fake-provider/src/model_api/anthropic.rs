@@ -120,12 +120,12 @@ fn translate_message(
     let mut text = Vec::new();
     for b in &blocks {
         match b.get("type").and_then(Value::as_str) {
-            Some("text") => text.push(
-                b.get("text")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-            ),
+            Some("text") => {
+                let t = b.get("text").and_then(Value::as_str).unwrap_or_default();
+                if !claude_code_context(t) {
+                    text.push(t.to_owned());
+                }
+            }
             Some("tool_use") => input.push(json!({
                 "type": "function_call",
                 "call_id": call_id(b.get("id")),
@@ -152,11 +152,30 @@ fn translate_message(
     }
     // A message of context alone (Claude Code adds `<system-reminder>`
     // blocks beside tool results) is no new user message.
-    if text.iter().all(|t| t.starts_with("<system-reminder>")) {
+    if text.is_empty() {
         return Ok(());
     }
     input.push(json!({ "type": "message", "role": role, "content": text.join("\n") }));
     Ok(())
+}
+
+/// Whether a user text block is Claude Code's own context, not the user's
+/// words: its `<system-reminder>`s, the log of the SDK's `/model` command
+/// (`<local-command-caveat>`, `<command-name>`, `<local-command-stdout>`),
+/// and the message it adds when it resumes an interrupted session ("Continue
+/// from where you left off.", measured with claude-agent-acp 0.23.1). Read
+/// as the user's, a continuation after a restart (the runner's text after
+/// that context) was taken for a new message and its script played again:
+/// the command ran twice.
+fn claude_code_context(text: &str) -> bool {
+    const TAGS: [&str; 4] = [
+        "<system-reminder>",
+        "<local-command-caveat>",
+        "<command-name>",
+        "<local-command-stdout>",
+    ];
+    let t = text.trim_start();
+    TAGS.iter().any(|tag| t.starts_with(tag)) || t.trim_end() == "Continue from where you left off."
 }
 
 /// The model's call id of a `tool_use` id: the model names its calls
@@ -289,6 +308,36 @@ mod tests {
         assert_eq!(req.message_id, "m1", "the marked block names the message");
         assert_eq!(req.tool.name, "Bash");
         assert_eq!(req.outputs().get("call_1"), Some(&"ok"));
+    }
+
+    /// The continuation claude-agent-acp 0.23.1 sends after a restart
+    /// (measured: `everyday-workflows.runner-acpx-claude-real.local.single-task
+    /// --cut model.message_delta.sent#2 --fault kill-runner`): Claude Code's
+    /// resume message and the `/model` log before the runner's text.
+    #[test]
+    fn a_continuation_after_claude_code_s_context_continues_the_prompt() {
+        let ctx = |t: &str| json!({ "type": "text", "text": t });
+        let prompt = || {
+            json!({ "role": "user", "content": [ctx("<system-reminder>skills</system-reminder>"),
+            ctx("<command-name>/model</command-name>"), ctx("<local-command-stdout>Set model</local-command-stdout>"),
+            ctx("Create hello.txt")] })
+        };
+        let first = request(json!({ "model": "m", "max_tokens": 1, "messages": [prompt()] }));
+        let again = request(json!({ "model": "m", "max_tokens": 1, "messages": [
+            prompt(),
+            { "role": "assistant", "content": [{ "type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {} }] },
+            { "role": "user", "content": [{ "type": "tool_result", "tool_use_id": "toolu_1", "content": "ok" }] },
+            { "role": "user", "content": [ctx("Continue from where you left off.")] },
+            { "role": "assistant", "content": [ctx("No response requested.")] },
+            { "role": "user", "content": [ctx("<local-command-caveat>Caveat</local-command-caveat>"),
+                ctx("<command-name>/model</command-name>"), ctx("[turncut:continue] Continue it.")] },
+        ] }));
+        assert_eq!(first.user_text, "Create hello.txt");
+        assert!(again.continuation, "the runner's continuation is one");
+        assert_eq!(
+            again.message_id, first.message_id,
+            "it runs under the prompt's id"
+        );
     }
 
     #[test]

@@ -92,6 +92,11 @@ pub fn wait_floor_ms(real: &Real) -> u64 {
     }
 }
 
+/// The real Codex: its package also brings the `bwrap` that codex-acp's
+/// sandbox needs.
+const CODEX: Real = wire::profiles::REAL[0];
+const _: () = assert!(matches!(CODEX.program, Program::Codex));
+
 /// The npm prefix real products are installed under.
 pub fn npm_prefix() -> PathBuf {
     if let Some(p) = std::env::var_os(PREFIX_ENV) {
@@ -158,6 +163,14 @@ fn is_pinned(bin: &Path, real: &Real) -> Result<(), String> {
 /// The pinned program of `real`: on `PATH`, else under [`npm_prefix`]; or
 /// why there is none.
 pub fn locate(real: &Real) -> Result<PathBuf, String> {
+    if real.program == Program::CodexAcp
+        && let Err(why) = codex::bwrap_dir()
+    {
+        return Err(format!(
+            "{why}; `turncut providers --install` (or {INSTALL_ENV}=1) installs {}@{} for it, or install bubblewrap",
+            CODEX.package, CODEX.version
+        ));
+    }
     let cached = npm_prefix().join("node_modules/.bin").join(real.bin);
     let mut why = Vec::new();
     for candidate in on_path(real.bin).into_iter().chain([cached]) {
@@ -187,6 +200,10 @@ pub fn locate(real: &Real) -> Result<PathBuf, String> {
 /// Installs the pinned `real` under [`npm_prefix`] with npm.
 pub fn install(real: &Real) -> Result<PathBuf, String> {
     let npm = on_path("npm").ok_or("npm is not on PATH (apt-get install npm)")?;
+    if real.program == Program::CodexAcp && codex::bwrap_dir().is_err() {
+        // The bubblewrap codex-acp's sandbox needs comes with Codex.
+        install(&CODEX)?;
+    }
     let prefix = npm_prefix();
     // One npm at a time in a prefix (tests and cells of several processes
     // may ask at once): an exclusive lock on a file in it, then look again.

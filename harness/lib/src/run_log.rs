@@ -592,6 +592,13 @@ pub struct Item {
     /// Its id, if it has one.
     #[serde(default)]
     pub id: Option<String>,
+    /// An ACP tool call's id (`toolCallId`), if it is one.
+    #[serde(
+        default,
+        rename = "toolCallId",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub tool_call_id: Option<String>,
 }
 
 /// `item.completed`.

@@ -114,6 +114,38 @@ fn a_provider_spawned_before_its_identity_was_recorded_is_found_and_stopped() {
     rig.assert_effects_once();
 }
 
+/// Found by the `upstream-faults` wave under `--stress 8` (seed 2, the
+/// hygiene oracle, 2 of 12 replays): a restart spawned the provider, then
+/// failed the write that marks the tools of the earlier process
+/// `uncertain`; the runner dropped the new process instead of stopping it,
+/// and its session children outlived the run.
+#[test]
+fn a_failed_write_after_a_restart_spawned_the_provider_stops_its_children() {
+    let mut rig = Rig::acp(&[]);
+    let tag = format!("86401.{}", std::process::id());
+    let _reaper = Reaper(tag.clone());
+    // The runner dies while a client-side tool (a terminal) is executing.
+    let client = rig.start(Some("runner.tool_executing.persisted#1"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    rig.kill_runner();
+    drop(held);
+    provider_with_children(&rig, &tag);
+    let client = rig.start(Some("runner.write.tool_uncertain#1"));
+    let held = rig.hold();
+    assert_eq!(held.hit.point, "runner.write.tool_uncertain");
+    assert_eq!(
+        wait_count(&tag, 2).len(),
+        2,
+        "the new provider's children run"
+    );
+    held.fail(cutpoint::IoFault::Eio).unwrap();
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(cause(&task), "storage_failed", "{task}\n{}", rig.log());
+    let left = wait_gone(&tag);
+    assert!(left.is_empty(), "orphans left: {left:?}\n{}", rig.log());
+}
+
 /// A cgroup-v1 freezer group: a frozen process keeps SIGKILL pending until
 /// it is thawed, as a process stuck in the kernel would. Thawed and removed
 /// on drop.

@@ -49,6 +49,8 @@ pub struct AcpDriver {
     active: Option<(i64, String)>,
     /// Permission options by request id: (allow option, reject option).
     permissions: HashMap<String, (Option<String>, Option<String>)>,
+    /// The `session/load` replay of the last lookup.
+    replay: Vec<Value>,
 }
 
 impl AcpDriver {
@@ -62,6 +64,7 @@ impl AcpDriver {
             cwds: HashMap::new(),
             active: None,
             permissions: HashMap::new(),
+            replay: Vec::new(),
         }
     }
 
@@ -231,11 +234,20 @@ impl AcpDriver {
                 })
                 .then(|| id.clone()),
         };
-        Ok(found.map(|id| FoundTurn {
-            id,
-            status: ProviderTurnStatus::Interrupted,
-            upstream: None,
-        }))
+        self.replay = replay;
+        Ok(found.map(interrupted))
+    }
+
+    /// Whether the last lookup's replay names no user message
+    /// ([`names_nothing`]).
+    pub fn replay_names_nothing(&self) -> bool {
+        names_nothing(&self.replay)
+    }
+
+    /// The accepted turn `id` of an agent that names nothing, in the last
+    /// lookup's replay ([`recorded_unnamed`]).
+    pub fn recorded_unnamed(&self, id: &str, sent: &Sent) -> Option<FoundTurn> {
+        recorded_unnamed(&self.replay, id, sent)
     }
 
     fn key(&self, request_id: &Value) -> String {
@@ -583,6 +595,51 @@ fn replayed_after(replay: &[Value], sent: &Sent) -> Option<String> {
     Some(if id.is_empty() { "(unnamed)" } else { id }.to_owned())
 }
 
+/// Whether `replay` holds user messages and names none of them.
+fn names_nothing(replay: &[Value]) -> bool {
+    let mut users = replay.iter().filter(|m| is_user_chunk(m)).peekable();
+    users.peek().is_some() && users.all(|m| user_message_id(m).is_none())
+}
+
+/// The accepted turn `id` of an agent that names nothing, in `replay`: a
+/// user message of its text after the turns accepted before it
+/// ([`replayed_after`]), with every tool call of the turn the runner saw
+/// completed ended there too. codex-acp's replay holds the whole turn;
+/// Claude Code's can lack a command's end (its transcript is written on a
+/// timer), and a continuation of such a turn ran the command again, so
+/// that turn is not found (the run closes `active_turn_recovery_closed`).
+fn recorded_unnamed(replay: &[Value], id: &str, sent: &Sent) -> Option<FoundTurn> {
+    replayed_after(replay, sent)?;
+    sent.completed_tools
+        .iter()
+        .all(|tool| ended_in(replay, tool))
+        .then(|| interrupted(id.to_owned()))
+}
+
+/// A turn a replay shows recorded, as a replay can show it: interrupted.
+fn interrupted(id: String) -> FoundTurn {
+    FoundTurn {
+        id,
+        status: ProviderTurnStatus::Interrupted,
+        upstream: None,
+    }
+}
+
+/// Whether `replay` shows the tool call `tool` ended (`completed` or
+/// `failed`, in its `tool_call` or a `tool_call_update`).
+fn ended_in(replay: &[Value], tool: &str) -> bool {
+    replay.iter().any(|m| {
+        let Some(update) = m.pointer("/params/update") else {
+            return false;
+        };
+        update.get("toolCallId").and_then(Value::as_str) == Some(tool)
+            && matches!(
+                update.get("status").and_then(Value::as_str),
+                Some("completed" | "failed")
+            )
+    })
+}
+
 /// A `user_message_chunk` update, whatever ids it carries.
 fn is_user_chunk(msg: &Value) -> bool {
     msg.get("method").and_then(Value::as_str) == Some("session/update")
@@ -747,6 +804,7 @@ mod tests {
         let sent = |earlier: &[&str]| Sent {
             text: "fix the build".into(),
             earlier: earlier.iter().map(|e| e.to_string()).collect(),
+            completed_tools: vec![],
         };
         // The first message's chunks are one message of the text.
         assert_eq!(replayed_after(&replay, &sent(&[])), Some("msg_u1".into()));
@@ -760,6 +818,7 @@ mod tests {
         let other = Sent {
             text: "fix the".into(),
             earlier: vec![],
+            completed_tools: vec![],
         };
         assert_eq!(replayed_after(&replay, &other), None);
         assert_eq!(replayed_after(&replay, &Sent::default()), None);
@@ -781,11 +840,57 @@ mod tests {
         let sent = |text: &str| Sent {
             text: text.into(),
             earlier: vec![],
+            completed_tools: vec![],
         };
         assert_eq!(
             replayed_after(&replay, &sent("Create hello.txt")),
             Some("(unnamed)".into())
         );
         assert_eq!(replayed_after(&replay, &sent("Create")), None);
+    }
+
+    /// codex-acp 0.16.0 replays a turn with no id on anything (measured,
+    /// `runner-acpx-codex-real`: user chunk, answer, the command's
+    /// `tool_call` and `tool_call_update` both `completed`); the runner's
+    /// own id for the accepted turn was never found, and every cut after
+    /// the first output closed the run.
+    #[test]
+    fn an_accepted_turn_of_an_agent_that_names_nothing_is_found_when_its_commands_ended() {
+        let unnamed = |kind: &str, text: &str| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":kind,"content":{"type":"text","text":text}}}});
+        let tool = |kind: &str, status: &str| json!({"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"s","update":{"sessionUpdate":kind,"toolCallId":"call_1","status":status}}});
+        let mut replay = vec![
+            unnamed("user_message_chunk", "Create hello.txt"),
+            unnamed("agent_message_chunk", "Working on it."),
+            tool("tool_call", "completed"),
+            tool("tool_call_update", "completed"),
+        ];
+        assert!(names_nothing(&replay));
+        let sent = |text: &str, tools: &[&str]| Sent {
+            text: text.into(),
+            earlier: vec!["m0".into()],
+            completed_tools: tools.iter().map(|t| t.to_string()).collect(),
+        };
+        let found = recorded_unnamed(&replay, "f1", &sent("Create hello.txt", &["call_1"]));
+        assert_eq!(
+            found.map(|f| (f.id, f.status)),
+            Some(("f1".into(), ProviderTurnStatus::Interrupted))
+        );
+        // Another text, or a command the runner saw end that the replay
+        // does not show ended (Claude Code's lagging transcript): not found.
+        assert_eq!(recorded_unnamed(&replay, "f1", &sent("Other", &[])), None);
+        assert_eq!(
+            recorded_unnamed(&replay, "f1", &sent("Create hello.txt", &["call_2"])),
+            None
+        );
+        replay[2] = tool("tool_call", "pending");
+        replay.pop();
+        assert_eq!(
+            recorded_unnamed(&replay, "f1", &sent("Create hello.txt", &["call_1"])),
+            None
+        );
+        // An agent that names its user messages is looked up by id only.
+        replay[0] = chunk("user_message_chunk", "m1", "Create hello.txt");
+        assert!(!names_nothing(&replay));
+        assert!(!names_nothing(&[]));
     }
 }

@@ -191,6 +191,8 @@ pub struct Sent {
     pub text: String,
     /// The provider's ids of the task's turns accepted before it.
     pub earlier: Vec<String>,
+    /// For an accepted turn: the tool calls of it the runner saw completed.
+    pub completed_tools: Vec<String>,
 }
 
 /// Driver failures, by what the engine does about them.
@@ -364,6 +366,27 @@ impl Driver {
         by: &TurnLookup,
     ) -> Result<Option<FoundTurn>, DriverError> {
         each!(self, d => d.lookup_turn(conversation, by).await)
+    }
+
+    /// Whether the replay of the last lookup names no user message (ACP
+    /// agents that keep neither the runner's id nor one of their own on
+    /// them: codex-acp, claude-agent-acp), so an accepted turn looked up by
+    /// the runner's id is never found by it.
+    pub fn replay_names_nothing(&self) -> bool {
+        match self {
+            Driver::Acp(d) => d.replay_names_nothing(),
+            _ => false,
+        }
+    }
+
+    /// An accepted turn of such an agent, found in the last lookup's
+    /// replay by what it carried (`sent`): see
+    /// [`acp::AcpDriver::recorded_unnamed`].
+    pub fn recorded_unnamed(&self, id: &str, sent: &Sent) -> Option<FoundTurn> {
+        match self {
+            Driver::Acp(d) => d.recorded_unnamed(id, sent),
+            _ => None,
+        }
     }
 
     /// The next event of the turn in progress.

@@ -368,7 +368,7 @@ impl Engine {
             &proc_row.to_string(),
         )
         .await;
-        let mut link = match attached {
+        let link = match attached {
             Ok(link) => link,
             Err(e) => {
                 let proc = ProcRef {
@@ -382,16 +382,7 @@ impl Engine {
                 return Err(start_error(e, "the provider could not be reached"));
             }
         };
-        let (tid, rid) = (task_id.clone(), run.run_id.clone());
-        let uncertain = self
-            .store
-            .call(move |db| db.tools_uncertain(&tid, &rid))
-            .await?;
-        if uncertain > 0 {
-            crate::cut::persisted("tool_uncertain");
-        }
-        let handshake = link.initialize().await;
-        let live = Live {
+        let mut live = Live {
             child,
             identity,
             proc_row,
@@ -401,6 +392,23 @@ impl Engine {
             terminals: HashMap::new(),
             _credential: credential,
         };
+        let (tid, rid) = (task_id.clone(), run.run_id.clone());
+        match self
+            .store
+            .call(move |db| db.tools_uncertain(&tid, &rid))
+            .await
+        {
+            Ok(0) => {}
+            Ok(_) => crate::cut::persisted("tool_uncertain"),
+            Err(e) => {
+                // The process is running: stopped with proof (its session
+                // children too, by its marker) before the failure is
+                // settled. Dropped, it left them behind.
+                let _ = self.stop_live(task_id, live).await;
+                return Err(e.into());
+            }
+        }
+        let handshake = live.link.initialize().await;
         if let Err(e) = handshake {
             let _ = self.stop_live(task_id, live).await;
             return Err(start_error(e, "the provider failed its handshake"));

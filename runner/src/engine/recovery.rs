@@ -116,8 +116,13 @@ pub(super) fn classify(turn: TurnState, provider: ProviderSays, pending: Pending
                 "the continuation of a lost turn was itself cut; the runner never continues twice",
             )),
         },
-        TurnState::Intent { message_id } => classify_intent(message_id, provider),
-        TurnState::Accepted { provider_turn_id } => failed_upstream(provider_turn_id, &provider)
+        // A turn the provider failed upstream ends with that cause, whether
+        // or not the runner saw it accepted: the failure is known, and
+        // `ambiguous_turn_start` would hide it.
+        TurnState::Intent { message_id } => {
+            failed_upstream(&provider).unwrap_or_else(|| classify_intent(message_id, provider))
+        }
+        TurnState::Accepted { provider_turn_id } => failed_upstream(&provider)
             .unwrap_or_else(|| classify_accepted(provider_turn_id, provider, pending)),
     }
 }
@@ -223,24 +228,25 @@ fn classify_accepted(provider_turn: &str, provider: ProviderSays, pending: Pendi
 /// turn's end, not a loss. It settles with that cause; a continuation would
 /// be the runner retrying it by itself, which the contract allows for no
 /// such failure after a restart.
-fn failed_upstream(provider_turn: &str, provider: &ProviderSays) -> Option<Recovery> {
+fn failed_upstream(provider: &ProviderSays) -> Option<Recovery> {
     // SEEDED BUG continue-upstream-failure: a failed turn is a lost turn,
     // whatever the provider says failed it.
     if crate::seeded::continue_upstream_failure() {
         return None;
     }
     let Some(FoundTurn {
+        id,
         status: ProviderTurnStatus::Failed,
         upstream: Some(code),
-        ..
-    }) = provider.turn
+    }) = &provider.turn
     else {
         return None;
     };
+    let code = *code;
     Some(Recovery::Fail(Cause::new(
         code,
         format!(
-            "the provider failed turn {provider_turn} upstream ({}) before the runner saw it end; it is not continued",
+            "the provider failed turn {id} upstream ({}) before the runner saw it end; it is not continued",
             code.as_str()
         ),
     )))
@@ -416,6 +422,11 @@ mod tests {
             // "turn accepted | turn failed upstream (its model API failed) |
             // the run fails with that upstream cause; never continued".
             ("codex accepted, failed upstream", ACCEPTED, codex_failed_upstream(), IDLE, Want::Fail(UpstreamRateLimited)),
+            // "intent only | turn recorded and failed upstream | the run
+            // fails with that upstream cause" (found under --stress 8: a
+            // kill before the acceptance was durable, the provider failed
+            // the turn meanwhile; `ambiguous_turn_start` hid the cause).
+            ("codex intent, failed upstream", INTENT, codex_failed_upstream(), IDLE, Want::Fail(UpstreamRateLimited)),
             // Codex: "turn accepted | turn completed | adopt the result".
             ("codex accepted, completed", ACCEPTED, codex(Some(("t1", "completed"))), IDLE, Want::Adopt),
             ("codex accepted, completed, approval pending", ACCEPTED, codex(Some(("t1", "completed"))), APPROVAL_PENDING, Want::Adopt),
@@ -524,6 +535,7 @@ mod tests {
         let sent = || Sent {
             text: "hello".into(),
             earlier: vec![],
+            completed_tools: vec![],
         };
         assert!(
             matches!(TurnState::lookup(&intent, sent()), TurnLookup::ClientId { id, sent } if id == "c1" && sent.text == "hello")

@@ -12,7 +12,7 @@ use super::provider::{Link, Live};
 use super::recovery::{self, LostConversation, Pending, ProviderSays, Recovery, TurnState};
 use super::{CONTINUE_TEXT, Engine, StepError, driver_err};
 use crate::causes::{Cause, CauseCode};
-use crate::driver::{Driver, DriverError, ProviderEvent, Sent, TurnEnd};
+use crate::driver::{Driver, DriverError, FoundTurn, ProviderEvent, Sent, TurnEnd};
 use crate::profiles::Profile;
 use crate::store::{RequestStatus, Run, Snapshot, TurnKind, TurnRow, TurnStatus};
 
@@ -106,6 +106,7 @@ impl Engine {
             }
             other => other.map_err(driver_err)?,
         };
+        let found = self.or_unnamed(task_id, turn, driver, found).await?;
         let (unfinished, output_held) = self.held_of(task_id, run, turn, state).await?;
         let provider = ProviderSays {
             turn: found,
@@ -158,7 +159,41 @@ impl Engine {
         let earlier = self
             .read("turns_before", move |db| db.accepted_before(&tid, row))
             .await?;
-        Ok(Sent { text, earlier })
+        Ok(Sent {
+            text,
+            earlier,
+            completed_tools: Vec::new(),
+        })
+    }
+
+    /// `found`, or for an accepted turn not found by its id when the
+    /// agent's replay names nothing, the turn looked up by what it carried
+    /// ([`Driver::recorded_unnamed`]).
+    async fn or_unnamed(
+        &self,
+        task_id: &str,
+        turn: &TurnRow,
+        driver: &Driver,
+        found: Option<FoundTurn>,
+    ) -> Result<Option<FoundTurn>, StepError> {
+        match (found, turn.provider_turn_id.as_deref()) {
+            (None, Some(id)) if driver.replay_names_nothing() => {
+                let sent = self.sent_accepted(task_id, turn).await?;
+                Ok(driver.recorded_unnamed(id, &sent))
+            }
+            (found, _) => Ok(found),
+        }
+    }
+
+    /// [`Self::sent`] for an accepted turn, with the tool calls of it the
+    /// runner saw completed: how an agent that names nothing is searched.
+    async fn sent_accepted(&self, task_id: &str, turn: &TurnRow) -> Result<Sent, StepError> {
+        let mut sent = self.sent(task_id, turn).await?;
+        let (tid, row) = (task_id.to_owned(), turn.turn_row);
+        sent.completed_tools = self
+            .read("turn_tools", move |db| db.completed_tools(&tid, row))
+            .await?;
+        Ok(sent)
     }
 
     /// The seeded bug `lookup-error-as-absent`: a lookup that failed is

@@ -324,6 +324,21 @@ impl Db {
         Ok(())
     }
 
+    /// The ACP tool calls (`toolCallId`) of turn `turn_row` with an
+    /// `item.completed` in the run log: the ones the runner saw end.
+    pub fn completed_tools(&self, task_id: &str, turn_row: i64) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT DISTINCT json_extract(data, '$.item.toolCallId') FROM events
+             WHERE task_id = ?1 AND kind = 'item.completed'
+               AND json_extract(data, '$.turn_row') = ?2
+               AND json_extract(data, '$.item.toolCallId') IS NOT NULL",
+        )?;
+        let tools = stmt
+            .query_map(params![task_id, turn_row], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        Ok(tools)
+    }
+
     /// The items (Codex commands) of turn `turn_row` whose approval was
     /// answered `accept` and that have no `item.completed` in the run log:
     /// commands that may have run without the runner seeing their end.

@@ -262,7 +262,12 @@ pub fn run_cell_traced(
     spec: &CellSpec,
     trace: Option<&Path>,
 ) -> CellRun {
-    let started = Instant::now();
+    // One moment on both clocks: the recorder's times (since `started`)
+    // become epoch times by `started_ms`. Taken apart (the epoch after the
+    // cell directory was made), every harness time read late by that
+    // directory's creation: under --stress 8, a Retry's request 50 ms after
+    // the turn the runner started for it, judged the runner's own retry.
+    let (started, started_ms) = (Instant::now(), wire::journal::now_ms());
     let events = schedule_of(scenario, spec, env.recut);
     let real_env = real_timeouts(env, profile);
     let env = real_env.as_ref().unwrap_or(env);
@@ -283,7 +288,7 @@ pub fn run_cell_traced(
         dir: tmp.path().to_owned(),
     };
     let canary = format!("turncut-canary-{:016x}", spec.seed);
-    let mut ev = new_evidence(env, scenario, spec, &canary);
+    let mut ev = new_evidence(env, scenario, spec, &canary, started_ms);
     let (rec, records) = Recorder::new(started);
     let board = Board::default();
     board.update(|s| s.turn_active_left = turn_active_follow_ups(scenario));
@@ -320,9 +325,15 @@ pub fn run_cell_traced(
 /// A cell's evidence before it runs: what it is, its canary, its
 /// scenario's `[expect]` and script, and a lane for every task after the
 /// first.
-fn new_evidence(env: &CellEnv, scenario: &Scenario, spec: &CellSpec, canary: &str) -> Evidence {
+fn new_evidence(
+    env: &CellEnv,
+    scenario: &Scenario,
+    spec: &CellSpec,
+    canary: &str,
+    started_ms: u64,
+) -> Evidence {
     Evidence {
-        started_ms: wire::journal::now_ms(),
+        started_ms,
         spec: Some(spec.clone()),
         fault: spec.fault(),
         canary: canary.to_owned(),

@@ -86,6 +86,39 @@ impl Evidence {
         })
     }
 
+    /// Whether a `session/load` replay of `session` left one of `tools`
+    /// (ACP tool call ids) without its end (`completed` or `failed`): the
+    /// agent's record lacks the end of a command the runner saw end
+    /// (Claude Code writes its transcript on a timer).
+    pub fn replay_lacks_a_tool_end(&self, session: &str, tools: &[String]) -> bool {
+        let journal = &self.journal;
+        journal.iter().enumerate().any(|(i, load)| {
+            let is_load = load.kind == EntryKind::In
+                && load.data["method"] == "session/load"
+                && load
+                    .data
+                    .pointer("/params/sessionId")
+                    .and_then(Value::as_str)
+                    == Some(session);
+            if !is_load {
+                return false;
+            }
+            let replay: Vec<&Value> = journal[i + 1..]
+                .iter()
+                .filter(|r| r.kind == EntryKind::Out)
+                .take_while(|r| r.data.get("method").is_some() || r.data["id"] != load.data["id"])
+                .map(|r| &r.data)
+                .collect();
+            tools.iter().any(|tool| {
+                !replay.iter().any(|m| {
+                    let u = &m["params"]["update"];
+                    u["toolCallId"] == tool.as_str()
+                        && matches!(u["status"].as_str(), Some("completed" | "failed"))
+                })
+            })
+        })
+    }
+
     /// The runner's answers to a provider's requests, with their 0-based
     /// journal index: a JSON-RPC response (an id and a result or error, no
     /// method), or an OpenCode permission reply.

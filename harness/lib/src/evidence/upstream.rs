@@ -137,14 +137,33 @@ impl Evidence {
         })
     }
 
+    /// When the harness first saw a cut or event of `fault` reached, in
+    /// milliseconds since the epoch: where an injected answer was decided,
+    /// however late the held provider journaled it.
+    pub fn reached_ms(&self, fault: Fault) -> Option<u64> {
+        self.actions
+            .iter()
+            .filter(|a| matches!(a.what, ActionKind::CutReached | ActionKind::EventReached))
+            .filter(|a| a.detail["fault"].as_str().and_then(Fault::parse) == Some(fault))
+            .map(|a| self.started_ms + a.at_ms)
+            .min()
+    }
+
     /// When the controller first asked for a Retry, in milliseconds since
-    /// the epoch.
+    /// the epoch: when its first request was sent (the exchange's
+    /// `sent_at_ms`, or the earliest attempt's op).
     pub fn first_retry_ms(&self) -> Option<u64> {
-        self.ops
+        let sent = self
+            .exchanges
+            .iter()
+            .filter(|x| x.kind == super::RequestKind::Retry)
+            .map(|x| x.sent_at_ms);
+        let answered = self
+            .ops
             .iter()
             .filter(|o| o.kind == super::OpKind::Request(super::RequestKind::Retry))
-            .map(|o| self.started_ms + o.at_ms)
-            .min()
+            .map(|o| o.at_ms);
+        sent.chain(answered).min().map(|at| self.started_ms + at)
     }
 }
 

@@ -120,6 +120,57 @@ fn turn_lost_to_power_cut(e: &Evidence, run: &RunView) -> bool {
         .any(|lost| run.turns.iter().any(|t| t.message_id == lost.authorized_by))
 }
 
+/// Whether the provider's replay of the run's conversation lacked the end
+/// of a tool call the runner saw end in the run: the agent lost part of the
+/// turn, and a continuation would have the model run it again
+/// (`runner/src/driver/acp.rs`, `recorded_unnamed`).
+fn command_end_lost(e: &Evidence, run: &RunView) -> bool {
+    use crate::run_log::Data;
+    let Some(conversation) = run.conversation_id.as_deref() else {
+        return false;
+    };
+    let rows: Vec<i64> = run.turns.iter().map(|t| t.turn_row).collect();
+    let tools: Vec<String> = e
+        .events
+        .iter()
+        .filter_map(|ev| match &ev.data {
+            Data::ItemCompleted(i) if rows.contains(&i.turn_row) => i.item.tool_call_id.clone(),
+            _ => None,
+        })
+        .collect();
+    !tools.is_empty() && e.replay_lacks_a_tool_end(conversation, &tools)
+}
+
+/// ACP's row "turn accepted | user message absent" (`docs/recovery-contract.md`):
+/// the agent's store (read whole) holds no turn of the run's conversation
+/// for a turn the runner saw accepted. A real agent writes the user
+/// message lazily (codex-acp, Claude Code: killed right after the prompt
+/// was accepted, the session holds nothing of it), and an ACP replay cannot
+/// tell whether a model saw the message, so the run closes. A fake records
+/// the turn as it accepts it: there only a power cut takes it
+/// ([`turn_lost_to_power_cut`]).
+fn acp_accepted_turn_unrecorded(e: &Evidence, run: &RunView) -> bool {
+    let acp = e
+        .profile()
+        .and_then(wire::profiles::facts)
+        .is_some_and(|f| f.protocol == wire::profiles::Protocol::Acp);
+    let Some(conversation) = run.conversation_id.as_deref() else {
+        return false;
+    };
+    if !acp || e.gap(Source::ProviderStore).is_some() {
+        return false;
+    }
+    let recorded = e.provider_turns_and_lost();
+    run.turns
+        .iter()
+        .filter(|t| t.provider_turn_id.is_some())
+        .any(|t| {
+            !recorded
+                .iter()
+                .any(|p| p.thread == conversation && p.authorized_by == t.message_id)
+        })
+}
+
 /// Whether the provider's own record says the run's conversation was never
 /// there to look up: its store (read whole) holds no turn of it, not even
 /// one a power cut took, and it answered the runner's `session/load` of it
@@ -224,7 +275,9 @@ fn check_run_cause(j: &mut Judgement, e: &Evidence, run: &RunView) -> bool {
         "active_turn_recovery_closed"
             if !approval_pending(e)
                 && !approved_command_unfinished(e)
-                && !turn_lost_to_power_cut(e, run) =>
+                && !turn_lost_to_power_cut(e, run)
+                && !command_end_lost(e, run)
+                && !acp_accepted_turn_unrecorded(e, run) =>
         {
             j.fail(
                 format!("run {run_id} closed with active_turn_recovery_closed but no approval was pending, no approved command was left unfinished and the provider lost no turn of the run"),

@@ -112,7 +112,15 @@ fn judge_cause(j: &mut Judgement, e: &Evidence, inj: &InjectedAnswer) {
                 );
             }
         }
-        _ if e.other_event_since(inj.fault, inj.ts_ms) => {}
+        // Another event from when the fault was reached on may decide the
+        // run: a provider held at the fault's cut answers it only once
+        // released, after a kill at the second event (under --stress 8,
+        // 53 ms after it; the provider, stopped by the restarted runner
+        // before it recorded the failure, left the turn interrupted).
+        _ if e.other_event_since(
+            inj.fault,
+            e.reached_ms(inj.fault).unwrap_or(inj.ts_ms).min(inj.ts_ms),
+        ) => {}
         (status, got) => j.fail(
             format!(
                 "run {} met {} at {} and ended {status} {}; the contract's cause is {want}{}",

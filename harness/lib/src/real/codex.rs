@@ -3,7 +3,7 @@
 //! `thread/read {includeTurns}` after the cell. `codex-acp` (Codex's core
 //! behind an ACP agent) takes the same configuration.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -32,6 +32,17 @@ pub(super) fn command(p: &Product, model_url: &str, tag: &str, patches: bool) ->
 /// it takes too.
 pub(super) fn acp_command(p: &Product, model_url: &str, tag: &str, patches: bool) -> Vec<String> {
     let mut cmd = argv(p, &[], model_url, tag, patches);
+    // Its sandbox runs every command that needs no approval under
+    // bubblewrap, found on `PATH` or next to the Codex executable; the npm
+    // package ships none (`@openai/codex` does), and without one each such
+    // command exits 101 ("bubblewrap is unavailable").
+    if let Ok(Some(dir)) = bwrap_dir() {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let paths = std::iter::once(dir).chain(std::env::split_paths(&path));
+        if let Ok(joined) = std::env::join_paths(paths) {
+            cmd.insert(1, format!("PATH={}", joined.to_string_lossy()));
+        }
+    }
     // codex-acp 0.16.0's core snapshots the login shell's environment to
     // `CODEX_HOME/shell_snapshots/*.sh` and sources it in every command:
     // the provider key was in the snapshot on disk and in the tools'
@@ -39,6 +50,34 @@ pub(super) fn acp_command(p: &Product, model_url: &str, tag: &str, patches: bool
     // `shell_environment_policy` says.
     cmd.extend(["-c".to_owned(), "features.shell_snapshot=false".to_owned()]);
     cmd
+}
+
+/// Where codex-acp's sandbox finds `bwrap`: `None` when one is on `PATH`,
+/// else the directory of the one `@openai/codex` bundles under
+/// [`super::npm_prefix`] (`vendor/<target>/codex-resources/bwrap` of its
+/// platform package); or why there is none.
+pub(super) fn bwrap_dir() -> Result<Option<PathBuf>, String> {
+    if super::on_path("bwrap").is_some() {
+        return Ok(None);
+    }
+    let scope = super::npm_prefix().join("node_modules/@openai");
+    let platforms = std::fs::read_dir(&scope).into_iter().flatten().flatten();
+    let bundled = platforms
+        .filter(|e| e.file_name().to_string_lossy().starts_with("codex-"))
+        .flat_map(|e| {
+            std::fs::read_dir(e.path().join("vendor"))
+                .into_iter()
+                .flatten()
+                .flatten()
+        })
+        .map(|target| target.path().join("codex-resources"))
+        .find(|dir| dir.join("bwrap").is_file());
+    bundled.map(Some).ok_or_else(|| {
+        format!(
+            "codex-acp's sandbox needs bubblewrap: no bwrap on PATH nor one bundled by @openai/codex under {}",
+            scope.display()
+        )
+    })
 }
 
 /// `p`'s program with `args`, then Codex's configuration as `-c` overrides.

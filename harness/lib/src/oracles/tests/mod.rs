@@ -503,6 +503,100 @@ fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_u
     );
 }
 
+/// Claude Code's `session/load` replay can lack the end of a command the
+/// runner saw end (its transcript is written on a timer): a continuation
+/// would run it again, so the run closes, and that justifies the close.
+#[test]
+fn a_close_is_justified_when_the_agent_s_replay_lacks_a_command_the_runner_saw_end() {
+    let closed = |replayed_status: &str| {
+        let mut e = good();
+        e.events_applied = 1;
+        task(&mut e)["state"] = json!("failed");
+        task(&mut e)["runs"][0]["status"] = json!("failed");
+        task(&mut e)["runs"][0]["cause"] =
+            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        e.events.insert(
+            3,
+            event(
+                0,
+                "item.completed",
+                json!({ "turn_row": 1, "item": { "type": "toolCall", "toolCallId": "toolu_1", "status": "completed" } }),
+            ),
+        );
+        for (i, ev) in e.events.iter_mut().enumerate() {
+            json_of(ev)["seq"] = json!(i + 1);
+        }
+        let update = json!({ "jsonrpc": "2.0", "method": "session/update", "params": { "sessionId": "th",
+            "update": { "sessionUpdate": "tool_call", "toolCallId": "toolu_1", "status": replayed_status } } });
+        e.journal = vec![
+            entry(
+                EntryKind::In,
+                None,
+                json!({ "jsonrpc": "2.0", "id": 2, "method": "session/load", "params": { "sessionId": "th" } }),
+            ),
+            entry(EntryKind::Out, None, update),
+            entry(
+                EntryKind::Out,
+                None,
+                json!({ "jsonrpc": "2.0", "id": 2, "result": {} }),
+            ),
+        ];
+        e
+    };
+    assert_eq!(
+        verdict(&judge(&closed("pending")), "contract").0,
+        Verdict::Pass
+    );
+    assert_only_fails(
+        &closed("completed"),
+        "contract",
+        "no approved command was left unfinished",
+    );
+}
+
+/// ACP's row "turn accepted | user message absent": a real agent killed
+/// right after the prompt was accepted stored nothing of it (codex-acp,
+/// `runner-acpx-codex-real` wave, seed 44), and the run closes. On Codex
+/// the same close is wrong (it re-sends: the turn reached no model).
+#[test]
+fn an_acp_turn_accepted_and_absent_from_the_agent_s_store_justifies_the_close() {
+    let closed = |profile: &str, recorded: bool| {
+        let mut e = good();
+        e.spec.as_mut().unwrap().scenario_id =
+            ScenarioId::new("everyday", profile, "local", "single");
+        e.events_applied = 1;
+        task(&mut e)["state"] = json!("failed");
+        task(&mut e)["runs"][0]["status"] = json!("failed");
+        task(&mut e)["runs"][0]["cause"] =
+            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        task(&mut e)["runs"][0]["turns"][0]["provider_turn_id"] = json!("m1");
+        task(&mut e)["runs"][0]["turns"][0]["status"] = json!("accepted");
+        if !recorded {
+            // Nothing of it in the agent's store, and no fact of it in its
+            // journal (a real agent's is the tap's wire alone).
+            e.provider_turns.clear();
+            e.journal
+                .retain(|en| en.fact.as_deref() != Some("turn.recorded"));
+        }
+        e
+    };
+    let acp = closed("runner-acpx-claude", false);
+    assert!(
+        !verdict(&judge(&acp), "contract")
+            .1
+            .contains("no approved command"),
+        "{:?}",
+        verdict(&judge(&acp), "contract")
+    );
+    for e in [
+        closed("runner-acpx-claude", true),
+        closed("runner-codex", false),
+    ] {
+        let (_, m) = verdict(&judge(&e), "contract");
+        assert!(m.contains("no approved command was left unfinished"), "{m}");
+    }
+}
+
 #[test]
 fn continuing_a_completed_turn_is_wrong_except_where_the_protocol_cannot_tell() {
     // The runner continued turn pt1 although the provider completed it.

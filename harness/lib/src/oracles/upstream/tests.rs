@@ -334,3 +334,69 @@ fn a_turn_started_after_a_provider_failed_one_upstream_is_the_runner_s_retry() {
     let (_, late) = verdict(&provider_failed("runner-codex", "rate-limit", 1200, None));
     assert!(!late.contains("by itself"), "{late}");
 }
+
+/// A Retry counts from when its first request was sent: a turn started
+/// after that may be the Retry's, whenever its answer came.
+#[test]
+fn a_turn_started_after_a_retry_was_sent_is_the_retry_s_even_before_its_answer() {
+    let mut e = provider_failed("runner-codex", "auth-expired", 200, None);
+    e.ops.push(Op {
+        kind: OpKind::Request(RequestKind::Retry),
+        message_id: "r1".into(),
+        at_ms: 250,
+        result: OpResult::Ok,
+        status: Some(201),
+        error: None,
+    });
+    assert_eq!(verdict(&e).0, Verdict::Fail, "answered after the start");
+    e.exchanges.push(crate::evidence::Exchange {
+        kind: RequestKind::Retry,
+        task: "task-1".into(),
+        message_id: "r1".into(),
+        text: String::new(),
+        status: 201,
+        body: json!({}),
+        state_before: None,
+        expect: None,
+        sent_at_ms: 150,
+        answered_at_ms: 250,
+        injected: false,
+    });
+    let (v, m) = verdict(&e);
+    assert_eq!(v, Verdict::Pass, "sent before the start: {m}");
+}
+
+/// A provider held at the fault's cut answers it only once released: here
+/// after the second event killed the runner (t=688), journaled at t=741.
+/// The restarted runner stopped the provider before it recorded the
+/// failure, and the turn it found interrupted was closed
+/// `ambiguous_turn_start`: the kill decides, as it came after the fault was
+/// reached (t=181). Found under `--stress 8`, seed 2.
+#[test]
+fn an_event_after_the_fault_was_reached_may_decide_the_run_whenever_the_answer_was_journaled() {
+    let held = |reached: bool| {
+        let journal = vec![injected(741, "codex.model.requested", "auth-expired")];
+        let mut e = evidence("failed", Some(("ambiguous_turn_start", false)), journal);
+        if reached {
+            e.actions.push(Action {
+                at_ms: 181,
+                what: ActionKind::CutReached,
+                detail: json!({ "fault": "auth-expired", "point": "codex.model.requested" }),
+            });
+        }
+        e.actions.push(Action {
+            at_ms: 688,
+            what: ActionKind::EventReached,
+            detail: json!({ "fault": "kill-runner", "point": "runner.write.turn_accepted" }),
+        });
+        e
+    };
+    let (v, m) = verdict(&held(true));
+    assert_eq!(v, Verdict::Pass, "{m}");
+    let (v, m) = verdict(&held(false));
+    assert_eq!(v, Verdict::Fail, "{m}");
+    assert!(
+        m.contains("the contract's cause is upstream_unauthorized"),
+        "{m}"
+    );
+}
