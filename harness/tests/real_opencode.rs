@@ -274,7 +274,8 @@ fn at_each_crash_moment_the_fake_opencode_recovers_like_the_real_one() {
 /// A context overflow (the compaction that follows, the error stored on no
 /// message, read by the runner's driver as a context overflow) and an
 /// expired credential (OpenCode's `APIError` with the model API's headers),
-/// on the real server and the fake: no unexplained difference. About 20 s.
+/// on the real server and the fake: no unexplained difference. About 25 s
+/// (35 s on a loaded machine).
 #[test]
 fn at_an_upstream_failure_the_fake_opencode_reacts_like_the_real_one() {
     use wire::upstream::UpstreamFault;
