@@ -139,6 +139,38 @@ pub fn label(moment: &str, n: u32, runs: u32) -> String {
     }
 }
 
+/// The upstream rows of `product` for each of `faults`: the fake's reading
+/// (`fake`, played once in `DIR/<fault>/fake`) against the real product's
+/// (`real`, played `runs` times in `DIR/<fault>/real-<run>`), each distinct
+/// reading its own rows with how often it came up; `known` names the
+/// listed variant of a differing field (`field`, real, fake), if any.
+pub fn upstream_fault_rows(
+    product: &'static str,
+    dir: &Path,
+    runs: u32,
+    faults: &[wire::upstream::UpstreamFault],
+    fake: impl Fn(wire::upstream::UpstreamFault, &Path) -> Result<Fields, String>,
+    real: impl Fn(wire::upstream::UpstreamFault, &Path) -> Result<Fields, String>,
+    known: impl Fn(&str, &str, &str) -> Option<&'static str>,
+) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for &fault in faults {
+        let name = fault.as_str();
+        let fake = fake(fault, &dir.join(format!("{name}/fake")))?;
+        let readings = distinct_readings(runs, |run| {
+            real(fault, &dir.join(format!("{name}/real-{run}")))
+        })?;
+        for (reading, n) in readings {
+            let label = label(&format!("Upstream {name}"), n, runs);
+            for (field, r, f) in paired(reading, fake.clone()) {
+                let why = known(field, &r, &f);
+                rows.extend(compare(product, &label, vec![(field, r, f)], why));
+            }
+        }
+    }
+    Ok(rows)
+}
+
 /// The real and the fake reading's fields side by side, as [`compare`]
 /// takes them.
 pub fn paired(real: Fields, fake: Fields) -> Vec<(&'static str, String, String)> {

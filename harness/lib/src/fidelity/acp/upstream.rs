@@ -32,8 +32,8 @@ use wire::upstream::UpstreamFault;
 use super::{Client, PROMPT, Subject, WAIT, case, load, tool_statuses};
 use crate::codex_client::{CodexClient, Dir};
 use crate::fidelity::{
-    Fields, ModelRoute, Row, compare, distinct_readings, effect_pids, fake_requests, label,
-    model_api_requests, model_fault_point, sorted, text, wait_until, without_urls,
+    Fields, ModelRoute, Row, effect_pids, fake_requests, model_api_requests, model_fault_point,
+    sorted, text, wait_until, without_urls,
 };
 use crate::real::Product;
 
@@ -338,21 +338,13 @@ pub fn upstream_rows(
     runs: u32,
     faults: &[UpstreamFault],
 ) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
-    for &fault in faults {
-        let name = fault.as_str();
-        let fake = fake_upstream(turncut, real, fault, &dir.join(format!("{name}/fake")))?.fields();
-        let readings = distinct_readings(runs, |run| {
-            let case = dir.join(format!("{name}/real-{run}"));
-            Ok(real_upstream(turncut, real, bin, fault, &case)?.fields())
-        })?;
-        for (reading, n) in readings {
-            let label = label(&format!("Upstream {name}"), n, runs);
-            for ((field, r), (_, f)) in reading.into_iter().zip(fake.clone()) {
-                let why = known(real, field, &r, &f);
-                rows.extend(compare(real.name, &label, vec![(field, r, f)], why));
-            }
-        }
-    }
-    Ok(rows)
+    crate::fidelity::upstream_fault_rows(
+        real.name,
+        dir,
+        runs,
+        faults,
+        |fault, case| Ok(fake_upstream(turncut, real, fault, case)?.fields()),
+        |fault, case| Ok(real_upstream(turncut, real, bin, fault, case)?.fields()),
+        |field, r, f| known(real, field, r, f),
+    )
 }

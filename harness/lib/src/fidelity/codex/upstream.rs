@@ -24,10 +24,7 @@ use wire::upstream::UpstreamFault;
 use super::FakeCut;
 use super::play::{Case, Provider, WAIT, turn_form, turn_start, without_ids};
 use crate::codex_client::{CodexClient, Dir};
-use crate::fidelity::{
-    Fields, ModelRoute, Row, compare, distinct_readings, label, model_fault_point, paired, text,
-    without_urls,
-};
+use crate::fidelity::{Fields, ModelRoute, Row, model_fault_point, text, without_urls};
 use crate::real::Product;
 
 /// The turn both sides play: the model never answers it (its first request
@@ -210,20 +207,14 @@ pub fn upstream_rows(
     runs: u32,
     faults: &[UpstreamFault],
 ) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
-    for &fault in faults {
-        let name = fault.as_str();
-        let fake = fake_upstream(turncut, fault, &dir.join(format!("{name}/fake")))?.fields();
-        let readings = distinct_readings(runs, |run| {
-            let case = dir.join(format!("{name}/real-{run}"));
-            Ok(real_upstream(turncut, codex, fault, &case)?.fields())
-        })?;
-        for (real, n) in readings {
-            let label = label(&format!("Upstream {name}"), n, runs);
-            // No listed variant: every difference here is a fake defect.
-            let fields = paired(real, fake.clone());
-            rows.extend(compare("runner-codex-real", &label, fields, None));
-        }
-    }
-    Ok(rows)
+    // No listed variant: every difference here is a fake defect.
+    crate::fidelity::upstream_fault_rows(
+        "runner-codex-real",
+        dir,
+        runs,
+        faults,
+        |fault, case| Ok(fake_upstream(turncut, fault, case)?.fields()),
+        |fault, case| Ok(real_upstream(turncut, codex, fault, case)?.fields()),
+        |_, _, _| None,
+    )
 }

@@ -35,9 +35,8 @@ use wire::upstream::{OPENCODE_RETRY_WAIT_MS, UpstreamFault};
 
 use super::{Events, Server, Subject, WAIT, answer_form, answers_of, case, client_id, part_form};
 use crate::fidelity::{
-    Fields, ModelRoute, Row, compare, distinct_readings, effect_pids, fake_requests, label,
-    model_api_requests, model_fault_point, sorted, start_model_api_with, text, wait_until,
-    without_urls,
+    Fields, ModelRoute, Row, effect_pids, fake_requests, model_api_requests, model_fault_point,
+    sorted, start_model_api_with, text, wait_until, without_urls,
 };
 use crate::real::Product;
 
@@ -481,21 +480,13 @@ pub fn upstream_rows(
     runs: u32,
     faults: &[UpstreamFault],
 ) -> Result<Vec<Row>, String> {
-    let mut rows = Vec::new();
-    for &fault in faults {
-        let name = fault.as_str();
-        let fake = fake_upstream(turncut, fault, &dir.join(format!("{name}/fake")))?.fields();
-        let readings = distinct_readings(runs, |run| {
-            let case = dir.join(format!("{name}/real-{run}"));
-            Ok(real_upstream(turncut, opencode, fault, &case)?.fields())
-        })?;
-        for (reading, n) in readings {
-            let label = label(&format!("Upstream {name}"), n, runs);
-            for ((field, r), (_, f)) in reading.into_iter().zip(fake.clone()) {
-                let why = known(field, &r, &f);
-                rows.extend(compare(PROFILE, &label, vec![(field, r, f)], why));
-            }
-        }
-    }
-    Ok(rows)
+    crate::fidelity::upstream_fault_rows(
+        PROFILE,
+        dir,
+        runs,
+        faults,
+        |fault, case| Ok(fake_upstream(turncut, fault, case)?.fields()),
+        |fault, case| Ok(real_upstream(turncut, opencode, fault, case)?.fields()),
+        known,
+    )
 }
