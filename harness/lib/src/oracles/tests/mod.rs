@@ -461,17 +461,22 @@ fn an_adoption_of_a_row_never_accepted_is_judged_by_its_client_id() {
     assert!(message.contains("adopted turn Some(\"pt1\")"), "{message}");
 }
 
+/// A fault cut the cell, and the run closed `active_turn_recovery_closed`.
+fn closed_active(e: &mut Evidence) {
+    e.events_applied = 1;
+    task(e)["state"] = json!("failed");
+    task(e)["runs"][0]["status"] = json!("failed");
+    task(e)["runs"][0]["cause"] =
+        json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+}
+
 #[test]
 fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_unfinished() {
     // The run closed after answering `accept` for command call_x, when a
     // fault cut it.
     let closed = |item_completed: bool| {
         let mut e = good();
-        e.events_applied = 1;
-        task(&mut e)["state"] = json!("failed");
-        task(&mut e)["runs"][0]["status"] = json!("failed");
-        task(&mut e)["runs"][0]["cause"] =
-            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        closed_active(&mut e);
         e.events.insert(
             3,
             event(
@@ -510,11 +515,7 @@ fn closing_an_active_turn_needs_a_pending_approval_or_an_approved_command_left_u
 fn a_close_is_justified_when_the_agent_s_replay_lacks_a_command_the_runner_saw_end() {
     let closed = |replayed_status: &str| {
         let mut e = good();
-        e.events_applied = 1;
-        task(&mut e)["state"] = json!("failed");
-        task(&mut e)["runs"][0]["status"] = json!("failed");
-        task(&mut e)["runs"][0]["cause"] =
-            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        closed_active(&mut e);
         e.events.insert(
             3,
             event(
@@ -564,11 +565,7 @@ fn an_acp_turn_accepted_and_absent_from_the_agent_s_store_justifies_the_close() 
         let mut e = good();
         e.spec.as_mut().unwrap().scenario_id =
             ScenarioId::new("everyday", profile, "local", "single");
-        e.events_applied = 1;
-        task(&mut e)["state"] = json!("failed");
-        task(&mut e)["runs"][0]["status"] = json!("failed");
-        task(&mut e)["runs"][0]["cause"] =
-            json!({ "code": "active_turn_recovery_closed", "recoverable": false, "message": "x" });
+        closed_active(&mut e);
         task(&mut e)["runs"][0]["turns"][0]["provider_turn_id"] = json!("m1");
         task(&mut e)["runs"][0]["turns"][0]["status"] = json!("accepted");
         if !recorded {
