@@ -171,6 +171,21 @@ pub fn upstream_fault_rows(
     Ok(rows)
 }
 
+/// Why a Codex-based product's reset stream may read otherwise than the
+/// fake's (codex-acp and `codex app-server` alike).
+pub const RESET_EARLY: &str = "a reset stream reads, by when the reset reaches Codex, as a \
+    failed body read (the fake's) or as a failed send (\"error sending request\"): both `other`, \
+    both \"stream disconnected before completion\"";
+
+/// Whether `real` and `fake` are the messages of a stream reset read its
+/// two ways by Codex: the fake's failed body read, the real product's
+/// failed send (when the reset reached it before the response's head).
+pub fn reset_read_early(real: &str, fake: &str) -> bool {
+    const BROKEN: &str = "stream disconnected before completion: ";
+    fake == format!("{BROKEN}Transport error: network error: error decoding response body")
+        && real.starts_with(&format!("{BROKEN}error sending request"))
+}
+
 /// The real and the fake reading's fields side by side, as [`compare`]
 /// takes them.
 pub fn paired(real: Fields, fake: Fields) -> Vec<(&'static str, String, String)> {
@@ -409,4 +424,29 @@ pub fn start_model_api_with(
     );
     cmd.args(faults);
     crate::real::ModelApi::start(&mut cmd, Duration::from_secs(60)).map_err(|e| format!("{e:#}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reset_read_early;
+
+    const BODY: &str = "stream disconnected before completion: Transport error: network error: error decoding response body";
+
+    #[test]
+    fn a_reset_read_before_the_head_is_a_known_variant_only_against_the_fakes_body_read() {
+        let send =
+            "stream disconnected before completion: error sending request for url (<model-url>)";
+        assert!(reset_read_early(send, BODY));
+        assert!(reset_read_early(
+            "stream disconnected before completion: error sending request",
+            BODY
+        ));
+        // Any other pair is a difference to explain.
+        assert!(!reset_read_early(BODY, send));
+        assert!(!reset_read_early(
+            "stream disconnected before completion: stream closed before response.completed",
+            BODY
+        ));
+        assert!(!reset_read_early("unexpected status 503", BODY));
+    }
 }

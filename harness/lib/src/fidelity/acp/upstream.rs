@@ -289,26 +289,15 @@ const NO_METADATA: &str = "codex-acp first sends Codex's warning that the fake m
 /// sends it (text).
 const METADATA_WARNING: &str = "Model metadata for `";
 
-/// Why codex-acp's reset stream may read otherwise than the fake's.
-const RESET_EARLY: &str = "a reset stream reads, by when the reset reaches codex-acp, as a \
-    failed body read (the fake's, the app-server's) or as a failed send (\"error sending request \
-    for url\"): both `other`, both \"stream disconnected before completion\"";
-
-/// The two messages of a reset stream, as codex-acp reports them (the
-/// fake's first).
-const RESET_MESSAGES: [&str; 2] = [
-    "stream disconnected before completion: Transport error: network error: error decoding response body",
-    "stream disconnected before completion: error sending request for url (<model-url>)",
-];
-
 /// Whether `real` and `fake` are codex-acp's `error.data` of a reset
-/// stream read its two ways, the same but for that.
-fn reset_read_early(real: &str, fake: &str) -> bool {
+/// stream read its two ways ([`crate::fidelity::reset_read_early`]), the
+/// same but for that.
+fn reset_data_read_early(real: &str, fake: &str) -> bool {
     let parse = |s: &str| serde_json::from_str::<Value>(s).unwrap_or(Value::Null);
     let (real, fake) = (parse(real), parse(fake));
+    let message = |v: &Value| v["message"].as_str().unwrap_or_default().to_owned();
     real["codex_error_info"] == fake["codex_error_info"]
-        && real["message"] == RESET_MESSAGES[1]
-        && fake["message"] == RESET_MESSAGES[0]
+        && crate::fidelity::reset_read_early(&message(&real), &message(&fake))
 }
 
 /// Why `field` reads `real` on the real agent and `fake` on the fake, where
@@ -318,7 +307,9 @@ fn known(product: &Real, field: &str, real: &str, fake: &str) -> Option<&'static
         (Program::ClaudeAgentAcp, "user message echoed") if real == "false" && fake == "true" => {
             Some(UNECHOED)
         }
-        (Program::CodexAcp, "error.data") if reset_read_early(real, fake) => Some(RESET_EARLY),
+        (Program::CodexAcp, "error.data") if reset_data_read_early(real, fake) => {
+            Some(crate::fidelity::RESET_EARLY)
+        }
         (Program::CodexAcp, "agent text") => real
             .strip_suffix(fake)
             .filter(|w| w.starts_with(METADATA_WARNING) && w.contains(" not found. "))

@@ -207,7 +207,8 @@ pub fn upstream_rows(
     runs: u32,
     faults: &[UpstreamFault],
 ) -> Result<Vec<Row>, String> {
-    // No listed variant: every difference here is a fake defect.
+    // One listed variant (a reset read early); any other difference here
+    // is a fake defect.
     crate::fidelity::upstream_fault_rows(
         "runner-codex-real",
         dir,
@@ -215,6 +216,9 @@ pub fn upstream_rows(
         faults,
         |fault, case| Ok(fake_upstream(turncut, fault, case)?.fields()),
         |fault, case| Ok(real_upstream(turncut, codex, fault, case)?.fields()),
-        |_, _, _| None,
+        |field, real, fake| {
+            (field == "error.message" && crate::fidelity::reset_read_early(real, fake))
+                .then_some(crate::fidelity::RESET_EARLY)
+        },
     )
 }
