@@ -69,7 +69,7 @@ fn wait_gone(pid: u32) {
 
 /// Cuts the power once every process using the mount is gone (the runner
 /// is dead; its provider exits when it sees its stdin close).
-fn cut_when_idle(fs: &mut LazyFs) -> lazyfs::Cut {
+fn cut_when_idle(fs: &mut LazyFs) -> lazyfs::PowerLoss {
     let deadline = Instant::now() + WAIT;
     loop {
         match fs.cut_power() {

@@ -104,9 +104,10 @@ pub struct PathCounters {
 /// Every path's counters, by path.
 pub type Counters = BTreeMap<String, PathCounters>;
 
-/// What one power cut did.
+/// What one power cut did: what it lost (a "cut" is a schedule's place,
+/// `point#n`; this is the power cut's result).
 #[derive(Clone, Debug)]
-pub struct Cut {
+pub struct PowerLoss {
     /// Every path whose state the cut changed, in path order: the writes and
     /// names that were not durable.
     pub changes: Vec<Change>,
@@ -176,7 +177,7 @@ impl LazyFs {
     /// directory to the durable image (file contents as last synced, each
     /// directory's names as at its last sync), and mounts it again at the
     /// same place, every file now durable.
-    pub fn cut_power(&mut self) -> Result<Cut, Error> {
+    pub fn cut_power(&mut self) -> Result<PowerLoss, Error> {
         let started = Instant::now();
         let live = self.live.take().expect("a LazyFs is mounted between calls");
         let state = match live.stop(&self.mountpoint) {
@@ -196,7 +197,7 @@ impl LazyFs {
         })?;
         drop(state);
         self.live = Some(mount::Live::start(&self.backing, &self.mountpoint)?);
-        Ok(Cut {
+        Ok(PowerLoss {
             changes,
             took: started.elapsed(),
         })

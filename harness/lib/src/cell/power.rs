@@ -146,7 +146,7 @@ pub(super) fn cut_power(
 /// Cuts the power under `fs` once nothing uses it: a process still inside
 /// after the census (a tool command that lost the cell's tag) is one of the
 /// cell's (the mount is the cell's own) and is SIGKILLed too.
-fn cut_when_idle(fs: &mut lazyfs::LazyFs, until: Instant) -> anyhow::Result<lazyfs::Cut> {
+fn cut_when_idle(fs: &mut lazyfs::LazyFs, until: Instant) -> anyhow::Result<lazyfs::PowerLoss> {
     loop {
         match fs.cut_power() {
             Ok(cut) => return Ok(cut),

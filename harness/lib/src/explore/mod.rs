@@ -422,7 +422,7 @@ pub fn explore(
     opts: &Options,
 ) -> Explored {
     let started = Instant::now();
-    let shared = Progress {
+    let shared = Tally {
         stop: AtomicBool::new(false),
         claimed: AtomicBool::new(false),
         runs: AtomicUsize::new(0),
@@ -445,8 +445,11 @@ pub fn explore(
     }
 }
 
+/// What the explorer threads of one run count together (the cells run,
+/// those `unknown`, per scenario id) and the one failure they found; not
+/// the progress stream (`crate::progress`).
 #[derive(Default)]
-struct Progress {
+struct Tally {
     stop: AtomicBool,
     /// An explorer is shrinking a failure: the others stop.
     claimed: AtomicBool,
@@ -456,7 +459,7 @@ struct Progress {
     found: Mutex<Option<Found>>,
 }
 
-impl Progress {
+impl Tally {
     fn count(&self, id: &str, f: &Finished) {
         self.count_verdict(id, f.result.verdict);
     }
@@ -488,7 +491,7 @@ fn explorer(
     opts: &Options,
     job: usize,
     started: Instant,
-    shared: &Progress,
+    shared: &Tally,
 ) {
     let mut runner = seeded_runner(plan::mix(opts.seed ^ (job as u64) << 32), opts.shrink_iters);
     let strategies: Vec<_> = targets
@@ -522,7 +525,7 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
     opts: &Options,
     runner: &mut TestRunner,
     tree: T,
-    shared: &Progress,
+    shared: &Tally,
 ) -> Option<Found> {
     let original: Mutex<Option<Finished>> = Mutex::new(None);
     let mine = AtomicBool::new(false);

@@ -19,7 +19,7 @@ use proptest::strategy::{Just, ValueTree};
 use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 
 use super::{
-    EventCount, Found, Options, Progress, Target, is_failure, new_schedule, ordered, recut,
+    EventCount, Found, Options, Tally, Target, is_failure, new_schedule, ordered, recut,
     run_until_failure, strategy, try_schedule,
 };
 use crate::cell::CellEnv;
@@ -84,7 +84,7 @@ pub struct WorkflowsExplored {
 
 /// What every explorer thread shares.
 struct Shared {
-    schedules: Progress,
+    schedules: Tally,
     programs: AtomicUsize,
     several_tasks: AtomicUsize,
     per_profile: Mutex<BTreeMap<String, (usize, usize)>>,
@@ -98,7 +98,7 @@ struct Shared {
 pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExplored {
     let started = Instant::now();
     let shared = Shared {
-        schedules: Progress::default(),
+        schedules: Tally::default(),
         programs: AtomicUsize::new(0),
         several_tasks: AtomicUsize::new(0),
         per_profile: Mutex::new(BTreeMap::new()),
