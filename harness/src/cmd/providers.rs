@@ -106,6 +106,16 @@ pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
                 _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs, which),
             });
         match found {
+            // A product with moments to play that compared none is no
+            // evidence of fidelity: say so, and fail.
+            Ok(more) if more.is_empty() && moments(r.name, which) > 0 => {
+                failed = true;
+                eprintln!(
+                    "{}: no row compared of its {} moments (nothing to judge the fake by)",
+                    r.name,
+                    moments(r.name, which)
+                );
+            }
             Ok(more) => rows.extend(more),
             Err(why) => {
                 failed = true;
