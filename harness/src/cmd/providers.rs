@@ -11,11 +11,11 @@ use super::Code;
 
 /// `turncut providers [--install]`: exit 0 when every real product is
 /// there (after installing, with `--install`), 1 otherwise.
-pub fn providers(install: bool) -> Code {
+pub fn providers(install: bool, progress: &harness::progress::Progress) -> Code {
     let mut missing = 0;
     for r in &wire::profiles::REAL {
         let found = match real::locate(r) {
-            Err(_) if install => real::install(r),
+            Err(_) if install => real::install(r, progress),
             other => other,
         };
         match found {
@@ -55,7 +55,7 @@ pub struct FidelityArgs {
 /// `turncut fidelity [--only PROFILE] [--runs N] [--moments crash|upstream]`:
 /// the differential table of each real product against its fake, one
 /// product after the other.
-pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
+pub fn fidelity(exe: &Path, args: &FidelityArgs, progress: &harness::progress::Progress) -> Code {
     let (only, runs) = (args.only.as_deref(), args.runs);
     let which = match args.moments.as_deref() {
         Some("crash") => fidelity::Moments::Crash,
@@ -98,7 +98,7 @@ pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
             );
         }
         let product_dir = dir.path().join(r.name);
-        let found = real::locate_or_install(r)
+        let found = real::locate_or_install(r, progress)
             .map_err(|why| format!("not compared: {why}"))
             .and_then(|bin| match r.name {
                 "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs, which),
