@@ -39,7 +39,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
         }
         None => make_plan(&env, &mut scenarios, &args.select)?,
     };
-    common.progress.note(&format!(
+    env.progress.note(&format!(
         "turncut wave {} (seed {}, jobs {})",
         plan.wave_id, plan.seed, args.jobs
     ));
@@ -53,12 +53,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("reports/out").join(&plan.wave_id));
-    prepare_out(&out)?;
-    common
-        .progress
-        .note(&format!("wave {}: {} cells", plan.wave_id, cells.len()));
-    write_plan(&out.join(PLAN_IN_REPORT), &plan)?;
-    write_workflows(&out, &plan)?;
+    prepare_report_dir(&env, &out, &plan, cells.len())?;
     let stages = stages_of(&env.progress, &plan, shard, &out);
     let planned = cells.len();
     run_and_report(&Job {
@@ -87,6 +82,16 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
             }),
         stages,
     })
+}
+
+/// Makes the wave's report directory `out` and writes the plan and its
+/// generated programs into it.
+fn prepare_report_dir(env: &CellEnv, out: &Path, plan: &Plan, cells: usize) -> Result<(), Exit> {
+    prepare_out(out)?;
+    env.progress
+        .note(&format!("wave {}: {cells} cells", plan.wave_id));
+    write_plan(&out.join(PLAN_IN_REPORT), plan)?;
+    write_workflows(out, plan)
 }
 
 /// The plan a wave ran, beside its reports: `turncut plan --stage2` reads

@@ -235,12 +235,12 @@ pub fn json_line(event: &Event<'_>) -> Option<Value> {
     })
 }
 
-/// The `wave` line: the wave's counts.
+/// The `wave` line: the wave's counts (its `type` last, where it has
+/// always been).
 fn wave_line(result: &WaveResult) -> Value {
     let counts = |v: Verdict| result.cells.iter().filter(|c| c.verdict == v).count();
     let (rerun, reruns) = timing_reruns(&result.cells);
-    json!({
-        "type": "wave",
+    let mut line = json!({
         "wave_id": result.wave_id,
         "verdict": result.verdict().as_str(),
         "cells": result.cells.len(),
@@ -253,7 +253,9 @@ fn wave_line(result: &WaveResult) -> Value {
         "timing_rerun_cells": rerun,
         "timing_reruns": reruns,
         "duration_ms": result.duration_ms,
-    })
+    });
+    line["type"] = json!("wave");
+    line
 }
 
 /// The `mutants` line: the table's rows and whether they are all good.
