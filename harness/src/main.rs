@@ -56,9 +56,13 @@ struct Common {
     stress: usize,
     /// How progress and the outcome are shown: `human` (stderr, a progress
     /// bar on a terminal; the outcome on stdout) or `json` (one JSON object
-    /// per line on stdout: `note`, `batch`, `cell`, `wave`; README.md, "Everyday use").
+    /// per line on stdout: `note`, `batch`, `cell`, `wave`, `mutants`; README.md, "Everyday use").
     #[arg(long, global = true, default_value = "human", value_parser = ["human", "json"])]
     message_format: String,
+    /// The reporters of the command's progress, built from the command
+    /// line once it is parsed (`--message-format`); not a flag.
+    #[arg(skip)]
+    progress: harness::progress::Progress,
 }
 
 /// How many cells may fail before a wave stops scheduling new ones: enough
@@ -591,9 +595,9 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 
 /// Runs a parsed command; `Ok` is the exit code.
 fn run(exe: &Path, cli: WithCommon) -> Result<Code, Exit> {
-    let common = cli.common;
-    harness::progress::set_format(
-        harness::progress::Format::parse(&common.message_format).unwrap_or_default(),
+    let mut common = cli.common;
+    common.progress = harness::report::console(
+        harness::report::Format::parse(&common.message_format).unwrap_or_default(),
     );
     // The workers live until the command returns (and die with turncut).
     let stress = harness::stress::Stress::start(exe, common.stress)
@@ -623,8 +627,8 @@ fn run(exe: &Path, cli: WithCommon) -> Result<Code, Exit> {
         },
         Command::Doctor { profiles } => cmd::doctor::doctor(exe, &common, &profiles),
         Command::List { pattern } => cmd::list::list(exe, &common, pattern.as_deref()),
-        Command::Providers { install } => Ok(cmd::providers::providers(install)),
-        Command::Fidelity(args) => Ok(cmd::providers::fidelity(exe, &args)),
+        Command::Providers { install } => Ok(cmd::providers::providers(install, &common.progress)),
+        Command::Fidelity(args) => Ok(cmd::providers::fidelity(exe, &args, &common.progress)),
         Command::Boundaries { scenario_id } => cmd::list::boundaries(exe, &common, &scenario_id),
         Command::Run(args) => cmd::run::run(exe, &common, args),
         Command::Wave(args) => cmd::wave::wave(exe, &common, args),
@@ -648,6 +652,7 @@ fn run(exe: &Path, cli: WithCommon) -> Result<Code, Exit> {
                 control: !args.no_control,
                 reach: args.reach.reach(),
                 seed: args.seed,
+                progress: &common.progress,
             },
         )
         .map(Code::pass_if)

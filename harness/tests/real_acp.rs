@@ -38,7 +38,7 @@ fn real() -> &'static wire::profiles::Real {
 
 /// The opencode binary, or `None` after printing why the test skips.
 fn opencode_or_skip() -> Option<PathBuf> {
-    harness::real::locate_or_install(real())
+    harness::real::locate_or_install(real(), &harness::report::console(Default::default()))
         .map_err(|reason| common::skip("real", &reason))
         .ok()
 }

@@ -41,7 +41,7 @@ fn real(name: &str) -> &'static wire::profiles::Real {
 
 /// The agent's program, or `None` after printing why the test skips.
 fn agent_or_skip(name: &str) -> Option<PathBuf> {
-    harness::real::locate_or_install(real(name))
+    harness::real::locate_or_install(real(name), &harness::report::console(Default::default()))
         .map_err(|reason| common::skip("real", &reason))
         .ok()
 }

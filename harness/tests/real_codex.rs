@@ -41,7 +41,7 @@ fn exe() -> &'static Path {
 /// installed there with TURNCUT_INSTALL_REAL=1), or why there is none.
 fn find_codex() -> Result<PathBuf, String> {
     let real = wire::profiles::real("runner-codex-real").expect("the codex real profile");
-    harness::real::locate_or_install(real)
+    harness::real::locate_or_install(real, &harness::report::console(Default::default()))
 }
 
 /// The fake model API, killed (as a process group) on drop.

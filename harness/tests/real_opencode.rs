@@ -61,7 +61,7 @@ fn exe() -> &'static Path {
 /// The opencode binary, or `None` after printing why the test skips.
 fn opencode_or_skip() -> Option<PathBuf> {
     let real = wire::profiles::real("runner-opencode-real").expect("the opencode real profile");
-    harness::real::locate_or_install(real)
+    harness::real::locate_or_install(real, &harness::report::console(Default::default()))
         .map_err(|reason| common::skip("real", &reason))
         .ok()
 }

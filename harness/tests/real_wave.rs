@@ -45,7 +45,9 @@ fn wave_at(dir: &Path) -> WaveResult {
 /// A sampled wave of `profile`'s scenario ids, or `skipped: …`.
 fn sampled_wave(profile: &str) {
     let real = wire::profiles::real(profile).unwrap();
-    if let Err(why) = harness::real::locate_or_install(real) {
+    if let Err(why) =
+        harness::real::locate_or_install(real, &harness::report::console(Default::default()))
+    {
         common::skip("real", &why);
         return;
     }

@@ -101,6 +101,11 @@ struct Shape {
     /// Top-level modules of its own crate it names (`crate::X…`, `use
     /// crate::{X, …}`): `(X, line)`.
     crate_modules: Vec<(String, usize)>,
+    /// What writes to the terminal: print macros and `stdout()`/`stderr()`
+    /// calls, `(name, line)`.
+    prints: Vec<(String, usize)>,
+    /// Lines of `static` items.
+    statics: Vec<usize>,
     owner: Vec<String>,
 }
 
@@ -162,7 +167,29 @@ impl<'ast> Visit<'ast> for Shape {
         syn::visit::visit_impl_item_fn(self, f);
     }
 
+    fn visit_macro(&mut self, m: &'ast syn::Macro) {
+        if let Some(name) = m.path.segments.last().map(|s| s.ident.to_string())
+            && PRINT_MACROS.contains(&name.as_str())
+        {
+            self.prints
+                .push((format!("{name}!"), m.path.span().start().line));
+        }
+        syn::visit::visit_macro(self, m);
+    }
+
+    fn visit_item_static(&mut self, i: &'ast syn::ItemStatic) {
+        self.statics.push(i.static_token.span.start().line);
+        syn::visit::visit_item_static(self, i);
+    }
+
     fn visit_path(&mut self, p: &'ast syn::Path) {
+        if let Some(last) = p.segments.last()
+            && (last.ident == "stdout" || last.ident == "stderr")
+            && p.segments.len() > 1
+        {
+            self.prints
+                .push((format!("{}()", last.ident), last.ident.span().start().line));
+        }
         // A one-segment path is a local name (`runner.kill()`), not a crate.
         if let (Some(first), true) = (p.segments.first(), p.segments.len() > 1) {
             self.crate_paths
@@ -189,6 +216,9 @@ impl<'ast> Visit<'ast> for Shape {
         syn::visit::visit_use_tree(self, t);
     }
 }
+
+/// The macros that print.
+const PRINT_MACROS: &[&str] = &["println", "print", "eprintln", "eprint", "dbg"];
 
 /// The first names of a `use crate::…` tree after `crate`.
 fn use_heads(t: &syn::UseTree) -> Vec<(String, usize)> {
@@ -651,12 +681,58 @@ fn the_rules_find_what_they_look_for() {
     assert_eq!(sccs, [BTreeSet::from(["a".into(), "b".into(), "c".into()])]);
     let json = "use serde_json::{json, Value as V};\nuse serde_json::*;\nfn f(v: &serde_json::Value) {}\nfn g(v: serde_json::Map) {}\n#[cfg(test)]\nmod tests {\n    use serde_json::Value;\n}\n";
     assert_eq!(names_json_value("j.rs", json), [1, 2, 3]);
+    let p = shape(
+        "p.rs",
+        "static S: u8 = 0;\nfn f() {\n    println!(\"a\");\n    let _ = std::io::stdout();\n    g(|| eprint!(\"b\"));\n}\n#[cfg(test)]\nmod tests {\n    fn t() { println!(); }\n}\n",
+    );
+    let prints: Vec<_> = p.prints.iter().map(|(w, l)| (w.as_str(), *l)).collect();
+    assert_eq!(prints, [("println!", 3), ("stdout()", 4), ("eprint!", 5)]);
+    assert_eq!(p.statics, [1]);
     let u = shape("y.rs", "use fake_provider::journal::read;\n");
     assert!(
         u.crate_paths.contains(&("fake_provider".into(), 1)),
         "{:?}",
         u.crate_paths
     );
+}
+
+/// The files of the harness library that may write to the terminal: the
+/// console reporters, the step summary's warning, and `demo`, whose lines
+/// are `turncut demo`'s own output rather than progress.
+const LIB_PRINTERS: &[&str] = &[
+    "harness/lib/src/report/console.rs",
+    "harness/lib/src/report/dir.rs",
+    "harness/lib/src/demo.rs",
+];
+
+/// Rule: the harness library shows progress and outcomes only through its
+/// reporters (`--message-format json` stays JSON lines), and the stream
+/// keeps no global state (no `static` in `progress.rs` or `report/`).
+#[test]
+fn the_library_prints_only_through_its_reporters() {
+    let mut problems = Vec::new();
+    for (rel, _, s) in shapes() {
+        if !rel.starts_with("harness/lib/src/") {
+            continue;
+        }
+        if !LIB_PRINTERS.contains(&rel.as_str()) {
+            for (what, line) in &s.prints {
+                problems.push(format!(
+                    "{rel}:{line}: `{what}` outside a reporter: emit an event (`Progress::note`, or a typed one) instead"
+                ));
+            }
+        }
+        let stream =
+            rel == "harness/lib/src/progress.rs" || rel.starts_with("harness/lib/src/report/");
+        if stream {
+            for line in &s.statics {
+                problems.push(format!(
+                    "{rel}:{line}: a `static` in the progress stream: reporters are values in a `Progress`"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 /// Every file of the tree under `dir` but build output, installed packages

@@ -38,6 +38,8 @@ pub struct Options {
     pub round_wait: Duration,
     /// Keep the round's directory.
     pub keep: bool,
+    /// Where the round reports (the kept directory, with `keep`).
+    pub progress: crate::progress::Progress,
 }
 
 /// The runner moments a kill is armed at, the spawn window first.
@@ -123,7 +125,7 @@ pub fn run(exe: &Path, opts: &Options) -> anyhow::Result<Figures> {
     if opts.keep {
         let kept = dir.keep();
         let _ = crate::tempdirs::mark_kept(&kept);
-        crate::progress::note(&format!("kept {}", kept.display()));
+        opts.progress.note(&format!("kept {}", kept.display()));
     }
     Ok(figures)
 }

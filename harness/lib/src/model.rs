@@ -10,11 +10,13 @@ use serde::{Deserialize, Serialize};
 
 mod applies;
 mod fault;
+pub mod mutants;
 mod oracle;
 mod role;
 mod scenario_id;
 mod task_state;
 pub use fault::{Fault, FaultClass};
+pub use mutants::{MutantRow, MutantsResult};
 pub use oracle::Oracle;
 pub use role::Role;
 pub use scenario_id::ScenarioId;

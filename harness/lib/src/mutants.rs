@@ -7,8 +7,10 @@
 //! (planned against that runner, as a wave plans against the runner it
 //! tests) and once with no bug as the control. Where the planning's traced
 //! runs cannot finish under a bug (it strands the task), the bug runs the
-//! control's cells instead and says so. It prints bug × profile → oracles
-//! that caught it → failing cells. A bug's run stops at its first caught cell
+//! control's cells instead and says so. It reports bug × profile → oracles
+//! that caught it → failing cells as one typed event
+//! ([`Event::MutantsFinished`]: a table on the console, a `mutants` line in
+//! JSON), never printing itself. A bug's run stops at its first caught cell
 //! unless `--full` asks for every cell (the control always runs in full). It
 //! exits 0 only when every bug is caught on every profile and the control
 //! passes.
@@ -19,7 +21,9 @@ use std::process::Command;
 use std::time::Instant;
 
 use crate::cell::CellEnv;
-use crate::model::Verdict;
+use crate::model::mutants::{CONTROL, HARNESS_ERROR};
+use crate::model::{MutantRow, MutantsResult, Verdict};
+use crate::progress::{Event, Progress};
 use crate::{plan, scenario, wave};
 
 /// A seeded bug of runnerd (`docs/seeded-bugs.md`), as `main.rs` reads it
@@ -47,7 +51,7 @@ impl Bug {
 }
 
 /// Builds the seeded runnerd and returns its path.
-pub fn build_seeded() -> anyhow::Result<PathBuf> {
+pub fn build_seeded(progress: &Progress) -> anyhow::Result<PathBuf> {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let root = source.canonicalize().unwrap_or(source);
     anyhow::ensure!(
@@ -56,7 +60,7 @@ pub fn build_seeded() -> anyhow::Result<PathBuf> {
         root.display()
     );
     let target = root.join("target/seeded");
-    crate::progress::note(&format!(
+    progress.note(&format!(
         "building runnerd with --features seeded-bugs into {} …",
         target.display()
     ));
@@ -82,22 +86,6 @@ pub fn build_seeded() -> anyhow::Result<PathBuf> {
     Ok(target.join("release/runnerd"))
 }
 
-/// One row of the mutants table.
-pub struct Row {
-    /// The bug (`(none)` for the control).
-    pub bug: String,
-    /// The profile.
-    pub profile: String,
-    /// Cells run.
-    pub cells: usize,
-    /// Oracle name → failing cells.
-    pub caught_by: BTreeMap<String, usize>,
-    /// Cells that did not pass.
-    pub failing: usize,
-    /// One failing cell's name.
-    pub example: Option<String>,
-}
-
 /// What `turncut mutants` runs.
 pub struct Selection<'a> {
     /// Every seeded bug of runnerd.
@@ -119,17 +107,21 @@ pub struct Selection<'a> {
     pub reach: wave::Reach,
     /// The seed the cells are planned, drawn and sampled with.
     pub seed: u64,
+    /// Where the progress and the table go.
+    pub progress: &'a Progress,
 }
 
-/// Runs the mutants and prints the table; returns the exit code.
+/// Runs the mutants and reports the table ([`Event::MutantsFinished`]);
+/// true when every bug was caught and the control passed.
 pub fn run(
     exe: &Path,
     scenarios_dir: &Option<PathBuf>,
     sel: &Selection<'_>,
 ) -> anyhow::Result<bool> {
     let scenarios = scenario::load(scenarios_dir.as_deref())?;
-    crate::progress::note(&format!("turncut mutants: seed {}", sel.seed));
-    let bin = build_seeded()?;
+    sel.progress
+        .note(&format!("turncut mutants: seed {}", sel.seed));
+    let bin = build_seeded(sel.progress)?;
     // Its `main` asks for its own death signal, as turncut's does.
     crate::supervisor::dies_with_parent(&bin);
     let by_profile = ids_by_profile(&scenarios, sel.profiles)?;
@@ -140,12 +132,14 @@ pub fn run(
     env.wait_ms = 2_000;
     env.runner_cmd = vec![bin.display().to_string()];
     env.recut = !sel.reach.depth1_only;
+    env.progress = sel.progress.clone();
     let mut rows = Vec::new();
     let started = Instant::now();
     let planned = plan_control(&env, &scenarios, sel, &by_profile)?;
     let control = std::iter::once(None).filter(|_| sel.control);
     if !sel.control {
-        crate::progress::note("mutants: the control is planned but not run (--no-control)");
+        sel.progress
+            .note("mutants: the control is planned but not run (--no-control)");
     }
     for bug in control.chain(selected.iter().map(Some)) {
         for profile in by_profile.keys() {
@@ -166,7 +160,7 @@ pub fn run(
                 )?
             };
             let row = run_row(&env, &scenarios, sel, bug, profile, &cells, judged);
-            crate::progress::note(&format!(
+            sel.progress.note(&format!(
                 "{bug} on {profile}: {} of {} cells run not passing; caught by {} ({:.0} s so far)",
                 row.failing,
                 row.cells,
@@ -176,17 +170,13 @@ pub fn run(
             rows.push(row);
         }
     }
-    let ok = print_table(&rows);
-    println!(
-        "mutants: {} in {:.0} s",
-        match (ok, sel.control) {
-            (true, true) => "every bug caught, control clean",
-            (true, false) => "every bug caught (the control did not run)",
-            (false, _) => "FAILED",
-        },
-        started.elapsed().as_secs_f64()
-    );
-    Ok(ok)
+    let result = MutantsResult {
+        rows,
+        control: sel.control,
+        duration_ms: started.elapsed().as_millis() as u64,
+    };
+    sel.progress.emit(Event::MutantsFinished(&result));
+    Ok(result.ok())
 }
 
 /// The control's cells per profile, planned with no bug seeded: the
@@ -210,9 +200,6 @@ fn plan_control(
     }
     Ok(planned)
 }
-
-/// The bug name of the control run (runnerd with no seeded bug).
-const CONTROL: &str = "(none)";
 
 /// The scenario ids of each profile, only those of `profiles` when given
 /// (comma-separated; each must be a profile some scenario runs).
@@ -273,7 +260,7 @@ fn run_row(
     profile: &str,
     cells: &[crate::model::CellSpec],
     judged: Vec<crate::model::CellResult>,
-) -> Row {
+) -> MutantRow {
     let mut env = env.clone();
     if bug != CONTROL {
         env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
@@ -302,8 +289,8 @@ fn planning_catch(r: &crate::model::CellResult) -> bool {
 
 /// One bug × profile row from its cells' results: what caught it. A
 /// harness error is no catch (a judged planning run is: `p###`).
-fn tally(bug: &str, profile: &str, results: &[crate::model::CellResult]) -> Row {
-    let mut row = Row {
+fn tally(bug: &str, profile: &str, results: &[crate::model::CellResult]) -> MutantRow {
+    let mut row = MutantRow {
         bug: bug.to_owned(),
         profile: profile.to_owned(),
         cells: results.len(),
@@ -317,7 +304,7 @@ fn tally(bug: &str, profile: &str, results: &[crate::model::CellResult]) -> Row 
         // A deadline the runner let pass is its doing: the oracles say what
         // caught it (liveness for a stranded task).
         if r.error.is_some() && !planning && !r.outcome.deadline_passed {
-            *row.caught_by.entry("harness-error".into()).or_default() += 1;
+            *row.caught_by.entry(HARNESS_ERROR.into()).or_default() += 1;
             continue;
         }
         row.example.get_or_insert_with(|| r.spec.name());
@@ -345,7 +332,7 @@ fn plan_for(
     let p = crate::planner::plan_cells(&env, scenarios, ids, sel.seed, true, sel.reach)?;
     let mut cells = plan::sample(p.cells, sel.budget, sel.seed);
     for skipped in &p.not_planned {
-        crate::progress::note(&format!(
+        env.progress.note(&format!(
             "{bug}: {} not planned under the bug ({}); running the control's cells for it",
             skipped.scenario_id, skipped.reason
         ));
@@ -357,53 +344,4 @@ fn plan_for(
         );
     }
     Ok((cells, p.judged))
-}
-
-impl Row {
-    /// `oracle (n), …`, or `none` when nothing caught the bug.
-    fn caught_by_text(&self, none: &str) -> String {
-        let by: Vec<String> = self
-            .caught_by
-            .iter()
-            .map(|(o, n)| format!("{o} ({n})"))
-            .collect();
-        if by.is_empty() {
-            none.to_owned()
-        } else {
-            by.join(", ")
-        }
-    }
-
-    /// A bug's row is good when an oracle caught it (a missed cut, vacuity,
-    /// tested nothing: it catches no bug); the control's when nothing failed.
-    fn good(&self) -> bool {
-        if self.bug == CONTROL {
-            return self.failing == 0;
-        }
-        self.caught_by
-            .keys()
-            .any(|k| k != "harness-error" && k != crate::oracles::Oracle::Vacuity.as_str())
-    }
-}
-
-/// Prints the bug × profile table; true when every row is good.
-fn print_table(rows: &[Row]) -> bool {
-    println!("| bug | profile | caught by (failing cells) | failing / cells run | example |");
-    println!("|---|---|---|---|---|");
-    let mut ok = true;
-    for r in rows {
-        let good = r.good();
-        ok &= good;
-        println!(
-            "| {}{} | {} | {} | {} / {} | {} |",
-            r.bug,
-            if good { "" } else { " **NOT OK**" },
-            r.profile,
-            r.caught_by_text("—"),
-            r.failing,
-            r.cells,
-            r.example.as_deref().unwrap_or("—")
-        );
-    }
-    ok
 }

@@ -53,7 +53,11 @@ pub fn plan_cells(
     reach: Reach,
 ) -> anyhow::Result<Planned> {
     let mut planned = Planned::default();
-    let found = discover_all(env, scenarios, ids, &mut planned, quiet);
+    // A quiet planning says nothing of its scenario ids: its notes go to
+    // no reporter.
+    let silent = crate::progress::Progress::default();
+    let notes = if quiet { &silent } else { &env.progress };
+    let found = discover_all(env, scenarios, ids, &mut planned, notes);
     for f in &found {
         check_points(env, f.scenario, &found)?;
         check_schedules(f.scenario, &found)?;
@@ -61,7 +65,7 @@ pub fn plan_cells(
     let mut all = Vec::new();
     for f in &found {
         let d = &f.discovery;
-        let Some(mut cells) = one_cut_cells(f, reach, wave_seed, &mut planned, quiet) else {
+        let Some(mut cells) = one_cut_cells(f, reach, wave_seed, &mut planned, notes) else {
             continue;
         };
         let depth1 = cells.len();
@@ -91,18 +95,16 @@ pub fn plan_cells(
                 reach.schedules,
             ));
         }
-        if !quiet {
-            crate::progress::note(&format!(
-                "planned {}: {} boundaries, {} cells ({} one-cut, {} deeper; clean run {} in {} ms)",
-                f.id,
-                d.boundaries.len(),
-                cells.len(),
-                depth1.min(cells.len()),
-                cells.len().saturating_sub(depth1),
-                d.clean_state,
-                d.clean_ms
-            ));
-        }
+        notes.note(&format!(
+            "planned {}: {} boundaries, {} cells ({} one-cut, {} deeper; clean run {} in {} ms)",
+            f.id,
+            d.boundaries.len(),
+            cells.len(),
+            depth1.min(cells.len()),
+            cells.len().saturating_sub(depth1),
+            d.clean_state,
+            d.clean_ms
+        ));
         all.extend(cells.into_iter().map(|events| (f.id.clone(), events)));
     }
     planned.cells = plan::number_schedules(wave_seed, all);
@@ -121,7 +123,7 @@ fn one_cut_cells(
     reach: Reach,
     wave_seed: u64,
     planned: &mut Planned,
-    quiet: bool,
+    notes: &crate::progress::Progress,
 ) -> Option<Vec<Vec<Event>>> {
     if f.scenario.generated {
         // A generated program: its clean run only (its drawn schedules come
@@ -132,9 +134,7 @@ fn one_cut_cells(
     let expanded = match plan::expand(f.scenario, &d.boundaries) {
         Ok(expanded) => expanded,
         Err(e) => {
-            if !quiet {
-                crate::progress::note(&format!("planning {}: not planned: {e:#}", f.id));
-            }
+            notes.note(&format!("planning {}: not planned: {e:#}", f.id));
             planned.not_planned.push(Skipped {
                 scenario_id: f.id.clone(),
                 reason: format!("its clean run takes another path: {e:#}"),
@@ -161,7 +161,7 @@ fn discover_all<'a>(
     scenarios: &'a [Scenario],
     ids: &'a [String],
     planned: &mut Planned,
-    quiet: bool,
+    notes: &crate::progress::Progress,
 ) -> Vec<Discovered<'a>> {
     let mut found = Vec::new();
     for id in ids {
@@ -175,24 +175,22 @@ fn discover_all<'a>(
         let mut discovery = match discover_steady(env, scenario, &profile) {
             Ok((d, unsteady)) => {
                 if !unsteady.is_empty() {
-                    if !quiet {
-                        crate::progress::note(&format!(
-                            "planning {id}: {} boundaries depend on timing (reached in some clean runs only): {}",
-                            unsteady.len(),
-                            unsteady.join(", ")
-                        ));
-                    }
+                    notes.note(&format!(
+                        "planning {id}: {} boundaries depend on timing (reached in some clean runs only): {}",
+                        unsteady.len(),
+                        unsteady.join(", ")
+                    ));
                     planned.timing_dependent.push((id.clone(), unsteady));
                 }
                 d
             }
             Err(failed) => {
-                unplannable(planned, id, failed, quiet);
+                unplannable(planned, id, failed, notes);
                 continue;
             }
         };
         if let Some(r) = discovery.clean_failure.take() {
-            judge_clean_run(planned, id, *r, quiet);
+            judge_clean_run(planned, id, *r, notes);
         }
         // Threads of the runner and of a fake interleave by timing, so the
         // clean run's order of boundaries varies from run to run while their
@@ -240,7 +238,7 @@ pub fn discover_retrying(
         };
         // A rerun is never quiet: the clean run is traced again, and says so.
         if attempt < DISCOVERY_ATTEMPTS {
-            crate::progress::note(&format!(
+            env.progress.note(&format!(
                 "turncut: the clean run of {} did not hold (attempt {attempt}, idle timeout {} ms, \
                  wait {} ms): {why}; tracing it again with longer timeouts",
                 s.id(profile),
@@ -365,27 +363,35 @@ fn majority(values: &[usize]) -> Option<usize> {
 /// A clean traced run that settled but did not pass (an oracle failed, or
 /// the scenario's `[expect]` did not hold): a planning cell `p###` of the
 /// wave, while the id is planned from its trace as usual.
-fn judge_clean_run(planned: &mut Planned, id: &str, mut r: CellResult, quiet: bool) {
+fn judge_clean_run(
+    planned: &mut Planned,
+    id: &str,
+    mut r: CellResult,
+    notes: &crate::progress::Progress,
+) {
     r.spec.cell_id = format!("p{:03}", planned.judged.len() + 1);
-    if !quiet {
-        crate::progress::note(&format!(
-            "planning {id}: its clean run did not pass ({:?}): {}",
-            r.verdict,
-            r.oracles
-                .iter()
-                .filter(|o| o.verdict != Verdict::Pass)
-                .map(|o| format!("{}: {}", o.oracle, o.message))
-                .collect::<Vec<_>>()
-                .join("; ")
-        ));
-    }
+    notes.note(&format!(
+        "planning {id}: its clean run did not pass ({:?}): {}",
+        r.verdict,
+        r.oracles
+            .iter()
+            .filter(|o| o.verdict != Verdict::Pass)
+            .map(|o| format!("{}: {}", o.oracle, o.message))
+            .collect::<Vec<_>>()
+            .join("; ")
+    ));
     planned.judged.push(r);
 }
 
 /// An id whose clean run could not be traced: judged like a cell when the
 /// runner failed it (an oracle other than vacuity failed), else listed as
 /// not run with the reason.
-fn unplannable(planned: &mut Planned, id: &str, failed: DiscoveryFailed, quiet: bool) {
+fn unplannable(
+    planned: &mut Planned,
+    id: &str,
+    failed: DiscoveryFailed,
+    notes: &crate::progress::Progress,
+) {
     let runner_failed = failed
         .result
         .as_ref()
@@ -394,17 +400,13 @@ fn unplannable(planned: &mut Planned, id: &str, failed: DiscoveryFailed, quiet: 
         let mut r = (**r).clone();
         r.spec.cell_id = format!("p{:03}", planned.judged.len() + 1);
         r.verdict = r.verdict.max(Verdict::Fail);
-        if !quiet {
-            crate::progress::note(&format!(
-                "planning {id}: the runner failed its clean run: {}",
-                failed.message
-            ));
-        }
+        notes.note(&format!(
+            "planning {id}: the runner failed its clean run: {}",
+            failed.message
+        ));
         planned.judged.push(r);
     } else {
-        if !quiet {
-            crate::progress::note(&format!("planning {id}: not planned: {}", failed.message));
-        }
+        notes.note(&format!("planning {id}: not planned: {}", failed.message));
         planned.not_planned.push(Skipped {
             scenario_id: id.to_owned(),
             reason: format!(
@@ -524,7 +526,7 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
         // A runner of `--runner-cmd` names its own runner points and may
         // claim one profile only (docs/runner-contract.md §1, §6): the
         // points its clean runs never show plan no cell, and are said.
-        crate::progress::note(&format!(
+        env.progress.note(&format!(
             "{}: named cut points no clean run of this runner shows (no cell there): {}",
             s.path.display(),
             plan::unmatched_points(s, &union).join(", ")
@@ -536,7 +538,7 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
         for p in s
             .profiles
             .iter()
-            .filter(|p| crate::real::unavailable(p).is_none())
+            .filter(|p| crate::real::unavailable(p, &env.progress).is_none())
         {
             if !mine.iter().any(|f| &f.profile == p) {
                 union.extend(plan::discover(env, s, p)?.boundaries);
@@ -577,7 +579,7 @@ pub fn make_plan(
     } else {
         plan_cells(env, scenarios, &sel.ids, sel.seed, false, sel.reach)?
     };
-    let cells = crate::wave::sample_real(planned.cells, sel.only, sel.seed);
+    let cells = crate::wave::sample_real(planned.cells, sel.only, sel.seed, &env.progress);
     let before = cells.len();
     let cells = plan::sample(cells, sel.budget, sel.seed);
     let stage2 = sel.reach.recuts.then_some(crate::model::Stage2Plan {

@@ -1,48 +1,33 @@
 //! The progress of long work (`wave`, `run`, `mutants`, `explore`) as one
-//! stream of events, and the reporters that show it.
+//! stream of typed events, fanned out to a list of reporters.
 //!
-//! The harness says what happens ([`emit`]: a note, a batch of cells
-//! starting, a cell finished, a batch done); a reporter, chosen once by the
-//! command line (`--message-format`), shows it:
-//! - [`Format::Human`] (the default): notes on stderr, a progress bar with
-//!   an ETA on a terminal (plain `[n/N] cell` lines otherwise), each cell
-//!   that did not pass printed as it finishes;
-//! - [`Format::Json`]: one JSON object per line on stdout, for tools
-//!   (`{"type":"cell",…}`; the kinds are [`Event`]'s, documented
-//!   in README.md, "Everyday use"). The final outcome is a `wave` line.
+//! The harness says what happens ([`Progress::emit`]: a note, a batch of
+//! cells starting, a cell finished, a batch done, a wave or a mutants run
+//! finished); every [`Reporter`] of the list built once from the command
+//! line sees every event, in order, and shows or stores it its own way: the
+//! console reporters (`report::Human`, `report::JsonLines`, one chosen by
+//! `--message-format`) and the report directory (`report::ReportDir`, with
+//! `--out`; `report::StepSummary`, with `$GITHUB_STEP_SUMMARY`).
 //!
-//! Nothing else in the library prints progress: a new reporter is a new
-//! [`Format`], not a new `eprintln!`.
+//! This module knows no reporter and renders nothing: it holds the events,
+//! the trait and the handle the work carries (`CellEnv::progress`). Nothing
+//! in the library prints progress or outcomes but a reporter: a new way to
+//! show them is a new [`Reporter`], not a new `println!`.
 
-use std::io::{IsTerminal as _, Write as _};
-use std::sync::{Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-use serde_json::{Value, json};
+use crate::model::{CellResult, MutantsResult, WaveResult};
 
-use crate::model::{CellResult, Verdict};
-
-/// How progress is shown (`--message-format`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Format {
-    /// For people: stderr, a progress bar on a terminal.
-    #[default]
-    Human,
-    /// For tools: JSON lines on stdout.
-    Json,
-}
-
-impl Format {
-    /// The format named `name` (`human`, `json`).
-    pub fn parse(name: &str) -> Option<Format> {
-        match name {
-            "human" => Some(Format::Human),
-            "json" => Some(Format::Json),
-            _ => None,
-        }
-    }
-}
+/// Timeline texts (`Evidence::timeline`, the cut marked) by cell id, handed
+/// to the reports with the wave ([`Event::WaveFinished`]): the sequence
+/// diagram in a cell's HTML side panel and its `<system-out>` in
+/// `junit.xml`. `wave.json` does not keep them, so a merged report
+/// (`report::write_wave`) has none.
+pub type Timelines = BTreeMap<String, String>;
 
 /// One thing that happened in long work.
+#[derive(Clone, Copy, Debug)]
 pub enum Event<'a> {
     /// A sentence about the work (planning, stage 2, what was left out).
     Note(&'a str),
@@ -62,147 +47,169 @@ pub enum Event<'a> {
     },
     /// The current batch is over.
     BatchDone,
-    /// A wave's outcome (counts, wave id, reports), as a JSON object; the
-    /// human reporter leaves it to the caller's own summary.
-    Outcome(Value),
+    /// A wave (`wave`, `run`) finished: its result, which every report
+    /// renders, and its cells' timelines.
+    WaveFinished {
+        /// The wave.
+        wave: &'a WaveResult,
+        /// Each cell's timeline.
+        timelines: &'a Timelines,
+    },
+    /// `turncut mutants` finished: the bug × profile table.
+    MutantsFinished(&'a MutantsResult),
 }
 
-/// The reporter the command line chose; human until [`set_format`].
-static FORMAT: OnceLock<Format> = OnceLock::new();
+/// A sink of the stream: shows or stores every event it is given.
+pub trait Reporter: Send {
+    /// Shows or stores `event`. A reporter that cannot write keeps the
+    /// error for [`Reporter::finish`]; the work goes on.
+    fn report(&mut self, event: &Event<'_>);
 
-/// The progress bar of the current batch (human, on a terminal).
-static BAR: Mutex<Option<indicatif::ProgressBar>> = Mutex::new(None);
-
-/// Chooses the reporter, once, before any work starts.
-pub fn set_format(format: Format) {
-    let _ = FORMAT.set(format);
-}
-
-/// The chosen format.
-pub fn format() -> Format {
-    FORMAT.get().copied().unwrap_or_default()
-}
-
-/// Reports `event` with the chosen reporter.
-pub fn emit(event: Event<'_>) {
-    match format() {
-        Format::Human => human(&event),
-        Format::Json => {
-            if let Some(line) = json_line(&event) {
-                let mut out = std::io::stdout().lock();
-                let _ = writeln!(out, "{line}");
-                let _ = out.flush();
-            }
-        }
+    /// The end of the work: what the reporter failed to write, if anything
+    /// (a report file; the console's own writes are best effort).
+    fn finish(&mut self) -> Result<(), String> {
+        Ok(())
     }
 }
 
-/// A note (shorthand for `emit(Event::Note(…))`).
-pub fn note(text: &str) {
-    emit(Event::Note(text));
+/// The reporters of a command: a handle every part of the work holds a
+/// clone of (worker threads too); each event goes to every reporter, in the
+/// order they were added, one event at a time. The default has none and
+/// shows nothing.
+#[derive(Clone, Default)]
+pub struct Progress {
+    reporters: Arc<Mutex<Vec<Box<dyn Reporter>>>>,
 }
 
-/// The JSON line of `event` (none for a batch's end).
-pub fn json_line(event: &Event<'_>) -> Option<Value> {
-    Some(match event {
-        Event::Note(text) => json!({ "type": "note", "text": text }),
-        Event::Batch { total } => json!({ "type": "batch", "cells": total }),
-        Event::Cell {
-            done,
-            total,
-            result,
-        } => json!({
-            "type": "cell",
-            "done": done,
-            "total": total,
-            "cell_id": result.spec.cell_id,
-            "name": result.spec.name(),
-            "verdict": result.verdict.as_str(),
-            "duration_ms": result.duration_ms,
-            "failed": result
-                .oracles
-                .iter()
-                .filter(|o| o.verdict != Verdict::Pass)
-                .map(|o| json!({ "oracle": o.oracle, "verdict": o.verdict.as_str() }))
-                .collect::<Vec<_>>(),
-            "error": result.error,
-            "timing_reruns": result.reruns.len(),
-            "reproduce": result.reproduce,
-        }),
-        Event::BatchDone => return None,
-        Event::Outcome(v) => {
-            let mut v = v.clone();
-            v["type"] = json!("wave");
-            v
-        }
-    })
-}
-
-/// The human reporter.
-fn human(event: &Event<'_>) {
-    let mut bar = BAR.lock().expect("progress bar");
-    match event {
-        Event::Note(text) => match bar.as_ref() {
-            Some(pb) => pb.println(*text),
-            None => eprintln!("{text}"),
-        },
-        Event::Batch { total } => *bar = progress_bar(*total),
-        Event::Cell {
-            done,
-            total,
-            result,
-        } => match bar.as_ref() {
-            Some(pb) => {
-                pb.inc(1);
-                if result.verdict != Verdict::Pass {
-                    pb.println(crate::report::cell_line(result));
-                }
-            }
-            None => eprintln!("[{done}/{total}] {}", crate::report::cell_line(result)),
-        },
-        Event::BatchDone => {
-            if let Some(pb) = bar.take() {
-                pb.finish_and_clear();
-            }
-        }
-        Event::Outcome(_) => {}
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Progress({} reporters)", self.lock().len())
     }
 }
 
-/// The progress bar with ETA of `cells` cells, on a terminal only.
-fn progress_bar(cells: usize) -> Option<indicatif::ProgressBar> {
-    if !std::io::stderr().is_terminal() {
-        return None;
+impl Progress {
+    /// A handle on `reporters`.
+    pub fn new(reporters: Vec<Box<dyn Reporter>>) -> Progress {
+        Progress {
+            reporters: Arc::new(Mutex::new(reporters)),
+        }
     }
-    let pb = indicatif::ProgressBar::new(cells as u64);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{elapsed_precise} [{bar:40}] {pos}/{len} cells, ETA {eta}",
-        )
-        .expect("a valid template")
-        .progress_chars("=> "),
-    );
-    Some(pb)
+
+    /// Adds `reporter` after the others, for every clone of the handle (the
+    /// report directory, once the command knows it).
+    pub fn add(&self, reporter: Box<dyn Reporter>) {
+        self.lock().push(reporter);
+    }
+
+    /// Gives `event` to every reporter.
+    pub fn emit(&self, event: Event<'_>) {
+        for r in self.lock().iter_mut() {
+            r.report(&event);
+        }
+    }
+
+    /// A note (shorthand for `emit(Event::Note(…))`).
+    pub fn note(&self, text: &str) {
+        self.emit(Event::Note(text));
+    }
+
+    /// Ends the work: every reporter's [`Reporter::finish`], the errors
+    /// joined.
+    pub fn finish(&self) -> Result<(), String> {
+        let errors: Vec<String> = self
+            .lock()
+            .iter_mut()
+            .filter_map(|r| r.finish().err())
+            .collect();
+        match errors.is_empty() {
+            true => Ok(()),
+            false => Err(errors.join("; ")),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Box<dyn Reporter>>> {
+        // A reporter that panicked mid-event leaves nothing half-shared
+        // that the next event could not be shown over.
+        self.reporters.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// Records the kind of every event it sees.
+    struct Recording(Arc<Mutex<Vec<String>>>, Option<&'static str>);
+
+    impl Reporter for Recording {
+        fn report(&mut self, event: &Event<'_>) {
+            let kind = match event {
+                Event::Note(t) => format!("note {t}"),
+                Event::Batch { total } => format!("batch {total}"),
+                Event::Cell { done, result, .. } => {
+                    format!("cell {done} {}", result.spec.cell_id)
+                }
+                Event::BatchDone => "batch done".into(),
+                Event::WaveFinished { wave, .. } => format!("wave {}", wave.wave_id),
+                Event::MutantsFinished(m) => format!("mutants {}", m.rows.len()),
+            };
+            self.0.lock().unwrap().push(kind);
+        }
+
+        fn finish(&mut self) -> Result<(), String> {
+            self.1.map_or(Ok(()), |e| Err(e.to_owned()))
+        }
+    }
+
     #[test]
-    fn json_lines_name_their_type_and_a_batch_end_has_none() {
+    fn every_reporter_of_the_list_receives_every_event_in_order() {
+        let (a, b) = (Arc::default(), Arc::default());
+        let progress = Progress::new(vec![Box::new(Recording(Arc::clone(&a), None))]);
+        // A clone is the same list: a reporter added through it is seen by
+        // every holder, as the report directory is once the wave knows it.
+        progress
+            .clone()
+            .add(Box::new(Recording(Arc::clone(&b), Some("disk full"))));
+        let wave = crate::report::tests::sample_wave();
+        let cell = wave.cells[0].clone();
+        let mutants = MutantsResult {
+            rows: Vec::new(),
+            control: true,
+            duration_ms: 1,
+        };
+        let timelines = Timelines::new();
+        let events = [
+            Event::Note("planning"),
+            Event::Batch { total: 1 },
+            Event::Cell {
+                done: 1,
+                total: 1,
+                result: &cell,
+            },
+            Event::BatchDone,
+            Event::WaveFinished {
+                wave: &wave,
+                timelines: &timelines,
+            },
+            Event::MutantsFinished(&mutants),
+        ];
+        for e in events {
+            progress.emit(e);
+        }
+        let seen = a.lock().unwrap().clone();
         assert_eq!(
-            json_line(&Event::Note("planning")).unwrap(),
-            json!({ "type": "note", "text": "planning" })
+            seen,
+            [
+                "note planning".to_owned(),
+                "batch 1".to_owned(),
+                format!("cell 1 {}", cell.spec.cell_id),
+                "batch done".to_owned(),
+                format!("wave {}", wave.wave_id),
+                "mutants 0".to_owned()
+            ]
         );
-        assert_eq!(
-            json_line(&Event::Batch { total: 3 }).unwrap()["type"],
-            "batch"
-        );
-        assert!(json_line(&Event::BatchDone).is_none());
-        let outcome = json_line(&Event::Outcome(json!({ "wave_id": "w" }))).unwrap();
-        assert_eq!(outcome, json!({ "type": "wave", "wave_id": "w" }));
-        assert_eq!(Format::parse("json"), Some(Format::Json));
-        assert_eq!(Format::parse("xml"), None);
+        assert_eq!(*b.lock().unwrap(), seen);
+        assert_eq!(progress.finish(), Err("disk full".to_owned()));
+        assert_eq!(Progress::default().finish(), Ok(()));
     }
 }

@@ -197,12 +197,13 @@ pub fn locate(real: &Real) -> Result<PathBuf, String> {
     ))
 }
 
-/// Installs the pinned `real` under [`npm_prefix`] with npm.
-pub fn install(real: &Real) -> Result<PathBuf, String> {
+/// Installs the pinned `real` under [`npm_prefix`] with npm, saying how
+/// long it took on `progress`.
+pub fn install(real: &Real, progress: &crate::progress::Progress) -> Result<PathBuf, String> {
     let npm = on_path("npm").ok_or("npm is not on PATH (apt-get install npm)")?;
     if real.program == Program::CodexAcp && codex::bwrap_dir().is_err() {
         // The bubblewrap codex-acp's sandbox needs comes with Codex.
-        install(&CODEX)?;
+        install(&CODEX, progress)?;
     }
     let prefix = npm_prefix();
     // One npm at a time in a prefix (tests and cells of several processes
@@ -223,7 +224,7 @@ pub fn install(real: &Real) -> Result<PathBuf, String> {
         .stdin(Stdio::null())
         .output()
         .map_err(|e| format!("failed to run npm: {e}"))?;
-    crate::progress::note(&format!(
+    progress.note(&format!(
         "npm install {}@{}: {} in {} ms",
         real.package,
         real.version,
@@ -243,17 +244,20 @@ pub fn install(real: &Real) -> Result<PathBuf, String> {
 }
 
 /// [`locate`], installing first when [`INSTALL_ENV`] is `1`.
-pub fn locate_or_install(real: &Real) -> Result<PathBuf, String> {
+pub fn locate_or_install(
+    real: &Real,
+    progress: &crate::progress::Progress,
+) -> Result<PathBuf, String> {
     match locate(real) {
         Ok(p) => Ok(p),
-        Err(_) if std::env::var(INSTALL_ENV).as_deref() == Ok("1") => install(real),
+        Err(_) if std::env::var(INSTALL_ENV).as_deref() == Ok("1") => install(real, progress),
         Err(e) => Err(e),
     }
 }
 
 /// Why the profile `profile` cannot run here, if it is a real product's
 /// that is not installed (looked up, or installed, once per process).
-pub fn unavailable(profile: &str) -> Option<String> {
+pub fn unavailable(profile: &str, progress: &crate::progress::Progress) -> Option<String> {
     static FOUND: std::sync::Mutex<Vec<(&'static str, Option<String>)>> =
         std::sync::Mutex::new(Vec::new());
     let real = wire::profiles::real(profile)?;
@@ -261,7 +265,7 @@ pub fn unavailable(profile: &str) -> Option<String> {
     if let Some((_, why)) = found.iter().find(|(name, _)| *name == real.name) {
         return why.clone();
     }
-    let why = locate_or_install(real).err();
+    let why = locate_or_install(real, progress).err();
     found.push((real.name, why.clone()));
     why
 }

@@ -290,13 +290,14 @@ pub fn plan_stage2(
     s2: Stage2,
     jobs: usize,
 ) -> (Vec<CellSpec>, Reach) {
-    crate::progress::note("stage 2: tracing the recovery of each path the one-cut cells walked …");
+    env.progress
+        .note("stage 2: tracing the recovery of each path the one-cut cells walked …");
     let (cells, reach) = recovery_cells(env, scenarios, stage1, s2.wave_seed, jobs);
     let cells: Vec<CellSpec> = cells
         .into_iter()
         .filter(|c| kept(c, s2.wave_seed, s2.keep_ppm))
         .collect();
-    crate::progress::note(&reach.summary(cells.len()));
+    env.progress.note(&reach.summary(cells.len()));
     (cells, reach)
 }
 

@@ -117,7 +117,8 @@ pub fn run_one(env: &CellEnv, scenarios: &[Scenario], spec: &CellSpec) -> Finish
         // `turncut judge DIR` reads it there: a kept directory is judged
         // like a report's `cells/t###/`.
         if let Err(e) = run.evidence.write(dir) {
-            crate::progress::note(&format!("writing the evidence into {}: {e}", dir.display()));
+            env.progress
+                .note(&format!("writing the evidence into {}: {e}", dir.display()));
         }
     }
     // A kept cell's evidence goes to the report even when it passed, so
@@ -169,7 +170,8 @@ pub fn run_cells_until(
     jobs: usize,
     stop: Option<StopAfter>,
 ) -> Vec<Finished> {
-    crate::progress::emit(crate::progress::Event::Batch { total: cells.len() });
+    env.progress
+        .emit(crate::progress::Event::Batch { total: cells.len() });
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -196,7 +198,7 @@ pub fn run_cells_until(
                             decisive.fetch_add(1, Ordering::SeqCst);
                         }
                     }
-                    crate::progress::emit(crate::progress::Event::Cell {
+                    env.progress.emit(crate::progress::Event::Cell {
                         done: done.fetch_add(1, Ordering::SeqCst) + 1,
                         total: cells.len(),
                         result: &finished.result,
@@ -206,7 +208,7 @@ pub fn run_cells_until(
             });
         }
     });
-    crate::progress::emit(crate::progress::Event::BatchDone);
+    env.progress.emit(crate::progress::Event::BatchDone);
     let mut v = out.into_inner().expect("results");
     crate::model::sort_cells(&mut v, |f| &f.result.spec.cell_id);
     v
@@ -282,7 +284,12 @@ pub const REAL_CELLS_UNNAMED: usize = 40;
 /// `cells` with those of each real product's scenario id sampled to
 /// [`REAL_CELLS_UNNAMED`] (by `seed`), unless `only` names that profile;
 /// prints what it left out.
-pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<CellSpec> {
+pub fn sample_real(
+    cells: Vec<CellSpec>,
+    only: Option<&str>,
+    seed: u64,
+    progress: &crate::progress::Progress,
+) -> Vec<CellSpec> {
     let sampled =
         |p: &str| wire::profiles::real(p).is_some() && !only.is_some_and(|o| o.contains(p));
     let mut by_id: std::collections::BTreeMap<String, Vec<CellSpec>> = Default::default();
@@ -298,7 +305,7 @@ pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<C
         let all = cells.len();
         let kept = plan::sample(cells, Some(REAL_CELLS_UNNAMED), seed);
         if kept.len() < all {
-            crate::progress::note(&format!(
+            progress.note(&format!(
                 "sampled {} of {all} cells of {id} (a real product; --only {} runs them all)",
                 kept.len(),
                 crate::scenario::profile_of(&id)
@@ -312,11 +319,14 @@ pub fn sample_real(cells: Vec<CellSpec>, only: Option<&str>, seed: u64) -> Vec<C
 
 /// `ids` split into those that can run here and those that cannot (a real
 /// product that is not installed), each of those with its reason.
-pub fn split_skipped(ids: Vec<String>) -> (Vec<String>, Vec<crate::model::Skipped>) {
+pub fn split_skipped(
+    ids: Vec<String>,
+    progress: &crate::progress::Progress,
+) -> (Vec<String>, Vec<crate::model::Skipped>) {
     let mut run = Vec::new();
     let mut skipped = Vec::new();
     for id in ids {
-        match crate::real::unavailable(crate::scenario::profile_of(&id)) {
+        match crate::real::unavailable(crate::scenario::profile_of(&id), progress) {
             Some(reason) => skipped.push(crate::model::Skipped {
                 scenario_id: id,
                 reason,
@@ -368,7 +378,8 @@ pub fn run_repeated(
 ) -> Vec<Vec<Finished>> {
     (0..times.max(1))
         .map(|round| {
-            crate::progress::note(&format!("round {} of {times}", round + 1));
+            env.progress
+                .note(&format!("round {} of {times}", round + 1));
             run_cells(env, scenarios, cells, jobs)
         })
         .collect()

@@ -27,6 +27,7 @@ pub fn run(exe: &Path, common: &Common, args: &CrashRoundArgs) -> Result<Code, E
         wait: Duration::from_millis(common.cell_wait_ms.unwrap_or(0).max(60_000)),
         round_wait: Duration::from_millis(round_wait_ms),
         keep: common.keep,
+        progress: common.progress.clone(),
     };
     let figures = harness::crash_round::run(exe, &opts)
         .map_err(|e| harness_err(format!("crash round failed: {e:#}")))?;

@@ -26,7 +26,7 @@ pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<Code, 
     let (env, scenarios) = env_for(exe, common, None)?;
     let ids = matching_ids(&scenarios, args.only.as_deref(), false)?;
     let seed = args.seed.unwrap_or_else(clock_seed);
-    harness::progress::note(&format!(
+    common.progress.note(&format!(
         "turncut explore (seed {seed}, {} scenario ids, {} events per schedule, {} job(s), {})",
         ids.len(),
         args.events,

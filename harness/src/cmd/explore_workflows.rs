@@ -43,11 +43,11 @@ fn profiles(only: Option<&str>) -> Result<Vec<String>, Exit> {
 
 /// How the schedules are drawn: power cuts too where FUSE can be mounted
 /// (said when it cannot).
-fn how_drawn() -> ex::Draw {
+fn how_drawn(progress: &harness::progress::Progress) -> ex::Draw {
     match lazyfs::unavailable() {
         None => ex::WORKFLOW_DRAW,
         Some(why) => {
-            harness::progress::note(&format!(
+            progress.note(&format!(
                 "power cuts are not drawn: FUSE cannot be mounted here ({why})"
             ));
             ex::Draw {
@@ -69,7 +69,7 @@ pub fn explore_workflows(
     let (env, _) = env_for(exe, common, None)?;
     let profiles = profiles(args.only.as_deref())?;
     let seed = args.seed.unwrap_or_else(clock_seed);
-    harness::progress::note(&format!(
+    common.progress.note(&format!(
         "turncut explore --workflows (seed {seed}, profiles {}, {} schedules of {} events per program, {} job(s), {})",
         profiles.join(", "),
         args.per_program,
@@ -88,7 +88,7 @@ pub fn explore_workflows(
         },
         profiles,
         schedules: args.per_program,
-        draw: how_drawn(),
+        draw: how_drawn(&env.progress),
     };
     wave::install_interrupt_handler();
     let explored = wf::explore_workflows(&env, &opts);

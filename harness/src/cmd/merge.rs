@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use harness::report;
 
-use super::reports::{append_step_summary, clear_old_cells};
+use super::reports::{clear_old_cells, store_wave};
 use super::{Code, Exit, bad, emit, harness_err, prepare_out};
 
 /// `turncut report merge`: joins the shards, copies their `cells/`
@@ -24,8 +24,7 @@ pub fn merge(dirs: &[PathBuf], out: &Path) -> Result<Code, Exit> {
                 .map_err(|e| harness_err(format!("copying {}: {e}", cells.display())))?;
         }
     }
-    report::write_wave(out, &merged).map_err(harness_err)?;
-    append_step_summary(&merged);
+    store_wave(out, &merged, &harness::progress::Timelines::new())?;
     emit(&report::summary_markdown(&merged));
     Ok(Code::of(merged.verdict()))
 }

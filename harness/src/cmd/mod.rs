@@ -132,6 +132,7 @@ fn env_for(
     let scenarios = scenario::load(dir.as_deref()).map_err(bad)?;
     let mut env = CellEnv::new(exe, &dir.unwrap_or_default());
     env.stress = common.stress;
+    env.progress = common.progress.clone();
     let runner_cmd = match (&common.runner_cmd, recorded) {
         (Some(cmd), _) => Some(cmd.split_whitespace().map(str::to_owned).collect()),
         (None, Some(r)) => r.runner_cmd.clone(),

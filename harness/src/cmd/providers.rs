@@ -11,11 +11,11 @@ use super::Code;
 
 /// `turncut providers [--install]`: exit 0 when every real product is
 /// there (after installing, with `--install`), 1 otherwise.
-pub fn providers(install: bool) -> Code {
+pub fn providers(install: bool, progress: &harness::progress::Progress) -> Code {
     let mut missing = 0;
     for r in &wire::profiles::REAL {
         let found = match real::locate(r) {
-            Err(_) if install => real::install(r),
+            Err(_) if install => real::install(r, progress),
             other => other,
         };
         match found {
@@ -55,7 +55,7 @@ pub struct FidelityArgs {
 /// `turncut fidelity [--only PROFILE] [--runs N] [--moments crash|upstream]`:
 /// the differential table of each real product against its fake, one
 /// product after the other.
-pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
+pub fn fidelity(exe: &Path, args: &FidelityArgs, progress: &harness::progress::Progress) -> Code {
     let (only, runs) = (args.only.as_deref(), args.runs);
     let which = match args.moments.as_deref() {
         Some("crash") => fidelity::Moments::Crash,
@@ -86,36 +86,7 @@ pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
     let mut rows = Vec::new();
     let mut failed = false;
     for r in chosen {
-        eprintln!(
-            "{}: {} moments, {runs} run(s) each …",
-            r.name,
-            moments(r.name, which)
-        );
-        if which.upstream() && is_acp(r) && !fidelity::acp::upstream_compared(r) {
-            eprintln!(
-                "{}: no upstream-failure moments (`opencode acp`'s are not compared yet)",
-                r.name
-            );
-        }
-        let product_dir = dir.path().join(r.name);
-        let found = real::locate_or_install(r)
-            .map_err(|why| format!("not compared: {why}"))
-            .and_then(|bin| match r.name {
-                "runner-codex-real" => fidelity::codex::rows(exe, &bin, &product_dir, runs, which),
-                _ if is_acp(r) => fidelity::acp::rows(exe, r, &bin, &product_dir, runs, which),
-                _ => fidelity::opencode::rows(exe, &bin, &product_dir, runs, which),
-            });
-        match found {
-            // A product with moments to play that compared none is no
-            // evidence of fidelity: say so, and fail.
-            Ok(more) if more.is_empty() && moments(r.name, which) > 0 => {
-                failed = true;
-                eprintln!(
-                    "{}: no row compared of its {} moments (nothing to judge the fake by)",
-                    r.name,
-                    moments(r.name, which)
-                );
-            }
+        match product_rows(exe, r, &dir.path().join(r.name), runs, which, progress) {
             Ok(more) => rows.extend(more),
             Err(why) => {
                 failed = true;
@@ -126,6 +97,39 @@ pub fn fidelity(exe: &Path, args: &FidelityArgs) -> Code {
     print!("{}", fidelity::render(&rows));
     println!("wall {:.1} s", started.elapsed().as_secs_f64());
     Code::pass_if(!failed && !rows.iter().any(fidelity::Row::differs))
+}
+
+/// The rows of the real product `r` against its fake, in `product_dir`; an
+/// error when it could not be compared, or compared no row of the moments
+/// it has to play (no evidence of fidelity).
+fn product_rows(
+    exe: &Path,
+    r: &'static wire::profiles::Real,
+    product_dir: &Path,
+    runs: u32,
+    which: fidelity::Moments,
+    progress: &harness::progress::Progress,
+) -> Result<Vec<fidelity::Row>, String> {
+    let planned = moments(r.name, which);
+    eprintln!("{}: {planned} moments, {runs} run(s) each …", r.name);
+    if which.upstream() && is_acp(r) && !fidelity::acp::upstream_compared(r) {
+        eprintln!(
+            "{}: no upstream-failure moments (`opencode acp`'s are not compared yet)",
+            r.name
+        );
+    }
+    let bin = real::locate_or_install(r, progress).map_err(|why| format!("not compared: {why}"))?;
+    let rows = match r.name {
+        "runner-codex-real" => fidelity::codex::rows(exe, &bin, product_dir, runs, which),
+        _ if is_acp(r) => fidelity::acp::rows(exe, r, &bin, product_dir, runs, which),
+        _ => fidelity::opencode::rows(exe, &bin, product_dir, runs, which),
+    }?;
+    if rows.is_empty() && planned > 0 {
+        return Err(format!(
+            "no row compared of its {planned} moments (nothing to judge the fake by)"
+        ));
+    }
+    Ok(rows)
 }
 
 /// Whether `r` is an ACP agent (its differential is `fidelity::acp`'s).

@@ -1,16 +1,18 @@
-//! Running planned cells and reporting them: the wave result, the report
-//! files with `cells/t###/` for every cell that did not pass, the
-//! `$GITHUB_STEP_SUMMARY` and the outcome on stdout. Shared by `run`, `wave`,
-//! `explore` and `report merge`.
+//! Running planned cells and reporting them: the wave result, `cells/t###/`
+//! for every cell that did not pass, then the wave's end on the progress
+//! stream, which the command's reporters show and store (the console's
+//! outcome, the report files and `$GITHUB_STEP_SUMMARY`: `harness::report`).
+//! Shared by `run`, `wave`, `explore` and `report merge`.
 
 use std::path::Path;
 use std::time::Instant;
 
 use harness::cell::CellEnv;
-use harness::model::{CellSpec, Verdict, WaveResult};
+use harness::model::{CellSpec, WaveResult};
+use harness::progress::{Event, Progress, Timelines};
 use harness::{report, scenario, wave};
 
-use super::{Code, Exit, emit, harness_err};
+use super::{Code, Exit, harness_err};
 
 /// Removes the `cells/` of an earlier report in `out` (a wave id is the
 /// same for the same seed, so `reports/out/<wave-id>` is written again):
@@ -24,21 +26,37 @@ pub(super) fn clear_old_cells(out: &Path) -> Result<(), Exit> {
         .map_err(|e| harness_err(format!("removing the old {}: {e}", cells.display())))
 }
 
-/// Appends the summary to `$GITHUB_STEP_SUMMARY` when it is set (GitHub
-/// Actions); a failure to write it is reported but does not fail the wave.
-pub(super) fn append_step_summary(wave: &WaveResult) {
-    let Ok(path) = std::env::var("GITHUB_STEP_SUMMARY") else {
-        return;
-    };
-    use std::io::Write as _;
-    let written = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .and_then(|mut f| f.write_all(report::summary_markdown(wave).as_bytes()));
-    if let Err(e) = written {
-        eprintln!("turncut: appending to $GITHUB_STEP_SUMMARY ({path}): {e}");
+/// The reporters that store a wave in `out`: the report files, and the
+/// step summary on GitHub Actions.
+pub(super) fn store_reporters(progress: &Progress, out: &Path) {
+    progress.add(Box::new(report::ReportDir::new(out)));
+    if let Some(step) = report::StepSummary::from_env() {
+        progress.add(Box::new(step));
     }
+}
+
+/// Writes the report files of `wave` into `out` outside any command's
+/// stream (`explore`'s two cells, `report merge`): through the same
+/// reporters, on their own.
+pub(super) fn store_wave(out: &Path, wave: &WaveResult, timelines: &Timelines) -> Result<(), Exit> {
+    let progress = Progress::default();
+    store_reporters(&progress, out);
+    progress.emit(Event::WaveFinished { wave, timelines });
+    progress.finish().map_err(harness_err)
+}
+
+/// The report of cells run outside a wave's stream (`explore`'s original
+/// and minimal cells): `cells/t###/` and the report files.
+pub(super) fn write_reports(
+    env: &CellEnv,
+    out: &Path,
+    result: &WaveResult,
+    finished: &[wave::Finished],
+) -> Result<(), Exit> {
+    write_cells(env, out, finished)?;
+    store_wave(out, result, &timelines(finished))?;
+    env.progress.note(&format!("reports in {}", out.display()));
+    Ok(())
 }
 
 /// Cells to run and how to report them.
@@ -70,7 +88,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
     let max_fail = (job.max_fail > 0).then_some(job.max_fail);
     wave::install_interrupt_handler();
     let (cells, no_fuse) = wave::split_power_cut(job.cells.clone());
-    note_skipped(&no_fuse);
+    note_skipped(&job.env.progress, &no_fuse);
     let stages = harness::recuts::run_stages(
         job.env,
         job.scenarios,
@@ -105,39 +123,49 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
         planned,
         stopped,
     );
+    let progress = &job.env.progress;
     if let Some(out) = job.out {
-        write_reports(job.env, out, &result, &finished)?;
+        write_cells(job.env, out, &finished)?;
+        store_reporters(progress, out);
+        progress.note(&format!("reports in {}", out.display()));
     }
-    note_kept(job.out, &finished);
-    print_outcome(&result);
+    note_kept(progress, job.out, &finished);
+    progress.emit(Event::WaveFinished {
+        wave: &result,
+        timelines: &timelines(&finished),
+    });
+    progress.finish().map_err(harness_err)?;
     let whole = result.not_run == 0 && result.stopped.is_none();
     Ok(Code::of(result.verdict()).max(Code::pass_if(whole)))
 }
 
 /// One progress note per reason cells or scenarios are skipped for, with
 /// the count: a reason that skips 184 cells is said once, not 184 times.
-pub(super) fn note_skipped(skipped: &[harness::model::Skipped]) {
+pub(super) fn note_skipped(progress: &Progress, skipped: &[harness::model::Skipped]) {
     for (reason, ids) in report::skipped_by_reason(skipped) {
-        harness::progress::note(&format!("skipping {}: {reason}", ids.len()));
+        progress.note(&format!("skipping {}: {reason}", ids.len()));
     }
 }
 
-/// The reports, and `cells/t###/` (evidence, timeline, reproduce.sh) for
-/// every cell that did not pass or was kept (`--keep`: with a `kept` link to
-/// the cell's directory).
-pub(super) fn write_reports(
-    env: &CellEnv,
-    out: &Path,
-    result: &WaveResult,
-    finished: &[wave::Finished],
-) -> Result<(), Exit> {
-    let timelines: report::Timelines = finished
+/// Each finished cell's timeline, for the reports.
+pub(super) fn timelines(finished: &[wave::Finished]) -> Timelines {
+    finished
         .iter()
         .filter(|f| !f.timeline.is_empty())
         .map(|f| (f.result.spec.cell_id.clone(), f.timeline.clone()))
-        .collect();
+        .collect()
+}
+
+/// `cells/t###/` (evidence, timeline, reproduce.sh) for every cell that did
+/// not pass or was kept (`--keep`: with a `kept` link to the cell's
+/// directory), after those of an earlier report in `out` are gone; the
+/// stream does not carry the evidence, so the command writes them.
+pub(super) fn write_cells(
+    env: &CellEnv,
+    out: &Path,
+    finished: &[wave::Finished],
+) -> Result<(), Exit> {
     clear_old_cells(out)?;
-    report::write_wave_with(out, result, &timelines).map_err(harness_err)?;
     for f in finished {
         let Some(ev) = &f.evidence else { continue };
         let dir = out.join("cells").join(&f.result.spec.cell_id);
@@ -156,8 +184,6 @@ pub(super) fn write_reports(
         };
         write().map_err(|e| harness_err(format!("failed to write {}: {e}", dir.display())))?;
     }
-    append_step_summary(result);
-    harness::progress::note(&format!("reports in {}", out.display()));
     Ok(())
 }
 
@@ -171,7 +197,7 @@ const KEPT_LINES_MAX: usize = 20;
 /// Says where `--keep` left each cell: its `cells/t###/` in the report
 /// (which `turncut judge` reads, with the `kept` link to the directory), or
 /// the directory itself without `--out` (it holds `evidence.json` too).
-fn note_kept(out: Option<&Path>, finished: &[wave::Finished]) {
+fn note_kept(progress: &Progress, out: Option<&Path>, finished: &[wave::Finished]) {
     let kept: Vec<(&str, &Path)> = finished
         .iter()
         .filter_map(|f| Some((f.result.spec.cell_id.as_str(), f.kept.as_deref()?)))
@@ -185,70 +211,16 @@ fn note_kept(out: Option<&Path>, finished: &[wave::Finished]) {
             ),
             None => format!("kept {id}: {} (turncut judge {0})", dir.display()),
         };
-        harness::progress::note(&line);
+        progress.note(&line);
     }
     if kept.len() > KEPT_LINES_MAX {
         let place = match out {
             Some(out) => format!("{}/cells/t###/{KEPT_LINK}", out.display()),
             None => format!("{}/turncut-cell-*", harness::tempdirs::root().display()),
         };
-        harness::progress::note(&format!(
+        progress.note(&format!(
             "…and {} more kept cells, in {place}",
             kept.len() - KEPT_LINES_MAX
         ));
     }
-}
-
-/// The wave's counts and every cell that did not pass, with its reproduce
-/// command, on stdout.
-fn print_outcome(result: &WaveResult) {
-    let counts = |v: Verdict| result.cells.iter().filter(|c| c.verdict == v).count();
-    if harness::progress::format() == harness::progress::Format::Json {
-        let (rerun, reruns) = report::timing_reruns(&result.cells);
-        harness::progress::emit(harness::progress::Event::Outcome(serde_json::json!({
-            "wave_id": result.wave_id,
-            "verdict": result.verdict().as_str(),
-            "cells": result.cells.len(),
-            "pass": counts(Verdict::Pass),
-            "unknown": counts(Verdict::Unknown),
-            "fail": counts(Verdict::Fail),
-            "not_run": result.not_run,
-            "stopped": result.stopped,
-            "skipped": result.skipped.len(),
-            "timing_rerun_cells": rerun,
-            "timing_reruns": reruns,
-            "duration_ms": result.duration_ms,
-        })));
-        return;
-    }
-    let mut times: Vec<u64> = result.cells.iter().map(|c| c.duration_ms).collect();
-    times.sort_unstable();
-    let median = times.get(times.len() / 2).copied().unwrap_or(0);
-    let (rerun, reruns) = report::timing_reruns(&result.cells);
-    let mut text = format!(
-        "{}: {} cells, {} pass, {} unknown, {} fail; median cell {median} ms; wall {:.1} s; {rerun} cells ran again for timing ({reruns} reruns)\n",
-        result.wave_id,
-        result.cells.len(),
-        counts(Verdict::Pass),
-        counts(Verdict::Unknown),
-        counts(Verdict::Fail),
-        result.duration_ms as f64 / 1000.0
-    );
-    if let Some(why) = &result.stopped {
-        text.push_str(&format!("NOT COMPLETE: {why}\n"));
-    }
-    for (reason, ids) in report::skipped_by_reason(&result.skipped) {
-        text.push_str(&format!(
-            "SKIPPED {} (not run, not passed; listed in summary.md): {reason}\n",
-            ids.len()
-        ));
-    }
-    for c in result.cells.iter().filter(|c| c.verdict != Verdict::Pass) {
-        text.push_str(&format!(
-            "  {}\n    reproduce: {}\n",
-            report::cell_line(c),
-            c.reproduce
-        ));
-    }
-    emit(&text);
 }

@@ -24,9 +24,11 @@ pub fn run(exe: &Path, common: &Common, args: RunArgs) -> Result<Code, Exit> {
     if let Some(out) = &args.out {
         prepare_out(out)?;
     }
-    let (_, skipped) = wave::split_skipped(vec![scenario_id.clone()]);
+    let (_, skipped) = wave::split_skipped(vec![scenario_id.clone()], &env.progress);
     for s in &skipped {
-        harness::progress::note(&format!("skipped {}: {}", s.scenario_id, s.reason));
+        common
+            .progress
+            .note(&format!("skipped {}: {}", s.scenario_id, s.reason));
     }
     let (cells, judged) = match skipped.is_empty() {
         true => cells_of(&env, &scenarios, s, &profile, &args)?,

@@ -39,7 +39,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
         }
         None => make_plan(&env, &mut scenarios, &args.select)?,
     };
-    harness::progress::note(&format!(
+    env.progress.note(&format!(
         "turncut wave {} (seed {}, jobs {})",
         plan.wave_id, plan.seed, args.jobs
     ));
@@ -53,11 +53,8 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
     let out = args
         .out
         .unwrap_or_else(|| PathBuf::from("reports/out").join(&plan.wave_id));
-    prepare_out(&out)?;
-    harness::progress::note(&format!("wave {}: {} cells", plan.wave_id, cells.len()));
-    write_plan(&out.join(PLAN_IN_REPORT), &plan)?;
-    write_workflows(&out, &plan)?;
-    let stages = stages_of(&plan, shard, &out);
+    prepare_report_dir(&env, &out, &plan, cells.len())?;
+    let stages = stages_of(&env.progress, &plan, shard, &out);
     let planned = cells.len();
     run_and_report(&Job {
         env: &env,
@@ -87,6 +84,16 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
     })
 }
 
+/// Makes the wave's report directory `out` and writes the plan and its
+/// generated programs into it.
+fn prepare_report_dir(env: &CellEnv, out: &Path, plan: &Plan, cells: usize) -> Result<(), Exit> {
+    prepare_out(out)?;
+    env.progress
+        .note(&format!("wave {}: {cells} cells", plan.wave_id));
+    write_plan(&out.join(PLAN_IN_REPORT), plan)?;
+    write_workflows(out, plan)
+}
+
 /// The plan a wave ran, beside its reports: `turncut plan --stage2` reads
 /// it from each stage-1 shard's directory.
 pub(super) const PLAN_IN_REPORT: &str = "plan.json";
@@ -94,11 +101,16 @@ pub(super) const PLAN_IN_REPORT: &str = "plan.json";
 /// Which stages a wave of `plan` runs: a shard of a plan with stage 2 runs
 /// stage 1 only (stage 2 follows from every shard's results, not from its
 /// own), and says how stage 2 is planned.
-fn stages_of(plan: &Plan, shard: Option<(u32, u32)>, out: &Path) -> Stages {
+fn stages_of(
+    progress: &harness::progress::Progress,
+    plan: &Plan,
+    shard: Option<(u32, u32)>,
+    out: &Path,
+) -> Stages {
     match plan.stages {
         Stages::Stage2 => Stages::Stage2,
         _ if shard.is_some() && plan.stage2.is_some() => {
-            harness::progress::note(&format!(
+            progress.note(&format!(
                 "stage 1 only: once every shard is done, plan stage 2 from all of them: turncut plan --stage2 {} … --out plan2.json",
                 out.display()
             ));
@@ -161,7 +173,7 @@ pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<Code, Exit> {
         super::stage2::plan_stage2(env, &mut scenarios, &args.stage2, args.jobs as usize)?
     };
     write_plan(&args.out, &plan)?;
-    harness::progress::note(&format!(
+    common.progress.note(&format!(
         "plan {}: {} {}cells{}, {} skipped, {} judged planning runs; written to {}",
         plan.wave_id,
         plan.cells.len(),
@@ -214,11 +226,11 @@ fn make_plan(
     let scenarios: &[Scenario] = scenarios;
     let only = select.only.as_deref();
     let ids = matching_ids(scenarios, only, select.real)?;
-    let (ids, skipped) = wave::split_skipped(ids);
-    super::reports::note_skipped(&skipped);
+    let (ids, skipped) = wave::split_skipped(ids, &env.progress);
+    super::reports::note_skipped(&env.progress, &skipped);
     let mut env = env.clone();
     env.recut = !reach.depth1_only;
-    harness::progress::note(&format!("planning (seed {seed}) …"));
+    env.progress.note(&format!("planning (seed {seed}) …"));
     planner::make_plan(
         &env,
         scenarios,

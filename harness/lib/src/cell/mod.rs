@@ -79,6 +79,10 @@ pub struct CellEnv {
     pub recut: bool,
     /// `--stress N`, recorded with the wave.
     pub stress: usize,
+    /// Where the work these cells are part of reports its progress (the
+    /// command's reporters; none by default). The cell itself reports
+    /// nothing: the wave, planner and explorer do.
+    pub progress: crate::progress::Progress,
 }
 
 impl CellEnv {
@@ -95,6 +99,7 @@ impl CellEnv {
             keep: false,
             recut: true,
             stress: 0,
+            progress: crate::progress::Progress::default(),
         }
     }
 }

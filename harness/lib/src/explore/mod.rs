@@ -429,6 +429,7 @@ pub fn explore(
         unknown: AtomicUsize::new(0),
         per_id: Mutex::new(Default::default()),
         found: Mutex::new(None),
+        notes: env.progress.clone(),
     };
     std::thread::scope(|s| {
         for job in 0..opts.jobs.max(1) {
@@ -457,6 +458,8 @@ struct Tally {
     unknown: AtomicUsize,
     per_id: Mutex<std::collections::BTreeMap<String, usize>>,
     found: Mutex<Option<Found>>,
+    /// Where the count of schedules run is said.
+    notes: crate::progress::Progress,
 }
 
 impl Tally {
@@ -477,7 +480,7 @@ impl Tally {
             .entry(id.to_owned())
             .or_default() += 1;
         if runs.is_multiple_of(25) {
-            crate::progress::note(&format!("explore: {runs} schedules run"));
+            self.notes.note(&format!("explore: {runs} schedules run"));
         }
     }
 }
@@ -538,7 +541,8 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
             return Ok(());
         }
         if n > 0 && n.is_multiple_of(10) {
-            crate::progress::note(&format!("explore: shrinking, {n} candidates tried"));
+            env.progress
+                .note(&format!("explore: shrinking, {n} candidates tried"));
         }
         let f = if n == 0 {
             let f = run_schedule(env, scenarios, &target.id, &events);
@@ -562,7 +566,8 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
                 return Ok(());
             }
             mine.store(true, Ordering::SeqCst);
-            crate::progress::note(&format!("explore: {} failed; shrinking it", target.id));
+            env.progress
+                .note(&format!("explore: {} failed; shrinking it", target.id));
         }
         let why = failing_oracles(&f).join(", ");
         original.lock().expect("original").get_or_insert(f);

@@ -98,7 +98,10 @@ struct Shared {
 pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExplored {
     let started = Instant::now();
     let shared = Shared {
-        schedules: Tally::default(),
+        schedules: Tally {
+            notes: env.progress.clone(),
+            ..Tally::default()
+        },
         programs: AtomicUsize::new(0),
         several_tasks: AtomicUsize::new(0),
         per_profile: Mutex::new(BTreeMap::new()),
@@ -373,7 +376,7 @@ fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
     let original_program = Program::peek(&tree.current());
     let schedule: Vec<Event> = found.minimal.result.spec.events.clone();
     let min_case = format!("{case}-min");
-    crate::progress::note(&format!(
+    env.progress.note(&format!(
         "explore: shrinking the program of {} under {}",
         found.scenario_id,
         crate::model::format_schedule(&schedule)

@@ -4,6 +4,11 @@
 //! cell) and `report.html` (a self-contained grid of cut point × fault per
 //! scenario), plus the one-line progress text of a finished cell.
 //!
+//! The reporters of the progress stream (`progress::Reporter`) live here
+//! too: the console's ([`Human`], [`JsonLines`]: `console.rs`) and the
+//! report directory's ([`ReportDir`], [`StepSummary`]: `dir.rs`), which
+//! writes these files from the wave's end (`Event::WaveFinished`).
+//!
 //! Every sink here renders the same [`WaveResult`]; nothing in this module
 //! judges a cell, runs anything or decides an exit code. It does not write the
 //! per-cell evidence directories (`cells/t###/`), which belong to `evidence`.
@@ -17,6 +22,8 @@ use std::path::{Path, PathBuf};
 
 use crate::model::{CellResult, Verdict, WaveResult};
 
+mod console;
+mod dir;
 mod html;
 mod json;
 mod junit;
@@ -25,8 +32,10 @@ pub mod matrix;
 mod merge;
 mod sequence;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
+pub use console::{Format, Human, JsonLines, console, json_line};
+pub use dir::{ReportDir, StepSummary};
 pub use html::report_html;
 pub use json::read_wave;
 pub use junit::junit_xml;
@@ -55,11 +64,8 @@ pub const SUMMARY_MESSAGE_CHARS_MAX: usize = 300;
 /// The detail of a [`cell_line`] is cut to this many characters.
 pub const CELL_LINE_DETAIL_CHARS_MAX: usize = 160;
 
-/// Timeline texts (`Evidence::timeline`, the cut marked) by cell id: the
-/// sequence diagram in a cell's HTML side panel and its `<system-out>` in
-/// `junit.xml`. `wave.json` does not keep them, so a merged report
-/// ([`write_wave`]) has none.
-pub type Timelines = BTreeMap<String, String>;
+/// Timeline texts by cell id, defined with the event that carries them.
+pub use crate::progress::Timelines;
 
 /// Why a report could not be written, read or merged.
 #[derive(Debug, thiserror::Error)]

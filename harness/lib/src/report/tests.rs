@@ -71,7 +71,7 @@ fn cell(
 }
 
 /// Two scenarios; t003 fails, t004 is unknown, the rest pass.
-fn sample_wave() -> WaveResult {
+pub(crate) fn sample_wave() -> WaveResult {
     let a = "everyday.runner-codex.local.single";
     let b = "everyday.runner-codex.local.follow-up";
     let pass = |name| oracle(name, Verdict::Pass, "");
