@@ -10,7 +10,8 @@
 //! evidence to the oracles. The cell never judges anything itself.
 //!
 //! Here: the cell's setup and its driver; `steps` sends the scenario's
-//! requests, `events` is the cut thread, `teardown` collects the final
+//! requests, `faults` is the cut side (the fault applier: it takes the
+//! hits and applies each event's fault), `teardown` collects the final
 //! evidence.
 
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ use crate::scenario::{FollowUpWhen, Scenario, Step};
 
 mod board;
 mod doomed;
-mod events;
+mod faults;
 mod inject;
 mod power;
 mod reads;
@@ -37,9 +38,9 @@ mod steps;
 mod tasks;
 mod teardown;
 use board::{Board, Recorder, Records};
-pub use doomed::doomed_in_trace;
-use events::arms_for;
-pub use events::{EVENT_MARK, schedule_of};
+pub use doomed::{EVENT_MARK, doomed_in_trace};
+use faults::arms_for;
+pub use faults::schedule_of;
 pub use inject::injected_message_id;
 pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 pub use reproduce::{
@@ -219,7 +220,7 @@ struct Cell {
     /// Ends the cut side's wait for hits at teardown.
     waker: Option<cutpoint::Waker>,
     /// The cut side, once started; it hands back what it owned.
-    cut_side: Option<std::thread::JoinHandle<events::CutReport>>,
+    cut_side: Option<std::thread::JoinHandle<board::CutReport>>,
 }
 
 /// What a cell of a `*-real` profile runs beside the runner.
@@ -667,6 +668,18 @@ fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts the next runner after a fault ended the last one, and records
+/// the restart with the event the new runner waits for.
+fn restart_after_fault(ctx: &Ctx) -> anyhow::Result<()> {
+    start_runner(ctx)?;
+    let stage = ctx.board.read(|s| s.stage);
+    ctx.rec.act(
+        ActionKind::Restart,
+        json!({ "next_event": ctx.plan.events.get(stage).map(ToString::to_string) }),
+    );
+    Ok(())
+}
+
 /// Sets the cell up, starts its first runner and its cut side, runs the
 /// scenario's steps and waits out the quiet recovery phase.
 fn drive(
@@ -697,7 +710,7 @@ fn drive(
     // The cut side runs until teardown has read the final evidence: a
     // runner it restarted dies with it (PR_SET_PDEATHSIG follows the
     // spawning thread).
-    cell.cut_side = Some(events::spawn(
+    cell.cut_side = Some(faults::spawn(
         ctx.clone(),
         listener,
         cell.model_api_pid(),

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::events::CutReport;
-use super::{Ctx, start_runner};
+use super::board::CutReport;
+use super::{Ctx, restart_after_fault};
 use crate::evidence::ActionKind;
 use crate::model::{Event, Fault};
 use crate::nemesis;
@@ -127,7 +127,7 @@ pub(super) fn cut_power(
     let mut after = Vec::new();
     let mut gaps = Vec::new();
     for task in &ctx.plan.tasks {
-        let (files, problems) = super::teardown::workspace_files(&ctx.workspace(task));
+        let (files, problems) = super::reads::workspace_files(&ctx.workspace(task));
         after.push((task.clone(), files));
         gaps.extend(problems);
     }
@@ -138,9 +138,7 @@ pub(super) fn cut_power(
                 "changes": changed.len(), "took_ms": took_ms, "workspace_unreadable": gaps,
                 "changed": changed.iter().take(CHANGES_LISTED_MAX).collect::<Vec<_>>() }),
     );
-    start_runner(ctx)?;
-    super::events::restarted(ctx);
-    Ok(())
+    restart_after_fault(ctx)
 }
 
 /// Cuts the power under `fs` once nothing uses it: a process still inside

@@ -12,8 +12,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::board::CutReport;
+use super::doomed::EVENT_MARK;
 use super::reads::{live_provider, read_before_fault};
-use super::{Ctx, start_runner};
+use super::{Ctx, restart_after_fault, start_runner};
 use crate::evidence::ActionKind;
 use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
 use crate::nemesis;
@@ -61,29 +63,6 @@ pub(super) fn arms_for(events: &[Event]) -> Vec<Cut> {
         }
     }
     arms
-}
-
-/// A value per task of the cell, the first task's first.
-pub(super) type PerTask<T> = Vec<(String, T)>;
-
-/// What the cut side alone owned, handed back to the driver at teardown.
-#[derive(Default)]
-pub(super) struct CutReport {
-    /// The role of the process whose hit was the first cut.
-    pub cut_role: Option<Role>,
-    /// Each task's run log as the controller could read it right before a
-    /// fault.
-    pub events_before: Option<PerTask<Vec<Value>>>,
-    /// `events_before` as it was at the last power cut: what the run log
-    /// said was done before the cut, which `workspace_after_cut` must hold
-    /// (a later fault's read may hold writes done after the cut).
-    pub events_before_cut: Option<PerTask<Vec<Value>>>,
-    /// Provider hits held until teardown (see [`apply_signals`]).
-    pub holds: Vec<cutpoint::Holding>,
-    /// Each task's workspace files right after the last power cut.
-    pub workspace_after_cut: Option<PerTask<std::collections::BTreeMap<String, String>>>,
-    /// A power-cut cell's lazy mounts.
-    pub lazy: Vec<lazyfs::LazyFs>,
 }
 
 /// What the cut side's acceptor and its event loop share: how far the
@@ -634,10 +613,6 @@ fn mark_trace(side: &CutSide, stage: usize) {
     }
 }
 
-/// The trace line a cell writes when it applies an event (`n` is the
-/// event's number, from 1).
-pub const EVENT_MARK: &str = "turncut.event.applied";
-
 /// Applies a process, storage ([`apply_storage`]) or power fault at the
 /// held hit, by its class; a controller action is sent by the caller.
 fn apply_fault(
@@ -745,20 +720,9 @@ fn apply_signals(
         let _ = held.resume();
     }
     if plan.kill_runner {
-        start_runner(&side.ctx)?;
-        restarted(&side.ctx);
+        restart_after_fault(&side.ctx)?;
     }
     Ok(())
-}
-
-/// Records a restart after a fault, with the event the new runner waits
-/// for.
-pub(super) fn restarted(ctx: &Ctx) {
-    let stage = ctx.board.read(|s| s.stage);
-    ctx.rec.act(
-        ActionKind::Restart,
-        json!({ "next_event": ctx.plan.events.get(stage).map(ToString::to_string) }),
-    );
 }
 
 /// At a kill of the runner alone, freezes (SIGSTOP) every other process of
