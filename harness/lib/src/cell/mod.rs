@@ -25,7 +25,7 @@ use crate::evidence::{ActionKind, Evidence, TaskRead};
 use crate::model::{CellSpec, Cut, Event, Fault, Role};
 use crate::nemesis;
 use crate::runner_client::RunnerProcess;
-use crate::scenario::{FollowUpWhen, Scenario, Step};
+use crate::scenario::Scenario;
 
 mod board;
 mod doomed;
@@ -34,25 +34,22 @@ mod inject;
 mod power;
 mod reads;
 mod reproduce;
+mod setup;
 mod steps;
 mod tasks;
 mod teardown;
 use board::{Board, Recorder, Records};
 pub use doomed::{EVENT_MARK, doomed_in_trace};
-use faults::arms_for;
-pub use faults::schedule_of;
 pub use inject::injected_message_id;
 pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 pub use reproduce::{
     reproduce_args, reproduce_command, reproduce_script, run_config, scenarios_arg,
 };
+pub use setup::{SYNC_POINT, schedule_of};
+use setup::{Setup, turn_active_follow_ups};
 use steps::run_steps;
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
-
-/// Where a `turn-active` follow-up is sent: with the runner held right after
-/// it persisted the turn's acceptance, so the turn is provably in flight.
-pub const SYNC_POINT: &str = "runner.turn_accepted.persisted";
 
 /// How cells run: programs, bounds and options shared by a wave.
 #[derive(Clone, Debug)]
@@ -128,71 +125,7 @@ pub struct CellRun {
     pub kept: Option<PathBuf>,
 }
 
-/// What a cell runs, fixed before it starts: read by both sides, never
-/// changed.
-struct Plan {
-    /// The schedule: the first cut, then later events (and a scenario's
-    /// `recut`, with the first cut's fault).
-    events: Vec<Event>,
-    /// What every runner of the cell is armed with (see [`arms_for`]).
-    arms: Vec<Cut>,
-    /// The cut-point trace, when tracing (every runner of the cell writes it).
-    trace: Option<PathBuf>,
-    /// The tag in the environment of every process of the cell.
-    tag: String,
-    /// The sync point of the scenario's `turn-active` follow-ups: every turn
-    /// acceptance, held only while the driver wants one (`Status::sync_wanted`).
-    sync: Option<Cut>,
-    /// The script adds a file through `apply_patch` (a real codex then runs
-    /// with its read-only sandbox: `Product::command_for`).
-    patches: bool,
-    /// The tasks the steps submit, the first first.
-    tasks: Vec<String>,
-}
-
-/// How many of the scenario's follow-ups wait for a turn in flight.
-fn turn_active_follow_ups(scenario: &Scenario) -> usize {
-    scenario
-        .steps
-        .iter()
-        .filter(|st| {
-            matches!(
-                st,
-                Step::FollowUp {
-                    when: FollowUpWhen::TurnActive,
-                    ..
-                }
-            )
-        })
-        .count()
-}
-
-impl Plan {
-    /// The plan of a cell that runs the schedule `events`.
-    fn new(scenario: &Scenario, events: Vec<Event>, trace: Option<&Path>, layout: &Layout) -> Plan {
-        let turn_active = turn_active_follow_ups(scenario) > 0;
-        let patches = scenario
-            .script
-            .turns
-            .iter()
-            .flat_map(|t| &t.tools)
-            .any(|t| t.kind == wire::script::ToolKind::Patch);
-        Plan {
-            patches,
-            tasks: scenario.tasks().into_iter().map(str::to_owned).collect(),
-            arms: arms_for(&events),
-            events,
-            trace: trace.map(Path::to_owned),
-            tag: layout.dir.display().to_string(),
-            sync: turn_active.then(|| Cut {
-                point: SYNC_POINT.to_owned(),
-                n: cutpoint::EVERY,
-            }),
-        }
-    }
-}
-
-/// The handles both sides of a cell use: its bounds and files, its plan,
+/// The handles both sides of a cell use: its bounds and files, its setup,
 /// the board where they meet and the recorder of what they did (see
 /// `board`). Cloned into every thread of the cell; it holds no state of
 /// its own.
@@ -201,7 +134,7 @@ struct Ctx {
     env: CellEnv,
     layout: Layout,
     canary: String,
-    plan: Arc<Plan>,
+    setup: Arc<Setup>,
     board: Arc<Board>,
     rec: Recorder,
 }
@@ -295,7 +228,7 @@ pub fn run_cell_traced(
     board.update(|s| s.turn_active_left = turn_active_follow_ups(scenario));
     let ctx = Ctx {
         env: env.clone(),
-        plan: Arc::new(Plan::new(scenario, events, trace, &layout)),
+        setup: Arc::new(Setup::new(scenario, events, trace, &layout.dir)),
         layout,
         canary,
         board: Arc::new(board),
@@ -511,11 +444,11 @@ fn start_model_api(ctx: &Ctx) -> anyhow::Result<crate::real::ModelApi> {
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE)
         .env_remove(nemesis::TAG_ENV);
-    let arms: Vec<String> = ctx.plan.arms.iter().map(ToString::to_string).collect();
+    let arms: Vec<String> = ctx.setup.arms.iter().map(ToString::to_string).collect();
     if !arms.is_empty() {
         cmd.env(cutpoint::ENV_ARM, arms.join(","));
     }
-    if let Some(t) = &ctx.plan.trace {
+    if let Some(t) = &ctx.setup.trace {
         cmd.env(cutpoint::ENV_TRACE, t);
     }
     crate::real::ModelApi::start(&mut cmd, Duration::from_millis(env.wait_ms))
@@ -536,7 +469,7 @@ fn write_real_profile(ctx: &Ctx, real: &'static wire::profiles::Real) -> anyhow:
     let mut command = product.command_for(
         &model_api.url,
         &layout.dir.display().to_string(),
-        ctx.plan.patches,
+        ctx.setup.patches,
     )?;
     {
         // The wire evidence a fake journals itself, from a tap in front.
@@ -637,10 +570,10 @@ fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
     // While a turn-active follow-up is pending, the runner is also armed at
     // the sync point so the follow-up lands while the turn is provably active.
     let (left, stage) = ctx.board.read(|s| (s.turn_active_left, s.stage));
-    let plan = &ctx.plan;
-    let sync = plan.sync.as_ref().filter(|_| left > 0);
-    let arms = if stage < plan.events.len() {
-        &plan.arms[..]
+    let setup = &ctx.setup;
+    let sync = setup.sync.as_ref().filter(|_| left > 0);
+    let arms = if stage < setup.events.len() {
+        &setup.arms[..]
     } else {
         &[]
     };
@@ -651,7 +584,7 @@ fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
         &ctx.canary,
         arms,
         sync,
-        plan.trace.as_deref(),
+        setup.trace.as_deref(),
     );
     let runner = RunnerProcess::start(
         &mut cmd,
@@ -675,7 +608,7 @@ fn restart_after_fault(ctx: &Ctx) -> anyhow::Result<()> {
     let stage = ctx.board.read(|s| s.stage);
     ctx.rec.act(
         ActionKind::Restart,
-        json!({ "next_event": ctx.plan.events.get(stage).map(ToString::to_string) }),
+        json!({ "next_event": ctx.setup.events.get(stage).map(ToString::to_string) }),
     );
     Ok(())
 }
@@ -692,7 +625,7 @@ fn drive(
 ) -> anyhow::Result<()> {
     let layout = &ctx.layout;
     write_script(scenario, layout)?;
-    if power::needs_lazy_mounts(&ctx.plan.events) {
+    if power::needs_lazy_mounts(&ctx.setup.events) {
         cell.lazy = power::mount_disks(ctx)?;
     }
     tasks::make_workspaces(ctx)?;

@@ -35,7 +35,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
         },
     };
     if let Some(r) = ctx.board.update(|s| s.runner.take()) {
-        let _ = r.kill();
+        let _ = nemesis::kill_runner(r);
     }
     (ev.reached_cut, ev.events_applied) = ctx.board.read(|s| (s.stage > 0, s.applied));
     ev.cut_role = report.cut_role;
@@ -57,7 +57,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     kill_survivors(layout, &cell.got.processes, &early, ev);
     report.holds.clear();
     read_provider_evidence(&layout.dir, ev);
-    for task in &ctx.plan.tasks {
+    for task in &ctx.setup.tasks {
         read_workspace(&ctx.workspace(task), ev, task);
     }
     if let (Some(product), Some(url)) = (product, model_url) {
@@ -289,7 +289,7 @@ fn read_runner_settled(ctx: &Ctx, ev: &mut Evidence) {
 /// does not stand in for a failed final read).
 fn read_runner(ctx: &Ctx, ev: &mut Evidence) {
     let client = ctx.board.client().map(|(c, _)| c);
-    for task in &ctx.plan.tasks {
+    for task in &ctx.setup.tasks {
         let read = match &client {
             Some(client) => read_task(ctx, client, task, &mut ev.ops),
             None => TaskEnd::unread("no runner was running at the end of the cell"),
