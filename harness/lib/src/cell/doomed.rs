@@ -19,7 +19,7 @@
 //! A real product's fake model API, started by the harness and living
 //! across every restart, is never doomed. The cell skips doomed pids when
 //! it counts (`faults::is_next_event`), and the event's trace mark lists
-//! them so that discovery (`plan::discover_after`) numbers the recovery's
+//! them so that discovery (`discover::discover_after`) numbers the recovery's
 //! hits exactly as the cell will.
 
 use std::path::Path;
