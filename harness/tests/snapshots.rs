@@ -236,14 +236,19 @@ fn sampled(
     dir: &Path,
     s: &scenario::Scenario,
     profile: &str,
-) -> (CellEnv, plan::Discovery, Vec<CellSpec>, Vec<CellSpec>) {
+) -> (
+    CellEnv,
+    harness::discover::Discovery,
+    Vec<CellSpec>,
+    Vec<CellSpec>,
+) {
     let id = s.id(profile);
     let mut env = CellEnv::new(exe(), dir);
     // A healthy provider on a busy machine may pause past the wave's short
     // hang timeout and be stopped as hung, which changes the path a
     // snapshot records.
     env.hang_idle_timeout_ms = SNAPSHOT_HANG_IDLE_MS;
-    let d = plan::discover(&env, s, profile).expect("discovery runs");
+    let d = harness::discover::discover(&env, s, profile).expect("discovery runs");
     assert_eq!(
         d.clean_verdict,
         Verdict::Pass,

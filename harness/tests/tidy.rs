@@ -381,7 +381,7 @@ fn the_shared_crates_are_leaves() {
 const MODULE_CYCLES: &str = include_str!("tidy/module_cycles.txt");
 
 /// The top-level module a source file belongs to (`cell` for
-/// `harness/lib/src/cell/events.rs`), or `None` for the crate root.
+/// `harness/lib/src/cell/faults.rs`), or `None` for the crate root.
 fn top_module(rel_in_src: &str) -> Option<String> {
     let first = rel_in_src.split('/').next()?;
     let name = first.trim_end_matches(".rs");

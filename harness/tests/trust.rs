@@ -31,7 +31,7 @@ fn a_runner_that_loses_its_state_on_restart_never_passes() {
     let s = scenarios.iter().find(|s| s.case == "single-task").unwrap();
     let profile = "runner-codex";
     let clean = CellEnv::new(exe(), &dir);
-    let d = plan::discover(&clean, s, profile).unwrap();
+    let d = harness::discover::discover(&clean, s, profile).unwrap();
     let cells = plan::expand(s, &d.boundaries)
         .unwrap()
         .into_iter()

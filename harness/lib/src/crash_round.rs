@@ -104,7 +104,7 @@ pub fn run(exe: &Path, opts: &Options) -> anyhow::Result<Figures> {
         // Killed at the armed moment, or, if the round's tasks never get
         // there, at the deadline, whatever they are doing then.
         let reached = rig.listener.accept_hit(opts.round_wait).ok();
-        runner.kill()?;
+        crate::nemesis::kill_runner(runner)?;
         let how = match reached {
             Some(_) => format!("{arm} (reached)"),
             None => format!(
@@ -119,7 +119,7 @@ pub fn run(exe: &Path, opts: &Options) -> anyhow::Result<Figures> {
     let client = runner.client();
     rig.submit(&client, opts.tasks)?;
     rig.settle_all(&client, opts.wait, &mut figures)?;
-    runner.kill()?;
+    crate::nemesis::kill_runner(runner)?;
     rig.census(&mut figures);
     figures.wall = started.elapsed();
     if opts.keep {

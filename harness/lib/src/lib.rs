@@ -13,6 +13,7 @@ pub mod codex_client;
 pub mod contract;
 pub mod crash_round;
 pub mod demo;
+pub mod discover;
 pub mod doctor;
 pub mod evidence;
 pub mod explore;

@@ -1,53 +1,57 @@
-//! The nemesis: applies a fault at a cut, with real signals.
+//! The nemesis: delivers every process fault, with real signals.
 //!
 //! `kill-runner` SIGKILLs the runner (its process group only: providers lead
 //! groups of their own and live on as orphans, as after a real crash);
 //! `kill-provider` SIGKILLs the provider's group; `kill-both` does both;
 //! `hang-provider` SIGSTOPs the provider's group, so it stops answering while
-//! staying alive; `power-cut` freezes every process of the cell, then
-//! SIGKILLs them all (`freeze_and_kill`), before the cell cuts the power
-//! under them. Together with `supervisor`, this is the only harness code
-//! that sends signals. It decides nothing about when to cut.
+//! staying alive (`blow` says which a fault does, `deal` does it);
+//! `power-cut` freezes every process of the cell, then SIGKILLs them all
+//! (`power_loss`), before the cell cuts the power under them. A cell never
+//! kills a process itself: it asks here (`deal`, `kill_runner`,
+//! `power_loss`). Together with `supervisor`, this is the only harness code
+//! that sends signals. It decides nothing about when to cut, and records
+//! nothing: it tells its caller what it did (`Dealt`).
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 
 use crate::model::Fault;
+use crate::runner_client::RunnerProcess;
 
-/// What a fault needs to do: whether the runner dies and what happens to the
-/// provider group.
+/// What a fault does to the cell's processes, its blow: whether the runner
+/// dies and what happens to the provider's group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plan {
+pub struct Blow {
     /// SIGKILL the runner (and restart it).
     pub kill_runner: bool,
     /// The signal for the provider's group, if any.
     pub provider_signal: Option<Signal>,
 }
 
-/// The plan of a fault.
-pub fn plan(fault: Fault) -> Plan {
+/// The blow of a fault.
+pub fn blow(fault: Fault) -> Blow {
     match fault {
-        Fault::KillRunner => Plan {
+        Fault::KillRunner => Blow {
             kill_runner: true,
             provider_signal: None,
         },
-        Fault::KillProvider => Plan {
+        Fault::KillProvider => Blow {
             kill_runner: false,
             provider_signal: Some(Signal::SIGKILL),
         },
-        Fault::KillBoth => Plan {
+        Fault::KillBoth => Blow {
             kill_runner: true,
             provider_signal: Some(Signal::SIGKILL),
         },
-        Fault::HangProvider => Plan {
+        Fault::HangProvider => Blow {
             kill_runner: false,
             provider_signal: Some(Signal::SIGSTOP),
         },
         // A controller action (`cell::inject::inject_action`), a storage fault (the
         // cut-point reply `fail <errno>` or `corrupt`), or a power cut, which kills
-        // every process of the cell by its tag (`freeze_and_kill`), not by plan;
+        // every process of the cell by its tag (`power_loss`), not by blow;
         // or an error answer (the cut-point reply `answer <fault>`).
-        _ => Plan {
+        _ => Blow {
             kill_runner: false,
             provider_signal: None,
         },
@@ -56,7 +60,113 @@ pub fn plan(fault: Fault) -> Plan {
 
 /// Whether a fault targets the provider (and so needs a live one).
 pub fn needs_provider(fault: Fault) -> bool {
-    plan(fault).provider_signal.is_some()
+    blow(fault).provider_signal.is_some()
+}
+
+/// Where a blow lands: the cell's processes as the cell knows them at the
+/// fault's hit.
+#[derive(Clone, Copy, Debug)]
+pub struct Aim<'a> {
+    /// The cell's tag ([`TAG_ENV`]): the census of its processes.
+    pub tag: &'a str,
+    /// The runner's pid when the hit is the runner's own: at a kill of the
+    /// runner alone, its other processes are frozen first
+    /// ([`runner_children`]).
+    pub runner_at_hit: Option<u32>,
+    /// The group the runner leads (a provider in it is signalled alone,
+    /// [`provider_target`]).
+    pub runner_pgid: Option<u32>,
+    /// The provider a provider fault signals, if the cell found one.
+    pub provider: Option<u32>,
+}
+
+/// What the nemesis did while it dealt a blow, told as it happens so that
+/// the caller records it in that order.
+#[derive(Debug)]
+pub enum Dealt {
+    /// Before a kill of the runner alone at its own hit, the runner's other
+    /// processes frozen (SIGSTOP), and the forks of the runner not yet
+    /// exec'ed, left to exec.
+    Frozen {
+        pids: Vec<u32>,
+        forks_left: Vec<u32>,
+    },
+    /// The runner SIGKILLed (its own group) and reaped.
+    RunnerKilled { pid: u32 },
+    /// The provider `pid` signalled through `target`.
+    ProviderSignalled {
+        pid: u32,
+        target: Target,
+        signal: Signal,
+    },
+    /// A provider fault with no provider to signal.
+    NoProvider,
+}
+
+/// Deals `blow` at `aim`: at a kill of the runner alone at its own hit,
+/// freezes the runner's other processes first (left running, a provider
+/// goes on with its turn while the runner restarts, or not, by timing, and
+/// the cell's recovery path with it; frozen, it keeps exactly what it had
+/// at the cut, and the restarted runner must stop it: a SIGKILL ends a
+/// stopped process); then SIGKILLs the runner `take_runner` hands over
+/// (called only when the blow kills it) and signals the provider. Each step
+/// is told to `told` as it is done.
+pub fn deal(
+    blow: Blow,
+    aim: Aim<'_>,
+    take_runner: impl FnOnce() -> Option<RunnerProcess>,
+    mut told: impl FnMut(Dealt),
+) -> std::io::Result<()> {
+    if blow.kill_runner
+        && blow.provider_signal.is_none()
+        && let Some(runner) = aim.runner_at_hit
+    {
+        let (pids, forks_left) = freeze_runner_children(aim.tag, runner);
+        told(Dealt::Frozen { pids, forks_left });
+    }
+    if blow.kill_runner
+        && let Some(r) = take_runner()
+    {
+        told(Dealt::RunnerKilled {
+            pid: kill_runner(r)?,
+        });
+    }
+    match (blow.provider_signal, aim.provider) {
+        (Some(signal), Some(pid)) => {
+            let target = provider_target(pid, aim.runner_pgid);
+            signal_target(target, signal)?;
+            told(Dealt::ProviderSignalled {
+                pid,
+                target,
+                signal,
+            });
+        }
+        (Some(_), None) => told(Dealt::NoProvider),
+        (None, _) => {}
+    }
+    Ok(())
+}
+
+/// SIGKILLs the runner `runner` (its own process group only: providers live
+/// in groups of their own and survive, as they would a real crash) and
+/// reaps it; returns its pid.
+pub fn kill_runner(runner: RunnerProcess) -> std::io::Result<u32> {
+    let pid = runner.pid();
+    runner.kill()?;
+    Ok(pid)
+}
+
+/// A power loss for the cell tagged `tag` whose runner is `runner`: every
+/// process frozen, then SIGKILLed ([`freeze_and_kill`]), the runner reaped.
+/// Returns the pids killed; the caller waits for them to exit
+/// ([`wait_gone`]).
+pub fn power_loss(tag: &str, runner: Option<RunnerProcess>) -> std::io::Result<Vec<u32>> {
+    let killed = freeze_and_kill(tag, runner.as_ref().map(RunnerProcess::pid));
+    if let Some(r) = runner {
+        // Already SIGKILLed: this reaps it.
+        r.kill()?;
+    }
+    Ok(killed)
 }
 
 /// How many times the census of a cell's processes runs before the kill: a
@@ -71,7 +181,7 @@ const CENSUS_ROUNDS: usize = 3;
 /// that syncs its store when its stdin closes would otherwise get the
 /// chance a real power loss never gives), then all are SIGKILLed. Returns
 /// the pids killed; the caller waits for them to exit.
-pub fn freeze_and_kill(tag: &str, runner: Option<u32>) -> Vec<u32> {
+fn freeze_and_kill(tag: &str, runner: Option<u32>) -> Vec<u32> {
     let mut frozen: Vec<u32> = Vec::new();
     if let Some(pid) = runner {
         let _ = signal_pid(pid, Signal::SIGSTOP);
@@ -115,6 +225,19 @@ pub fn runner_children(tag: &str, runner: u32) -> (Vec<u32>, Vec<u32>) {
         }
     }
     (freeze, forks)
+}
+
+/// Freezes (SIGSTOP) the processes of `tag` that [`runner_children`] says
+/// to freeze at a kill of `runner` alone: the ones frozen, and the forks
+/// left to exec. Providers are found by the cell's tag, not through the
+/// runner's API, which a held write blocks.
+fn freeze_runner_children(tag: &str, runner: u32) -> (Vec<u32>, Vec<u32>) {
+    let (children, forks) = runner_children(tag, runner);
+    let frozen = children
+        .into_iter()
+        .filter(|pid| signal_pid(*pid, Signal::SIGSTOP).is_ok())
+        .collect();
+    (frozen, forks)
 }
 
 /// SIGKILLs processes that still use a cell's lazy mount after

@@ -1,14 +1,17 @@
-//! Planning: discover the cut points of a scenario from a clean traced run,
-//! then expand cells (point × occurrence × fault), seed them, sample them for
-//! a budget and split them into shards.
+//! Planning, the pure part: from the boundaries of a clean run (read from
+//! its trace, `boundaries_of`), expand cells (point × occurrence × fault),
+//! trim them by durable segment, number and seed them, sample them for a
+//! budget and split them into shards; check a `--cut`, a `--schedule` or a
+//! scenario's points against the boundaries. It starts no process: the
+//! traced runs that find the boundaries are `discover`'s, so everything
+//! here is tested on boundaries made by hand.
 //!
 //! Nothing is hand-listed: the boundaries are whatever the runner and its
 //! provider hit in a clean run. A provider fault is planned only at points
 //! where the trace shows a live provider (between `provider_identity` and
 //! `provider_stop` of the runner), so no cell fires a fault at nothing.
 
-use crate::cell::{CellEnv, run_cell_traced};
-use crate::model::{CellSpec, Cut, Event, Fault, Role, Verdict};
+use crate::model::{CellSpec, Cut, Event, Fault, Role};
 use crate::nemesis;
 use crate::scenario::{CutSelection, Scenario};
 
@@ -128,94 +131,6 @@ fn kept_of_segment(len: usize, keep: usize, draw: usize) -> Vec<usize> {
     }
 }
 
-/// The result of discovery.
-pub struct Discovery {
-    /// Boundaries in the order of the clean run.
-    pub boundaries: Vec<Boundary>,
-    /// The clean run's final state, verdict and duration.
-    pub clean_state: String,
-    /// The clean run's verdict.
-    pub clean_verdict: Verdict,
-    /// The clean run's judged result when it did not pass (its scenario's
-    /// `[expect]`, say): planning reports it as a cell of its own, so a
-    /// clean run's verdict never depends on whether a sampled wave kept
-    /// the clean cell.
-    pub clean_failure: Option<Box<crate::model::CellResult>>,
-    /// Wall time of the clean run.
-    pub clean_ms: u64,
-    /// The clean run's run-log event kinds, in order, without the events
-    /// whose place depends on when the harness acted (`message.queued`).
-    pub clean_timeline: Vec<String>,
-    /// Why the run may have taken a path of the machine's load, not the
-    /// scenario's (`timing::silent_provider`: the runner found a provider
-    /// silent that nothing hung): its boundaries include that recovery's.
-    pub timing: Option<String>,
-}
-
-/// A clean traced run that could not give boundaries: why, and the run's
-/// judged result when it ran (a runner that strands its task fails its
-/// oracles here as in any cell).
-#[derive(Debug)]
-pub struct DiscoveryFailed {
-    /// What went wrong.
-    pub message: String,
-    /// The run's result, when it ran.
-    pub result: Option<Box<crate::model::CellResult>>,
-}
-
-impl std::fmt::Display for DiscoveryFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for DiscoveryFailed {}
-
-/// Runs `scenario` once, clean, with tracing, and lists its boundaries.
-pub fn discover(
-    env: &CellEnv,
-    scenario: &Scenario,
-    profile: &str,
-) -> Result<Discovery, DiscoveryFailed> {
-    let failed = |message: String| DiscoveryFailed {
-        message,
-        result: None,
-    };
-    let dir = crate::tempdirs::tempdir("trace").map_err(|e| failed(e.to_string()))?;
-    let trace = dir.path().join("trace.jsonl");
-    let spec = CellSpec {
-        cell_id: "discovery".into(),
-        scenario_id: scenario.id(profile).into(),
-        seed: 0,
-        events: Vec::new(),
-    };
-    let crate::judge::Judged { run, result } =
-        crate::judge::judged(run_cell_traced(env, scenario, profile, &spec, Some(&trace)));
-    if let Some(e) = &result.error {
-        return Err(DiscoveryFailed {
-            message: format!("the clean traced run of {} failed: {e}", spec.scenario_id),
-            result: Some(Box::new(result)),
-        });
-    }
-    let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
-    Ok(Discovery {
-        timing: crate::timing::silent_provider(&run.evidence),
-        boundaries: boundaries_of(hits),
-        clean_state: crate::model::TaskState::name(result.outcome.state).to_owned(),
-        clean_verdict: result.verdict,
-        clean_failure: (result.verdict != Verdict::Pass).then(|| Box::new(result.clone())),
-        clean_ms: result.duration_ms,
-        clean_timeline: run
-            .evidence
-            .events
-            .iter()
-            .filter_map(crate::run_log::RunLogEvent::kind_name)
-            .filter(|k| *k != "message.queued")
-            .map(str::to_owned)
-            .collect(),
-    })
-}
-
 /// The boundaries of a clean run's trace, in its order: each distinct
 /// `point#n`, with whether a provider is alive when it is hit.
 pub fn boundaries_of(hits: Vec<cutpoint::Hit>) -> Vec<Boundary> {
@@ -250,7 +165,7 @@ pub fn boundaries_of(hits: Vec<cutpoint::Hit>) -> Vec<Boundary> {
 /// window the runner opened with a recorded identity and has not closed
 /// with a recorded stop. A killed runner's providers are stopped by the
 /// next one, so its window counts until that stop.
-fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
+pub fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
     let mut alive = 0i64;
     hits.iter()
         .map(|h| {
@@ -265,155 +180,6 @@ fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
             role == Role::Provider || alive > 0
         })
         .collect()
-}
-
-/// The boundaries of the recovery after `first`: `scenario` runs once with
-/// that one event and a trace in every process (restarted runners and new
-/// providers included); every hit after the event was applied is a
-/// boundary, numbered by its occurrence after the event (the numbering a
-/// later event of a schedule uses).
-pub fn discover_after(
-    env: &CellEnv,
-    scenario: &Scenario,
-    profile: &str,
-    first: &crate::model::Event,
-) -> anyhow::Result<Vec<Boundary>> {
-    discover_after_walking(env, scenario, profile, first, None)
-}
-
-/// How many traced runs [`discover_after_walking`] makes at most to see the
-/// recovery path it is asked for.
-const WALK_TRACES: usize = 3;
-
-/// [`discover_after`], for the recovery of `path` when given: the event's
-/// recovery can walk another path in another run (the provider recorded the
-/// turn before the kill or not), so a traced run that walked another path is
-/// made again, [`WALK_TRACES`] runs at most (then the last stands). Stage 2
-/// traces each representative this way, so the boundaries it cuts are those
-/// of the path the representative walked, whichever run traces it.
-pub fn discover_after_walking(
-    env: &CellEnv,
-    scenario: &Scenario,
-    profile: &str,
-    first: &crate::model::Event,
-    path: Option<&str>,
-) -> anyhow::Result<Vec<Boundary>> {
-    Ok(walk_recovery(env, scenario, profile, first, path)?.1)
-}
-
-/// [`discover_after_walking`], with the recovery path the traced run
-/// walked (`explore --workflows` keys what it cut again by it).
-pub fn walk_recovery(
-    env: &CellEnv,
-    scenario: &Scenario,
-    profile: &str,
-    first: &crate::model::Event,
-    path: Option<&str>,
-) -> anyhow::Result<(String, Vec<Boundary>)> {
-    let spec = schedule_cell(
-        0,
-        "discovery".into(),
-        scenario.id(profile),
-        std::slice::from_ref(first),
-    );
-    let mut found = reached_after(env, scenario, profile, &spec)?;
-    for _ in 1..WALK_TRACES {
-        if path.is_none_or(|p| found.3 == p) {
-            break;
-        }
-        found = reached_after(env, scenario, profile, &spec)?;
-    }
-    let (hits, mark, doomed, walked) = found;
-    let mut counts: std::collections::HashMap<&str, u64> = Default::default();
-    let mut out: Vec<Boundary> = Vec::new();
-    let alive = provider_alive_at(&hits);
-    for (h, alive) in hits.iter().zip(alive).skip(mark + 1) {
-        // The remains of what the event killed are not its recovery
-        // (`cell::doomed`): the cell would not count them either.
-        if h.point == crate::cell::EVENT_MARK || doomed.contains(&h.pid) {
-            continue;
-        }
-        let n = counts.entry(h.point.as_str()).or_default();
-        *n += 1;
-        out.push(Boundary {
-            cut: Cut {
-                point: h.point.clone(),
-                n: *n,
-            },
-            role: Role::of(&h.role),
-            provider_alive: alive,
-            segment: 0,
-        });
-    }
-    Ok((walked, out))
-}
-
-/// A traced run of `spec` that reached its event. A cut whose reach
-/// depends on timing can be missed once, as a cell's can (`wave::run_one`
-/// runs such a cell once more): so can this run.
-fn reached_after(
-    env: &CellEnv,
-    scenario: &Scenario,
-    profile: &str,
-    spec: &CellSpec,
-) -> anyhow::Result<TracedAfter> {
-    match traced_after(env, scenario, profile, spec)? {
-        Some(found) => Ok(found),
-        None => traced_after(env, scenario, profile, spec)?.ok_or_else(|| {
-            anyhow::anyhow!(
-                "the traced run of {} never reached its cut (twice)",
-                spec.name()
-            )
-        }),
-    }
-}
-
-/// How many times a traced run after an event is run again with longer
-/// timeouts when the load made the runner find a provider silent.
-const TIMING_RETRACES: usize = 2;
-
-/// A traced run after an event: its hits, the index of the event's mark,
-/// the pids the event doomed and the recovery path it walked.
-type TracedAfter = (Vec<cutpoint::Hit>, usize, Vec<u32>, String);
-
-/// One traced run of the discovery cell `spec`, or `None` when the run
-/// never reached the event.
-fn traced_after(
-    env: &CellEnv,
-    scenario: &Scenario,
-    profile: &str,
-    spec: &CellSpec,
-) -> anyhow::Result<Option<TracedAfter>> {
-    let hangs = spec.schedule().is_some_and(|s| {
-        s.iter()
-            .any(|e| e.fault == crate::model::Fault::HangProvider)
-    });
-    let mut env = env.clone();
-    let mut attempt = 0;
-    let (dir, run) = loop {
-        let dir = crate::tempdirs::tempdir("trace")?;
-        let trace = dir.path().join("trace.jsonl");
-        let run = run_cell_traced(&env, scenario, profile, spec, Some(&trace));
-        // A provider the runner found silent that nothing hung is the load's
-        // recovery, not the event's: traced again with longer timeouts.
-        let timing = crate::timing::silent_provider(&run.evidence).is_some();
-        if !timing || attempt == TIMING_RETRACES {
-            break (dir, run);
-        }
-        attempt += 1;
-        env = crate::timing::longer(&env, hangs);
-    };
-    let trace = dir.path().join("trace.jsonl");
-    if let Some(e) = &run.evidence.harness_error {
-        anyhow::bail!("the traced run of {} failed: {e}", spec.name());
-    }
-    let hits = cutpoint::trace_read(&trace)?;
-    let mark = hits
-        .iter()
-        .position(|h| h.point == crate::cell::EVENT_MARK && h.n == 1);
-    let doomed = crate::cell::doomed_in_trace(&trace, 1)?;
-    let path = run.evidence.path();
-    Ok(mark.map(|m| (hits, m, doomed, path)))
 }
 
 /// The listed cut points of `scenario` that never happen in this clean run
@@ -887,5 +653,117 @@ mod tests {
         assert!(parse_shard("0/3").is_err());
         assert!(parse_shard("4/3").is_err());
         assert_eq!(parse_shard("2/3").unwrap(), (2, 3));
+    }
+
+    /// A scenario file with `chaos`, the rest as small as parses.
+    fn scenario(chaos: &str) -> Scenario {
+        let text = format!(
+            "suite = \"s\"\ncase = \"c\"\nprofiles = [\"runner-codex\"]\ntitle = \"t\"\n\
+             [[script.turn]]\nsay = []\nfinal = \"done\"\n\
+             [[steps]]\nsubmit = {{ prompt = \"go\" }}\n[[steps]]\nawait = \"settled\"\n\
+             [chaos]\n{chaos}\n"
+        );
+        crate::scenario::parse(&text, "s/c.toml").expect("the test scenario parses")
+    }
+
+    /// Hand-made boundaries of a clean run: a before-write point, its
+    /// durable write with no provider yet, the provider's identity (a
+    /// provider alive from there), a provider point, a before-read point.
+    fn clean_run() -> Vec<Boundary> {
+        let b = |point: &str, role: Role, provider_alive: bool, segment: usize| Boundary {
+            cut: Cut {
+                point: point.into(),
+                n: 1,
+            },
+            role,
+            provider_alive,
+            segment,
+        };
+        vec![
+            b("runner.write.task_admitted", Role::Runner, false, 0),
+            b("runner.task_admitted.persisted", Role::Runner, false, 1),
+            b("runner.provider_identity.persisted", Role::Runner, true, 2),
+            b("codex.turn.recorded", Role::Provider, true, 1),
+            b("runner.read.turns", Role::Runner, true, 2),
+        ]
+    }
+
+    /// The clean cell comes first; a process fault is planned after each
+    /// write, a provider fault only where a provider is alive, a write fault
+    /// only at the before-write point and a read fault only at the
+    /// before-read one.
+    #[test]
+    fn expand_puts_each_fault_where_it_applies() {
+        let s = scenario(
+            "cut = \"every-boundary\"\nfaults = [\"kill-runner\", \"kill-provider\", \"fail-write\", \"fail-read\"]",
+        );
+        let cells = expand(&s, &clean_run()).expect("expands");
+        assert_eq!(cells[0], None, "the clean cell first");
+        let planned: Vec<String> = cells.iter().flatten().map(ToString::to_string).collect();
+        assert_eq!(
+            planned,
+            [
+                "runner.write.task_admitted#1/fail-write",
+                "runner.task_admitted.persisted#1/kill-runner",
+                "runner.provider_identity.persisted#1/kill-runner",
+                "runner.provider_identity.persisted#1/kill-provider",
+                "codex.turn.recorded#1/kill-runner",
+                "codex.turn.recorded#1/kill-provider",
+                "runner.read.turns#1/fail-read",
+            ]
+        );
+    }
+
+    /// A scenario's named points: a point of another provider's protocol is
+    /// not this profile's and plans nothing; one of no component, or one
+    /// of its own protocol that never happens, is an error.
+    #[test]
+    fn expand_plans_named_points_of_this_profile_only() {
+        let s = scenario(
+            "cut = [\"codex.turn.recorded\", \"acp.turn.recorded\"]\nfaults = [\"kill-provider\"]",
+        );
+        let cells = expand(&s, &clean_run()).expect("expands");
+        let planned: Vec<String> = cells.iter().flatten().map(ToString::to_string).collect();
+        assert_eq!(planned, ["codex.turn.recorded#1/kill-provider"]);
+        let unmatched = unmatched_points(&s, &clean_run());
+        assert_eq!(unmatched, ["acp.turn.recorded"]);
+        let never = scenario("cut = [\"codex.turn.never\"]\nfaults = [\"kill-runner\"]");
+        let e = expand(&never, &clean_run()).expect_err("a point that never happens");
+        assert!(e.to_string().contains("never happens"), "{e}");
+    }
+
+    /// Expand, number, sample and shard, as a wave plans without a process:
+    /// the sample keeps the planned order, and the shards split it exactly.
+    #[test]
+    fn a_plan_of_hand_made_boundaries_samples_and_shards_in_order() {
+        let s = scenario(
+            "cut = \"every-boundary\"\nfaults = [\"kill-runner\", \"kill-provider\", \"kill-both\", \"hang-provider\"]",
+        );
+        let expanded = expand(&s, &clean_run()).expect("expands");
+        let cells = number(
+            7,
+            expanded
+                .into_iter()
+                .map(|e| ("s.runner-codex.local.c".to_owned(), e))
+                .collect(),
+        );
+        // The clean cell, `kill-runner` after each of the three writes, and
+        // the three provider faults where the provider is alive (two).
+        assert_eq!(cells.len(), 1 + 3 + 3 * 2);
+        let ids: Vec<&str> = cells.iter().map(|c| c.cell_id.as_str()).collect();
+        assert_eq!(ids[..3], ["t001", "t002", "t003"]);
+        let sampled = sample(cells.clone(), Some(6), 7);
+        assert_eq!(sampled.len(), 6);
+        let at = |c: &CellSpec| cells.iter().position(|x| x == c).expect("a planned cell");
+        let order: Vec<usize> = sampled.iter().map(at).collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+        let shards: Vec<Vec<CellSpec>> = (1..=4).map(|i| shard(sampled.clone(), i, 4)).collect();
+        assert_eq!(
+            shards.iter().map(Vec::len).collect::<Vec<_>>(),
+            [2, 2, 1, 1]
+        );
+        let mut joined: Vec<CellSpec> = shards.concat();
+        joined.sort_by_key(at);
+        assert_eq!(joined, sampled);
     }
 }

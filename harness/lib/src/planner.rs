@@ -13,8 +13,9 @@
 //! stranded), judged like a cell: the wave goes on, and goes red.
 
 use crate::cell::CellEnv;
+use crate::discover::{self, Discovery, DiscoveryFailed};
 use crate::model::{CellResult, CellSpec, Event, Fault, Role, Skipped, Verdict};
-use crate::plan::{self, DiscoveryFailed};
+use crate::plan;
 use crate::scenario::{self, Scenario};
 use crate::wave::Reach;
 
@@ -37,7 +38,7 @@ struct Discovered<'a> {
     id: &'a String,
     scenario: &'a Scenario,
     profile: String,
-    discovery: plan::Discovery,
+    discovery: Discovery,
 }
 
 /// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
@@ -224,11 +225,11 @@ pub fn discover_retrying(
     env: &CellEnv,
     s: &Scenario,
     profile: &str,
-) -> Result<plan::Discovery, DiscoveryFailed> {
+) -> Result<Discovery, DiscoveryFailed> {
     let mut env = env.clone();
     let mut last = None;
     for attempt in 1..=DISCOVERY_ATTEMPTS {
-        let outcome = plan::discover(&env, s, profile);
+        let outcome = discover::discover(&env, s, profile);
         let why = match &outcome {
             Ok(d) => match &d.timing {
                 None => return outcome,
@@ -276,7 +277,7 @@ fn discover_steady(
     env: &CellEnv,
     s: &Scenario,
     profile: &str,
-) -> Result<(plan::Discovery, Vec<String>), DiscoveryFailed> {
+) -> Result<(Discovery, Vec<String>), DiscoveryFailed> {
     let first = discover_retrying(env, s, profile)?;
     let second = discover_retrying(env, s, profile)?;
     if shape(&first.boundaries) == shape(&second.boundaries) {
@@ -290,7 +291,7 @@ fn discover_steady(
     ];
     let (boundaries, unsteady) = steady_union(&runs);
     Ok((
-        plan::Discovery {
+        Discovery {
             boundaries,
             ..first
         },
@@ -450,10 +451,11 @@ fn depth2_cells(
         // The before-read points are cut by stage 2 at every recovery
         // (`recuts::second_faults`); the draw keeps to the rest, as before
         // they existed.
-        let after: Vec<plan::Boundary> = plan::discover_after(env, f.scenario, &f.profile, first)?
-            .into_iter()
-            .filter(|b| !b.cut.point.starts_with(crate::model::READ_POINTS))
-            .collect();
+        let after: Vec<plan::Boundary> =
+            discover::discover_after(env, f.scenario, &f.profile, first)?
+                .into_iter()
+                .filter(|b| !b.cut.point.starts_with(crate::model::READ_POINTS))
+                .collect();
         if after.is_empty() {
             continue;
         }
@@ -541,7 +543,7 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
             .filter(|p| crate::real::unavailable(p, &env.progress).is_none())
         {
             if !mine.iter().any(|f| &f.profile == p) {
-                union.extend(plan::discover(env, s, p)?.boundaries);
+                union.extend(discover::discover(env, s, p)?.boundaries);
             }
         }
     }

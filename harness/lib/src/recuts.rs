@@ -388,7 +388,7 @@ fn discover_all(
                         crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
                     let found = match scenario::find(scenarios, &rep.scenario_id) {
                         _ if interrupted => Err("interrupted before it was traced".into()),
-                        Some((s, profile)) => plan::discover_after_walking(
+                        Some((s, profile)) => crate::discover::discover_after_walking(
                             env,
                             s,
                             &profile,

@@ -37,7 +37,7 @@ pub struct Finished {
 pub struct Reach {
     /// Depth-2 cells per scenario id: a first process fault, then a second
     /// event at a boundary of the recovery, discovered from a traced run of
-    /// the first (`plan::discover_after`).
+    /// the first (`discover::discover_after`).
     pub depth2: usize,
     /// Random schedules (`explore::draw`) per scenario id.
     pub schedules: usize,

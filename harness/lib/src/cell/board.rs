@@ -1,7 +1,7 @@
 //! Where a cell's driver and its cut side meet, and what both record.
 //!
 //! A cell has two sides: the driver (`steps`: the scenario's requests and
-//! the waits on the task) and the cut side (`events`: the hits, the faults,
+//! the waits on the task) and the cut side (`faults`: the hits, the faults,
 //! the restarts). Each owns its own state; they share exactly two things:
 //!
 //! - the [`Board`]: the runner now running and how far the schedule got,
@@ -13,6 +13,9 @@
 //! - the [`Recorder`]: what either side did, sent as messages
 //!   ([`Record`]) and collected by the driver at teardown: no lock, and
 //!   nothing the other side reads while the cell runs.
+//!
+//! What the cut side alone produced comes back to the driver once, when
+//! teardown joins it: the [`CutReport`].
 
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Condvar, Mutex, MutexGuard};
@@ -21,6 +24,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use crate::evidence::{Action, ActionKind, Exchange, Op};
+use crate::model::Role;
 use crate::runner_client::{RunnerClient, RunnerProcess};
 
 /// The state the two sides share: see the module doc.
@@ -191,4 +195,27 @@ impl Records {
             }
         }
     }
+}
+
+/// A value per task of the cell, the first task's first.
+pub(super) type PerTask<T> = Vec<(String, T)>;
+
+/// What the cut side alone owned, handed back to the driver at teardown.
+#[derive(Default)]
+pub(super) struct CutReport {
+    /// The role of the process whose hit was the first cut.
+    pub cut_role: Option<Role>,
+    /// Each task's run log as the controller could read it right before a
+    /// fault.
+    pub events_before: Option<PerTask<Vec<Value>>>,
+    /// `events_before` as it was at the last power cut: what the run log
+    /// said was done before the cut, which `workspace_after_cut` must hold
+    /// (a later fault's read may hold writes done after the cut).
+    pub events_before_cut: Option<PerTask<Vec<Value>>>,
+    /// Provider hits held until teardown (`faults::apply_signals`).
+    pub holds: Vec<cutpoint::Holding>,
+    /// Each task's workspace files right after the last power cut.
+    pub workspace_after_cut: Option<PerTask<std::collections::BTreeMap<String, String>>>,
+    /// A power-cut cell's lazy mounts.
+    pub lazy: Vec<lazyfs::LazyFs>,
 }

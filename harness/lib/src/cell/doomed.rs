@@ -18,14 +18,18 @@
 //!
 //! A real product's fake model API, started by the harness and living
 //! across every restart, is never doomed. The cell skips doomed pids when
-//! it counts (`events::is_next_event`), and the event's trace mark lists
-//! them so that discovery (`plan::discover_after`) numbers the recovery's
+//! it counts (`faults::is_next_event`), and the event's trace mark lists
+//! them so that discovery (`discover::discover_after`) numbers the recovery's
 //! hits exactly as the cell will.
 
 use std::path::Path;
 
 use crate::model::Fault;
 use crate::nemesis;
+
+/// The trace line a cell writes when it applies an event (`n` is the
+/// event's number, from 1).
+pub const EVENT_MARK: &str = "turncut.event.applied";
 
 /// The trace mark's field that lists the pids an event doomed.
 const FIELD: &str = "doomed";
@@ -73,7 +77,7 @@ pub fn doomed_in_trace(path: &Path, n: u64) -> std::io::Result<Vec<u32>> {
     let mark = text
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["point"] == super::EVENT_MARK && v["n"] == n);
+        .find(|v| v["point"] == EVENT_MARK && v["n"] == n);
     Ok(mark
         .and_then(|m| m[FIELD].as_array().cloned())
         .unwrap_or_default()
@@ -154,7 +158,8 @@ mod tests {
     fn the_mark_round_trips_through_a_trace() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("trace.jsonl");
-        let mut line = serde_json::json!({ "role": "turncut", "pid": 1, "point": super::super::EVENT_MARK, "n": 1 });
+        let mut line =
+            serde_json::json!({ "role": "turncut", "pid": 1, "point": super::EVENT_MARK, "n": 1 });
         mark(&mut line, &[11, 12]);
         std::fs::write(
             &path,

@@ -10,7 +10,8 @@
 //! evidence to the oracles. The cell never judges anything itself.
 //!
 //! Here: the cell's setup and its driver; `steps` sends the scenario's
-//! requests, `events` is the cut thread, `teardown` collects the final
+//! requests, `faults` is the cut side (the fault applier: it takes the
+//! hits and applies each event's fault), `teardown` collects the final
 //! evidence.
 
 use std::path::{Path, PathBuf};
@@ -24,34 +25,31 @@ use crate::evidence::{ActionKind, Evidence, TaskRead};
 use crate::model::{CellSpec, Cut, Event, Fault, Role};
 use crate::nemesis;
 use crate::runner_client::RunnerProcess;
-use crate::scenario::{FollowUpWhen, Scenario, Step};
+use crate::scenario::Scenario;
 
 mod board;
 mod doomed;
-mod events;
+mod faults;
 mod inject;
 mod power;
 mod reads;
 mod reproduce;
+mod setup;
 mod steps;
 mod tasks;
 mod teardown;
 use board::{Board, Recorder, Records};
-pub use doomed::doomed_in_trace;
-use events::arms_for;
-pub use events::{EVENT_MARK, schedule_of};
+pub use doomed::{EVENT_MARK, doomed_in_trace};
 pub use inject::injected_message_id;
 pub use power::{BACKING_DIR, ON_LAZY_MOUNTS, needs_lazy_mounts};
 pub use reproduce::{
     reproduce_args, reproduce_command, reproduce_script, run_config, scenarios_arg,
 };
+pub use setup::{SYNC_POINT, schedule_of};
+use setup::{Setup, turn_active_follow_ups};
 use steps::run_steps;
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
-
-/// Where a `turn-active` follow-up is sent: with the runner held right after
-/// it persisted the turn's acceptance, so the turn is provably in flight.
-pub const SYNC_POINT: &str = "runner.turn_accepted.persisted";
 
 /// How cells run: programs, bounds and options shared by a wave.
 #[derive(Clone, Debug)]
@@ -132,71 +130,7 @@ pub struct CellRun {
     pub kept: Option<PathBuf>,
 }
 
-/// What a cell runs, fixed before it starts: read by both sides, never
-/// changed.
-struct Plan {
-    /// The schedule: the first cut, then later events (and a scenario's
-    /// `recut`, with the first cut's fault).
-    events: Vec<Event>,
-    /// What every runner of the cell is armed with (see [`arms_for`]).
-    arms: Vec<Cut>,
-    /// The cut-point trace, when tracing (every runner of the cell writes it).
-    trace: Option<PathBuf>,
-    /// The tag in the environment of every process of the cell.
-    tag: String,
-    /// The sync point of the scenario's `turn-active` follow-ups: every turn
-    /// acceptance, held only while the driver wants one (`Status::sync_wanted`).
-    sync: Option<Cut>,
-    /// The script adds a file through `apply_patch` (a real codex then runs
-    /// with its read-only sandbox: `Product::command_for`).
-    patches: bool,
-    /// The tasks the steps submit, the first first.
-    tasks: Vec<String>,
-}
-
-/// How many of the scenario's follow-ups wait for a turn in flight.
-fn turn_active_follow_ups(scenario: &Scenario) -> usize {
-    scenario
-        .steps
-        .iter()
-        .filter(|st| {
-            matches!(
-                st,
-                Step::FollowUp {
-                    when: FollowUpWhen::TurnActive,
-                    ..
-                }
-            )
-        })
-        .count()
-}
-
-impl Plan {
-    /// The plan of a cell that runs the schedule `events`.
-    fn new(scenario: &Scenario, events: Vec<Event>, trace: Option<&Path>, layout: &Layout) -> Plan {
-        let turn_active = turn_active_follow_ups(scenario) > 0;
-        let patches = scenario
-            .script
-            .turns
-            .iter()
-            .flat_map(|t| &t.tools)
-            .any(|t| t.kind == wire::script::ToolKind::Patch);
-        Plan {
-            patches,
-            tasks: scenario.tasks().into_iter().map(str::to_owned).collect(),
-            arms: arms_for(&events),
-            events,
-            trace: trace.map(Path::to_owned),
-            tag: layout.dir.display().to_string(),
-            sync: turn_active.then(|| Cut {
-                point: SYNC_POINT.to_owned(),
-                n: cutpoint::EVERY,
-            }),
-        }
-    }
-}
-
-/// The handles both sides of a cell use: its bounds and files, its plan,
+/// The handles both sides of a cell use: its bounds and files, its setup,
 /// the board where they meet and the recorder of what they did (see
 /// `board`). Cloned into every thread of the cell; it holds no state of
 /// its own.
@@ -205,7 +139,7 @@ struct Ctx {
     env: CellEnv,
     layout: Layout,
     canary: String,
-    plan: Arc<Plan>,
+    setup: Arc<Setup>,
     board: Arc<Board>,
     rec: Recorder,
 }
@@ -224,7 +158,7 @@ struct Cell {
     /// Ends the cut side's wait for hits at teardown.
     waker: Option<cutpoint::Waker>,
     /// The cut side, once started; it hands back what it owned.
-    cut_side: Option<std::thread::JoinHandle<events::CutReport>>,
+    cut_side: Option<std::thread::JoinHandle<board::CutReport>>,
 }
 
 /// What a cell of a `*-real` profile runs beside the runner.
@@ -299,7 +233,7 @@ pub fn run_cell_traced(
     board.update(|s| s.turn_active_left = turn_active_follow_ups(scenario));
     let ctx = Ctx {
         env: env.clone(),
-        plan: Arc::new(Plan::new(scenario, events, trace, &layout)),
+        setup: Arc::new(Setup::new(scenario, events, trace, &layout.dir)),
         layout,
         canary,
         board: Arc::new(board),
@@ -515,11 +449,11 @@ fn start_model_api(ctx: &Ctx) -> anyhow::Result<crate::real::ModelApi> {
         .env_remove(cutpoint::ENV_ARM)
         .env_remove(cutpoint::ENV_TRACE)
         .env_remove(nemesis::TAG_ENV);
-    let arms: Vec<String> = ctx.plan.arms.iter().map(ToString::to_string).collect();
+    let arms: Vec<String> = ctx.setup.arms.iter().map(ToString::to_string).collect();
     if !arms.is_empty() {
         cmd.env(cutpoint::ENV_ARM, arms.join(","));
     }
-    if let Some(t) = &ctx.plan.trace {
+    if let Some(t) = &ctx.setup.trace {
         cmd.env(cutpoint::ENV_TRACE, t);
     }
     crate::real::ModelApi::start(&mut cmd, Duration::from_millis(env.wait_ms))
@@ -540,7 +474,7 @@ fn write_real_profile(ctx: &Ctx, real: &'static wire::profiles::Real) -> anyhow:
     let mut command = product.command_for(
         &model_api.url,
         &layout.dir.display().to_string(),
-        ctx.plan.patches,
+        ctx.setup.patches,
     )?;
     {
         // The wire evidence a fake journals itself, from a tap in front.
@@ -641,10 +575,10 @@ fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
     // While a turn-active follow-up is pending, the runner is also armed at
     // the sync point so the follow-up lands while the turn is provably active.
     let (left, stage) = ctx.board.read(|s| (s.turn_active_left, s.stage));
-    let plan = &ctx.plan;
-    let sync = plan.sync.as_ref().filter(|_| left > 0);
-    let arms = if stage < plan.events.len() {
-        &plan.arms[..]
+    let setup = &ctx.setup;
+    let sync = setup.sync.as_ref().filter(|_| left > 0);
+    let arms = if stage < setup.events.len() {
+        &setup.arms[..]
     } else {
         &[]
     };
@@ -655,7 +589,7 @@ fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
         &ctx.canary,
         arms,
         sync,
-        plan.trace.as_deref(),
+        setup.trace.as_deref(),
     );
     let runner = RunnerProcess::start(
         &mut cmd,
@@ -672,6 +606,18 @@ fn start_runner(ctx: &Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Starts the next runner after a fault ended the last one, and records
+/// the restart with the event the new runner waits for.
+fn restart_after_fault(ctx: &Ctx) -> anyhow::Result<()> {
+    start_runner(ctx)?;
+    let stage = ctx.board.read(|s| s.stage);
+    ctx.rec.act(
+        ActionKind::Restart,
+        json!({ "next_event": ctx.setup.events.get(stage).map(ToString::to_string) }),
+    );
+    Ok(())
+}
+
 /// Sets the cell up, starts its first runner and its cut side, runs the
 /// scenario's steps and waits out the quiet recovery phase.
 fn drive(
@@ -684,7 +630,7 @@ fn drive(
 ) -> anyhow::Result<()> {
     let layout = &ctx.layout;
     write_script(scenario, layout)?;
-    if power::needs_lazy_mounts(&ctx.plan.events) {
+    if power::needs_lazy_mounts(&ctx.setup.events) {
         cell.lazy = power::mount_disks(ctx)?;
     }
     tasks::make_workspaces(ctx)?;
@@ -702,7 +648,7 @@ fn drive(
     // The cut side runs until teardown has read the final evidence: a
     // runner it restarted dies with it (PR_SET_PDEATHSIG follows the
     // spawning thread).
-    cell.cut_side = Some(events::spawn(
+    cell.cut_side = Some(faults::spawn(
         ctx.clone(),
         listener,
         cell.model_api_pid(),

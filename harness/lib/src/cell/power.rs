@@ -1,6 +1,6 @@
 //! The power cut of a cell (`power-cut`): the cell's disks on lazy mounts
 //! (`mount_disks`), and the cut itself (`cut_power`): every process of the
-//! cell frozen and SIGKILLed (`nemesis::freeze_and_kill`), every write not
+//! cell frozen and SIGKILLed (`nemesis::power_loss`), every write not
 //! yet durable dropped, the runner started again on what survived.
 //!
 //! Only a cell whose schedule holds a `power-cut` mounts anything: the
@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::events::CutReport;
-use super::{Ctx, start_runner};
+use super::board::CutReport;
+use super::{Ctx, restart_after_fault};
 use crate::evidence::ActionKind;
 use crate::model::{Event, Fault};
 use crate::nemesis;
@@ -82,11 +82,7 @@ pub(super) fn cut_power(
     held: cutpoint::HeldHit,
 ) -> anyhow::Result<()> {
     let runner = ctx.board.update(|s| s.runner.take());
-    let killed = nemesis::freeze_and_kill(&ctx.plan.tag, runner.as_ref().map(|r| r.pid()));
-    if let Some(r) = runner {
-        // Already SIGKILLed: this reaps it.
-        r.kill()?;
-    }
+    let killed = nemesis::power_loss(&ctx.setup.tag, runner)?;
     // The held process is dead; its hit needs no answer.
     drop(held);
     let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
@@ -126,8 +122,8 @@ pub(super) fn cut_power(
     // the cut.
     let mut after = Vec::new();
     let mut gaps = Vec::new();
-    for task in &ctx.plan.tasks {
-        let (files, problems) = super::teardown::workspace_files(&ctx.workspace(task));
+    for task in &ctx.setup.tasks {
+        let (files, problems) = super::reads::workspace_files(&ctx.workspace(task));
         after.push((task.clone(), files));
         gaps.extend(problems);
     }
@@ -138,9 +134,7 @@ pub(super) fn cut_power(
                 "changes": changed.len(), "took_ms": took_ms, "workspace_unreadable": gaps,
                 "changed": changed.iter().take(CHANGES_LISTED_MAX).collect::<Vec<_>>() }),
     );
-    start_runner(ctx)?;
-    super::events::restarted(ctx);
-    Ok(())
+    restart_after_fault(ctx)
 }
 
 /// Cuts the power under `fs` once nothing uses it: a process still inside

@@ -1,13 +1,15 @@
-//! What the cut side reads from the runner around a fault, each read
-//! bounded by [`PRE_FAULT_READ`] (a held write blocks the runner's store):
-//! every task's run log just before the fault, and the live provider a
-//! provider fault at a runner point targets.
+//! What the cell reads around a fault: from the runner, each read bounded
+//! by [`PRE_FAULT_READ`] (a held write blocks the runner's store), every
+//! task's run log just before the fault and the live provider a provider
+//! fault at a runner point targets; from the disk, a workspace's files
+//! (`workspace_files`: after a power cut, and at teardown).
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::events::PerTask;
+use super::board::PerTask;
 use crate::run_log::{Data, RunLogEvent};
 use crate::runner_client::RunnerClient;
 
@@ -52,4 +54,45 @@ pub(super) fn live_provider(client: &RunnerClient, tasks: &[String]) -> Option<u
         }
     }
     live.last().copied()
+}
+
+/// The most workspace files the evidence holds, and the most bytes of each:
+/// a scenario's workspace holds a few small files; more is recorded as a
+/// gap, never cut silently.
+const WORKSPACE_FILES_MAX: usize = 256;
+const WORKSPACE_FILE_BYTES_MAX: u64 = 1 << 20;
+
+/// Every file of the workspace `ws` as text, and what could not be read.
+pub(super) fn workspace_files(
+    ws: &Path,
+) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
+    let (files, problems) = crate::runner_client::walk_files(ws);
+    let mut read = std::collections::BTreeMap::new();
+    let mut gaps = problems;
+    if files.len() > WORKSPACE_FILES_MAX {
+        gaps.push(format!(
+            "{} files, more than {WORKSPACE_FILES_MAX}",
+            files.len()
+        ));
+    }
+    for file in files.iter().take(WORKSPACE_FILES_MAX) {
+        let rel = file.strip_prefix(ws).unwrap_or(file).display().to_string();
+        let bytes = std::fs::metadata(file).and_then(|m| {
+            if m.len() > WORKSPACE_FILE_BYTES_MAX {
+                Err(std::io::Error::other(format!(
+                    "{} bytes, more than {WORKSPACE_FILE_BYTES_MAX}",
+                    m.len()
+                )))
+            } else {
+                std::fs::read(file)
+            }
+        });
+        match bytes {
+            Ok(b) => {
+                read.insert(rel, String::from_utf8_lossy(&b).into_owned());
+            }
+            Err(e) => gaps.push(format!("{rel}: {e}")),
+        }
+    }
+    (read, gaps)
 }

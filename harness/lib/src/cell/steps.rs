@@ -353,7 +353,7 @@ fn task_providers(
 ) -> Result<Vec<(u32, u64, String)>, String> {
     let mut procs = cell_providers(&ctx.layout.p("cut.sock"))?;
     procs.retain(|(pid, _, _)| Some(*pid) != model_api);
-    if ctx.plan.tasks.len() > 1 {
+    if ctx.setup.tasks.len() > 1 {
         let ws = ctx.workspace(task);
         procs.retain(|(pid, _, _)| {
             std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd == ws)

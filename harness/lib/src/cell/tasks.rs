@@ -10,7 +10,7 @@ use super::{Ctx, Layout};
 impl Ctx {
     /// The first task: the one injected controller actions go to.
     pub(super) fn first_task(&self) -> &str {
-        self.plan
+        self.setup
             .tasks
             .first()
             .map_or(crate::scenario::FIRST_TASK, String::as_str)
@@ -20,14 +20,14 @@ impl Ctx {
     /// directory of its own in it (on the same lazy mount), so that its
     /// files and its providers (by their working directory) are told apart.
     pub(super) fn workspace(&self, task: &str) -> PathBuf {
-        workspace_of(&self.layout, &self.plan.tasks, task)
+        workspace_of(&self.layout, &self.setup.tasks, task)
     }
 
     /// Waits until every task settled, across runner restarts; the first
     /// task's view.
     pub(super) fn wait_all_settled(&self, until: Instant) -> anyhow::Result<serde_json::Value> {
         let mut first = None;
-        for task in &self.plan.tasks {
+        for task in &self.setup.tasks {
             let t = wait_task(self, until, task, settled)?;
             first.get_or_insert(t);
         }
@@ -47,7 +47,7 @@ fn workspace_of(layout: &Layout, tasks: &[String], task: &str) -> PathBuf {
 /// durably: a power cut must not take a workspace the controller named
 /// (the mount's directory syncs each new entry).
 pub(super) fn make_workspaces(ctx: &Ctx) -> anyhow::Result<()> {
-    for task in &ctx.plan.tasks {
+    for task in &ctx.setup.tasks {
         let ws = ctx.workspace(task);
         std::fs::create_dir_all(&ws)?;
         std::fs::File::open(&ws)?.sync_all()?;

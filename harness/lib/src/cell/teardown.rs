@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use super::events::CutReport;
-use super::events::PerTask;
+use super::board::{CutReport, PerTask};
+use super::reads::workspace_files;
 use super::{Cell, Ctx, Layout};
 use crate::evidence::{ActionKind, Evidence, Op, OpKind, Source, TaskRead, Unreadable};
 use crate::nemesis;
@@ -35,7 +35,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
         },
     };
     if let Some(r) = ctx.board.update(|s| s.runner.take()) {
-        let _ = r.kill();
+        let _ = nemesis::kill_runner(r);
     }
     (ev.reached_cut, ev.events_applied) = ctx.board.read(|s| (s.stage > 0, s.applied));
     ev.cut_role = report.cut_role;
@@ -57,7 +57,7 @@ pub(super) fn teardown(ctx: &Ctx, mut cell: Cell, ev: &mut Evidence) {
     kill_survivors(layout, &cell.got.processes, &early, ev);
     report.holds.clear();
     read_provider_evidence(&layout.dir, ev);
-    for task in &ctx.plan.tasks {
+    for task in &ctx.setup.tasks {
         read_workspace(&ctx.workspace(task), ev, task);
     }
     if let (Some(product), Some(url)) = (product, model_url) {
@@ -123,12 +123,6 @@ fn kill_survivors(
     }
 }
 
-/// The most workspace files the evidence holds, and the most bytes of each:
-/// a scenario's workspace holds a few small files; more is recorded as a
-/// gap, never cut silently.
-const WORKSPACE_FILES_MAX: usize = 256;
-const WORKSPACE_FILE_BYTES_MAX: u64 = 1 << 20;
-
 /// Every file of the workspace `ws` (through the lazy mount of a power-cut
 /// cell: what survived the cut and whatever recovery wrote after it).
 fn read_workspace(ws: &Path, ev: &mut Evidence, task: &str) {
@@ -177,41 +171,6 @@ fn put_cut_report(ev: &mut Evidence, report: &mut CutReport) {
             None => ev.workspace_after_cut = Some(files),
         }
     }
-}
-
-/// Every file of the workspace `ws` as text, and what could not be read.
-pub(super) fn workspace_files(
-    ws: &Path,
-) -> (std::collections::BTreeMap<String, String>, Vec<String>) {
-    let (files, problems) = crate::runner_client::walk_files(ws);
-    let mut read = std::collections::BTreeMap::new();
-    let mut gaps = problems;
-    if files.len() > WORKSPACE_FILES_MAX {
-        gaps.push(format!(
-            "{} files, more than {WORKSPACE_FILES_MAX}",
-            files.len()
-        ));
-    }
-    for file in files.iter().take(WORKSPACE_FILES_MAX) {
-        let rel = file.strip_prefix(ws).unwrap_or(file).display().to_string();
-        let bytes = std::fs::metadata(file).and_then(|m| {
-            if m.len() > WORKSPACE_FILE_BYTES_MAX {
-                Err(std::io::Error::other(format!(
-                    "{} bytes, more than {WORKSPACE_FILE_BYTES_MAX}",
-                    m.len()
-                )))
-            } else {
-                std::fs::read(file)
-            }
-        });
-        match bytes {
-            Ok(b) => {
-                read.insert(rel, String::from_utf8_lossy(&b).into_owned());
-            }
-            Err(e) => gaps.push(format!("{rel}: {e}")),
-        }
-    }
-    (read, gaps)
 }
 
 /// The runner's message ids of the effects a real product's tools ran
@@ -330,7 +289,7 @@ fn read_runner_settled(ctx: &Ctx, ev: &mut Evidence) {
 /// does not stand in for a failed final read).
 fn read_runner(ctx: &Ctx, ev: &mut Evidence) {
     let client = ctx.board.client().map(|(c, _)| c);
-    for task in &ctx.plan.tasks {
+    for task in &ctx.setup.tasks {
         let read = match &client {
             Some(client) => read_task(ctx, client, task, &mut ev.ops),
             None => TaskEnd::unread("no runner was running at the end of the cell"),

@@ -382,7 +382,7 @@ pub fn targets<'a>(
     for id in ids {
         let (scenario, profile) = scenario::find(scenarios, id)
             .ok_or_else(|| anyhow::anyhow!("unknown scenario id {id}"))?;
-        let d = plan::discover(env, scenario, &profile)?;
+        let d = crate::discover::discover(env, scenario, &profile)?;
         anyhow::ensure!(
             !d.boundaries.is_empty(),
             "a clean run of {id} hit no boundary"

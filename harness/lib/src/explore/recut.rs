@@ -54,7 +54,8 @@ pub fn recovery_schedules(
     if first.fault == Fault::PowerCut {
         return Vec::new();
     }
-    let Ok((path, after)) = plan::walk_recovery(env, scenario, profile, first, None) else {
+    let Ok((path, after)) = crate::discover::walk_recovery(env, scenario, profile, first, None)
+    else {
         return Vec::new();
     };
     if path.is_empty() || path == "unknown" {

@@ -327,8 +327,8 @@ fn clean_run(
     env: &CellEnv,
     scenario: &Scenario,
     profile: &str,
-) -> (Option<plan::Discovery>, Option<Finished>) {
-    let (discovery, clean) = match plan::discover(env, scenario, profile) {
+) -> (Option<crate::discover::Discovery>, Option<Finished>) {
+    let (discovery, clean) = match crate::discover::discover(env, scenario, profile) {
         Ok(mut d) => {
             let clean = d.clean_failure.take();
             (Some(d), clean)

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 /// How a fault is applied.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FaultClass {
-    /// A signal to the runner or the provider's group (`nemesis::plan`).
+    /// A signal to the runner or the provider's group (`nemesis::blow`).
     Process,
     /// A controller request sent while the hit is held.
     Action,

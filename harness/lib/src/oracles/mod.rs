@@ -292,7 +292,7 @@ pub fn vacuity(e: &Evidence) -> OracleResult {
 }
 
 /// A later event that matched a hit of a process already gone and never
-/// came again (`cell::events::not_applied`): the schedule ran only in part.
+/// came again (`cell::faults::not_applied`): the schedule ran only in part.
 fn event_never_applied(e: &Evidence) -> Option<String> {
     let not = e
         .actions

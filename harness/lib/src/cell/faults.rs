@@ -1,10 +1,12 @@
-//! The cell's schedule and its cut thread: which hits are events
-//! (`schedule_of`, `arms_for`, `is_next_event`), an acceptor that answers every
-//! other hit at once (`accept_hits`), and the event loop that applies each
-//! event in the order it was matched (`cut_loop`, `apply_event`): signals and
-//! restarts (`apply_fault`), controller requests (`inject::inject_action`), storage
-//! faults (`apply_storage`, `disk_comes_back`) and the turn-active sync point
-//! (`hold_for_sync`).
+//! The fault applier, the cell's cut side: which hits are events
+//! (`is_next_event`), an acceptor that answers every other hit at once
+//! (`accept_hits`), and the event loop that applies each event in the
+//! order it was matched (`cut_loop`, `apply_event`): process faults, dealt
+//! by the nemesis (`apply_signals` asks `nemesis::deal` and records what it
+//! did), and restarts (`apply_fault`), controller requests
+//! (`inject::inject_action`), storage faults (`apply_storage`,
+//! `disk_comes_back`) and the turn-active sync point (`hold_for_sync`).
+//! Every signal it sends, it asks the nemesis for.
 
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex};
@@ -12,79 +14,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::board::CutReport;
+use super::doomed::EVENT_MARK;
 use super::reads::{live_provider, read_before_fault};
-use super::{Ctx, start_runner};
+use super::{Ctx, restart_after_fault, start_runner};
 use crate::evidence::ActionKind;
-use crate::model::{CellSpec, Cut, Event, Fault, FaultClass, Role};
+use crate::model::{Event, Fault, FaultClass, Role};
 use crate::nemesis;
 use crate::runner_client::RunnerClient;
-use crate::scenario::Scenario;
-
-/// The schedule of a cell: its events, then a scenario's `recut` (with the
-/// first cut's fault) when the cell names no later event itself and `recut`
-/// is on.
-pub fn schedule_of(scenario: &Scenario, spec: &CellSpec, recut: bool) -> Vec<Event> {
-    let mut events = spec.events.clone();
-    if events.len() == 1
-        && recut
-        && let Some(recut) = &scenario.recut
-    {
-        let fault = events[0].fault;
-        events.push(Event {
-            cut: recut.clone(),
-            fault,
-        });
-    }
-    events
-}
-
-/// What every runner of a cell is armed with (its providers inherit it): the
-/// first cut as it is, each later event's point at every occurrence (`#*`: a
-/// later event counts the hits of its point by any process after the event
-/// before it), and with a `disk-full` event every before-write point (the
-/// runner's next write after the disk filled is where the disk comes back).
-/// Hits that are not the next event's go on at once.
-pub(super) fn arms_for(events: &[Event]) -> Vec<Cut> {
-    let every = |point: &str| Cut {
-        point: point.to_owned(),
-        n: cutpoint::EVERY,
-    };
-    let mut arms: Vec<Cut> = events.first().map(|e| e.cut.clone()).into_iter().collect();
-    let later = events.iter().skip(1).map(|e| every(&e.cut.point));
-    let disk = events
-        .iter()
-        .any(|e| e.fault == Fault::DiskFull)
-        .then(|| every(&format!("{}*", crate::model::WRITE_POINTS)));
-    for cut in later.chain(disk) {
-        if !arms.contains(&cut) {
-            arms.push(cut);
-        }
-    }
-    arms
-}
-
-/// A value per task of the cell, the first task's first.
-pub(super) type PerTask<T> = Vec<(String, T)>;
-
-/// What the cut side alone owned, handed back to the driver at teardown.
-#[derive(Default)]
-pub(super) struct CutReport {
-    /// The role of the process whose hit was the first cut.
-    pub cut_role: Option<Role>,
-    /// Each task's run log as the controller could read it right before a
-    /// fault.
-    pub events_before: Option<PerTask<Vec<Value>>>,
-    /// `events_before` as it was at the last power cut: what the run log
-    /// said was done before the cut, which `workspace_after_cut` must hold
-    /// (a later fault's read may hold writes done after the cut).
-    pub events_before_cut: Option<PerTask<Vec<Value>>>,
-    /// Provider hits held until teardown (see [`apply_signals`]).
-    pub holds: Vec<cutpoint::Holding>,
-    /// Each task's workspace files right after the last power cut.
-    pub workspace_after_cut: Option<PerTask<std::collections::BTreeMap<String, String>>>,
-    /// A power-cut cell's lazy mounts.
-    pub lazy: Vec<lazyfs::LazyFs>,
-}
 
 /// What the cut side's acceptor and its event loop share: how far the
 /// count of the next event got and what no later event may count on.
@@ -118,7 +55,7 @@ impl CutSide {
     }
 
     fn event(&self, stage: usize) -> &Event {
-        &self.ctx.plan.events[stage]
+        &self.ctx.setup.events[stage]
     }
 }
 
@@ -150,7 +87,7 @@ pub(super) fn spawn(
 /// per-process occurrence, a later one by the count of its point's hits
 /// since the previous event.
 fn is_next_event(side: &CutSide, m: &mut Matcher, stage: usize, hit: &cutpoint::Hit) -> bool {
-    let Some(event) = side.ctx.plan.events.get(stage) else {
+    let Some(event) = side.ctx.setup.events.get(stage) else {
         return false;
     };
     if event.cut.point != hit.point || m.doomed.contains(&hit.pid) {
@@ -275,7 +212,7 @@ fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
     });
     let is_sync = side
         .ctx
-        .plan
+        .setup
         .sync
         .as_ref()
         .is_some_and(|c| c.point == hit.point)
@@ -302,7 +239,7 @@ fn wanted(side: &CutSide, hit: &cutpoint::Hit) -> Option<Wanted> {
 /// runner which provider is live, so it cannot hold the runner.
 fn holds_runner(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
     let fault = side.event(stage).fault;
-    let named = nemesis::plan(fault).provider_signal.is_some() && hit_is_provider(side, hit);
+    let named = nemesis::needs_provider(fault) && hit_is_provider(side, hit);
     stage > 0
         && fault.class() != FaultClass::Action
         && Role::of(&hit.role) != Role::Runner
@@ -311,7 +248,7 @@ fn holds_runner(side: &CutSide, stage: usize, hit: &cutpoint::Hit) -> bool {
 
 /// Whether `fault` ends the runner (a kill of it, a power cut).
 fn kills_runner(fault: Fault) -> bool {
-    nemesis::plan(fault).kill_runner || fault == Fault::PowerCut
+    nemesis::blow(fault).kill_runner || fault == Fault::PowerCut
 }
 
 /// Whether `hit` is the runner's provider's own: a provider's, or the
@@ -358,7 +295,7 @@ fn release_runner(side: &CutSide, stage: usize, hit: &cutpoint::Hit) {
 fn doom(side: &CutSide, m: &mut Matcher, stage: usize) {
     let runner = side.ctx.board.runner_pid();
     let fault = side.event(stage).fault;
-    let pids = super::doomed::doomed_by(fault, &side.ctx.plan.tag, runner, side.model_api);
+    let pids = super::doomed::doomed_by(fault, &side.ctx.setup.tag, runner, side.model_api);
     m.doomed.extend(pids);
 }
 
@@ -447,8 +384,7 @@ fn aims_at(fault: Fault, hit_role: Role, runner_held: bool) -> bool {
     if fault.class() == FaultClass::Action && hit_role != Role::Runner {
         return false;
     }
-    let plan = nemesis::plan(fault);
-    hit_role == Role::Runner || plan.provider_signal.is_some() || !runner_held
+    hit_role == Role::Runner || nemesis::needs_provider(fault) || !runner_held
 }
 
 /// A later event matched a hit whose process an earlier event had killed
@@ -514,11 +450,11 @@ fn disk_freed_by_operator(side: &CutSide) {
     disk_back(&side.ctx);
 }
 
-/// SIGKILLs the current runner and starts the next one (`why` is recorded).
+/// SIGKILLs the current runner (`nemesis::kill_runner`) and starts the
+/// next one (`why` is recorded).
 fn restart_runner(ctx: &Ctx, why: ActionKind) -> anyhow::Result<()> {
     if let Some(r) = ctx.board.update(|s| s.runner.take()) {
-        let pid = r.pid();
-        r.kill()?;
+        let pid = nemesis::kill_runner(r)?;
         ctx.rec.act(
             ActionKind::Fault(Fault::KillRunner),
             json!({ "pid": pid, "why": why.to_string() }),
@@ -620,7 +556,7 @@ fn hold_for_sync(ctx: &Ctx, held: cutpoint::HeldHit, is_armed: bool) -> Option<c
 /// Appends where event `stage` was applied to the cut-point trace, so that
 /// discovery can tell the hits of recovery from those before the event.
 fn mark_trace(side: &CutSide, stage: usize) {
-    let Some(path) = &side.ctx.plan.trace else {
+    let Some(path) = &side.ctx.setup.trace else {
         return;
     };
     let mut line = json!({ "role": "turncut", "pid": std::process::id(), "point": EVENT_MARK, "n": stage + 1 });
@@ -634,26 +570,22 @@ fn mark_trace(side: &CutSide, stage: usize) {
     }
 }
 
-/// The trace line a cell writes when it applies an event (`n` is the
-/// event's number, from 1).
-pub const EVENT_MARK: &str = "turncut.event.applied";
-
 /// Applies a process, storage ([`apply_storage`]) or power fault at the
 /// held hit, by its class; a controller action is sent by the caller.
 fn apply_fault(
     side: &CutSide,
     report: &mut CutReport,
-    fault: crate::model::Fault,
+    fault: Fault,
     held: cutpoint::HeldHit,
     runner_held: bool,
 ) -> anyhow::Result<()> {
     let client = side.ctx.board.client().map(|(c, _)| c);
     // A runner stopped at the match cannot answer: no read, no check.
     let reader = client.as_ref().filter(|_| !runner_held);
-    if let Some(evs) = read_before_fault(&side.ctx.plan.tasks, reader, &held.hit) {
+    if let Some(evs) = read_before_fault(&side.ctx.setup.tasks, reader, &held.hit) {
         report.events_before = Some(evs);
     }
-    if fault == crate::model::Fault::PowerCut {
+    if fault == Fault::PowerCut {
         report.events_before_cut = report.events_before.clone();
     }
     match fault.class() {
@@ -673,50 +605,76 @@ fn apply_fault(
 fn provider_of(
     side: &CutSide,
     hit: &cutpoint::Hit,
-    plan: &nemesis::Plan,
+    blow: &nemesis::Blow,
     client: Option<&RunnerClient>,
 ) -> Option<u32> {
     if hit_is_provider(side, hit) {
         Some(hit.pid)
-    } else if plan.provider_signal.is_some() {
-        client.and_then(|c| live_provider(c, &side.ctx.plan.tasks))
+    } else if blow.provider_signal.is_some() {
+        client.and_then(|c| live_provider(c, &side.ctx.setup.tasks))
     } else {
         None
     }
 }
 
-/// Applies a process fault (`nemesis::plan`) at the held hit, and restarts
-/// the runner it killed.
+/// Applies a process fault at the held hit: the nemesis deals its blow
+/// (`nemesis::deal`), told where it lands, and this records what it did;
+/// then the runner it killed is restarted.
 fn apply_signals(
     side: &CutSide,
     report: &mut CutReport,
-    fault: crate::model::Fault,
+    fault: Fault,
     held: cutpoint::HeldHit,
     client: Option<RunnerClient>,
 ) -> anyhow::Result<()> {
-    let plan = nemesis::plan(fault);
-    let runner_pgid = side
-        .ctx
-        .board
-        .update(|s| s.runner.as_ref().map(|r| r.pid()));
-    let provider = provider_of(side, &held.hit, &plan, client.as_ref());
-    if plan.kill_runner
-        && plan.provider_signal.is_none()
-        && Role::of(&held.hit.role) == Role::Runner
-    {
-        freeze_runner_children(side, held.hit.pid);
+    let blow = nemesis::blow(fault);
+    let board = &side.ctx.board;
+    let hit_role = Role::of(&held.hit.role);
+    let aim = nemesis::Aim {
+        tag: &side.ctx.setup.tag,
+        runner_at_hit: (hit_role == Role::Runner).then_some(held.hit.pid),
+        runner_pgid: board.update(|s| s.runner.as_ref().map(|r| r.pid())),
+        provider: provider_of(side, &held.hit, &blow, client.as_ref()),
+    };
+    let take_runner = || board.update(|s| s.runner.take());
+    nemesis::deal(blow, aim, take_runner, |dealt| {
+        record_dealt(side, fault, dealt)
+    })?;
+    if blow.kill_runner && blow.provider_signal.is_none() && hit_role == Role::Provider {
+        // The provider stays busy at its cut while the runner restarts: the
+        // restarted runner must stop it (old provider first). Released only at
+        // teardown, after the survivors are counted, so a runner that skips
+        // the stop leaves a live orphan for the hygiene oracle.
+        report.holds.push(held.hold_forever());
+    } else {
+        // A runner hit goes on; a killed or stopped provider never reads it.
+        let _ = held.resume();
     }
-    if plan.kill_runner
-        && let Some(r) = side.ctx.board.update(|s| s.runner.take())
-    {
-        let pid = r.pid();
-        r.kill()?;
-        side.act(ActionKind::Fault(Fault::KillRunner), json!({ "pid": pid }));
+    if blow.kill_runner {
+        restart_after_fault(&side.ctx)?;
     }
-    match (plan.provider_signal, provider) {
-        (Some(signal), Some(pid)) => {
-            let target = nemesis::provider_target(pid, runner_pgid);
-            nemesis::signal_target(target, signal)?;
+    Ok(())
+}
+
+/// Records a step of a process fault the nemesis dealt.
+fn record_dealt(side: &CutSide, fault: Fault, dealt: nemesis::Dealt) {
+    match dealt {
+        nemesis::Dealt::Frozen { pids, forks_left } => {
+            let mut data = json!({ "pids": pids });
+            if !forks_left.is_empty() {
+                // A fork of the runner not yet exec'ed: the runner's, left to exec.
+                data["runner_forks_left"] = json!(forks_left);
+            }
+            side.act(ActionKind::FreezeProviders, data);
+        }
+        nemesis::Dealt::RunnerKilled { pid } => {
+            side.act(ActionKind::Fault(Fault::KillRunner), json!({ "pid": pid }));
+        }
+        nemesis::Dealt::ProviderSignalled {
+            pid,
+            target,
+            signal,
+        } => {
             // The group's leader (acpx's queue owner) is a provider the runner
             // may name too: `timing` counts both as faulted.
             let pgid = match target {
@@ -728,60 +686,10 @@ fn apply_signals(
                 json!({ "provider_pid": pid, "provider_pgid": pgid, "signal": signal.as_str(), "target": format!("{target:?}") }),
             );
         }
-        (Some(_), None) => side.act(ActionKind::NoProvider, json!({ "fault": fault.as_str() })),
-        (None, _) => {}
-    }
-    if plan.kill_runner
-        && plan.provider_signal.is_none()
-        && Role::of(&held.hit.role) == Role::Provider
-    {
-        // The provider stays busy at its cut while the runner restarts: the
-        // restarted runner must stop it (old provider first). Released only at
-        // teardown, after the survivors are counted, so a runner that skips
-        // the stop leaves a live orphan for the hygiene oracle.
-        report.holds.push(held.hold_forever());
-    } else {
-        // A runner hit goes on; a killed or stopped provider never reads it.
-        let _ = held.resume();
-    }
-    if plan.kill_runner {
-        start_runner(&side.ctx)?;
-        restarted(&side.ctx);
-    }
-    Ok(())
-}
-
-/// Records a restart after a fault, with the event the new runner waits
-/// for.
-pub(super) fn restarted(ctx: &Ctx) {
-    let stage = ctx.board.read(|s| s.stage);
-    ctx.rec.act(
-        ActionKind::Restart,
-        json!({ "next_event": ctx.plan.events.get(stage).map(ToString::to_string) }),
-    );
-}
-
-/// At a kill of the runner alone, freezes (SIGSTOP) every other process of
-/// the cell's runner: its providers and whatever they started. Left running,
-/// a provider goes on with its turn while the runner restarts, or not, by
-/// timing, and the cell's recovery path with it; frozen, it keeps exactly
-/// what it had at the cut, and the restarted runner must stop it (a
-/// SIGKILL ends a stopped process). Providers are found by the cell's tag,
-/// not through the runner's API, which a held write blocks.
-fn freeze_runner_children(side: &CutSide, runner: u32) {
-    let (children, forks) = nemesis::runner_children(&side.ctx.plan.tag, runner);
-    let mut frozen = Vec::new();
-    for pid in children {
-        if nemesis::signal_pid(pid, nix::sys::signal::Signal::SIGSTOP).is_ok() {
-            frozen.push(pid);
+        nemesis::Dealt::NoProvider => {
+            side.act(ActionKind::NoProvider, json!({ "fault": fault.as_str() }))
         }
     }
-    let mut data = json!({ "pids": frozen });
-    if !forks.is_empty() {
-        // A fork of the runner not yet exec'ed: the runner's, left to exec.
-        data["runner_forks_left"] = json!(forks);
-    }
-    side.act(ActionKind::FreezeProviders, data);
 }
 
 #[cfg(test)]
