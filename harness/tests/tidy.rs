@@ -872,3 +872,28 @@ fn the_cell_never_judges() {
         "the cell names the oracles: {judging:?}"
     );
 }
+
+/// No control flow by downcast: an error a caller branches on is a typed
+/// enum (`planner::PlanError`, `cell::steps::StepError`), so a new kind of
+/// error is a new variant the compiler makes every caller handle, not a
+/// string or a type a `downcast_ref` may silently stop finding.
+#[test]
+fn no_control_flow_by_downcast() {
+    let found: Vec<String> = sources()
+        .into_iter()
+        .filter(|(rel, _)| !is_test_file(rel))
+        .flat_map(|(rel, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim_start().starts_with("//"))
+                .filter(|(_, l)| l.contains(".downcast"))
+                .map(|(i, _)| format!("{rel}:{}", i + 1))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "branch on a typed error instead of a downcast: {}",
+        found.join(", ")
+    );
+}

@@ -61,7 +61,8 @@ pub struct OracleResult {
     pub evidence: Vec<String>,
 }
 
-/// A cut: the `n`-th hit of `point`.
+/// A cut: the `n`-th hit of `point` (1-based; what a process is armed
+/// with is a [`cutpoint::Arm`], which may also be every hit).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct Cut {
     /// The cut-point name.
@@ -70,13 +71,20 @@ pub struct Cut {
     pub n: u64,
 }
 
+impl Cut {
+    /// What a process is armed with to hold at this cut (an arm may also
+    /// hold every occurrence, `#*`; a cut is always one).
+    pub fn arm(&self) -> cutpoint::Arm {
+        cutpoint::Arm {
+            point: self.point.clone(),
+            n: self.n,
+        }
+    }
+}
+
 impl std::fmt::Display for Cut {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.n == cutpoint::EVERY {
-            write!(f, "{}#*", self.point)
-        } else {
-            write!(f, "{}#{}", self.point, self.n)
-        }
+        write!(f, "{}#{}", self.point, self.n)
     }
 }
 

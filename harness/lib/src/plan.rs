@@ -526,11 +526,13 @@ pub fn shard(cells: Vec<CellSpec>, index: u32, count: u32) -> Vec<CellSpec> {
 pub fn parse_cut(s: &str) -> anyhow::Result<Cut> {
     let arms = cutpoint::parse_arm(s)?;
     match arms.as_slice() {
-        [a] => Ok(Cut {
+        [a] if a.n != cutpoint::EVERY && !a.point.ends_with('*') => Ok(Cut {
             point: a.point.clone(),
             n: a.n,
         }),
-        _ => anyhow::bail!("--cut takes one point such as runner.turn_intent.persisted#1"),
+        _ => anyhow::bail!(
+            "--cut takes one hit of one point, such as runner.turn_intent.persisted#1 (not #* or a prefix.*: a cut is one hit)"
+        ),
     }
 }
 
@@ -550,6 +552,23 @@ pub fn parse_shard(s: &str) -> anyhow::Result<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cut is one hit: `--cut` refuses what only an arm may say (every
+    /// occurrence, every point under a prefix), and its `#N` shows back.
+    #[test]
+    fn a_cut_is_one_hit_of_one_point() {
+        let cut = parse_cut("runner.turn_intent.persisted#2").unwrap();
+        assert_eq!(cut.to_string(), "runner.turn_intent.persisted#2");
+        assert_eq!(cut.arm().to_string(), "runner.turn_intent.persisted#2");
+        for arm_only in [
+            "runner.turn_intent.persisted#*",
+            "runner.write.*#1",
+            "a#1,b#1",
+        ] {
+            let err = parse_cut(arm_only).unwrap_err().to_string();
+            assert!(err.contains("one hit of one point"), "{arm_only}: {err}");
+        }
+    }
 
     /// A segment of five boundaries keeps three cells of `kill-runner` and
     /// `kill-provider` (its ends and one drawn), two of `hang-provider` (its

@@ -41,6 +41,19 @@ struct Discovered<'a> {
     discovery: Discovery,
 }
 
+/// Why planning stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    /// A scenario file is wrong against what the clean runs showed (a cut
+    /// point no profile reaches, a schedule none can run): bad input, with
+    /// its place.
+    #[error(transparent)]
+    Scenario(#[from] crate::scenario::ScenarioError),
+    /// The harness could not plan.
+    #[error(transparent)]
+    Harness(#[from] anyhow::Error),
+}
+
 /// Plans every cell of `ids` (scenario ids) from the scenarios: discovers
 /// boundaries with a clean traced run of each, checks every scenario's `cut`
 /// list against them (a bad point is a `ScenarioError`, before any cell
@@ -52,7 +65,7 @@ pub fn plan_cells(
     wave_seed: u64,
     quiet: bool,
     reach: Reach,
-) -> anyhow::Result<Planned> {
+) -> Result<Planned, PlanError> {
     let mut planned = Planned::default();
     // A quiet planning says nothing of its scenario ids: its notes go to
     // no reporter.
@@ -490,7 +503,7 @@ fn own_schedules(f: &Discovered<'_>) -> Vec<Vec<Event>> {
 /// Every `[chaos] schedules` entry of `s` runs on at least one of its
 /// planned profiles; otherwise the file is wrong (its place, and why the
 /// first profile refused it).
-fn check_schedules(s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
+fn check_schedules(s: &Scenario, found: &[Discovered<'_>]) -> Result<(), PlanError> {
     let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
     for (events, (line, col)) in &s.schedules {
         let why: Vec<String> = mine
@@ -518,7 +531,7 @@ fn check_schedules(s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()>
 /// Checks the `cut` list of `s` against the boundaries of all its profiles
 /// (a runner point may exist in one driver only); profiles not planned
 /// (`--only`) are discovered only when a point is missing from the others.
-fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow::Result<()> {
+fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> Result<(), PlanError> {
     let mine: Vec<&Discovered> = found.iter().filter(|f| f.scenario.path == s.path).collect();
     let mut union: Vec<plan::Boundary> = mine
         .iter()
@@ -543,7 +556,8 @@ fn check_points(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> anyhow
             .filter(|p| crate::real::unavailable(p, &env.progress).is_none())
         {
             if !mine.iter().any(|f| &f.profile == p) {
-                union.extend(discover::discover(env, s, p)?.boundaries);
+                let d = discover::discover(env, s, p).map_err(anyhow::Error::from)?;
+                union.extend(d.boundaries);
             }
         }
     }
@@ -575,7 +589,7 @@ pub fn make_plan(
     env: &CellEnv,
     scenarios: &[Scenario],
     sel: &Selection<'_>,
-) -> anyhow::Result<crate::model::Plan> {
+) -> Result<crate::model::Plan, PlanError> {
     let planned = if sel.ids.is_empty() {
         Planned::default()
     } else {

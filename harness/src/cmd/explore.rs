@@ -8,7 +8,7 @@ use harness::cell::CellEnv;
 use harness::{model, scenario, wave};
 
 use super::reports::write_reports;
-use super::{Code, Exit, bad, clock_seed, env_for, matching_ids, plan_err, prepare_out};
+use super::{Code, Exit, bad, clock_seed, env_for, harness_err, matching_ids, prepare_out};
 use crate::{Common, ExploreArgs};
 
 /// `turncut explore`: exit 0 when no schedule failed, 1 when one did.
@@ -33,7 +33,7 @@ pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<Code, 
         args.jobs,
         args.time
     ));
-    let targets = ex::targets(&env, &scenarios, &ids).map_err(plan_err)?;
+    let targets = ex::targets(&env, &scenarios, &ids).map_err(|e| harness_err(format!("{e:#}")))?;
     let opts = ex::Options {
         budget,
         seed,

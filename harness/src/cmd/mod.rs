@@ -90,10 +90,10 @@ pub(crate) fn emit(text: &str) {
 
 /// Maps a planning error: a scenario problem found against the boundaries
 /// is bad input (exit 2), anything else a harness error.
-fn plan_err(e: anyhow::Error) -> Exit {
-    match e.downcast_ref::<scenario::ScenarioError>() {
-        Some(se) => bad(se),
-        None => harness_err(format!("{e:#}")),
+fn plan_err(e: harness::planner::PlanError) -> Exit {
+    match e {
+        harness::planner::PlanError::Scenario(se) => bad(se),
+        harness::planner::PlanError::Harness(e) => harness_err(format!("{e:#}")),
     }
 }
 

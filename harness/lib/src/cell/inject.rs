@@ -183,4 +183,5 @@ fn send_again(ctx: &Ctx, sent_on: u64, s: Sent<'_>, ops: &mut Vec<Op>) -> anyhow
         ops.push(Op::of(s.kind(), s.message_id, at_ms, &answer));
         answer
     })
+    .map_err(anyhow::Error::from)
 }

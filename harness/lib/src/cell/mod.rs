@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use crate::evidence::{ActionKind, Evidence, TaskRead};
-use crate::model::{CellSpec, Cut, Event, Fault, Role};
+use crate::model::{CellSpec, Event, Fault, Role};
 use crate::nemesis;
 use crate::runner_client::RunnerProcess;
 use crate::scenario::Scenario;
@@ -47,7 +47,7 @@ pub use reproduce::{
 };
 pub use setup::{SYNC_POINT, schedule_of};
 use setup::{Setup, turn_active_follow_ups};
-use steps::run_steps;
+use steps::{StepError, StepResult, run_steps};
 pub use teardown::read_provider_evidence;
 use teardown::teardown;
 
@@ -310,13 +310,15 @@ fn run_and_collect(
         waker: None,
         cut_side: None,
     };
-    if let Err(e) = drive(ctx, &mut cell, scenario, profile, spec, ev) {
+    match drive(ctx, &mut cell, scenario, profile, spec, ev) {
+        Ok(()) => {}
         // A step the runner never answered ran out of time: the runner's
         // doing (liveness judges it); the cell still says it stopped short.
-        if e.downcast_ref::<steps::DeadlineMissed>().is_some() {
+        Err(StepError::DeadlineMissed(why)) => {
             deadline_passed(ctx, ev);
+            ev.harness_error = Some(why);
         }
-        ev.harness_error = Some(format!("{e:#}"));
+        Err(StepError::Harness(e)) => ev.harness_error = Some(format!("{e:#}")),
     }
     // What the cut side could not do while the steps ran (the last of it).
     cell.got.drain(&cell.records);
@@ -535,8 +537,8 @@ fn runner_command(
     env: &CellEnv,
     layout: &Layout,
     canary: &str,
-    arms: &[Cut],
-    sync: Option<&Cut>,
+    arms: &[cutpoint::Arm],
+    sync: Option<&cutpoint::Arm>,
     trace: Option<&Path>,
 ) -> Command {
     let mut cmd = Command::new(&env.runner_cmd[0]);
@@ -627,6 +629,22 @@ fn drive(
     profile: &str,
     spec: &CellSpec,
     ev: &mut Evidence,
+) -> StepResult<()> {
+    start(ctx, cell, scenario, profile, spec)?;
+    let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
+    let result = run_steps(ctx, scenario, profile, cell.model_api_pid(), until, ev);
+    quiet_phase(ctx, spec, until, ev);
+    result
+}
+
+/// The cell's inputs written, its runner started armed and its cut side
+/// spawned: everything before the steps.
+fn start(
+    ctx: &Ctx,
+    cell: &mut Cell,
+    scenario: &Scenario,
+    profile: &str,
+    spec: &CellSpec,
 ) -> anyhow::Result<()> {
     let layout = &ctx.layout;
     write_script(scenario, layout)?;
@@ -654,11 +672,7 @@ fn drive(
         cell.model_api_pid(),
         std::mem::take(&mut cell.lazy),
     ));
-
-    let until = Instant::now() + Duration::from_millis(ctx.env.wait_ms);
-    let result = run_steps(ctx, scenario, profile, cell.model_api_pid(), until, ev);
-    quiet_phase(ctx, spec, until, ev);
-    result
+    Ok(())
 }
 
 /// The cell's deadline passed while it waited on the runner: said in the

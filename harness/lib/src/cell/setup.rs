@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::model::{CellSpec, Cut, Event, Fault};
+use cutpoint::Arm;
+
+use crate::model::{CellSpec, Event, Fault};
 use crate::scenario::{FollowUpWhen, Scenario, Step};
 
 /// Where a `turn-active` follow-up is sent: with the runner held right after
@@ -36,12 +38,12 @@ pub fn schedule_of(scenario: &Scenario, spec: &CellSpec, recut: bool) -> Vec<Eve
 /// before it), and with a `disk-full` event every before-write point (the
 /// runner's next write after the disk filled is where the disk comes back).
 /// Hits that are not the next event's go on at once.
-pub(super) fn arms_for(events: &[Event]) -> Vec<Cut> {
-    let every = |point: &str| Cut {
+pub(super) fn arms_for(events: &[Event]) -> Vec<Arm> {
+    let every = |point: &str| Arm {
         point: point.to_owned(),
         n: cutpoint::EVERY,
     };
-    let mut arms: Vec<Cut> = events.first().map(|e| e.cut.clone()).into_iter().collect();
+    let mut arms: Vec<Arm> = events.first().map(|e| e.cut.arm()).into_iter().collect();
     let later = events.iter().skip(1).map(|e| every(&e.cut.point));
     let disk = events
         .iter()
@@ -62,14 +64,14 @@ pub(super) struct Setup {
     /// `recut`, with the first cut's fault).
     pub events: Vec<Event>,
     /// What every runner of the cell is armed with (see [`arms_for`]).
-    pub arms: Vec<Cut>,
+    pub arms: Vec<Arm>,
     /// The cut-point trace, when tracing (every runner of the cell writes it).
     pub trace: Option<PathBuf>,
     /// The tag in the environment of every process of the cell.
     pub tag: String,
     /// The sync point of the scenario's `turn-active` follow-ups: every turn
     /// acceptance, held only while the driver wants one (`Status::sync_wanted`).
-    pub sync: Option<Cut>,
+    pub sync: Option<Arm>,
     /// The script adds a file through `apply_patch` (a real codex then runs
     /// with its read-only sandbox: `Product::command_for`).
     pub patches: bool,
@@ -112,7 +114,7 @@ impl Setup {
             events,
             trace: trace.map(Path::to_owned),
             tag: dir.display().to_string(),
-            sync: turn_active.then(|| Cut {
+            sync: turn_active.then(|| Arm {
                 point: SYNC_POINT.to_owned(),
                 n: cutpoint::EVERY,
             }),

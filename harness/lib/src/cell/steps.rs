@@ -22,20 +22,23 @@ pub(super) fn settled(t: &Value) -> bool {
     )
 }
 
-/// A step that waited on the runner until the cell's deadline: no answer
-/// to a request, or a task that never reached the state the step waits
-/// for. It is the runner's doing (a stranded task fails liveness), unlike a
-/// harness error; the cell still records it as what stopped its steps.
-#[derive(Debug)]
-pub struct DeadlineMissed(pub String);
-
-impl std::fmt::Display for DeadlineMissed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// What stopped a cell's steps short.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    /// A step that waited on the runner until the cell's deadline: no
+    /// answer to a request, or a task that never reached the state the step
+    /// waits for. It is the runner's doing (a stranded task fails liveness),
+    /// unlike a harness error; the cell still records it as what stopped its
+    /// steps.
+    #[error("{0}")]
+    DeadlineMissed(String),
+    /// Anything else: the harness could not go on.
+    #[error(transparent)]
+    Harness(#[from] anyhow::Error),
 }
 
-impl std::error::Error for DeadlineMissed {}
+/// A step's result.
+pub type StepResult<T> = Result<T, StepError>;
 
 /// Calls `f` with the current runner's client until it succeeds, across
 /// runner restarts: a failed call waits for the next runner generation (the
@@ -44,23 +47,22 @@ pub(super) fn with_runner<T>(
     ctx: &Ctx,
     until: Instant,
     mut f: impl FnMut(&RunnerClient) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
+) -> StepResult<T> {
     let board = &ctx.board;
     loop {
         let seen = match board.client() {
             Some((client, generation)) => match f(&client) {
                 Ok(v) => return Ok(v),
                 Err(e) if Instant::now() >= until => {
-                    return Err(DeadlineMissed(format!("{e:#}")).into());
+                    return Err(StepError::DeadlineMissed(format!("{e:#}")));
                 }
                 Err(_) => generation,
             },
             None => {
                 // The nemesis is between killing the runner and restarting it.
-                anyhow::ensure!(
-                    Instant::now() < until,
-                    "no runner came back before the deadline"
-                );
+                if Instant::now() >= until {
+                    return Err(anyhow::anyhow!("no runner came back before the deadline").into());
+                }
                 board.read(|s| s.generation)
             }
         };
@@ -74,12 +76,11 @@ pub(super) fn wait_task(
     until: Instant,
     task: &str,
     pred: impl Fn(&Value) -> bool,
-) -> anyhow::Result<Value> {
+) -> StepResult<Value> {
+    // Out of time, the wait's error is the deadline missed (`with_runner`).
     with_runner(ctx, until, |client| {
         let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(DeadlineMissed("the deadline passed".into()).into());
-        }
+        anyhow::ensure!(!left.is_zero(), "the deadline passed");
         client.wait_task(task, left, &pred)
     })
 }
@@ -107,7 +108,7 @@ fn send(
     ev: &mut Evidence,
     req: Request<'_>,
     body: &Value,
-) -> anyhow::Result<u16> {
+) -> StepResult<u16> {
     let Request {
         task,
         kind,
@@ -118,7 +119,7 @@ fn send(
     // A 503 (`storage_failed`) changed nothing and may be repeated, as a
     // controller would; a few attempts outlast a full disk that the harness
     // brings back with a runner restart.
-    let mut answer = Err(anyhow::anyhow!("not sent"));
+    let mut answer: StepResult<(u16, Value)> = Err(anyhow::anyhow!("not sent").into());
     let sent_at_ms = ctx.rec.now_ms();
     for _ in 0..SEND_ATTEMPTS_503 {
         answer = with_runner(ctx, until, |client| {
@@ -162,10 +163,9 @@ fn send(
         injected: false,
     });
     if status == 0 {
-        return Err(DeadlineMissed(format!(
+        return Err(StepError::DeadlineMissed(format!(
             "{kind} {message_id}: no answer before the deadline: {answer}"
-        ))
-        .into());
+        )));
     }
     Ok(status)
 }
@@ -179,7 +179,7 @@ pub(super) fn run_steps(
     model_api: Option<u32>,
     until: Instant,
     ev: &mut Evidence,
-) -> anyhow::Result<()> {
+) -> StepResult<()> {
     for step in &scenario.steps {
         let task = step.task();
         match step {
@@ -239,7 +239,7 @@ fn follow_up(
     task: &str,
     (text, message_id): (&str, &str),
     when: FollowUpWhen,
-) -> anyhow::Result<()> {
+) -> StepResult<()> {
     let mut state_before = None;
     match when {
         FollowUpWhen::Now => {}
@@ -302,7 +302,7 @@ fn retry(
     task: &str,
     message_id: &str,
     when: RetryWhen,
-) -> anyhow::Result<()> {
+) -> StepResult<()> {
     let view = wait_task(ctx, until, task, settled)?;
     let failed = matches!(view["state"].as_str(), Some("failed" | "needs_human"));
     if !failed && when != RetryWhen::Always {
