@@ -1,20 +1,20 @@
-//! Where a cell's driver and its cut side meet, and what both record.
+//! Where a cell's controller side and its cut side meet, and what both record.
 //!
-//! A cell has two sides: the driver (`steps`: the scenario's requests and
+//! A cell has two sides: the controller side (`steps`: the scenario's requests and
 //! the waits on the task) and the cut side (`faults`: the hits, the faults,
 //! the restarts). Each owns its own state; they share exactly two things:
 //!
 //! - the [`Board`]: the runner now running and how far the schedule got,
 //!   under one lock, every change waking whoever waits on it. It is a
-//!   monitor rather than a channel because the driver's waits are
+//!   monitor rather than a channel because the controller side's waits are
 //!   conditions over it with a deadline ("a runner of a later generation",
 //!   "the first event applied and the task settled"), asked from inside
 //!   its HTTP retries;
 //! - the [`Recorder`]: what either side did, sent as messages
-//!   ([`Record`]) and collected by the driver at teardown: no lock, and
+//!   ([`Record`]) and collected by the controller side at teardown: no lock, and
 //!   nothing the other side reads while the cell runs.
 //!
-//! What the cut side alone produced comes back to the driver once, when
+//! What the cut side alone produced comes back to the controller side once, when
 //! teardown joins it: the [`CutReport`].
 
 use std::sync::mpsc::{Receiver, Sender};
@@ -40,9 +40,9 @@ pub(super) struct Status {
     pub stage: usize,
     /// Events applied so far (one per matched event when done).
     pub applied: usize,
-    /// The driver waits for a turn in flight to send a turn-active
+    /// The controller side waits for a turn in flight to send a turn-active
     /// follow-up: the next hit of the sync point holds the runner until it
-    /// is sent (or given up on), when the driver clears it.
+    /// is sent (or given up on), when the controller side clears it.
     pub sync_wanted: bool,
     /// The runner is held at the sync point for the follow-up now wanted.
     pub sync_reached: bool,
@@ -200,7 +200,7 @@ impl Records {
 /// A value per task of the cell, the first task's first.
 pub(super) type PerTask<T> = Vec<(String, T)>;
 
-/// What the cut side alone owned, handed back to the driver at teardown.
+/// What the cut side alone owned, handed back to the controller side at teardown.
 #[derive(Default)]
 pub(super) struct CutReport {
     /// The role of the process whose hit was the first cut.

@@ -526,8 +526,8 @@ fn apply_answer(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow
     Ok(())
 }
 
-/// A turn-active follow-up's sync point, reached while the driver wants
-/// it: the runner is held while the driver sends the follow-up. The
+/// A turn-active follow-up's sync point, reached while the controller side wants
+/// it: the runner is held while the controller side sends the follow-up. The
 /// follow-up's own request passes cut points too, so unless this hit is
 /// also the next event, the hold waits on a thread of its own and the cut
 /// loop keeps answering (`None`). When it is the next event, the loop

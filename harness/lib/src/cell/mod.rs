@@ -9,7 +9,7 @@
 //! evidence, kills what is left, records what survived, and hands the
 //! evidence to the oracles. The cell never judges anything itself.
 //!
-//! Here: the cell's setup and its driver; `steps` sends the scenario's
+//! Here: the cell's setup and its controller side; `steps` sends the scenario's
 //! requests, `faults` is the cut side (the fault applier: it takes the
 //! hits and applies each event's fault), `teardown` collects the final
 //! evidence.
@@ -144,7 +144,7 @@ struct Ctx {
     rec: Recorder,
 }
 
-/// What the driver owns for the whole cell, besides its evidence.
+/// What the controller side owns for the whole cell, besides its evidence.
 struct Cell {
     /// Where the records of both sides arrive.
     records: std::sync::mpsc::Receiver<board::Record>,
@@ -293,7 +293,7 @@ fn new_evidence(
 }
 
 /// Drives the cell and tears it down, collecting its evidence in `ev`: a
-/// harness error is the driver's, else the cut side's last one.
+/// harness error is the controller side's, else the cut side's last one.
 fn run_and_collect(
     ctx: &Ctx,
     records: std::sync::mpsc::Receiver<board::Record>,

@@ -70,7 +70,7 @@ pub(super) struct Setup {
     /// The tag in the environment of every process of the cell.
     pub tag: String,
     /// The sync point of the scenario's `turn-active` follow-ups: every turn
-    /// acceptance, held only while the driver wants one (`Status::sync_wanted`).
+    /// acceptance, held only while the controller side wants one (`Status::sync_wanted`).
     pub sync: Option<Arm>,
     /// The script adds a file through `apply_patch` (a real codex then runs
     /// with its read-only sandbox: `Product::command_for`).
