@@ -594,7 +594,27 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 }
 
 /// Runs a parsed command; `Ok` is the exit code.
+/// `--message-format json` promises JSON lines only on stdout: the commands
+/// whose output is the progress stream (`run`, `wave`, `mutants`) take it;
+/// the others print tables and text for people, and refuse it (exit 2)
+/// rather than mix the two.
+fn json_output_refused(cli: &WithCommon) -> Option<String> {
+    let json = harness::report::Format::parse(&cli.common.message_format)
+        == Some(harness::report::Format::Json);
+    let streams = match &cli.command {
+        Command::Run(_) | Command::Mutants(_) => true,
+        Command::Wave(args) => args.repeat <= 1,
+        _ => false,
+    };
+    (json && !streams).then(|| {
+        "--message-format json: this command prints text for people; JSON lines are for `run`, `wave` (without --repeat) and `mutants`".to_owned()
+    })
+}
+
 fn run(exe: &Path, cli: WithCommon) -> Result<Code, Exit> {
+    if let Some(why) = json_output_refused(&cli) {
+        return Err(cmd::bad(why));
+    }
     let mut common = cli.common;
     common.progress = harness::report::console(
         harness::report::Format::parse(&common.message_format).unwrap_or_default(),

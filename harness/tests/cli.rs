@@ -149,6 +149,24 @@ fn bad_input_exits_2_with_the_place() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
+
+    // A command that prints text for people refuses JSON lines rather than
+    // mixing the two on stdout; nothing ran.
+    for args in [
+        &["explore", "--time", "1s"][..],
+        &["list"],
+        &["wave", "--repeat", "2"],
+    ] {
+        let out = turncut()
+            .args(args)
+            .args(["--message-format", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("JSON lines are for `run`"), "{args:?}: {err}");
+    }
 }
 
 #[test]
