@@ -9,7 +9,7 @@
 //! runs cannot finish under a bug (it strands the task), the bug runs the
 //! control's cells instead and says so. It reports bug × profile → oracles
 //! that caught it → failing cells as one typed event
-//! ([`Event::MutantsFinished`]: a table on the console, a `mutants` line in
+//! ([`ProgressEvent::MutantsFinished`]: a table on the console, a `mutants` line in
 //! JSON), never printing itself. A bug's run stops at its first caught cell
 //! unless `--full` asks for every cell (the control always runs in full). It
 //! exits 0 only when every bug is caught on every profile and the control
@@ -23,7 +23,7 @@ use std::time::Instant;
 use crate::cell::CellEnv;
 use crate::model::mutants::{CONTROL, HARNESS_ERROR};
 use crate::model::{MutantRow, MutantsResult, Verdict};
-use crate::progress::{Event, Progress};
+use crate::progress::{Progress, ProgressEvent};
 use crate::{plan, scenario, wave};
 
 /// A seeded bug of runnerd (`docs/seeded-bugs.md`), as `main.rs` reads it
@@ -111,7 +111,7 @@ pub struct Selection<'a> {
     pub progress: &'a Progress,
 }
 
-/// Runs the mutants and reports the table ([`Event::MutantsFinished`]);
+/// Runs the mutants and reports the table ([`ProgressEvent::MutantsFinished`]);
 /// true when every bug was caught and the control passed.
 pub fn run(
     exe: &Path,
@@ -175,7 +175,7 @@ pub fn run(
         control: sel.control,
         duration_ms: started.elapsed().as_millis() as u64,
     };
-    sel.progress.emit(Event::MutantsFinished(&result));
+    sel.progress.emit(ProgressEvent::MutantsFinished(&result));
     Ok(result.ok())
 }
 

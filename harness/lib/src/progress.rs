@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use crate::model::{CellResult, MutantsResult, WaveResult};
 
 /// Timeline texts (`Evidence::timeline`, the cut marked) by cell id, handed
-/// to the reports with the wave ([`Event::WaveFinished`]): the sequence
+/// to the reports with the wave ([`ProgressEvent::WaveFinished`]): the sequence
 /// diagram in a cell's HTML side panel and its `<system-out>` in
 /// `junit.xml`. `wave.json` does not keep them, so a merged report
 /// (`report::write_wave`) has none.
@@ -28,7 +28,7 @@ pub type Timelines = BTreeMap<String, String>;
 
 /// One thing that happened in long work.
 #[derive(Clone, Copy, Debug)]
-pub enum Event<'a> {
+pub enum ProgressEvent<'a> {
     /// A sentence about the work (planning, stage 2, what was left out).
     Note(&'a str),
     /// A batch of `total` cells starts (a stage of a wave).
@@ -63,7 +63,7 @@ pub enum Event<'a> {
 pub trait Reporter: Send {
     /// Shows or stores `event`. A reporter that cannot write keeps the
     /// error for [`Reporter::finish`]; the work goes on.
-    fn report(&mut self, event: &Event<'_>);
+    fn report(&mut self, event: &ProgressEvent<'_>);
 
     /// The end of the work: what the reporter failed to write, if anything
     /// (a report file; the console's own writes are best effort).
@@ -102,15 +102,15 @@ impl Progress {
     }
 
     /// Gives `event` to every reporter.
-    pub fn emit(&self, event: Event<'_>) {
+    pub fn emit(&self, event: ProgressEvent<'_>) {
         for r in self.lock().iter_mut() {
             r.report(&event);
         }
     }
 
-    /// A note (shorthand for `emit(Event::Note(…))`).
+    /// A note (shorthand for `emit(ProgressEvent::Note(…))`).
     pub fn note(&self, text: &str) {
-        self.emit(Event::Note(text));
+        self.emit(ProgressEvent::Note(text));
     }
 
     /// Ends the work: every reporter's [`Reporter::finish`], the errors
@@ -142,16 +142,16 @@ mod tests {
     struct Recording(Arc<Mutex<Vec<String>>>, Option<&'static str>);
 
     impl Reporter for Recording {
-        fn report(&mut self, event: &Event<'_>) {
+        fn report(&mut self, event: &ProgressEvent<'_>) {
             let kind = match event {
-                Event::Note(t) => format!("note {t}"),
-                Event::Batch { total } => format!("batch {total}"),
-                Event::Cell { done, result, .. } => {
+                ProgressEvent::Note(t) => format!("note {t}"),
+                ProgressEvent::Batch { total } => format!("batch {total}"),
+                ProgressEvent::Cell { done, result, .. } => {
                     format!("cell {done} {}", result.spec.cell_id)
                 }
-                Event::BatchDone => "batch done".into(),
-                Event::WaveFinished { wave, .. } => format!("wave {}", wave.wave_id),
-                Event::MutantsFinished(m) => format!("mutants {}", m.rows.len()),
+                ProgressEvent::BatchDone => "batch done".into(),
+                ProgressEvent::WaveFinished { wave, .. } => format!("wave {}", wave.wave_id),
+                ProgressEvent::MutantsFinished(m) => format!("mutants {}", m.rows.len()),
             };
             self.0.lock().unwrap().push(kind);
         }
@@ -179,19 +179,19 @@ mod tests {
         };
         let timelines = Timelines::new();
         let events = [
-            Event::Note("planning"),
-            Event::Batch { total: 1 },
-            Event::Cell {
+            ProgressEvent::Note("planning"),
+            ProgressEvent::Batch { total: 1 },
+            ProgressEvent::Cell {
                 done: 1,
                 total: 1,
                 result: &cell,
             },
-            Event::BatchDone,
-            Event::WaveFinished {
+            ProgressEvent::BatchDone,
+            ProgressEvent::WaveFinished {
                 wave: &wave,
                 timelines: &timelines,
             },
-            Event::MutantsFinished(&mutants),
+            ProgressEvent::MutantsFinished(&mutants),
         ];
         for e in events {
             progress.emit(e);

@@ -171,7 +171,7 @@ pub fn run_cells_until(
     stop: Option<StopAfter>,
 ) -> Vec<Finished> {
     env.progress
-        .emit(crate::progress::Event::Batch { total: cells.len() });
+        .emit(crate::progress::ProgressEvent::Batch { total: cells.len() });
     let next = AtomicUsize::new(0);
     let failed = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -198,7 +198,7 @@ pub fn run_cells_until(
                             decisive.fetch_add(1, Ordering::SeqCst);
                         }
                     }
-                    env.progress.emit(crate::progress::Event::Cell {
+                    env.progress.emit(crate::progress::ProgressEvent::Cell {
                         done: done.fetch_add(1, Ordering::SeqCst) + 1,
                         total: cells.len(),
                         result: &finished.result,
@@ -208,7 +208,7 @@ pub fn run_cells_until(
             });
         }
     });
-    env.progress.emit(crate::progress::Event::BatchDone);
+    env.progress.emit(crate::progress::ProgressEvent::BatchDone);
     let mut v = out.into_inner().expect("results");
     crate::model::sort_cells(&mut v, |f| &f.result.spec.cell_id);
     v

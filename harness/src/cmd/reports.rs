@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use harness::cell::CellEnv;
 use harness::model::{CellSpec, WaveResult};
-use harness::progress::{Event, Progress, Timelines};
+use harness::progress::{Progress, ProgressEvent, Timelines};
 use harness::{report, scenario, wave};
 
 use super::{Code, Exit, harness_err};
@@ -41,7 +41,7 @@ pub(super) fn store_reporters(progress: &Progress, out: &Path) {
 pub(super) fn store_wave(out: &Path, wave: &WaveResult, timelines: &Timelines) -> Result<(), Exit> {
     let progress = Progress::default();
     store_reporters(&progress, out);
-    progress.emit(Event::WaveFinished { wave, timelines });
+    progress.emit(ProgressEvent::WaveFinished { wave, timelines });
     progress.finish().map_err(harness_err)
 }
 
@@ -130,7 +130,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
         progress.note(&format!("reports in {}", out.display()));
     }
     note_kept(progress, job.out, &finished);
-    progress.emit(Event::WaveFinished {
+    progress.emit(ProgressEvent::WaveFinished {
         wave: &result,
         timelines: &timelines(&finished),
     });

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use super::{cell_line, skipped_by_reason, timing_reruns};
 use crate::model::{MutantsResult, Verdict, WaveResult};
-use crate::progress::{Event, Progress, Reporter};
+use crate::progress::{Progress, ProgressEvent, Reporter};
 
 /// How progress is shown on the console (`--message-format`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -63,14 +63,14 @@ pub struct Human {
 }
 
 impl Reporter for Human {
-    fn report(&mut self, event: &Event<'_>) {
+    fn report(&mut self, event: &ProgressEvent<'_>) {
         match event {
-            Event::Note(text) => match &self.bar {
+            ProgressEvent::Note(text) => match &self.bar {
                 Some(pb) => pb.println(*text),
                 None => eprintln!("{text}"),
             },
-            Event::Batch { total } => self.bar = progress_bar(*total),
-            Event::Cell {
+            ProgressEvent::Batch { total } => self.bar = progress_bar(*total),
+            ProgressEvent::Cell {
                 done,
                 total,
                 result,
@@ -83,13 +83,13 @@ impl Reporter for Human {
                 }
                 None => eprintln!("[{done}/{total}] {}", cell_line(result)),
             },
-            Event::BatchDone => {
+            ProgressEvent::BatchDone => {
                 if let Some(pb) = self.bar.take() {
                     pb.finish_and_clear();
                 }
             }
-            Event::WaveFinished { wave, .. } => to_stdout(&wave_text(wave)),
-            Event::MutantsFinished(m) => to_stdout(&mutants_text(m)),
+            ProgressEvent::WaveFinished { wave, .. } => to_stdout(&wave_text(wave)),
+            ProgressEvent::MutantsFinished(m) => to_stdout(&mutants_text(m)),
         }
     }
 }
@@ -195,7 +195,7 @@ impl<W: Write + Send> JsonLines<W> {
 }
 
 impl<W: Write + Send> Reporter for JsonLines<W> {
-    fn report(&mut self, event: &Event<'_>) {
+    fn report(&mut self, event: &ProgressEvent<'_>) {
         if let Some(line) = json_line(event) {
             let _ = writeln!(self.out, "{line}").and_then(|()| self.out.flush());
         }
@@ -203,11 +203,11 @@ impl<W: Write + Send> Reporter for JsonLines<W> {
 }
 
 /// The JSON line of `event` (none for a batch's end).
-pub fn json_line(event: &Event<'_>) -> Option<Value> {
+pub fn json_line(event: &ProgressEvent<'_>) -> Option<Value> {
     Some(match event {
-        Event::Note(text) => json!({ "type": "note", "text": text }),
-        Event::Batch { total } => json!({ "type": "batch", "cells": total }),
-        Event::Cell {
+        ProgressEvent::Note(text) => json!({ "type": "note", "text": text }),
+        ProgressEvent::Batch { total } => json!({ "type": "batch", "cells": total }),
+        ProgressEvent::Cell {
             done,
             total,
             result,
@@ -229,9 +229,9 @@ pub fn json_line(event: &Event<'_>) -> Option<Value> {
             "timing_reruns": result.reruns.len(),
             "reproduce": result.reproduce,
         }),
-        Event::BatchDone => return None,
-        Event::WaveFinished { wave, .. } => wave_line(wave),
-        Event::MutantsFinished(m) => mutants_line(m),
+        ProgressEvent::BatchDone => return None,
+        ProgressEvent::WaveFinished { wave, .. } => wave_line(wave),
+        ProgressEvent::MutantsFinished(m) => mutants_line(m),
     })
 }
 
@@ -329,15 +329,15 @@ mod tests {
         // profile, then the table.
         progress.note("building runnerd with --features seeded-bugs into target/seeded …");
         progress.note("turncut mutants: seed 7");
-        progress.emit(Event::Batch { total: 2 });
+        progress.emit(ProgressEvent::Batch { total: 2 });
         for (i, c) in wave.cells.iter().take(2).enumerate() {
-            progress.emit(Event::Cell {
+            progress.emit(ProgressEvent::Cell {
                 done: i + 1,
                 total: 2,
                 result: c,
             });
         }
-        progress.emit(Event::BatchDone);
+        progress.emit(ProgressEvent::BatchDone);
         progress.note("bug on runner-codex: 1 of 4 cells run not passing; caught by no-replay.turn (1) (3 s so far)");
         let result = MutantsResult {
             rows: vec![
@@ -348,7 +348,7 @@ mod tests {
             control: true,
             duration_ms: 3_400,
         };
-        progress.emit(Event::MutantsFinished(&result));
+        progress.emit(ProgressEvent::MutantsFinished(&result));
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         let lines: Vec<Value> = text
             .lines()
@@ -391,17 +391,17 @@ mod tests {
     #[test]
     fn json_lines_name_their_type_and_a_batch_end_has_none() {
         assert_eq!(
-            json_line(&Event::Note("planning")).unwrap(),
+            json_line(&ProgressEvent::Note("planning")).unwrap(),
             json!({ "type": "note", "text": "planning" })
         );
         assert_eq!(
-            json_line(&Event::Batch { total: 3 }).unwrap()["type"],
+            json_line(&ProgressEvent::Batch { total: 3 }).unwrap()["type"],
             "batch"
         );
-        assert!(json_line(&Event::BatchDone).is_none());
+        assert!(json_line(&ProgressEvent::BatchDone).is_none());
         let wave = super::super::tests::sample_wave();
         let timelines = crate::progress::Timelines::new();
-        let line = json_line(&Event::WaveFinished {
+        let line = json_line(&ProgressEvent::WaveFinished {
             wave: &wave,
             timelines: &timelines,
         })

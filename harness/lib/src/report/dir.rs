@@ -2,13 +2,13 @@
 //! report directory, `--out`: `wave.json`, `summary.md`, `junit.xml`,
 //! `report.html`) and [`StepSummary`] (`summary.md` appended to
 //! `$GITHUB_STEP_SUMMARY` on GitHub Actions). Both act on the wave's end
-//! ([`Event::WaveFinished`]) only; the per-cell directories (`cells/t###/`,
+//! ([`ProgressEvent::WaveFinished`]) only; the per-cell directories (`cells/t###/`,
 //! the evidence, which the stream does not carry) are the command's.
 
 use std::path::{Path, PathBuf};
 
 use super::{summary_markdown, write_wave_with};
-use crate::progress::{Event, Reporter};
+use crate::progress::{ProgressEvent, Reporter};
 
 /// Writes the report files of a finished wave into its directory.
 pub struct ReportDir {
@@ -28,8 +28,8 @@ impl ReportDir {
 }
 
 impl Reporter for ReportDir {
-    fn report(&mut self, event: &Event<'_>) {
-        if let Event::WaveFinished { wave, timelines } = event
+    fn report(&mut self, event: &ProgressEvent<'_>) {
+        if let ProgressEvent::WaveFinished { wave, timelines } = event
             && let Err(e) = write_wave_with(&self.dir, wave, timelines)
         {
             self.error.get_or_insert(e.to_string());
@@ -56,8 +56,8 @@ impl StepSummary {
 }
 
 impl Reporter for StepSummary {
-    fn report(&mut self, event: &Event<'_>) {
-        let Event::WaveFinished { wave, .. } = event else {
+    fn report(&mut self, event: &ProgressEvent<'_>) {
+        let ProgressEvent::WaveFinished { wave, .. } = event else {
             return;
         };
         use std::io::Write as _;
@@ -86,11 +86,11 @@ mod tests {
         let dir = tmp.path().join("out");
         let progress = Progress::new(vec![Box::new(ReportDir::new(&dir))]);
         progress.note("planning");
-        progress.emit(Event::Batch { total: 1 });
+        progress.emit(ProgressEvent::Batch { total: 1 });
         assert!(!dir.exists(), "nothing before the wave's end");
         let wave = super::super::tests::sample_wave();
         let timelines = Timelines::from([(wave.cells[0].spec.cell_id.clone(), "t".into())]);
-        progress.emit(Event::WaveFinished {
+        progress.emit(ProgressEvent::WaveFinished {
             wave: &wave,
             timelines: &timelines,
         });
@@ -111,7 +111,7 @@ mod tests {
         let blocked = tmp.path().join("file");
         std::fs::write(&blocked, "").unwrap();
         let progress = Progress::new(vec![Box::new(ReportDir::new(&blocked.join("out")))]);
-        progress.emit(Event::WaveFinished {
+        progress.emit(ProgressEvent::WaveFinished {
             wave: &wave,
             timelines: &timelines,
         });
