@@ -109,7 +109,15 @@ fn a_tool_shell_cannot_read_the_credential_from_a_sibling_or_from_runnerd() {
     let rig = Rig::new(ACP, &script);
     // The binary where the unprivileged uid can run it.
     let binary = rig.path("turncut");
-    std::fs::copy(exe(), &binary).unwrap();
+    // Copied by a process of its own: a copy written here holds a writable
+    // descriptor that a sibling test's fork inherits until its exec, and an
+    // exec of the copy then fails with ETXTBSY (one CI run did).
+    let copied = std::process::Command::new("cp")
+        .arg(exe())
+        .arg(&binary)
+        .status()
+        .unwrap();
+    assert!(copied.success(), "cp of the turncut binary failed");
     std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
     let profiles = std::fs::read_to_string(rig.path("profiles.toml")).unwrap();
     let profiles = profiles.replace(&exe().display().to_string(), &binary.display().to_string());
