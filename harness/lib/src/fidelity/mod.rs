@@ -205,17 +205,26 @@ pub enum ModelRoute {
     Messages,
 }
 
-/// Where the fake model API fails a real product's turn with `fault`
-/// (`--answer POINT#N=NAME`): its route's first request (a status fault),
-/// or its stream after the first event (a stream fault).
-pub fn model_fault_point(route: ModelRoute, fault: UpstreamFault) -> String {
+/// The fake model API of a real product's turn, in `dir`, armed to fail
+/// it with `fault` (`--answer POINT#N=NAME`): at its route's first request
+/// (a status fault), or in its stream after the first event (a stream
+/// fault).
+pub fn start_failing_model_api(
+    turncut: &Path,
+    dir: &Path,
+    script: &Path,
+    route: ModelRoute,
+    fault: UpstreamFault,
+) -> Result<crate::real::ModelApi, String> {
     let [responses, messages] = wire::upstream::MODEL_REQUEST_POINTS;
-    match (route, fault.is_stream()) {
+    let point = match (route, fault.is_stream()) {
         (ModelRoute::Responses, true) => "model.response_created.sent#1".to_owned(),
         (ModelRoute::Messages, true) => "model.message_start.sent#1".to_owned(),
         (ModelRoute::Responses, false) => format!("{responses}#1"),
         (ModelRoute::Messages, false) => format!("{messages}#1"),
-    }
+    };
+    let answer = format!("{point}={}", fault.as_str());
+    start_model_api_with(turncut, dir, script, &["--answer", &answer])
 }
 
 /// Where a URL is in a compared text: the real products name their model

@@ -32,8 +32,8 @@ use wire::upstream::UpstreamFault;
 use super::{Client, PROMPT, Subject, WAIT, case, load, tool_statuses};
 use crate::codex_client::{CodexClient, Dir};
 use crate::fidelity::{
-    Fields, ModelRoute, Row, effect_pids, fake_requests, model_api_requests, model_fault_point,
-    sorted, text, wait_until, without_urls,
+    Fields, ModelRoute, Row, effect_pids, fake_requests, model_api_requests, sorted, text,
+    wait_until, without_urls,
 };
 use crate::real::Product;
 
@@ -252,10 +252,8 @@ pub fn real_upstream(
     dir: &Path,
 ) -> Result<AfterFailure, String> {
     let (ws, script) = case(dir)?;
-    let point = model_fault_point(route(real), fault);
-    let answer = format!("{point}={}", fault.as_str());
     let model =
-        crate::fidelity::start_model_api_with(turncut, dir, &script, &["--answer", &answer])?;
+        crate::fidelity::start_failing_model_api(turncut, dir, &script, route(real), fault)?;
     let product = Product {
         real,
         bin: bin.to_owned(),

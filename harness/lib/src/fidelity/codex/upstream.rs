@@ -24,7 +24,7 @@ use wire::upstream::UpstreamFault;
 use super::FakeCut;
 use super::play::{Case, Provider, WAIT, turn_form, turn_start, without_ids};
 use crate::codex_client::{CodexClient, Dir};
-use crate::fidelity::{Fields, ModelRoute, Row, model_fault_point, text, without_urls};
+use crate::fidelity::{Fields, ModelRoute, Row, text, without_urls};
 use crate::real::Product;
 
 /// The turn both sides play: the model never answers it (its first request
@@ -181,10 +181,13 @@ pub fn real_upstream(
     dir: &Path,
 ) -> Result<AfterFailure, String> {
     let case = Case::with_script(dir, SCRIPT)?;
-    let point = model_fault_point(ModelRoute::Responses, fault);
-    let answer = format!("{point}={}", fault.as_str());
-    let model =
-        crate::fidelity::start_model_api_with(turncut, dir, &case.script, &["--answer", &answer])?;
+    let model = crate::fidelity::start_failing_model_api(
+        turncut,
+        dir,
+        &case.script,
+        ModelRoute::Responses,
+        fault,
+    )?;
     let product = Product {
         real: wire::profiles::real("runner-codex-real").ok_or("no runner-codex-real profile")?,
         bin: codex.to_owned(),

@@ -35,8 +35,8 @@ use wire::upstream::{OPENCODE_RETRY_WAIT_MS, UpstreamFault};
 
 use super::{Events, Server, Subject, WAIT, answer_form, answers_of, case, client_id, part_form};
 use crate::fidelity::{
-    Fields, ModelRoute, Row, effect_pids, fake_requests, model_api_requests, model_fault_point,
-    sorted, start_model_api_with, text, wait_until, without_urls,
+    Fields, ModelRoute, Row, effect_pids, fake_requests, model_api_requests, sorted,
+    start_failing_model_api, text, wait_until, without_urls,
 };
 use crate::real::Product;
 
@@ -401,9 +401,7 @@ pub fn real_upstream(
     dir: &Path,
 ) -> Result<AfterFailure, String> {
     let (ws, script) = case(dir)?;
-    let point = model_fault_point(ModelRoute::Responses, fault);
-    let answer = format!("{point}={}", fault.as_str());
-    let model = start_model_api_with(turncut, dir, &script, &["--answer", &answer])?;
+    let model = start_failing_model_api(turncut, dir, &script, ModelRoute::Responses, fault)?;
     let product = Product {
         real: wire::profiles::real(PROFILE).ok_or("no runner-opencode-real profile")?,
         bin: opencode.to_owned(),
