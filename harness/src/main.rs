@@ -533,6 +533,9 @@ struct WithCommon {
 }
 
 fn main() {
+    // A lazy mount's guard (the `turncut` that mounted starts this binary
+    // as one, `lazyfs::GuardProgram`) serves and exits here.
+    lazyfs::serve_guard_if_asked();
     cutpoint::die_with_parent();
     let args: Vec<OsString> = std::env::args_os().collect();
     let exe = std::env::current_exe().unwrap_or_else(|_| "turncut".into());

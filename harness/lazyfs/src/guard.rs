@@ -1,23 +1,36 @@
-//! The guard of a mount made with mount(2): a forked child of the owner
-//! that holds the other end of a socket and, when that end closes without
-//! the owner's word that it unmounted, unmounts the dead owner's mount.
+//! The guard of a mount made with mount(2): a child of the owner that
+//! holds the other end of a socket and, when that end closes without the
+//! owner's word that it unmounted, unmounts the dead owner's mount.
 //! It is what `fusermount3 -o auto_unmount` does for a mount made through
 //! `fusermount3`, so that no mount outlives its owner, even one killed by
 //! SIGKILL, on a machine without `fusermount3` (a root that has `/dev/fuse`
 //! needs no setuid helper to mount).
 //!
-//! The guard is a fork that never execs: it works in any program that links
-//! lazyfs (the `turncut` binary, a test binary) without a re-exec entry
-//! point. A fork of a multi-threaded program may only make
-//! async-signal-safe calls, so the child makes raw system calls and nothing
-//! else: no allocation, no lock, no Rust I/O. Everything it needs (the path,
-//! its escaped form in `/proc/self/mountinfo`) is prepared before the fork.
-//! The first thing it does is close every descriptor it inherited except
-//! its end of the socket, so it holds no copy of the owner's pipes, of any
-//! `/dev/fuse` connection, or of a file under a mount.
+//! The guard runs one of two ways.
+//!
+//! - **Exec'd** ([`GuardProgram`]): a program whose `main` calls
+//!   [`serve_guard_if_asked`] first (the `turncut` binary) is spawned with
+//!   `posix_spawn` (a vfork: nothing of the owner's memory is copied), its
+//!   end of the socket on its stdin, the mount point in [`GUARD_ENV`] and
+//!   nothing else of the owner's environment. A wave process holds hundreds
+//!   of megabytes and many threads: a forked guard shared all of it
+//!   copy-on-write for the whole cell, so every page any thread of the wave
+//!   wrote afterwards was copied, with a TLB shootdown on both cores (about a
+//!   sixth of the machine's CPU while power-cut cells ran).
+//! - **Forked**, in any other program that links lazyfs (a test binary)
+//!   without such an entry point. A fork of a multi-threaded program may only
+//!   make async-signal-safe calls, so the child makes raw system calls and
+//!   nothing else: no allocation, no lock, no Rust I/O. Everything it needs
+//!   (the path, its escaped form in `/proc/self/mountinfo`) is prepared
+//!   before the fork.
+//!
+//! Either way the first thing the guard does is close every descriptor it
+//! inherited except its end of the socket, so it holds no copy of the
+//! owner's pipes, of any `/dev/fuse` connection, or of a file under a mount,
+//! and it leaves the owner's session.
 //!
 //! It deliberately does not unmount anything but a `fuse.lazyfs` mount at
-//! its own path, and it is forked before the mount is made: an owner killed
+//! its own path, and it is started before the mount is made: an owner killed
 //! between the mount and any later step still leaves a guard behind it.
 //!
 //! A mount made through `fusermount3` is guarded too, and the guard then
@@ -27,12 +40,72 @@
 //! as root, which the kernel refuses (EACCES, no `allow_other`) instead of
 //! answering ENOTCONN. Measured: `cargo test -p lazyfs --test mount`.
 
-use std::ffi::CString;
+use std::ffi::{CString, OsString};
 use std::io::{self, Write as _};
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The environment variable that makes a program calling
+/// [`serve_guard_if_asked`] the guard of the mount point it names. Only a
+/// guard's own environment has it (the owner clears the rest).
+pub const GUARD_ENV: &str = "LAZYFS_GUARD_OF";
+
+/// With [`GUARD_ENV`]: the `fusermount3` the guard unmounts with.
+const FUSERMOUNT3_ENV: &str = "LAZYFS_GUARD_FUSERMOUNT3";
+
+/// The `PATH` a guard (and the `fusermount3` it may run) gets.
+const GUARD_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A program that can be a mount's guard: its `main` calls
+/// [`serve_guard_if_asked`] before anything else, and it is started as
+/// `program args…` with [`GUARD_ENV`] set.
+#[derive(Clone, Debug)]
+pub struct GuardProgram {
+    /// The executable.
+    pub program: PathBuf,
+    /// Its leading arguments (none for `turncut`).
+    pub args: Vec<OsString>,
+}
+
+impl GuardProgram {
+    /// `program` with no arguments.
+    pub fn new(program: impl Into<PathBuf>) -> GuardProgram {
+        GuardProgram {
+            program: program.into(),
+            args: Vec::new(),
+        }
+    }
+}
+
+/// If this process was started as a mount's guard ([`GUARD_ENV`] is set),
+/// serves as it and exits; else returns at once. A program that passes
+/// itself as a [`GuardProgram`] calls this first thing in `main`.
+pub fn serve_guard_if_asked() {
+    let Some(mountpoint) = std::env::var_os(GUARD_ENV) else {
+        return;
+    };
+    let fail = |why: &str| -> ! {
+        eprintln!("lazyfs guard: {why}");
+        std::process::exit(2)
+    };
+    let Ok(path) = CString::new(mountpoint.as_bytes()) else {
+        fail("a mount point with a NUL byte")
+    };
+    let unmount = match std::env::var_os(FUSERMOUNT3_ENV) {
+        Some(p) => match Exec::fusermount3(Path::new(&p), &path) {
+            Ok(e) => Some(e),
+            Err(e) => fail(&e.to_string()),
+        },
+        None => None,
+    };
+    let escaped = escape(mountpoint.as_bytes());
+    // SAFETY: this process is the guard: stdin is its end of the socket,
+    // and nothing else of it needs its descriptors.
+    unsafe { guard_main(0, &path, &escaped, unmount.as_ref()) }
+}
 
 /// The byte the owner sends before closing its end when the mount is
 /// already gone (or was never made): the guard then leaves the path alone.
@@ -53,11 +126,15 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
-    /// Forks the guard of `mountpoint` (canonical), before anything is
-    /// mounted there.
+    /// Starts the guard of `mountpoint` (canonical), before anything is
+    /// mounted there: `program` exec'd, or else a fork of this process.
     /// With `fusermount3`, the guard unmounts by exec'ing it (`-u -z`),
     /// else with umount2.
-    pub(crate) fn spawn(mountpoint: &Path, fusermount3: Option<&Path>) -> io::Result<Guard> {
+    pub(crate) fn spawn(
+        mountpoint: &Path,
+        fusermount3: Option<&Path>,
+        program: Option<&GuardProgram>,
+    ) -> io::Result<Guard> {
         let nul = |_| io::Error::other("a mount point with a NUL byte");
         let path = CString::new(mountpoint.as_os_str().as_bytes()).map_err(nul)?;
         let unmount = match fusermount3 {
@@ -72,6 +149,10 @@ impl Guard {
             )));
         }
         let (ours, theirs) = UnixStream::pair()?;
+        if let Some(program) = program {
+            let pid = spawn_exec(program, mountpoint, fusermount3, theirs)?;
+            return Ok(Guard { pid, socket: ours });
+        }
         // SAFETY: the child makes only async-signal-safe system calls on
         // memory prepared before the fork, and ends with `_exit`.
         let pid = unsafe { libc::fork() };
@@ -94,6 +175,30 @@ impl Guard {
         drop(self.socket);
         reap(self.pid);
     }
+}
+
+/// Starts `program` as the guard of `mountpoint`, `theirs` on its stdin.
+fn spawn_exec(
+    program: &GuardProgram,
+    mountpoint: &Path,
+    fusermount3: Option<&Path>,
+    theirs: UnixStream,
+) -> io::Result<libc::pid_t> {
+    let mut cmd = Command::new(&program.program);
+    cmd.args(&program.args)
+        .env_clear()
+        .env("PATH", GUARD_PATH)
+        .env(GUARD_ENV, mountpoint)
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(f) = fusermount3 {
+        cmd.env(FUSERMOUNT3_ENV, f);
+    }
+    // No `pre_exec`: the standard library spawns with posix_spawn. The
+    // `Child` is not kept; the guard is reaped by pid (`reap`).
+    let child = cmd.spawn()?;
+    Ok(child.id() as libc::pid_t)
 }
 
 /// A program and its arguments, prepared before the fork so that the guard
@@ -120,7 +225,7 @@ impl Exec {
         let mut argv: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
         argv.push(std::ptr::null());
         let envp = [
-            c"PATH=/usr/sbin:/usr/bin:/sbin:/bin".as_ptr(),
+            c"PATH=/usr/sbin:/usr/bin:/sbin:/bin".as_ptr(), // GUARD_PATH
             std::ptr::null(),
         ];
         Ok(Exec {
@@ -164,8 +269,8 @@ fn escape(path: &[u8]) -> Vec<u8> {
 ///
 /// # Safety
 ///
-/// Called only in the child of `fork`: it never returns and makes only
-/// async-signal-safe calls.
+/// Called only in the guard (the child of `fork`, or the exec'd guard,
+/// `socket` 0): it never returns and makes only async-signal-safe calls.
 unsafe fn guard_main(socket: RawFd, path: &CString, escaped: &[u8], exec: Option<&Exec>) -> ! {
     unsafe {
         // The socket above 2, then 0-2 on /dev/null, then every other

@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use guard::{GUARD_ENV, GuardProgram, serve_guard_if_asked};
 pub use image::{Change, ChangeKind};
 
 /// What went wrong; each message reads after "failed to …".
@@ -123,6 +124,8 @@ pub struct LazyFs {
     backing: PathBuf,
     mountpoint: PathBuf,
     live: Option<mount::Live>,
+    /// The program each mount's guard runs as (`None`: a fork).
+    guard: Option<GuardProgram>,
     /// The counters of the mounts before the current one.
     past: Counters,
 }
@@ -141,7 +144,29 @@ impl LazyFs {
     /// Mounts `backing` (an existing directory) at `mountpoint` (an existing
     /// directory, outside `backing`). Everything already in `backing` is
     /// durable.
+    ///
+    /// Its guard is a fork of this process; [`LazyFs::mount_guarded_by`]
+    /// is cheaper in a large process.
     pub fn mount(backing: &Path, mountpoint: &Path) -> Result<LazyFs, Error> {
+        LazyFs::mount_with(backing, mountpoint, None)
+    }
+
+    /// [`LazyFs::mount`], with `guard` exec'd as the guard that unmounts
+    /// the mount if this process dies (`guard` module): no fork of this
+    /// process, whose memory the forked guard would share copy-on-write.
+    pub fn mount_guarded_by(
+        backing: &Path,
+        mountpoint: &Path,
+        guard: &GuardProgram,
+    ) -> Result<LazyFs, Error> {
+        LazyFs::mount_with(backing, mountpoint, Some(guard.clone()))
+    }
+
+    fn mount_with(
+        backing: &Path,
+        mountpoint: &Path,
+        guard: Option<GuardProgram>,
+    ) -> Result<LazyFs, Error> {
         if let Some(reason) = unavailable() {
             return Err(Error::Unavailable(reason));
         }
@@ -153,11 +178,12 @@ impl LazyFs {
                 reason: format!("overlaps the backing directory {}", backing.display()),
             });
         }
-        let live = mount::Live::start(&backing, &mountpoint)?;
+        let live = mount::Live::start(&backing, &mountpoint, guard.as_ref())?;
         Ok(LazyFs {
             backing,
             mountpoint,
             live: Some(live),
+            guard,
             past: Counters::new(),
         })
     }
@@ -196,7 +222,11 @@ impl LazyFs {
             }
         })?;
         drop(state);
-        self.live = Some(mount::Live::start(&self.backing, &self.mountpoint)?);
+        self.live = Some(mount::Live::start(
+            &self.backing,
+            &self.mountpoint,
+            self.guard.as_ref(),
+        )?);
         Ok(PowerLoss {
             changes,
             took: started.elapsed(),

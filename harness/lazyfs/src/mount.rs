@@ -1,8 +1,8 @@
 //! Mounting and unmounting, two ways. As root (more exactly: where the
 //! mount(2) system call may mount FUSE, which [`unavailable`] finds out once
 //! per process by mounting and unmounting a probe), lazyfs opens
-//! `/dev/fuse` and mounts with it itself, and its own [`Guard`] (a forked
-//! child holding the other end of a socket) unmounts the mount if the owner
+//! `/dev/fuse` and mounts with it itself, and its own [`Guard`] (a child
+//! holding the other end of a socket, see `guard`) unmounts the mount if the owner
 //! dies, even by SIGKILL: no package is needed. Elsewhere `fusermount3`
 //! (Debian's `fuse3`, setuid root) mounts and hands back the `/dev/fuse`
 //! descriptor (its `_FUSE_COMMFD` protocol), then stays as the
@@ -28,7 +28,7 @@ use fuser::{BackgroundSession, Config, Session, SessionACL};
 use crate::Error;
 use crate::durable::State;
 use crate::fs::Fs;
-use crate::guard::{FSTYPE, Guard};
+use crate::guard::{FSTYPE, Guard, GuardProgram};
 
 /// The mount options given to `fusermount3`: the kernel checks permissions,
 /// `fsname`/`subtype` make the mount `fuse.lazyfs` in `/proc/mounts`.
@@ -133,16 +133,22 @@ impl Helper {
 }
 
 impl Live {
-    pub(crate) fn start(backing: &Path, mountpoint: &Path) -> Result<Live, Error> {
+    /// Mounts `backing` at `mountpoint`, guarded by `guard` exec'd (else a
+    /// fork of this process).
+    pub(crate) fn start(
+        backing: &Path,
+        mountpoint: &Path,
+        guard: Option<&GuardProgram>,
+    ) -> Result<Live, Error> {
         let err = |source: io::Error| Error::Mount {
             mountpoint: mountpoint.to_path_buf(),
             source,
         };
         let state = Arc::new(Mutex::new(State::new(backing).map_err(err)?));
         let (fuse, helper) = if direct_mounts().is_ok() {
-            mount_guarded(mountpoint).map_err(err)?
+            mount_guarded(mountpoint, guard).map_err(err)?
         } else {
-            fusermount(mountpoint).map_err(err)?
+            fusermount(mountpoint, guard).map_err(err)?
         };
         let fs = Fs {
             state: state.clone(),
@@ -205,8 +211,8 @@ impl Live {
 
 /// Mounts with mount(2), guarded: the guard is forked first, so an owner
 /// killed at any point after leaves a guard that unmounts.
-fn mount_guarded(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
-    let guard = Guard::spawn(mountpoint, None)?;
+fn mount_guarded(mountpoint: &Path, by: Option<&GuardProgram>) -> io::Result<(OwnedFd, Helper)> {
+    let guard = Guard::spawn(mountpoint, None, by)?;
     match mount_with_dev_fuse(mountpoint) {
         Ok(fd) => Ok((fd, Helper::Guard(guard))),
         Err(e) => {
@@ -246,9 +252,9 @@ fn mount_with_dev_fuse(mountpoint: &Path) -> io::Result<OwnedFd> {
 /// Mounts through `fusermount3`: it mounts, sends the `/dev/fuse`
 /// descriptor over a socket pair, and stays (`auto_unmount`) until our end
 /// closes.
-fn fusermount(mountpoint: &Path) -> io::Result<(OwnedFd, Helper)> {
+fn fusermount(mountpoint: &Path, by: Option<&GuardProgram>) -> io::Result<(OwnedFd, Helper)> {
     let program = fusermount3().ok_or_else(|| io::Error::other("fusermount3 is not on PATH"))?;
-    let guard = Guard::spawn(mountpoint, Some(&program))?;
+    let guard = Guard::spawn(mountpoint, Some(&program), by)?;
     let (ours, theirs) = UnixStream::pair()?;
     let theirs_fd = theirs.as_raw_fd();
     let mut cmd = Command::new(program);

@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use lazyfs::{ChangeKind, LazyFs};
 
 const OWNER_ENV: &str = "LAZYFS_TEST_OWNER";
+/// Set for an owner whose guard is this test binary exec'd
+/// ([`guard_entry`]), not a fork.
+const EXEC_GUARD_ENV: &str = "LAZYFS_TEST_EXEC_GUARD";
 const WAIT: Duration = Duration::from_secs(10);
 
 struct Rig {
@@ -63,7 +66,18 @@ fn wait_unmounted(path: &Path) -> bool {
 /// The owner process: mounts, says so, waits to be killed.
 fn owner(paths: &str) {
     let (backing, mnt) = paths.split_once(':').expect("BACKING:MNT");
-    let fs = LazyFs::mount(Path::new(backing), Path::new(mnt)).expect("mount");
+    let (backing, mnt) = (Path::new(backing), Path::new(mnt));
+    let fs = match std::env::var_os(EXEC_GUARD_ENV) {
+        Some(_) => {
+            let mut guard = lazyfs::GuardProgram::new(std::env::current_exe().expect("exe"));
+            guard.args = ["--exact", "guard_entry", "--nocapture"]
+                .map(Into::into)
+                .to_vec();
+            LazyFs::mount_guarded_by(backing, mnt, &guard)
+        }
+        None => LazyFs::mount(backing, mnt),
+    }
+    .expect("mount");
     println!("mounted");
     let mut line = String::new();
     let _ = std::io::stdin().read_line(&mut line);
@@ -78,6 +92,8 @@ enum As {
     WithoutFusermount3,
     /// As `nobody`: only `fusermount3` can mount, and its helper guards.
     Nobody,
+    /// With its guard exec'd (this binary's [`guard_entry`]).
+    ExecGuard,
 }
 
 /// Runs test `name` of this binary as the owner of a mount of `r`, waits
@@ -102,6 +118,9 @@ fn kill_the_owner(name: &str, r: &Rig, how: As) {
             use std::os::unix::process::CommandExt as _;
             cmd.uid(65534).gid(65534);
         }
+        As::ExecGuard => {
+            cmd.env(EXEC_GUARD_ENV, "1");
+        }
     }
     let mut child = cmd.spawn().expect("spawn the owner");
     // The test harness's own lines come first.
@@ -109,6 +128,17 @@ fn kill_the_owner(name: &str, r: &Rig, how: As) {
     let said = out.lines().map_while(Result::ok).any(|l| l == "mounted");
     assert!(said, "the owner mounted");
     assert!(mounted(&r.mnt), "the owner's mount is in the table");
+    // An exec'd guard has its own environment (`GUARD_ENV` and `PATH`), not
+    // the owner's, which a forked one keeps.
+    let guard_entry = format!("{}={}", lazyfs::GUARD_ENV, r.mnt.display());
+    let exec_guards = processes_with_env(&guard_entry);
+    match how {
+        As::ExecGuard => assert_eq!(exec_guards.len(), 1, "one exec'd guard"),
+        _ => assert!(
+            exec_guards.is_empty(),
+            "{exec_guards:?}: the guard was exec'd"
+        ),
+    }
     child.kill().expect("SIGKILL the owner");
     child.wait().expect("reap the owner");
     assert!(
@@ -116,7 +146,7 @@ fn kill_the_owner(name: &str, r: &Rig, how: As) {
         "the helper unmounts a dead owner's mount within {WAIT:?}"
     );
     let entry = format!("{OWNER_ENV}={paths}");
-    for pid in processes_with_env(&entry) {
+    for pid in processes_with_env(&entry).into_iter().chain(exec_guards) {
         assert!(
             wait_gone(pid),
             "process {pid} ({}) the owner started is still alive {WAIT:?} after it was killed",
@@ -174,6 +204,33 @@ fn a_killed_owner_leaves_no_mount_behind() {
         return owner(&paths);
     }
     kill_the_owner("a_killed_owner_leaves_no_mount_behind", &rig(), As::Itself);
+}
+
+/// The guard of an owner that passes a program of its own
+/// (`LazyFs::mount_guarded_by`, as `turncut` does) is that program exec'd,
+/// not a fork of the owner, and unmounts a SIGKILLed owner's mount all the
+/// same.
+#[test]
+fn an_exec_guard_unmounts_a_killed_owners_mount() {
+    if let Ok(paths) = std::env::var(OWNER_ENV) {
+        return owner(&paths);
+    }
+    if let Some(why) = lazyfs::unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    kill_the_owner(
+        "an_exec_guard_unmounts_a_killed_owners_mount",
+        &rig(),
+        As::ExecGuard,
+    );
+}
+
+/// The entry point of this binary exec'd as a mount's guard; in any other
+/// run it returns at once.
+#[test]
+fn guard_entry() {
+    lazyfs::serve_guard_if_asked();
 }
 
 /// As root, `fusermount3` is not needed: the owner mounts with mount(2) and

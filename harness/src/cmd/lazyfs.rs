@@ -20,7 +20,13 @@ pub fn mount(backing: &Path, mountpoint: &Path) -> Result<Code, Exit> {
     signals
         .thread_block()
         .map_err(|e| harness_err(format!("failed to block signals: {e}")))?;
-    let mut fs = LazyFs::mount(backing, mountpoint).map_err(|e| match e {
+    let exe = std::env::current_exe().map_err(|e| {
+        harness_err(format!(
+            "failed to find this program for the mount's guard: {e}"
+        ))
+    })?;
+    let guard = lazyfs::GuardProgram::new(exe);
+    let mut fs = LazyFs::mount_guarded_by(backing, mountpoint, &guard).map_err(|e| match e {
         Error::BadPath { .. } => bad(format!("failed to {e}")),
         _ => harness_err(format!("failed to {e}")),
     })?;

@@ -52,7 +52,14 @@ pub(super) fn mount_disks(ctx: &Ctx) -> anyhow::Result<Vec<lazyfs::LazyFs>> {
         let backing = layout.p(BACKING_DIR).join(name);
         std::fs::create_dir_all(&backing)?;
         std::fs::create_dir_all(layout.p(name))?;
-        mounts.push(lazyfs::LazyFs::mount(&backing, &layout.p(name))?);
+        // The guard is this wave's `turncut` exec'd, not a fork of the
+        // wave process (`lazyfs::GuardProgram`).
+        let guard = lazyfs::GuardProgram::new(&ctx.env.turncut);
+        mounts.push(lazyfs::LazyFs::mount_guarded_by(
+            &backing,
+            &layout.p(name),
+            &guard,
+        )?);
     }
     ctx.rec
         .act(ActionKind::DisksLazy, json!({ "mounted": ON_LAZY_MOUNTS }));
