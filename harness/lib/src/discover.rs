@@ -7,7 +7,7 @@
 
 use crate::cell::{CellEnv, run_cell_traced};
 use crate::model::{CellSpec, Cut, Role, Verdict};
-use crate::plan::{Boundary, boundaries_of, provider_alive_at, schedule_cell};
+use crate::plan::{Boundary, boundaries_of, recovery_boundaries, schedule_cell};
 use crate::scenario::Scenario;
 
 /// The result of discovery.
@@ -155,27 +155,11 @@ pub fn walk_recovery(
         found = reached_after(env, scenario, profile, &spec)?;
     }
     let (hits, mark, doomed, walked) = found;
-    let mut counts: std::collections::HashMap<&str, u64> = Default::default();
-    let mut out: Vec<Boundary> = Vec::new();
-    let alive = provider_alive_at(&hits);
-    for (h, alive) in hits.iter().zip(alive).skip(mark + 1) {
-        // The remains of what the event killed are not its recovery
-        // (`cell::doomed`): the cell would not count them either.
-        if h.point == crate::cell::EVENT_MARK || doomed.contains(&h.pid) {
-            continue;
-        }
-        let n = counts.entry(h.point.as_str()).or_default();
-        *n += 1;
-        out.push(Boundary {
-            cut: Cut {
-                point: h.point.clone(),
-                n: *n,
-            },
-            role: Role::of(&h.role),
-            provider_alive: alive,
-            segment: 0,
-        });
-    }
+    // The remains of what the event killed are not its recovery
+    // (`cell::doomed`): the cell would not count them either.
+    let out = recovery_boundaries(&hits, mark, |h| {
+        h.point == crate::cell::EVENT_MARK || doomed.contains(&h.pid)
+    });
     Ok((walked, out))
 }
 

@@ -182,6 +182,39 @@ pub fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
         .collect()
 }
 
+/// The boundaries of a recovery: the hits of a traced run after its
+/// event's mark (at index `mark`), each numbered by its point from 1 (a
+/// recovery's `#N` counts from the event on), with whether a provider was
+/// alive there (counted over the whole run). `skip` leaves out hits that
+/// are not the recovery's (the mark itself, the remains of what the event
+/// killed).
+pub fn recovery_boundaries(
+    hits: &[cutpoint::Hit],
+    mark: usize,
+    skip: impl Fn(&cutpoint::Hit) -> bool,
+) -> Vec<Boundary> {
+    let mut counts: std::collections::HashMap<&str, u64> = Default::default();
+    let alive = provider_alive_at(hits);
+    let mut out = Vec::new();
+    for (h, alive) in hits.iter().zip(alive).skip(mark + 1) {
+        if skip(h) {
+            continue;
+        }
+        let n = counts.entry(h.point.as_str()).or_default();
+        *n += 1;
+        out.push(Boundary {
+            cut: Cut {
+                point: h.point.clone(),
+                n: *n,
+            },
+            role: Role::of(&h.role),
+            provider_alive: alive,
+            segment: 0,
+        });
+    }
+    out
+}
+
 /// The listed cut points of `scenario` that never happen in this clean run
 /// (`boundaries`): points of other protocols, or runner points of another
 /// driver. A point in no profile's list is a mistake; the snapshot tests
@@ -552,6 +585,45 @@ pub fn parse_shard(s: &str) -> anyhow::Result<(u32, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hit(role: &str, pid: u32, point: &str) -> cutpoint::Hit {
+        cutpoint::Hit {
+            role: role.into(),
+            pid,
+            point: point.into(),
+            n: 0,
+        }
+    }
+
+    /// A recovery's boundaries count each point from the event's mark on,
+    /// leave out what `skip` says (the mark, a doomed pid's remains), and
+    /// know a provider alive from an identity recorded before the mark.
+    #[test]
+    fn a_recovery_is_numbered_from_its_event_on() {
+        let hits = [
+            hit("runner", 1, "runner.provider_identity.persisted"),
+            hit("runner", 1, "runner.item.persisted"),
+            hit("turncut", 1, "turncut.event"),
+            hit("provider", 9, "codex.turn.recorded"),
+            hit("runner", 2, "runner.item.persisted"),
+            hit("runner", 2, "runner.provider_stop.persisted"),
+            hit("runner", 2, "runner.item.persisted"),
+        ];
+        let got = recovery_boundaries(&hits, 2, |h| h.pid == 9);
+        let shown: Vec<(String, bool)> = got
+            .iter()
+            .map(|b| (b.cut.to_string(), b.provider_alive))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("runner.item.persisted#1".to_owned(), true),
+                ("runner.provider_stop.persisted#1".to_owned(), false),
+                ("runner.item.persisted#2".to_owned(), false),
+            ]
+        );
+        assert!(got.iter().all(|b| b.role == Role::Runner));
+    }
 
     /// A cut is one hit: `--cut` refuses what only an arm may say (every
     /// occurrence, every point under a prefix), and its `#N` shows back.
