@@ -6,7 +6,7 @@
 //! made of the boundaries is `plan`'s, which starts no process.
 
 use crate::cell::{CellEnv, run_cell_traced};
-use crate::model::{CellSpec, Cut, Role, Verdict};
+use crate::model::{CellSpec, Verdict};
 use crate::plan::{Boundary, boundaries_of, recovery_boundaries, schedule_cell};
 use crate::scenario::Scenario;
 
