@@ -63,23 +63,19 @@ pub fn discover(
         message,
         result: None,
     };
-    let dir = crate::tempdirs::tempdir("trace").map_err(|e| failed(e.to_string()))?;
-    let trace = dir.path().join("trace.jsonl");
-    let spec = CellSpec {
-        cell_id: "discovery".into(),
-        scenario_id: scenario.id(profile).into(),
-        seed: 0,
-        events: Vec::new(),
-    };
-    let crate::judge::Judged { run, result } =
-        crate::judge::judged(run_cell_traced(env, scenario, profile, &spec, Some(&trace)));
+    let TracedClean { judged, hits } =
+        traced_clean(env, scenario, profile, "discovery").map_err(|e| failed(e.to_string()))?;
+    let crate::judge::Judged { run, result } = judged;
     if let Some(e) = &result.error {
         return Err(DiscoveryFailed {
-            message: format!("the clean traced run of {} failed: {e}", spec.scenario_id),
+            message: format!(
+                "the clean traced run of {} failed: {e}",
+                run.spec.scenario_id
+            ),
             result: Some(Box::new(result)),
         });
     }
-    let hits = cutpoint::trace_read(&trace).map_err(|e| failed(e.to_string()))?;
+    let hits = hits.map_err(|e| failed(e.to_string()))?;
     Ok(Discovery {
         timing: crate::timing::silent_provider(&run.evidence),
         boundaries: boundaries_of(hits),
@@ -95,6 +91,39 @@ pub fn discover(
             .filter(|k| *k != "message.queued")
             .map(str::to_owned)
             .collect(),
+    })
+}
+
+/// A clean cell run with a trace in every process, judged: what
+/// [`discover`] plans from and `turncut doctor` checks.
+pub struct TracedClean {
+    /// The cell and its verdict.
+    pub judged: crate::judge::Judged,
+    /// Every hit of its trace, in order.
+    pub hits: Result<Vec<cutpoint::Hit>, cutpoint::Error>,
+}
+
+/// Runs the clean cell `cell_id` of `scenario` on `profile`, traced, in a
+/// temporary directory (the trace is read before it goes); an error only
+/// when that directory cannot be made.
+pub fn traced_clean(
+    env: &CellEnv,
+    scenario: &Scenario,
+    profile: &str,
+    cell_id: &str,
+) -> std::io::Result<TracedClean> {
+    let dir = crate::tempdirs::tempdir("trace")?;
+    let trace = dir.path().join("trace.jsonl");
+    let spec = CellSpec {
+        cell_id: cell_id.into(),
+        scenario_id: scenario.id(profile).into(),
+        seed: 0,
+        events: Vec::new(),
+    };
+    let judged = crate::judge::judged(run_cell_traced(env, scenario, profile, &spec, Some(&trace)));
+    Ok(TracedClean {
+        judged,
+        hits: cutpoint::trace_read(&trace),
     })
 }
 

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::cell::{CellEnv, cell_runner_command, run_cell_traced, write_cell_inputs};
-use crate::model::{CellSpec, OracleResult, Role, Verdict};
+use crate::cell::{CellEnv, cell_runner_command, write_cell_inputs};
+use crate::model::{OracleResult, Role, Verdict};
 use crate::plan::{Boundary, boundaries_of, expand};
 use crate::run_log::RunLogEvent;
 use crate::runner_client::{RunnerClient, RunnerProcess, task_view};
@@ -482,24 +482,16 @@ fn expect(status: u16, want: u16, what: &str, body: &Value) -> Result<(), Missin
 
 /// One traced clean cell of `profile`: verdicts, boundaries, kinds.
 fn traced(env: &CellEnv, scenario: &Scenario, profile: &str) -> Result<Traced, Missing> {
-    let dir = crate::tempdirs::tempdir("trace")
+    let traced = crate::discover::traced_clean(env, scenario, profile, "doctor")
         .map_err(|e| missing(format!("cannot create a directory: {e}"), "-"))?;
-    let trace = dir.path().join("trace.jsonl");
-    let spec = CellSpec {
-        cell_id: "doctor".into(),
-        scenario_id: scenario.id(profile).into(),
-        seed: 0,
-        events: Vec::new(),
-    };
-    let crate::judge::Judged { run, result } =
-        crate::judge::judged(run_cell_traced(env, scenario, profile, &spec, Some(&trace)));
+    let crate::judge::Judged { run, result } = traced.judged;
     if let Some(e) = &result.error {
         return Err(missing(
             format!("{profile}: the traced clean cell failed: {e}"),
             "docs/runner-contract.md §1",
         ));
     }
-    let hits = cutpoint::trace_read(&trace).unwrap_or_default();
+    let hits = traced.hits.unwrap_or_default();
     let boundaries = boundaries_of(hits);
     let cells = expand(scenario, &boundaries).map(|c| c.len()).unwrap_or(0);
     Ok(Traced {
