@@ -86,3 +86,33 @@ fn a_wave_of_a_scenario_naming_points_this_runner_never_shows_plans_and_passes()
         "{err}"
     );
 }
+
+/// A scenario's `[chaos] schedules` entry that names runnerd's own driver
+/// points (`runner.codex.response.sent`) is that runner's path, not a
+/// mistake in the file, against a runner of `--runner-cmd`: it plans no
+/// cell and is said, and the rest of the scenario is planned (it was exit 2).
+#[test]
+fn a_schedule_this_runner_never_reaches_plans_no_cell_and_is_said() {
+    let Some(runner) = ts_runner() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let (code, stdout, err) = turncut(&[
+        "plan",
+        "--runner-cmd",
+        &runner.display().to_string(),
+        "--only",
+        "runner-codex.local.reopened-while-waiting",
+        "--seed",
+        "3",
+        "--no-recuts",
+        "--out",
+        &plan.display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{stdout}\n{err}");
+    assert!(
+        err.contains("reopened-while-waiting.toml:34:14: schedule runner.codex.response.sent#6/kill-runner+runner.item.persisted#2/follow-up runs on no clean run of this runner (no cell)"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&plan).unwrap();
+    assert!(!text.contains("runner.codex.response.sent"), "{text}");
+}
