@@ -115,4 +115,7 @@ fn a_schedule_this_runner_never_reaches_plans_no_cell_and_is_said() {
     );
     let text = std::fs::read_to_string(&plan).unwrap();
     assert!(!text.contains("runner.codex.response.sent"), "{text}");
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let cells = plan["cells"].as_array().map_or(0, Vec::len);
+    assert!(cells > 0, "the rest of the scenario is planned: {text}");
 }

@@ -56,8 +56,9 @@ pub const GUARD_ENV: &str = "LAZYFS_GUARD_OF";
 /// With [`GUARD_ENV`]: the `fusermount3` the guard unmounts with.
 const FUSERMOUNT3_ENV: &str = "LAZYFS_GUARD_FUSERMOUNT3";
 
-/// The `PATH` a guard (and the `fusermount3` it may run) gets.
-const GUARD_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+/// The `PATH` a guard, `fusermount3` and the `fusermount3` a guard may run
+/// get: nothing of the owner's.
+pub(crate) const GUARD_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// A program that can be a mount's guard: its `main` calls
 /// [`serve_guard_if_asked`] before anything else, and it is started as
@@ -224,12 +225,10 @@ impl Exec {
         ];
         let mut argv: Vec<*const libc::c_char> = strings.iter().map(|s| s.as_ptr()).collect();
         argv.push(std::ptr::null());
-        let envp = [
-            c"PATH=/usr/sbin:/usr/bin:/sbin:/bin".as_ptr(), // GUARD_PATH
-            std::ptr::null(),
-        ];
+        let path_env = CString::new(format!("PATH={GUARD_PATH}")).expect("no NUL in GUARD_PATH");
+        let envp = [path_env.as_ptr(), std::ptr::null()];
         Ok(Exec {
-            _strings: strings,
+            _strings: strings.into_iter().chain([path_env]).collect(),
             argv,
             envp,
         })

@@ -28,7 +28,7 @@ use fuser::{BackgroundSession, Config, Session, SessionACL};
 use crate::Error;
 use crate::durable::State;
 use crate::fs::Fs;
-use crate::guard::{FSTYPE, Guard, GuardProgram};
+use crate::guard::{FSTYPE, GUARD_PATH, Guard, GuardProgram};
 
 /// The mount options given to `fusermount3`: the kernel checks permissions,
 /// `fsname`/`subtype` make the mount `fuse.lazyfs` in `/proc/mounts`.
@@ -264,7 +264,7 @@ fn fusermount(mountpoint: &Path, by: Option<&GuardProgram>) -> io::Result<(Owned
         .arg(mountpoint)
         // Nothing of ours (a cell's process tag among it) goes to the helper.
         .env_clear()
-        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env("PATH", GUARD_PATH)
         .env("_FUSE_COMMFD", theirs_fd.to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::null())

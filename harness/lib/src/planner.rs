@@ -518,24 +518,25 @@ fn check_schedules(env: &CellEnv, s: &Scenario, found: &[Discovered<'_>]) -> Res
         if mine.is_empty() || why.len() < mine.len() {
             continue;
         }
+        let refused = format!(
+            "{} runs on {}: {}",
+            crate::model::format_schedule(events),
+            match env.runs_runnerd() {
+                true => "none of the planned profiles",
+                false => "no clean run of this runner (no cell)",
+            },
+            why[0]
+        );
         if !env.runs_runnerd() {
-            env.progress.note(&format!(
-                "{}:{line}:{col}: schedule {} runs on no clean run of this runner (no cell): {}",
-                s.path.display(),
-                crate::model::format_schedule(events),
-                why[0]
-            ));
+            let place = format!("{}:{line}:{col}", s.path.display());
+            env.progress.note(&format!("{place}: schedule {refused}"));
             continue;
         }
         return Err(crate::scenario::ScenarioError {
             path: s.path.display().to_string(),
             line: *line,
             col: *col,
-            message: format!(
-                "schedules: {} runs on none of the planned profiles: {}",
-                crate::model::format_schedule(events),
-                why[0]
-            ),
+            message: format!("schedules: {refused}"),
         }
         .into());
     }
