@@ -53,11 +53,36 @@ pub fn explore(exe: &Path, common: &Common, args: &ExploreArgs) -> Result<Code, 
         explored.unknown,
         explored.per_id.len()
     );
+    print_unknown(&env, &explored.unknown_cells);
     let Some(found) = explored.found else {
         println!("no schedule failed");
         return Ok(Code::Pass);
     };
     report_found(&env, &scenarios, seed, args, found)
+}
+
+/// Names each cell whose verdict was `unknown`: its scenario id and
+/// schedule, why no oracle could decide, and the command that runs it again.
+pub(super) fn print_unknown(env: &CellEnv, cells: &[model::CellResult]) {
+    for r in cells {
+        println!(
+            "unknown: {} under {}",
+            r.spec.scenario_id,
+            model::format_schedule(&r.spec.events)
+        );
+        let why = r
+            .oracles
+            .iter()
+            .filter(|o| o.verdict == model::Verdict::Unknown)
+            .map(|o| format!("{}: {}", o.oracle.as_str(), o.message));
+        for line in why.chain(r.error.iter().map(|e| format!("harness error: {e}"))) {
+            println!("  {line}");
+        }
+        println!(
+            "  run it: {}",
+            harness::cell::reproduce_command(env, &r.spec)
+        );
+    }
 }
 
 /// Prints the original and the minimal failing schedule and writes them

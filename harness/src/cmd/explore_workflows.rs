@@ -91,13 +91,40 @@ pub fn explore_workflows(
         draw: how_drawn(&env.progress),
     };
     wave::install_interrupt_handler();
-    let explored = wf::explore_workflows(&env, &opts);
+    let mut explored = wf::explore_workflows(&env, &opts);
     print_figures(&explored);
-    let Some(found) = explored.found else {
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("reports/explore").join(format!("workflows-s{seed}")));
+    name_unknown(&env, &out, &explored.unknown_cells)?;
+    let Some(found) = explored.found.take() else {
         println!("no program failed");
         return Ok(Code::Pass);
     };
-    report_found(&env, seed, args, found)
+    report_found(&env, seed, args, &out, found)
+}
+
+/// Writes the program of each `unknown` cell into `OUT/unknown/` and names
+/// the cell with the command that runs it from there.
+fn name_unknown(
+    env: &CellEnv,
+    out: &Path,
+    cells: &[(model::CellResult, (String, String))],
+) -> Result<(), Exit> {
+    if cells.is_empty() {
+        return Ok(());
+    }
+    let dir = out.join("unknown");
+    prepare_out(&dir)?;
+    for (_, (case, file)) in cells {
+        write(&dir.join(format!("{case}.toml")), file)?;
+    }
+    let mut env = env.clone();
+    env.scenarios_dir = dir;
+    let results: Vec<model::CellResult> = cells.iter().map(|(r, _)| r.clone()).collect();
+    super::explore::print_unknown(&env, &results);
+    Ok(())
 }
 
 /// Programs and cells, per minute and per profile.
@@ -131,13 +158,10 @@ fn report_found(
     env: &CellEnv,
     seed: u64,
     args: &ExploreArgs,
+    out: &Path,
     f: FoundWorkflow,
 ) -> Result<Code, Exit> {
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("reports/explore").join(format!("workflows-s{seed}")));
-    prepare_out(&out)?;
+    prepare_out(out)?;
     let dir = out.join("workflows");
     let schedule = f.minimal.result.spec.events.clone();
     let (program, case) = &f.minimal_program;
@@ -182,7 +206,7 @@ fn report_found(
             "  note: the minimal program passed when run once more (a timing-dependent failure)"
         );
     }
-    write_report(&env, seed, args, &out, &cells)?;
+    write_report(&env, seed, args, out, &cells)?;
     println!(
         "  the minimal program: {}",
         dir.join(format!("{case}.toml")).display()

@@ -22,7 +22,9 @@ use proptest::test_runner::{TestCaseError, TestError, TestRunner};
 use crate::workflow::seeded_runner;
 
 use crate::cell::CellEnv;
-use crate::model::{CellSpec, Cut, Event, Fault, READ_POINTS, Role, Verdict, WRITE_POINTS};
+use crate::model::{
+    CellResult, CellSpec, Cut, Event, Fault, READ_POINTS, Role, Verdict, WRITE_POINTS,
+};
 use crate::nemesis;
 use crate::plan::{self, Boundary};
 use crate::scenario::{self, Scenario};
@@ -354,6 +356,9 @@ pub struct Explored {
     pub runs: usize,
     /// Schedules whose verdict was `unknown`.
     pub unknown: usize,
+    /// Those cells, in the order they ended: each is named with its
+    /// reproduce line, as a wave names its unknown cells.
+    pub unknown_cells: Vec<CellResult>,
     /// Schedules per scenario id.
     pub per_id: std::collections::BTreeMap<String, usize>,
     /// Wall time.
@@ -426,10 +431,8 @@ pub fn explore(
         stop: AtomicBool::new(false),
         claimed: AtomicBool::new(false),
         runs: AtomicUsize::new(0),
-        unknown: AtomicUsize::new(0),
-        per_id: Mutex::new(Default::default()),
-        found: Mutex::new(None),
         notes: env.progress.clone(),
+        ..Tally::default()
     };
     std::thread::scope(|s| {
         for job in 0..opts.jobs.max(1) {
@@ -440,6 +443,7 @@ pub fn explore(
     Explored {
         runs: shared.runs.load(Ordering::SeqCst),
         unknown: shared.unknown.load(Ordering::SeqCst),
+        unknown_cells: shared.unknown_cells.into_inner().expect("unknown cells"),
         per_id: shared.per_id.into_inner().expect("per id"),
         elapsed: started.elapsed(),
         found: shared.found.into_inner().expect("found"),
@@ -456,6 +460,8 @@ struct Tally {
     claimed: AtomicBool,
     runs: AtomicUsize,
     unknown: AtomicUsize,
+    /// The cells counted in `unknown`.
+    unknown_cells: Mutex<Vec<CellResult>>,
     per_id: Mutex<std::collections::BTreeMap<String, usize>>,
     found: Mutex<Option<Found>>,
     /// Where the count of schedules run is said.
@@ -463,15 +469,16 @@ struct Tally {
 }
 
 impl Tally {
-    fn count(&self, id: &str, f: &Finished) {
-        self.count_verdict(id, f.result.verdict);
-    }
-
-    /// Counts one cell of `id` that ended `verdict`.
-    fn count_verdict(&self, id: &str, verdict: Verdict) {
+    /// Counts one cell of `id`: `f` is its result, `None` for a clean run
+    /// that passed (discovery keeps no result of it).
+    fn count(&self, id: &str, f: Option<&Finished>) {
         let runs = self.runs.fetch_add(1, Ordering::SeqCst) + 1;
-        if verdict == Verdict::Unknown {
+        if let Some(f) = f.filter(|f| f.result.verdict == Verdict::Unknown) {
             self.unknown.fetch_add(1, Ordering::SeqCst);
+            self.unknown_cells
+                .lock()
+                .expect("unknown cells")
+                .push(f.result.clone());
         }
         *self
             .per_id
@@ -546,7 +553,7 @@ fn try_schedule<T: proptest::strategy::ValueTree<Value = Vec<Event>>>(
         }
         let f = if n == 0 {
             let f = run_schedule(env, scenarios, &target.id, &events);
-            shared.count(&target.id, &f);
+            shared.count(&target.id, Some(&f));
             f
         } else {
             // A failure may depend on timing the harness does not hold: a
@@ -752,6 +759,34 @@ mod tests {
             let planned = ["runner.turn_intent.persisted", "codex.turn.received"];
             assert!(planned.contains(&e.cut.point.as_str()), "{e}");
         }
+    }
+
+    /// An explore run names its `unknown` cells, as a wave does: each is
+    /// kept with its schedule, in the count and in the list alike (a pass
+    /// and a failure are counted only).
+    #[test]
+    fn unknown_cells_are_kept_to_be_named() {
+        let cell = |id: &str, verdict: Verdict| {
+            let events =
+                crate::model::parse_schedule("runner.turn_intent.persisted#1/kill-runner").unwrap();
+            let spec = plan::schedule_cell(1, id.into(), "s.a.b.runner-codex".into(), &events);
+            Finished {
+                result: CellResult::bare(spec, verdict, Default::default()),
+                evidence: None,
+                timeline: String::new(),
+                kept: None,
+            }
+        };
+        let tally = Tally::default();
+        tally.count("s.a.b.runner-codex", None);
+        tally.count("s.a.b.runner-codex", Some(&cell("t1", Verdict::Fail)));
+        tally.count("s.a.b.runner-codex", Some(&cell("t2", Verdict::Unknown)));
+        assert_eq!(tally.runs.load(Ordering::SeqCst), 3);
+        assert_eq!(tally.unknown.load(Ordering::SeqCst), 1);
+        let kept = tally.unknown_cells.into_inner().unwrap();
+        let ids: Vec<&str> = kept.iter().map(|r| r.spec.cell_id.as_str()).collect();
+        assert_eq!(ids, ["t2"]);
+        assert_eq!(kept[0].spec.events.len(), 1, "with its schedule");
     }
 
     #[test]

@@ -23,7 +23,7 @@ use super::{
     run_until_failure, strategy, try_schedule,
 };
 use crate::cell::CellEnv;
-use crate::model::Event;
+use crate::model::{CellResult, Event};
 use crate::plan;
 use crate::scenario::Scenario;
 use crate::wave::Finished;
@@ -70,6 +70,9 @@ pub struct WorkflowsExplored {
     pub cells: usize,
     /// Cells whose verdict was `unknown`.
     pub unknown: usize,
+    /// Those cells, each with the program it ran (its case name and
+    /// scenario file), so that each can be named and run again.
+    pub unknown_cells: Vec<(CellResult, (String, String))>,
     /// Per profile: (programs, cells).
     pub per_profile: BTreeMap<String, (usize, usize)>,
     /// Recoveries whose every boundary was cut again (`recut`).
@@ -92,6 +95,8 @@ struct Shared {
     recovered: recut::Recovered,
     first_failure: Mutex<Option<Duration>>,
     found: Mutex<Option<FoundWorkflow>>,
+    /// Each program drawn, by scenario id: its case name and scenario file.
+    drawn: Mutex<BTreeMap<String, (String, String)>>,
 }
 
 /// Explores generated programs until one fails or the budget is spent.
@@ -108,6 +113,7 @@ pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExpl
         recovered: recut::Recovered::default(),
         first_failure: Mutex::new(None),
         found: Mutex::new(None),
+        drawn: Mutex::new(BTreeMap::new()),
     };
     std::thread::scope(|s| {
         for job in 0..opts.explore.jobs.max(1) {
@@ -116,7 +122,17 @@ pub fn explore_workflows(env: &CellEnv, opts: &WorkflowOptions) -> WorkflowsExpl
         }
     });
     let schedules = shared.schedules;
+    let drawn = shared.drawn.into_inner().expect("drawn");
+    let unknown_cells = schedules
+        .unknown_cells
+        .into_inner()
+        .expect("unknown cells")
+        .into_iter()
+        .filter_map(|r| Some((drawn.get(&*r.spec.scenario_id)?.clone(), r)))
+        .map(|(program, r)| (r, program))
+        .collect();
     WorkflowsExplored {
+        unknown_cells,
         programs: shared.programs.load(Ordering::SeqCst),
         several_tasks: shared.several_tasks.load(Ordering::SeqCst),
         cells: schedules.runs.load(Ordering::SeqCst),
@@ -176,14 +192,8 @@ fn explorer(env: &CellEnv, opts: &WorkflowOptions, job: usize, started: Instant,
 }
 
 /// Counts a cell of `profile` (a program's clean run or schedule).
-fn count(
-    shared: &Shared,
-    profile: &str,
-    id: &str,
-    verdict: crate::model::Verdict,
-    new_program: bool,
-) {
-    shared.schedules.count_verdict(id, verdict);
+fn count(shared: &Shared, profile: &str, id: &str, f: Option<&Finished>, new_program: bool) {
+    shared.schedules.count(id, f);
     let mut per = shared.per_profile.lock().expect("per profile");
     let entry = per.entry(profile.to_owned()).or_default();
     entry.0 += usize::from(new_program);
@@ -208,11 +218,14 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
     let scenario = program.scenario(case, &[profile], workflow::CHAOS).ok()?;
     let id = scenario.id(profile);
     let scenarios = std::slice::from_ref(&scenario);
+    let file = program.scenario_toml(case, &[profile], workflow::CHAOS);
+    shared
+        .drawn
+        .lock()
+        .expect("drawn")
+        .insert(id.clone(), (case.to_owned(), file));
     let (discovery, clean) = clean_run(env, &scenario, profile);
-    let verdict = clean
-        .as_ref()
-        .map_or(crate::model::Verdict::Pass, |f| f.result.verdict);
-    count(shared, profile, &id, verdict, true);
+    count(shared, profile, &id, clean.as_ref(), true);
     if let Some(clean) = clean.filter(is_failure) {
         note_first(shared, started);
         if !claim(shared) {
