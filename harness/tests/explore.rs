@@ -66,3 +66,42 @@ fn a_three_event_failure_shrinks_to_a_minimal_schedule_that_fails_the_same_oracl
         explore::failing_oracles(&found.minimal)
     );
 }
+
+/// `explore --workflows --shrink-iters 0` reports the failing program as
+/// drawn. It panicked: proptest, told not to shrink, runs the program once
+/// more and reads the state machine's tree right after that run, which the
+/// tree refuses while its counter of seen steps is set.
+#[test]
+fn a_generated_failure_is_reported_unshrunk_when_shrinking_is_off() {
+    use harness::explore::workflows::{self as wf, WorkflowOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let wrapper = common::forgetful_runnerd(tmp.path());
+    let env = CellEnv {
+        runner_cmd: vec![wrapper.display().to_string()],
+        wait_ms: 1_500,
+        ..CellEnv::new(exe(), Path::new(""))
+    };
+    let opts = WorkflowOptions {
+        explore: Options {
+            budget: Duration::from_secs(120),
+            seed: 3,
+            events: EventCount { min: 1, max: 2 },
+            jobs: 1,
+            shrink_iters: 0,
+            attempts: 1,
+        },
+        profiles: vec!["runner-codex".to_owned()],
+        schedules: 4,
+        draw: explore::WORKFLOW_DRAW,
+    };
+    let explored = wf::explore_workflows(&env, &opts);
+    let found = explored
+        .found
+        .unwrap_or_else(|| panic!("{} cells ran and none failed", explored.cells));
+    assert_eq!(found.program_shrink_runs, 0);
+    assert_eq!(
+        found.original_program.0, found.minimal_program.0,
+        "not shrunk"
+    );
+    assert!(explore::is_failure(&found.found.original));
+}

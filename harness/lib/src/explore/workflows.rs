@@ -395,6 +395,19 @@ fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
         crate::model::format_schedule(&schedule)
     ));
     let runs = AtomicUsize::new(0);
+    // Shrinking off (`--shrink-iters 0`): proptest would run the program once
+    // more and then read the tree's value right after that run, which the
+    // state machine's tree refuses (a panic: its counter of seen steps is set).
+    if opts.explore.shrink_iters == 0 {
+        return found_workflow(
+            original_program.clone(),
+            original_program,
+            profile,
+            case,
+            found,
+            0,
+        );
+    }
     let outcome = runner.run_one(tree, |drawn| {
         let program = Program::of(&drawn);
         runs.fetch_add(1, Ordering::SeqCst);
@@ -424,12 +437,35 @@ fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
     )
     .unwrap_or_else(|| found.minimal.clone());
     FoundWorkflow {
-        profile: profile.to_owned(),
-        original_program: (original_program, case.to_owned()),
-        minimal_program: (minimal_program, min_case),
-        found,
         minimal,
-        program_shrink_runs: runs.load(Ordering::SeqCst),
+        ..found_workflow(
+            original_program,
+            minimal_program,
+            profile,
+            case,
+            found,
+            runs.load(Ordering::SeqCst),
+        )
+    }
+}
+
+/// A failure found on `original`, shrunk to `minimal` in `runs` runs; its
+/// minimal cell is the schedule's own until the minimal program runs it.
+fn found_workflow(
+    original: Program,
+    minimal: Program,
+    profile: &str,
+    case: &str,
+    found: Found,
+    runs: usize,
+) -> FoundWorkflow {
+    FoundWorkflow {
+        profile: profile.to_owned(),
+        original_program: (original, case.to_owned()),
+        minimal_program: (minimal, format!("{case}-min")),
+        minimal: found.minimal.clone(),
+        found,
+        program_shrink_runs: runs,
     }
 }
 
