@@ -64,6 +64,23 @@ impl Rig {
         Rig::with_fake(("runner-acpx-claude", "acp"), provider_extra, None)
     }
 
+    /// A rig whose tasks run on `runner-opencode`, the fake OpenCode server
+    /// behind `sh`, its stdin a pipe nothing closes: like the real `opencode
+    /// serve` (measured on 1.18.33), it does not exit when the runner closes
+    /// its input, only on a signal.
+    fn opencode_deaf_to_stdin() -> Rig {
+        let mut rig = Rig::with_fake(("runner-opencode", "opencode"), &[], None);
+        let profiles = std::fs::read_to_string(rig.path("profiles.toml")).unwrap();
+        let wrapped = profiles.replacen(
+            "command = [",
+            "command = [\"sh\", \"-c\", \"sleep 600 | exec \\\"$@\\\"\", \"sh\", ",
+            1,
+        );
+        std::fs::write(rig.path("profiles.toml"), wrapped).unwrap();
+        rig.profile = "runner-opencode";
+        rig
+    }
+
     /// A rig with `profile` served by `fake-provider <protocol>`.
     fn with_fake(
         (profile, protocol): (&'static str, &str),

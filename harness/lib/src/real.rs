@@ -350,10 +350,12 @@ impl Product {
         }
     }
 
-    /// Every turn the product durably recorded, read through its own API
-    /// from its home once the cell's processes are dead, by a server
-    /// started in `cwd` (the workspace the product ran in); `journal` is
-    /// the cell's wire journal (an ACP agent's turns are named by it).
+    /// Every turn the product durably recorded, read from its home once the
+    /// cell's processes are dead: Codex's through its own API, by a server
+    /// started in `cwd` (the workspace the product ran in) against
+    /// `model_url` within `within`; OpenCode's from its SQLite store;
+    /// the ACP agents' from their session files. `journal` is the cell's
+    /// wire journal (an ACP agent's turns are named by it).
     pub fn recorded_turns(
         &self,
         model_url: &str,
@@ -375,12 +377,8 @@ impl Product {
         match (self.real.program, self.protocol()) {
             (Program::Codex, _) => codex::recorded_turns(self, model_url, cwd, within),
             // `opencode acp` keeps its sessions where `opencode serve` reads them.
-            (Program::Opencode, Protocol::Acp) => {
-                opencode::recorded_turns(self, model_url, cwd, within).map(named)
-            }
-            (Program::Opencode, _) => {
-                opencode::recorded_turns(self, model_url, cwd, within).map(turns)
-            }
+            (Program::Opencode, Protocol::Acp) => opencode::recorded_turns(self).map(named),
+            (Program::Opencode, _) => opencode::recorded_turns(self).map(turns),
             (Program::CodexAcp, _) => codex::rollout_turns(self).map(named),
             (Program::ClaudeAgentAcp, _) => claude::recorded_turns(self).map(named),
         }

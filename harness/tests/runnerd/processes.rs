@@ -224,3 +224,26 @@ fn wait_gone_pid(pid: u32) -> bool {
     }
     true
 }
+
+/// At the end of a run an OpenCode server is stopped at once, without the
+/// exit grace a stdio provider gets (`--provider-exit-grace-ms`): it does
+/// not exit for its input closing (the real `opencode serve` does not), so
+/// the grace was only a wait, 2 s of every run's end by default. Here the
+/// grace is ten minutes and the run settles within the test's wait, the
+/// server stopped by a SIGTERM.
+#[test]
+fn an_opencode_server_is_stopped_at_a_runs_end_without_an_exit_grace() {
+    let mut rig = Rig::opencode_deaf_to_stdin();
+    rig.runner_extra
+        .extend(["--provider-exit-grace-ms".into(), "600000".into()]);
+    let client = rig.start(None);
+    submit(&client, &rig, "t1", "m1");
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    assert_eq!(state(&task), "completed", "{task}\n{}", rig.log());
+    let events = client.events("t1", 0).unwrap();
+    let stop = events
+        .iter()
+        .rfind(|e| e["kind"] == "provider.stopped")
+        .expect("the provider's stop is recorded");
+    assert_eq!(stop["data"]["signals"], json!(["SIGTERM"]), "{stop}");
+}

@@ -464,9 +464,16 @@ impl Engine {
     /// exit on its own before any signal, because an agent may write its
     /// record of a turn after answering it (Claude Code's transcript, on a
     /// 100 ms timer), and a provider stopped at once would read, after a
-    /// restart, as one whose turn never ended.
+    /// restart, as one whose turn never ended. An OpenCode server gets none:
+    /// its input is not its channel (it never exits for it, so the grace was
+    /// 2 s of every run's end), and it has stored a turn's answer before it
+    /// serves it as completed, which is when the driver ends the turn.
     pub(super) async fn finish_live(&self, task_id: &str, l: Live) -> Result<(), StepError> {
-        self.stop_live_after(task_id, l, self.opts.exit_grace).await
+        let grace = match &l.link {
+            Link::Agent(crate::driver::Driver::OpenCode(_)) => Duration::ZERO,
+            _ => self.opts.exit_grace,
+        };
+        self.stop_live_after(task_id, l, grace).await
     }
 
     /// [`Engine::stop_live`], the provider first given `exit_grace` to exit

@@ -1,17 +1,12 @@
 //! The real `opencode serve`: its command line against the fake model API,
-//! and its durable turns read back through its session API after the cell.
+//! and its durable turns read back from its store after the cell.
 //! What each setting is for, as measured on 1.18.33, is in
 //! `docs/real-providers.md`.
-
-use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use wire::recorded::RecordedTurn;
 
 use super::Product;
-use crate::runner_client::RunnerClient;
 
 /// The model name the configuration declares for the fake model API.
 const FAKE_MODEL: &str = "turncut-fake-model";
@@ -98,52 +93,81 @@ pub(super) fn command(
 /// A recorded turn and its user message's text.
 pub(super) type TurnText = (RecordedTurn, String);
 
-/// Every user message of every session in the product's home, as a turn
-/// with its text, from a fresh `opencode serve` on it.
-pub(super) fn recorded_turns(
-    p: &Product,
-    model_url: &str,
-    cwd: &Path,
-    within: Duration,
-) -> Result<Vec<TurnText>, String> {
-    let argv = command(p, model_url, &["serve"]).map_err(|e| format!("{e:#}"))?;
-    let mut cmd = Command::new(&argv[0]);
-    // In the cell's workspace: `GET /session` lists the sessions of the
-    // project of the server's directory only (a server started inside a
-    // git checkout lists none of the workspace's).
-    cmd.args(&argv[1..])
-        .current_dir(cwd)
-        .env(CREDENTIAL_FIFO_ENV, "/dev/null")
-        .env_remove(crate::nemesis::TAG_ENV)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null());
-    let (mut server, url) = super::spawn_listening(&mut cmd, "listening on ", within)
-        .map_err(|e| format!("opencode serve: {e:#}"))?;
-    let read = read_all(&RunnerClient::new(&url, ""));
-    let _ = server.kill();
-    read
-}
+/// Where OpenCode keeps its sessions under the product's home
+/// (`$XDG_DATA_HOME/opencode`, SQLite since 1.2).
+const STORE: &str = ".local/share/opencode/opencode.db";
 
-fn get(client: &RunnerClient, path: &str) -> Result<Value, String> {
-    match client.get(path) {
-        Ok((200, v)) => Ok(v),
-        Ok((status, v)) => Err(format!("GET {path}: {status} {v}")),
-        Err(e) => Err(format!("GET {path}: {e:#}")),
+/// Every user message of every session in the product's store, as a turn
+/// with its text, once the product is dead: read from its SQLite store
+/// (`STORE`) as `GET /session/{id}/message` serves it, with no server
+/// started (one was 2-3 s of every cell: `docs/real-providers.md`). A
+/// product that never started has no store and recorded nothing.
+pub(super) fn recorded_turns(p: &Product) -> Result<Vec<TurnText>, String> {
+    let path = p.home.join(STORE);
+    if !path.exists() {
+        return Ok(Vec::new());
     }
+    let db = rusqlite::Connection::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    read_store(&db).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-fn read_all(client: &RunnerClient) -> Result<Vec<TurnText>, String> {
-    let sessions = get(client, "/session")?;
+/// The turns of every session of an OpenCode store.
+fn read_store(db: &rusqlite::Connection) -> rusqlite::Result<Vec<TurnText>> {
+    let sessions: Vec<String> = db
+        .prepare("SELECT id FROM session ORDER BY time_created, id")?
+        .query_map([], |r| r.get(0))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut out = Vec::new();
-    for s in sessions.as_array().into_iter().flatten() {
-        let id = s["id"].as_str().ok_or("a session without an id")?;
-        let messages = get(client, &format!("/session/{id}/message"))?;
-        let messages = messages.as_array().cloned().unwrap_or_default();
+    for id in &sessions {
+        let messages = session_messages(db, id)?;
         for m in messages.iter().filter(|m| m["info"]["role"] == "user") {
             out.push(turn_of(id, m, &messages));
         }
     }
     Ok(out)
+}
+
+/// A session's messages as the session API serves them, in id order (the
+/// order OpenCode's ids, and the runner's client ids, are made to sort
+/// in): `{info, parts}`, `info` the stored message with its `id` and
+/// `sessionID`, `parts` its stored parts with theirs.
+fn session_messages(db: &rusqlite::Connection, session: &str) -> rusqlite::Result<Vec<Value>> {
+    let rows: Vec<(String, String)> = db
+        .prepare("SELECT id, data FROM message WHERE session_id = ?1 ORDER BY id")?
+        .query_map([session], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut parts = db.prepare("SELECT id, data FROM part WHERE message_id = ?1 ORDER BY id")?;
+    let mut out = Vec::new();
+    for (id, data) in rows {
+        let info = stored(&data, &[("id", &id), ("sessionID", session)]);
+        let parts: Vec<Value> = parts
+            .query_map([&id], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })?
+            .map(|row| {
+                row.map(|(pid, d)| {
+                    stored(
+                        &d,
+                        &[("id", &pid), ("messageID", &id), ("sessionID", session)],
+                    )
+                })
+            })
+            .collect::<rusqlite::Result<_>>()?;
+        out.push(json!({ "info": info, "parts": parts }));
+    }
+    Ok(out)
+}
+
+/// A stored JSON object with the fields its row keeps in columns; a row
+/// that does not parse is an empty object (it names no turn).
+fn stored(data: &str, columns: &[(&str, &str)]) -> Value {
+    let mut v: Value = serde_json::from_str(data).unwrap_or_else(|_| json!({}));
+    if let Some(o) = v.as_object_mut() {
+        for (k, val) in columns {
+            o.insert((*k).to_owned(), json!(val));
+        }
+    }
+    v
 }
 
 /// A user message as a turn, its status its last answer's
@@ -173,4 +197,67 @@ fn turn_of(session: &str, user: &Value, messages: &[Value]) -> TurnText {
         model_requests: None,
     };
     (turn, text.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store as OpenCode 1.18.33 writes it (the columns the reading
+    /// uses; rows as a real cell's, 2026-12-06): a turn whose first answer
+    /// ran a tool and whose last one stopped, and a second turn cut before
+    /// any answer.
+    fn store() -> rusqlite::Connection {
+        let db = rusqlite::Connection::open_in_memory().unwrap();
+        db.execute_batch(
+            "CREATE TABLE session (id text PRIMARY KEY, time_created integer NOT NULL);
+             CREATE TABLE message (id text PRIMARY KEY, session_id text NOT NULL,
+               time_created integer NOT NULL, data text NOT NULL);
+             CREATE TABLE part (id text PRIMARY KEY, message_id text NOT NULL,
+               session_id text NOT NULL, data text NOT NULL);
+             INSERT INTO session VALUES ('ses_1', 1);
+             INSERT INTO message VALUES ('msg_001a_m1', 'ses_1', 1, '{\"role\":\"user\",\"time\":{\"created\":1}}');
+             INSERT INTO message VALUES ('msg_24c7b', 'ses_1', 3,
+               '{\"parentID\":\"msg_001a_m1\",\"role\":\"assistant\",\"time\":{\"created\":3,\"completed\":4},\"finish\":\"stop\"}');
+             INSERT INTO message VALUES ('msg_24c7a', 'ses_1', 2,
+               '{\"parentID\":\"msg_001a_m1\",\"role\":\"assistant\",\"time\":{\"created\":2,\"completed\":3},\"finish\":\"tool-calls\"}');
+             INSERT INTO message VALUES ('msg_24c8_m2', 'ses_1', 5, '{\"role\":\"user\",\"time\":{\"created\":5}}');
+             INSERT INTO part VALUES ('prt_1', 'msg_001a_m1', 'ses_1', '{\"type\":\"text\",\"text\":\"Do two steps\"}');
+             INSERT INTO part VALUES ('prt_2', 'msg_24c8_m2', 'ses_1', '{\"type\":\"text\",\"text\":\"And a third\"}');",
+        )
+        .unwrap();
+        db
+    }
+
+    /// A turn's status is its last answer's in id order (not the row
+    /// order), its text its user message's text part; a turn with no
+    /// answer is interrupted.
+    #[test]
+    fn the_store_reads_as_the_session_api_serves_it() {
+        let turns = read_store(&store()).unwrap();
+        let got: Vec<(&str, &str, &str)> = turns
+            .iter()
+            .map(|(t, text)| (t.turn.as_str(), t.status.as_str(), text.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("msg_001a_m1", "completed", "Do two steps"),
+                ("msg_24c8_m2", "interrupted", "And a third"),
+            ]
+        );
+        assert!(turns.iter().all(|(t, _)| t.thread == "ses_1"));
+    }
+
+    /// A product that never started stored nothing: no turn, no error.
+    #[test]
+    fn no_store_is_no_turn() {
+        let home = tempfile::tempdir().unwrap();
+        let p = Product {
+            real: &wire::profiles::REAL[0],
+            bin: "opencode".into(),
+            home: home.path().to_owned(),
+        };
+        assert!(recorded_turns(&p).unwrap().is_empty());
+    }
 }
