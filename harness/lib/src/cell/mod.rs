@@ -210,7 +210,7 @@ pub fn run_cell_traced(
     let events = schedule_of(scenario, spec, env.recut);
     let real_env = real_timeouts(env, profile);
     let env = real_env.as_ref().unwrap_or(env);
-    let hang_env = hang_timeout(env, &events, scenario.tasks().len());
+    let hang_env = hang_timeout(env, &events, scenario);
     let env = hang_env.as_ref().unwrap_or(env);
     let tmp = match crate::tempdirs::tempdir("cell") {
         Ok(t) => t,
@@ -349,11 +349,17 @@ pub(crate) fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
 /// [`SEVERAL_TASKS_HANG_FACTOR`] times longer there (still at most the
 /// runner's idle timeout): at 50 ms a loaded machine had them stopped as
 /// hung in one generated program's cell in seven (timing reruns, counted).
-fn hang_timeout(env: &CellEnv, events: &[Event], tasks: usize) -> Option<CellEnv> {
-    let hang = match tasks {
+/// A healthy provider is silent while a scripted command runs
+/// (`duration_ms`): the timeout is longer than the longest by the hang
+/// timeout too. Without that a generated program with a 300 ms command had
+/// its healthy provider stopped as hung in every attempt but the last
+/// (two timing reruns, a minute of waits, at every hang cell of it).
+fn hang_timeout(env: &CellEnv, events: &[Event], scenario: &Scenario) -> Option<CellEnv> {
+    let hang = match scenario.tasks().len() {
         0 | 1 => env.hang_idle_timeout_ms,
         _ => env.hang_idle_timeout_ms * SEVERAL_TASKS_HANG_FACTOR,
     };
+    let hang = hang + longest_silence_ms(&scenario.script);
     events
         .iter()
         .any(|e| e.fault == Fault::HangProvider)
@@ -361,6 +367,18 @@ fn hang_timeout(env: &CellEnv, events: &[Event], tasks: usize) -> Option<CellEnv
             idle_timeout_ms: hang.min(env.idle_timeout_ms),
             ..env.clone()
         })
+}
+
+/// The longest a healthy provider of `script` is silent: its longest
+/// scripted command (`duration_ms`).
+fn longest_silence_ms(script: &wire::script::Script) -> u64 {
+    script
+        .turns
+        .iter()
+        .flat_map(|t| &t.tools)
+        .map(|t| t.duration_ms)
+        .max()
+        .unwrap_or(0)
 }
 
 /// How many times the hang idle timeout a cell of several tasks uses.
@@ -742,3 +760,6 @@ fn quiet_phase(ctx: &Ctx, spec: &CellSpec, until: Instant, ev: &mut Evidence) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
