@@ -281,25 +281,33 @@ fn recut_recoveries(
 ) -> Option<Found> {
     let one = EventCount { min: 1, max: 1 };
     let firsts = strategy(target.boundaries.clone(), one, opts.draw);
-    let recuts: Vec<Vec<Event>> = (0..opts.schedules)
+    let firsts: Vec<Event> = (0..opts.schedules)
         .filter_map(|_| {
             new_schedule(&firsts, runner, 1)?
                 .current()
                 .into_iter()
                 .next()
         })
-        .flat_map(|first| {
-            recut::recovery_schedules(env, target.scenario, profile, &first, &shared.recovered)
-        })
         .collect();
-    for events in recuts {
-        if started.elapsed() >= opts.explore.budget
-            || shared.schedules.claimed.load(Ordering::SeqCst)
-        {
+    // Each recovery is traced only while there is time: a traced run is a
+    // cell (a hang cell's can take seconds), and all of them up front ran
+    // an exploration 26 s past its budget.
+    let out_of_time = || {
+        started.elapsed() >= opts.explore.budget || shared.schedules.claimed.load(Ordering::SeqCst)
+    };
+    for first in firsts {
+        if out_of_time() {
             return None;
         }
-        if let Some(found) = run_drawn(env, opts, runner, target, Just(events), shared) {
-            return Some(found);
+        let recuts =
+            recut::recovery_schedules(env, target.scenario, profile, &first, &shared.recovered);
+        for events in recuts {
+            if out_of_time() {
+                return None;
+            }
+            if let Some(found) = run_drawn(env, opts, runner, target, Just(events), shared) {
+                return Some(found);
+            }
         }
     }
     None
