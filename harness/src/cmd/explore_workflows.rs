@@ -144,8 +144,9 @@ fn print_figures(x: &wf::WorkflowsExplored) {
         println!("  {profile}: {programs} programs, {cells} cells");
     }
     println!(
-        "  {} recoveries new to this run had every boundary cut again",
-        x.recoveries
+        "  {} recoveries new to this run were cut again (at most {} second cuts each, sampled)",
+        x.recoveries,
+        harness::explore::recut::PER_RECOVERY
     );
     if let Some(at) = x.first_failure_after {
         println!("first failure after {:.1} s", at.as_secs_f64());

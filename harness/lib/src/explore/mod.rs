@@ -620,7 +620,7 @@ pub fn run_schedule(env: &CellEnv, scenarios: &[Scenario], id: &str, events: &[E
     wave::run_one(env, scenarios, &spec)
 }
 
-mod recut;
+pub mod recut;
 pub mod workflows;
 
 #[cfg(test)]

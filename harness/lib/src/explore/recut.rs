@@ -8,9 +8,9 @@
 //! also draws one first event and traces the recovery it causes; when that
 //! recovery is new to this exploration — its profile, the path it walked
 //! and the work the program leaves waiting behind it, as stage 2 picks its
-//! representatives (`recuts::waiting_work`) — every boundary of it is cut
-//! again with each second fault stage 2 would use (`recuts::span`,
-//! `recuts::second_faults`). A recovery seen before is not traced again, so
+//! representatives (`recuts::waiting_work`) — it is cut again with a
+//! sample ([`PER_RECOVERY`]) of the second faults stage 2 would use at its
+//! boundaries (`recuts::span`, `recuts::second_faults`). A recovery seen before is not traced again, so
 //! the cost follows the recoveries found, not the programs run: coverage
 //! guides the search, as a fuzzer's does.
 
@@ -66,6 +66,41 @@ pub fn recovery_schedules(
         return Vec::new();
     }
     second_cuts(first, &after)
+}
+
+/// The second cuts run per new recovery: a sample, drawn by the
+/// explorer's generator, in boundary order. All of them (stage 2's ~50 per
+/// recovery, ~200 per program) held an explorer on one program for
+/// minutes: at `--jobs 1` a 4-minute run at seed 1 cut the first program's
+/// recoveries for the whole budget, and never drew a program of another
+/// profile, nor a power cut. The wave's stage 2 stays exhaustive.
+pub const PER_RECOVERY: usize = 12;
+
+/// At most `k` of `schedules`, drawn by `rng` (a partial Fisher-Yates
+/// shuffle of their indices), in their order.
+pub fn sampled(
+    schedules: Vec<Vec<Event>>,
+    k: usize,
+    rng: &mut impl proptest::prelude::Rng,
+) -> Vec<Vec<Event>> {
+    let n = schedules.len();
+    if n <= k {
+        return schedules;
+    }
+    let mut index: Vec<usize> = (0..n).collect();
+    for i in 0..k {
+        let j = i + (rng.next_u64() % (n - i) as u64) as usize;
+        index.swap(i, j);
+    }
+    let mut picked = vec![false; n];
+    for &i in &index[..k] {
+        picked[i] = true;
+    }
+    schedules
+        .into_iter()
+        .zip(picked)
+        .filter_map(|(s, keep)| keep.then_some(s))
+        .collect()
 }
 
 /// `[first, second]` for every second event stage 2 plans in the recovery
@@ -150,5 +185,35 @@ mod tests {
         assert!(!seen.first_time(key));
         assert!(seen.first_time(("runner-codex".into(), "continued → completed".into(), 3)));
         assert_eq!(seen.count(), 2);
+    }
+
+    /// A recovery's second cuts are sampled: at most `k`, in their order,
+    /// the same for the same generator, all of them when there are fewer.
+    #[test]
+    fn a_recoverys_second_cuts_are_a_seeded_sample_in_order() {
+        let schedules: Vec<Vec<Event>> = (1..=40)
+            .map(|n| {
+                vec![Event {
+                    cut: Cut {
+                        point: "runner.item.persisted".into(),
+                        n,
+                    },
+                    fault: Fault::KillRunner,
+                }]
+            })
+            .collect();
+        let draw = |seed| {
+            let mut rng = crate::workflow::seeded_runner(seed, 0);
+            sampled(schedules.clone(), 12, rng.rng())
+        };
+        let (a, b) = (draw(1), draw(1));
+        assert_eq!(a, b, "seeded");
+        assert_eq!(a.len(), 12);
+        let ns: Vec<u64> = a.iter().map(|s| s[0].cut.n).collect();
+        assert!(ns.windows(2).all(|w| w[0] < w[1]), "in order: {ns:?}");
+        assert_ne!(ns, (1..=12).collect::<Vec<_>>(), "not the first twelve");
+        assert_ne!(draw(2), a, "another seed, another sample");
+        let mut rng = crate::workflow::seeded_runner(1, 0);
+        assert_eq!(sampled(schedules[..5].to_vec(), 12, rng.rng()).len(), 5);
     }
 }

@@ -301,6 +301,7 @@ fn recut_recoveries(
         }
         let recuts =
             recut::recovery_schedules(env, target.scenario, profile, &first, &shared.recovered);
+        let recuts = recut::sampled(recuts, recut::PER_RECOVERY, runner.rng());
         for events in recuts {
             if out_of_time() {
                 return None;
