@@ -396,6 +396,13 @@ fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
     found: Found,
 ) -> FoundWorkflow {
     let original_program = Program::peek(&tree.current());
+    // Shrinking off (`--shrink-iters 0`): proptest would run the program once
+    // more and then read the tree's value right after that run, which the
+    // state machine's tree refuses (a panic: its counter of seen steps is set).
+    if opts.explore.shrink_iters == 0 {
+        let same = original_program.clone();
+        return found_workflow(original_program, same, profile, case, found, 0);
+    }
     let schedule: Vec<Event> = found.minimal.result.spec.events.clone();
     let min_case = format!("{case}-min");
     env.progress.note(&format!(
@@ -404,19 +411,6 @@ fn shrink_program<T: ValueTree<Value = workflow::Drawn>>(
         crate::model::format_schedule(&schedule)
     ));
     let runs = AtomicUsize::new(0);
-    // Shrinking off (`--shrink-iters 0`): proptest would run the program once
-    // more and then read the tree's value right after that run, which the
-    // state machine's tree refuses (a panic: its counter of seen steps is set).
-    if opts.explore.shrink_iters == 0 {
-        return found_workflow(
-            original_program.clone(),
-            original_program,
-            profile,
-            case,
-            found,
-            0,
-        );
-    }
     let outcome = runner.run_one(tree, |drawn| {
         let program = Program::of(&drawn);
         runs.fetch_add(1, Ordering::SeqCst);
