@@ -131,11 +131,18 @@ fn check_admitted(j: &mut Judgement, e: &Evidence, runs: &[RunView], x: &Exchang
 /// A Retry sent again (its first request cut by a restart) is answered as
 /// the first was: the API is idempotent on ids (`docs/runner-contract.md`),
 /// so a Retry the run log recorded admitted must answer its run, never a
-/// refusal — a controller told 409 gives up on a run that is running.
+/// refusal — a controller told 409 gives up on a run that is running. A
+/// refusal answered before the Retry was admitted is no such re-send: the
+/// same id, refused while there was nothing to retry, may be admitted once
+/// there is (found by `explore --workflows` on the reference runner: r1
+/// refused `nothing_to_retry`, the task then failed, r1 admitted).
 fn refused_once_admitted(e: &Evidence, x: &Exchange) -> Option<String> {
     let (admitted, _) = e
         .payloads::<RetryAdmitted>()
         .find(|(_, r)| r.message_id == x.message_id)?;
+    if ((e.started_ms + x.answered_at_ms) as i64) < admitted.ts_ms {
+        return None;
+    }
     let sent = e
         .ops
         .iter()

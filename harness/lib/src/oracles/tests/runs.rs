@@ -443,8 +443,9 @@ fn a_retry_admitted_then_refused_when_sent_again_fails_retry_works() {
     // run log says the first was admitted, the second was refused.
     let mut e = retried();
     e.exchanges.pop();
-    e.exchanges
-        .push(retry_r1(409, json!({ "block_reason": "execution_active" })));
+    let mut again = retry_r1(409, json!({ "block_reason": "execution_active" }));
+    again.answered_at_ms = 160;
+    e.exchanges.push(again);
     for (at_ms, answer) in [
         (100, Err(anyhow::anyhow!("io: Peer disconnected"))),
         (160, Ok((409, ()))),
@@ -471,6 +472,12 @@ fn a_retry_admitted_then_refused_when_sent_again_fails_retry_works() {
     );
     // Refused both times, with a listed reason: no problem of Retry's.
     let (v, why) = verdict(&judge(&refused), "retry.works");
+    assert_ne!(v, Verdict::Fail, "{why:?}");
+    // Refused before it was admitted (nothing to retry yet; the same id
+    // admitted later, once there was): no re-send of an admitted Retry.
+    let mut early = e.clone();
+    early.events.last_mut().unwrap().ts_ms = 161;
+    let (v, why) = verdict(&judge(&early), "retry.works");
     assert_ne!(v, Verdict::Fail, "{why:?}");
 }
 
