@@ -23,7 +23,7 @@ use crate::workflow::seeded_runner;
 
 use crate::cell::CellEnv;
 use crate::model::{
-    CellResult, CellSpec, Cut, Event, Fault, READ_POINTS, Role, Verdict, WRITE_POINTS,
+    CellResult, CellSpec, Cut, Event, Fault, FaultClass, READ_POINTS, Role, Verdict, WRITE_POINTS,
 };
 use crate::nemesis;
 use crate::plan::{self, Boundary};
@@ -201,6 +201,8 @@ struct Points<'a> {
     /// Inside a recovery: the runner's durable writes and the provider's
     /// recovery lookups (see [`Draw::into_recoveries`]).
     recovery: Vec<&'a Boundary>,
+    /// The providers' recovery lookups a clean run does not reach.
+    lookups: &'a [Boundary],
 }
 
 /// The recovery lookups of the providers among `boundaries` (by their
@@ -246,16 +248,41 @@ impl<'a> Points<'a> {
                 })
                 .chain(lookups)
                 .collect(),
+            lookups,
         }
+    }
+
+    /// Where an error-answer fault answers (`Fault::answers_at`): among the
+    /// boundaries, and for a later event of a schedule that reaches into
+    /// recoveries, at the recovery lookups too. Drawn among every boundary
+    /// they were a few of a hundred (a program's model requests, its
+    /// lookups), so a 429 or an expired key landed where it applies about
+    /// once in a thousand events, and became `kill-runner` elsewhere.
+    fn answering(&self, i: usize, draw: Draw, fault: Fault) -> Vec<&'a Boundary> {
+        let lookups = match i > 0 && draw.into_recoveries {
+            true => self.lookups,
+            false => &[],
+        };
+        self.all
+            .iter()
+            .chain(lookups)
+            .filter(|b| fault.applies_at(&b.cut.point))
+            .collect()
     }
 
     /// The boundary event `i` lands at for `fault` (drawn `at`), and the
     /// fault: a storage fault draws from its own points only (a write
     /// fault from the before-write points, a read fault from the
-    /// before-read ones); a fault with no point of its own, or that does
+    /// before-read ones), an error answer from where it answers; a fault with no point of its own, or that does
     /// not apply at the point drawn, becomes kill-runner (see
     /// `Fault::applies_at`).
     fn pick(&self, i: usize, draw: Draw, at: &Index, mut fault: Fault) -> (&'a Boundary, Fault) {
+        if fault.class() == FaultClass::Answer {
+            let answering = self.answering(i, draw, fault);
+            if !answering.is_empty() {
+                return (answering[at.index(answering.len())], fault);
+            }
+        }
         let own = match fault {
             Fault::PowerCut => &self.power,
             f if f.is_read() => &self.reads,
@@ -684,6 +711,35 @@ mod tests {
             assert!(drawn.iter().any(|e| e.fault == f), "{f} is drawn");
         }
         assert!(!drawn.iter().any(|e| e.fault == Fault::PowerCut));
+    }
+
+    /// An error answer lands where its process answers: a 429 or an
+    /// expired key at the model request, whichever of a hundred boundaries
+    /// there are, not `kill-runner` at the other ninety-nine.
+    #[test]
+    fn error_answers_are_drawn_where_they_answer() {
+        let mut bs: Vec<Boundary> = (0..100)
+            .map(|i| b("provider", &format!("codex.p{i}.notified"), 1, true))
+            .collect();
+        bs.push(b("provider", "codex.model.requested", 1, true));
+        bs.push(b("provider", "codex.turn_start.received", 1, true));
+        let drawn = events_drawn(&bs, FILE_DRAW);
+        let answers: Vec<&Event> = drawn
+            .iter()
+            .filter(|e| e.fault.class() == FaultClass::Answer)
+            .collect();
+        for f in [Fault::RateLimit, Fault::AuthExpired, Fault::ErrorAnswer] {
+            assert!(answers.iter().any(|e| e.fault == f), "{f} is drawn");
+        }
+        for e in &answers {
+            assert!(e.fault.applies_at(&e.cut.point), "{e}");
+        }
+        // About one event in five of the four answer faults (of 14).
+        let share = answers.len() as f64 / drawn.len() as f64;
+        assert!(
+            share > 0.15,
+            "answer faults drawn where they apply: {share}"
+        );
     }
 
     /// A generated program's later events land inside a recovery (at the

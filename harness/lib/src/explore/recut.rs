@@ -14,7 +14,7 @@
 //! the cost follows the recoveries found, not the programs run: coverage
 //! guides the search, as a fuzzer's does.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use crate::cell::CellEnv;
@@ -22,34 +22,68 @@ use crate::model::{Event, Fault};
 use crate::scenario::Scenario;
 use crate::{plan, recuts};
 
-/// The recoveries whose boundaries were cut again: (profile, path, work
-/// left waiting).
+/// A recovery: (profile, path, work left waiting).
+type RecoveryKey = (String, String, usize);
+
+/// What an exploration has cut: each recovery traced, with the second
+/// cuts (point and fault) already run inside it, and the first events
+/// (profile, point, fault) already traced.
 #[derive(Default)]
-pub struct Recovered(Mutex<HashSet<(String, String, usize)>>);
+pub struct Recovered {
+    recoveries: Mutex<HashMap<RecoveryKey, HashSet<(String, Fault)>>>,
+    firsts: Mutex<HashSet<(String, String, Fault)>>,
+}
 
 impl Recovered {
     /// How many recoveries were cut again.
     pub fn count(&self) -> usize {
-        self.0.lock().expect("recovered").len()
+        self.recoveries.lock().expect("recovered").len()
     }
 
-    /// Records a recovery; whether it is new.
-    fn first_time(&self, key: (String, String, usize)) -> bool {
-        self.0.lock().expect("recovered").insert(key)
+    /// Records a first event of `profile` to trace; whether its point and
+    /// fault are new to this exploration (the occurrence aside: a bug
+    /// lives at a kind of boundary, and each program has its own counts).
+    pub fn first_new(&self, profile: &str, first: &Event) -> bool {
+        let key = (profile.to_owned(), first.cut.point.clone(), first.fault);
+        self.firsts.lock().expect("firsts").insert(key)
+    }
+
+    /// At most `k` of `cuts` whose second event (point and fault) was not
+    /// yet run inside the recovery `key`, drawn by `rng`, recorded as run.
+    fn untried(
+        &self,
+        key: RecoveryKey,
+        cuts: Vec<Vec<Event>>,
+        k: usize,
+        rng: &mut impl proptest::prelude::Rng,
+    ) -> Vec<Vec<Event>> {
+        let mut all = self.recoveries.lock().expect("recovered");
+        let tried = all.entry(key).or_default();
+        let second = |s: &Vec<Event>| s.last().map(|e| (e.cut.point.clone(), e.fault));
+        let fresh = cuts
+            .into_iter()
+            .filter(|s| second(s).is_some_and(|x| !tried.contains(&x)))
+            .collect();
+        let picked = sampled(fresh, k, rng);
+        tried.extend(picked.iter().filter_map(second));
+        picked
     }
 }
 
-/// The two-event schedules that cut the recovery after `first` again, when
-/// that recovery is new: `[first, second]` for each boundary of its span
-/// and each of that boundary's second faults. None when the traced run
-/// walked no recovery, one seen before, or could not be made (a power
-/// cut's recovery walks a kill's paths on less state, as stage 2 reasons).
+/// The two-event schedules that cut the recovery after `first` again: a
+/// sample of [`PER_RECOVERY`] of `[first, second]` for each boundary of its
+/// span and each of that boundary's second faults, those whose second
+/// event was run inside the same recovery before left out. None when the
+/// traced run walked no recovery, every second cut of it was run, or it
+/// could not be made (a power cut's recovery walks a kill's paths on less
+/// state, as stage 2 reasons).
 pub fn recovery_schedules(
     env: &CellEnv,
     scenario: &Scenario,
     profile: &str,
     first: &Event,
     seen: &Recovered,
+    rng: &mut impl proptest::prelude::Rng,
 ) -> Vec<Vec<Event>> {
     if first.fault == Fault::PowerCut {
         return Vec::new();
@@ -62,10 +96,7 @@ pub fn recovery_schedules(
         return Vec::new();
     }
     let key = (profile.to_owned(), path, recuts::waiting_work(scenario));
-    if !seen.first_time(key) {
-        return Vec::new();
-    }
-    second_cuts(first, &after)
+    seen.untried(key, second_cuts(first, &after), PER_RECOVERY, rng)
 }
 
 /// The second cuts run per new recovery: a sample, drawn by the
@@ -173,18 +204,58 @@ mod tests {
         );
     }
 
+    fn kill(point: &str, n: u64) -> Vec<Event> {
+        vec![Event {
+            cut: Cut {
+                point: point.into(),
+                n,
+            },
+            fault: Fault::KillRunner,
+        }]
+    }
+
+    /// A recovery seen again is cut only where it was not cut before (its
+    /// second events' points and faults), until every cut was run; another
+    /// recovery, or the same path with other work waiting, is cut afresh.
     #[test]
-    fn a_recovery_is_cut_again_only_the_first_time() {
+    fn a_recovery_is_cut_again_only_where_it_was_not_cut_before() {
         let seen = Recovered::default();
-        let key = (
-            "runner-codex".to_owned(),
-            "continued → completed".to_owned(),
-            2,
+        let key = |work| {
+            (
+                "runner-codex".to_owned(),
+                "continued → completed".to_owned(),
+                work,
+            )
+        };
+        let cuts: Vec<Vec<Event>> = (1..=20).map(|n| kill(&format!("runner.p{n}"), n)).collect();
+        let mut rng = crate::workflow::seeded_runner(1, 0);
+        let mut run = Vec::new();
+        for _ in 0..2 {
+            run.extend(seen.untried(key(2), cuts.clone(), 8, rng.rng()));
+        }
+        let last = seen.untried(key(2), cuts.clone(), 8, rng.rng());
+        assert_eq!((run.len(), last.len()), (16, 4), "8, 8, then the 4 left");
+        run.extend(last);
+        run.sort_by_key(|s| s[0].cut.n);
+        assert_eq!(run, cuts, "each cut once");
+        assert!(seen.untried(key(2), cuts.clone(), 8, rng.rng()).is_empty());
+        // The same point at another occurrence is the same cut.
+        assert!(
+            seen.untried(key(2), vec![kill("runner.p1", 9)], 8, rng.rng())
+                .is_empty()
         );
-        assert!(seen.first_time(key.clone()));
-        assert!(!seen.first_time(key));
-        assert!(seen.first_time(("runner-codex".into(), "continued → completed".into(), 3)));
+        assert_eq!(seen.untried(key(3), cuts, 8, rng.rng()).len(), 8);
         assert_eq!(seen.count(), 2);
+    }
+
+    /// A first event is new once per profile, point and fault.
+    #[test]
+    fn a_first_event_is_new_once_per_point_and_fault() {
+        let seen = Recovered::default();
+        let e = |n| kill("runner.item.persisted", n).remove(0);
+        assert!(seen.first_new("runner-codex", &e(1)));
+        assert!(!seen.first_new("runner-codex", &e(2)));
+        assert!(seen.first_new("runner-opencode", &e(1)));
     }
 
     /// A recovery's second cuts are sampled: at most `k`, in their order,

@@ -279,16 +279,7 @@ fn recut_recoveries(
     started: Instant,
     shared: &Shared,
 ) -> Option<Found> {
-    let one = EventCount { min: 1, max: 1 };
-    let firsts = strategy(target.boundaries.clone(), one, opts.draw);
-    let firsts: Vec<Event> = (0..opts.schedules)
-        .filter_map(|_| {
-            new_schedule(&firsts, runner, 1)?
-                .current()
-                .into_iter()
-                .next()
-        })
-        .collect();
+    let firsts = first_events(opts, runner, target, profile, shared);
     // Each recovery is traced only while there is time: a traced run is a
     // cell (a hang cell's can take seconds), and all of them up front ran
     // an exploration 26 s past its budget.
@@ -299,9 +290,14 @@ fn recut_recoveries(
         if out_of_time() {
             return None;
         }
-        let recuts =
-            recut::recovery_schedules(env, target.scenario, profile, &first, &shared.recovered);
-        let recuts = recut::sampled(recuts, recut::PER_RECOVERY, runner.rng());
+        let recuts = recut::recovery_schedules(
+            env,
+            target.scenario,
+            profile,
+            &first,
+            &shared.recovered,
+            runner.rng(),
+        );
         for events in recuts {
             if out_of_time() {
                 return None;
@@ -313,6 +309,42 @@ fn recut_recoveries(
     }
     None
 }
+
+/// `opts.schedules` first events to trace, drawn as a schedule's first
+/// event is: those whose point and fault no program of this profile traced
+/// before come first (`Recovered::first_new`), so that an exploration
+/// reaches a provider's kill at the one point where a bug lives in tens of
+/// programs, not hundreds; the rest of the draw fills up.
+fn first_events(
+    opts: &WorkflowOptions,
+    runner: &mut TestRunner,
+    target: &Target<'_>,
+    profile: &str,
+    shared: &Shared,
+) -> Vec<Event> {
+    let one = EventCount { min: 1, max: 1 };
+    let firsts = strategy(target.boundaries.clone(), one, opts.draw);
+    let drawn: Vec<Event> = (0..opts.schedules * FIRST_DRAWS)
+        .filter_map(|_| {
+            new_schedule(&firsts, runner, 1)?
+                .current()
+                .into_iter()
+                .next()
+        })
+        .collect();
+    let (mut new, mut seen) = (Vec::new(), Vec::new());
+    for e in drawn {
+        // Only what is traced is recorded as traced.
+        match new.len() < opts.schedules && shared.recovered.first_new(profile, &e) {
+            true => new.push(e),
+            false => seen.push(e),
+        }
+    }
+    new.into_iter().chain(seen).take(opts.schedules).collect()
+}
+
+/// Draws per first event traced ([`first_events`]).
+const FIRST_DRAWS: usize = 4;
 
 /// Runs one schedule of a program (shrunk if it fails) and counts its cell
 /// for the program's profile.
