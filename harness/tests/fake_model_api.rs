@@ -489,6 +489,17 @@ fn an_armed_answer_fails_a_request_with_its_status_or_its_stream_without_a_harne
     let kinds: Vec<String> = parse_sse(&text).into_iter().map(|e| e.event).collect();
     assert_eq!(kinds, ["response.created"], "{text}");
     assert_eq!(fake.facts("stream.broken"), 1);
+    // The response called a tool, so it did not end the turn; its fault
+    // still names the request's conversation, which tells a cell of
+    // several tasks whose run met it.
+    let answered: Vec<Value> = fake
+        .journal()
+        .into_iter()
+        .filter(|e| e.fact.as_deref() == Some("fault.answer"))
+        .map(|e| e.data)
+        .collect();
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0]["thread"], "c1", "{answered:?}");
 
     // A name that is no answer is bad input.
     let out = Command::new(exe())

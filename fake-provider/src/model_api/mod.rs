@@ -468,8 +468,8 @@ fn send(
     let producer = Arc::clone(s);
     let (conversation, message_id) = (req.conversation.clone(), req.message_id.clone());
     std::thread::spawn(move || {
-        let finishing = finishing.then_some((conversation, message_id));
-        stream_events(&producer, api, built.events, tx, finishing)
+        let turn = (conversation, message_id);
+        stream_events(&producer, api, built.events, tx, &turn, finishing)
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -561,13 +561,12 @@ fn stream_events(
     api: Api,
     events: Vec<Value>,
     tx: tokio::sync::mpsc::UnboundedSender<Frame>,
-    finishing: Option<(String, String)>,
+    (conversation, message_id): &(String, String),
+    finishing: bool,
 ) {
     for event in events {
         let kind = event["type"].as_str().unwrap_or_default().to_owned();
-        if kind == api.finishing_event()
-            && let Some((conversation, message_id)) = &finishing
-        {
+        if finishing && kind == api.finishing_event() {
             complete_turn(s, conversation, message_id);
         }
         s.journal.message_out(&json!({ "event": event }));
@@ -578,7 +577,11 @@ fn stream_events(
         }
         let point = format!("model.{}.sent", cutpoint::slug(&kind));
         let fault = if ::wire::upstream::stream_fault_point(&point) {
-            let conversation = finishing.as_ref().map(|(c, _)| c.as_str());
+            // The conversation is named whether or not the response ends
+            // the turn: a stream cut in a response that called tools is
+            // that conversation's too (a cell of several tasks tells whose
+            // by it).
+            let conversation = Some(conversation.as_str()).filter(|c| !c.is_empty());
             s.upstream_point(&point, conversation)
                 .filter(|f| f.is_stream())
         } else {

@@ -267,9 +267,10 @@ fn try_program<T: ValueTree<Value = workflow::Drawn>>(
     ))
 }
 
-/// As many first events more as random schedules, each traced: every
-/// boundary of a recovery new to this run is cut again (`recut`), until
-/// one fails, another explorer claims a failure or the budget is spent.
+/// First events more ([`first_events`]), each traced: a sample of the
+/// boundaries of the recovery it walked is cut again where that recovery
+/// was not cut before (`recut`), until one fails, another explorer claims
+/// a failure or the budget is spent.
 fn recut_recoveries(
     env: &CellEnv,
     opts: &WorkflowOptions,
@@ -310,11 +311,11 @@ fn recut_recoveries(
     None
 }
 
-/// `opts.schedules` first events to trace, drawn as a schedule's first
-/// event is: those whose point and fault no program of this profile traced
-/// before come first (`Recovered::first_new`), so that an exploration
-/// reaches a provider's kill at the one point where a bug lives in tens of
-/// programs, not hundreds; the rest of the draw fills up.
+/// [`FIRSTS_PER_SCHEDULE`] first events per schedule to trace, drawn as a
+/// schedule's first event is: those whose point and fault no program of
+/// this profile traced before come first (`Recovered::first_new`), so that
+/// an exploration reaches a provider's kill at the one point where a bug
+/// lives in tens of programs, not hundreds; the rest of the draw fills up.
 fn first_events(
     opts: &WorkflowOptions,
     runner: &mut TestRunner,
@@ -324,7 +325,8 @@ fn first_events(
 ) -> Vec<Event> {
     let one = EventCount { min: 1, max: 1 };
     let firsts = strategy(target.boundaries.clone(), one, opts.draw);
-    let drawn: Vec<Event> = (0..opts.schedules * FIRST_DRAWS)
+    let wanted = opts.schedules * FIRSTS_PER_SCHEDULE;
+    let drawn: Vec<Event> = (0..wanted * FIRST_DRAWS)
         .filter_map(|_| {
             new_schedule(&firsts, runner, 1)?
                 .current()
@@ -335,16 +337,23 @@ fn first_events(
     let (mut new, mut seen) = (Vec::new(), Vec::new());
     for e in drawn {
         // Only what is traced is recorded as traced.
-        match new.len() < opts.schedules && shared.recovered.first_new(profile, &e) {
+        match new.len() < wanted && shared.recovered.first_new(profile, &e) {
             true => new.push(e),
             false => seen.push(e),
         }
     }
-    new.into_iter().chain(seen).take(opts.schedules).collect()
+    new.into_iter().chain(seen).take(wanted).collect()
 }
 
-/// Draws per first event traced ([`first_events`]).
-const FIRST_DRAWS: usize = 4;
+/// First events traced per random schedule of a program: a traced first
+/// event is one cell, and the recoveries it finds are where the second
+/// cuts go; at one per schedule (4 a program) a 4-minute exploration of
+/// Codex traced 40, of some 300 points and faults.
+const FIRSTS_PER_SCHEDULE: usize = 3;
+
+/// Draws per first event traced ([`first_events`]): drawing costs no cell,
+/// and late in an exploration most draws were traced before.
+const FIRST_DRAWS: usize = 30;
 
 /// Runs one schedule of a program (shrunk if it fails) and counts its cell
 /// for the program's profile.
