@@ -112,6 +112,20 @@ impl Faults {
         thread: Option<&str>,
         journal: &Journal,
     ) -> Option<String> {
+        self.answer_point_in(name, thread, None, journal)
+    }
+
+    /// [`Faults::answer_point`] for a request that may name no
+    /// conversation yet (one that starts one): its `fault.answer` names
+    /// the working directory it was made for too, which tells the task of
+    /// a cell of several tasks whose request it was.
+    pub fn answer_point_in(
+        &self,
+        name: &str,
+        thread: Option<&str>,
+        cwd: Option<&str>,
+        journal: &Journal,
+    ) -> Option<String> {
         let n = self.count(name);
         let answer = cutpoint::hit_answer(name).or_else(|| {
             let (arm, answer) = self
@@ -125,6 +139,9 @@ impl Faults {
             let mut fact = json!({ "point": name, "answer": a });
             if let Some(t) = thread {
                 fact["thread"] = json!(t);
+            }
+            if let Some(c) = cwd {
+                fact["cwd"] = json!(c);
             }
             journal.fact("fault.answer", fact);
         }

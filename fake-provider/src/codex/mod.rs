@@ -198,9 +198,10 @@ impl LineServer for Server {
                 if self
                     .opts
                     .faults
-                    .answer_point(
+                    .answer_point_in(
                         &point,
                         msg.pointer("/params/threadId").and_then(Value::as_str),
+                        msg.pointer("/params/cwd").and_then(Value::as_str),
                         &self.journal,
                     )
                     .is_some()

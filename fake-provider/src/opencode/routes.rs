@@ -38,7 +38,13 @@ fn answered(s: &Shared, point: &str, method: &Method, uri: &Uri) -> Option<Respo
         .path()
         .strip_prefix("/session/")
         .map(|rest| rest.split('/').next().unwrap_or(rest));
-    tokio::task::block_in_place(|| s.opts.faults.answer_point(point, session, &s.journal))?;
+    // One server serves one task, in its workspace.
+    let cwd = super::wire::cwd();
+    tokio::task::block_in_place(|| {
+        s.opts
+            .faults
+            .answer_point_in(point, session, Some(&cwd), &s.journal)
+    })?;
     let (status, body) = ::wire::upstream::opencode_error_answer(uri.path());
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     Some(s.respond(method, uri, status, Some(body), None))

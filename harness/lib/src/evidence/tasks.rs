@@ -152,18 +152,44 @@ impl Evidence {
             !theirs || owned(&t.authorized_by)
         });
         // An entry naming another task's conversation, or a fact about
-        // another task's message (`by`, `authorized_by`), is that task's.
+        // another task's message (`by`, `authorized_by`), or made for
+        // another task's workspace (`cwd`: an injected answer to a request
+        // that starts a conversation, which names none yet), is that task's.
+        let elsewhere = self.workspaces_but(id);
         v.journal.retain(|e| {
             let by = ["by", "authorized_by"]
                 .iter()
                 .filter_map(|k| e.data.get(*k).and_then(Value::as_str));
+            let cwd = e.data.get("cwd").and_then(Value::as_str);
             entry_conversations(e)
                 .iter()
                 .all(|c| !others.contains(c) || conversations.contains(c))
                 && by.into_iter().all(|b| !foreign(b))
+                && !cwd.is_some_and(|c| elsewhere.contains(c.trim_end_matches('/')))
         });
         self.drop_unjournaled_answers(&mut v);
         v
+    }
+
+    /// The workspaces of the tasks other than `id`, as the runner was given
+    /// them, less any that is `id`'s too.
+    fn workspaces_but(&self, id: &str) -> BTreeSet<String> {
+        let first = self.task_ids().into_iter().next().unwrap_or_default();
+        let of = |task: &str| match task == first {
+            true => self.workspace_root.as_str(),
+            false => self
+                .other_tasks
+                .iter()
+                .find(|l| l.id == task)
+                .map_or("", |l| l.workspace_root.as_str()),
+        };
+        let mine = of(id).trim_end_matches('/');
+        self.task_ids()
+            .iter()
+            .filter(|t| t.as_str() != id)
+            .map(|t| of(t).trim_end_matches('/').to_owned())
+            .filter(|w| !w.is_empty() && w != mine)
+            .collect()
     }
 
     /// Where the answering fake journaled its injected answers (each

@@ -122,3 +122,35 @@ fn a_second_task_left_running_fails_liveness_for_it_alone() {
         "task-2: the task is still running after the cell's deadline"
     );
 }
+
+/// An error injected into a request that starts a conversation names none
+/// yet; the fake names the workspace the request was made for (`cwd`), so
+/// it is the view of the task of that workspace alone (it was in both: the
+/// other task's upstream oracle said "no run of the task was created
+/// before" it, or judged its own run by another's fault). An answer made
+/// for no task's workspace stays in every view.
+#[test]
+fn an_injected_answer_for_a_new_conversation_is_the_view_of_its_workspaces_task() {
+    let mut e = two_tasks();
+    e.workspace_root = "/cell/ws/task-1".into();
+    e.other_tasks[0].workspace_root = "/cell/ws/task-2/".into();
+    let answer = |cwd: &str| {
+        entry(
+            EntryKind::Fact,
+            Some("fault.answer"),
+            json!({ "point": "codex.thread_start.received", "answer": "error-answer", "cwd": cwd }),
+        )
+    };
+    e.journal.push(answer("/cell/ws/task-2"));
+    e.journal.push(answer("/elsewhere"));
+    let cwds = |v: &Evidence| -> Vec<String> {
+        v.journal
+            .iter()
+            .filter(|x| x.fact.as_deref() == Some("fault.answer"))
+            .map(|x| x.data["cwd"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let views = e.task_views();
+    assert_eq!(cwds(&views[0].1), ["/elsewhere"]);
+    assert_eq!(cwds(&views[1].1), ["/cell/ws/task-2", "/elsewhere"]);
+}
