@@ -14,9 +14,9 @@ use harness::model::{Verdict, WaveResult};
 /// Cells of a real profile's wave here: one-cut cells of its single-task
 /// scenario (the whole wave runs with `turncut wave --only <profile>`, and
 /// the workflow's real-products job runs 40 cells of each). An OpenCode cell
-/// starts the real server twice (the cell, then the reader of its state)
-/// and costs about 20 s at 2 jobs, a codex cell about 2.6 s; the waves run
-/// side by side, and with these samples `.ci/run` stays near 15 minutes.
+/// starts the real server once per runner (its turns are then read from its
+/// SQLite store) and costs about 11 s at 2 jobs, a codex cell about 2.6 s;
+/// the waves run side by side.
 fn budget(profile: &str) -> usize {
     if profile.contains("opencode") { 2 } else { 10 }
 }

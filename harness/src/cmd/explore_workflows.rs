@@ -144,9 +144,10 @@ fn print_figures(x: &wf::WorkflowsExplored) {
         println!("  {profile}: {programs} programs, {cells} cells");
     }
     println!(
-        "  {} recoveries new to this run were cut again (at most {} second cuts each, sampled)",
+        "  {} recoveries were cut again (a sample of {} second cuts at a recovery's first walk, {} at each later one, none run twice)",
         x.recoveries,
-        harness::explore::recut::PER_RECOVERY
+        harness::explore::recut::PER_RECOVERY,
+        harness::explore::recut::PER_VISIT_AGAIN
     );
     if let Some(at) = x.first_failure_after {
         println!("first failure after {:.1} s", at.as_secs_f64());

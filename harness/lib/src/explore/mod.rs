@@ -35,10 +35,12 @@ use crate::wave::{self, Finished};
 /// scenario file's wave plans its power-cut cells where they count
 /// (`Fault::power_cut_planned_at`), and a `--schedule` may name it; the
 /// generated programs draw it too ([`WORKFLOW_FAULTS`]). The error answers
-/// are drawn: one drawn where its process answers no request becomes
-/// kill-runner, as any fault that does not apply; so are the read faults,
-/// from the before-read points.
-pub const SCHEDULE_FAULTS: [Fault; 14] = [
+/// are drawn where they answer (one with no such point becomes
+/// kill-runner, as any fault that does not apply), one of each rule of the
+/// contract: a transient failure with `Retry-After`, an expired credential,
+/// a full context window, a broken stream; the read faults are drawn from
+/// the before-read points.
+pub const SCHEDULE_FAULTS: [Fault; 15] = [
     Fault::KillRunner,
     Fault::KillProvider,
     Fault::KillBoth,
@@ -50,6 +52,7 @@ pub const SCHEDULE_FAULTS: [Fault; 14] = [
     Fault::ErrorAnswer,
     Fault::RateLimit,
     Fault::AuthExpired,
+    Fault::ContextOverflow,
     Fault::StreamCut,
     Fault::FailRead,
     Fault::CorruptRead,
@@ -60,8 +63,8 @@ pub const SCHEDULE_FAULTS: [Fault; 14] = [
 /// and `power-cut`, drawn at the points where the wave plans power cuts.
 /// Where FUSE cannot be mounted the wave lists such a cell as skipped and
 /// `explore --workflows` draws from [`SCHEDULE_FAULTS`] alone.
-pub const WORKFLOW_FAULTS: [Fault; 15] = {
-    let mut all = [Fault::PowerCut; 15];
+pub const WORKFLOW_FAULTS: [Fault; 16] = {
+    let mut all = [Fault::PowerCut; 16];
     let mut i = 0;
     while i < SCHEDULE_FAULTS.len() {
         all[i] = SCHEDULE_FAULTS[i];
@@ -728,13 +731,18 @@ mod tests {
             .iter()
             .filter(|e| e.fault.class() == FaultClass::Answer)
             .collect();
-        for f in [Fault::RateLimit, Fault::AuthExpired, Fault::ErrorAnswer] {
+        for f in [
+            Fault::RateLimit,
+            Fault::AuthExpired,
+            Fault::ContextOverflow,
+            Fault::ErrorAnswer,
+        ] {
             assert!(answers.iter().any(|e| e.fault == f), "{f} is drawn");
         }
         for e in &answers {
             assert!(e.fault.applies_at(&e.cut.point), "{e}");
         }
-        // About one event in five of the four answer faults (of 14).
+        // About one event in four: five answer faults of 15.
         let share = answers.len() as f64 / drawn.len() as f64;
         assert!(
             share > 0.15,

@@ -1,18 +1,21 @@
-//! Second cuts inside new recoveries, for `explore --workflows`.
+//! Second cuts inside recoveries, for `explore --workflows`.
 //!
 //! A program's random schedules rarely put their second fault inside the
 //! recovery the first one caused, at the one boundary where a bug lives: a
 //! lost turn continued, then the next message's intent failing; a turn
 //! re-sent, then the runner killed before the re-send's acceptance. Drawn
 //! uniformly, such a pair is one schedule in thousands. So each program
-//! also draws one first event and traces the recovery it causes; when that
-//! recovery is new to this exploration — its profile, the path it walked
-//! and the work the program leaves waiting behind it, as stage 2 picks its
-//! representatives (`recuts::waiting_work`) — it is cut again with a
-//! sample ([`PER_RECOVERY`]) of the second faults stage 2 would use at its
-//! boundaries (`recuts::span`, `recuts::second_faults`). A recovery seen before is not traced again, so
-//! the cost follows the recoveries found, not the programs run: coverage
-//! guides the search, as a fuzzer's does.
+//! also draws first events (those whose point and fault its profile has not
+//! traced first) and traces the recovery each causes. A recovery — its
+//! profile, the path it walked and the work the program leaves waiting
+//! behind it, as stage 2 picks its representatives
+//! (`recuts::waiting_work`) — is cut again with a sample of the second
+//! faults stage 2 would use at its boundaries (`recuts::span`,
+//! `recuts::second_faults`): [`PER_RECOVERY`] the first time it is walked,
+//! [`PER_VISIT_AGAIN`] each later time, never a second cut (point and
+//! fault) already run inside it. The cost follows the recoveries found and
+//! the cuts not yet run in them, not the programs run: coverage guides the
+//! search, as a fuzzer's does.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
@@ -48,16 +51,21 @@ impl Recovered {
         self.firsts.lock().expect("firsts").insert(key)
     }
 
-    /// At most `k` of `cuts` whose second event (point and fault) was not
-    /// yet run inside the recovery `key`, drawn by `rng`, recorded as run.
+    /// At most [`PER_RECOVERY`] of `cuts` (at a recovery's first visit;
+    /// [`PER_VISIT_AGAIN`] at a later one) whose second event (point and
+    /// fault) was not yet run inside the recovery `key`, drawn by `rng`,
+    /// recorded as run.
     fn untried(
         &self,
         key: RecoveryKey,
         cuts: Vec<Vec<Event>>,
-        k: usize,
         rng: &mut impl proptest::prelude::Rng,
     ) -> Vec<Vec<Event>> {
         let mut all = self.recoveries.lock().expect("recovered");
+        let k = match all.contains_key(&key) {
+            true => PER_VISIT_AGAIN,
+            false => PER_RECOVERY,
+        };
         let tried = all.entry(key).or_default();
         let second = |s: &Vec<Event>| s.last().map(|e| (e.cut.point.clone(), e.fault));
         let fresh = cuts
@@ -96,7 +104,7 @@ pub fn recovery_schedules(
         return Vec::new();
     }
     let key = (profile.to_owned(), path, recuts::waiting_work(scenario));
-    seen.untried(key, second_cuts(first, &after), PER_RECOVERY, rng)
+    seen.untried(key, second_cuts(first, &after), rng)
 }
 
 /// The second cuts run per new recovery: a sample, drawn by the
@@ -106,6 +114,12 @@ pub fn recovery_schedules(
 /// recoveries for the whole budget, and never drew a program of another
 /// profile, nor a power cut. The wave's stage 2 stays exhaustive.
 pub const PER_RECOVERY: usize = 12;
+
+/// The second cuts run when a recovery is walked again (by another first
+/// event, in another program): fewer, so that a recovery many first events
+/// walk is cut through over an exploration, and one that few walk is cut
+/// at [`PER_RECOVERY`] boundaries the first time.
+pub const PER_VISIT_AGAIN: usize = 4;
 
 /// At most `k` of `schedules`, drawn by `rng` (a partial Fisher-Yates
 /// shuffle of their indices), in their order.
@@ -215,8 +229,9 @@ mod tests {
     }
 
     /// A recovery seen again is cut only where it was not cut before (its
-    /// second events' points and faults), until every cut was run; another
-    /// recovery, or the same path with other work waiting, is cut afresh.
+    /// second events' points and faults): 12 cuts at its first visit, 4 at
+    /// each later one, until every cut was run; another recovery, or the
+    /// same path with other work waiting, is cut afresh.
     #[test]
     fn a_recovery_is_cut_again_only_where_it_was_not_cut_before() {
         let seen = Recovered::default();
@@ -230,21 +245,25 @@ mod tests {
         let cuts: Vec<Vec<Event>> = (1..=20).map(|n| kill(&format!("runner.p{n}"), n)).collect();
         let mut rng = crate::workflow::seeded_runner(1, 0);
         let mut run = Vec::new();
-        for _ in 0..2 {
-            run.extend(seen.untried(key(2), cuts.clone(), 8, rng.rng()));
+        let mut sizes = Vec::new();
+        for _ in 0..4 {
+            let visit = seen.untried(key(2), cuts.clone(), rng.rng());
+            sizes.push(visit.len());
+            run.extend(visit);
         }
-        let last = seen.untried(key(2), cuts.clone(), 8, rng.rng());
-        assert_eq!((run.len(), last.len()), (16, 4), "8, 8, then the 4 left");
-        run.extend(last);
+        assert_eq!(
+            sizes,
+            [12, 4, 4, 0],
+            "12, then 4 at a time, until none is left"
+        );
         run.sort_by_key(|s| s[0].cut.n);
         assert_eq!(run, cuts, "each cut once");
-        assert!(seen.untried(key(2), cuts.clone(), 8, rng.rng()).is_empty());
         // The same point at another occurrence is the same cut.
         assert!(
-            seen.untried(key(2), vec![kill("runner.p1", 9)], 8, rng.rng())
+            seen.untried(key(2), vec![kill("runner.p1", 9)], rng.rng())
                 .is_empty()
         );
-        assert_eq!(seen.untried(key(3), cuts, 8, rng.rng()).len(), 8);
+        assert_eq!(seen.untried(key(3), cuts, rng.rng()).len(), 12);
         assert_eq!(seen.count(), 2);
     }
 
