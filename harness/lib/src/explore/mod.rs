@@ -197,6 +197,9 @@ struct Points<'a> {
     reads: Vec<&'a Boundary>,
     /// Where the wave plans a power cut.
     power: Vec<&'a Boundary>,
+    /// The providers' own boundaries (a schedule's first provider kill or
+    /// hang).
+    provider: Vec<&'a Boundary>,
     /// Every boundary but the before-read points (any other fault): a
     /// kill there leaves the state of the boundary before it (a read
     /// changes nothing), and a runner hits many of them.
@@ -241,6 +244,7 @@ impl<'a> Points<'a> {
             writes: with(&|b| b.cut.point.starts_with(WRITE_POINTS)),
             reads: with(&|b| b.cut.point.starts_with(READ_POINTS)),
             power: with(&|b| Fault::power_cut_planned_at(&b.cut.point, b.role)),
+            provider: with(&|b| b.role != Role::Runner),
             others: with(&|b| !b.cut.point.starts_with(READ_POINTS)),
             recovery: all
                 .iter()
@@ -288,6 +292,13 @@ impl<'a> Points<'a> {
         }
         let own = match fault {
             Fault::PowerCut => &self.power,
+            // A first kill or hang of the provider lands where the provider
+            // is held, at a point of its own: between its answer and its
+            // record (a turn accepted, then lost with it) is one of them, a
+            // few among every boundary of a program.
+            Fault::KillProvider | Fault::HangProvider if i == 0 && !self.provider.is_empty() => {
+                &self.provider
+            }
             f if f.is_read() => &self.reads,
             f if f.is_storage() => &self.writes,
             _ if i > 0 && draw.into_recoveries && !self.recovery.is_empty() => {
@@ -714,6 +725,27 @@ mod tests {
             assert!(drawn.iter().any(|e| e.fault == f), "{f} is drawn");
         }
         assert!(!drawn.iter().any(|e| e.fault == Fault::PowerCut));
+    }
+
+    /// A schedule's first provider kill or hang lands at a point of the
+    /// provider's own, where it is held: among a program's boundaries the
+    /// runner's are most.
+    #[test]
+    fn a_first_provider_kill_lands_where_the_provider_is_held() {
+        let mut bs: Vec<Boundary> = (0..30)
+            .map(|i| b("runner", &format!("runner.p{i}.sent"), 1, true))
+            .collect();
+        bs.push(b("provider", "codex.turn_start.responded", 1, true));
+        bs.push(b("provider", "codex.turn.recorded", 1, true));
+        let firsts: Vec<Event> = draw(&bs, EventCount { min: 1, max: 1 }, WORKFLOW_DRAW, 3, 300)
+            .into_iter()
+            .map(|s| s[0].clone())
+            .filter(|e| matches!(e.fault, Fault::KillProvider | Fault::HangProvider))
+            .collect();
+        assert!(firsts.len() > 10, "{} provider faults", firsts.len());
+        for e in &firsts {
+            assert!(e.cut.point.starts_with("codex."), "{e}");
+        }
     }
 
     /// An error answer lands where its process answers: a 429 or an
