@@ -117,8 +117,9 @@ impl Faults {
 
     /// [`Faults::answer_point`] for a request that may name no
     /// conversation yet (one that starts one): its `fault.answer` names
-    /// the working directory it was made for too, which tells the task of
-    /// a cell of several tasks whose request it was.
+    /// the working directory it was made for too (`cwd`, else the
+    /// process's own), which tells the task of a cell of several tasks
+    /// whose request it was.
     pub fn answer_point_in(
         &self,
         name: &str,
@@ -140,7 +141,14 @@ impl Faults {
             if let Some(t) = thread {
                 fact["thread"] = json!(t);
             }
-            if let Some(c) = cwd {
+            // The request's working directory, else the process's own: a
+            // runner starts each task's provider in that task's workspace,
+            // and a handshake (`initialize`) names neither conversation nor
+            // directory.
+            let own = std::env::current_dir()
+                .ok()
+                .map(|d| d.display().to_string());
+            if let Some(c) = cwd.map(str::to_owned).or(own) {
                 fact["cwd"] = json!(c);
             }
             journal.fact("fault.answer", fact);
@@ -260,10 +268,23 @@ mod tests {
             .filter(|e| e.fact.as_deref() == Some("fault.answer"))
             .map(|e| e.data.clone())
             .collect();
+        // It names the process's working directory: a runner starts each
+        // task's provider in that task's workspace.
+        let here = std::env::current_dir().unwrap().display().to_string();
         assert_eq!(
             answers,
-            [json!({ "point": p, "answer": "rate-limit", "thread": "c" })]
+            [json!({ "point": p, "answer": "rate-limit", "thread": "c", "cwd": here })]
         );
+        // A request that names its directory names that one.
+        let f = faults(&["codex.thread_start.received#1=error-answer"], dir.path()).unwrap();
+        let q = "codex.thread_start.received";
+        assert!(
+            f.answer_point_in(q, None, Some("/ws/task-2"), &journal)
+                .is_some()
+        );
+        let entries = wire::journal::read(&dir.path().join("j.jsonl")).unwrap();
+        let last = entries.last().unwrap();
+        assert_eq!(last.data["cwd"], "/ws/task-2", "{:?}", last.data);
         // Started again on the same state, the fired answer is gone.
         let again = faults(&["model.responses.received#2=rate-limit"], dir.path()).unwrap();
         assert!(again.answer.is_empty());

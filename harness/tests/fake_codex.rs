@@ -547,10 +547,14 @@ fn an_armed_answer_at_the_model_point_fails_the_turn_as_codex_reports_it() {
     assert_eq!(outcome.status, "completed");
     client.close().unwrap();
     let journal = wire::journal::read(&fake.journal()).unwrap();
-    assert_eq!(
-        facts(&journal, "fault.answer"),
-        [&json!({ "point": "codex.model.requested", "answer": "rate-limit", "thread": thread })]
-    );
+    let answered = facts(&journal, "fault.answer");
+    assert_eq!(answered.len(), 1);
+    assert_eq!(answered[0]["point"], "codex.model.requested");
+    assert_eq!(answered[0]["answer"], "rate-limit");
+    assert_eq!(answered[0]["thread"], json!(thread));
+    // And the directory it runs in (a runner starts a task's provider in
+    // that task's workspace).
+    assert!(answered[0]["cwd"].is_string(), "{:?}", answered[0]);
     assert_eq!(wire::ledger::read(&fake.ledger()).unwrap().len(), 1);
 }
 

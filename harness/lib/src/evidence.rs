@@ -447,15 +447,24 @@ impl Evidence {
 
     /// The messages queued just before run-log event `seq`, as the run log
     /// itself tells it: admitted (the prompt, follow-ups, a Retry that
-    /// re-sends a text), minus those a primary turn's intent took.
+    /// re-sends a text), minus those a primary turn's intent took and an
+    /// earlier Retry a later one superseded.
     pub fn queued_before(&self, seq: i64) -> Vec<String> {
         let mut queued: Vec<String> = Vec::new();
+        let mut retries: Vec<String> = Vec::new();
         for ev in self.events.iter().take_while(|ev| ev.seq < seq) {
             match &ev.data {
                 Data::TaskAdmitted(a) => queued.push(a.message_id.clone()),
                 Data::MessageQueued(q) => queued.push(q.message_id.clone()),
-                Data::RetryAdmitted(r) if r.resends == Some(true) => {
-                    queued.push(r.message_id.clone())
+                Data::RetryAdmitted(r) => {
+                    // A later Retry supersedes an earlier one its turn never
+                    // took: it re-sends what that one would have
+                    // (`docs/recovery-contract.md`, Retry).
+                    queued.retain(|q| !retries.contains(q));
+                    retries.push(r.message_id.clone());
+                    if r.resends == Some(true) {
+                        queued.push(r.message_id.clone());
+                    }
                 }
                 Data::TurnIntent(t) if t.kind == TurnKind::Primary => {
                     queued.retain(|q| *q != t.message_id);

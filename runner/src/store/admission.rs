@@ -378,9 +378,14 @@ impl Db {
     /// re-sent.
     pub fn retry_delivery(&self, task_id: &str) -> Result<RetryDelivery, StoreError> {
         let latest = self.latest_primary(task_id)?;
-        let queued: Vec<String> = self
-            .queue(task_id)?
+        let queue = self.queue(task_id)?;
+        let waiting = !queue.is_empty();
+        // An earlier Retry that never ran is superseded by this one (see
+        // `Db::queue`): this one re-sends what it would have, so its run
+        // delivers it under no id of its own and names it nowhere.
+        let queued: Vec<String> = queue
             .into_iter()
+            .filter(|m| m.kind != MessageKind::Retry)
             .map(|m| m.message_id)
             .collect();
         let resend = |(id, text): (String, String)| RetryDelivery {
@@ -392,7 +397,7 @@ impl Db {
         // SEEDED BUG retry-resends-queued: a queued message does not stop
         // the re-send, so a prompt no turn ever took runs under the Retry's
         // id and again under its own.
-        let queue_first = !queued.is_empty() && !crate::seeded::retry_resends_queued();
+        let queue_first = waiting && !crate::seeded::retry_resends_queued();
         Ok(match latest {
             Some((id, text, status)) if status != TurnStatus::Completed => resend((id, text)),
             _ if queue_first => RetryDelivery {

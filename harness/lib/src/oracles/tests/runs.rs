@@ -630,3 +630,47 @@ fn a_failed_runs_unanswered_last_turn_waits_for_the_retry_that_resends_it() {
     task(&mut e)["state"] = json!("completed");
     assert!(verdict(&judge(&e), "no-loss").1.contains("never consumed"));
 }
+
+/// A Retry whose run failed before its turn (a provider that would not
+/// start) is superseded by the next Retry, which re-sends what it would
+/// have: once that one is admitted, the first is no longer queued, so a
+/// failed settle need not name it (found by `explore --workflows --only
+/// runner-codex --seed 1` on the reference runner: program s1-w14, no-loss
+/// "leaving message r1 queued").
+#[test]
+fn a_retry_superseded_by_a_later_one_is_no_longer_queued() {
+    let retry = |seq, id: &str| {
+        let data =
+            json!({ "message_id": id, "resends": true, "resends_message": "m1", "delivers": [] });
+        event(seq, "retry.admitted", data)
+    };
+    let settled = |seq| {
+        event(
+            seq,
+            "run.settled",
+            json!({ "state": "failed", "cause": null }),
+        )
+    };
+    let mut e = good();
+    e.events = vec![
+        event(1, "task.admitted", json!({ "message_id": "m1" })),
+        event(
+            2,
+            "turn.intent",
+            json!({ "message_id": "m1", "kind": "primary", "client_id": "m1" }),
+        ),
+        settled(3),
+        retry(4, "r1"),
+        settled(5),
+        retry(6, "r2"),
+        event(
+            7,
+            "turn.intent",
+            json!({ "message_id": "r2", "kind": "primary", "client_id": "r2" }),
+        ),
+        settled(8),
+    ];
+    assert_eq!(e.queued_before(5), ["r1"]);
+    assert_eq!(e.queued_before(7), ["r2"]);
+    assert!(e.queued_before(8).is_empty(), "{:?}", e.queued_before(8));
+}
