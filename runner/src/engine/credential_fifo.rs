@@ -154,7 +154,7 @@ fn serve_reads(fifo: &Path, key: &[u8], reads: u32, shared: &Shared) {
         // A reader still inside its open(2) holds no descriptor yet: an
         // empty list is no proof of who reads, so wait until it shows.
         let holders = poll(&shared.closed, || {
-            Some(holders_of(fifo)).filter(|h| !h.is_empty())
+            Some(readers_of(fifo)).filter(|h| !h.is_empty())
         })
         .unwrap_or_default();
         if holders.is_empty() || holders.iter().any(|h| !is_provider(*h, provider)) {
@@ -210,10 +210,10 @@ fn open_when_read(fifo: &Path, closed: &AtomicBool) -> Option<std::fs::File> {
     opened.flatten().filter(|_| !failed)
 }
 
-/// Waits until no process holds `fifo` open (the last reader has closed
-/// it); whether it did before the serving ended.
+/// Waits until no process holds `fifo` open for reading (the last reader
+/// has closed it); whether it did before the serving ended.
 fn wait_released(fifo: &Path, closed: &AtomicBool) -> bool {
-    poll(closed, || holders_of(fifo).is_empty().then_some(())).is_some()
+    poll(closed, || readers_of(fifo).is_empty().then_some(())).is_some()
 }
 
 /// Whether `pid` is the provider `provider` or a process it started in its
@@ -250,11 +250,17 @@ fn parent_and_session(pid: i32) -> Option<(i32, i32)> {
     Some((parent, session))
 }
 
-/// Every process but this one that holds `fifo` open. Each process's
-/// descriptors are stat'ed relative to its open `/proc/PID/fd` (one lookup
-/// per descriptor, not a walk of the whole path): this scan runs at every
-/// read of every provider's key.
-fn holders_of(fifo: &Path) -> Vec<i32> {
+/// Every process but this one that holds `fifo` open for reading. Each
+/// process's descriptors are stat'ed relative to its open `/proc/PID/fd`
+/// (one lookup per descriptor, not a walk of the whole path): this scan
+/// runs at every read of every provider's key.
+///
+/// A descriptor open for writing only is no reader: it cannot take the key.
+/// Such is the write end this runner holds while it checks, in every child
+/// another of its threads forks in that window, until the child's `exec`
+/// closes it (`O_CLOEXEC`); counted as a holder, such a fork (a second
+/// provider starting, a tool shell) made the FIFO refuse its own provider.
+fn readers_of(fifo: &Path) -> Vec<i32> {
     let Ok(meta) = std::fs::metadata(fifo) else {
         return Vec::new();
     };
@@ -265,12 +271,13 @@ fn holders_of(fifo: &Path) -> Vec<i32> {
     procs
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| *pid != me && holds(*pid, meta.dev(), meta.ino()))
+        .filter(|pid| *pid != me && reads(*pid, meta.dev(), meta.ino()))
         .collect()
 }
 
-/// Whether process `pid` has a descriptor open on the file (`dev`, `ino`).
-fn holds(pid: i32, dev: u64, ino: u64) -> bool {
+/// Whether process `pid` has a descriptor open for reading on the file
+/// (`dev`, `ino`).
+fn reads(pid: i32, dev: u64, ino: u64) -> bool {
     use nix::dir::Dir;
     use nix::fcntl::{AtFlags, OFlag};
     use nix::sys::stat::Mode;
@@ -288,7 +295,22 @@ fn holds(pid: i32, dev: u64, ino: u64) -> bool {
     names.iter().any(|name| {
         nix::sys::stat::fstatat(at, name.as_c_str(), AtFlags::empty())
             .is_ok_and(|st| st.st_dev == dev && st.st_ino == ino)
+            && !write_only(pid, name)
     })
+}
+
+/// Whether descriptor `fd` of process `pid` is open for writing only, from
+/// the `flags` line of `/proc/PID/fdinfo/FD` (octal). A descriptor whose
+/// flags cannot be read counts as a reader: the check errs towards refusing.
+fn write_only(pid: i32, fd: &std::ffi::CStr) -> bool {
+    let Ok(info) = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy()))
+    else {
+        return false;
+    };
+    info.lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| i32::from_str_radix(f.trim(), 8).ok())
+        .is_some_and(|f| f & libc::O_ACCMODE == libc::O_WRONLY)
 }
 
 fn remove(fifo: &Path, dir: &Path) {
@@ -463,6 +485,37 @@ mod tests {
         let _ = (provider.wait(), stranger.wait());
         assert_eq!(got, ("|".to_owned(), "|".to_owned()));
         wait_removed(&served.path);
+    }
+
+    /// A process that holds the FIFO for writing only (a child forked by
+    /// another thread of the runner while the serving holds its write end,
+    /// before the child's `exec` closes it) cannot read the key: it is no
+    /// reader, and the provider beside it is served.
+    #[test]
+    fn a_process_holding_only_the_write_end_is_no_reader() {
+        use std::io::BufRead as _;
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("f");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // Opened read-write (which does not block), then write-only, then
+        // the read-write one closed: the shell holds the write end alone.
+        let script = "exec 3<>\"$0\"; exec 4>\"$0\"; exec 3<&-; echo held; read go";
+        let mut writer = std::process::Command::new("sh")
+            .args(["-c", script])
+            .arg(&fifo)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(writer.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "held\n");
+        let pid = writer.id() as i32;
+        assert!(!readers_of(&fifo).contains(&pid), "{:?}", readers_of(&fifo));
+        drop(writer.stdin.take());
+        let _ = writer.wait();
     }
 
     #[test]
