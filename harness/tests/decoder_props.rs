@@ -73,6 +73,30 @@ proptest! {
     }
 }
 
+/// A runner for the API properties, its workspace, and what must live as
+/// long as it.
+fn start_runner() -> (
+    RunnerClient,
+    std::path::PathBuf,
+    RunnerProcess,
+    tempfile::TempDir,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+    let mut cmd = RunnerCommand::via(exe()).command(&dir.path().join("state"), &[]);
+    cmd.env_remove(cutpoint::ENV_ARM)
+        .env_remove(cutpoint::ENV_SOCKET);
+    let p = RunnerProcess::start(
+        &mut cmd,
+        &dir.path().join("state"),
+        &dir.path().join("runnerd.stderr"),
+        Duration::from_secs(20),
+    )
+    .unwrap();
+    let ws = dir.path().join("ws");
+    (p.client(), ws, p, dir)
+}
+
 /// One runnerd for the API properties, started on first use and killed with
 /// the test process (its group is ours).
 fn runner() -> &'static (RunnerClient, std::path::PathBuf) {
@@ -82,21 +106,21 @@ fn runner() -> &'static (RunnerClient, std::path::PathBuf) {
         RunnerProcess,
         tempfile::TempDir,
     )> = OnceLock::new();
+    // runnerd dies with the thread that started it (`PR_SET_PDEATHSIG`
+    // follows the thread, not the process: `cutpoint::die_with_parent`), and
+    // a test's thread ends with its test: the one runner the tests share is
+    // started by a thread that lives as long as the test binary. (Started by
+    // whichever test came first, it was killed under the property test when
+    // that test ended: "Connection reset by peer", then "refused".)
     let r = RUNNER.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
-        let mut cmd = RunnerCommand::via(exe()).command(&dir.path().join("state"), &[]);
-        cmd.env_remove(cutpoint::ENV_ARM)
-            .env_remove(cutpoint::ENV_SOCKET);
-        let p = RunnerProcess::start(
-            &mut cmd,
-            &dir.path().join("state"),
-            &dir.path().join("runnerd.stderr"),
-            Duration::from_secs(20),
-        )
-        .unwrap();
-        let ws = dir.path().join("ws");
-        (p.client(), ws, p, dir)
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            tx.send(start_runner()).unwrap();
+            loop {
+                std::thread::park();
+            }
+        });
+        rx.recv().unwrap()
     });
     // Leak-free: the statics live until the test binary exits.
     Box::leak(Box::new((r.0.clone(), r.1.clone())))
