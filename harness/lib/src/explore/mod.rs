@@ -200,6 +200,10 @@ struct Points<'a> {
     /// The providers' own boundaries (a schedule's first provider kill or
     /// hang).
     provider: Vec<&'a Boundary>,
+    /// Those of them right after the provider answered a request
+    /// (`.responded`, `.answered`): where it may hold what it answered
+    /// before recording it.
+    answered: Vec<&'a Boundary>,
     /// Every boundary but the before-read points (any other fault): a
     /// kill there leaves the state of the boundary before it (a read
     /// changes nothing), and a runner hits many of them.
@@ -245,6 +249,10 @@ impl<'a> Points<'a> {
             reads: with(&|b| b.cut.point.starts_with(READ_POINTS)),
             power: with(&|b| Fault::power_cut_planned_at(&b.cut.point, b.role)),
             provider: with(&|b| b.role != Role::Runner),
+            answered: with(&|b| {
+                b.role != Role::Runner
+                    && (b.cut.point.ends_with(".responded") || b.cut.point.ends_with(".answered"))
+            }),
             others: with(&|b| !b.cut.point.starts_with(READ_POINTS)),
             recovery: all
                 .iter()
@@ -293,11 +301,19 @@ impl<'a> Points<'a> {
         let own = match fault {
             Fault::PowerCut => &self.power,
             // A first kill or hang of the provider lands where the provider
-            // is held, at a point of its own: between its answer and its
-            // record (a turn accepted, then lost with it) is one of them, a
-            // few among every boundary of a program.
+            // is held, at a point of its own, half the time right after it
+            // answered: between its answer and its record (a turn accepted,
+            // then lost with it) are a few of a provider's twenty points.
             Fault::KillProvider | Fault::HangProvider if i == 0 && !self.provider.is_empty() => {
-                &self.provider
+                let k = at.index(2 * self.provider.len());
+                return match (k < self.provider.len(), self.answered.is_empty()) {
+                    (true, _) | (false, true) => (self.provider[k % self.provider.len()], fault),
+                    (false, false) => {
+                        let a =
+                            (k - self.provider.len()) * self.answered.len() / self.provider.len();
+                        (self.answered[a], fault)
+                    }
+                };
             }
             f if f.is_read() => &self.reads,
             f if f.is_storage() => &self.writes,

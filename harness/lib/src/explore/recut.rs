@@ -72,7 +72,7 @@ impl Recovered {
             .into_iter()
             .filter(|s| second(s).is_some_and(|x| !tried.contains(&x)))
             .collect();
-        let picked = sampled(fresh, k, rng);
+        let picked = writes_first(fresh, k, rng);
         tried.extend(picked.iter().filter_map(second));
         picked
     }
@@ -121,6 +121,34 @@ pub const PER_RECOVERY: usize = 12;
 /// at [`PER_RECOVERY`] boundaries the first time.
 pub const PER_VISIT_AGAIN: usize = 4;
 
+/// At most `k` of `cuts`, drawn by `rng`: up to two thirds of them among
+/// the second cuts before one of the runner's durable writes (kill-runner,
+/// fail-write), the rest among all the others left. A recovery's writes
+/// are where a crash changes what the next runner finds (a re-sent turn's
+/// acceptance, the next message's intent): a few of some fifty boundaries
+/// of a span, they were cut about once in four walks of a recovery, and
+/// the second cut `absent-keeps-acceptance` needs (kill-runner before the
+/// re-send's acceptance) was never reached in 10 minutes.
+fn writes_first(
+    cuts: Vec<Vec<Event>>,
+    k: usize,
+    rng: &mut impl proptest::prelude::Rng,
+) -> Vec<Vec<Event>> {
+    let at_write = |s: &Vec<Event>| {
+        s.last()
+            .is_some_and(|e| e.cut.point.starts_with(crate::model::WRITE_POINTS))
+    };
+    let (writes, others): (Vec<_>, Vec<_>) = cuts.into_iter().partition(at_write);
+    let (mut picked, left) = split_sample(writes, k - k / 3, rng);
+    let rest = sampled(
+        left.into_iter().chain(others).collect(),
+        k - picked.len(),
+        rng,
+    );
+    picked.extend(rest);
+    picked
+}
+
 /// At most `k` of `schedules`, drawn by `rng` (a partial Fisher-Yates
 /// shuffle of their indices), in their order.
 pub fn sampled(
@@ -128,9 +156,18 @@ pub fn sampled(
     k: usize,
     rng: &mut impl proptest::prelude::Rng,
 ) -> Vec<Vec<Event>> {
+    split_sample(schedules, k, rng).0
+}
+
+/// [`sampled`], and the schedules it left, in their order.
+fn split_sample(
+    schedules: Vec<Vec<Event>>,
+    k: usize,
+    rng: &mut impl proptest::prelude::Rng,
+) -> (Vec<Vec<Event>>, Vec<Vec<Event>>) {
     let n = schedules.len();
     if n <= k {
-        return schedules;
+        return (schedules, Vec::new());
     }
     let mut index: Vec<usize> = (0..n).collect();
     for i in 0..k {
@@ -141,11 +178,9 @@ pub fn sampled(
     for &i in &index[..k] {
         picked[i] = true;
     }
-    schedules
-        .into_iter()
-        .zip(picked)
-        .filter_map(|(s, keep)| keep.then_some(s))
-        .collect()
+    let (kept, left): (Vec<_>, Vec<_>) = schedules.into_iter().zip(picked).partition(|(_, k)| *k);
+    let strip = |v: Vec<(Vec<Event>, bool)>| v.into_iter().map(|(s, _)| s).collect();
+    (strip(kept), strip(left))
 }
 
 /// `[first, second]` for every second event stage 2 plans in the recovery
@@ -265,6 +300,39 @@ mod tests {
         );
         assert_eq!(seen.untried(key(3), cuts, rng.rng()).len(), 12);
         assert_eq!(seen.count(), 2);
+    }
+
+    /// A recovery's durable writes are cut first: at its first walk 8 of
+    /// its 12 second cuts are before a write (while any is left), at a
+    /// later walk 3 of 4; the others fill the rest.
+    #[test]
+    fn a_recoverys_writes_are_cut_first() {
+        let seen = Recovered::default();
+        let key = (
+            "runner-codex".to_owned(),
+            "re-sent → completed".to_owned(),
+            0,
+        );
+        let mut cuts: Vec<Vec<Event>> =
+            (1..=40).map(|n| kill(&format!("runner.p{n}"), 1)).collect();
+        cuts.extend((1..=10).map(|n| kill(&format!("runner.write.w{n}"), 1)));
+        let mut rng = crate::workflow::seeded_runner(1, 0);
+        let writes = |v: &[Vec<Event>]| {
+            v.iter()
+                .filter(|s| s[0].cut.point.starts_with("runner.write."))
+                .count()
+        };
+        let visits: Vec<(usize, usize)> = (0..3)
+            .map(|_| {
+                let v = seen.untried(key.clone(), cuts.clone(), rng.rng());
+                (v.len(), writes(&v))
+            })
+            .collect();
+        assert_eq!(
+            visits,
+            [(12, 8), (4, 2), (4, 0)],
+            "10 writes: 8, then the 2 left"
+        );
     }
 
     /// A first event is new once per profile, point and fault.

@@ -82,6 +82,34 @@ fn a_first_provider_kill_lands_where_the_provider_is_held() {
     }
 }
 
+/// Half of a schedule's first provider kills or hangs land right after the
+/// provider answered (where it may hold what it answered unrecorded), the
+/// other half anywhere among its points: one answer among twenty points
+/// gets about half of them (0.5 + 0.5 / 20), not a twentieth.
+#[test]
+fn a_first_provider_kill_lands_after_an_answer_half_the_time() {
+    let mut bs: Vec<Boundary> = (0..19)
+        .map(|i| b("provider", &format!("codex.p{i}.recorded"), 1, true))
+        .collect();
+    bs.push(b("provider", "codex.turn_start.responded", 1, true));
+    let firsts: Vec<Event> = draw(&bs, EventCount { min: 1, max: 1 }, WORKFLOW_DRAW, 3, 600)
+        .into_iter()
+        .map(|s| s[0].clone())
+        .filter(|e| matches!(e.fault, Fault::KillProvider | Fault::HangProvider))
+        .collect();
+    let answered = firsts
+        .iter()
+        .filter(|e| e.cut.point.ends_with(".responded"))
+        .count();
+    assert!(firsts.len() > 40, "{} provider faults", firsts.len());
+    assert!(
+        answered * 10 > firsts.len() * 4,
+        "{answered} of {}",
+        firsts.len()
+    );
+    assert!(answered < firsts.len(), "the other points too");
+}
+
 /// An error answer lands where its process answers: a 429 or an
 /// expired key at the model request, whichever of a hundred boundaries
 /// there are, not `kill-runner` at the other ninety-nine.
