@@ -16,7 +16,8 @@ use harness::model::{Verdict, WaveResult};
 /// the workflow's real-products job runs 40 cells of each). An OpenCode cell
 /// starts the real server once per runner (its turns are then read from its
 /// SQLite store) and costs about 11 s at 2 jobs, a codex cell about 2.6 s;
-/// the waves run side by side.
+/// the waves run side by side, the two OpenCode ones one at a time
+/// ([`OPENCODE`]).
 fn budget(profile: &str) -> usize {
     if profile.contains("opencode") { 2 } else { 10 }
 }
@@ -42,8 +43,18 @@ fn wave_at(dir: &Path) -> WaveResult {
     harness::report::read_wave(&dir.join("wave.json")).unwrap()
 }
 
+/// Held by an OpenCode wave: its server takes seconds of CPU to start, and
+/// at three test threads (`.ci/run`) both OpenCode waves and the codex one
+/// started their products at once; on a loaded host `opencode acp` then
+/// answered `initialize` after 20 s, past the runner's floor, and the clean
+/// runs could not be planned.
+static OPENCODE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// A sampled wave of `profile`'s scenario ids, or `skipped: …`.
 fn sampled_wave(profile: &str) {
+    let _one = profile
+        .contains("opencode")
+        .then(|| OPENCODE.lock().unwrap_or_else(|e| e.into_inner()));
     let real = wire::profiles::real(profile).unwrap();
     if let Err(why) =
         harness::real::locate_or_install(real, &harness::report::console(Default::default()))
