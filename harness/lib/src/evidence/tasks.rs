@@ -168,7 +168,41 @@ impl Evidence {
                 && !cwd.is_some_and(|c| elsewhere.contains(c.trim_end_matches('/')))
         });
         self.drop_unjournaled_answers(&mut v);
+        self.drop_answers_to_others_providers(id, &mut v);
         v
+    }
+
+    /// The harness's record of an error answer it injected (kept when the
+    /// answering fake journaled none: it was killed or frozen before it
+    /// answered) names the process whose request it answered: one of
+    /// another task's providers makes it that task's. In a cell of two
+    /// tasks, a stream cut of the first task's model request, its provider
+    /// frozen by the next event before it answered, was in the second
+    /// task's view too, which then met a fault before any run of its own
+    /// (`upstream` unknown: explore --workflows --seed 3, Codex and OpenCode).
+    fn drop_answers_to_others_providers(&self, id: &str, v: &mut Evidence) {
+        let first = self.task_ids().into_iter().next().unwrap_or_default();
+        let events_of = |task: &str| match task == first {
+            true => Some(&self.events),
+            false => self
+                .other_tasks
+                .iter()
+                .find(|l| l.id == task)
+                .map(|l| &l.events),
+        };
+        let pids = |task: &str| provider_pids(events_of(task).map_or(&[][..], |e| e.as_slice()));
+        let mine = pids(id);
+        let theirs: BTreeSet<u64> = self
+            .task_ids()
+            .iter()
+            .filter(|t| t.as_str() != id)
+            .flat_map(|t| pids(t))
+            .filter(|p| !mine.contains(p))
+            .collect();
+        v.actions.retain(|a| {
+            let answer = matches!(a.what, super::ActionKind::Fault(f) if f.class() == crate::model::FaultClass::Answer);
+            !(answer && a.pid().is_some_and(|p| theirs.contains(&p)))
+        });
     }
 
     /// The workspaces of the tasks other than `id`, as the runner was given
@@ -235,6 +269,17 @@ impl Evidence {
             .map(|t| t.thread.clone());
         started.chain(recorded).collect()
     }
+}
+
+/// The pids of the providers the run log `events` says were spawned.
+fn provider_pids(events: &[RunLogEvent]) -> BTreeSet<u64> {
+    events
+        .iter()
+        .filter_map(|e| match &e.data {
+            crate::run_log::Data::ProviderSpawned(s) => Some(s.pid),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether a journal entry is a fake's record of an answer the harness

@@ -154,3 +154,31 @@ fn an_injected_answer_for_a_new_conversation_is_the_view_of_its_workspaces_task(
     assert_eq!(cwds(&views[0].1), ["/elsewhere"]);
     assert_eq!(cwds(&views[1].1), ["/cell/ws/task-2", "/elsewhere"]);
 }
+
+/// The harness's own record of an injected answer (the fake, frozen before
+/// it answered, journaled none) is the view of the task whose provider
+/// made the request; one whose process no task spawned stays in every view.
+#[test]
+fn an_injected_answer_the_fake_never_journaled_is_its_providers_tasks() {
+    let mut e = two_tasks();
+    let spawned = |pid: u64| event(9, "provider.spawned", json!({ "pid": pid, "pgid": pid }));
+    e.events.push(spawned(100));
+    e.other_tasks[0].events.push(spawned(200));
+    for pid in [100, 200, 300] {
+        e.actions.push(crate::evidence::Action {
+            at_ms: 3,
+            what: crate::evidence::ActionKind::Fault(Fault::StreamCut),
+            detail: json!({ "pid": pid, "point": "codex.model.requested" }),
+        });
+    }
+    let pids = |v: &Evidence| -> Vec<u64> {
+        v.actions
+            .iter()
+            .filter(|a| a.what == crate::evidence::ActionKind::Fault(Fault::StreamCut))
+            .filter_map(|a| a.pid())
+            .collect()
+    };
+    let views = e.task_views();
+    assert_eq!(pids(&views[0].1), [100, 300]);
+    assert_eq!(pids(&views[1].1), [200, 300]);
+}
