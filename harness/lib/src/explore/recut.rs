@@ -51,37 +51,6 @@ impl Recovered {
         self.firsts.lock().expect("firsts").insert(key)
     }
 
-    /// `wanted` of `drawn` (first events of `profile`, in draw order) to
-    /// trace: those whose point and fault no program of the profile traced
-    /// before, taken a fault at a time in turn, then the rest in draw order.
-    /// In draw order alone, a fault drawn at few points (a provider's kill,
-    /// at its twenty) got about one new first event of the twelve a program
-    /// traces, among some hundred new ones at the runner's points.
-    pub fn firsts_to_trace(&self, profile: &str, drawn: Vec<Event>, wanted: usize) -> Vec<Event> {
-        let mut by_fault: Vec<(Fault, std::collections::VecDeque<Event>)> = Vec::new();
-        for e in drawn {
-            match by_fault.iter_mut().find(|(f, _)| *f == e.fault) {
-                Some((_, q)) => q.push_back(e),
-                None => by_fault.push((e.fault, [e].into())),
-            }
-        }
-        let (mut new, mut seen) = (Vec::new(), Vec::new());
-        while new.len() < wanted && by_fault.iter().any(|(_, q)| !q.is_empty()) {
-            for (_, q) in &mut by_fault {
-                while let Some(e) = q.pop_front() {
-                    // Only what is traced is recorded as traced.
-                    if new.len() < wanted && self.first_new(profile, &e) {
-                        new.push(e);
-                        break;
-                    }
-                    seen.push(e);
-                }
-            }
-        }
-        seen.extend(by_fault.into_iter().flat_map(|(_, q)| q));
-        new.into_iter().chain(seen).take(wanted).collect()
-    }
-
     /// At most [`PER_RECOVERY`] of `cuts` (at a recovery's first visit;
     /// [`PER_VISIT_AGAIN`] at a later one) whose second event (point and
     /// fault) was not yet run inside the recovery `key`, drawn by `rng`,
@@ -364,42 +333,6 @@ mod tests {
             [(12, 8), (4, 2), (4, 0)],
             "10 writes: 8, then the 2 left"
         );
-    }
-
-    /// First events to trace: the new ones a fault at a time in turn (a
-    /// fault drawn rarely gets its turn), then the others; only those
-    /// taken are recorded as traced.
-    #[test]
-    fn new_first_events_are_taken_a_fault_at_a_time() {
-        let seen = Recovered::default();
-        let ev = |point: &str, fault| Event {
-            cut: Cut {
-                point: point.into(),
-                n: 1,
-            },
-            fault,
-        };
-        let mut drawn: Vec<Event> = (0..10)
-            .map(|i| ev(&format!("runner.p{i}"), Fault::KillRunner))
-            .collect();
-        drawn.push(ev("codex.turn_start.responded", Fault::KillProvider));
-        drawn.push(ev("runner.p0", Fault::KillRunner));
-        let picked = seen.firsts_to_trace("runner-codex", drawn.clone(), 3);
-        let named: Vec<String> = picked.iter().map(|e| e.to_string()).collect();
-        assert_eq!(
-            named,
-            [
-                "runner.p0#1/kill-runner",
-                "codex.turn_start.responded#1/kill-provider",
-                "runner.p1#1/kill-runner"
-            ]
-        );
-        // Taken once: the next program gets the next new ones.
-        let again = seen.firsts_to_trace("runner-codex", drawn, 3);
-        assert_eq!(again[0].to_string(), "runner.p2#1/kill-runner");
-        assert_eq!(again[1].to_string(), "runner.p3#1/kill-runner");
-        assert!(!seen.first_new("runner-codex", &ev("runner.p1", Fault::KillRunner)));
-        assert!(seen.first_new("runner-codex", &ev("runner.p9", Fault::KillRunner)));
     }
 
     /// A first event is new once per profile, point and fault.

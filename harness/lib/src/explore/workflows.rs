@@ -313,10 +313,9 @@ fn recut_recoveries(
 
 /// [`FIRSTS_PER_SCHEDULE`] first events per schedule to trace, drawn as a
 /// schedule's first event is: those whose point and fault no program of
-/// this profile traced before come first, a fault at a time
-/// (`Recovered::firsts_to_trace`), so that an exploration reaches a
-/// provider's kill at the one point where a bug lives in a few programs,
-/// not tens; the rest of the draw fills up.
+/// this profile traced before come first (`Recovered::first_new`), so that
+/// an exploration reaches a provider's kill at the one point where a bug
+/// lives in tens of programs, not hundreds; the rest of the draw fills up.
 fn first_events(
     opts: &WorkflowOptions,
     runner: &mut TestRunner,
@@ -335,7 +334,15 @@ fn first_events(
                 .next()
         })
         .collect();
-    shared.recovered.firsts_to_trace(profile, drawn, wanted)
+    let (mut new, mut seen) = (Vec::new(), Vec::new());
+    for e in drawn {
+        // Only what is traced is recorded as traced.
+        match new.len() < wanted && shared.recovered.first_new(profile, &e) {
+            true => new.push(e),
+            false => seen.push(e),
+        }
+    }
+    new.into_iter().chain(seen).take(wanted).collect()
 }
 
 /// First events traced per random schedule of a program: a traced first
