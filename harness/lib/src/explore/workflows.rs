@@ -23,7 +23,7 @@ use super::{
     run_until_failure, strategy, try_schedule,
 };
 use crate::cell::CellEnv;
-use crate::model::{CellResult, Event};
+use crate::model::{CellResult, Event, Fault};
 use crate::plan;
 use crate::scenario::Scenario;
 use crate::wave::Finished;
@@ -290,6 +290,18 @@ fn recut_recoveries(
     for first in firsts {
         if out_of_time() {
             return None;
+        }
+        // A power cut's recovery is not cut again (`recovery_schedules`):
+        // the first event is run alone, judged, so that new power points
+        // are reached as new kill points are (`runner.item.persisted#1`
+        // on OpenCode, where `resend-lost-output` lives, was left to the
+        // four random schedules of a program).
+        if first.fault == Fault::PowerCut {
+            let alone = Just(vec![first]);
+            if let Some(found) = run_drawn(env, opts, runner, target, alone, shared) {
+                return Some(found);
+            }
+            continue;
         }
         let recuts = recut::recovery_schedules(
             env,
