@@ -200,9 +200,10 @@ struct Points<'a> {
     /// The providers' own boundaries (a schedule's first provider kill or
     /// hang).
     provider: Vec<&'a Boundary>,
-    /// Those of them right after the provider answered a request
-    /// (`.responded`, `.answered`): where it may hold what it answered
-    /// before recording it.
+    /// Those of them right after an answer crossed (`.responded`: the
+    /// provider answered the runner; `.answered`: the runner answered the
+    /// provider): where the provider may hold what was answered before
+    /// recording it.
     answered: Vec<&'a Boundary>,
     /// Every boundary but the before-read points (any other fault): a
     /// kill there leaves the state of the boundary before it (a read
