@@ -61,6 +61,16 @@ fn each_fault_is_drawn_where_it_applies() {
     assert!(!drawn.iter().any(|e| e.fault == Fault::PowerCut));
 }
 
+/// The first events of `k` one-event schedules of `bs` (seed 3) that kill
+/// or hang the provider.
+fn provider_firsts(bs: &[Boundary], k: usize) -> Vec<Event> {
+    draw(bs, EventCount { min: 1, max: 1 }, WORKFLOW_DRAW, 3, k)
+        .into_iter()
+        .map(|s| s[0].clone())
+        .filter(|e| matches!(e.fault, Fault::KillProvider | Fault::HangProvider))
+        .collect()
+}
+
 /// A schedule's first provider kill or hang lands at a point of the
 /// provider's own, where it is held: among a program's boundaries the
 /// runner's are most.
@@ -71,11 +81,7 @@ fn a_first_provider_kill_lands_where_the_provider_is_held() {
         .collect();
     bs.push(b("provider", "codex.turn_start.responded", 1, true));
     bs.push(b("provider", "codex.turn.recorded", 1, true));
-    let firsts: Vec<Event> = draw(&bs, EventCount { min: 1, max: 1 }, WORKFLOW_DRAW, 3, 300)
-        .into_iter()
-        .map(|s| s[0].clone())
-        .filter(|e| matches!(e.fault, Fault::KillProvider | Fault::HangProvider))
-        .collect();
+    let firsts = provider_firsts(&bs, 300);
     assert!(firsts.len() > 10, "{} provider faults", firsts.len());
     for e in &firsts {
         assert!(e.cut.point.starts_with("codex."), "{e}");
@@ -92,11 +98,7 @@ fn a_first_provider_kill_lands_after_an_answer_half_the_time() {
         .map(|i| b("provider", &format!("codex.p{i}.recorded"), 1, true))
         .collect();
     bs.push(b("provider", "codex.turn_start.responded", 1, true));
-    let firsts: Vec<Event> = draw(&bs, EventCount { min: 1, max: 1 }, WORKFLOW_DRAW, 3, 600)
-        .into_iter()
-        .map(|s| s[0].clone())
-        .filter(|e| matches!(e.fault, Fault::KillProvider | Fault::HangProvider))
-        .collect();
+    let firsts = provider_firsts(&bs, 600);
     let answered = firsts
         .iter()
         .filter(|e| e.cut.point.ends_with(".responded"))
