@@ -475,7 +475,11 @@ fn send(
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(EventBody { rx, ack: None }))
+        .body(Body::from_stream(EventBody {
+            rx,
+            ack: None,
+            cut: false,
+        }))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
@@ -632,9 +636,13 @@ fn break_stream(
 
 /// The SSE body: yields frames as they come and acknowledges a frame when the
 /// HTTP layer asks for the next one (it has taken the previous one over).
+/// A reset is yielded as `Pending` once before its error, so that hyper
+/// flushes the frames it has taken over (it flushes when the body waits, not
+/// when it fails) and the client receives every event sent before the cut.
 struct EventBody {
     rx: tokio::sync::mpsc::UnboundedReceiver<Frame>,
     ack: Option<std::sync::mpsc::SyncSender<()>>,
+    cut: bool,
 }
 
 impl tokio_stream::Stream for EventBody {
@@ -644,18 +652,23 @@ impl tokio_stream::Stream for EventBody {
         if let Some(ack) = self.ack.take() {
             let _ = ack.send(());
         }
+        if self.cut {
+            // An error ends the body mid-stream: hyper drops the
+            // connection without the chunked terminator, as a reset does.
+            return Poll::Ready(Some(Err(std::io::Error::from(
+                std::io::ErrorKind::ConnectionReset,
+            ))));
+        }
         match self.rx.poll_recv(cx) {
             Poll::Ready(Some((Some(frame), ack))) => {
                 self.ack = Some(ack);
                 Poll::Ready(Some(Ok(frame)))
             }
-            // An error ends the body mid-stream: hyper drops the
-            // connection without the chunked terminator, as a reset does.
             Poll::Ready(Some((None, ack))) => {
                 self.ack = Some(ack);
-                Poll::Ready(Some(Err(std::io::Error::from(
-                    std::io::ErrorKind::ConnectionReset,
-                ))))
+                self.cut = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
             }
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
