@@ -23,6 +23,7 @@ pub mod model;
 pub mod mutants;
 pub mod nemesis;
 pub mod oracles;
+pub mod par;
 pub mod plan;
 pub mod planner;
 pub mod progress;

@@ -189,7 +189,8 @@ fn plan_control(
 ) -> anyhow::Result<BTreeMap<String, Vec<crate::model::CellSpec>>> {
     let mut planned = BTreeMap::new();
     for (profile, ids) in by_profile {
-        let p = crate::planner::plan_cells(env, scenarios, ids, sel.seed, true, sel.reach)?;
+        let p =
+            crate::planner::plan_cells(env, scenarios, ids, sel.seed, true, sel.reach, sel.jobs)?;
         anyhow::ensure!(
             p.judged.is_empty() && p.not_planned.is_empty(),
             "the control runner could not plan {profile}: {:?} {:?}",
@@ -329,7 +330,7 @@ fn plan_for(
 ) -> anyhow::Result<(Vec<crate::model::CellSpec>, Vec<crate::model::CellResult>)> {
     let mut env = env.clone();
     env.runner_extra = vec!["--seeded-bug".into(), bug.into()];
-    let p = crate::planner::plan_cells(&env, scenarios, ids, sel.seed, true, sel.reach)?;
+    let p = crate::planner::plan_cells(&env, scenarios, ids, sel.seed, true, sel.reach, sel.jobs)?;
     let mut cells = plan::sample(p.cells, sel.budget, sel.seed);
     for skipped in &p.not_planned {
         env.progress.note(&format!(

@@ -65,13 +65,14 @@ pub fn plan_cells(
     wave_seed: u64,
     quiet: bool,
     reach: Reach,
+    jobs: usize,
 ) -> Result<Planned, PlanError> {
     let mut planned = Planned::default();
     // A quiet planning says nothing of its scenario ids: its notes go to
     // no reporter.
     let silent = crate::progress::Progress::default();
     let notes = if quiet { &silent } else { &env.progress };
-    let found = discover_all(env, scenarios, ids, &mut planned, notes);
+    let found = discover_all(env, scenarios, ids, jobs, &mut planned, notes);
     for f in &found {
         check_points(env, f.scenario, &found)?;
         check_schedules(env, f.scenario, &found)?;
@@ -169,24 +170,31 @@ fn one_cut_cells(
 
 /// Discovers the boundaries of every scenario id, sorted in the fixed order
 /// cells are numbered in; an id that cannot be discovered goes to
-/// `planned` (not planned, or judged).
+/// `planned` (not planned, or judged). The ids' clean runs are traced on
+/// `jobs` threads (each id's own runs one after another); what they found
+/// is taken in the ids' order, so the plan does not depend on the threads.
 fn discover_all<'a>(
     env: &CellEnv,
     scenarios: &'a [Scenario],
     ids: &'a [String],
+    jobs: usize,
     planned: &mut Planned,
     notes: &crate::progress::Progress,
 ) -> Vec<Discovered<'a>> {
+    let traced = crate::par::map(ids, jobs, |id| {
+        let (scenario, profile) = scenario::find(scenarios, id)?;
+        Some((scenario, discover_steady(env, scenario, &profile), profile))
+    });
     let mut found = Vec::new();
-    for id in ids {
-        let Some((scenario, profile)) = scenario::find(scenarios, id) else {
+    for (id, traced) in ids.iter().zip(traced) {
+        let Some((scenario, traced, profile)) = traced else {
             planned.not_planned.push(Skipped {
                 scenario_id: id.clone(),
                 reason: format!("unknown scenario id {id}; `turncut list` shows the ids"),
             });
             continue;
         };
-        let mut discovery = match discover_steady(env, scenario, &profile) {
+        let mut discovery = match traced {
             Ok((d, unsteady)) => {
                 if !unsteady.is_empty() {
                     notes.note(&format!(
@@ -595,6 +603,8 @@ pub struct Selection<'a> {
     pub only: Option<&'a str>,
     /// The wave's reach.
     pub reach: Reach,
+    /// Clean traced runs at once while planning (the wave's `--jobs`).
+    pub jobs: usize,
     /// The options as a command line, for people reading the plan.
     pub command_line: String,
 }
@@ -608,7 +618,9 @@ pub fn make_plan(
     let planned = if sel.ids.is_empty() {
         Planned::default()
     } else {
-        plan_cells(env, scenarios, &sel.ids, sel.seed, false, sel.reach)?
+        plan_cells(
+            env, scenarios, &sel.ids, sel.seed, false, sel.reach, sel.jobs,
+        )?
     };
     let cells = crate::wave::sample_real(planned.cells, sel.only, sel.seed, &env.progress);
     let before = cells.len();

@@ -376,38 +376,21 @@ fn discover_all(
     reps: &[Representative],
     jobs: usize,
 ) -> Vec<Traced> {
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let out: std::sync::Mutex<Vec<Option<Traced>>> = std::sync::Mutex::new(vec![None; reps.len()]);
-    std::thread::scope(|s| {
-        for _ in 0..jobs.max(1) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let Some(rep) = reps.get(i) else { break };
-                    let interrupted =
-                        crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
-                    let found = match scenario::find(scenarios, &rep.scenario_id) {
-                        _ if interrupted => Err("interrupted before it was traced".into()),
-                        Some((s, profile)) => crate::discover::discover_after_walking(
-                            env,
-                            s,
-                            &profile,
-                            &rep.first,
-                            Some(&rep.path),
-                        )
-                        .map_err(|e| format!("{e:#}")),
-                        None => Err(format!("unknown scenario id {}", rep.scenario_id)),
-                    };
-                    out.lock().expect("discoveries")[i] = Some(found);
-                }
-            });
+    crate::par::map(reps, jobs, |rep| {
+        let interrupted = crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+        match scenario::find(scenarios, &rep.scenario_id) {
+            _ if interrupted => Err("interrupted before it was traced".into()),
+            Some((s, profile)) => crate::discover::discover_after_walking(
+                env,
+                s,
+                &profile,
+                &rep.first,
+                Some(&rep.path),
+            )
+            .map_err(|e| format!("{e:#}")),
+            None => Err(format!("unknown scenario id {}", rep.scenario_id)),
         }
-    });
-    out.into_inner()
-        .expect("discoveries")
-        .into_iter()
-        .map(|r| r.expect("every representative was discovered"))
-        .collect()
+    })
 }
 
 #[cfg(test)]

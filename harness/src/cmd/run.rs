@@ -96,6 +96,7 @@ fn cells_of(
                 RUN_SEED,
                 false,
                 wave::Reach::default(),
+                1,
             )
             .map_err(plan_err)?;
             if let Some(s) = p.not_planned.first() {

@@ -37,7 +37,7 @@ pub fn wave(exe: &Path, common: &Common, args: WaveArgs) -> Result<Code, Exit> {
             }
             read_plan(path, &mut scenarios)?
         }
-        None => make_plan(&env, &mut scenarios, &args.select)?,
+        None => make_plan(&env, &mut scenarios, &args.select, args.jobs as usize)?,
     };
     env.progress.note(&format!(
         "turncut wave {} (seed {}, jobs {})",
@@ -162,7 +162,7 @@ fn write_plan(path: &Path, plan: &Plan) -> Result<(), Exit> {
 pub fn plan(exe: &Path, common: &Common, args: PlanArgs) -> Result<Code, Exit> {
     let (env, mut scenarios) = env_for(exe, common, None)?;
     let plan = if args.stage2.is_empty() {
-        make_plan(&env, &mut scenarios, &args.select)?
+        make_plan(&env, &mut scenarios, &args.select, args.jobs as usize)?
     } else {
         if args.select.given() {
             return Err(bad(
@@ -212,11 +212,13 @@ fn write_workflows(out: &Path, plan: &Plan) -> Result<(), Exit> {
 }
 
 /// Plans the wave of `select` on this machine, after adding the generated
-/// programs of its seed to `scenarios`.
+/// programs of its seed to `scenarios`; the clean runs are traced on `jobs`
+/// threads.
 fn make_plan(
     env: &CellEnv,
     scenarios: &mut Vec<Scenario>,
     select: &SelectArgs,
+    jobs: usize,
 ) -> Result<Plan, Exit> {
     let seed = select.seed.unwrap_or_else(clock_seed);
     let reach = select.reach.reach();
@@ -241,6 +243,7 @@ fn make_plan(
             budget: select.budget.map(|b| b as usize),
             only,
             reach,
+            jobs,
             command_line: select.command_line(seed),
         },
     )
