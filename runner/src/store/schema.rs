@@ -19,6 +19,15 @@ use super::StoreError;
 pub(super) fn open_db(path: &Path) -> Result<(Connection, i64), StoreError> {
     let conn = Connection::open(path)?;
     conn.set_prepared_statement_cache_capacity(super::cached::CAPACITY);
+    // Plans that do not depend on the bound values: without the query
+    // planner stability guarantee, a statement on a table with a partial
+    // index (`turns`) is prepared again whenever a parameter it compares
+    // takes a new value (each `turns(run_id)` of another run), which was
+    // most of the store writer's SQLite time in a wave.
+    conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG,
+        true,
+    )?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // SEEDED BUG wal-synchronous-normal: SQLite's advice for WAL when speed
     // matters, which loses the commits since the last checkpoint at a power

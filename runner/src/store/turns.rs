@@ -22,13 +22,15 @@ pub struct TurnRow {
     pub status: TurnStatus,
 }
 
+/// The turns of run `?1`, oldest first.
+const TURNS_OF_RUN: &str =
+    "SELECT turn_row, run_id, message_id, kind, client_id, provider_turn_id, status
+     FROM turns WHERE run_id = ?1 ORDER BY turn_row";
+
 impl Db {
     /// Turns of a run, oldest first.
     pub fn turns(&self, run_id: &str) -> Result<Vec<TurnRow>, StoreError> {
-        let mut stmt = self.conn.prepare_cached(
-            "SELECT turn_row, run_id, message_id, kind, client_id, provider_turn_id, status
-             FROM turns WHERE run_id = ?1 ORDER BY turn_row",
-        )?;
+        let mut stmt = self.conn.prepare_cached(TURNS_OF_RUN)?;
         type Raw = (i64, String, String, String, String, Option<String>, String);
         let rows: Vec<Raw> = stmt
             .query_map(params![run_id], |r| {
@@ -404,6 +406,28 @@ impl super::Store {
 #[cfg(test)]
 mod tests {
     use crate::store::{Store, TurnKind, TurnStatus};
+
+    /// A kept statement is planned once: reading the turns of one run, then
+    /// of others, runs the same prepared statement (without the query
+    /// planner stability guarantee, the partial indexes of `turns` made
+    /// SQLite prepare it again for every new run id: 3 times here).
+    #[test]
+    fn the_turns_of_other_runs_are_read_without_preparing_the_statement_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, epoch) = Store::open(dir.path()).unwrap();
+        let reprepared = store
+            .call_blocking(move |db| {
+                db.admit("t1", "m1", "hello", "p", "/ws", "run-1", epoch)?;
+                db.turn_intent("t1", "run-1", "m1", TurnKind::Primary, "m1")?;
+                for run in ["run-1", "run-2", "run-1", "run-3"] {
+                    db.turns(run)?;
+                }
+                let stmt = db.conn().prepare_cached(super::TURNS_OF_RUN)?;
+                Ok(stmt.get_status(rusqlite::StatementStatus::RePrepare))
+            })
+            .unwrap();
+        assert_eq!(reprepared, 0);
+    }
 
     #[test]
     fn a_second_active_turn_in_one_run_is_rejected_and_nothing_is_written() {
