@@ -281,7 +281,7 @@ struct WaveArgs {
     #[arg(long)]
     shard: Option<String>,
     /// Parallel cells (and clean runs traced while planning).
-    #[arg(long, default_value_t = default_wave_jobs(), value_parser = at_least_one)]
+    #[arg(long, default_value_t = default_jobs(), value_parser = at_least_one)]
     jobs: u64,
     /// Report directory [default: reports/out/<wave-id>].
     #[arg(long)]
@@ -330,7 +330,7 @@ struct PlanArgs {
     stage2: Vec<PathBuf>,
     /// Parallel traced runs while planning (stage 1's clean runs, stage 2's
     /// recoveries).
-    #[arg(long, default_value_t = default_wave_jobs(), value_parser = at_least_one)]
+    #[arg(long, default_value_t = default_jobs(), value_parser = at_least_one)]
     jobs: u64,
     /// Where to write the plan (JSON).
     #[arg(long)]
@@ -585,15 +585,6 @@ fn fault_names() -> clap::builder::PossibleValuesParser {
 /// 4 jobs, 7 min 25 s at 2).
 fn default_jobs() -> u64 {
     std::thread::available_parallelism().map_or(2, |n| n.get() as u64 * 2)
-}
-
-/// A wave's parallel cells by default: three per core. Its cells still
-/// left a core idle part of the time at two per core (2026-12-07, 2 cores,
-/// `wave --seed 1`: 15 min 28 s at 4 jobs, 12 min 18 s at 6 with planning
-/// on the jobs too; a 600-cell sample 9 % faster at 6, 1 timing rerun of
-/// 600 at 6 beside `--stress 8`).
-fn default_wave_jobs() -> u64 {
-    std::thread::available_parallelism().map_or(3, |n| n.get() as u64 * 3)
 }
 
 /// A count of at least 1 (`--budget`, `--jobs`): 0 would run nothing and
