@@ -196,22 +196,21 @@ CREATE TABLE IF NOT EXISTS events (
 mod tests {
     use rusqlite::Connection;
 
+    /// How many schema entries `filter` (an SQL condition) selects.
+    fn entries(conn: &Connection, filter: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM sqlite_master WHERE {filter}");
+        conn.query_row(&sql, [], |r| r.get(0)).unwrap()
+    }
+
     /// A fresh store gets every table in one transaction and the stamp; an
     /// opened one is left as it is; one with another stamp (an older
     /// schema) gets what it lacks.
     #[test]
     fn the_schema_is_created_once_per_stamp() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("s.sqlite3");
-        let conn = Connection::open(&path).unwrap();
+        let conn = Connection::open(dir.path().join("s.sqlite3")).unwrap();
         super::create_schema(&conn).unwrap();
-        let tables: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let tables = entries(&conn, "type = 'table'");
         assert!(tables > 5, "{tables} tables");
         let stamp: i32 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
@@ -219,23 +218,17 @@ mod tests {
         assert_eq!(stamp, super::schema_stamp());
         conn.execute("DROP TABLE meta", []).unwrap();
         super::create_schema(&conn).unwrap();
-        let gone: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name = 'meta'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(gone, 0, "a stamped store is not touched");
+        assert_eq!(
+            entries(&conn, "name = 'meta'"),
+            0,
+            "a stamped store is not touched"
+        );
         conn.pragma_update(None, "user_version", 7).unwrap();
         super::create_schema(&conn).unwrap();
-        let back: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE name = 'meta'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(back, 1, "an older stamp gets the tables it lacks");
+        assert_eq!(
+            entries(&conn, "name = 'meta'"),
+            1,
+            "an older stamp gets the tables it lacks"
+        );
     }
 }
