@@ -219,10 +219,23 @@ pub type Answer = (u16, Value);
 impl RunnerClient {
     /// A client for `base` with `token`.
     pub fn new(base: &str, token: &str) -> RunnerClient {
+        // Each phase of a request has 30 s, not the request as a whole: with
+        // a whole-request timeout ureq resolves the address on a thread of
+        // its own, one thread per request (a runner's address is an IP and
+        // port, resolved without a lookup). Buffers of 16 KiB, not 128: a
+        // runner's answers are small, and each connection's buffers were
+        // zeroed anew.
+        let phase = Some(Duration::from_secs(30));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .proxy(None)
-            .timeout_global(Some(Duration::from_secs(30)))
+            .timeout_connect(phase)
+            .timeout_send_request(phase)
+            .timeout_send_body(phase)
+            .timeout_recv_response(phase)
+            .timeout_recv_body(phase)
+            .input_buffer_size(16 * 1024)
+            .output_buffer_size(16 * 1024)
             .build()
             .into();
         RunnerClient {
@@ -369,7 +382,10 @@ impl RunnerClient {
                 );
             }
             match wake.wake.recv_timeout(left) {
-                Ok(()) | Err(mpsc::RecvTimeoutError::Timeout) => {}
+                // Every wake already queued is answered by the one read that
+                // follows: a burst of events is one GET, not one per event.
+                Ok(()) => while wake.wake.try_recv().is_ok() {},
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     anyhow::bail!("the runner's event stream for {task_id} closed; last: {task}")
                 }

@@ -44,7 +44,7 @@ mod wait;
 pub use liveness::is_alive;
 pub use marker::{MARKER_ENV, MarkerSweep, marked_processes, stop_marked, sweep_marker};
 pub use spawn::spawn_provider;
-pub use stat::identity_of;
+pub use stat::{children_of, identity_of};
 pub use stop::{await_exit, kill_group, stop};
 
 /// Who a provider process is, precisely enough that a recycled pid is never

@@ -84,7 +84,7 @@ pub(super) fn children_listed() -> bool {
 /// to the one an orphan was handed to): the subtree only, where a scan of
 /// `/proc` reads every process. Only where [`children_listed`]; none when
 /// `pid` is gone.
-pub(super) fn children_of(pid: i32) -> Vec<i32> {
+pub fn children_of(pid: i32) -> Vec<i32> {
     if pid <= 0 {
         return Vec::new();
     }
