@@ -5,10 +5,11 @@
 //! links runner code, so any runner with the same API can be driven. Waits are
 //! on the run log's server-sent events, each with a deadline; nothing sleeps.
 
+use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -125,6 +126,9 @@ pub struct RunnerProcess {
     pub base: String,
     /// The bearer token.
     pub token: String,
+    /// The one client every [`RunnerProcess::client`] clones: one pool of
+    /// connections, one record of the run-log events seen.
+    client: RunnerClient,
 }
 
 impl RunnerProcess {
@@ -177,7 +181,13 @@ impl RunnerProcess {
         let token = std::fs::read_to_string(state_dir.join("token"))?
             .trim()
             .to_owned();
-        Ok(RunnerProcess { child, base, token })
+        let client = RunnerClient::new(&base, &token);
+        Ok(RunnerProcess {
+            child,
+            base,
+            token,
+            client,
+        })
     }
 
     /// The runner's pid.
@@ -191,9 +201,10 @@ impl RunnerProcess {
         self.child.kill().map(|_| ())
     }
 
-    /// A client for the API.
+    /// A client for the API (a clone of this runner's one: its connections
+    /// are reused).
     pub fn client(&self) -> RunnerClient {
-        RunnerClient::new(&self.base, &self.token)
+        self.client.clone()
     }
 }
 
@@ -211,6 +222,10 @@ pub struct RunnerClient {
     base: String,
     token: String,
     agent: ureq::Agent,
+    /// The highest run-log seq each task's event stream has shown this
+    /// client and its clones: a later wait's stream starts after it
+    /// instead of sending the task's whole run log again.
+    seen: Arc<Mutex<HashMap<String, i64>>>,
 }
 
 /// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
@@ -242,6 +257,7 @@ impl RunnerClient {
             base: base.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
             agent,
+            seen: Arc::default(),
         }
     }
 
@@ -433,8 +449,10 @@ impl RunnerClient {
         Ok(out)
     }
 
-    /// A wake-up per change of the task's run log: the task's SSE stream,
-    /// read on a thread. Any bytes from the stream wake the waiter (an event,
+    /// A wake-up per change of the task's run log: the task's SSE stream
+    /// after the last event a stream of this client showed (the waiter reads
+    /// the task once subscribed, so what came before is in that read), read
+    /// on a thread. Any bytes from the stream wake the waiter (an event,
     /// or the 15 s keep-alive: a spare wake only re-reads the task). The
     /// stream is a connection of its own, shut down when the subscription is
     /// dropped: a waiter that is done must not leave it open (a runner holds
@@ -446,11 +464,12 @@ impl RunnerClient {
             .base
             .strip_prefix("http://")
             .ok_or_else(|| anyhow::anyhow!("the runner's address {} is not http://", self.base))?;
+        let after = self.seen_lock().get(task_id).copied().unwrap_or(0);
         let stream = std::net::TcpStream::connect(addr)?;
         let mut request = stream.try_clone()?;
         write!(
             request,
-            "GET /v1/tasks/{task_id}/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
+            "GET /v1/tasks/{task_id}/events?after={after} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
             self.auth()
         )?;
         let mut reader = BufReader::new(stream.try_clone()?);
@@ -462,10 +481,19 @@ impl RunnerClient {
             status.trim_end()
         );
         let (tx, rx) = mpsc::channel();
+        let (seen, task) = (self.seen.clone(), task_id.to_owned());
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
+            let mut line = Vec::new();
             while let Ok(n @ 1..) = reader.read(&mut buf) {
-                let _ = n;
+                for b in &buf[..n] {
+                    if *b == b'\n' {
+                        note_seq(&seen, &task, &line);
+                        line.clear();
+                    } else {
+                        line.push(*b);
+                    }
+                }
                 if tx.send(()).is_err() {
                     return;
                 }
@@ -473,6 +501,29 @@ impl RunnerClient {
         });
         Ok(Subscription { wake: rx, stream })
     }
+
+    fn seen_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Records the seq of an event's `id:` line of task `task`'s stream (any
+/// other line is left alone).
+fn note_seq(seen: &Mutex<HashMap<String, i64>>, task: &str, line: &[u8]) {
+    let Some(seq) = line
+        .strip_prefix(b"id:")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.trim().parse::<i64>().ok())
+    else {
+        return;
+    };
+    let mut seen = seen
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let at = seen.entry(task.to_owned()).or_insert(seq);
+    *at = (*at).max(seq);
 }
 
 /// A task's run-log stream as wake-ups ([`RunnerClient::subscribe`]); its
@@ -594,4 +645,28 @@ pub fn walk_files(dir: &Path) -> (Vec<PathBuf>, Vec<String>) {
     }
     out.sort();
     (out, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streams_id_lines_raise_the_tasks_seq_and_nothing_else_does() {
+        let seen = Mutex::new(HashMap::new());
+        for line in [
+            &b"data: {\"seq\":9}"[..],
+            b"id: 4",
+            b"id:7",
+            b"id: 5",
+            b": keep-alive",
+            b"id: x",
+        ] {
+            note_seq(&seen, "t1", line);
+        }
+        note_seq(&seen, "t2", b"data: id: 99");
+        let seen = seen.into_inner().unwrap();
+        assert_eq!(seen.get("t1"), Some(&7));
+        assert_eq!(seen.get("t2"), None);
+    }
 }
