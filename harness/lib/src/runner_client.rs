@@ -400,7 +400,13 @@ impl RunnerClient {
             match wake.wake.recv_timeout(left) {
                 // Every wake already queued is answered by the one read that
                 // follows: a burst of events is one GET, not one per event.
-                Ok(()) => while wake.wake.try_recv().is_ok() {},
+                Ok(first) => {
+                    let mut woke = first;
+                    while let Ok(next) = wake.wake.try_recv() {
+                        woke = woke.and(next);
+                    }
+                    woke.map_err(anyhow::Error::msg)?;
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     anyhow::bail!("the runner's event stream for {task_id} closed; last: {task}")
@@ -459,7 +465,7 @@ impl RunnerClient {
     /// a bounded number of connections; 256 settled waits of a crash round
     /// once took them all and the next request was answered 503).
     fn subscribe(&self, task_id: &str) -> anyhow::Result<Subscription> {
-        use std::io::{Read as _, Write as _};
+        use std::io::Write as _;
         let addr = self
             .base
             .strip_prefix("http://")
@@ -472,33 +478,10 @@ impl RunnerClient {
             "GET /v1/tasks/{task_id}/events?after={after} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: {}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n",
             self.auth()
         )?;
-        let mut reader = BufReader::new(stream.try_clone()?);
-        let mut status = String::new();
-        reader.read_line(&mut status)?;
-        anyhow::ensure!(
-            status.split_whitespace().nth(1) == Some("200"),
-            "event stream answered {}",
-            status.trim_end()
-        );
+        let reader = BufReader::new(stream.try_clone()?);
         let (tx, rx) = mpsc::channel();
         let (seen, task) = (self.seen.clone(), task_id.to_owned());
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            let mut line = Vec::new();
-            while let Ok(n @ 1..) = reader.read(&mut buf) {
-                for b in &buf[..n] {
-                    if *b == b'\n' {
-                        note_seq(&seen, &task, &line);
-                        line.clear();
-                    } else {
-                        line.push(*b);
-                    }
-                }
-                if tx.send(()).is_err() {
-                    return;
-                }
-            }
-        });
+        std::thread::spawn(move || read_stream(reader, &tx, &seen, &task));
         Ok(Subscription { wake: rx, stream })
     }
 
@@ -506,6 +489,42 @@ impl RunnerClient {
         self.seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// Reads a subscription's stream on its own thread: its status line, then
+/// a wake-up per read, noting each event's seq. The status is read here,
+/// not before the waiter's first read of the task: a server may hold an SSE
+/// answer's head until it has a first event to send (Node's `http` does,
+/// the TypeScript example runner's stream after a seq with nothing newer),
+/// and the waiter then waited for the next event or keep-alive (15 s).
+fn read_stream(
+    mut reader: BufReader<std::net::TcpStream>,
+    tx: &mpsc::Sender<Result<(), String>>,
+    seen: &Mutex<HashMap<String, i64>>,
+    task: &str,
+) {
+    use std::io::Read as _;
+    let mut status = String::new();
+    let _ = reader.read_line(&mut status);
+    if status.split_whitespace().nth(1) != Some("200") {
+        let _ = tx.send(Err(format!("event stream answered {}", status.trim_end())));
+        return;
+    }
+    let mut buf = [0u8; 4096];
+    let mut line = Vec::new();
+    while let Ok(n @ 1..) = reader.read(&mut buf) {
+        for b in &buf[..n] {
+            if *b == b'\n' {
+                note_seq(seen, task, &line);
+                line.clear();
+            } else {
+                line.push(*b);
+            }
+        }
+        if tx.send(Ok(())).is_err() {
+            return;
+        }
     }
 }
 
@@ -529,7 +548,8 @@ fn note_seq(seen: &Mutex<HashMap<String, i64>>, task: &str, line: &[u8]) {
 /// A task's run-log stream as wake-ups ([`RunnerClient::subscribe`]); its
 /// connection is shut down on drop.
 struct Subscription {
-    wake: mpsc::Receiver<()>,
+    /// A wake-up, or the stream's refusal (its status line).
+    wake: mpsc::Receiver<Result<(), String>>,
     stream: std::net::TcpStream,
 }
 
@@ -650,6 +670,52 @@ pub fn walk_files(dir: &Path) -> (Vec<PathBuf>, Vec<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A runner that holds its event stream's head until it has an event
+    /// (the way Node's `http` answers an SSE request with an empty backlog)
+    /// and has none: the stream is closed after `hold` (a bound, so that a
+    /// waiter stuck on the head fails instead of hanging), while every other
+    /// request reads a completed task.
+    fn runner_holding_its_stream_head(hold: Duration) -> String {
+        use std::io::{Read as _, Write as _};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut conn = conn;
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                        head.push(byte[0]);
+                    }
+                    if String::from_utf8_lossy(&head).contains("/events") {
+                        let mut rest = [0u8; 1];
+                        let _ = conn.set_read_timeout(Some(hold));
+                        let _ = conn.read(&mut rest);
+                        return;
+                    }
+                    let body = r#"{"task_id":"t","state":"completed"}"#;
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                });
+            }
+        });
+        base
+    }
+
+    #[test]
+    fn a_wait_reads_the_task_before_the_stream_has_sent_its_head() {
+        let base = runner_holding_its_stream_head(Duration::from_secs(30));
+        let client = RunnerClient::new(&base, "token");
+        let task = client
+            .wait_settled("t", Duration::from_secs(60))
+            .expect("the task is read at once, whatever the stream does");
+        assert_eq!(task["state"], "completed");
+    }
 
     #[test]
     fn a_streams_id_lines_raise_the_tasks_seq_and_nothing_else_does() {
