@@ -186,7 +186,7 @@ fn holders(fifo: &Path, provider: i32, closed: &AtomicBool) -> Vec<i32> {
     let mut looks = 0;
     poll(closed, || {
         looks += 1;
-        if looks <= TREE_LOOKS && tree_holders(provider, meta.dev(), meta.ino()).is_empty() {
+        if looks <= TREE_LOOKS && !tree_reads(provider, meta.dev(), meta.ino()) {
             return None;
         }
         Some(readers_of(fifo)).filter(|h| !h.is_empty())
@@ -194,13 +194,12 @@ fn holders(fifo: &Path, provider: i32, closed: &AtomicBool) -> Vec<i32> {
     .unwrap_or_default()
 }
 
-/// Which of the provider and its children hold the file (`dev`, `ino`)
-/// open for reading.
-fn tree_holders(provider: i32, dev: u64, ino: u64) -> Vec<i32> {
+/// Whether the provider or one of its children holds the file (`dev`,
+/// `ino`) open for reading.
+fn tree_reads(provider: i32, dev: u64, ino: u64) -> bool {
     std::iter::once(provider)
         .chain(crate::supervisor::children_of(provider))
-        .filter(|pid| reads(*pid, dev, ino))
-        .collect()
+        .any(|pid| reads(pid, dev, ino))
 }
 
 /// Polls with a growing delay (at most 50 ms) until `done` says yes, or
