@@ -29,7 +29,7 @@ use nix::unistd::Pid;
 use tokio::time::Instant;
 
 use super::stat::{children_listed, children_of, proc_pid, read_stat};
-use super::{ProcessIdentity, StopOutcome, identity_of, is_alive};
+use super::{ProcessIdentity, StopOutcome, StopProof, identity_of, is_alive};
 
 /// Every descendant of a provider seen so far.
 #[derive(Clone, Debug, Default)]
@@ -122,16 +122,25 @@ impl Tree {
     }
 }
 
-/// [`super::stop_marked`] for a provider and everything it started: its
+/// [`super::stop`] for a provider and everything it started: its
 /// descendants are read before it is signalled and killed once it is proven
 /// gone (they may have left its group, its session and its environment);
-/// the spawn marker catches what keeps the environment after the ancestry is
-/// lost, and the provider's container (found by the marker) what hid from
-/// both. A descendant that survives SIGKILL, or a container that cannot be
-/// proven empty, makes the stop unprovable. `exit_grace` (zero: none) is how
-/// long a provider whose input was closed may take to exit on its own
-/// before the first signal ([`super::await_exit`]); its descendants are read
-/// before it, while their ancestry still names the provider.
+/// the provider's container (found by the marker) catches what hid from
+/// the ancestry, and the spawn marker, swept last, what kept the
+/// environment and left the container too. A descendant that survives
+/// SIGKILL, a container that cannot be proven empty, or a marked process
+/// that cannot be proven gone makes the stop unprovable. `exit_grace`
+/// (zero: none) is how long a provider whose input was closed may take to
+/// exit on its own before the first signal ([`super::await_exit`]); its
+/// descendants are read before it, while their ancestry still names the
+/// provider.
+///
+/// The marker is swept after the tree and the container, not before them:
+/// each sweep reads every process's environment, and swept first it found
+/// the provider's own children (a daemon in a session of its own) alive,
+/// killed them and read every environment again until they were gone,
+/// about three sweeps a stop where one now proves the same (runnerd's
+/// largest share of `/proc` reads in a wave).
 pub async fn stop(
     id: &ProcessIdentity,
     mut child: Option<&mut tokio::process::Child>,
@@ -142,36 +151,24 @@ pub async fn stop(
 ) -> (StopOutcome, TreeOutcome) {
     let tree = Tree::snapshot(id);
     super::await_exit(id, child.as_deref_mut(), exit_grace).await;
-    let mut outcome = super::stop_marked(id, child, marker, term_grace, kill_grace).await;
-    let swept = match &outcome {
-        StopOutcome::Stopped(_) => tree.kill(kill_grace).await,
-        _ => TreeOutcome {
-            seen: tree.len(),
-            killed: 0,
-            survivors: Vec::new(),
-        },
+    let mut outcome = super::stop(id, child, term_grace, kill_grace).await;
+    let StopOutcome::Stopped(proof) = &mut outcome else {
+        let seen = tree.len();
+        return (
+            outcome,
+            TreeOutcome {
+                seen,
+                killed: 0,
+                survivors: Vec::new(),
+            },
+        );
     };
-    // Last, the container: whatever hid from the group, the ancestry and
-    // the marker is still in it.
-    if let (StopOutcome::Stopped(proof), Some(marker), Some(containment)) =
-        (&mut outcome, marker, super::containment::get())
+    let swept = tree.kill(kill_grace).await;
+    if let Some(marker) = marker
+        && let Some(reason) = empty_then_sweep(proof, marker, kill_grace).await
     {
-        let contained = containment.empty(marker, kill_grace).await;
-        let gone = contained.gone;
-        proof.contained = Some(contained);
-        if !gone {
-            let reason = format!(
-                "its container ({}) could not be proven empty",
-                containment.mechanism()
-            );
-            return (
-                StopOutcome::Unprovable {
-                    identity: *id,
-                    reason,
-                },
-                swept,
-            );
-        }
+        let identity = *id;
+        return (StopOutcome::Unprovable { identity, reason }, swept);
     }
     if !swept.survivors.is_empty() {
         let reason = format!(
@@ -187,6 +184,29 @@ pub async fn stop(
         );
     }
     (outcome, swept)
+}
+
+/// Empties the provider's container (whatever hid from the group and the
+/// ancestry is still in it), then sweeps its spawn marker, each recorded in
+/// `proof`; why the stop is unprovable, if it is.
+async fn empty_then_sweep(proof: &mut StopProof, marker: &str, grace: Duration) -> Option<String> {
+    if let Some(containment) = super::containment::get() {
+        let contained = containment.empty(marker, grace).await;
+        let gone = contained.gone;
+        proof.contained = Some(contained);
+        if !gone {
+            return Some(format!(
+                "its container ({}) could not be proven empty",
+                containment.mechanism()
+            ));
+        }
+    }
+    let sweep = super::sweep_marker(marker, grace).await;
+    let (gone, killed) = (sweep.gone, sweep.killed.len());
+    proof.marked = Some(sweep);
+    (!gone).then(|| {
+        format!("{killed} process(es) carrying its spawn marker could not be proven stopped")
+    })
 }
 
 /// Where a process's children are read: each parent's own list
