@@ -66,6 +66,10 @@ pub struct CellEnv {
     /// The idle timeout in `hang-provider` cells (at most `idle_timeout_ms`):
     /// a hung provider is detected only by it, so it sets those cells' cost.
     pub hang_idle_timeout_ms: u64,
+    /// runnerd's `--provider-exit-grace-ms` (how long a provider whose
+    /// turns all ended may take to exit on its own); `None`: its default.
+    /// Not part of the runner contract, so only `turncut runnerd` gets it.
+    pub exit_grace_ms: Option<u64>,
     /// Deadline for each wait of a cell.
     pub wait_ms: u64,
     /// Directory of the scenarios (for reproduce commands); empty for the
@@ -92,6 +96,7 @@ impl CellEnv {
             runner_extra: Vec::new(),
             idle_timeout_ms: 500,
             hang_idle_timeout_ms: 50,
+            exit_grace_ms: None,
             wait_ms: 15_000,
             scenarios_dir: scenarios_dir.to_owned(),
             keep: false,
@@ -365,9 +370,19 @@ fn hang_timeout(env: &CellEnv, events: &[Event], scenario: &Scenario) -> Option<
         .any(|e| e.fault == Fault::HangProvider)
         .then(|| CellEnv {
             idle_timeout_ms: hang.min(env.idle_timeout_ms),
+            exit_grace_ms: Some(env.idle_timeout_ms.min(HANG_EXIT_GRACE_MAX_MS)),
             ..env.clone()
         })
 }
+
+/// The longest exit grace of a hang cell: runnerd's default. A hang that
+/// lands after the provider's last answer leaves it stopped (SIGSTOP) when
+/// its run ends, and a stopped process cannot exit on its own: runnerd's
+/// default grace made such a cell 2 s of waiting (67 cells of the default
+/// wave, 2 % of its cells and 8 % of their time). A hang cell's grace is the
+/// cell's idle timeout instead (500 ms), the margin the cell already gives a
+/// healthy provider that load slows.
+const HANG_EXIT_GRACE_MAX_MS: u64 = 2_000;
 
 /// The longest a healthy provider of `script` is silent: its longest
 /// scripted command (`duration_ms`).
@@ -571,6 +586,7 @@ fn runner_command(
             &env.idle_timeout_ms.to_string(),
         ])
         .args(["--provider-term-grace-ms", "100"])
+        .args(exit_grace_args(env))
         .args(&env.runner_extra)
         .env(cutpoint::ENV_SOCKET, layout.p("cut.sock"))
         .env(cutpoint::ENV_ROLE, Role::Runner.as_str())
@@ -587,6 +603,17 @@ fn runner_command(
         cmd.env(cutpoint::ENV_TRACE, t);
     }
     cmd
+}
+
+/// The exit grace's argument, for `turncut runnerd` only (a runner of
+/// `--runner-cmd` speaks the contract's options alone).
+fn exit_grace_args(env: &CellEnv) -> Vec<String> {
+    match env.exit_grace_ms {
+        Some(ms) if env.runs_runnerd() => {
+            vec!["--provider-exit-grace-ms".to_owned(), ms.to_string()]
+        }
+        _ => Vec::new(),
+    }
 }
 
 /// Starts the cell's next runner (either side may) and puts it on the

@@ -32,3 +32,32 @@ fn a_hang_cells_idle_timeout_outlasts_the_longest_scripted_command() {
     assert_eq!(idle(&with_command(900), &hang), Some(500), "capped");
     assert_eq!(idle(&with_command(300), &[]), None, "nothing hung");
 }
+
+/// A hang cell gives runnerd's provider exit grace the cell's idle timeout
+/// (a provider hung after its last answer cannot exit on its own), and only
+/// `turncut runnerd` gets the option: a runner of `--runner-cmd` speaks the
+/// contract's options alone.
+#[test]
+fn a_hang_cells_exit_grace_is_its_idle_timeout_and_only_runnerd_gets_it() {
+    let env = CellEnv::new(Path::new("turncut"), Path::new(""));
+    let hang = [Event {
+        cut: crate::model::Cut {
+            point: "runner.turn_accepted.persisted".into(),
+            n: 1,
+        },
+        fault: Fault::HangProvider,
+    }];
+    let hung = hang_timeout(&env, &hang, &with_command(0)).unwrap();
+    assert_eq!(hung.exit_grace_ms, Some(500));
+    let args = exit_grace_args(&hung);
+    assert_eq!(args, ["--provider-exit-grace-ms", "500"]);
+    assert!(
+        exit_grace_args(&env).is_empty(),
+        "no hang: runnerd's default"
+    );
+    let foreign = CellEnv {
+        runner_cmd: vec!["./my-runner".into()],
+        ..hung
+    };
+    assert!(exit_grace_args(&foreign).is_empty());
+}
