@@ -580,11 +580,15 @@ fn fault_names() -> clap::builder::PossibleValuesParser {
     clap::builder::PossibleValuesParser::new(Fault::ALL.map(Fault::as_str))
 }
 
-/// Parallel cells by default: twice the cores. A cell's processes mostly
-/// wait on each other (measured on 2 cores: the default wave 5 min 37 s at
-/// 4 jobs, 7 min 25 s at 2).
+/// Parallel cells by default: four per core. A cell's processes mostly
+/// wait on each other: alone, a cell keeps a core 30 % busy. Measured on 2
+/// cores, the default wave at seed 1 took 6 min 53 s at 8 jobs and 7 min
+/// 52 s at 4, the same CPU (693 s) in both, no cell unknown and no rerun
+/// (docs/ci.md, "The default wave, quiet (2026-12-07, a third pass)"); at 6
+/// jobs it had cost more CPU a cell than at 4 before a provider's stop read
+/// every process's environment once instead of three times.
 fn default_jobs() -> u64 {
-    std::thread::available_parallelism().map_or(2, |n| n.get() as u64 * 2)
+    std::thread::available_parallelism().map_or(4, |n| n.get() as u64 * 4)
 }
 
 /// A count of at least 1 (`--budget`, `--jobs`): 0 would run nothing and
