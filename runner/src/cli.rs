@@ -53,7 +53,7 @@ pub struct Args {
     /// Grace before SIGTERM for a provider whose run's turns all ended: its
     /// input closed, it may exit on its own (and finish writing its record
     /// of the last turn) until then.
-    #[arg(long, default_value_t = 2_000)]
+    #[arg(long, default_value_t = wire::profiles::EXIT_GRACE_MS)]
     pub provider_exit_grace_ms: u64,
     /// The most control API connections open at once; one more is answered
     /// 503 too_many_connections.

@@ -5,6 +5,12 @@
 
 use serde::Deserialize;
 
+/// runnerd's default `--provider-exit-grace-ms`: how long a provider whose
+/// turns all ended may take to exit on its own once its input is closed
+/// (Claude Code writes its transcript on a 100 ms timer after answering).
+/// The harness shortens it in hang cells, never lengthens it.
+pub const EXIT_GRACE_MS: u64 = 2_000;
+
 /// The protocol a profile speaks (the runner's driver).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]

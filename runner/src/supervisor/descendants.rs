@@ -201,12 +201,7 @@ async fn empty_then_sweep(proof: &mut StopProof, marker: &str, grace: Duration) 
             ));
         }
     }
-    let sweep = super::sweep_marker(marker, grace).await;
-    let (gone, killed) = (sweep.gone, sweep.killed.len());
-    proof.marked = Some(sweep);
-    (!gone).then(|| {
-        format!("{killed} process(es) carrying its spawn marker could not be proven stopped")
-    })
+    super::marker::sweep_into(proof, marker, grace).await
 }
 
 /// Where a process's children are read: each parent's own list
@@ -262,7 +257,14 @@ mod tests {
     /// A provider-like process in its own group that starts a command in a
     /// session of its own, as Codex does, and prints the command's pid.
     async fn provider_with_a_session_child() -> (tokio::process::Child, ProcessIdentity, i32) {
-        let mut cmd = tokio::process::Command::new("sh");
+        provider_in(tokio::process::Command::new("sh")).await
+    }
+
+    /// [`provider_with_a_session_child`] run by `cmd` (a `sh` with its
+    /// environment set).
+    async fn provider_in(
+        mut cmd: tokio::process::Command,
+    ) -> (tokio::process::Child, ProcessIdentity, i32) {
         cmd.args(["-c", "setsid sleep 30 & echo $!; exec sleep 30"])
             .stdout(Stdio::piped());
         let (mut child, identity) = super::super::spawn_provider(&mut cmd, None).unwrap();
@@ -309,6 +311,36 @@ mod tests {
         let out = tree.kill(Duration::from_secs(5)).await;
         assert!(out.survivors.is_empty(), "{out:?}");
         assert!(out.killed >= 1, "{out:?}");
+        assert!(!is_alive(&command_id));
+    }
+
+    /// The marker is swept after the tree: the command the provider started
+    /// in a session of its own, which carries the provider's marker, is
+    /// killed by the tree, and the sweep that follows finds nothing alive.
+    /// Swept first, the marker found it alive and scanned every process
+    /// again until it was gone.
+    #[tokio::test]
+    async fn a_stop_kills_the_tree_before_it_sweeps_the_marker() {
+        let marker = format!("descendants-test-{}", std::process::id());
+        let mut cmd = tokio::process::Command::new("sh");
+        cmd.env(super::super::MARKER_ENV, &marker);
+        let (mut child, identity, command) = provider_in(cmd).await;
+        let command_id = identity_of(command).unwrap();
+        let (outcome, tree) = stop(
+            &identity,
+            Some(&mut child),
+            Some(&marker),
+            Duration::ZERO,
+            Duration::from_millis(200),
+            Duration::from_secs(5),
+        )
+        .await;
+        let StopOutcome::Stopped(proof) = outcome else {
+            panic!("{outcome:?}");
+        };
+        assert_eq!(tree.killed, 1, "{tree:?}");
+        let marked = proof.marked.expect("the marker was swept");
+        assert!(marked.gone && marked.killed.is_empty(), "{marked:?}");
         assert!(!is_alive(&command_id));
     }
 

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::liveness::{Observation, observe};
 use super::stat::{is_no_such_process, proc_pid, read_stat};
 use super::wait::{INITIAL_POLL_INTERVAL, backoff};
-use super::{ProcessIdentity, StopOutcome, stop};
+use super::{ProcessIdentity, StopOutcome, StopProof, stop};
 
 /// The environment variable carrying a provider's spawn marker. Every
 /// process the provider starts inherits it unless it rebuilds its
@@ -115,16 +115,22 @@ pub async fn stop_marked(
         (StopOutcome::Stopped(proof), Some(marker)) => (proof, marker),
         (outcome, _) => return outcome,
     };
-    let sweep = sweep_marker(marker, kill_grace).await;
-    if !sweep.gone {
-        return StopOutcome::Unprovable {
+    match sweep_into(&mut proof, marker, kill_grace).await {
+        Some(reason) => StopOutcome::Unprovable {
             identity: *id,
-            reason: format!(
-                "{} process(es) carrying its spawn marker could not be proven stopped",
-                sweep.killed.len()
-            ),
-        };
+            reason,
+        },
+        None => StopOutcome::Stopped(proof),
     }
+}
+
+/// [`sweep_marker`], recorded in `proof`; why the stop is unprovable, if a
+/// marked process could not be proven gone.
+pub async fn sweep_into(proof: &mut StopProof, marker: &str, grace: Duration) -> Option<String> {
+    let sweep = sweep_marker(marker, grace).await;
+    let (gone, killed) = (sweep.gone, sweep.killed.len());
     proof.marked = Some(sweep);
-    StopOutcome::Stopped(proof)
+    (!gone).then(|| {
+        format!("{killed} process(es) carrying its spawn marker could not be proven stopped")
+    })
 }

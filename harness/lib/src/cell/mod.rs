@@ -349,7 +349,13 @@ pub(crate) fn real_timeouts(env: &CellEnv, profile: &str) -> Option<CellEnv> {
 }
 
 /// `env` with the hang idle timeout, when the schedule hangs a provider (a
-/// hung provider is found only by the idle timeout). In a cell of several
+/// hung provider is found only by the idle timeout), and with runnerd's exit
+/// grace the cell's idle timeout, at most runnerd's default: a hang that
+/// lands after the provider's last answer leaves it stopped (SIGSTOP) when
+/// its run ends, a stopped process cannot exit on its own, and the default
+/// grace made such a cell 2 s of waiting (67 cells of the default wave); the
+/// idle timeout is the margin the cell already gives a healthy provider that
+/// load slows. In a cell of several
 /// tasks every task's healthy providers share that timeout, so it is
 /// [`SEVERAL_TASKS_HANG_FACTOR`] times longer there (still at most the
 /// runner's idle timeout): at 50 ms a loaded machine had them stopped as
@@ -370,19 +376,10 @@ fn hang_timeout(env: &CellEnv, events: &[Event], scenario: &Scenario) -> Option<
         .any(|e| e.fault == Fault::HangProvider)
         .then(|| CellEnv {
             idle_timeout_ms: hang.min(env.idle_timeout_ms),
-            exit_grace_ms: Some(env.idle_timeout_ms.min(HANG_EXIT_GRACE_MAX_MS)),
+            exit_grace_ms: Some(env.idle_timeout_ms.min(wire::profiles::EXIT_GRACE_MS)),
             ..env.clone()
         })
 }
-
-/// The longest exit grace of a hang cell: runnerd's default. A hang that
-/// lands after the provider's last answer leaves it stopped (SIGSTOP) when
-/// its run ends, and a stopped process cannot exit on its own: runnerd's
-/// default grace made such a cell 2 s of waiting (67 cells of the default
-/// wave, 2 % of its cells and 8 % of their time). A hang cell's grace is the
-/// cell's idle timeout instead (500 ms), the margin the cell already gives a
-/// healthy provider that load slows.
-const HANG_EXIT_GRACE_MAX_MS: u64 = 2_000;
 
 /// The longest a healthy provider of `script` is silent: its longest
 /// scripted command (`duration_ms`).
