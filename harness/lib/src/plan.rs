@@ -119,7 +119,7 @@ pub fn trim_by_segment(
 /// Which of a segment's `len` boundaries (in order) a fault keeping `keep`
 /// of them keeps: 1, the one `draw` picks; 2, the first and the last; 3,
 /// those and one between them that `draw` picks.
-fn kept_of_segment(len: usize, keep: usize, draw: usize) -> Vec<usize> {
+pub fn kept_of_segment(len: usize, keep: usize, draw: usize) -> Vec<usize> {
     if len <= keep {
         return (0..len).collect();
     }
@@ -185,7 +185,9 @@ pub fn provider_alive_at(hits: &[cutpoint::Hit]) -> Vec<bool> {
 /// The boundaries of a recovery: the hits of a traced run after its
 /// event's mark (at index `mark`), each numbered by its point from 1 (a
 /// recovery's `#N` counts from the event on), with whether a provider was
-/// alive there (counted over the whole run). `skip` leaves out hits that
+/// alive there (counted over the whole run) and its durable segment in the
+/// recovery (its role's durable writes since the mark, as
+/// [`boundaries_of`] counts a clean run's). `skip` leaves out hits that
 /// are not the recovery's (the mark itself, the remains of what the event
 /// killed).
 pub fn recovery_boundaries(
@@ -194,6 +196,7 @@ pub fn recovery_boundaries(
     skip: impl Fn(&cutpoint::Hit) -> bool,
 ) -> Vec<Boundary> {
     let mut counts: std::collections::HashMap<&str, u64> = Default::default();
+    let mut writes: std::collections::HashMap<Role, usize> = Default::default();
     let alive = provider_alive_at(hits);
     let mut out = Vec::new();
     for (h, alive) in hits.iter().zip(alive).skip(mark + 1) {
@@ -202,6 +205,10 @@ pub fn recovery_boundaries(
         }
         let n = counts.entry(h.point.as_str()).or_default();
         *n += 1;
+        let segment = writes.entry(Role::of(&h.role)).or_default();
+        if is_durable_write(&h.point) {
+            *segment += 1;
+        }
         out.push(Boundary {
             cut: Cut {
                 point: h.point.clone(),
@@ -209,7 +216,7 @@ pub fn recovery_boundaries(
             },
             role: Role::of(&h.role),
             provider_alive: alive,
-            segment: 0,
+            segment: *segment,
         });
     }
     out
@@ -610,16 +617,16 @@ mod tests {
             hit("runner", 2, "runner.item.persisted"),
         ];
         let got = recovery_boundaries(&hits, 2, |h| h.pid == 9);
-        let shown: Vec<(String, bool)> = got
+        let shown: Vec<(String, bool, usize)> = got
             .iter()
-            .map(|b| (b.cut.to_string(), b.provider_alive))
+            .map(|b| (b.cut.to_string(), b.provider_alive, b.segment))
             .collect();
         assert_eq!(
             shown,
             [
-                ("runner.item.persisted#1".to_owned(), true),
-                ("runner.provider_stop.persisted#1".to_owned(), false),
-                ("runner.item.persisted#2".to_owned(), false),
+                ("runner.item.persisted#1".to_owned(), true, 1),
+                ("runner.provider_stop.persisted#1".to_owned(), false, 2),
+                ("runner.item.persisted#2".to_owned(), false, 3),
             ]
         );
         assert!(got.iter().all(|b| b.role == Role::Runner));

@@ -13,7 +13,10 @@
 //! `kill-runner`, `kill-provider` where a provider is alive, and
 //! `fail-write` at the runner's before-write points; at its before-read
 //! points only `fail-read` (the recovery's own reads of what it decides
-//! from: a failed read read as "no such turn" lives there).
+//! from: a failed read read as "no such turn" lives there). The kills keep
+//! three boundaries per durable segment of the recovery, as stage 1's
+//! one-cut cells do ([`trim_by_segment`]): a kill anywhere in a segment
+//! leaves the same durable state.
 //!
 //! A random draw put a second fault inside a recovery 126 times in a wave
 //! of 6,136 cells and never inside a Retry's own writes; bugs that live
@@ -201,6 +204,43 @@ pub fn second_faults(b: &Boundary) -> Vec<Fault> {
     out
 }
 
+/// The second events of a recovery's `span` (in its trace order), with
+/// each process fault kept at [`plan::segment_keep`] boundaries per
+/// durable segment of one role, as stage 1 trims its one-cut cells
+/// ([`plan::trim_by_segment`]): a kill anywhere in one segment leaves the
+/// same durable state, so the recovery from it walks the same path. The
+/// storage faults (`fail-write`, `fail-read`) and `error-answer` are kept
+/// at every boundary: each fails a different write, read or lookup.
+/// `draw` picks the middle boundary a segment keeps.
+pub fn trim_by_segment<'a>(span: &[&'a Boundary], draw: u64) -> Vec<(&'a Boundary, Fault)> {
+    let seconds: Vec<(&Boundary, Fault)> = span
+        .iter()
+        .flat_map(|b| second_faults(b).into_iter().map(move |f| (*b, f)))
+        .collect();
+    let mut members: BTreeMap<(Role, usize, Fault), Vec<usize>> = BTreeMap::new();
+    for (i, (b, fault)) in seconds.iter().enumerate() {
+        if fault.is_process() {
+            members
+                .entry((b.role, b.segment, *fault))
+                .or_default()
+                .push(i);
+        }
+    }
+    let mut keep = std::collections::HashSet::new();
+    for ((role, segment, fault), at) in members {
+        let mix = plan::mix(draw ^ ((segment * 4 + role as usize) as u64) ^ ((fault as u64) << 32));
+        for i in plan::kept_of_segment(at.len(), plan::segment_keep(fault), mix as usize) {
+            keep.insert(at[i]);
+        }
+    }
+    seconds
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (_, fault))| !fault.is_process() || keep.contains(i))
+        .map(|(_, s)| s)
+        .collect()
+}
+
 /// The stage-2 cells of `stage1`, with what they reach. A stage-2 cell is
 /// named after its representative: `t042.7` is the seventh recovery cut of
 /// `t042`'s path, the same name in every shard and every run that picks
@@ -228,26 +268,26 @@ pub fn recovery_cells(
                 continue;
             }
         };
-        let mut span = span(&after);
+        let span = span(&after);
+        reach
+            .paths
+            .entry(profile)
+            .or_default()
+            .push((rep.path.clone(), span.len()));
+        let draw = plan::cell_seed(wave_seed ^ 0x5e67, &rep.cell_id);
+        let mut seconds = trim_by_segment(&span, draw);
         // Threads of the runner and of a provider interleave by timing, so
         // two traces of one recovery list its boundaries in orders that
         // differ while their set does not: the cells are numbered in a fixed
         // order (runner points first, then by name and occurrence), as the
         // planner numbers stage 1, so `turncut plan --stage2` and a wave's own
         // stage 2 name the same cell the same way.
-        span.sort_by(|a, b| {
+        seconds.sort_by(|(a, _), (b, _)| {
             (a.role != Role::Runner, &a.cut).cmp(&(b.role != Role::Runner, &b.cut))
         });
-        reach
-            .paths
-            .entry(profile)
-            .or_default()
-            .push((rep.path.clone(), span.len()));
-        let seconds = span.iter().flat_map(|b| {
-            second_faults(b).into_iter().map(|fault| Event {
-                cut: b.cut.clone(),
-                fault,
-            })
+        let seconds = seconds.into_iter().map(|(b, fault)| Event {
+            cut: b.cut.clone(),
+            fault,
         });
         for (k, second) in seconds.enumerate() {
             let id = format!("{}.{}", rep.cell_id, k + 1);
@@ -502,6 +542,52 @@ mod tests {
         let reps = representatives(&scenarios, &stage1);
         let got: Vec<&str> = reps.iter().map(|r| r.cell_id.as_str()).collect();
         assert_eq!(got, ["t001", "t002", "t006"]);
+    }
+
+    /// A kill anywhere in one durable segment leaves the same state: a
+    /// segment of five runner boundaries keeps three `kill-runner` cells
+    /// (its first, its last, one drawn), every `fail-write` and `fail-read`,
+    /// and a segment of two keeps both.
+    #[test]
+    fn a_recovery_keeps_three_kills_a_segment_and_every_storage_fault() {
+        let seg = |point: &str, n: u64, segment: usize| Boundary {
+            segment,
+            ..b(point, n, false)
+        };
+        let after = [
+            seg("runner.turn_intent.persisted", 1, 1),
+            seg("runner.turn.sent", 1, 1),
+            seg("runner.read.turns", 1, 1),
+            seg("runner.write.item", 1, 1),
+            seg("runner.write.item", 2, 1),
+            seg("runner.write.turn_ended", 1, 1),
+            seg("runner.turn_ended.persisted", 1, 2),
+            seg("runner.write.run_settled", 1, 2),
+        ];
+        let span: Vec<&Boundary> = after.iter().collect();
+        for draw in 0..20 {
+            let kept = trim_by_segment(&span, draw);
+            let count = |f: Fault, segment: usize| {
+                kept.iter()
+                    .filter(|(b, k)| *k == f && b.segment == segment)
+                    .count()
+            };
+            assert_eq!(count(Fault::KillRunner, 1), 3, "draw {draw}");
+            assert_eq!(count(Fault::KillRunner, 2), 2);
+            assert_eq!(count(Fault::FailWrite, 1), 3);
+            assert_eq!(count(Fault::FailRead, 1), 1);
+            let first_and_last = [
+                "runner.turn_intent.persisted#1",
+                "runner.write.turn_ended#1",
+            ];
+            for cut in first_and_last {
+                assert!(
+                    kept.iter()
+                        .any(|(b, k)| *k == Fault::KillRunner && b.cut.to_string() == cut),
+                    "{cut} kept"
+                );
+            }
+        }
     }
 
     #[test]
