@@ -37,7 +37,14 @@ pub struct Profile {
     /// and gives its tools its whole environment (`engine::credential_fifo`).
     #[serde(default)]
     pub credential_fifo: bool,
-    /// How many times the FIFO is served, each time to the provider's own
+    /// Hand the credential through a Unix socket whose path
+    /// `credential_env` names, for a provider that connects to it and reads
+    /// its key (the fakes: `wire::secret::receive_credential`): only a
+    /// connection from the provider's own process is served, and no scan of
+    /// every process is needed to know it (`engine::credential_socket`).
+    #[serde(default)]
+    pub credential_socket: bool,
+    /// How many times the FIFO (or socket) is served, each time to the provider's own
     /// process only: a provider may read its key file more than once
     /// (`opencode acp` reads it at start and at `session/new`).
     #[serde(default = "default_credential_reads")]
@@ -105,9 +112,10 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
                 command,
                 approval: default_approval(),
                 credential_env: default_credential_env(),
-                // The fakes read their key from the FIFO, as a careful
+                // The fakes take their key from a socket, as a careful
                 // provider would: it is in no environment a tool can read.
-                credential_fifo: true,
+                credential_fifo: false,
+                credential_socket: true,
                 credential_reads: default_credential_reads(),
                 model: default_model(),
             },
@@ -131,6 +139,14 @@ pub fn load(exe: &Path, file: Option<&Path>) -> anyhow::Result<BTreeMap<String, 
         for (name, p) in parsed.profile {
             if p.command.is_empty() {
                 anyhow::bail!("{}: profile {name} has an empty command", path.display());
+            }
+            if p.credential_fifo && p.credential_socket {
+                anyhow::bail!(
+                    "{}: profile {name}: credential_fifo and credential_socket are both set; \
+                     keep the one the provider reads (a file: credential_fifo; a Unix socket: \
+                     credential_socket)",
+                    path.display()
+                );
             }
             if !matches!(p.approval.as_str(), "accept" | "decline") {
                 anyhow::bail!(
@@ -160,4 +176,33 @@ pub fn expand(
                 .replace("{task_id}", task_id)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fakes take their key from the socket; a profile may ask for one
+    /// hand-off, not both, and the refusal names the file and the fix.
+    #[test]
+    fn a_profile_takes_the_socket_or_the_fifo_not_both() {
+        let exe = Path::new("/opt/turncut");
+        let builtin = load(exe, None).unwrap();
+        assert!(
+            builtin
+                .values()
+                .all(|p| p.credential_socket && !p.credential_fifo)
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("profiles.toml");
+        let both = "[profile.p]\ndriver = \"codex\"\ncommand = [\"x\"]\n\
+                    credential_fifo = true\ncredential_socket = true\n";
+        std::fs::write(&file, both).unwrap();
+        let err = load(exe, Some(&file)).unwrap_err().to_string();
+        assert!(err.contains("profile p"), "{err}");
+        assert!(err.contains("keep the one the provider reads"), "{err}");
+        std::fs::write(&file, both.replace("credential_socket = true\n", "")).unwrap();
+        let one = load(exe, Some(&file)).unwrap();
+        assert!(one["p"].credential_fifo && !one["p"].credential_socket);
+    }
 }

@@ -45,14 +45,14 @@ pub const READER_WAIT_MS: u64 = 60_000;
 
 /// How long a reader may wait for the runner to learn the provider's pid
 /// (it sets it right after the spawn returns).
-const PID_WAIT_MS: u64 = 10_000;
+pub(super) const PID_WAIT_MS: u64 = 10_000;
 
 /// The directory of the state directory `state` that holds the FIFOs.
-fn base(state: &Path) -> PathBuf {
+pub(super) fn base(state: &Path) -> PathBuf {
     state.join("credentials")
 }
 
-/// Removes every FIFO an earlier runner left in `state` (its provider died
+/// Removes every FIFO or socket an earlier runner left in `state` (its provider died
 /// or it was killed before the key was read); only one runner holds a state
 /// directory, so none of them is being served.
 pub fn sweep(state: &Path) {
@@ -254,7 +254,7 @@ fn wait_released(fifo: &Path, closed: &AtomicBool) -> bool {
 /// that runs the product as its child) reads through a descendant. A tool
 /// shell of the real products runs in a session of its own (`setsid`), so it
 /// is no provider; nor is any process outside the provider's tree.
-fn is_provider(pid: i32, provider: i32) -> bool {
+pub(super) fn is_provider(pid: i32, provider: i32) -> bool {
     let Some((_, session)) = parent_and_session(provider) else {
         return false;
     };
@@ -346,7 +346,7 @@ fn write_only(pid: i32, fd: &std::ffi::CStr) -> bool {
         .is_some_and(|f| f & libc::O_ACCMODE == libc::O_WRONLY)
 }
 
-fn remove(fifo: &Path, dir: &Path) {
+pub(super) fn remove(fifo: &Path, dir: &Path) {
     let _ = std::fs::remove_file(fifo);
     let _ = std::fs::remove_dir(dir);
 }

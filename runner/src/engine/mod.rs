@@ -27,6 +27,7 @@
 mod actor;
 mod client_tools;
 mod credential_fifo;
+mod credential_socket;
 mod native_loop;
 mod provider;
 mod recovery;

@@ -32,10 +32,36 @@ pub(super) struct Live {
     pub(super) link: Link,
     /// Terminals of client-side tools (ACP), by terminal id.
     pub(super) terminals: HashMap<String, Terminal>,
-    /// The credential FIFO served to this process, if its profile has one;
-    /// held only to be dropped with it (a read still awaited is then never
-    /// served).
-    pub(super) _credential: Option<super::credential_fifo::Served>,
+    /// The credential hand-off served to this process, if its profile has
+    /// one; held only to be dropped with it (a read still awaited is then
+    /// never served).
+    pub(super) _credential: Option<Handoff>,
+}
+
+/// A one-shot hand-off of the credential being served to one provider: a
+/// FIFO for a provider that reads its key from a file, a socket for one
+/// that connects (the fakes).
+pub(super) enum Handoff {
+    Fifo(super::credential_fifo::Served),
+    Socket(super::credential_socket::Served),
+}
+
+impl Handoff {
+    /// The path the provider is given in its credential variable.
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Handoff::Fifo(f) => &f.path,
+            Handoff::Socket(s) => &s.path,
+        }
+    }
+
+    /// The provider's pid, once spawned: only that process is served.
+    fn provider(&self, pid: i32) {
+        match self {
+            Handoff::Fifo(f) => f.provider(pid),
+            Handoff::Socket(s) => s.provider(pid),
+        }
+    }
 }
 
 /// How the runner talks to a live provider process. There is one per live
@@ -113,7 +139,7 @@ struct Spawned {
     identity: ProcessIdentity,
     marker: String,
     proc_row: i64,
-    credential: Option<super::credential_fifo::Served>,
+    credential: Option<Handoff>,
 }
 
 impl Engine {
@@ -279,17 +305,14 @@ impl Engine {
 
     /// The provider's command line, with its spawn marker and role in the
     /// environment and the credential, in the task workspace when it exists;
-    /// and the credential FIFO it is served through, if its profile has one.
+    /// and the hand-off it is served through, if its profile has one.
     fn provider_command(
         &self,
         argv: &[String],
         marker: &str,
         workspace: &str,
         profile: &Profile,
-    ) -> (
-        tokio::process::Command,
-        Option<super::credential_fifo::Served>,
-    ) {
+    ) -> (tokio::process::Command, Option<Handoff>) {
         let mut cmd = tokio::process::Command::new(&argv[0]);
         cmd.args(&argv[1..])
             .stdin(std::process::Stdio::piped())
@@ -301,19 +324,21 @@ impl Engine {
         }
         let mut served = None;
         match &self.opts.credential {
-            Some(secret) if profile.credential_fifo => {
-                let fifo = super::credential_fifo::serve(
-                    &self.opts.state_dir,
-                    secret,
-                    marker,
-                    profile.credential_reads,
-                );
-                match fifo {
-                    Ok(fifo) => {
-                        cmd.env(&profile.credential_env, &fifo.path);
-                        served = Some(fifo);
+            Some(secret) if profile.credential_socket || profile.credential_fifo => {
+                let (state, marker) = (&self.opts.state_dir, marker);
+                let reads = profile.credential_reads;
+                let handoff = if profile.credential_socket {
+                    super::credential_socket::serve(state, secret, marker, reads)
+                        .map(Handoff::Socket)
+                } else {
+                    super::credential_fifo::serve(state, secret, marker, reads).map(Handoff::Fifo)
+                };
+                match handoff {
+                    Ok(h) => {
+                        cmd.env(&profile.credential_env, h.path());
+                        served = Some(h);
                     }
-                    Err(e) => tracing::warn!("no credential FIFO for the provider: {e}"),
+                    Err(e) => tracing::warn!("no credential hand-off for the provider: {e}"),
                 }
             }
             Some(secret) => {

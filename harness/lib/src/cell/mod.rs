@@ -456,7 +456,7 @@ fn write_fake_profile(env: &CellEnv, profile: &str, layout: &Layout) -> anyhow::
     ];
     command.extend(extra.iter().map(|a| a.to_string()));
     let profiles = format!(
-        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\ncredential_fifo = true\n",
+        "[profile.{profile}]\ndriver = \"{driver}\"\ncommand = {}\ncredential_socket = true\n",
         serde_json::to_string(&command)?
     );
     std::fs::write(layout.p("profiles.toml"), profiles)?;
