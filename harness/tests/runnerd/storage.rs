@@ -344,3 +344,53 @@ fn a_retry_refused_by_a_failed_write_changed_nothing_and_can_be_repeated() {
     assert_eq!(proofs, 1, "one proof for one admitted Retry");
     assert_eq!(all_turn_starts(&rig), 1);
 }
+
+/// A provider whose identity cannot be recorded is stopped whole, container
+/// included: a daemon it started in a session of its own with an empty
+/// environment (no spawn marker to sweep for) dies with it. The stop of
+/// this path used to be the provider's group and its marker alone, and the
+/// daemon outlived the task (the default wave found a fake's `--child
+/// sleep` alive after `fail-write` at `runner.write.provider_identity`,
+/// started while its exec hid its environment from the sweep).
+#[test]
+fn a_provider_whose_identity_cannot_be_recorded_is_stopped_with_its_container() {
+    let mut rig = Rig::new(&[]);
+    let pidfile = rig.path("daemon.pid");
+    let profiles = std::fs::read_to_string(rig.path("profiles.toml")).unwrap();
+    let wrapper = format!(
+        "( env -i setsid sleep 3600 </dev/null >/dev/null 2>&1 & echo $! > {} ); exec \\\"$@\\\"",
+        pidfile.display()
+    );
+    let wrapped = profiles.replacen(
+        "command = [",
+        &format!("command = [\"sh\", \"-c\", \"{wrapper}\", \"sh\", "),
+        1,
+    );
+    std::fs::write(rig.path("profiles.toml"), wrapped).unwrap();
+    let client = rig.start(Some("runner.write.provider_identity"));
+    submit(&client, &rig, "t1", "m1");
+    let held = rig.hold();
+    assert_eq!(held.hit.point, "runner.write.provider_identity");
+    // The daemon, once it runs `sleep` in its session of its own.
+    let until = std::time::Instant::now() + WAIT;
+    let daemon = loop {
+        let text = std::fs::read_to_string(&pidfile).unwrap_or_default();
+        let pid = text.trim().parse::<u32>().ok();
+        let cmdline = pid.and_then(|p| std::fs::read(format!("/proc/{p}/cmdline")).ok());
+        if let Some(pid) = pid.filter(|_| cmdline.is_some_and(|c| c.starts_with(b"sleep\0"))) {
+            break pid;
+        }
+        assert!(std::time::Instant::now() < until, "no daemon running sleep");
+        std::thread::yield_now();
+    };
+    held.fail(cutpoint::IoFault::Eio).unwrap();
+    let task = client.wait_settled("t1", WAIT).unwrap();
+    let alive = wire::procstat::live_start_time(daemon).is_some();
+    if alive {
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &daemon.to_string()])
+            .status();
+    }
+    assert_storage_failed(&rig, &task, "Input/output error");
+    assert!(!alive, "the provider's daemon {daemon} outlived its stop");
+}

@@ -273,10 +273,15 @@ impl Engine {
                 credential,
             }),
             Err(e) => {
-                let _ = supervisor::stop_marked(
+                // The whole stop, container included: a provider stopped
+                // while it starts may be starting a child in a session of
+                // its own, which the marker sweep alone misses while its
+                // exec is under way (its environment reads empty then).
+                let _ = supervisor::descendants::stop(
                     &identity,
                     Some(&mut child),
-                    Some(&marker),
+                    self.stop_marker(Some(&marker)),
+                    Duration::ZERO,
                     self.opts.term_grace,
                     self.opts.kill_grace,
                 )

@@ -9,13 +9,12 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
-use tokio::process::Child;
 use tokio::time::Instant;
 
 use super::liveness::{Observation, observe};
 use super::stat::{is_no_such_process, proc_pid, read_stat};
 use super::wait::{INITIAL_POLL_INTERVAL, backoff};
-use super::{ProcessIdentity, StopOutcome, StopProof, stop};
+use super::{ProcessIdentity, StopProof};
 
 /// The environment variable carrying a provider's spawn marker. Every
 /// process the provider starts inherits it unless it rebuilds its
@@ -97,30 +96,6 @@ pub async fn sweep_marker(marker: &str, grace: Duration) -> MarkerSweep {
         marker: marker.to_owned(),
         killed,
         gone: false,
-    }
-}
-
-/// [`stop`], then the sweep of the provider's spawn marker: the stop is
-/// proven only when the provider, its group and every process carrying its
-/// marker are gone.
-pub async fn stop_marked(
-    id: &ProcessIdentity,
-    child: Option<&mut Child>,
-    marker: Option<&str>,
-    term_grace: Duration,
-    kill_grace: Duration,
-) -> StopOutcome {
-    let outcome = stop(id, child, term_grace, kill_grace).await;
-    let (mut proof, marker) = match (outcome, marker) {
-        (StopOutcome::Stopped(proof), Some(marker)) => (proof, marker),
-        (outcome, _) => return outcome,
-    };
-    match sweep_into(&mut proof, marker, kill_grace).await {
-        Some(reason) => StopOutcome::Unprovable {
-            identity: *id,
-            reason,
-        },
-        None => StopOutcome::Stopped(proof),
     }
 }
 

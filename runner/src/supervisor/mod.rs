@@ -42,7 +42,7 @@ mod stop;
 mod wait;
 
 pub use liveness::is_alive;
-pub use marker::{MARKER_ENV, MarkerSweep, marked_processes, stop_marked, sweep_marker};
+pub use marker::{MARKER_ENV, MarkerSweep, marked_processes, sweep_marker};
 pub use spawn::spawn_provider;
 pub use stat::{children_of, identity_of};
 pub use stop::{await_exit, kill_group, stop};
