@@ -193,7 +193,7 @@ fn run(
     self_cmd: Vec<OsString>,
     serve: impl FnOnce(Options) -> anyhow::Result<()>,
 ) -> i32 {
-    // Taken as a real provider takes its key at start (from a runner's FIFO
+    // Taken as a real provider takes its key at start (from a runner's socket or FIFO
     // when it hands it over so); the fake needs no key and keeps none.
     drop(::wire::secret::receive_credential());
     let opts = match provider_options(args, self_cmd) {
