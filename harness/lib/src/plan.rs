@@ -96,15 +96,7 @@ pub fn trim_by_segment(
             members.entry((seg, e.fault)).or_default().push(at);
         }
     }
-    let mut keep: std::collections::HashSet<(usize, Fault)> = Default::default();
-    for (((role, seg), fault), mut at) in members {
-        // The draw's seed names the segment: its role and its count.
-        let draw = mix(seed ^ ((seg * 4 + role as usize) as u64) ^ ((fault as u64) << 32)) as usize;
-        at.sort_unstable();
-        for i in kept_of_segment(at.len(), segment_keep(fault), draw) {
-            keep.insert((at[i], fault));
-        }
-    }
+    let keep = kept_per_segment(members, seed);
     cells
         .into_iter()
         .filter(|events| match events.as_slice() {
@@ -116,10 +108,30 @@ pub fn trim_by_segment(
         .collect()
 }
 
+/// What a process fault keeps of each durable segment: `members` holds,
+/// per (role, segment) and fault, the positions of its cuts (any order);
+/// each keeps [`segment_keep`] of them ([`kept_of_segment`]), drawn by
+/// `seed` and the segment. The (position, fault) pairs kept.
+pub fn kept_per_segment(
+    members: std::collections::BTreeMap<((Role, usize), Fault), Vec<usize>>,
+    seed: u64,
+) -> std::collections::HashSet<(usize, Fault)> {
+    let mut keep = std::collections::HashSet::new();
+    for (((role, seg), fault), mut at) in members {
+        // The draw's seed names the segment: its role and its count.
+        let draw = mix(seed ^ ((seg * 4 + role as usize) as u64) ^ ((fault as u64) << 32)) as usize;
+        at.sort_unstable();
+        for i in kept_of_segment(at.len(), segment_keep(fault), draw) {
+            keep.insert((at[i], fault));
+        }
+    }
+    keep
+}
+
 /// Which of a segment's `len` boundaries (in order) a fault keeping `keep`
 /// of them keeps: 1, the one `draw` picks; 2, the first and the last; 3,
 /// those and one between them that `draw` picks.
-pub fn kept_of_segment(len: usize, keep: usize, draw: usize) -> Vec<usize> {
+fn kept_of_segment(len: usize, keep: usize, draw: usize) -> Vec<usize> {
     if len <= keep {
         return (0..len).collect();
     }

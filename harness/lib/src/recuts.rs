@@ -217,26 +217,20 @@ pub fn trim_by_segment<'a>(span: &[&'a Boundary], draw: u64) -> Vec<(&'a Boundar
         .iter()
         .flat_map(|b| second_faults(b).into_iter().map(move |f| (*b, f)))
         .collect();
-    let mut members: BTreeMap<(Role, usize, Fault), Vec<usize>> = BTreeMap::new();
+    let mut members: BTreeMap<((Role, usize), Fault), Vec<usize>> = BTreeMap::new();
     for (i, (b, fault)) in seconds.iter().enumerate() {
         if fault.is_process() {
             members
-                .entry((b.role, b.segment, *fault))
+                .entry(((b.role, b.segment), *fault))
                 .or_default()
                 .push(i);
         }
     }
-    let mut keep = std::collections::HashSet::new();
-    for ((role, segment, fault), at) in members {
-        let mix = plan::mix(draw ^ ((segment * 4 + role as usize) as u64) ^ ((fault as u64) << 32));
-        for i in plan::kept_of_segment(at.len(), plan::segment_keep(fault), mix as usize) {
-            keep.insert(at[i]);
-        }
-    }
+    let keep = plan::kept_per_segment(members, draw);
     seconds
         .into_iter()
         .enumerate()
-        .filter(|(i, (_, fault))| !fault.is_process() || keep.contains(i))
+        .filter(|(i, (_, fault))| !fault.is_process() || keep.contains(&(*i, *fault)))
         .map(|(_, s)| s)
         .collect()
 }

@@ -48,7 +48,7 @@ pub const READER_WAIT_MS: u64 = 60_000;
 pub(super) const PID_WAIT_MS: u64 = 10_000;
 
 /// The directory of the state directory `state` that holds the FIFOs.
-pub(super) fn base(state: &Path) -> PathBuf {
+fn base(state: &Path) -> PathBuf {
     state.join("credentials")
 }
 
@@ -57,6 +57,20 @@ pub(super) fn base(state: &Path) -> PathBuf {
 /// directory, so none of them is being served.
 pub fn sweep(state: &Path) {
     let _ = std::fs::remove_dir_all(base(state));
+}
+
+/// A new private (0700) directory for the hand-off of spawn `marker` under
+/// the state directory `state` (`credentials/<marker>`), and the path of
+/// the hand-off in it: (directory, path).
+pub(super) fn private_path(state: &Path, marker: &str) -> std::io::Result<(PathBuf, PathBuf)> {
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .recursive(true)
+        .create(base(state))?;
+    let dir = base(state).join(marker);
+    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+    let path = dir.join("credential");
+    Ok((dir, path))
 }
 
 /// A FIFO being served to one provider process.
@@ -96,13 +110,7 @@ struct Shared {
 /// FIFO, and serves `secret` through it `reads` times on a thread of its
 /// own.
 pub fn serve(state: &Path, secret: &Secret, marker: &str, reads: u32) -> std::io::Result<Served> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(base(state))?;
-    let dir = base(state).join(marker);
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-    let path = dir.join("credential");
+    let (dir, path) = private_path(state, marker)?;
     nix::unistd::mkfifo(
         &path,
         nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,

@@ -24,7 +24,6 @@
 
 use std::io::Write as _;
 use std::os::fd::{AsFd as _, OwnedFd};
-use std::os::unix::fs::DirBuilderExt as _;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
@@ -32,7 +31,7 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use super::Secret;
-use super::credential_fifo::{PID_WAIT_MS, READER_WAIT_MS, base, is_provider, remove};
+use super::credential_fifo::{PID_WAIT_MS, READER_WAIT_MS, is_provider, private_path, remove};
 
 /// A socket being served to one provider process.
 pub struct Served {
@@ -57,13 +56,7 @@ impl Served {
 /// listening socket, and serves `secret` through it `reads` times on a
 /// thread of its own.
 pub fn serve(state: &Path, secret: &Secret, marker: &str, reads: u32) -> std::io::Result<Served> {
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .recursive(true)
-        .create(base(state))?;
-    let dir = base(state).join(marker);
-    std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-    let path = dir.join("credential");
+    let (dir, path) = private_path(state, marker)?;
     let listener = UnixListener::bind(&path)?;
     listener.set_nonblocking(true)?;
     // Close-on-exec: a provider started meanwhile must not hold it open.
@@ -134,7 +127,8 @@ fn accept(listener: &UnixListener, stopped: &OwnedFd) -> Option<UnixStream> {
     let deadline = Instant::now() + Duration::from_millis(READER_WAIT_MS);
     loop {
         match listener.accept() {
-            Ok((conn, _)) => return conn.set_nonblocking(false).ok().map(|()| conn),
+            // An accepted socket blocks: it takes no flag from the listener.
+            Ok((conn, _)) => return Some(conn),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => return None,

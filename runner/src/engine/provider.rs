@@ -275,8 +275,9 @@ impl Engine {
             Err(e) => {
                 // The whole stop, container included: a provider stopped
                 // while it starts may be starting a child in a session of
-                // its own, which the marker sweep alone misses while its
-                // exec is under way (its environment reads empty then).
+                // its own, which its group and the marker sweep alone
+                // missed (the default wave found one alive; likely inside
+                // its exec, when its environment reads empty).
                 let _ = supervisor::descendants::stop(
                     &identity,
                     Some(&mut child),
