@@ -389,11 +389,13 @@ fn row_20_a_retry_sent_again_after_a_restart_answers_its_run() {
 /// again, and was killed before that send's acceptance was durable.
 #[test]
 fn row_5b_a_re_sent_turn_cut_before_its_acceptance_is_not_sent_a_third_time() {
-    // The bug lives where the provider recorded the re-send before the
-    // runner was stopped: the fake Codex answers `turn/start` before it
-    // records the turn, as the real one does, so a runner stopped right
-    // after the answer may find the re-send unrecorded, and a third send is
-    // then the contract's (a fresh-clone CI run had one such cell).
+    // The bug lives where the re-send started before the runner was
+    // stopped: the provider recorded its turn with the user message in it.
+    // The fake Codex, as the real one, records a turn, answers `turn/start`
+    // and only then records the user message; a runner stopped in between
+    // leaves a turn that delivered nothing (no user message: no model saw
+    // it), and a third send is then the contract's. Fresh-clone CI runs had
+    // such cells, once before the turn was recorded and once after it.
     caught_where(
         "absent-keeps-acceptance",
         "everyday-workflows.runner-codex.local.file-change",
@@ -404,17 +406,19 @@ fn row_5b_a_re_sent_turn_cut_before_its_acceptance_is_not_sent_a_third_time() {
         "no-replay.turn",
         "started 2 primary turns",
         |c| {
-            (recorded_before_second_event(c, "m1") == 0).then(|| {
-                "the provider had not recorded the re-send when the runner was stopped".into()
+            (started_before_second_event(c, "m1") == 0).then(|| {
+                "the re-send had not started at the provider (no turn with its user message) when the runner was stopped".into()
             })
         },
     );
 }
 
-/// The provider turns recorded for `message` (journal `turn.recorded`)
-/// between the cell's first event and its second, from the kept evidence:
-/// the re-send's, recorded before the runner was stopped.
-fn recorded_before_second_event(c: &Value, message: &str) -> usize {
+/// The provider turns of `message` recorded (journal `turn.recorded`)
+/// between the cell's first event and its second that the provider's
+/// store holds with the message's user message in them (a turn without
+/// one delivered nothing): the re-send, started before the runner was
+/// stopped.
+fn started_before_second_event(c: &Value, message: &str) -> usize {
     let ev = &c["evidence"];
     let started = ev["started_ms"].as_u64().unwrap_or_default();
     let at = |what: &str, event: u64| {
@@ -431,12 +435,22 @@ fn recorded_before_second_event(c: &Value, message: &str) -> usize {
     // After the first event's hit (the first send's record is at or before
     // it), up to the second's.
     let window = started + first + 1..=started + second;
-    ev["journal"]
+    let recorded: Vec<&Value> = ev["journal"]
         .as_array()
         .map(|j| {
             j.iter()
                 .filter(|e| e["fact"] == "turn.recorded" && e["data"]["authorized_by"] == message)
                 .filter(|e| e["ts_ms"].as_u64().is_some_and(|t| window.contains(&t)))
+                .map(|e| &e["data"]["turn"])
+                .collect()
+        })
+        .unwrap_or_default();
+    ev["provider_turns"]
+        .as_array()
+        .map(|turns| {
+            turns
+                .iter()
+                .filter(|t| t["client_id"] == message && recorded.contains(&&t["turn"]))
                 .count()
         })
         .unwrap_or_default()
