@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod evidence;
 pub mod explore;
 pub mod fidelity;
+pub mod freezer;
 pub mod judge;
 pub mod model;
 pub mod mutants;

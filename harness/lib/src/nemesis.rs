@@ -85,8 +85,8 @@ pub struct Aim<'a> {
 #[derive(Debug)]
 pub enum Dealt {
     /// Before a kill of the runner alone at its own hit, the runner's other
-    /// processes frozen (SIGSTOP), and the forks of the runner not yet
-    /// exec'ed, left to exec.
+    /// processes frozen ([`crate::freezer`]), and the forks of the runner
+    /// not yet exec'ed, left to exec.
     Frozen {
         pids: Vec<u32>,
         forks_left: Vec<u32>,
@@ -201,10 +201,39 @@ fn freeze_and_kill(tag: &str, runner: Option<u32>) -> Vec<u32> {
             frozen.push(pid);
         }
     }
-    for pid in &frozen {
-        let _ = signal_pid(*pid, Signal::SIGKILL);
+    // Children before their parents, the runner last: a stopped process
+    // whose parent dies first is woken by the kernel (its group orphaned:
+    // SIGHUP, SIGCONT, `crate::freezer`) and could act after the power is
+    // gone; one already sent SIGKILL never returns to user space.
+    for pid in children_first(&frozen) {
+        let _ = signal_pid(pid, Signal::SIGKILL);
     }
     frozen
+}
+
+/// `pids` ordered so that each comes before its parent (by `/proc`'s
+/// parent links within `pids`; a process whose parent is not among them
+/// is a root).
+fn children_first(pids: &[u32]) -> Vec<u32> {
+    let parent: std::collections::HashMap<u32, u32> = pids
+        .iter()
+        .filter_map(|&p| Some((p, u32::try_from(wire::procstat::parent_of(p as i32)?).ok()?)))
+        .filter(|(_, q)| pids.contains(q))
+        .collect();
+    let depth = |mut p: u32| {
+        let mut d = 0;
+        while let Some(&q) = parent.get(&p) {
+            d += 1;
+            p = q;
+            if d > pids.len() {
+                break;
+            }
+        }
+        d
+    };
+    let mut ordered = pids.to_vec();
+    ordered.sort_by_key(|p| std::cmp::Reverse(depth(*p)));
+    ordered
 }
 
 /// The processes of `tag` to freeze at a kill of the runner `runner` alone,
@@ -227,16 +256,20 @@ pub fn runner_children(tag: &str, runner: u32) -> (Vec<u32>, Vec<u32>) {
     (freeze, forks)
 }
 
-/// Freezes (SIGSTOP) the processes of `tag` that [`runner_children`] says
-/// to freeze at a kill of `runner` alone: the ones frozen, and the forks
-/// left to exec. Providers are found by the cell's tag, not through the
-/// runner's API, which a held write blocks.
+/// Freezes the processes of `tag` that [`runner_children`] says to freeze
+/// at a kill of `runner` alone ([`crate::freezer`]: by their control group
+/// where they have one of their own, which the runner's death does not
+/// wake, else by SIGSTOP): the ones frozen, and the forks left to exec.
+/// Providers are found by the cell's tag, not through the runner's API,
+/// which a held write blocks.
 fn freeze_runner_children(tag: &str, runner: u32) -> (Vec<u32>, Vec<u32>) {
     let (children, forks) = runner_children(tag, runner);
-    let frozen = children
-        .into_iter()
-        .filter(|pid| signal_pid(*pid, Signal::SIGSTOP).is_ok())
-        .collect();
+    let (mut frozen, rest) = crate::freezer::freeze_groups(&children);
+    frozen.extend(
+        rest.into_iter()
+            .filter(|pid| signal_pid(*pid, Signal::SIGSTOP).is_ok()),
+    );
+    frozen.sort_unstable();
     (frozen, forks)
 }
 
@@ -407,6 +440,30 @@ pub fn processes_with_env(entry: &str) -> Result<Vec<(u32, u64, String)>, String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A power loss kills a child before its parent, the root last, so that
+    /// no stopped process outlives its parent (which would wake it).
+    #[test]
+    fn children_are_killed_before_their_parents() {
+        let mut sh = std::process::Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(sh.stdout.take().expect("stdout")),
+            &mut line,
+        )
+        .expect("the child's pid");
+        let sleep: u32 = line.trim().parse().expect("a pid");
+        let me = std::process::id();
+        let ordered = children_first(&[me, sh.id(), sleep]);
+        let _ = signal_pid(sleep, Signal::SIGKILL);
+        let _ = sh.kill();
+        let _ = sh.wait();
+        assert_eq!(ordered, vec![sleep, sh.id(), me]);
+    }
 
     /// acpx's shape: a group leader (the queue owner) with a child in its
     /// group (the agent). A fault at the child's hit signals the leader's
