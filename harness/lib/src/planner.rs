@@ -181,7 +181,10 @@ fn discover_all<'a>(
     planned: &mut Planned,
     notes: &crate::progress::Progress,
 ) -> Vec<Discovered<'a>> {
-    let traced = crate::par::map(ids, jobs, |id| {
+    // A generated program's clean runs play a whole workflow: taken first.
+    let generated =
+        |id: &String| u64::from(crate::model::ScenarioId::part_of(id, 0) == crate::workflow::SUITE);
+    let traced = crate::par::map_longest_first(ids, jobs, generated, |id| {
         let (scenario, profile) = scenario::find(scenarios, id)?;
         Some((scenario, discover_steady(env, scenario, &profile), profile))
     });

@@ -248,7 +248,10 @@ pub fn recovery_cells(
     jobs: usize,
 ) -> (Vec<CellSpec>, Reach) {
     let reps = representatives(scenarios, stage1);
-    let traced = discover_all(env, scenarios, &reps, jobs);
+    let took = stage1_ms(stage1);
+    let traced = discover_all(env, scenarios, &reps, jobs, |rep| {
+        took.get(rep.cell_id.as_str()).copied().unwrap_or(0)
+    });
     let mut reach = Reach::default();
     let mut cells: Vec<(String, String, Vec<Event>)> = Vec::new();
     for (rep, after) in reps.iter().zip(traced) {
@@ -293,6 +296,20 @@ pub fn recovery_cells(
         .map(|(cell_id, id, events)| plan::schedule_cell(wave_seed, cell_id, id, &events))
         .collect();
     (specs, reach)
+}
+
+/// Each stage-1 cell's wall time, by cell id.
+fn stage1_ms(stage1: &[CellResult]) -> std::collections::HashMap<&str, u64> {
+    stage1
+        .iter()
+        .map(|r| (r.spec.cell_id.as_str(), r.duration_ms))
+        .collect()
+}
+
+/// The stage-1 cell a stage-2 cell cuts the recovery of (`t042` of
+/// `t042.7`).
+fn representative_of(cell_id: &str) -> Option<&str> {
+    cell_id.split_once('.').map(|(rep, _)| rep)
 }
 
 /// How a wave's stage 2 is chosen.
@@ -356,7 +373,8 @@ pub fn run_stages(
     stop: Option<crate::wave::StopAfter>,
     stage2: Option<Stage2>,
 ) -> Stages {
-    let mut finished = crate::wave::run_cells_until(env, scenarios, cells, jobs, stop);
+    let first = crate::wave::longest_first(cells, crate::wave::expected_ms);
+    let mut finished = crate::wave::run_cells_until(env, scenarios, &first, jobs, stop);
     let Some(s2) = stage2.filter(|_| finished.len() == cells.len()) else {
         return Stages {
             finished,
@@ -366,8 +384,14 @@ pub fn run_stages(
     };
     let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
     let (more, reach) = plan_stage2(env, scenarios, &stage1, s2, jobs);
+    // A stage-2 cell walks its representative's path and then some: the
+    // representative's own time orders them.
+    let took = stage1_ms(&stage1);
+    let ordered = crate::wave::longest_first(&more, |c| {
+        representative_of(&c.cell_id).map_or(0, |r| took.get(r).copied().unwrap_or(0))
+    });
     finished.extend(crate::wave::run_cells_until(
-        env, scenarios, &more, jobs, stop,
+        env, scenarios, &ordered, jobs, stop,
     ));
     Stages {
         finished,
@@ -402,15 +426,16 @@ impl Reach {
 /// A representative's traced recovery, or why it could not be traced.
 type Traced = Result<Vec<Boundary>, String>;
 
-/// The traced run of each representative's event, on `jobs` threads, in
-/// the representatives' order.
+/// The traced run of each representative's event, on `jobs` threads, the
+/// costliest by `cost` first; the results in the representatives' order.
 fn discover_all(
     env: &CellEnv,
     scenarios: &[Scenario],
     reps: &[Representative],
     jobs: usize,
+    cost: impl Fn(&Representative) -> u64,
 ) -> Vec<Traced> {
-    crate::par::map(reps, jobs, |rep| {
+    crate::par::map_longest_first(reps, jobs, cost, |rep| {
         let interrupted = crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
         match scenario::find(scenarios, &rep.scenario_id) {
             _ if interrupted => Err("interrupted before it was traced".into()),
