@@ -373,7 +373,14 @@ pub fn run_stages(
     stop: Option<crate::wave::StopAfter>,
     stage2: Option<Stage2>,
 ) -> Stages {
-    let first = crate::wave::longest_first(cells, crate::wave::expected_ms);
+    // A wave that stops at its first failures (`--max-fail`, `mutants`)
+    // takes its cells in plan order: the simplest first, so a broken
+    // runner fails a cell it is easy to read, and soon.
+    let order = |cells: &[CellSpec], cost: &dyn Fn(&CellSpec) -> u64| match stop {
+        Some(_) => cells.to_vec(),
+        None => crate::wave::longest_first(cells, cost),
+    };
+    let first = order(cells, &crate::wave::expected_ms);
     let mut finished = crate::wave::run_cells_until(env, scenarios, &first, jobs, stop);
     let Some(s2) = stage2.filter(|_| finished.len() == cells.len()) else {
         return Stages {
@@ -387,7 +394,7 @@ pub fn run_stages(
     // A stage-2 cell walks its representative's path and then some: the
     // representative's own time orders them.
     let took = stage1_ms(&stage1);
-    let ordered = crate::wave::longest_first(&more, |c| {
+    let ordered = order(&more, &|c| {
         representative_of(&c.cell_id).map_or(0, |r| took.get(r).copied().unwrap_or(0))
     });
     finished.extend(crate::wave::run_cells_until(
