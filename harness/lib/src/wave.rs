@@ -147,7 +147,7 @@ pub fn run_cells(
 /// ([`longest_first`]), never for a verdict: a generated program's cell
 /// plays a whole workflow, each event adds a restart, a power cut a lazy
 /// mount, a hung provider the runner's idle timer. From the default wave's
-/// medians (seed 1): a file's one-cut cell about 250 ms, its power cut
+/// means (seed 1): a file's one-cut cell about 250 ms, its power cut
 /// 600, a generated program's clean run 700.
 pub fn expected_ms(spec: &CellSpec) -> u64 {
     let base = if spec.scenario_id.suite() == crate::workflow::SUITE {
@@ -524,6 +524,34 @@ pub fn install_interrupt_handler() {
 mod tests {
     use super::*;
     use crate::model::{Cut, Fault, Outcome};
+
+    /// A generated program's schedule goes before a file's power cut, which
+    /// goes before its plain kill and its clean run; ties keep plan order.
+    #[test]
+    fn a_stage_takes_its_longest_cells_first() {
+        let cell = |id: &str, scenario: &str, schedule: &str| {
+            let events = crate::model::parse_schedule(schedule).unwrap_or_default();
+            plan::schedule_cell(1, id.into(), scenario.into(), &events)
+        };
+        let file = "restart-chaos.runner-codex.local.c";
+        let generated = "generated.runner-codex.local.seed1-p0";
+        let cells = vec![
+            cell("t001", file, ""),
+            cell("t002", file, "runner.turn_intent.persisted#1/kill-runner"),
+            cell("t003", file, "runner.turn_intent.persisted#1/power-cut"),
+            cell(
+                "t004",
+                generated,
+                "runner.turn_intent.persisted#1/kill-runner+runner.turn_accepted.persisted#1/fail-write",
+            ),
+            cell("t005", file, "runner.turn_accepted.persisted#1/kill-runner"),
+        ];
+        let order: Vec<String> = longest_first(&cells, expected_ms)
+            .into_iter()
+            .map(|c| c.cell_id)
+            .collect();
+        assert_eq!(order, ["t004", "t003", "t002", "t005", "t001"]);
+    }
 
     #[test]
     fn without_fuse_every_power_cut_cell_is_skipped_with_the_reason() {
