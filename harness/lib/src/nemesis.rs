@@ -441,22 +441,31 @@ pub fn processes_with_env(entry: &str) -> Result<Vec<(u32, u64, String)>, String
 mod tests {
     use super::*;
 
-    /// A power loss kills a child before its parent, the root last, so that
-    /// no stopped process outlives its parent (which would wake it).
-    #[test]
-    fn children_are_killed_before_their_parents() {
-        let mut sh = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 & echo $!; wait"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("sh");
+    /// A `sh` (in a group of its own with `own_group`) with a `sleep` child,
+    /// and the child's pid.
+    fn sh_with_a_child(own_group: bool) -> (std::process::Child, u32) {
+        use std::os::unix::process::CommandExt as _;
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", "sleep 30 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped());
+        if own_group {
+            cmd.process_group(0);
+        }
+        let mut sh = cmd.spawn().expect("sh");
         let mut line = String::new();
         std::io::BufRead::read_line(
             &mut std::io::BufReader::new(sh.stdout.take().expect("stdout")),
             &mut line,
         )
         .expect("the child's pid");
-        let sleep: u32 = line.trim().parse().expect("a pid");
+        (sh, line.trim().parse().expect("a pid"))
+    }
+
+    /// A power loss kills a child before its parent, the root last, so that
+    /// no stopped process outlives its parent (which would wake it).
+    #[test]
+    fn children_are_killed_before_their_parents() {
+        let (mut sh, sleep) = sh_with_a_child(false);
         let me = std::process::id();
         let ordered = children_first(&[me, sh.id(), sleep]);
         let _ = signal_pid(sleep, Signal::SIGKILL);
@@ -470,20 +479,7 @@ mod tests {
     /// group; with the child's pid as a group it reached nothing.
     #[test]
     fn a_provider_that_leads_no_group_is_signalled_through_the_group_it_is_in() {
-        use std::os::unix::process::CommandExt as _;
-        let mut leader = std::process::Command::new("sh")
-            .args(["-c", "sleep 30 & echo $!; wait"])
-            .process_group(0)
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("sh");
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(leader.stdout.take().expect("stdout")),
-            &mut line,
-        )
-        .expect("the child's pid");
-        let child: u32 = line.trim().parse().expect("a pid");
+        let (mut leader, child) = sh_with_a_child(true);
         assert_eq!(provider_target(child, None), Target::Group(leader.id()));
         assert_eq!(
             provider_target(child, Some(leader.id())),

@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 /// A runner and its provider, as runnerd starts one: the runner `P` in a
 /// group of its own, the provider `C` in another group of the same
 /// session, with a tool command (`sleep`, SIGHUP's default action) in
-/// C's group. Returns (P, C, the sleep).
-fn runner_with_a_provider() -> (Child, u32, u32) {
+/// C's group. Returns the test's [`Cleanup`] of them, C and the sleep.
+fn runner_with_a_provider() -> (Cleanup, u32, u32) {
     let script = r#"my $c = fork(); if ($c == 0) { setpgrp(0, 0); exec('sh', '-c', 'sleep 300 & echo $!; wait'); } waitpid($c, 0);"#;
     let mut p = Command::new("perl")
         .args(["-e", script])
@@ -22,7 +22,12 @@ fn runner_with_a_provider() -> (Child, u32, u32) {
         .expect("the sleep's pid");
     let sleep: u32 = line.trim().parse().expect("a pid");
     let c = wire::procstat::parent_of(sleep as i32).expect("the provider") as u32;
-    (p, c, sleep)
+    let guard = Cleanup {
+        runner: Some(p),
+        pids: vec![c, sleep],
+        dir: None,
+    };
+    (guard, c, sleep)
 }
 
 /// A fresh cgroup v2 group holding `pids`, or why there is none here.
@@ -102,12 +107,7 @@ impl Drop for Cleanup {
 
 #[test]
 fn a_provider_frozen_by_its_group_stays_frozen_and_unsignalled_when_its_runner_dies() {
-    let (p, c, sleep) = runner_with_a_provider();
-    let mut guard = Cleanup {
-        runner: Some(p),
-        pids: vec![c, sleep],
-        dir: None,
-    };
+    let (mut guard, c, sleep) = runner_with_a_provider();
     match group_of(&[c, sleep]) {
         Ok(dir) => guard.dir = Some(dir),
         Err(why) => {
@@ -139,12 +139,7 @@ fn a_provider_frozen_by_its_group_stays_frozen_and_unsignalled_when_its_runner_d
 /// its tool command dies of the SIGHUP.
 #[test]
 fn a_provider_frozen_by_sigstop_is_woken_and_hung_up_when_its_runner_dies() {
-    let (p, c, sleep) = runner_with_a_provider();
-    let mut guard = Cleanup {
-        runner: Some(p),
-        pids: vec![c, sleep],
-        dir: None,
-    };
+    let (mut guard, c, sleep) = runner_with_a_provider();
     for pid in [c, sleep] {
         crate::nemesis::signal_pid(pid, Signal::SIGSTOP).unwrap();
     }
