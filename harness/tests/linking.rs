@@ -1,9 +1,10 @@
 //! How `turncut` is linked: on x86_64 Linux with glibc, statically
-//! (`tools/link-static`, the linker `.cargo/config.toml` names), because a
-//! wave starts it about six times a cell and a dynamically linked start cost
-//! about 0.7 ms more CPU (docs/ci.md, "Linked statically"). A link that fell
-//! back to the dynamic one (the wrapper's line on stderr is easy to miss in
-//! a build's output) fails here.
+//! (`tools/link-static`, the linker `.cargo/config.toml` names; why and what
+//! it buys: docs/ci.md, "Linked statically"). A link that fell back to the
+//! dynamic one (the wrapper's line on stderr is easy to miss in a build's
+//! output) fails here. Built only for the target `tools/link-static` is
+//! named for.
+#![cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 
 /// The ELF program header types of the file at `path`.
 fn segment_types(path: &str) -> Vec<u32> {
@@ -26,7 +27,6 @@ const PT_DYNAMIC: u32 = 2;
 const PT_INTERP: u32 = 3;
 
 #[test]
-#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 fn turncut_is_linked_statically() {
     if std::env::var("TURNCUT_DYNAMIC").as_deref() == Ok("1") {
         eprintln!("skipped: TURNCUT_DYNAMIC=1 asks tools/link-static for a dynamic link");
@@ -36,8 +36,9 @@ fn turncut_is_linked_statically() {
     let types = segment_types(exe);
     assert!(
         !types.contains(&PT_INTERP) && !types.contains(&PT_DYNAMIC),
-        "{exe} is linked dynamically (program headers {types:?}): tools/link-static fell back \
-         to rustc's dynamic link; its line in the build's output says why"
+        "{exe} is linked dynamically (program headers {types:?}): either cargo ran outside \
+         the repository and never read .cargo/config.toml, or tools/link-static fell back to \
+         rustc's dynamic link (its line in the build's output says why)"
     );
 }
 
