@@ -7,13 +7,13 @@
 //! it. The names are the harness's contract and never change here; the wire
 //! form and the arming live in the `cutpoint` crate.
 
-/// Passes a cut point from async code. A held point blocks its thread, so it
-/// runs under `block_in_place`: the worker's other tasks (the HTTP API among
-/// them) move to another thread instead of waiting behind the hold.
+/// Passes a cut point from async code. A held point blocks its thread, so
+/// the hold runs under `block_in_place`: the worker's other tasks (the HTTP
+/// API among them) move to another thread instead of waiting behind it.
+/// Only the armed occurrence does: every other hit is counted (and traced)
+/// where it is.
 pub fn hit(point: &str) {
-    if cutpoint::active() {
-        tokio::task::block_in_place(|| cutpoint::hit(point));
-    }
+    cutpoint::hit_off(point, |hold| tokio::task::block_in_place(hold));
 }
 
 /// Passes `runner.<write>.persisted`, the point after the durable write

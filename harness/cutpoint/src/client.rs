@@ -108,6 +108,33 @@ pub fn hit_io(point: &str) -> io::Result<()> {
     }
 }
 
+/// [`hit`] for a caller that must not block where it runs (an async
+/// executor's worker): the hit is counted and traced here, and only the
+/// armed occurrence, which blocks until the harness answers, runs inside
+/// `off` (e.g. `|hold| tokio::task::block_in_place(hold)`). Moving every
+/// hit off the worker handed the worker's queue to a new thread each time,
+/// most of the threads a runner started in a wave.
+///
+/// # Panics
+///
+/// As [`hit`].
+pub fn hit_off(point: &str, off: impl FnOnce(&mut dyn FnMut())) {
+    match STATE.load(Ordering::Relaxed) {
+        DISARMED => {}
+        ACTIVE => {
+            if let Some(Ok(Some(runtime))) = RUNTIME.get() {
+                let _ = runtime.hit_with(point, Kind::Plain, off);
+            }
+        }
+        _ => {
+            if let Err(e) = init() {
+                panic!("cutpoint: {e}");
+            }
+            hit_off(point, off);
+        }
+    }
+}
+
 /// What a point can be told besides `continue`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
@@ -283,6 +310,17 @@ impl Runtime {
     /// Counts, traces and (at an armed occurrence) holds one hit; returns the
     /// reply the harness gave when the point's kind (`can_fail`) takes it.
     fn hit(&self, point: &str, can_fail: Kind) -> Option<Reply> {
+        self.hit_with(point, can_fail, |hold| hold())
+    }
+
+    /// [`Runtime::hit`], with the hold (only at an armed occurrence) run
+    /// inside `off`.
+    fn hit_with(
+        &self,
+        point: &str,
+        can_fail: Kind,
+        off: impl FnOnce(&mut dyn FnMut()),
+    ) -> Option<Reply> {
         // Counting and tracing happen under one lock so that the trace lists
         // each point's occurrences in increasing order even across threads.
         // The lock is released before blocking on the harness, so other
@@ -323,9 +361,12 @@ impl Runtime {
             armed.map(|armed| (armed, bytes, n))
         };
         let (armed, bytes, n) = held?;
-        HELD.fetch_add(1, Ordering::SeqCst);
-        let fault = armed.hold(&bytes, point, n, can_fail);
-        HELD.fetch_sub(1, Ordering::SeqCst);
+        let mut fault = None;
+        off(&mut || {
+            HELD.fetch_add(1, Ordering::SeqCst);
+            fault = armed.hold(&bytes, point, n, can_fail);
+            HELD.fetch_sub(1, Ordering::SeqCst);
+        });
         fault
     }
 }
@@ -498,5 +539,29 @@ mod tests {
         }
         assert_eq!(last["shared.point.hit"], 2000);
         assert_eq!(last["own.point.3"], 500);
+    }
+
+    /// `hit_off` moves only the armed occurrence's hold into `off`: the
+    /// other hits are counted where they are. (The socket is absent, so the
+    /// hold reports that and continues.)
+    #[test]
+    fn only_the_armed_occurrence_runs_off_the_caller() {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("absent.sock");
+        let runtime = runtime(&[(ENV_ARM, "p#2"), (ENV_SOCKET, socket.to_str().unwrap())])
+            .unwrap()
+            .unwrap();
+        let mut moved = Vec::new();
+        for n in 1..=3 {
+            let mut held = false;
+            runtime.hit_with("p", Kind::Plain, |hold| {
+                hold();
+                held = true;
+            });
+            if held {
+                moved.push(n);
+            }
+        }
+        assert_eq!(moved, vec![2]);
     }
 }

@@ -48,7 +48,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-pub use client::{active, held, hit, hit_answer, hit_io, init};
+pub use client::{active, held, hit, hit_answer, hit_io, hit_off, init};
 pub use harness::{HeldHit, Holding, Listener, MESSAGE_WAIT_MS, Waker, trace_read};
 pub use parent::{DIE_WITH_ENV, die_with_parent};
 
