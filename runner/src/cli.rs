@@ -177,7 +177,7 @@ fn start(mut args: Args, from_env: Option<String>) -> Result<i32, Exit> {
     })?;
     let token = token(&args).map_err(|e| Exit(2, format!("{e:#}")))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .enable_all()
         .build()
         .map_err(|e| Exit(3, format!("failed to start the runtime: {e}")))?;
