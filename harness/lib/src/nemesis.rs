@@ -415,18 +415,10 @@ pub fn tagged_processes(tag: &str) -> Vec<(u32, String)> {
 /// users, and ones that exit while the table is read, are skipped; an
 /// unreadable `/proc` is an error.
 pub fn processes_with_env(entry: &str) -> Result<Vec<(u32, u64, String)>, String> {
-    let dir = std::fs::read_dir("/proc").map_err(|e| format!("/proc: {e}"))?;
+    let pids =
+        wire::procstat::pids_with_env(entry.as_bytes()).map_err(|e| format!("/proc: {e}"))?;
     let mut found = Vec::new();
-    for e in dir.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            continue;
-        };
-        if !environ.split(|b| *b == 0).any(|v| v == entry.as_bytes()) {
-            continue;
-        }
+    for pid in pids.into_iter().filter_map(|p| u32::try_from(p).ok()) {
         let Some(start) = start_time(pid) else {
             continue;
         };

@@ -113,6 +113,46 @@ pub fn parent_of(pid: i32) -> Option<i32> {
     read(pid).ok().map(|s| s.ppid)
 }
 
+/// The processes whose initial environment holds `entry` (`NAME=value`,
+/// whole), in `/proc`'s order; processes whose environment cannot be read
+/// (another user's, a kernel thread's, one gone since the listing) are
+/// skipped, and only an unreadable `/proc` is an error. How the runner
+/// finds a spawn marker and the harness a cell's tag: every entry of
+/// `/proc` is opened relative to one descriptor of it and read into one
+/// buffer, since the scan runs at every stop and kill of a wave.
+pub fn pids_with_env(entry: &[u8]) -> io::Result<Vec<i32>> {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::Mode;
+    use std::io::Read as _;
+    let proc_dir = std::fs::File::open("/proc")?;
+    let mut found = Vec::new();
+    let mut environ = Vec::with_capacity(16 * 1024);
+    for e in std::fs::read_dir("/proc")? {
+        let e = e?;
+        let name = e.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
+        let Ok(fd) = openat(
+            &proc_dir,
+            format!("{pid}/environ").as_str(),
+            flags,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        environ.clear();
+        if std::fs::File::from(fd).read_to_end(&mut environ).is_err() {
+            continue;
+        }
+        if environ.split(|b| *b == 0).any(|v| v == entry) {
+            found.push(pid);
+        }
+    }
+    Ok(found)
+}
+
 fn missing(field: usize, name: &'static str) -> StatParseError {
     StatParseError::MissingField { field, name }
 }
@@ -195,5 +235,35 @@ mod tests {
         assert_eq!(live_start_time(me), Some(stat.start_time));
         assert_eq!(parent_of(me as i32), Some(stat.ppid));
         assert_eq!(read(0).unwrap_err().kind(), io::ErrorKind::InvalidInput);
+    }
+
+    /// A child started with an entry is found by it, and by nothing else:
+    /// not by a prefix of it, and not once it is gone.
+    #[test]
+    fn a_process_is_found_by_its_environment_entry() {
+        let entry = format!("WIRE_SCAN_TEST={}", std::process::id());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .env("WIRE_SCAN_TEST", std::process::id().to_string())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        // The spawn returns once the child's exec has begun, which can be
+        // before the kernel has set where its environment lies: until
+        // then it reads empty.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let found = loop {
+            let found = pids_with_env(entry.as_bytes()).unwrap();
+            if !found.is_empty() || std::time::Instant::now() > until {
+                break found;
+            }
+            std::thread::yield_now();
+        };
+        let prefix = pids_with_env(&entry.as_bytes()[..entry.len() - 1]).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(found, vec![pid]);
+        assert!(!prefix.contains(&pid), "{prefix:?}");
+        assert!(!pids_with_env(entry.as_bytes()).unwrap().contains(&pid));
     }
 }

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::time::Instant;
 
 use super::liveness::{Observation, observe};
-use super::stat::{is_no_such_process, proc_pid, read_stat};
+use super::stat::{is_no_such_process, read_stat};
 use super::wait::{INITIAL_POLL_INTERVAL, backoff};
 use super::{ProcessIdentity, StopProof};
 
@@ -40,18 +40,8 @@ pub fn marked_processes(marker: &str) -> io::Result<Vec<ProcessIdentity>> {
     let needle = format!("{MARKER_ENV}={marker}").into_bytes();
     let me = std::process::id();
     let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc")? {
-        let Some(pid) = proc_pid(&entry?) else {
-            continue;
-        };
+    for pid in wire::procstat::pids_with_env(&needle)? {
         if u32::try_from(pid) == Ok(me) {
-            continue;
-        }
-        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
-            // Gone since the listing, or not ours to read.
-            continue;
-        };
-        if !environ.split(|b| *b == 0).any(|v| v == needle.as_slice()) {
             continue;
         }
         match read_stat(pid) {
