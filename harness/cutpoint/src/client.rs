@@ -119,20 +119,7 @@ pub fn hit_io(point: &str) -> io::Result<()> {
 ///
 /// As [`hit`].
 pub fn hit_off(point: &str, off: impl FnOnce(&mut dyn FnMut())) {
-    match STATE.load(Ordering::Relaxed) {
-        DISARMED => {}
-        ACTIVE => {
-            if let Some(Ok(Some(runtime))) = RUNTIME.get() {
-                let _ = runtime.hit_with(point, Kind::Plain, off);
-            }
-        }
-        _ => {
-            if let Err(e) = init() {
-                panic!("cutpoint: {e}");
-            }
-            hit_off(point, off);
-        }
-    }
+    let _ = dispatch_off(point, Kind::Plain, off);
 }
 
 /// What a point can be told besides `continue`.
@@ -157,12 +144,19 @@ enum Reply {
 /// reply the harness injected, if the point takes it.
 #[inline]
 fn dispatch(point: &str, can_fail: Kind) -> Option<Reply> {
+    dispatch_off(point, can_fail, |hold| hold())
+}
+
+/// [`dispatch`], with the hold of an armed occurrence run inside `off`
+/// ([`hit_off`]).
+#[inline]
+fn dispatch_off(point: &str, can_fail: Kind, off: impl FnOnce(&mut dyn FnMut())) -> Option<Reply> {
     // Relaxed is enough: the value only selects a path, and the active path
     // reaches the configuration through `OnceLock`, which synchronises itself.
     match STATE.load(Ordering::Relaxed) {
         DISARMED => None,
-        ACTIVE => active_hit(point, can_fail),
-        _ => first_hit(point, can_fail),
+        ACTIVE => active_hit(point, can_fail, off),
+        _ => first_hit(point, can_fail, off),
     }
 }
 
@@ -197,24 +191,24 @@ pub fn init() -> Result<(), Error> {
 
 #[cold]
 #[inline(never)]
-fn first_hit(point: &str, can_fail: Kind) -> Option<Reply> {
+fn first_hit(point: &str, can_fail: Kind, off: impl FnOnce(&mut dyn FnMut())) -> Option<Reply> {
     if let Err(e) = init() {
         panic!("cutpoint: {e}");
     }
     // `init` succeeded, so the state is now disarmed or active and this
     // re-dispatch cannot come back here.
-    dispatch(point, can_fail)
+    dispatch_off(point, can_fail, off)
 }
 
 #[inline(never)]
-fn active_hit(point: &str, can_fail: Kind) -> Option<Reply> {
+fn active_hit(point: &str, can_fail: Kind, off: impl FnOnce(&mut dyn FnMut())) -> Option<Reply> {
     // The relaxed load in `dispatch` does not order us after the thread that
     // stored the configuration, so reach it through `OnceLock`, whose fast
     // path is a single acquire load and whose slow path waits for the writer.
     if let Some(Ok(Some(runtime))) = RUNTIME.get() {
-        runtime.hit(point, can_fail)
+        runtime.hit(point, can_fail, off)
     } else {
-        first_hit(point, can_fail)
+        first_hit(point, can_fail, off)
     }
 }
 
@@ -307,15 +301,10 @@ impl Runtime {
         }))
     }
 
-    /// Counts, traces and (at an armed occurrence) holds one hit; returns the
-    /// reply the harness gave when the point's kind (`can_fail`) takes it.
-    fn hit(&self, point: &str, can_fail: Kind) -> Option<Reply> {
-        self.hit_with(point, can_fail, |hold| hold())
-    }
-
-    /// [`Runtime::hit`], with the hold (only at an armed occurrence) run
-    /// inside `off`.
-    fn hit_with(
+    /// Counts, traces and (at an armed occurrence) holds one hit, the hold
+    /// run inside `off`; returns the reply the harness gave when the
+    /// point's kind (`can_fail`) takes it.
+    fn hit(
         &self,
         point: &str,
         can_fail: Kind,
@@ -519,8 +508,8 @@ mod tests {
                 let runtime = Arc::clone(&runtime);
                 std::thread::spawn(move || {
                     for _ in 0..500 {
-                        runtime.hit("shared.point.hit", Kind::Plain);
-                        runtime.hit(&format!("own.point.{t}"), Kind::Io);
+                        runtime.hit("shared.point.hit", Kind::Plain, |h| h());
+                        runtime.hit(&format!("own.point.{t}"), Kind::Io, |h| h());
                     }
                 })
             })
@@ -554,7 +543,7 @@ mod tests {
         let mut moved = Vec::new();
         for n in 1..=3 {
             let mut held = false;
-            runtime.hit_with("p", Kind::Plain, |hold| {
+            runtime.hit("p", Kind::Plain, |hold| {
                 hold();
                 held = true;
             });
