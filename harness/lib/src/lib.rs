@@ -35,6 +35,7 @@ pub mod run_log;
 pub mod runner_client;
 pub mod runner_spec;
 pub mod scenario;
+pub mod stages;
 pub mod stress;
 pub mod supervisor;
 pub mod tempdirs;

@@ -275,7 +275,7 @@ fn run_row(
     let caught_in_planning = stop.is_some() && judged.iter().any(planning_catch);
     let mut results: Vec<crate::model::CellResult> = judged;
     if !caught_in_planning {
-        let stages = crate::recuts::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
+        let stages = crate::stages::run_stages(&env, scenarios, cells, sel.jobs, stop, stage2);
         results.extend(stages.finished.into_iter().map(|f| f.result));
     }
     tally(bug, profile, &results)

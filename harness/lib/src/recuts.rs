@@ -81,25 +81,16 @@ pub fn waiting_work(s: &Scenario) -> usize {
 /// walked it and reached their cut. The count grows with the paths, not
 /// with the boundaries or the scenarios.
 pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Representative> {
-    let mut cells: Vec<(&CellResult, usize)> = stage1
+    // A power cut's recovery walks the paths a kill-both's does, on a state
+    // with less in it; cutting it again would put lazy mounts under stage
+    // 2's cells, whose count follows the paths ([`rank`] leaves it out).
+    let mut cells: Vec<(&CellResult, _)> = stage1
         .iter()
-        .filter(|r| r.spec.depth() == 1 && r.outcome.reached_cut)
+        .filter(|r| r.outcome.reached_cut)
         .filter(|r| !r.outcome.path.is_empty() && r.outcome.path != "unknown")
-        // A power cut's recovery walks the paths a kill-both's does, on a
-        // state with less in it; cutting it again would put lazy mounts
-        // under stage 2's cells, whose count follows the paths.
-        .filter(|r| r.spec.fault() != Some(Fault::PowerCut))
-        .filter_map(|r| {
-            let (s, _) = scenario::find(scenarios, &r.spec.scenario_id)?;
-            Some((r, waiting_work(s)))
-        })
+        .filter_map(|r| Some((r, rank(scenarios, &r.spec)?)))
         .collect();
-    cells.sort_by(|(a, wa), (b, wb)| {
-        wb.cmp(wa).then_with(|| {
-            crate::model::cell_id_key(&a.spec.cell_id)
-                .cmp(&crate::model::cell_id_key(&b.spec.cell_id))
-        })
-    });
+    cells.sort_by_key(|(_, rank)| *rank);
     let mut seen: BTreeMap<(String, String), Representative> = BTreeMap::new();
     for (r, _) in cells {
         let Some(first) = r.spec.schedule() else {
@@ -121,6 +112,55 @@ pub fn representatives(scenarios: &[Scenario], stage1: &[CellResult]) -> Vec<Rep
         crate::model::cell_id_key(&a.cell_id).cmp(&crate::model::cell_id_key(&b.cell_id))
     });
     reps
+}
+
+/// A candidate's place: its waiting work, reversed, then its cell id's
+/// key (`model::cell_id_key`).
+type Rank<'a> = (std::cmp::Reverse<usize>, (&'a str, usize, &'a str, &'a str));
+
+/// Where a stage-1 cell stands among the candidates for a path of its
+/// profile ([`representatives`]: the most waiting work first, then cell
+/// order), or `None` if it cannot represent one whatever it walks (a
+/// deeper cell, a power cut, an unknown scenario).
+fn rank<'a>(scenarios: &[Scenario], spec: &'a CellSpec) -> Option<Rank<'a>> {
+    if spec.depth() != 1 || spec.fault() == Some(Fault::PowerCut) || spec.schedule().is_none() {
+        return None;
+    }
+    let (s, _) = scenario::find(scenarios, &spec.scenario_id)?;
+    Some((
+        std::cmp::Reverse(waiting_work(s)),
+        crate::model::cell_id_key(&spec.cell_id),
+    ))
+}
+
+/// The representatives of `finished` that no `running` stage-1 cell can
+/// displace: none of them ranks before it in its profile. With every cell
+/// of stage 1 finished, these are [`representatives`] of the whole; before,
+/// each one given is already the whole's representative of its path, so
+/// its recovery cuts can run while the last stage-1 cells finish.
+pub fn settled(
+    scenarios: &[Scenario],
+    finished: &[CellResult],
+    running: &[&CellSpec],
+) -> Vec<Representative> {
+    let open: Vec<_> = running
+        .iter()
+        .filter_map(|c| Some((c.scenario_id.profile(), rank(scenarios, c)?)))
+        .collect();
+    let by_id: std::collections::HashMap<&str, &CellSpec> = finished
+        .iter()
+        .map(|r| (r.spec.cell_id.as_str(), &r.spec))
+        .collect();
+    representatives(scenarios, finished)
+        .into_iter()
+        .filter(|rep| {
+            let spec = by_id[rep.cell_id.as_str()];
+            let mine = rank(scenarios, spec);
+            !open
+                .iter()
+                .any(|(p, r)| *p == spec.scenario_id.profile() && Some(*r) < mine)
+        })
+        .collect()
 }
 
 /// Whether a boundary of a recovery is cut: every boundary but those that
@@ -249,67 +289,84 @@ pub fn recovery_cells(
 ) -> (Vec<CellSpec>, Reach) {
     let reps = representatives(scenarios, stage1);
     let took = stage1_ms(stage1);
-    let traced = discover_all(env, scenarios, &reps, jobs, |rep| {
-        took.get(rep.cell_id.as_str()).copied().unwrap_or(0)
-    });
+    let traced = crate::par::map_longest_first(
+        &reps,
+        jobs,
+        |rep| took.get(rep.cell_id.as_str()).copied().unwrap_or(0),
+        |rep| trace(env, scenarios, rep),
+    );
     let mut reach = Reach::default();
-    let mut cells: Vec<(String, String, Vec<Event>)> = Vec::new();
+    let mut cells = Vec::new();
     for (rep, after) in reps.iter().zip(traced) {
-        let profile = scenario::profile_of(&rep.scenario_id).to_owned();
-        let after = match after {
-            Ok(a) => a,
-            Err(e) => {
-                reach
-                    .undiscovered
-                    .push((format!("{}@{}", rep.scenario_id, rep.first), e));
-                continue;
-            }
-        };
-        let span = span(&after);
-        reach
-            .paths
-            .entry(profile)
-            .or_default()
-            .push((rep.path.clone(), span.len()));
-        let draw = plan::cell_seed(wave_seed ^ 0x5e67, &rep.cell_id);
-        let mut seconds = trim_by_segment(&span, draw);
-        // Threads of the runner and of a provider interleave by timing, so
-        // two traces of one recovery list its boundaries in orders that
-        // differ while their set does not: the cells are numbered in a fixed
-        // order (runner points first, then by name and occurrence), as the
-        // planner numbers stage 1, so `turncut plan --stage2` and a wave's own
-        // stage 2 name the same cell the same way.
-        seconds.sort_by(|(a, _), (b, _)| {
-            (a.role != Role::Runner, &a.cut).cmp(&(b.role != Role::Runner, &b.cut))
-        });
-        let seconds = seconds.into_iter().map(|(b, fault)| Event {
-            cut: b.cut.clone(),
-            fault,
-        });
-        for (k, second) in seconds.enumerate() {
-            let id = format!("{}.{}", rep.cell_id, k + 1);
-            cells.push((id, rep.scenario_id.clone(), vec![rep.first.clone(), second]));
-        }
+        let got = rep_cells(rep, after, wave_seed);
+        reach.add(rep, &got);
+        cells.extend(got.cells);
     }
-    let specs = cells
+    (cells, reach)
+}
+
+/// What one representative's traced recovery gives.
+#[derive(Clone, Debug)]
+pub struct RepCells {
+    /// The size of its recovery's span, or why it could not be traced.
+    pub span: Result<usize, String>,
+    /// Its stage-2 cells (before a budget keeps its share, [`kept`]).
+    pub cells: Vec<CellSpec>,
+}
+
+/// The stage-2 cells of `rep`, from its traced recovery `after`: the
+/// second events of the recovery's [`span`] kept by [`trim_by_segment`],
+/// numbered in a fixed order.
+pub fn rep_cells(rep: &Representative, after: Traced, wave_seed: u64) -> RepCells {
+    let after = match after {
+        Ok(a) => a,
+        Err(e) => {
+            return RepCells {
+                span: Err(e),
+                cells: Vec::new(),
+            };
+        }
+    };
+    let span = span(&after);
+    let draw = plan::cell_seed(wave_seed ^ 0x5e67, &rep.cell_id);
+    let mut seconds = trim_by_segment(&span, draw);
+    // Threads of the runner and of a provider interleave by timing, so
+    // two traces of one recovery list its boundaries in orders that
+    // differ while their set does not: the cells are numbered in a fixed
+    // order (runner points first, then by name and occurrence), as the
+    // planner numbers stage 1, so `turncut plan --stage2` and a wave's own
+    // stage 2 name the same cell the same way.
+    seconds.sort_by(|(a, _), (b, _)| {
+        (a.role != Role::Runner, &a.cut).cmp(&(b.role != Role::Runner, &b.cut))
+    });
+    let cells = seconds
         .into_iter()
-        .map(|(cell_id, id, events)| plan::schedule_cell(wave_seed, cell_id, id, &events))
+        .enumerate()
+        .map(|(k, (b, fault))| {
+            let second = Event {
+                cut: b.cut.clone(),
+                fault,
+            };
+            plan::schedule_cell(
+                wave_seed,
+                format!("{}.{}", rep.cell_id, k + 1),
+                rep.scenario_id.clone(),
+                &[rep.first.clone(), second],
+            )
+        })
         .collect();
-    (specs, reach)
+    RepCells {
+        span: Ok(span.len()),
+        cells,
+    }
 }
 
 /// Each stage-1 cell's wall time, by cell id.
-fn stage1_ms(stage1: &[CellResult]) -> std::collections::HashMap<&str, u64> {
+pub fn stage1_ms(stage1: &[CellResult]) -> std::collections::HashMap<&str, u64> {
     stage1
         .iter()
         .map(|r| (r.spec.cell_id.as_str(), r.duration_ms))
         .collect()
-}
-
-/// The stage-1 cell a stage-2 cell cuts the recovery of (`t042` of
-/// `t042.7`).
-fn representative_of(cell_id: &str) -> Option<&str> {
-    cell_id.split_once('.').map(|(rep, _)| rep)
 }
 
 /// How a wave's stage 2 is chosen.
@@ -324,7 +381,7 @@ pub struct Stage2 {
 }
 
 /// Whether stage-2 cell `c` is kept at `keep_ppm`.
-fn kept(c: &CellSpec, wave_seed: u64, keep_ppm: Option<u32>) -> bool {
+pub fn kept(c: &CellSpec, wave_seed: u64, keep_ppm: Option<u32>) -> bool {
     keep_ppm.is_none_or(|ppm| {
         plan::cell_seed(wave_seed ^ 0x2ec7, &c.name()) % 1_000_000 < u64::from(ppm)
     })
@@ -352,62 +409,21 @@ pub fn plan_stage2(
     (cells, reach)
 }
 
-/// What a wave's two stages ran.
-pub struct Stages {
-    /// The finished cells of both stages.
-    pub finished: Vec<crate::wave::Finished>,
-    /// What stage 2 reached, if it was planned.
-    pub reach: Option<Reach>,
-    /// The stage-2 cells planned (kept by the budget), run or not: a wave
-    /// stopped inside stage 2 counts the rest as not run.
-    pub stage2_planned: usize,
-}
-
-/// Runs a wave's cells (stage 1) and then, unless stage 1 stopped early,
-/// the recovery cuts of the paths they walked (stage 2).
-pub fn run_stages(
-    env: &CellEnv,
-    scenarios: &[Scenario],
-    cells: &[CellSpec],
-    jobs: usize,
-    stop: Option<crate::wave::StopAfter>,
-    stage2: Option<Stage2>,
-) -> Stages {
-    // A wave that stops at its first failures (`--max-fail`, `mutants`)
-    // takes its cells in plan order: the simplest first, so a broken
-    // runner fails a cell it is easy to read, and soon.
-    let order = |cells: &[CellSpec], cost: &dyn Fn(&CellSpec) -> u64| match stop {
-        Some(_) => cells.to_vec(),
-        None => crate::wave::longest_first(cells, cost),
-    };
-    let first = order(cells, &crate::wave::expected_ms);
-    let mut finished = crate::wave::run_cells_until(env, scenarios, &first, jobs, stop);
-    let Some(s2) = stage2.filter(|_| finished.len() == cells.len()) else {
-        return Stages {
-            finished,
-            reach: None,
-            stage2_planned: 0,
-        };
-    };
-    let stage1: Vec<CellResult> = finished.iter().map(|f| f.result.clone()).collect();
-    let (more, reach) = plan_stage2(env, scenarios, &stage1, s2, jobs);
-    // A stage-2 cell walks its representative's path and then some: the
-    // representative's own time orders them.
-    let took = stage1_ms(&stage1);
-    let ordered = order(&more, &|c| {
-        representative_of(&c.cell_id).map_or(0, |r| took.get(r).copied().unwrap_or(0))
-    });
-    finished.extend(crate::wave::run_cells_until(
-        env, scenarios, &ordered, jobs, stop,
-    ));
-    Stages {
-        finished,
-        reach: Some(reach),
-        stage2_planned: more.len(),
-    }
-}
-
 impl Reach {
+    /// Adds what `rep`'s traced recovery gave.
+    pub fn add(&mut self, rep: &Representative, got: &RepCells) {
+        match &got.span {
+            Ok(n) => self
+                .paths
+                .entry(scenario::profile_of(&rep.scenario_id).to_owned())
+                .or_default()
+                .push((rep.path.clone(), *n)),
+            Err(e) => self
+                .undiscovered
+                .push((format!("{}@{}", rep.scenario_id, rep.first), e.clone())),
+        }
+    }
+
     /// One paragraph for the console: paths per profile and cells.
     pub fn summary(&self, cells: usize) -> String {
         if self.paths.is_empty() {
@@ -431,32 +447,19 @@ impl Reach {
 }
 
 /// A representative's traced recovery, or why it could not be traced.
-type Traced = Result<Vec<Boundary>, String>;
+pub type Traced = Result<Vec<Boundary>, String>;
 
-/// The traced run of each representative's event, on `jobs` threads, the
-/// costliest by `cost` first; the results in the representatives' order.
-fn discover_all(
-    env: &CellEnv,
-    scenarios: &[Scenario],
-    reps: &[Representative],
-    jobs: usize,
-    cost: impl Fn(&Representative) -> u64,
-) -> Vec<Traced> {
-    crate::par::map_longest_first(reps, jobs, cost, |rep| {
-        let interrupted = crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
-        match scenario::find(scenarios, &rep.scenario_id) {
-            _ if interrupted => Err("interrupted before it was traced".into()),
-            Some((s, profile)) => crate::discover::discover_after_walking(
-                env,
-                s,
-                &profile,
-                &rep.first,
-                Some(&rep.path),
-            )
-            .map_err(|e| format!("{e:#}")),
-            None => Err(format!("unknown scenario id {}", rep.scenario_id)),
-        }
-    })
+/// The traced run of `rep`'s event: the boundaries of the recovery after
+/// it, from a run that walked `rep`'s path (`discover`).
+pub fn trace(env: &CellEnv, scenarios: &[Scenario], rep: &Representative) -> Traced {
+    if crate::wave::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err("interrupted before it was traced".into());
+    }
+    let Some((s, profile)) = scenario::find(scenarios, &rep.scenario_id) else {
+        return Err(format!("unknown scenario id {}", rep.scenario_id));
+    };
+    crate::discover::discover_after_walking(env, s, &profile, &rep.first, Some(&rep.path))
+        .map_err(|e| format!("{e:#}"))
 }
 
 #[cfg(test)]
@@ -568,6 +571,62 @@ mod tests {
         let reps = representatives(&scenarios, &stage1);
         let got: Vec<&str> = reps.iter().map(|r| r.cell_id.as_str()).collect();
         assert_eq!(got, ["t001", "t002", "t006"]);
+    }
+
+    /// A representative is settled only when no running cell of its
+    /// profile ranks before it; whatever order the cells finish in, each
+    /// one settled early is the whole stage's representative of its path.
+    #[test]
+    fn a_representative_settles_only_when_no_running_cell_can_displace_it() {
+        let scenarios = scenario::load(None).unwrap();
+        let retry = "restart-chaos.runner-codex.local.cut-turn-start-retry";
+        let single = "everyday-workflows.runner-codex.local.single-task";
+        let other = "everyday-workflows.runner-opencode.local.single-task";
+        let cut = |n: u64| format!("runner.turn_accepted.persisted#{n}/kill-runner");
+        let stage1 = [
+            walked("t001", single, &cut(1), "continued → completed"),
+            walked("t002", retry, &cut(1), "continued → completed"),
+            walked("t003", retry, &cut(2), "re-sent → completed"),
+            walked("t004", other, &cut(1), "continued → completed"),
+            walked("t005", single, &cut(2), "re-sent → completed"),
+            walked("t006", other, &cut(2), "re-sent → completed"),
+        ];
+        let whole = representatives(&scenarios, &stage1);
+        let ids = |reps: &[Representative]| -> Vec<String> {
+            reps.iter().map(|r| r.cell_id.clone()).collect()
+        };
+        // The Retry scenario leaves more work waiting than the single task:
+        // t002 represents "continued" although t001 comes first.
+        assert_eq!(ids(&whole), ["t002", "t003", "t004", "t006"]);
+        // t001 finished, t002 running: t001 is no representative yet.
+        let running = [&stage1[1].spec];
+        assert!(settled(&scenarios, &stage1[..1], &running).is_empty());
+        // t004 (another profile) settles while codex's t002 runs.
+        let done = [stage1[0].clone(), stage1[3].clone()];
+        assert_eq!(ids(&settled(&scenarios, &done, &running)), ["t004"]);
+        // Every order of finishing: whatever settles while cells are still
+        // unfinished is the whole's representative, and once none is, all
+        // of them are settled.
+        let mut draw = 7u64;
+        for _ in 0..200 {
+            let mut order: Vec<usize> = (0..stage1.len()).collect();
+            for i in (1..order.len()).rev() {
+                draw = draw
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                order.swap(i, (draw >> 33) as usize % (i + 1));
+            }
+            for k in 0..=order.len() {
+                let done: Vec<CellResult> = order[..k].iter().map(|&i| stage1[i].clone()).collect();
+                let pending: Vec<&CellSpec> = order[k..].iter().map(|&i| &stage1[i].spec).collect();
+                for rep in settled(&scenarios, &done, &pending) {
+                    assert!(whole.contains(&rep), "{order:?} at {k}: {rep:?}");
+                }
+                if k == order.len() {
+                    assert_eq!(settled(&scenarios, &done, &pending), whole);
+                }
+            }
+        }
     }
 
     /// A kill anywhere in one durable segment leaves the same state: a

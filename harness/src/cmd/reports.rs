@@ -89,7 +89,7 @@ pub(super) fn run_and_report(job: &Job<'_>) -> Result<Code, Exit> {
     wave::install_interrupt_handler();
     let (cells, no_fuse) = wave::split_power_cut(job.cells.clone());
     note_skipped(&job.env.progress, &no_fuse);
-    let stages = harness::recuts::run_stages(
+    let stages = harness::stages::run_stages(
         job.env,
         job.scenarios,
         &cells,

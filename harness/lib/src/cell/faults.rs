@@ -347,6 +347,13 @@ fn apply_event(
     let hit = held.hit.clone();
     let runner_held = holds_runner(side, stage, &hit);
     if let Err(e) = apply_fault(side, report, event.fault, held, runner_held) {
+        if stage > 0 && hold_closed(&e) && aims_at_hit(side, stage, &hit) {
+            // The process went away while the event was being applied (the
+            // runner stopped a provider an earlier event had left it to
+            // stop): as if it had been gone when the event matched.
+            rewind(side, stage, &hit);
+            return;
+        }
         side.ctx
             .rec
             .error(format!("failed to apply {}: {e:#}", event.fault));
@@ -394,13 +401,32 @@ fn aims_at(fault: Fault, hit_role: Role, runner_held: bool) -> bool {
 /// means — gets it. One that never comes again leaves the cell `unknown`
 /// (vacuity).
 fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
+    rewind(side, stage, &held.hit);
+    let _ = held.resume();
+}
+
+/// Whether applying a fault failed because the held hit's connection was
+/// closed: its process exited (or was killed) while it was held, so no
+/// reply reaches it.
+fn hold_closed(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<std::io::Error>().is_some_and(|e| {
+        matches!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        )
+    })
+}
+
+/// Records event `stage` as not applied at `hit` and sets the schedule
+/// back to waiting for it ([`not_applied`]).
+fn rewind(side: &CutSide, stage: usize, hit: &cutpoint::Hit) {
     side.act(
         ActionKind::EventNotApplied,
-        json!({ "event": stage + 1, "point": held.hit.point, "pid": held.hit.pid,
+        json!({ "event": stage + 1, "point": hit.point, "pid": hit.pid,
                 "why": "its process was gone (an earlier event killed it, or the runner stopped it) before the event was applied" }),
     );
     // The runner held when the hit matched goes on.
-    release_runner(side, stage, &held.hit);
+    release_runner(side, stage, hit);
     let mut m = side.matcher();
     let back = side.ctx.board.update(|s| {
         let back = s.stage == stage + 1;
@@ -412,8 +438,6 @@ fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
     if back {
         m.since = 0;
     }
-    drop(m);
-    let _ = held.resume();
 }
 
 /// After a `disk-full` event, the runner's next attempted write fails too
