@@ -744,4 +744,23 @@ mod tests {
         }
         assert!(aims_at(Fault::FollowUp, Role::Runner, false));
     }
+
+    /// A reply written to a held hit whose process has exited fails with
+    /// a broken pipe: the event was not applied (the cell goes back to
+    /// waiting for it), which is no harness error; any other failure is.
+    #[test]
+    fn a_reply_to_a_hit_whose_process_exited_is_a_closed_hold() {
+        use std::io::Write as _;
+        let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        drop(theirs);
+        let e = ours.write_all(b"answer auth-expired\n").unwrap_err();
+        assert!(hold_closed(&anyhow::Error::from(e)));
+        let e = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("failed to apply auth-expired");
+        assert!(hold_closed(&e), "through a context too");
+        assert!(!hold_closed(&anyhow::Error::from(std::io::Error::other(
+            "kill failed"
+        ))));
+        assert!(!hold_closed(&anyhow::anyhow!("no such runner")));
+    }
 }
