@@ -558,6 +558,7 @@ fn main() {
         let forwarded = std::iter::once(OsString::from("runnerd")).chain(args[2..].iter().cloned());
         std::process::exit(runner::cli::main(forwarded));
     }
+    large_buffers_mapped();
     let cli = match WithCommon::try_parse_from(&args) {
         Ok(c) => c,
         Err(e) => {
@@ -571,6 +572,21 @@ fn main() {
             eprintln!("turncut: {message}");
             std::process::exit(code.status());
         }
+    }
+}
+
+/// Serves every allocation of 1 MiB or more with fresh pages of its own.
+/// A lazy mount's FUSE session (`fuser`) allocates a zeroed 16 MiB read
+/// buffer; once glibc has freed one mapped chunk that large it raises its
+/// threshold and serves the next from a heap, where `calloc` writes all
+/// 16 MiB (4,096 pages faulted in, per power-cut cell) for the few pages a
+/// request ever uses. A fresh mapping is zero already and faults in only
+/// the pages touched.
+fn large_buffers_mapped() {
+    // SAFETY: mallopt(3) only sets a parameter of the allocator; it is
+    // called before this process starts any thread.
+    unsafe {
+        nix::libc::mallopt(nix::libc::M_MMAP_THRESHOLD, 1 << 20);
     }
 }
 

@@ -389,8 +389,9 @@ impl Pipeline<'_> {
     fn finish(&self) -> Stages {
         let mut st = std::mem::take(&mut *self.state.lock().expect("pipeline"));
         let whole = st.stage1.len() == self.first.len();
-        if !whole {
-            // Stage 1 stopped or was interrupted: its batch ends here.
+        if !whole || self.first.is_empty() {
+            // Stage 1 stopped, was interrupted or had no cell: its batch
+            // ends here.
             self.env.progress.emit(ProgressEvent::BatchDone);
         }
         if whole && st.total2.is_none() && self.stage2.is_some() {

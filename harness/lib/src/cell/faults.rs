@@ -346,17 +346,19 @@ fn apply_event(
     }
     let hit = held.hit.clone();
     let runner_held = holds_runner(side, stage, &hit);
-    if let Err(e) = apply_fault(side, report, event.fault, held, runner_held) {
-        if stage > 0 && hold_closed(&e) && aims_at_hit(side, stage, &hit) {
+    match apply_fault(side, report, event.fault, held, runner_held) {
+        Ok(()) => {}
+        Err(NotApplied::HoldClosed(_)) if stage > 0 && aims_at_hit(side, stage, &hit) => {
             // The process went away while the event was being applied (the
             // runner stopped a provider an earlier event had left it to
             // stop): as if it had been gone when the event matched.
             rewind(side, stage, &hit);
             return;
         }
-        side.ctx
+        Err(e) => side
+            .ctx
             .rec
-            .error(format!("failed to apply {}: {e:#}", event.fault));
+            .error(format!("failed to apply {}: {e}", event.fault)),
     }
     // A runner the event did not kill goes on (a restarted one never stopped).
     if runner_held && !kills_runner(event.fault) {
@@ -405,15 +407,39 @@ fn not_applied(side: &CutSide, stage: usize, held: cutpoint::HeldHit) {
     let _ = held.resume();
 }
 
-/// Whether applying a fault failed because the held hit's connection was
-/// closed: its process exited (or was killed) while it was held, so no
-/// reply reaches it.
-fn hold_closed(e: &anyhow::Error) -> bool {
-    e.downcast_ref::<std::io::Error>().is_some_and(|e| {
-        matches!(
-            e.kind(),
-            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
-        )
+/// Why a fault was not applied.
+#[derive(Debug)]
+enum NotApplied {
+    /// The held hit's connection was closed: its process exited (or was
+    /// killed) while it was held, so no reply reaches it.
+    HoldClosed(std::io::Error),
+    /// Anything else: a harness error.
+    Failed(anyhow::Error),
+}
+
+impl From<anyhow::Error> for NotApplied {
+    fn from(e: anyhow::Error) -> Self {
+        NotApplied::Failed(e)
+    }
+}
+
+impl std::fmt::Display for NotApplied {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotApplied::HoldClosed(e) => write!(f, "the held hit's process is gone: {e}"),
+            NotApplied::Failed(e) => write!(f, "{e:#}"),
+        }
+    }
+}
+
+/// A reply written to a held hit: a closed connection is
+/// [`NotApplied::HoldClosed`].
+fn replied(r: std::io::Result<()>) -> Result<(), NotApplied> {
+    r.map_err(|e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+            NotApplied::HoldClosed(e)
+        }
+        _ => NotApplied::Failed(e.into()),
     })
 }
 
@@ -493,7 +519,7 @@ fn restart_runner(ctx: &Ctx, why: ActionKind) -> anyhow::Result<()> {
 /// write fails) or `fail ENOSPC` (the disk is full until the runner's next
 /// write, see [`disk_comes_back`]); the held before-read hit `fail EIO`
 /// (one read fails) or `corrupt` (one read returns a corrupt page).
-fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> Result<(), NotApplied> {
     if Role::of(&held.hit.role) != Role::Runner || !fault.applies_at(&held.hit.point) {
         side.act(
             ActionKind::NotAWrite,
@@ -525,15 +551,14 @@ fn apply_storage(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyho
             None => json!({ "point": held.hit.point, "reply": io.reply() }),
         },
     );
-    held.fail(io)?;
-    Ok(())
+    replied(held.fail(io))
 }
 
 /// An error answer: the held hit, where its process received a request, is
 /// answered `answer <fault>` and the process answers that request with the
 /// fault's error (`wire::upstream`). At a point that answers nothing it is
 /// recorded as `fault.not-an-answer` and the hit goes on.
-fn apply_answer(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow::Result<()> {
+fn apply_answer(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> Result<(), NotApplied> {
     if !fault.applies_at(&held.hit.point) {
         side.act(
             ActionKind::NotAnAnswer,
@@ -546,8 +571,7 @@ fn apply_answer(side: &CutSide, fault: Fault, held: cutpoint::HeldHit) -> anyhow
         ActionKind::Fault(fault),
         json!({ "point": held.hit.point, "role": held.hit.role, "pid": held.hit.pid }),
     );
-    held.answer(fault.as_str())?;
-    Ok(())
+    replied(held.answer(fault.as_str()))
 }
 
 /// A turn-active follow-up's sync point, reached while the controller side wants
@@ -602,7 +626,7 @@ fn apply_fault(
     fault: Fault,
     held: cutpoint::HeldHit,
     runner_held: bool,
-) -> anyhow::Result<()> {
+) -> Result<(), NotApplied> {
     let client = side.ctx.board.client().map(|(c, _)| c);
     // A runner stopped at the match cannot answer: no read, no check.
     let reader = client.as_ref().filter(|_| !runner_held);
@@ -614,12 +638,12 @@ fn apply_fault(
     }
     match fault.class() {
         FaultClass::Storage => apply_storage(side, fault, held),
-        FaultClass::Power => super::power::cut_power(&side.ctx, report, held),
-        FaultClass::Process => apply_signals(side, report, fault, held, client),
+        FaultClass::Power => Ok(super::power::cut_power(&side.ctx, report, held)?),
+        FaultClass::Process => Ok(apply_signals(side, report, fault, held, client)?),
         FaultClass::Answer => apply_answer(side, fault, held),
         FaultClass::Action => {
             let _ = held.resume();
-            anyhow::bail!("{fault} is a controller action, not applied by a signal")
+            Err(anyhow::anyhow!("{fault} is a controller action, not applied by a signal").into())
         }
     }
 }
@@ -753,14 +777,13 @@ mod tests {
         use std::io::Write as _;
         let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         drop(theirs);
-        let e = ours.write_all(b"answer auth-expired\n").unwrap_err();
-        assert!(hold_closed(&anyhow::Error::from(e)));
-        let e = anyhow::Error::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
-            .context("failed to apply auth-expired");
-        assert!(hold_closed(&e), "through a context too");
-        assert!(!hold_closed(&anyhow::Error::from(std::io::Error::other(
-            "kill failed"
-        ))));
-        assert!(!hold_closed(&anyhow::anyhow!("no such runner")));
+        let closed = replied(ours.write_all(b"answer auth-expired\n"));
+        assert!(
+            matches!(closed, Err(NotApplied::HoldClosed(_))),
+            "{closed:?}"
+        );
+        let other = replied(Err(std::io::Error::other("kill failed")));
+        assert!(matches!(other, Err(NotApplied::Failed(_))), "{other:?}");
+        assert!(replied(Ok(())).is_ok());
     }
 }
