@@ -55,7 +55,7 @@ pub fn run_stages(
     // takes its cells in plan order: the simplest first, so a broken
     // runner fails a cell it is easy to read, and soon.
     let first = match stop {
-        Some(_) => cells.to_vec(),
+        Some(_) => spread(cells),
         None => wave::longest_first(cells, wave::expected_ms),
     };
     let pipe = Pipeline {
@@ -75,6 +75,44 @@ pub fn run_stages(
         }
     });
     pipe.finish()
+}
+
+/// `cells` in plan order within each scenario id, each id's cells spread
+/// evenly over the stage ([`place`]): the first cell of every id comes
+/// first (the simplest, a clean run where there is one, so a broken runner
+/// fails a cell it is easy to read, and soon), and no stretch of the stage
+/// is one scenario's cells alone. Some scenarios' cells mostly wait (a
+/// provider's retry, a runner's idle timer): run together, as plan order
+/// left them at the end of stage 1, they kept the cores half idle for ten
+/// seconds.
+fn spread(cells: &[CellSpec]) -> Vec<CellSpec> {
+    let mut size: BTreeMap<&str, usize> = BTreeMap::new();
+    for c in cells {
+        *size.entry(c.scenario_id.as_str()).or_default() += 1;
+    }
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut placed: Vec<(u64, usize)> = cells
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let id = c.scenario_id.as_str();
+            let k = seen.entry(id).or_default();
+            *k += 1;
+            (place(*k - 1, size[id]), i)
+        })
+        .collect();
+    placed.sort();
+    placed.into_iter().map(|(_, i)| cells[i].clone()).collect()
+}
+
+/// Where the `k`-th (from 0) of `n` cells of one group sits in a stage, in
+/// millionths: the first at the start, each other one in the middle of its
+/// part of the stage.
+fn place(k: usize, n: usize) -> u64 {
+    match k {
+        0 => 0,
+        _ => ((2 * k - 1) as u64 * 500_000) / (n - 1).max(1) as u64,
+    }
 }
 
 /// The note that opens stage 2.
@@ -298,7 +336,7 @@ impl Pipeline<'_> {
             // the longest representative's cells first (its time orders
             // them: a recovery cut walks its path and then some).
             let first = match self.stop {
-                Some(_) => 0,
+                Some(_) => place(k, got.cells.len()),
                 None => u64::MAX - took,
             };
             let (prefix, len, number, _) = rep_key;
@@ -409,5 +447,39 @@ impl Pipeline<'_> {
             reach,
             stage2_planned,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(id: &str, scenario: &str) -> CellSpec {
+        crate::plan::schedule_cell(1, id.into(), scenario.into(), &[])
+    }
+
+    /// Each scenario's cells keep their plan order, every scenario's first
+    /// cell comes before any second one, and a scenario's cells are spread
+    /// over the stage instead of run in one stretch.
+    #[test]
+    fn a_stage_takes_every_scenario_s_first_cell_first_and_spreads_the_rest() {
+        let a = "restart-chaos.runner-codex.local.a";
+        let b = "restart-chaos.runner-codex.local.b";
+        let c = "restart-chaos.runner-codex.local.c";
+        let cells = [
+            cell("t1", a),
+            cell("t2", a),
+            cell("t3", a),
+            cell("t4", a),
+            cell("t5", b),
+            cell("t6", b),
+            cell("t7", c),
+        ];
+        let order: Vec<String> = spread(&cells).into_iter().map(|c| c.cell_id).collect();
+        assert_eq!(order, ["t1", "t5", "t7", "t2", "t3", "t6", "t4"]);
+        assert_eq!(place(0, 4), 0);
+        assert_eq!(place(1, 4), 166_666);
+        assert_eq!(place(3, 4), 833_333);
+        assert!(spread(&[]).is_empty());
     }
 }
