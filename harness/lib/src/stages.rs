@@ -15,6 +15,10 @@
 //!
 //! A stage-2 cell's progress line waits until stage 2's size is known
 //! (every representative traced): each stage is one batch on the console.
+//!
+//! Which cell is taken next: with a fail budget, each scenario's (in stage
+//! 2, each representative's) cells in plan order, spread over the stage
+//! ([`spread`]); without one, the longest first (`wave::longest_first`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
@@ -52,8 +56,8 @@ pub fn run_stages(
     stage2: Option<Stage2>,
 ) -> Stages {
     // A wave that stops at its first failures (`--max-fail`, `mutants`)
-    // takes its cells in plan order: the simplest first, so a broken
-    // runner fails a cell it is easy to read, and soon.
+    // takes every scenario's first cell first ([`spread`]); one that runs
+    // everything, the longest cells first.
     let first = match stop {
         Some(_) => spread(cells),
         None => wave::longest_first(cells, wave::expected_ms),
