@@ -238,6 +238,9 @@ impl Pipeline<'_> {
         self.stage2.is_some() && st.taken == self.first.len()
     }
 
+    /// The task to take now, if one is ready: a stage-1 cell (until the
+    /// fail budget is spent), else a settled representative's trace (even
+    /// then, so stage 2's size is whole), else a stage-2 cell.
     fn next(&self, st: &mut State) -> Option<Task> {
         let stopped = self.stopped(st);
         if st.taken < self.first.len() {
