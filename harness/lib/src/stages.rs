@@ -166,7 +166,8 @@ struct State {
     traced: BTreeSet<String>,
     /// Traces running.
     tracing: usize,
-    /// What each traced representative gave, by its cell id.
+    /// What each traced representative gave (its cells those the budget
+    /// keeps), by its cell id.
     reached: BTreeMap<String, recuts::RepCells>,
     /// Stage-2 cells not yet taken, by the order they are taken in.
     queue: BTreeMap<Order, CellSpec>,
@@ -327,26 +328,25 @@ impl Pipeline<'_> {
 
     fn traced(&self, rep: Representative, traced: recuts::Traced) {
         let s2 = self.stage2.expect("stage 2 is traced only when asked for");
-        let got = recuts::rep_cells(&rep, traced, s2.wave_seed);
+        let mut got = recuts::rep_cells(&rep, traced, s2.wave_seed);
+        got.cells
+            .retain(|c| recuts::kept(c, s2.wave_seed, s2.keep_ppm));
         let mut st = self.state.lock().expect("pipeline");
         st.tracing -= 1;
-        let took = recuts::stage1_ms(&st.stage1)
-            .get(rep.cell_id.as_str())
-            .copied()
-            .unwrap_or(0);
-        let rep_key = crate::model::cell_id_key(&rep.cell_id);
+        let took = st
+            .stage1
+            .iter()
+            .find(|r| r.spec.cell_id == rep.cell_id)
+            .map_or(0, |r| r.duration_ms);
+        let (prefix, len, number, _) = crate::model::cell_id_key(&rep.cell_id);
         for (k, c) in got.cells.iter().enumerate() {
-            if !recuts::kept(c, s2.wave_seed, s2.keep_ppm) {
-                continue;
-            }
-            // Plan order when the wave stops at its first failures; else
-            // the longest representative's cells first (its time orders
-            // them: a recovery cut walks its path and then some).
+            // Spread over the stage when the wave stops at its first
+            // failures; else the longest representative's cells first (its
+            // time orders them: a recovery cut walks its path and then some).
             let first = match self.stop {
                 Some(_) => place(k, got.cells.len()),
                 None => u64::MAX - took,
             };
-            let (prefix, len, number, _) = rep_key;
             let order = (first, (prefix.to_owned(), len, number.to_owned()), k);
             st.queue.insert(order, c.clone());
         }
@@ -365,8 +365,10 @@ impl Pipeline<'_> {
     /// Stage 2's summary and batch, and the lines of the stage-2 cells that
     /// finished before.
     fn open(&self, st: &mut State) {
-        let Some(s2) = self.stage2 else { return };
-        let total = self.kept_count(st, s2);
+        if self.stage2.is_none() {
+            return;
+        }
+        let total = Self::planned2(st);
         st.total2 = Some(total);
         if st.traced.is_empty() {
             self.env.progress.note(TRACING);
@@ -381,13 +383,10 @@ impl Pipeline<'_> {
         }
     }
 
-    /// Stage 2's cells kept by the budget.
-    fn kept_count(&self, st: &State, s2: Stage2) -> usize {
-        st.reached
-            .values()
-            .flat_map(|g| &g.cells)
-            .filter(|c| recuts::kept(c, s2.wave_seed, s2.keep_ppm))
-            .count()
+    /// Stage 2's cells (those the budget keeps: [`Pipeline::traced`]
+    /// keeps no other).
+    fn planned2(st: &State) -> usize {
+        st.reached.values().map(|g| g.cells.len()).sum()
     }
 
     fn second_done(&self, done: Finished) {
